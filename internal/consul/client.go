@@ -1,0 +1,170 @@
+package consul
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-cleanhttp"
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// Client is a Consul API client plus what consullock needs around it.
+type Client struct {
+	*api.Client
+	// Address is host:port as dialled, for error messages.
+	Address string
+	// Scheme is http or https.
+	Scheme string
+	// Datacenter, Namespace and Partition as configured ("" = agent's).
+	Datacenter, Namespace, Partition string
+
+	requests atomic.Uint64
+}
+
+// requestsTotal counts HTTP requests sent to Consul by every client of this
+// process; benchmarks read it to report requests per resource.
+var requestsTotal atomic.Uint64
+
+// RequestsSent returns the number of HTTP attempts sent by all clients.
+func RequestsSent() uint64 { return requestsTotal.Load() }
+
+// Requests returns the number of HTTP attempts this client has sent.
+func (c *Client) Requests() uint64 { return c.requests.Load() }
+
+// New builds a client from fully resolved settings (the caller has already
+// applied attribute > environment > default). It does not contact Consul.
+func New(s Settings) (*Client, error) {
+	scheme, hostport, err := ParseAddress(s.Address)
+	if err != nil {
+		return nil, err
+	}
+	if s.Scheme != "" {
+		if scheme != "" && scheme != s.Scheme {
+			return nil, fmt.Errorf("address %q says %s but scheme is %q; make them agree", s.Address, scheme, s.Scheme)
+		}
+		scheme = s.Scheme
+	}
+	if scheme == "" {
+		scheme = "http"
+	}
+
+	token := s.Token
+	if s.TokenFile != "" {
+		data, err := os.ReadFile(s.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading token file %s: %w", s.TokenFile, err)
+		}
+		token = strings.TrimSpace(string(data))
+		if token == "" {
+			return nil, fmt.Errorf("token file %s is empty", s.TokenFile)
+		}
+	}
+
+	transport := cleanhttp.DefaultPooledTransport()
+	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	if scheme == "https" {
+		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
+			Address:            s.TLSServerName,
+			CAFile:             s.CAFile,
+			CAPem:              []byte(s.CAPEM),
+			CertFile:           s.CertFile,
+			CertPEM:            []byte(s.CertPEM),
+			KeyFile:            s.KeyFile,
+			KeyPEM:             []byte(s.KeyPEM),
+			InsecureSkipVerify: s.InsecureSkipVerify,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("TLS configuration: %w", err)
+		}
+		tlsConf.MinVersion = tls.VersionTLS12
+		transport.TLSClientConfig = tlsConf
+	}
+
+	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition}
+
+	retry := s.Retry.withDefaults()
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{Transport: &countingTransport{next: transport, client: c, token: token}}
+	rc.Logger = nil // requests carry tokens in headers; never log them
+	rc.RetryMax = retry.MaxAttempts - 1
+	rc.RetryWaitMin = retry.MinWait
+	rc.RetryWaitMax = retry.MaxWait
+	rc.CheckRetry = retryPolicy(retry)
+	rc.Backoff = backoff
+	// Hand the last response to the Consul api so it reports Consul's own
+	// error text, not "giving up after N attempts".
+	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+
+	headers := make(http.Header)
+	for k, v := range s.Headers {
+		headers.Set(k, v)
+	}
+	apiClient, err := api.NewClient(&api.Config{
+		Address:    hostport,
+		Scheme:     scheme,
+		Datacenter: s.Datacenter,
+		Namespace:  s.Namespace,
+		Partition:  s.Partition,
+		Token:      token,
+		HttpClient: &http.Client{Transport: &startTransport{next: &retryablehttp.RoundTripper{Client: rc}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	apiClient.SetHeaders(headers)
+	c.Client = apiClient
+	return c, nil
+}
+
+// startTransport stamps the time of the first attempt into the context.
+type startTransport struct{ next http.RoundTripper }
+
+func (t *startTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.next.RoundTrip(req.WithContext(withStart(req.Context())))
+}
+
+// countingTransport counts attempts and pins the resolved token: the Consul
+// api falls back to CONSUL_HTTP_TOKEN(_FILE) on its own, which would break
+// "attribute > environment" precedence.
+type countingTransport struct {
+	next   http.RoundTripper
+	client *Client
+	token  string
+}
+
+func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.client.requests.Add(1)
+	requestsTotal.Add(1)
+	req = req.Clone(req.Context())
+	if t.token != "" {
+		req.Header.Set("X-Consul-Token", t.token)
+	} else {
+		req.Header.Del("X-Consul-Token")
+	}
+	return t.next.RoundTrip(req)
+}
+
+// Ping checks that the agent answers and, when ACLs are on, that the
+// caller's token is valid. It is called once when the provider is
+// configured, never per operation.
+func (c *Client) Ping(ctx context.Context) error {
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	if _, err := c.Status().LeaderWithQueryOptions(q); err != nil {
+		return c.wrap("reach Consul", err)
+	}
+	if _, _, err := c.ACL().TokenReadSelf(q); err != nil {
+		if strings.Contains(err.Error(), "ACL support disabled") {
+			return nil
+		}
+		return c.wrap("check the Consul token", err)
+	}
+	return nil
+}

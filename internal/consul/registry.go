@@ -1,0 +1,119 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Registry stores declaration records under the registry prefix, one key per
+// object. Every write is check-and-set, so two concurrent applies cannot
+// silently overwrite each other.
+type Registry struct {
+	client *Client
+	prefix string
+}
+
+// Registry returns the declaration store under prefix (already validated).
+func (c *Client) Registry(prefix string) *Registry {
+	return &Registry{client: c, prefix: strings.Trim(prefix, "/")}
+}
+
+// Prefix returns the registry prefix.
+func (r *Registry) Prefix() string { return r.prefix }
+
+// Key returns the KV key of a record.
+func (r *Registry) Key(kind, name string) string {
+	return lockmodel.RegistryKey(r.prefix, kind, name)
+}
+
+// StoredRecord is a raw record with the index needed for CAS.
+type StoredRecord struct {
+	Key         string
+	Value       []byte
+	ModifyIndex uint64
+}
+
+// Get reads a record consistently. found is false when the key is absent.
+func (r *Registry) Get(ctx context.Context, kind, name string) (rec StoredRecord, found bool, err error) {
+	key := r.Key(kind, name)
+	pair, _, err := r.client.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return StoredRecord{}, false, r.client.Classify(ctx, "read registry record "+key, err)
+	}
+	if pair == nil {
+		return StoredRecord{Key: key}, false, nil
+	}
+	return StoredRecord{Key: key, Value: pair.Value, ModifyIndex: pair.ModifyIndex}, true, nil
+}
+
+// ErrConflict means a CAS write lost: someone else changed the record since
+// it was read. Nothing was written.
+type ErrConflict struct{ Key string }
+
+func (e *ErrConflict) Error() string {
+	return fmt.Sprintf("registry record %s was changed by someone else since it was read (check-and-set failed); nothing was overwritten: refresh and apply again", e.Key)
+}
+
+// Put writes a record if its ModifyIndex is still expectIndex (0 = create
+// only). It returns the new ModifyIndex.
+func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, expectIndex uint64) (uint64, error) {
+	key := r.Key(kind, name)
+	ok, _, err := r.client.KV().CAS(&api.KVPair{Key: key, Value: value, ModifyIndex: expectIndex}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return 0, r.client.Classify(ctx, "write registry record "+key, err)
+	}
+	if !ok {
+		return 0, &ErrConflict{Key: key}
+	}
+	rec, found, err := r.Get(ctx, kind, name)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, &ErrConflict{Key: key}
+	}
+	return rec.ModifyIndex, nil
+}
+
+// Delete removes a record if its ModifyIndex is still expectIndex; a record
+// that is already gone is not an error.
+func (r *Registry) Delete(ctx context.Context, kind, name string, expectIndex uint64) error {
+	key := r.Key(kind, name)
+	if expectIndex == 0 {
+		_, err := r.client.KV().Delete(key, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return r.client.Classify(ctx, "delete registry record "+key, err)
+		}
+		return nil
+	}
+	ok, _, err := r.client.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: expectIndex}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return r.client.Classify(ctx, "delete registry record "+key, err)
+	}
+	if !ok {
+		if _, found, gerr := r.Get(ctx, kind, name); gerr == nil && !found {
+			return nil
+		}
+		return &ErrConflict{Key: key}
+	}
+	return nil
+}
+
+// List returns every record of a kind, consistently, in one request.
+func (r *Registry) List(ctx context.Context, kind string) ([]StoredRecord, uint64, error) {
+	prefix := r.prefix + "/" + kind + "/"
+	pairs, meta, err := r.client.KV().List(prefix, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, 0, r.client.Classify(ctx, "list registry "+prefix, err)
+	}
+	out := make([]StoredRecord, 0, len(pairs))
+	for _, p := range pairs {
+		out = append(out, StoredRecord{Key: p.Key, Value: p.Value, ModifyIndex: p.ModifyIndex})
+	}
+	return out, meta.LastIndex, nil
+}

@@ -1,0 +1,551 @@
+package lockmodel
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRenderRules_designExamples(t *testing.T) {
+	tests := []struct {
+		name string
+		in   RulesInput
+		want string
+	}{
+		{
+			name: "mutex holder",
+			in: RulesInput{
+				LockKeys:            []string{"jobs/backup/.lock"},
+				SessionNodePrefixes: []string{"worker-"},
+			},
+			want: `key "jobs/backup/.lock" {
+  policy = "write"
+}
+
+session_prefix "worker-" {
+  policy = "write"
+}
+`,
+		},
+		{
+			name: "consul lock with a semaphore, a declaration record and any node",
+			in: RulesInput{
+				LockKeys:            []string{"service/job/leader"},
+				SemaphorePrefixes:   []string{"jobs/reindex"},
+				ReadKeys:            []string{"consul-lock/locks/reindex"},
+				SessionNodePrefixes: []string{""},
+				AgentRead:           true,
+			},
+			want: `key "service/job/leader" {
+  policy = "write"
+}
+
+key_prefix "jobs/reindex/" {
+  policy = "write"
+}
+
+key "consul-lock/locks/reindex" {
+  policy = "read"
+}
+
+session_prefix "" {
+  policy = "write"
+}
+
+agent_prefix "" {
+  policy = "read"
+}
+`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.in.Validate(); err != nil {
+				t.Fatalf("Validate() = %v, want nil", err)
+			}
+			got := RenderRules(tt.in)
+			if got != tt.want {
+				t.Errorf("RenderRules() =\n%s\nwant\n%s", got, tt.want)
+			}
+			if again := RenderRules(tt.in); again != got {
+				t.Errorf("RenderRules() is not deterministic:\n%s\nthen\n%s", got, again)
+			}
+		})
+	}
+}
+
+func TestRenderRules_sortsDeduplicatesAndWriteWins(t *testing.T) {
+	in := RulesInput{
+		LockKeys:            []string{"b/.lock", "/a/.lock", "b/.lock/", "a/.lock"},
+		SemaphorePrefixes:   []string{"sem/z/", "sem/a", "/sem/a"},
+		ReadKeys:            []string{"b/.lock", "r/2", "r/1", "r/2"},
+		SessionNodePrefixes: []string{"web-", "db-", "web-"},
+	}
+	want := `key "a/.lock" {
+  policy = "write"
+}
+
+key "b/.lock" {
+  policy = "write"
+}
+
+key_prefix "sem/a/" {
+  policy = "write"
+}
+
+key_prefix "sem/z/" {
+  policy = "write"
+}
+
+key "r/1" {
+  policy = "read"
+}
+
+key "r/2" {
+  policy = "read"
+}
+
+session_prefix "db-" {
+  policy = "write"
+}
+
+session_prefix "web-" {
+  policy = "write"
+}
+`
+	if err := in.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
+	if got := RenderRules(in); got != want {
+		t.Errorf("RenderRules() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestRenderRules_isCanonical(t *testing.T) {
+	ins := []RulesInput{
+		{LockKeys: []string{"x/.lock"}, SessionNodePrefixes: []string{"n"}},
+		{SemaphorePrefixes: []string{"s"}, ReadKeys: []string{"a", "x/.lock"}, SessionNodePrefixes: []string{"", "n"}, AgentRead: true},
+	}
+	for _, in := range ins {
+		r := RenderRules(in)
+		n, err := NormalizeRules(r)
+		if err != nil {
+			t.Fatalf("NormalizeRules(%q) error: %v", r, err)
+		}
+		if n != r {
+			t.Errorf("NormalizeRules(RenderRules()) =\n%s\nwant RenderRules() unchanged:\n%s", n, r)
+		}
+	}
+}
+
+const baseRules = `key "a/.lock" {
+  policy = "write"
+}
+
+session_prefix "worker-" {
+  policy = "write"
+}
+`
+
+func TestNormalizeRules_sameGrantsAreEquivalent(t *testing.T) {
+	tests := []struct {
+		name, other string
+	}{
+		{"identical", baseRules},
+		{"JSON object form", `{"key":{"a/.lock":{"policy":"write"}},"session_prefix":{"worker-":{"policy":"write"}}}`},
+		{"JSON list form", `{"key":[{"a/.lock":[{"policy":"write"}]}],"session_prefix":[{"worker-":[{"policy":"write"}]}]}`},
+		{"one line", `key "a/.lock" { policy = "write" } session_prefix "worker-" { policy = "write" }`},
+		{"reordered with comments", `
+# holders need a session on their node
+session_prefix "worker-" {
+	policy = "write" // the node-name prefix
+}
+/* the mutex */
+key "a/.lock" {
+
+	policy    =    "write"
+}`},
+		{"upper-case keyword and disposition", `KEY "a/.lock" { POLICY = "WRITE" }
+session_prefix "worker-" { Policy = "Write" }`},
+		{"HCL object assignment", `key = { "a/.lock" = { policy = "write" } }
+session_prefix "worker-" { policy = "write" }`},
+		{"duplicate rule merged like Consul: write over read", `key "a/.lock" { policy = "read" }
+key "a/.lock" { policy = "write" }
+session_prefix "worker-" { policy = "write" }
+session_prefix "worker-" { policy = "write" }`},
+		{"empty namespace block grants nothing", baseRules + `namespace "team" {}`},
+	}
+	want, err := NormalizeRules(baseRules)
+	if err != nil {
+		t.Fatalf("NormalizeRules(base) error: %v", err)
+	}
+	if want != baseRules {
+		t.Fatalf("base rules are not canonical:\n%s", want)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NormalizeRules(tt.other)
+			if err != nil {
+				t.Fatalf("NormalizeRules() error: %v", err)
+			}
+			if got != want {
+				t.Errorf("NormalizeRules() =\n%s\nwant\n%s", got, want)
+			}
+			eq, err := RulesEquivalent(baseRules, tt.other)
+			if err != nil || !eq {
+				t.Errorf("RulesEquivalent() = %v, %v; want true, nil", eq, err)
+			}
+		})
+	}
+}
+
+func TestNormalizeRules_changedGrantsAreDrift(t *testing.T) {
+	tests := []struct {
+		name, other string
+	}{
+		{"read widened to write", strings.Replace(baseRules, `session_prefix "worker-" {
+  policy = "write"`, `session_prefix "worker-" {
+  policy = "read"`, 1)},
+		{"key widened to key_prefix", strings.Replace(baseRules, `key "a/.lock"`, `key_prefix "a/.lock"`, 1)},
+		{"session_prefix narrowed to session", strings.Replace(baseRules, `session_prefix`, `session`, 1)},
+		{"other key", strings.Replace(baseRules, `a/.lock`, `a/.lock2`, 1)},
+		{"node prefix widened", strings.Replace(baseRules, `"worker-"`, `""`, 1)},
+		{"extra block", baseRules + `key_prefix "" { policy = "read" }`},
+		{"extra unlabelled rule", baseRules + `operator = "read"`},
+		{"extra deny", baseRules + `key "b" { policy = "deny" }`},
+		{"removed block", `key "a/.lock" { policy = "write" }`},
+		{"duplicate deny wins", baseRules + `key "a/.lock" { policy = "deny" }`},
+		{"extra namespace grant", baseRules + `namespace "team" { key_prefix "" { policy = "write" } }`},
+		{"empty policy", ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eq, err := RulesEquivalent(baseRules, tt.other)
+			if err != nil {
+				t.Fatalf("RulesEquivalent() error: %v", err)
+			}
+			if eq {
+				n, _ := NormalizeRules(tt.other)
+				t.Errorf("RulesEquivalent() = true for\n%s\nnormalised\n%s", tt.other, n)
+			}
+		})
+	}
+}
+
+func TestNormalizeRules_preservesRulesConsullockDoesNotRender(t *testing.T) {
+	in := `
+operator = "READ"
+node_prefix "" { policy = "read" }
+service "web" {
+  policy = "read"
+  intentions = "write"
+}
+service "web" { policy = "write" }
+query_prefix "" { policy = "read" }
+event "deploy" { policy = "write" }
+key_prefix "logs/" { policy = "list" }
+acl = "read"
+namespace_prefix "" {
+  service_prefix "" { policy = "read" }
+}
+partition "p1" {
+  mesh = "write"
+  namespace "ns" {
+    policy = "read"
+    key "x" { policy = "write" }
+  }
+}
+session "job-lock" { policy = "write" }
+`
+	want := `key_prefix "logs/" {
+  policy = "list"
+}
+
+session "job-lock" {
+  policy = "write"
+}
+
+node_prefix "" {
+  policy = "read"
+}
+
+service "web" {
+  policy = "write"
+  intentions = "write"
+}
+
+query_prefix "" {
+  policy = "read"
+}
+
+event "deploy" {
+  policy = "write"
+}
+
+acl = "read"
+
+operator = "read"
+
+namespace_prefix "" {
+  service_prefix "" {
+    policy = "read"
+  }
+}
+
+partition "p1" {
+  mesh = "write"
+
+  namespace "ns" {
+    policy = "read"
+
+    key "x" {
+      policy = "write"
+    }
+  }
+}
+`
+	got, err := NormalizeRules(in)
+	if err != nil {
+		t.Fatalf("NormalizeRules() error: %v", err)
+	}
+	if got != want {
+		t.Errorf("NormalizeRules() =\n%s\nwant\n%s", got, want)
+	}
+	again, err := NormalizeRules(got)
+	if err != nil || again != got {
+		t.Errorf("NormalizeRules() is not idempotent: %v\n%s", err, again)
+	}
+}
+
+func TestNormalizeRules_mirrorsConsulCaseSensitiveMerge(t *testing.T) {
+	// acl.takesPrecedenceOver compares the strings as written, so a
+	// duplicate "Write" loses to "read" (and is lower-cased afterwards).
+	got, err := NormalizeRules(`key "a" { policy = "Write" }
+key "a" { policy = "read" }`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "key \"a\" {\n  policy = \"read\"\n}\n"; got != want {
+		t.Errorf("NormalizeRules() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestNormalizeRules_rejects(t *testing.T) {
+	tests := []struct {
+		name, text, wantErr string
+	}{
+		{"syntax error", `key "a" { policy = "write"`, "failed to parse"},
+		{"unknown disposition", `key "a" { policy = "admin" }`, `key "a": policy "admin"`},
+		{"missing disposition", `key "a" {}`, `key "a": policy ""`},
+		{"list outside key", `session_prefix "" { policy = "list" }`, `session_prefix ""`},
+		{"bad unlabelled disposition", `operator = "all"`, `operator "all"`},
+		{"bad intentions", `service "a" { policy = "read" intentions = "list" }`, `intentions "list"`},
+		{"unknown resource", `kye "a" { policy = "write" }`, `"kye"`},
+		{"unknown attribute", `key "a" { policy = "write" sentinel { code = "x" } }`, `key[a].sentinel`},
+		{"two labels", `key "a" "b" { policy = "write" }`, `key[a].b`},
+		{"unknown JSON resource", `{"keys":{"a":{"policy":"write"}}}`, `"keys"`},
+		{"nested namespace in namespace", `namespace "a" { namespace "b" { acl = "read" } }`, `namespace[a].namespace`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NormalizeRules(tt.text)
+			if err == nil {
+				t.Fatalf("NormalizeRules() = %q, want an error", got)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q does not contain %q", err, tt.wantErr)
+			}
+			if _, err := RulesEquivalent(tt.text, tt.text); err == nil {
+				t.Errorf("RulesEquivalent() gave no error")
+			}
+		})
+	}
+}
+
+func TestRulesInputValidate_rejectsWithAttributeAndValue(t *testing.T) {
+	ok := RulesInput{LockKeys: []string{"a/.lock"}, SessionNodePrefixes: []string{"n-"}}
+	tests := []struct {
+		name      string
+		edit      func(in *RulesInput)
+		field     string
+		value     string
+		wantInMsg string
+	}{
+		{"quote in lock key", func(in *RulesInput) { in.LockKeys = []string{`a"} key_prefix "" {`} }, "lock_keys", `a"} key_prefix "" {`, "lock_keys"},
+		{"newline in lock key", func(in *RulesInput) { in.LockKeys = []string{"a\nb"} }, "lock_keys", "a\nb", "lock_keys"},
+		{"brace in semaphore prefix", func(in *RulesInput) { in.SemaphorePrefixes = []string{"jobs}"} }, "semaphore_prefixes", "jobs}", "semaphore_prefixes"},
+		{"dot-dot in read key", func(in *RulesInput) { in.ReadKeys = []string{"a/../b"} }, "read_keys", "a/../b", "read_keys"},
+		{"empty lock key", func(in *RulesInput) { in.LockKeys = []string{""} }, "lock_keys", "", "lock_keys"},
+		{"only slashes", func(in *RulesInput) { in.SemaphorePrefixes = []string{"//"} }, "semaphore_prefixes", "//", "semaphore_prefixes"},
+		{"empty segment", func(in *RulesInput) { in.LockKeys = []string{"a//b"} }, "lock_keys", "a//b", "lock_keys"},
+		{"interpolation", func(in *RulesInput) { in.ReadKeys = []string{"${var.x}"} }, "read_keys", "${var.x}", "read_keys"},
+		{"non-ASCII", func(in *RulesInput) { in.LockKeys = []string{"jobs/é"} }, "lock_keys", "jobs/é", "lock_keys"},
+		{"glob in node prefix", func(in *RulesInput) { in.SessionNodePrefixes = []string{"web-*"} }, "session_node_prefixes", "web-*", `"" (any node)`},
+		{"quote in node prefix", func(in *RulesInput) { in.SessionNodePrefixes = []string{`a" {`} }, "session_node_prefixes", `a" {`, "session_node_prefixes"},
+		{"no node prefix", func(in *RulesInput) { in.SessionNodePrefixes = nil }, "session_node_prefixes", "[]", "at least one node-name prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := ok
+			tt.edit(&in)
+			err := in.Validate()
+			if err == nil {
+				t.Fatal("Validate() = nil, want an error")
+			}
+			fes := AsFieldErrors(err)
+			if len(fes) != 1 {
+				t.Fatalf("Validate() = %v, want exactly one field error", err)
+			}
+			if fes[0].Field != tt.field || fes[0].Value != tt.value {
+				t.Errorf("field error = {%q, %q}, want {%q, %q}", fes[0].Field, fes[0].Value, tt.field, tt.value)
+			}
+			if !strings.Contains(err.Error(), tt.wantInMsg) {
+				t.Errorf("error %q does not contain %q", err, tt.wantInMsg)
+			}
+		})
+	}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate() of a good input = %v", err)
+	}
+}
+
+func TestRulesInputValidate_reportsEveryProblem(t *testing.T) {
+	in := RulesInput{LockKeys: []string{"", "ok"}, ReadKeys: []string{"a b"}}
+	fes := AsFieldErrors(in.Validate())
+	var fields []string
+	for _, fe := range fes {
+		fields = append(fields, fe.Field)
+	}
+	if got, want := strings.Join(fields, ","), "lock_keys,read_keys,session_node_prefixes"; got != want {
+		t.Errorf("fields = %s, want %s", got, want)
+	}
+}
+
+func TestRenderRules_invalidInputStaysInItsBlock(t *testing.T) {
+	// Validate refuses this, but even unvalidated input must not open a
+	// second rule through quoting.
+	in := RulesInput{
+		LockKeys:            []string{"a\" {\n policy = \"write\"\n}\nkey_prefix \"\" {\n policy = \"write\"\n}\nkey \"b"},
+		SessionNodePrefixes: []string{"${x}\\"},
+	}
+	p, err := ParseRules(RenderRules(in))
+	if err != nil {
+		t.Fatalf("ParseRules(RenderRules()) error: %v", err)
+	}
+	if len(p.Rules) != 2 || p.Rules[0].Name != in.LockKeys[0] || p.Rules[1].Name != in.SessionNodePrefixes[0] {
+		t.Errorf("rules = %+v, want exactly the two given names", p.Rules)
+	}
+}
+
+func TestQuoteHCL_roundTrips(t *testing.T) {
+	names := []string{"", "a", `"`, `\`, "${x}", "$", "{}", "%{x}", "a\nb\tc\r", "\x00\x01\x7f", "\xff\xfe", "é€😀", "\u2028\ufeff", "\\\"${\"}\""}
+	for _, n := range names {
+		p, err := ParseRules("key " + quoteHCL(n) + " { policy = \"read\" }")
+		if err != nil {
+			t.Errorf("name %q: %v", n, err)
+			continue
+		}
+		if len(p.Rules) != 1 || p.Rules[0].Name != n {
+			t.Errorf("name %q came back as %+v", n, p.Rules)
+		}
+	}
+}
+
+func TestParsedRules_grants(t *testing.T) {
+	p, err := ParseRules(`{"key_prefix": {"jobs/": {"policy": "write"}}, "key": {"a": {"policy": "read"}}, "operator": "read"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ resource, name, want string }{
+		{"key_prefix", "jobs/", "write"},
+		{"key", "a", "read"},
+		{"operator", "", "read"},
+		{"key", "jobs/", ""},
+		{"session_prefix", "", ""},
+	}
+	for _, tt := range tests {
+		if got := p.Grants(tt.resource, tt.name); got != tt.want {
+			t.Errorf("Grants(%q, %q) = %q, want %q", tt.resource, tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRulesInputWarnings(t *testing.T) {
+	tests := []struct {
+		name         string
+		in           RulesInput
+		lockPrefixes []string
+		want         []string // "field: summary" plus a detail fragment
+	}{
+		{
+			name:         "scoped and declared",
+			in:           RulesInput{LockKeys: []string{"jobs/backup/.lock"}, SessionNodePrefixes: []string{"worker-"}},
+			lockPrefixes: []string{"jobs/backup"},
+		},
+		{
+			name: "any node",
+			in:   RulesInput{LockKeys: []string{"jobs/backup/.lock"}, SessionNodePrefixes: []string{"", "x"}},
+			want: []string{"session_node_prefixes: Sessions on any node"},
+		},
+		{
+			name:         "lock key and semaphore outside the declared locks",
+			in:           RulesInput{LockKeys: []string{"jobs/backupx/.lock", "jobs/backup/.lock"}, SemaphorePrefixes: []string{"sem/b"}, SessionNodePrefixes: []string{"w"}},
+			lockPrefixes: []string{"/jobs/backup/", "sem/a"},
+			want: []string{
+				`lock_keys: Lock key outside the declared locks: "jobs/backupx/.lock"`,
+				`semaphore_prefixes: Semaphore prefix outside the declared locks: "sem/b"`,
+			},
+		},
+		{
+			name:         "no declared locks known",
+			in:           RulesInput{LockKeys: []string{"anything"}, SessionNodePrefixes: []string{"w"}},
+			lockPrefixes: nil,
+		},
+		{
+			name:         "no declared locks at all",
+			in:           RulesInput{LockKeys: []string{"anything"}, SessionNodePrefixes: []string{"w"}},
+			lockPrefixes: []string{},
+			want:         []string{`lock_keys: Lock key outside the declared locks: "anything"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ws := tt.in.Warnings(tt.lockPrefixes)
+			if len(ws) != len(tt.want) {
+				t.Fatalf("Warnings() = %+v, want %d", ws, len(tt.want))
+			}
+			for i, w := range ws {
+				head, frag, _ := strings.Cut(tt.want[i], ": ")
+				summary, detail, _ := strings.Cut(frag, ": ")
+				if w.Field != head || w.Summary != summary || !strings.Contains(w.Detail, detail) {
+					t.Errorf("warning %d = %+v, want %q", i, w, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestSessionRuleWarnings(t *testing.T) {
+	tests := []struct {
+		name, rules string
+		want        int
+	}{
+		{"exact session rule", `session "job-lock" { policy = "write" }`, 1},
+		{"inside a namespace", `namespace "a" { session "job-lock" { policy = "write" } }`, 1},
+		{"session_prefix only", `session_prefix "worker-" { policy = "write" }`, 0},
+		{"unparsable", `session "x" {`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ws := SessionRuleWarnings(tt.rules)
+			if len(ws) != tt.want {
+				t.Fatalf("SessionRuleWarnings() = %+v, want %d", ws, tt.want)
+			}
+			for _, w := range ws {
+				if w.Field != "rules" || !strings.Contains(w.Detail, "node names, not session names") ||
+					!strings.Contains(w.Detail, `session_prefix "job-lock"`) {
+					t.Errorf("warning = %+v", w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,348 @@
+package lockmodel
+
+// Registry records.
+//
+// Every declaration is stored in Consul KV as one JSON document at
+// RegistryKey(registry, kind, name), for example
+// consul-lock/locks/nightly-report. The document is an envelope around a
+// kind-specific spec:
+//
+//	{"schema_version":1,"kind":"lock","name":"nightly-report","spec":{...},"managed_by":"consullock"}
+//
+// Record kinds are "lock" (LockSpec, under locks/), "session_defaults"
+// (SessionProfileSpec, under session-defaults/) and "acl_policy"
+// (ACLPolicySpec, under acl-policies/). Durations are Go duration strings
+// ("15s", "1m30s"), KV flags are hex strings ("0x2ddccbc058a50c18") because
+// they exceed the integers JSON numbers carry exactly. Writers always write
+// every field; readers ignore fields they do not know, so adding a field does
+// not change schema_version, and refuse a schema_version above
+// RecordSchemaVersion. RECORDS.md in this directory has an example of each
+// record.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Record kinds, the "kind" of the envelope.
+const (
+	RecordKindLock            = "lock"
+	RecordKindSessionDefaults = "session_defaults"
+	RecordKindACLPolicy       = "acl_policy"
+)
+
+// RegistryKindOf maps a record kind to its registry folder (KindLock, ...);
+// "" for an unknown kind.
+func RegistryKindOf(recordKind string) string {
+	switch recordKind {
+	case RecordKindLock:
+		return KindLock
+	case RecordKindSessionDefaults:
+		return KindSessionDefaults
+	case RecordKindACLPolicy:
+		return KindACLPolicy
+	}
+	return ""
+}
+
+// Record is the envelope of every registry record.
+type Record struct {
+	SchemaVersion int             `json:"schema_version"`
+	Kind          string          `json:"kind"`
+	Name          string          `json:"name"`
+	Spec          json.RawMessage `json:"spec"`
+	ManagedBy     string          `json:"managed_by"`
+}
+
+// ErrNewerSchema marks a record written by a newer consullock; callers may
+// skip such a record rather than fail.
+var ErrNewerSchema = errors.New("registry record written by a newer consullock")
+
+// LockSpec is the spec of a "lock" record.
+type LockSpec struct {
+	Name            string `json:"name"`
+	Prefix          string `json:"prefix"`
+	Key             string `json:"key"`
+	Limit           int    `json:"limit"`
+	Flags           string `json:"flags"`            // FormatFlags; informational, must match limit
+	SessionDefaults string `json:"session_defaults"` // "" for none
+	MaxHold         string `json:"max_hold"`         // "" for no limit
+	Description     string `json:"description"`
+}
+
+// SessionProfileSpec is the spec of a "session_defaults" record. It holds the
+// effective values (after WithDefaults), so readers need no defaults of their
+// own.
+type SessionProfileSpec struct {
+	Name          string         `json:"name"`
+	TTL           string         `json:"ttl"`
+	LockDelay     string         `json:"lock_delay"`
+	Behavior      string         `json:"behavior"`
+	NodeChecks    []string       `json:"node_checks"` // [] means none; absent (null) means ["serfHealth"]
+	ServiceChecks []ServiceCheck `json:"service_checks"`
+	RenewEvery    string         `json:"renew_every"`
+	WorstCaseGap  string         `json:"worst_case_gap"` // informational, recomputed on read
+}
+
+// ACLPolicySpec is a declared ACL policy and the spec of an "acl_policy"
+// record. Rules is the canonical HCL rendered by this package.
+type ACLPolicySpec struct {
+	Name        string   `json:"name"`
+	ID          string   `json:"id"` // Consul's policy ID once created; "" before
+	Rules       string   `json:"rules"`
+	Datacenters []string `json:"datacenters"`
+	Description string   `json:"description"`
+}
+
+var (
+	uuidRE       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	datacenterRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+)
+
+// Validate reports every problem of s as FieldErrors.
+func (s ACLPolicySpec) Validate() error {
+	var errs FieldErrors
+	errs = append(errs, AsFieldErrors(ValidateName("name", s.Name))...)
+	if s.ID != "" && !uuidRE.MatchString(s.ID) {
+		errs = append(errs, &FieldError{Field: "id", Value: s.ID, Allowed: "a Consul policy ID (a UUID such as 00000000-0000-0000-0000-000000000001)"})
+	}
+	seen := map[string]bool{}
+	for _, dc := range s.Datacenters {
+		switch {
+		case !datacenterRE.MatchString(dc):
+			errs = append(errs, &FieldError{Field: "datacenters", Value: dc, Allowed: "datacenter names of 1 to 64 lower-case letters, digits, '-' or '_', as Consul names datacenters"})
+		case seen[dc]:
+			errs = append(errs, &FieldError{Field: "datacenters", Value: dc, Allowed: "each datacenter at most once"})
+		}
+		seen[dc] = true
+	}
+	return errs.Err()
+}
+
+// EncodeLockRecord renders the registry record of l (normalised). It refuses
+// an invalid lock.
+func EncodeLockRecord(l Lock) ([]byte, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	n, _ := l.Normalize()
+	spec := LockSpec{
+		Name:            n.Name,
+		Prefix:          n.Prefix,
+		Key:             n.Key,
+		Limit:           n.Limit,
+		Flags:           FormatFlags(n.Flags()),
+		SessionDefaults: n.SessionDefaults,
+		Description:     n.Description,
+	}
+	if n.MaxHold != 0 {
+		spec.MaxHold = FormatDuration(n.MaxHold)
+	}
+	return encodeRecord(RecordKindLock, n.Name, spec)
+}
+
+// DecodeLockRecord parses and validates a "lock" record and returns the
+// normalised lock.
+func DecodeLockRecord(data []byte) (Lock, error) {
+	var spec LockSpec
+	if err := decodeRecord(data, RecordKindLock, &spec, func() string { return spec.Name }); err != nil {
+		return Lock{}, err
+	}
+	var errs FieldErrors
+	maxHold, err := parseRecordDuration("max_hold", spec.MaxHold, 0)
+	errs = append(errs, AsFieldErrors(err)...)
+	l := Lock{
+		Name:            spec.Name,
+		Prefix:          spec.Prefix,
+		Key:             spec.Key,
+		Limit:           spec.Limit,
+		SessionDefaults: spec.SessionDefaults,
+		MaxHold:         maxHold,
+		Description:     spec.Description,
+	}
+	errs = append(errs, AsFieldErrors(l.Validate())...)
+	if len(errs) == 0 && spec.Flags != "" {
+		f, err := ParseFlags(spec.Flags)
+		if err != nil || f != l.Flags() {
+			errs = append(errs, &FieldError{Field: "flags", Value: spec.Flags, Allowed: fmt.Sprintf(
+				"%s for limit %d (flags follow from the limit)", FormatFlags(l.Flags()), max(l.Limit, 1))})
+		}
+	}
+	if len(errs) > 0 {
+		return Lock{}, recordError(RecordKindLock, spec.Name, errs)
+	}
+	n, _ := l.Normalize()
+	return n, nil
+}
+
+// EncodeSessionProfileRecord renders the registry record of p with defaults
+// applied (see WithDefaults). It refuses an invalid profile.
+func EncodeSessionProfileRecord(p SessionProfile) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	d := p.WithDefaults()
+	spec := SessionProfileSpec{
+		Name:          d.Name,
+		TTL:           FormatDuration(d.TTL),
+		LockDelay:     FormatDuration(d.LockDelay),
+		Behavior:      string(d.Behavior),
+		NodeChecks:    d.NodeChecks,
+		ServiceChecks: d.ServiceChecks,
+		RenewEvery:    FormatDuration(d.RenewEvery),
+		WorstCaseGap:  FormatDuration(d.WorstCaseGap()),
+	}
+	if spec.ServiceChecks == nil {
+		spec.ServiceChecks = []ServiceCheck{}
+	}
+	return encodeRecord(RecordKindSessionDefaults, d.Name, spec)
+}
+
+// DecodeSessionProfileRecord parses and validates a "session_defaults" record
+// and returns the profile with defaults applied. An absent ttl or lock_delay
+// means Consul's default (15s); write "0s" for no lock delay.
+func DecodeSessionProfileRecord(data []byte) (SessionProfile, error) {
+	var spec SessionProfileSpec
+	if err := decodeRecord(data, RecordKindSessionDefaults, &spec, func() string { return spec.Name }); err != nil {
+		return SessionProfile{}, err
+	}
+	var errs FieldErrors
+	ttl, err := parseRecordDuration("ttl", spec.TTL, DefaultSessionTTL)
+	errs = append(errs, AsFieldErrors(err)...)
+	lockDelay, err := parseRecordDuration("lock_delay", spec.LockDelay, DefaultLockDelay)
+	errs = append(errs, AsFieldErrors(err)...)
+	renew, err := parseRecordDuration("renew_every", spec.RenewEvery, 0)
+	errs = append(errs, AsFieldErrors(err)...)
+	p := SessionProfile{
+		Name:          spec.Name,
+		TTL:           ttl,
+		LockDelay:     lockDelay,
+		Behavior:      Behavior(spec.Behavior),
+		NodeChecks:    spec.NodeChecks,
+		ServiceChecks: spec.ServiceChecks,
+		RenewEvery:    renew,
+	}
+	if len(p.ServiceChecks) == 0 {
+		p.ServiceChecks = nil
+	}
+	if len(errs) == 0 {
+		errs = AsFieldErrors(p.Validate())
+	}
+	if len(errs) > 0 {
+		return SessionProfile{}, recordError(RecordKindSessionDefaults, spec.Name, errs)
+	}
+	return p.WithDefaults(), nil
+}
+
+// EncodeACLPolicyRecord renders the registry record of s. It refuses an
+// invalid spec.
+func EncodeACLPolicyRecord(s ACLPolicySpec) ([]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if s.Datacenters == nil {
+		s.Datacenters = []string{}
+	}
+	return encodeRecord(RecordKindACLPolicy, s.Name, s)
+}
+
+// DecodeACLPolicyRecord parses and validates an "acl_policy" record. An empty
+// datacenters list comes back as nil.
+func DecodeACLPolicyRecord(data []byte) (ACLPolicySpec, error) {
+	var s ACLPolicySpec
+	if err := decodeRecord(data, RecordKindACLPolicy, &s, func() string { return s.Name }); err != nil {
+		return ACLPolicySpec{}, err
+	}
+	if len(s.Datacenters) == 0 {
+		s.Datacenters = nil
+	}
+	if err := s.Validate(); err != nil {
+		return ACLPolicySpec{}, recordError(RecordKindACLPolicy, s.Name, AsFieldErrors(err))
+	}
+	return s, nil
+}
+
+// DecodeRecord parses the envelope of any registry record: a JSON object with
+// a schema_version this package reads and a known kind. The spec is left raw.
+func DecodeRecord(data []byte) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Record{}, fmt.Errorf("registry record is not a JSON object: %w", err)
+	}
+	switch {
+	case r.SchemaVersion > RecordSchemaVersion:
+		return Record{}, fmt.Errorf("%w: %s record %q has schema_version %d and this consullock reads up to %d; upgrade consullock",
+			ErrNewerSchema, r.Kind, r.Name, r.SchemaVersion, RecordSchemaVersion)
+	case r.SchemaVersion < 1:
+		return Record{}, fmt.Errorf("registry record %q has schema_version %d; a consullock record has schema_version 1 to %d",
+			r.Name, r.SchemaVersion, RecordSchemaVersion)
+	case RegistryKindOf(r.Kind) == "":
+		return Record{}, fmt.Errorf("registry record %q has kind %q; want one of %q, %q, %q",
+			r.Name, r.Kind, RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy)
+	case len(bytes.TrimSpace(r.Spec)) == 0 || bytes.Equal(bytes.TrimSpace(r.Spec), []byte("null")):
+		return Record{}, fmt.Errorf("%s record %q has no spec", r.Kind, r.Name)
+	}
+	return r, nil
+}
+
+func decodeRecord(data []byte, kind string, spec any, specName func() string) error {
+	r, err := DecodeRecord(data)
+	if err != nil {
+		return err
+	}
+	if r.Kind != kind {
+		return fmt.Errorf("registry record %q is a %q record, not %q", r.Name, r.Kind, kind)
+	}
+	if err := json.Unmarshal(r.Spec, spec); err != nil {
+		return fmt.Errorf("%s record %q has an unreadable spec: %w", kind, r.Name, err)
+	}
+	if n := specName(); n != r.Name {
+		return fmt.Errorf("%s record %q has a spec named %q; the two names must match", kind, r.Name, n)
+	}
+	return nil
+}
+
+func recordError(kind, name string, errs FieldErrors) error {
+	return fmt.Errorf("%s record %q is invalid: %w", kind, name, errs)
+}
+
+func parseRecordDuration(field, s string, absent time.Duration) (time.Duration, error) {
+	if s == "" {
+		return absent, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, &FieldError{Field: field, Value: s, Allowed: `a duration such as "15s" or "1m30s"`}
+	}
+	return d, nil
+}
+
+func encodeRecord(kind, name string, spec any) ([]byte, error) {
+	raw, err := marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	return marshal(Record{
+		SchemaVersion: RecordSchemaVersion,
+		Kind:          kind,
+		Name:          name,
+		Spec:          raw,
+		ManagedBy:     ManagedBy,
+	})
+}
+
+// marshal is json.Marshal without HTML escaping, so descriptions and rules
+// read as written in `consul kv get`.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

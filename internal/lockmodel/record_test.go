@@ -1,0 +1,316 @@
+package lockmodel
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRecordsMarkdownExamples keeps RECORDS.md honest: every JSON example
+// must decode and re-encode to exactly itself (compacted).
+func TestRecordsMarkdownExamples(t *testing.T) {
+	doc, err := os.ReadFile("RECORDS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllSubmatch(doc, -1)
+	kinds := map[string]int{}
+	for _, m := range blocks {
+		var want bytes.Buffer
+		if err := json.Compact(&want, m[1]); err != nil {
+			t.Fatalf("example is not JSON: %v\n%s", err, m[1])
+		}
+		r, err := DecodeRecord(want.Bytes())
+		if err != nil {
+			t.Fatalf("example does not decode: %v\n%s", err, m[1])
+		}
+		kinds[r.Kind]++
+		got, err := reencode(r.Kind, want.Bytes())
+		if err != nil {
+			t.Fatalf("%s example: %v", r.Kind, err)
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("%s example is not what consullock writes:\n got %s\nwant %s", r.Kind, got, want.Bytes())
+		}
+	}
+	if want := map[string]int{RecordKindLock: 2, RecordKindSessionDefaults: 1, RecordKindACLPolicy: 1}; !reflect.DeepEqual(kinds, want) {
+		t.Fatalf("RECORDS.md has examples %v, want %v", kinds, want)
+	}
+}
+
+// reencode decodes a record of the given kind and encodes the result again.
+func reencode(kind string, b []byte) ([]byte, error) {
+	switch kind {
+	case RecordKindLock:
+		l, err := DecodeLockRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeLockRecord(l)
+	case RecordKindSessionDefaults:
+		p, err := DecodeSessionProfileRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeSessionProfileRecord(p)
+	case RecordKindACLPolicy:
+		s, err := DecodeACLPolicyRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeACLPolicyRecord(s)
+	}
+	return nil, errors.New("unknown kind " + kind)
+}
+
+func TestEncodeRecords_golden(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		encode func() ([]byte, error)
+		want   string
+	}{
+		{"lock is normalised", func() ([]byte, error) {
+			return EncodeLockRecord(Lock{Name: "job", Prefix: "/svc/job/"})
+		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"","description":""},"managed_by":"consullock"}`},
+		{"description is not HTML-escaped", func() ([]byte, error) {
+			return EncodeLockRecord(Lock{Name: "job", Prefix: "svc/job", Limit: 2, Description: "a <b> & c"})
+		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":2,"flags":"0xe0f69a2baa414de0","session_defaults":"","max_hold":"","description":"a <b> & c"},"managed_by":"consullock"}`},
+		{"profile defaults written out, zero lock delay explicit", func() ([]byte, error) {
+			return EncodeSessionProfileRecord(SessionProfile{Name: "p", TTL: 30 * time.Second, NodeChecks: []string{}})
+		}, `{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","ttl":"30s","lock_delay":"0s","behavior":"release","node_checks":[],"service_checks":[],"renew_every":"10s","worst_case_gap":"1m0s"},"managed_by":"consullock"}`},
+		{"acl policy without datacenters", func() ([]byte, error) {
+			return EncodeACLPolicyRecord(ACLPolicySpec{Name: "holder", Rules: "key \"a\" {\n  policy = \"write\"\n}\n"})
+		}, `{"schema_version":1,"kind":"acl_policy","name":"holder","spec":{"name":"holder","id":"","rules":"key \"a\" {\n  policy = \"write\"\n}\n","datacenters":[],"description":""},"managed_by":"consullock"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 3 { // deterministic: the same bytes every time
+				got, err := tc.encode()
+				if err != nil || string(got) != tc.want {
+					t.Fatalf("encode = %s, %v\nwant %s", got, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestEncodeRecords_refuseInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		encode       func() ([]byte, error)
+		field, value string
+	}{
+		{"lock", func() ([]byte, error) { return EncodeLockRecord(Lock{Name: "job", Prefix: "svc/*"}) }, "prefix", "svc/*"},
+		{"profile", func() ([]byte, error) {
+			return EncodeSessionProfileRecord(SessionProfile{Name: "p", TTL: 5 * time.Second})
+		}, "ttl", "5s"},
+		{"acl policy", func() ([]byte, error) {
+			return EncodeACLPolicyRecord(ACLPolicySpec{Name: "p", Datacenters: []string{"DC1"}})
+		}, "datacenters", "DC1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := tc.encode()
+			if b != nil {
+				t.Fatalf("encoded an invalid declaration: %s", b)
+			}
+			errs := AsFieldErrors(err)
+			if len(errs) != 1 {
+				t.Fatalf("error = %v, want one field error", err)
+			}
+			assertFieldError(t, errs[0], tc.field, tc.value)
+		})
+	}
+}
+
+const lockRecord = `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"1h0m0s","description":""},"managed_by":"consullock"}`
+
+func TestDecodeRecords_reject(t *testing.T) {
+	lock := func(b []byte) error { _, err := DecodeLockRecord(b); return err }
+	profile := func(b []byte) error { _, err := DecodeSessionProfileRecord(b); return err }
+	acl := func(b []byte) error { _, err := DecodeACLPolicyRecord(b); return err }
+	edit := func(old, new string) string { return strings.Replace(lockRecord, old, new, 1) }
+	for _, tc := range []struct {
+		name      string
+		decode    func([]byte) error
+		in        string
+		fragments []string
+		newer     bool
+	}{
+		{"not JSON", lock, `consul-lock`, []string{"not a JSON object"}, false},
+		{"JSON array", lock, `[]`, []string{"not a JSON object"}, false},
+		{"newer schema", lock, edit(`"schema_version":1`, `"schema_version":2`),
+			[]string{`lock record "job" has schema_version 2`, "newer consullock", "reads up to 1"}, true},
+		{"no schema version", lock, edit(`"schema_version":1,`, ``), []string{"schema_version 0"}, false},
+		{"unknown kind", lock, edit(`"kind":"lock"`, `"kind":"mutex"`), []string{`kind "mutex"`}, false},
+		{"lock read as profile", profile, lockRecord, []string{`"lock" record, not "session_defaults"`}, false},
+		{"lock read as policy", acl, lockRecord, []string{`not "acl_policy"`}, false},
+		{"no spec", lock, `{"schema_version":1,"kind":"lock","name":"job"}`, []string{"has no spec"}, false},
+		{"null spec", lock, edit(`"spec":{`, `"spec":null,"x":{`), []string{"has no spec"}, false},
+		{"spec not an object", lock, `{"schema_version":1,"kind":"lock","name":"job","spec":"job"}`, []string{"unreadable spec"}, false},
+		{"names differ", lock, edit(`"name":"job","spec"`, `"name":"other","spec"`), []string{`"other" has a spec named "job"`}, false},
+		{"invalid prefix", lock, edit(`"prefix":"svc/job"`, `"prefix":"svc job"`), []string{"prefix:", `"svc job"`}, false},
+		{"bad max_hold", lock, edit(`"max_hold":"1h0m0s"`, `"max_hold":"an hour"`), []string{"max_hold:", `"an hour"`}, false},
+		{"flags contradict limit", lock, edit(`"flags":"0x2ddccbc058a50c18"`, `"flags":"0xe0f69a2baa414de0"`),
+			[]string{"flags:", `"0xe0f69a2baa414de0"`, "0x2ddccbc058a50c18 for limit 1"}, false},
+		{"flags garbage", lock, edit(`"flags":"0x2ddccbc058a50c18"`, `"flags":"lock"`), []string{"flags:", `"lock"`}, false},
+		{"trailing data", lock, lockRecord + `{}`, []string{"not a JSON object"}, false},
+		{"profile ttl too short", profile,
+			`{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","ttl":"1s"}}`, []string{"ttl:", `"1s"`}, false},
+		{"profile ttl zero", profile,
+			`{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","ttl":"0s"}}`, []string{"ttl:", `"0s"`}, false},
+		{"profile ttl not a duration", profile,
+			`{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","ttl":"15"}}`, []string{"ttl:", `"15"`}, false},
+		{"profile behavior", profile,
+			`{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","behavior":"keep"}}`, []string{"behavior:", `"keep"`}, false},
+		{"policy id", acl,
+			`{"schema_version":1,"kind":"acl_policy","name":"p","spec":{"name":"p","id":"global-management"}}`, []string{"id:", `"global-management"`}, false},
+		{"policy name", acl,
+			`{"schema_version":1,"kind":"acl_policy","name":"p.q","spec":{"name":"p.q"}}`, []string{"name:", `"p.q"`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.decode([]byte(tc.in))
+			if err == nil {
+				t.Fatalf("decoded %s without error", tc.in)
+			}
+			for _, f := range tc.fragments {
+				if !strings.Contains(err.Error(), f) {
+					t.Errorf("error %q does not contain %q", err, f)
+				}
+			}
+			if got := errors.Is(err, ErrNewerSchema); got != tc.newer {
+				t.Errorf("errors.Is(err, ErrNewerSchema) = %v, want %v", got, tc.newer)
+			}
+		})
+	}
+}
+
+func TestDecodeRecords_fieldErrorsSurvive(t *testing.T) {
+	_, err := DecodeLockRecord([]byte(strings.Replace(lockRecord, `"limit":1`, `"limit":5000`, 1)))
+	errs := AsFieldErrors(err)
+	if len(errs) != 1 {
+		t.Fatalf("AsFieldErrors(%v) = %v, want the limit error", err, errs)
+	}
+	assertFieldError(t, errs[0], "limit", "5000", "from 1 to 1024")
+	if !strings.Contains(err.Error(), `lock record "job" is invalid`) {
+		t.Fatalf("error %q does not name the record", err)
+	}
+}
+
+func TestDecodeLockRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want Lock
+	}{
+		{"written record", lockRecord, Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+		{"hand-written minimal record", `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"/svc/job/"}}`,
+			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1}},
+		{"unknown fields ignored", strings.Replace(lockRecord, `"limit":1`, `"limit":1,"future":{"x":[1]}`, 1),
+			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+		{"other managed_by accepted", strings.Replace(lockRecord, `"managed_by":"consullock"`, `"managed_by":"ops"`, 1),
+			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeLockRecord([]byte(tc.in))
+			if err != nil || got != tc.want {
+				t.Fatalf("DecodeLockRecord = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeSessionProfileRecord(t *testing.T) {
+	rec := func(spec string) string {
+		return `{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p"` + spec + `}}`
+	}
+	for _, tc := range []struct {
+		name string
+		in   string
+		want SessionProfile
+	}{
+		{"absent fields take Consul's defaults", rec(``), SessionProfile{Name: "p", TTL: 15 * time.Second,
+			LockDelay: 15 * time.Second, Behavior: BehaviorRelease, NodeChecks: []string{"serfHealth"}, RenewEvery: 5 * time.Second}},
+		{"explicit zero lock delay and no node checks", rec(`,"ttl":"1m0s","lock_delay":"0s","node_checks":[],"service_checks":[]`),
+			SessionProfile{Name: "p", TTL: time.Minute, Behavior: BehaviorRelease, NodeChecks: []string{}, RenewEvery: 20 * time.Second}},
+		{"null node checks mean the default", rec(`,"node_checks":null,"behavior":"delete","renew_every":"2s"`),
+			SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: BehaviorDelete,
+				NodeChecks: []string{"serfHealth"}, RenewEvery: 2 * time.Second}},
+		{"worst_case_gap is recomputed, not trusted", rec(`,"worst_case_gap":"1s","service_checks":[{"id":"web","namespace":"ns"}]`),
+			SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: BehaviorRelease,
+				NodeChecks: []string{"serfHealth"}, ServiceChecks: []ServiceCheck{{ID: "web", Namespace: "ns"}}, RenewEvery: 5 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeSessionProfileRecord([]byte(tc.in))
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("DecodeSessionProfileRecord = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeACLPolicyRecord(t *testing.T) {
+	in := `{"schema_version":1,"kind":"acl_policy","name":"p","spec":{"name":"p","id":"3F1E6A0C-9A7B-4C1E-8D2F-5B6A7C8D9E0F","rules":"","datacenters":[]}}`
+	got, err := DecodeACLPolicyRecord([]byte(in))
+	want := ACLPolicySpec{Name: "p", ID: "3F1E6A0C-9A7B-4C1E-8D2F-5B6A7C8D9E0F"}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("DecodeACLPolicyRecord = %+v, %v; want %+v", got, err, want)
+	}
+	errs := AsFieldErrors(ACLPolicySpec{Name: "p", Datacenters: []string{"dc1", "dc1"}}.Validate())
+	if len(errs) != 1 {
+		t.Fatalf("duplicate datacenter: %v", errs)
+	}
+	assertFieldError(t, errs[0], "datacenters", "dc1", "at most once")
+}
+
+func TestRegistryKindOf(t *testing.T) {
+	for kind, want := range map[string]string{
+		RecordKindLock: KindLock, RecordKindSessionDefaults: KindSessionDefaults, RecordKindACLPolicy: KindACLPolicy,
+		"locks": "", "": "",
+	} {
+		if got := RegistryKindOf(kind); got != want {
+			t.Errorf("RegistryKindOf(%q) = %q, want %q", kind, got, want)
+		}
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	doc, err := os.ReadFile("RECORDS.md")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile("(?s)```json\n(.*?)```").FindAllSubmatch(doc, -1) {
+		f.Add(m[1])
+	}
+	f.Add([]byte(lockRecord))
+	f.Add([]byte(`{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","node_checks":[]}}`))
+	f.Add([]byte(`{"schema_version":1,"kind":"acl_policy","name":"p","spec":{"name":"p"}}`))
+	f.Add([]byte(`{"schema_version":2}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, _ := DecodeRecord(data)
+		for _, kind := range []string{RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy} {
+			first, err := reencode(kind, data)
+			if err != nil {
+				continue
+			}
+			if r.Kind != kind {
+				t.Fatalf("a %q record decoded as %q", r.Kind, kind)
+			}
+			second, err := reencode(kind, first)
+			if err != nil {
+				t.Fatalf("re-decoding %s: %v", first, err)
+			}
+			if !bytes.Equal(first, second) {
+				t.Fatalf("decode->encode->decode is not stable:\n%s\n%s", first, second)
+			}
+			if got, err := DecodeRecord(first); err != nil || got.Kind != kind || got.Name != r.Name ||
+				got.SchemaVersion != RecordSchemaVersion || got.ManagedBy != ManagedBy {
+				t.Fatalf("re-encoded envelope %+v, %v", got, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,78 @@
+// Command terraform-provider-consullock serves the consullock provider, and
+// runs consullock's other programs when called with their name.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+
+	"github.com/consullock/terraform-provider-consullock/internal/provider"
+)
+
+// version is set by the release build (goreleaser) with -ldflags.
+var version = "dev"
+
+// commands are the programs in this binary besides the provider. Only
+// programs that work are listed here.
+var commands = map[string]func(ctx context.Context, args []string) int{}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, ok := commands[args[0]]
+		if !ok {
+			fmt.Fprintf(stderr, "consullock: unknown command %q\n\n", args[0])
+			usage(stderr)
+			return 2
+		}
+		return cmd(ctx, args[1:])
+	}
+	return serve(ctx, args, stderr)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) int {
+	flags := flag.NewFlagSet("consullock", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.Usage = func() { usage(stderr) }
+	debug := flags.Bool("debug", false, "start the provider in debug mode for a debugger (prints TF_REATTACH_PROVIDERS)")
+	showVersion := flags.Bool("version", false, "print the version and exit")
+	if err := flags.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		fmt.Println(version)
+		return 0
+	}
+	err := providerserver.Serve(ctx, provider.New(version), providerserver.ServeOpts{
+		Address:         "registry.terraform.io/consullock/consullock",
+		Debug:           *debug,
+		ProtocolVersion: 6,
+	})
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `Usage:
+  consullock [-debug]        serve the Terraform/OpenTofu provider (what Terraform runs)
+  consullock -version        print the version
+`)
+	for name := range commands {
+		fmt.Fprintf(w, "  consullock %s ...\n", name)
+	}
+}

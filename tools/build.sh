@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the pinned test and docs tools into bin/, each only when its pin
+# changed since the last build (a stamp holds the hash of its recipe).
+#   tools/build.sh [consul] [tofu] [golangci-lint] [goreleaser] [tfplugindocs]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/bin"
+mkdir -p "$bin"
+export CGO_ENABLED=0
+
+GOLANGCI_LINT_VERSION=v2.15.0
+GORELEASER_VERSION=v2.15.1
+TFPLUGINDOCS_VERSION=v0.25.0
+
+stamp_ok() { # name recipe-hash
+  [[ -x "$bin/$1" && -f "$bin/.$1.stamp" && "$(cat "$bin/.$1.stamp")" == "$2" ]]
+}
+
+build_module_tool() { # name module-dir package [ldflags]
+  local name=$1 dir=$2 pkg=$3 ldflags=${4:-}
+  local hash
+  hash="$(cat "$root/tools/$dir/go.mod" "$root/tools/$dir/go.sum" | sha256sum | cut -d' ' -f1)"
+  if stamp_ok "$name" "$hash"; then
+    echo "tools: $name is up to date ($("$bin/$name" version 2>/dev/null | head -n1))"
+    return
+  fi
+  echo "tools: building $name from tools/$dir (first build takes a few minutes) ..."
+  local start=$SECONDS
+  (cd "$root/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
+  mv "$bin/$name.tmp" "$bin/$name"
+  echo "$hash" >"$bin/.$name.stamp"
+  echo "tools: built $name in $((SECONDS - start))s: $("$bin/$name" version | head -n1)"
+}
+
+install_tool() { # name module@version
+  local name=$1 spec=$2
+  if stamp_ok "$name" "$spec"; then
+    echo "tools: $name is up to date ($spec)"
+    return
+  fi
+  echo "tools: installing $spec ..."
+  local start=$SECONDS
+  GOBIN="$bin" go install "$spec"
+  echo "$spec" >"$bin/.$name.stamp"
+  echo "tools: installed $name in $((SECONDS - start))s"
+}
+
+want=("$@")
+[[ ${#want[@]} -eq 0 ]] && want=(consul tofu)
+for t in "${want[@]}"; do
+  case "$t" in
+  consul) build_module_tool consul consul github.com/hashicorp/consul ;;
+  tofu) build_module_tool tofu tofu github.com/opentofu/opentofu/cmd/tofu "-X github.com/opentofu/opentofu/version.dev=no" ;;
+  golangci-lint) install_tool golangci-lint "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION" ;;
+  goreleaser) install_tool goreleaser "github.com/goreleaser/goreleaser/v2@$GORELEASER_VERSION" ;;
+  tfplugindocs) install_tool tfplugindocs "github.com/hashicorp/terraform-plugin-docs/cmd/tfplugindocs@$TFPLUGINDOCS_VERSION" ;;
+  *) echo "tools: unknown tool $t" >&2; exit 2 ;;
+  esac
+done
