@@ -27,6 +27,9 @@ type Client struct {
 	Datacenter, Namespace, Partition string
 
 	requests atomic.Uint64
+	// hasToken is false for the anonymous token, which /v1/acl/token/self
+	// cannot read (403 "ACL not found") although it is valid.
+	hasToken bool
 }
 
 // requestsTotal counts HTTP requests sent to Consul by every client of this
@@ -88,7 +91,7 @@ func New(s Settings) (*Client, error) {
 		transport.TLSClientConfig = tlsConf
 	}
 
-	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition}
+	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition, hasToken: token != ""}
 
 	retry := s.Retry.withDefaults()
 	rc := retryablehttp.NewClient()
@@ -160,11 +163,5 @@ func (c *Client) Ping(ctx context.Context) error {
 	if _, err := c.Status().LeaderWithQueryOptions(q); err != nil {
 		return c.wrap("reach Consul", err)
 	}
-	if _, _, err := c.ACL().TokenReadSelf(q); err != nil {
-		if strings.Contains(err.Error(), "ACL support disabled") {
-			return nil
-		}
-		return c.wrap("check the Consul token", err)
-	}
-	return nil
+	return c.CheckToken(ctx)
 }

@@ -198,6 +198,9 @@ func (c *Client) Classify(ctx context.Context, op string, err error) *Error {
 
 // CheckToken returns nil when the caller's token is valid (or ACLs are off).
 func (c *Client) CheckToken(ctx context.Context) error {
+	if !c.hasToken {
+		return nil
+	}
 	_, _, err := c.ACL().TokenReadSelf((&api.QueryOptions{}).WithContext(ctx))
 	if err != nil && strings.Contains(err.Error(), "ACL support disabled") {
 		return nil

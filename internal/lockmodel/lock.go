@@ -62,11 +62,11 @@ func (l Lock) Normalize() (Lock, error) {
 	return n, nil
 }
 
-// LimitAllowed is the Allowed text of a limit error.
-var LimitAllowed = fmt.Sprintf("an integer from 1 to %d (1 is a mutex, more is a semaphore)", MaxSemaphoreLimit)
+// limitAllowed is the Allowed text of a limit error.
+var limitAllowed = fmt.Sprintf("an integer from 1 to %d (1 is a mutex, more is a semaphore)", MaxSemaphoreLimit)
 
-// MaxHoldAllowed is the Allowed text of a max_hold error.
-var MaxHoldAllowed = fmt.Sprintf("0s (no limit) or a duration of at least %s", MinMaxHold)
+// maxHoldAllowed is the Allowed text of a max_hold error.
+var maxHoldAllowed = fmt.Sprintf("0s (no limit) or a duration of at least %s", MinMaxHold)
 
 // Validate reports every problem of l as FieldErrors, with field names as
 // users write them. It judges l as Normalize would make it: paths may carry
@@ -80,7 +80,7 @@ func (l Lock) Validate() error {
 	n, err := l.Normalize()
 	add(err)
 	if l.Limit < 0 || l.Limit > MaxSemaphoreLimit {
-		errs = append(errs, &FieldError{Field: "limit", Value: strconv.Itoa(l.Limit), Allowed: LimitAllowed})
+		errs = append(errs, &FieldError{Field: "limit", Value: strconv.Itoa(l.Limit), Allowed: limitAllowed})
 	}
 	if err == nil {
 		switch {
@@ -98,7 +98,7 @@ func (l Lock) Validate() error {
 		add(ValidateName("session_defaults", l.SessionDefaults))
 	}
 	if l.MaxHold < 0 || (l.MaxHold > 0 && l.MaxHold < MinMaxHold) {
-		errs = append(errs, &FieldError{Field: "max_hold", Value: FormatDuration(l.MaxHold), Allowed: MaxHoldAllowed})
+		errs = append(errs, &FieldError{Field: "max_hold", Value: FormatDuration(l.MaxHold), Allowed: maxHoldAllowed})
 	}
 	if c := utf8.RuneCountInString(l.Description); c > MaxDescriptionLength || !utf8.ValidString(l.Description) {
 		errs = append(errs, &FieldError{Field: "description", Value: truncate(l.Description, 40), Allowed: fmt.Sprintf(
@@ -107,9 +107,14 @@ func (l Lock) Validate() error {
 	return errs.Err()
 }
 
+// truncate shortens s to about n bytes for an error message, at a rune
+// boundary when s is valid UTF-8.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "..."
 }

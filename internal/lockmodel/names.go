@@ -9,7 +9,7 @@ import (
 
 // NamePattern is the rule for every name this product declares (locks,
 // session profiles, ACL policies). It is Consul's ACL policy name rule
-// (consul agent/structs/acl.go, validPolicyName), so a lock name can always
+// (consul agent/consul/acl_endpoint.go, validPolicyName), so a lock name can always
 // become part of a policy name and of a registry key.
 const NamePattern = `^[A-Za-z0-9_-]{1,128}$`
 

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+	"unicode/utf8"
 )
 
 // Record kinds, the "kind" of the envelope.
@@ -109,6 +110,12 @@ func (s ACLPolicySpec) Validate() error {
 	errs = append(errs, AsFieldErrors(ValidateName("name", s.Name))...)
 	if s.ID != "" && !uuidRE.MatchString(s.ID) {
 		errs = append(errs, &FieldError{Field: "id", Value: s.ID, Allowed: "a Consul policy ID (a UUID such as 00000000-0000-0000-0000-000000000001)"})
+	}
+	if !utf8.ValidString(s.Rules) {
+		errs = append(errs, &FieldError{Field: "rules", Value: truncate(s.Rules, 40), Allowed: "valid UTF-8 text"})
+	}
+	if !utf8.ValidString(s.Description) {
+		errs = append(errs, &FieldError{Field: "description", Value: truncate(s.Description, 40), Allowed: "valid UTF-8 text"})
 	}
 	seen := map[string]bool{}
 	for _, dc := range s.Datacenters {

@@ -260,11 +260,35 @@ func TestDecodeACLPolicyRecord(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("DecodeACLPolicyRecord = %+v, %v; want %+v", got, err, want)
 	}
-	errs := AsFieldErrors(ACLPolicySpec{Name: "p", Datacenters: []string{"dc1", "dc1"}}.Validate())
-	if len(errs) != 1 {
-		t.Fatalf("duplicate datacenter: %v", errs)
+}
+
+func TestACLPolicySpec_Validate(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		spec         ACLPolicySpec
+		field, value string
+		fragment     string
+	}{
+		{"duplicate datacenter", ACLPolicySpec{Name: "p", Datacenters: []string{"dc1", "dc1"}}, "datacenters", "dc1", "at most once"},
+		{"upper-case datacenter", ACLPolicySpec{Name: "p", Datacenters: []string{"DC1"}}, "datacenters", "DC1", "lower-case"},
+		{"empty datacenter", ACLPolicySpec{Name: "p", Datacenters: []string{""}}, "datacenters", "", "1 to 64"},
+		{"id not a UUID", ACLPolicySpec{Name: "p", ID: "anonymous"}, "id", "anonymous", "UUID"},
+		{"rules not UTF-8", ACLPolicySpec{Name: "p", Rules: "key \"\xff\""}, "rules", "key \"\xff\"", "valid UTF-8"},
+		{"description not UTF-8", ACLPolicySpec{Name: "p", Description: "\xc3"}, "description", "\xc3", "valid UTF-8"},
+		{"bad name", ACLPolicySpec{Name: "p q"}, "name", "p q", "1 to 128"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := AsFieldErrors(tc.spec.Validate())
+			if len(errs) != 1 {
+				t.Fatalf("Validate() = %v, want one error for %s", errs, tc.field)
+			}
+			assertFieldError(t, errs[0], tc.field, tc.value, tc.fragment)
+		})
 	}
-	assertFieldError(t, errs[0], "datacenters", "dc1", "at most once")
+	if err := (ACLPolicySpec{Name: "p", ID: "3f1e6a0c-9a7b-4c1e-8d2f-5b6a7c8d9e0f", Rules: "agent_prefix \"\" {}",
+		Datacenters: []string{"dc1", "eu-west_2"}, Description: "ok"}).Validate(); err != nil {
+		t.Fatalf("Validate() = %v for a valid spec", err)
+	}
 }
 
 func TestRegistryKindOf(t *testing.T) {

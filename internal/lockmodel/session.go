@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // SessionProfile is a named set of session settings (consullock_session_defaults).
@@ -79,20 +80,20 @@ func (p SessionProfile) WithDefaults() SessionProfile {
 	return p
 }
 
-// TTLAllowed is the Allowed text of a ttl error.
-var TTLAllowed = fmt.Sprintf("a duration from %s to %s (Consul's session TTL range)", MinSessionTTL, MaxSessionTTL)
+// ttlAllowed is the Allowed text of a ttl error.
+var ttlAllowed = fmt.Sprintf("a duration from %s to %s (Consul's session TTL range)", MinSessionTTL, MaxSessionTTL)
 
-// LockDelayAllowed is the Allowed text of a lock_delay error.
-var LockDelayAllowed = fmt.Sprintf("a duration from 0s to %s; Consul silently clamps longer lock delays to %s", MaxLockDelay, MaxLockDelay)
+// lockDelayAllowed is the Allowed text of a lock_delay error.
+var lockDelayAllowed = fmt.Sprintf("a duration from 0s to %s; Consul silently clamps longer lock delays to %s", MaxLockDelay, MaxLockDelay)
 
-// BehaviorAllowed is the Allowed text of a behavior error.
-var BehaviorAllowed = `one of "release" or "delete"`
+// behaviorAllowed is the Allowed text of a behavior error.
+var behaviorAllowed = `one of "release" or "delete"`
 
 // ValidateTTL checks a session TTL. Zero is refused: Consul reads it as "no
 // TTL", and a session without one outlives a crashed holder indefinitely.
 func ValidateTTL(field string, ttl time.Duration) error {
 	if ttl < MinSessionTTL || ttl > MaxSessionTTL {
-		return &FieldError{Field: field, Value: FormatDuration(ttl), Allowed: TTLAllowed}
+		return &FieldError{Field: field, Value: FormatDuration(ttl), Allowed: ttlAllowed}
 	}
 	return nil
 }
@@ -100,7 +101,7 @@ func ValidateTTL(field string, ttl time.Duration) error {
 // ValidateLockDelay checks a session lock-delay.
 func ValidateLockDelay(field string, d time.Duration) error {
 	if d < 0 || d > MaxLockDelay {
-		return &FieldError{Field: field, Value: FormatDuration(d), Allowed: LockDelayAllowed}
+		return &FieldError{Field: field, Value: FormatDuration(d), Allowed: lockDelayAllowed}
 	}
 	return nil
 }
@@ -110,7 +111,7 @@ func ValidateBehavior(field string, b Behavior) error {
 	if b == "" || b.Valid() {
 		return nil
 	}
-	return &FieldError{Field: field, Value: string(b), Allowed: BehaviorAllowed}
+	return &FieldError{Field: field, Value: string(b), Allowed: behaviorAllowed}
 }
 
 // ValidateRenewEvery checks a renewal interval against the TTL it renews:
@@ -156,8 +157,8 @@ func (p SessionProfile) Validate() error {
 		} else if seenSvc[c] {
 			errs = append(errs, &FieldError{Field: "service_checks", Value: c.ID, Allowed: "each check ID and namespace at most once"})
 		}
-		if strings.ContainsFunc(c.Namespace, badCheckRune) {
-			errs = append(errs, &FieldError{Field: "service_checks", Value: c.Namespace, Allowed: "a namespace without spaces or control characters"})
+		if !utf8.ValidString(c.Namespace) || strings.ContainsFunc(c.Namespace, badCheckRune) {
+			errs = append(errs, &FieldError{Field: "service_checks", Value: c.Namespace, Allowed: "a namespace of valid UTF-8 without spaces or control characters"})
 		}
 		seenSvc[c] = true
 	}
@@ -172,8 +173,8 @@ func checkIDProblem(id string) string {
 	if id == "" {
 		return "a non-empty check ID"
 	}
-	if strings.ContainsFunc(id, badCheckRune) {
-		return "a check ID without spaces or control characters"
+	if !utf8.ValidString(id) || strings.ContainsFunc(id, badCheckRune) {
+		return "a check ID of valid UTF-8 without spaces or control characters"
 	}
 	return ""
 }

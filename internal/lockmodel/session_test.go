@@ -136,6 +136,10 @@ func TestSessionProfile_ValidateRejects(t *testing.T) {
 			"service_checks", "", []string{"non-empty check ID"}},
 		{"duplicate service check", func(p *SessionProfile) { p.ServiceChecks = []ServiceCheck{{ID: "web"}, {ID: "web"}} },
 			"service_checks", "web", []string{"at most once"}},
+		{"node check not UTF-8", func(p *SessionProfile) { p.NodeChecks = []string{"serf\xff"} },
+			"node_checks", "serf\xff", []string{"valid UTF-8"}},
+		{"service check namespace not UTF-8", func(p *SessionProfile) { p.ServiceChecks = []ServiceCheck{{ID: "web", Namespace: "\x87"}} },
+			"service_checks", "\x87", []string{"valid UTF-8"}},
 		{"service check namespace with newline", func(p *SessionProfile) { p.ServiceChecks = []ServiceCheck{{ID: "web", Namespace: "a\nb"}} },
 			"service_checks", "a\nb", []string{"namespace"}},
 	} {
@@ -286,6 +290,11 @@ func TestSessionProfile_Violations(t *testing.T) {
 		}, nil},
 		{"empty behavior is Consul's release", profile, func(s *ObservedSession) { s.Behavior = "" }, nil},
 		{"longer ttl", profile, func(s *ObservedSession) { s.TTL = time.Minute }, []string{ViolationTTLTooLong}},
+		{"ttl a second longer", profile, func(s *ObservedSession) { s.TTL = 16 * time.Second }, []string{ViolationTTLTooLong}},
+		{"lock delay a millisecond shorter", profile, func(s *ObservedSession) { s.LockDelay = 15*time.Second - time.Millisecond },
+			[]string{ViolationLockDelayTooShort}},
+		{"lock delay above Consul's clamp declared", SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 5 * time.Minute},
+			func(s *ObservedSession) { s.LockDelay = 60 * time.Second; s.ServiceChecks = nil }, nil},
 		{"no ttl at all", profile, func(s *ObservedSession) { s.TTL = 0 }, []string{ViolationTTLTooLong}},
 		{"shorter lock delay", profile, func(s *ObservedSession) { s.LockDelay = 0 }, []string{ViolationLockDelayTooShort}},
 		{"other behavior", profile, func(s *ObservedSession) { s.Behavior = BehaviorDelete }, []string{ViolationBehaviorMismatch}},
@@ -319,6 +328,7 @@ func TestSessionProfile_Violations(t *testing.T) {
 func FuzzValidateSessionProfile(f *testing.F) {
 	f.Add("fast", int64(15*time.Second), int64(15*time.Second), "release", "serfHealth", false, "", "", int64(0))
 	f.Add("x", int64(0), int64(-1), "delete", "", true, "web", "ns", int64(5*time.Second))
+	f.Add("0", int64(15*time.Second), int64(15*time.Second), "", "0", false, "0", "\x87", int64(0))
 	f.Add("bad name", int64(time.Hour), int64(time.Minute), "", "a b", false, "web", "", int64(-1))
 	f.Fuzz(func(t *testing.T, name string, ttl, delay int64, behavior, nodeCheck string, noNodeChecks bool,
 		svcID, svcNS string, renew int64) {

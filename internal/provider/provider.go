@@ -253,7 +253,7 @@ func (p *consullockProvider) Resources(_ context.Context) []func() resource.Reso
 }
 
 func (p *consullockProvider) DataSources(_ context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{}
+	return []func() datasource.DataSource{NewLockDataSource}
 }
 
 // resolveSettings applies attribute > environment > default and checks

@@ -1,0 +1,223 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// LockView is what a lock key says about its holders, read with as few
+// requests as the key needs: one KV read, one session read when a session
+// holds the key, and for a semaphore one KV list of the contender keys and
+// one session list for their nodes.
+type LockView struct {
+	// Key is the key as read (normalised by the caller).
+	Key string
+	// Pair is the key; nil when it does not exist.
+	Pair *api.KVPair
+	// Session is the holding session; nil when the key is not held, and
+	// when the session ended between the two reads (then SessionGone).
+	Session *api.SessionEntry
+	// SessionGone is set when the key named a session that no longer
+	// existed when it was read a moment later.
+	SessionGone bool
+	// Semaphore is set when the key is an api.Semaphore holder table.
+	Semaphore *SemaphoreView
+	// KnownLeader and LastContact are from the KV read's response headers.
+	KnownLeader bool
+	LastContact time.Duration
+}
+
+// SemaphoreView is the live state of an api.Semaphore (`consul lock -n`).
+type SemaphoreView struct {
+	// Prefix is the semaphore prefix; contender keys are <Prefix>/<session>.
+	Prefix string
+	// Limit is the limit recorded in <Prefix>/.lock; 0 when no holder has
+	// written one yet.
+	Limit int
+	// Holders are the sessions the table lists that also hold their
+	// contender key, sorted by session ID.
+	Holders []SemaphoreHolder
+}
+
+// SemaphoreHolder is one holder of a semaphore slot.
+type SemaphoreHolder struct {
+	Session string
+	// Node is the holder session's node; "" when the session ended
+	// between the reads (SessionGone).
+	Node        string
+	SessionGone bool
+	// Key is the contender key <prefix>/<session>.
+	Key   string
+	Value []byte
+	// LockIndex is the contender key's LockIndex.
+	LockIndex uint64
+}
+
+// ReadLock reads the lock key and its holders. consistent selects
+// ?consistent reads, which fail when there is no leader rather than answer
+// with stale data; otherwise any server answers (?stale) and KnownLeader and
+// LastContact tell how fresh the answer is.
+//
+// Consul filters what a token may not read instead of refusing it: a hidden
+// holder session or contender key is reported as KindPermissionDenied naming
+// the permission, never as "not held".
+func (c *Client) ReadLock(ctx context.Context, key string, consistent bool) (*LockView, error) {
+	query := func() *api.QueryOptions {
+		return (&api.QueryOptions{RequireConsistent: consistent, AllowStale: !consistent}).WithContext(ctx)
+	}
+	pair, meta, err := c.KV().Get(key, query())
+	if err != nil {
+		return nil, c.wrap("read lock key "+key, err)
+	}
+	view := &LockView{Key: key, Pair: pair, KnownLeader: meta.KnownLeader, LastContact: meta.LastContact}
+	if pair == nil {
+		return view, nil
+	}
+
+	if state, ok, err := semaphoreState(key, pair); err != nil {
+		return nil, err
+	} else if ok {
+		view.Semaphore, err = c.readSemaphore(ctx, key, state, query)
+		if err != nil {
+			return nil, err
+		}
+		return view, nil
+	}
+
+	if pair.Session == "" {
+		return view, nil
+	}
+	entry, smeta, err := c.Session().Info(pair.Session, query())
+	if err != nil {
+		return nil, c.wrap(fmt.Sprintf("read session %s holding %s", pair.Session, key), err)
+	}
+	if entry == nil {
+		if smeta.ResultsFilteredByACLs {
+			return nil, hiddenSession(key, pair.Session)
+		}
+		view.SessionGone = true
+		return view, nil
+	}
+	view.Session = entry
+	return view, nil
+}
+
+// semaphoreState decides whether pair is an api.Semaphore holder table: the
+// key is <prefix>/.lock and carries SemaphoreFlagValue, or carries no lock
+// flags, no session and a {"Limit":N,"Holders":{...}} value. A contender key
+// (<prefix>/<session>, also with SemaphoreFlagValue) is not a table.
+func semaphoreState(key string, pair *api.KVPair) (lockmodel.SemaphoreState, bool, error) {
+	if path.Base(key) != lockmodel.LockKeyName || !strings.Contains(key, "/") || pair.Session != "" {
+		return lockmodel.SemaphoreState{}, false, nil
+	}
+	switch pair.Flags {
+	case lockmodel.SemaphoreFlagValue:
+		state, err := lockmodel.DecodeSemaphoreState(pair.Value)
+		if err != nil {
+			return lockmodel.SemaphoreState{}, false, fmt.Errorf("read lock key %s: it has api.Semaphore's flags %s but %w",
+				key, lockmodel.FormatFlags(pair.Flags), err)
+		}
+		return state, true, nil
+	case lockmodel.LockFlagValue:
+		return lockmodel.SemaphoreState{}, false, nil
+	default:
+		state, err := lockmodel.DecodeSemaphoreState(pair.Value)
+		if err != nil || state.Limit < 1 {
+			return lockmodel.SemaphoreState{}, false, nil
+		}
+		return state, true, nil
+	}
+}
+
+func (c *Client) readSemaphore(ctx context.Context, key string, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
+	prefix := strings.TrimSuffix(key, "/"+lockmodel.LockKeyName)
+	view := &SemaphoreView{Prefix: prefix, Limit: state.Limit, Holders: []SemaphoreHolder{}}
+	if len(state.Holders) == 0 {
+		return view, nil
+	}
+	pairs, meta, err := c.KV().List(prefix+"/", query())
+	if err != nil {
+		return nil, c.wrap("list semaphore contenders under "+prefix+"/", err)
+	}
+	if meta.ResultsFilteredByACLs {
+		return nil, &Error{
+			Kind: KindPermissionDenied,
+			Op:   "list semaphore contenders under " + prefix + "/",
+			Message: fmt.Sprintf("Consul hid some keys under %q from the token (results filtered by ACLs); "+
+				"reading a semaphore's holders needs permission 'key:read' on the prefix: key_prefix %q { policy = \"read\" }",
+				prefix+"/", prefix+"/"),
+		}
+	}
+	for _, p := range pairs {
+		if p.Session == "" || !state.Holders[p.Session] || p.Key != prefix+"/"+p.Session {
+			continue
+		}
+		view.Holders = append(view.Holders, SemaphoreHolder{Session: p.Session, Key: p.Key, Value: p.Value, LockIndex: p.LockIndex})
+	}
+	if len(view.Holders) == 0 {
+		return view, nil
+	}
+	slices.SortFunc(view.Holders, func(a, b SemaphoreHolder) int { return strings.Compare(a.Session, b.Session) })
+
+	// One list for all holders' nodes rather than one read per holder.
+	sessions, smeta, err := c.Session().List(query())
+	if err != nil {
+		return nil, c.wrap("list sessions for the holders of "+key, err)
+	}
+	nodes := make(map[string]string, len(sessions))
+	for _, s := range sessions {
+		nodes[s.ID] = s.Node
+	}
+	for i := range view.Holders {
+		h := &view.Holders[i]
+		node, ok := nodes[h.Session]
+		switch {
+		case ok:
+			h.Node = node
+		case smeta.ResultsFilteredByACLs:
+			return nil, hiddenSession(h.Key, h.Session)
+		default:
+			h.SessionGone = true
+		}
+	}
+	return view, nil
+}
+
+// hiddenSession is the error for a holder session that Consul filtered out
+// of a read because the token may not read sessions on its node.
+func hiddenSession(key, session string) *Error {
+	return &Error{
+		Kind: KindPermissionDenied,
+		Op:   fmt.Sprintf("read session %s holding %s", session, key),
+		Message: "Consul hid the holder's session from the token (results filtered by ACLs); " +
+			"reading it needs permission 'session:read' on the holder's node, e.g. session_prefix \"\" { policy = \"read\" } " +
+			"or session \"<node name>\" { policy = \"read\" }",
+	}
+}
+
+// SessionChecks returns the node checks of a session entry: NodeChecks plus
+// the legacy Checks field (which a create request with "Checks" fills), in
+// order and without repeats; and the IDs of its service checks.
+func SessionChecks(e *api.SessionEntry) (nodeChecks, serviceChecks []string) {
+	nodeChecks = []string{}
+	for _, c := range append(slices.Clone(e.NodeChecks), e.Checks...) {
+		if !slices.Contains(nodeChecks, c) {
+			nodeChecks = append(nodeChecks, c)
+		}
+	}
+	serviceChecks = []string{}
+	for _, c := range e.ServiceChecks {
+		if !slices.Contains(serviceChecks, c.ID) {
+			serviceChecks = append(serviceChecks, c.ID)
+		}
+	}
+	return nodeChecks, serviceChecks
+}

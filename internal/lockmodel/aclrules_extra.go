@@ -1,0 +1,120 @@
+package lockmodel
+
+import (
+	"fmt"
+	"strings"
+)
+
+// RulesInputFromRules reads back the inputs of consullock_acl_policy from a
+// rules text, for import: key write becomes a lock key, key_prefix "<p>/"
+// write a semaphore prefix, key read a read key, session_prefix write a
+// session node prefix and agent_prefix "" read sets AgentRead. exact is true
+// when RenderRules of the result grants exactly what text grants; when it is
+// false, text holds rules consullock_acl_policy does not render (they are
+// left out of in, and a plan after import shows them being removed).
+func RulesInputFromRules(text string) (in RulesInput, exact bool, err error) {
+	p, err := ParseRules(text)
+	if err != nil {
+		return RulesInput{}, false, err
+	}
+	exact = len(p.Scopes) == 0
+	for _, r := range p.Rules {
+		switch {
+		case r.Resource == "key" && r.Policy == ACLPolicyWrite && r.Name != "":
+			in.LockKeys = append(in.LockKeys, r.Name)
+		case r.Resource == "key" && r.Policy == ACLPolicyRead && r.Name != "":
+			in.ReadKeys = append(in.ReadKeys, r.Name)
+		case r.Resource == "key_prefix" && r.Policy == ACLPolicyWrite && strings.HasSuffix(r.Name, "/") && strings.Trim(r.Name, "/") != "":
+			in.SemaphorePrefixes = append(in.SemaphorePrefixes, strings.TrimSuffix(r.Name, "/"))
+		case r.Resource == "session_prefix" && r.Policy == ACLPolicyWrite:
+			in.SessionNodePrefixes = append(in.SessionNodePrefixes, r.Name)
+		case r.Resource == "agent_prefix" && r.Policy == ACLPolicyRead && r.Name == "":
+			in.AgentRead = true
+		default:
+			exact = false
+		}
+	}
+	if in.Validate() != nil {
+		// A rule consullock would refuse to render (a key with a space, a
+		// path with "//"): keep only what validates, so that an import
+		// never puts into state an input the schema rejects.
+		in = in.validOnly()
+		exact = false
+	}
+	if exact {
+		canonical := p.Canonical()
+		exact = RenderRules(in) == canonical
+	}
+	return in, exact, nil
+}
+
+// validOnly drops every value Validate refuses.
+func (in RulesInput) validOnly() RulesInput {
+	keep := func(field string, values []string) []string {
+		var out []string
+		for _, v := range values {
+			if ValidateRulesValue(field, v) == nil {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	return RulesInput{
+		LockKeys:            keep(attrLockKeys, in.LockKeys),
+		SemaphorePrefixes:   keep(attrSemaphorePrefixes, in.SemaphorePrefixes),
+		ReadKeys:            keep(attrReadKeys, in.ReadKeys),
+		SessionNodePrefixes: keep(attrSessionNodePrefixes, in.SessionNodePrefixes),
+		AgentRead:           in.AgentRead,
+	}
+}
+
+// ValidateRulesValue checks one value of the list attribute field
+// ("lock_keys", "semaphore_prefixes", "read_keys" or
+// "session_node_prefixes") as RulesInput.Validate does, so a provider
+// validator can judge each element on its own and name it. The error is a
+// *FieldError.
+func ValidateRulesValue(field, value string) error {
+	in := RulesInput{SessionNodePrefixes: []string{""}}
+	switch field {
+	case attrLockKeys:
+		in.LockKeys = []string{value}
+	case attrSemaphorePrefixes:
+		in.SemaphorePrefixes = []string{value}
+	case attrReadKeys:
+		in.ReadKeys = []string{value}
+	case attrSessionNodePrefixes:
+		in.SessionNodePrefixes = []string{value}
+	default:
+		return fmt.Errorf("lockmodel: %q is not a rules input attribute", field)
+	}
+	if fes := AsFieldErrors(in.Validate()); len(fes) > 0 {
+		return fes[0] // one value, at most one problem
+	}
+	return nil
+}
+
+// SessionNodePrefixWarnings flags session node prefixes that equal the name
+// of a declared lock or session profile (names): that is the mark of the
+// common misunderstanding that session rules match session or lock names,
+// when Consul matches them against the NODE a session is created on.
+func SessionNodePrefixWarnings(nodePrefixes, names []string) []Warning {
+	declared := make(map[string]bool, len(names))
+	for _, n := range names {
+		declared[n] = true
+	}
+	var ws []Warning
+	for _, p := range sortedUnique(nodePrefixes, func(s string) string { return s }) {
+		if p == "" || !declared[p] {
+			continue
+		}
+		ws = append(ws, Warning{
+			Field:   attrSessionNodePrefixes,
+			Summary: "Session node prefix looks like a lock name",
+			Detail: fmt.Sprintf("session_node_prefixes contains %q, which is the name of a declared lock or "+
+				"session profile. Consul session rules match the name of the NODE a session is created on, "+
+				"not the session's or the lock's name, so this grants sessions only on nodes whose names "+
+				"start with %q. List the node-name prefixes of the machines that run the job.", p, p),
+		})
+	}
+	return ws
+}
