@@ -12,7 +12,9 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
+	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/provider"
+	"github.com/consullock/terraform-provider-consullock/internal/runner"
 )
 
 // version is set by the release build (goreleaser) with -ldflags.
@@ -20,7 +22,10 @@ var version = "dev"
 
 // commands are the programs in this binary besides the provider. Only
 // programs that work are listed here.
-var commands = map[string]func(ctx context.Context, args []string) int{}
+var commands = map[string]func(ctx context.Context, args []string) int{
+	"controller": controller.Main,
+	"run":        runner.Main,
+}
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stderr))

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -130,7 +133,7 @@ func Classify(op string, err error) *Error {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return out
 			}
-			if isTransientTransportError(err) {
+			if isNetworkError(err) && isTransientTransportError(err) {
 				out.Kind = KindTransient
 			}
 			return out
@@ -162,6 +165,14 @@ func Classify(op string, err error) *Error {
 	return out
 }
 
+// isNetworkError reports errors of the connection itself, as opposed to,
+// say, a response that did not decode.
+func isNetworkError(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
 var statusText = regexp.MustCompile(`^Unexpected response code: (\d{3}) \((.*)\)$`)
 
 func parseStatusText(s string) (int, string, bool) {
@@ -184,14 +195,14 @@ func (c *Client) Classify(ctx context.Context, op string, err error) *Error {
 	if e == nil || e.Kind != KindInvalidToken {
 		return e
 	}
-	switch selfErr := c.CheckToken(ctx); {
-	case selfErr == nil:
+	selfErr := c.CheckToken(ctx)
+	if selfErr == nil {
 		e.Kind = KindNotFound
-	default:
-		if se := Classify(op, selfErr); se.Kind != KindInvalidToken {
-			se.Op = op + " (while checking the token after HTTP 403 " + aclNotFound + ")"
-			return se
-		}
+		return e
+	}
+	if se := Classify(op, selfErr); se.Kind != KindInvalidToken {
+		se.Op = op + " (while checking the token after HTTP 403 " + aclNotFound + ")"
+		return se
 	}
 	return e
 }

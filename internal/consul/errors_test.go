@@ -174,4 +174,3 @@ func closedPort(t *testing.T) string {
 	_ = l.Close()
 	return addr
 }
-

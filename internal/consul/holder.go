@@ -85,7 +85,7 @@ func (c *Client) ReadLock(ctx context.Context, key string, consistent bool) (*Lo
 	if state, ok, err := semaphoreState(key, pair); err != nil {
 		return nil, err
 	} else if ok {
-		view.Semaphore, err = c.readSemaphore(ctx, key, state, query)
+		view.Semaphore, err = c.readSemaphore(key, state, query)
 		if err != nil {
 			return nil, err
 		}
@@ -129,15 +129,15 @@ func semaphoreState(key string, pair *api.KVPair) (lockmodel.SemaphoreState, boo
 	case lockmodel.LockFlagValue:
 		return lockmodel.SemaphoreState{}, false, nil
 	default:
-		state, err := lockmodel.DecodeSemaphoreState(pair.Value)
-		if err != nil || state.Limit < 1 {
-			return lockmodel.SemaphoreState{}, false, nil
+		// No lock flags: a table only if the value says so.
+		if state, err := lockmodel.DecodeSemaphoreState(pair.Value); err == nil && state.Limit >= 1 {
+			return state, true, nil
 		}
-		return state, true, nil
+		return lockmodel.SemaphoreState{}, false, nil
 	}
 }
 
-func (c *Client) readSemaphore(ctx context.Context, key string, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
+func (c *Client) readSemaphore(key string, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
 	prefix := strings.TrimSuffix(key, "/"+lockmodel.LockKeyName)
 	view := &SemaphoreView{Prefix: prefix, Limit: state.Limit, Holders: []SemaphoreHolder{}}
 	if len(state.Holders) == 0 {

@@ -133,7 +133,7 @@ func TestDecodeRecords_reject(t *testing.T) {
 	lock := func(b []byte) error { _, err := DecodeLockRecord(b); return err }
 	profile := func(b []byte) error { _, err := DecodeSessionProfileRecord(b); return err }
 	acl := func(b []byte) error { _, err := DecodeACLPolicyRecord(b); return err }
-	edit := func(old, new string) string { return strings.Replace(lockRecord, old, new, 1) }
+	edit := func(from, to string) string { return strings.Replace(lockRecord, from, to, 1) }
 	for _, tc := range []struct {
 		name      string
 		decode    func([]byte) error

@@ -120,8 +120,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"value": schema.StringAttribute{
-				MarkdownDescription: "The key's value as text (the holder writes it with its acquire request; a release keeps it). " +
-					"Null when the value is not valid UTF-8: use `value_base64`.",
+				MarkdownDescription: "The key's value as text: what the holder sent with its acquire request (a release writes its request body too; " +
+					"`api.Lock` sends its value back). Null when the value is not valid UTF-8: use `value_base64`.",
 				Computed: true,
 			},
 			"value_base64": schema.StringAttribute{
@@ -129,7 +129,7 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"lock_index": schema.Int64Attribute{
-				MarkdownDescription: "Consul's LockIndex: how many times the key has been acquired by a new holder. It is the fencing token: " +
+				MarkdownDescription: "Consul's LockIndex: how many times the key has been acquired while free. It is the fencing token: " +
 					"it increases on every hand-over, stays the same when the holder re-acquires, and is kept by a release. " +
 					"It starts again from 1 when the key is deleted and re-created (sessions with behavior `delete`), so compare " +
 					"`create_index` first.",

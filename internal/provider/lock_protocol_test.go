@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -127,10 +132,12 @@ func (c *protoClient) acquire(key, session string, value []byte) bool {
 	return ok
 }
 
-// release is PUT /v1/kv/<key>?release=<session>.
-func (c *protoClient) release(key, session string) bool {
+// release is PUT /v1/kv/<key>?release=<session> with value as body. Like
+// acquire, a release writes its body as the key's value (api.Lock.Unlock
+// sends its value back): a release without a body empties the value.
+func (c *protoClient) release(key, session string, value []byte) bool {
 	c.t.Helper()
-	out, _, err := c.do(http.MethodPut, "/v1/kv/"+key+"?release="+url.QueryEscape(session), nil)
+	out, _, err := c.do(http.MethodPut, "/v1/kv/"+key+"?release="+url.QueryEscape(session), value)
 	if err != nil {
 		c.t.Fatalf("release %s with %s: %v", key, session, err)
 	}
@@ -276,19 +283,29 @@ func TestLockProtocol_releaseSetsNoLockDelay(t *testing.T) {
 	if !a.acquire(key, sa, []byte("a")) {
 		t.Fatal("first acquire of a fresh key answered false")
 	}
-	if !a.release(key, sa) {
+	if !a.release(key, sa, []byte("a")) {
 		t.Fatal("release by the holder answered false")
 	}
 	pair := a.readKey(key)
 	if pair.Session != "" || pair.LockIndex != 1 || string(pair.Value) != "a" {
-		t.Fatalf("after release: %+v; want no session, LockIndex 1, value kept", pair)
+		t.Fatalf("after a release that sends the value back: %+v; want no session, LockIndex 1, value kept", pair)
+	}
+	// A release writes its body: without one, the value is emptied.
+	if !a.acquire(key, sa, []byte("a")) {
+		t.Fatal("re-acquire of a free key by the same session answered false")
+	}
+	if !a.release(key, sa, nil) {
+		t.Fatal("release by the holder answered false")
+	}
+	if pair := a.readKey(key); pair.Session != "" || pair.LockIndex != 2 || len(pair.Value) != 0 {
+		t.Fatalf("after a release without a body: %+v; want no session, LockIndex 2 (re-acquiring a free key counts), empty value", pair)
 	}
 	if !b.acquire(key, sb, []byte("b")) {
 		t.Fatal("acquire right after a release answered false: a release must set no lock-delay")
 	}
 	a.destroy(sa) // sa holds nothing now: no lock-delay anywhere
-	if got := a.readKey(key); got.Session != sb || got.LockIndex != 2 {
-		t.Fatalf("after hand-over: %+v; want held by %s with LockIndex 2", got, sb)
+	if got := a.readKey(key); got.Session != sb || got.LockIndex != 3 {
+		t.Fatalf("after hand-over: %+v; want held by %s with LockIndex 3", got, sb)
 	}
 	b.destroy(sb)
 	sc := a.createSession(protoSession{LockDelay: "0s"})
@@ -296,4 +313,312 @@ func TestLockProtocol_releaseSetsNoLockDelay(t *testing.T) {
 	if a.acquire(key, sc, nil) {
 		t.Fatal("acquire right after destroying the holder (LockDelay 30s) answered true; want false during lock-delay")
 	}
+}
+
+// TestAccLockDataSource_protocolScenario walks the whole lock protocol with
+// two raw-HTTP contenders on one key and confirms every step through the
+// consullock_lock data source, read with a token that may only read the key
+// and the sessions on the node. LockIndex, the fencing token, is followed
+// across all steps: +1 on each hand-over, unchanged otherwise, never back.
+func TestAccLockDataSource_protocolScenario(t *testing.T) {
+	const (
+		lockDelay = 3 * time.Second
+		ttl       = 10 * time.Second
+		poll      = 50 * time.Millisecond
+	)
+	prefix := testenv.UniquePrefix(t.Name())
+	key := prefix + "/leader"
+	holderToken := mintHolderToken(t, prefix)
+	a, b := newProtoClient(t, holderToken), newProtoClient(t, holderToken)
+	reader := mintTestToken(t, "reader", prefix, keyReadRule(key)+sessionReadRule())
+	config := lockDSConfig(reader, key, "")
+
+	var (
+		// winner and loser of the first race, with their sessions.
+		winC, loseC *protoClient
+		winS, loseS string
+		// what the key should show now.
+		holder, value string
+		names         = map[string]string{}
+		// the fencing token the previous step saw, and the key's create_index.
+		lastIndex, lastCreate int64
+		checkID               string
+	)
+	var sessions []string
+	t.Cleanup(func() {
+		for _, s := range sessions {
+			_, _, _ = a.do(http.MethodPut, "/v1/session/destroy/"+s, nil)
+		}
+	})
+	newSession := func(c *protoClient, s protoSession) string {
+		id := c.createSession(s)
+		sessions = append(sessions, id)
+		names[id] = s.Name
+		return id
+	}
+
+	// lockIndex checks the fencing token against the previous step's.
+	lockIndex := func(delta int64) statecheck.StateCheck {
+		return lockDSCheck("lock_index", knownvalue.Int64Func(func(v int64) error {
+			if v < lastIndex {
+				return fmt.Errorf("lock_index moved backward: %d after %d", v, lastIndex)
+			}
+			if v != lastIndex+delta {
+				return fmt.Errorf("lock_index %d after %d; want +%d", v, lastIndex, delta)
+			}
+			lastIndex = v
+			return nil
+		}))
+	}
+	heldBy := func(behavior, lockDelay string) []statecheck.StateCheck {
+		return []statecheck.StateCheck{
+			lockDSCheck("exists", knownvalue.Bool(true)),
+			lockDSCheck("held", knownvalue.Bool(true)),
+			lockDSCheck("session", stringIs(func() string { return holder })),
+			lockDSCheck("node", knownvalue.StringExact(agent.NodeName)),
+			lockDSCheck("value", stringIs(func() string { return value })),
+			lockDSCheck("session_name", stringIs(func() string { return names[holder] })),
+			lockDSCheck("session_behavior", knownvalue.StringExact(behavior)),
+			lockDSCheck("session_lock_delay", knownvalue.StringExact(lockDelay)),
+			lockDSCheck("flags", knownvalue.StringExact("0x0000000000000000")),
+		}
+	}
+	free := func() []statecheck.StateCheck {
+		return concat([]statecheck.StateCheck{
+			lockDSCheck("exists", knownvalue.Bool(true)),
+			lockDSCheck("held", knownvalue.Bool(false)),
+			lockDSCheck("value", stringIs(func() string { return value })),
+		}, lockDSNull(sessionAttrs...))
+	}
+	// waitReleased polls until the key has no session and returns when.
+	waitReleased := func(limit time.Duration) time.Time {
+		deadline := time.Now().Add(limit)
+		for {
+			pair := a.readKey(key)
+			if pair == nil || pair.Session == "" {
+				return time.Now()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("key %s still held by %s after %s", key, pair.Session, limit)
+			}
+			time.Sleep(poll)
+		}
+	}
+	var ttlStart time.Time
+
+	resource.ParallelTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				// Two sessions race with ?acquire=: exactly one gets true.
+				PreConfig: func() {
+					sa := newSession(a, protoSession{Name: "contender-a", LockDelay: lockDelay.String()})
+					sb := newSession(b, protoSession{Name: "contender-b", LockDelay: lockDelay.String()})
+					won := race(t, key, []*protoClient{a, b}, []string{sa, sb})
+					if won[0] == won[1] {
+						t.Fatalf("race: acquire answered %v and %v; want exactly one true", won[0], won[1])
+					}
+					winC, winS, loseC, loseS = a, sa, b, sb
+					if won[1] {
+						winC, winS, loseC, loseS = b, sb, a, sa
+					}
+					holder, value = winS, "contender-"+winS
+					t.Logf("race: %s won, %s lost", names[winS], names[loseS])
+				},
+				Config: config,
+				ConfigStateChecks: concat(heldBy("release", "3s"), []statecheck.StateCheck{
+					lockIndex(1),
+					lockDSCheck("session_ttl", knownvalue.Null()),
+					lockDSCheck("session_node_checks", stringList("serfHealth")),
+					lockDSCheck("session_service_checks", stringList()),
+					lockDSCheck("create_index", knownvalue.Int64Func(func(v int64) error { lastCreate = v; return nil })),
+				}),
+			},
+			{
+				// The loser keeps getting false; the holder re-acquiring
+				// gets true and LockIndex stays.
+				PreConfig: func() {
+					if loseC.acquire(key, loseS, []byte("loser")) {
+						t.Fatal("the loser acquired a held key")
+					}
+					value = "renewed-by-" + winS
+					if !winC.acquire(key, winS, []byte(value)) {
+						t.Fatal("the holder's re-acquire answered false")
+					}
+				},
+				Config:            config,
+				ConfigStateChecks: concat(heldBy("release", "3s"), []statecheck.StateCheck{lockIndex(0)}),
+			},
+			{
+				// ?release= frees the key at once; value and LockIndex stay.
+				PreConfig: func() {
+					// Send the value back, as api.Lock.Unlock does: a
+					// release writes its body as the value.
+					if !winC.release(key, winS, []byte(value)) {
+						t.Fatal("release by the holder answered false")
+					}
+				},
+				Config:            config,
+				ConfigStateChecks: concat(free(), []statecheck.StateCheck{lockIndex(0)}),
+			},
+			{
+				// A release sets no lock-delay: the other session's first
+				// acquire succeeds, and LockIndex counts the hand-over.
+				PreConfig: func() {
+					value = "taken-over-by-" + loseS
+					if !loseC.acquire(key, loseS, []byte(value)) {
+						t.Fatal("first acquire after a release answered false: a release must not set a lock-delay")
+					}
+					holder = loseS
+				},
+				Config:            config,
+				ConfigStateChecks: concat(heldBy("release", "3s"), []statecheck.StateCheck{lockIndex(1)}),
+			},
+			{
+				// Destroying the holder's session puts the key under its
+				// LockDelay: acquires answer false until it has passed.
+				PreConfig: func() {
+					destroyed := time.Now()
+					loseC.destroy(loseS)
+					refused := 0
+					value = "after-lock-delay-" + winS
+					for !winC.acquire(key, winS, []byte(value)) {
+						refused++
+						if time.Since(destroyed) > lockDelay+10*time.Second {
+							t.Fatalf("key still refused %s after destroying its holder (LockDelay %s)", time.Since(destroyed), lockDelay)
+						}
+						time.Sleep(poll)
+					}
+					measured := time.Since(destroyed)
+					t.Logf("MEASURED lock-delay: configured %s, first successful acquire %s after destroying the holder's session (%d acquires refused, polled every %s)",
+						lockDelay, measured.Round(time.Millisecond), refused, poll)
+					if refused == 0 || measured < lockDelay || measured >= lockDelay+2*time.Second {
+						t.Fatalf("lock-delay measured %s with %d refusals; want >= %s and < %s", measured, refused, lockDelay, lockDelay+2*time.Second)
+					}
+					holder = winS
+				},
+				Config:            config,
+				ConfigStateChecks: concat(heldBy("release", "3s"), []statecheck.StateCheck{lockIndex(1)}),
+			},
+			{
+				// Hand over to a session with behavior delete.
+				PreConfig: func() {
+					if !winC.release(key, winS, nil) {
+						t.Fatal("release answered false")
+					}
+					sd := newSession(a, protoSession{Name: "deleter", LockDelay: "0s", Behavior: "delete"})
+					value = "held-by-deleter"
+					if !a.acquire(key, sd, []byte(value)) {
+						t.Fatal("acquire after release answered false")
+					}
+					holder = sd
+				},
+				Config:            config,
+				ConfigStateChecks: concat(heldBy("delete", "0s"), []statecheck.StateCheck{lockIndex(1)}),
+			},
+			{
+				// Invalidating a behavior=delete session removes the key.
+				PreConfig: func() {
+					a.destroy(holder)
+					if pair := a.readKey(key); pair != nil {
+						t.Fatalf("key still exists after its behavior=delete holder ended: %+v", pair)
+					}
+				},
+				Config: config,
+				ConfigStateChecks: concat([]statecheck.StateCheck{
+					lockDSCheck("exists", knownvalue.Bool(false)),
+					lockDSCheck("held", knownvalue.Bool(false)),
+				}, lockDSNull(sessionAttrs...), lockDSNull("value", "lock_index", "create_index", "modify_index", "flags")),
+			},
+			{
+				// A TTL session acquires the re-created key: LockIndex starts
+				// again at 1, and create_index shows the key is new.
+				PreConfig: func() {
+					ttlStart = time.Now()
+					st := newSession(a, protoSession{Name: "ttl-holder", TTL: ttl.String(), LockDelay: "0s"})
+					value = "held-with-ttl"
+					if !a.acquire(key, st, []byte(value)) {
+						t.Fatal("acquire of the re-created key answered false")
+					}
+					holder = st
+					lastIndex = 0
+				},
+				Config: config,
+				ConfigStateChecks: concat(heldBy("release", "0s"), []statecheck.StateCheck{
+					lockIndex(1),
+					lockDSCheck("session_ttl", knownvalue.StringExact("10s")),
+					lockDSCheck("create_index", knownvalue.Int64Func(func(v int64) error {
+						if v <= lastCreate {
+							return fmt.Errorf("create_index %d of the re-created key is not above %d", v, lastCreate)
+						}
+						return nil
+					})),
+				}),
+			},
+			{
+				// Not renewed, the TTL session is invalidated within 2 x TTL
+				// and the key released.
+				PreConfig: func() {
+					released := waitReleased(2*ttl + 15*time.Second)
+					measured := released.Sub(ttlStart)
+					t.Logf("MEASURED ttl-invalidation: TTL %s, key released %s after the session was created and never renewed (server bound 2 x TTL = %s; polled every %s)",
+						ttl, measured.Round(time.Millisecond), 2*ttl, poll)
+					if measured < ttl || measured > 2*ttl+5*time.Second {
+						t.Fatalf("TTL invalidation after %s; want between %s and 2 x TTL + 5s slack", measured, ttl)
+					}
+				},
+				Config:            config,
+				ConfigStateChecks: concat(free(), []statecheck.StateCheck{lockIndex(0)}),
+			},
+			{
+				// A session bound to a health check acquires ...
+				PreConfig: func() {
+					checkID = "lockproto-" + strings.ReplaceAll(policyName("x", prefix), "x-", "")
+					mgmt := agent.Client().Agent()
+					if err := mgmt.CheckRegister(&api.AgentCheckRegistration{
+						ID: checkID, Name: "job guard", AgentServiceCheck: api.AgentServiceCheck{TTL: "1h", Status: api.HealthPassing},
+					}); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = mgmt.CheckDeregister(checkID) })
+					waitCatalogPassing(t, checkID)
+					sc := newSession(a, protoSession{Name: "check-bound", LockDelay: "0s", Checks: []string{"serfHealth", checkID}})
+					value = "held-while-healthy"
+					if !a.acquire(key, sc, []byte(value)) {
+						t.Fatal("acquire by the check-bound session answered false")
+					}
+					holder = sc
+				},
+				Config: config,
+				ConfigStateChecks: concat(heldBy("release", "0s"), []statecheck.StateCheck{
+					lockIndex(1),
+					lockDSCheck("session_node_checks", stringIs2("serfHealth", func() string { return checkID })),
+				}),
+			},
+			{
+				// ... and loses the lock when the check goes critical.
+				PreConfig: func() {
+					failed := time.Now()
+					if err := agent.Client().Agent().FailTTL(checkID, "simulated failure"); err != nil {
+						t.Fatal(err)
+					}
+					released := waitReleased(15 * time.Second)
+					t.Logf("MEASURED check-invalidation: key released %s after the bound check was set critical",
+						released.Sub(failed).Round(time.Millisecond))
+					entry, _, err := agent.Client().Session().Info(holder, &api.QueryOptions{RequireConsistent: true})
+					if err != nil || entry != nil {
+						t.Fatalf("session %s after its check went critical: %+v (%v); want it invalidated", holder, entry, err)
+					}
+				},
+				Config:            config,
+				ConfigStateChecks: concat(free(), []statecheck.StateCheck{lockIndex(0)}),
+			},
+		},
+	})
+}
+
+// stringIs2 checks a two-element string list whose second element is known
+// only when the step runs.
+func stringIs2(first string, second func() string) knownvalue.Check {
+	return knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact(first), stringIs(second)})
 }

@@ -62,7 +62,7 @@ type providerModel struct {
 }
 
 type retryModel struct {
-	MaxAttempts types.Int64         `tfsdk:"max_attempts"`
+	MaxAttempts types.Int64          `tfsdk:"max_attempts"`
 	MinWait     timetypes.GoDuration `tfsdk:"min_wait"`
 	MaxWait     timetypes.GoDuration `tfsdk:"max_wait"`
 	MaxElapsed  timetypes.GoDuration `tfsdk:"max_elapsed"`
@@ -249,7 +249,12 @@ func (p *consullockProvider) Configure(ctx context.Context, req provider.Configu
 }
 
 func (p *consullockProvider) Resources(_ context.Context) []func() resource.Resource {
-	return []func() resource.Resource{}
+	return []func() resource.Resource{
+		NewACLPolicyResource,
+		NewACLTokenResource,
+		NewSessionDefaultsResource,
+		NewLockResource,
+	}
 }
 
 func (p *consullockProvider) DataSources(_ context.Context) []func() datasource.DataSource {

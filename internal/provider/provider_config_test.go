@@ -93,7 +93,7 @@ func TestAccProvider_badConfigurationNamesTheAttribute(t *testing.T) {
 		{"bad scheme", `scheme = "gopher"`, regexp.MustCompile(`(?s)scheme.*value must be one of`)},
 		{"token and token_file", `
 token      = "x"
-token_file = "/tmp/t"`, regexp.MustCompile(`(?s)token.*cannot be specified when.*token_file`)},
+token_file = "/tmp/t"`, regexp.MustCompile(`(?s)token_file.*cannot be specified when.*token`)},
 		{"unreadable ca_file", `
 scheme  = "https"
 ca_file = "/nonexistent/ca.pem"`, regexp.MustCompile(`(?s)Unreadable CA File.*ca_file.*/nonexistent/ca.pem`)},

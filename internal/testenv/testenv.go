@@ -39,6 +39,13 @@ type Agent struct {
 	Dir string
 	// Bin is the consul binary used.
 	Bin string
+	// HTTPSAddr is host:port of the TLS API when Options.TLS is set.
+	HTTPSAddr string
+	// CAFile is the CA that signed the agent's certificate (Options.TLS).
+	CAFile string
+	// ClientCertFile and ClientKeyFile are a client certificate the TLS
+	// API requires (verify_incoming is on with Options.TLS).
+	ClientCertFile, ClientKeyFile string
 
 	cmd     *exec.Cmd
 	logFile *os.File
@@ -47,7 +54,7 @@ type Agent struct {
 	config  string
 }
 
-type ports struct{ HTTP, Server, SerfLAN, SerfWAN int }
+type ports struct{ HTTP, HTTPS, Server, SerfLAN, SerfWAN int }
 
 // RepoRoot finds the directory holding the root go.mod.
 func RepoRoot() (string, error) {
@@ -91,6 +98,9 @@ type Options struct {
 	NodeName string
 	// ExtraConfig is appended to the generated HCL configuration.
 	ExtraConfig string
+	// TLS also serves the HTTP API over TLS on HTTPSAddr, with a CA and a
+	// server certificate made by `consul tls` in the agent's directory.
+	TLS bool
 }
 
 // Start launches an agent and waits until it has a leader and its own node
@@ -115,14 +125,24 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 	if a.NodeName == "" {
 		a.NodeName = "consullock-test"
 	}
-	free, err := freePorts(4)
+	free, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
-	a.ports = ports{HTTP: free[0], Server: free[1], SerfLAN: free[2], SerfWAN: free[3]}
+	a.ports = ports{HTTP: free[0], Server: free[1], SerfLAN: free[2], SerfWAN: free[3], HTTPS: -1}
 	a.Addr = fmt.Sprintf("127.0.0.1:%d", a.ports.HTTP)
+	extra := opts.ExtraConfig
+	if opts.TLS {
+		tlsConfig, err := a.makeCertificates(ctx)
+		if err != nil {
+			return nil, err
+		}
+		a.ports.HTTPS = free[4]
+		a.HTTPSAddr = fmt.Sprintf("127.0.0.1:%d", a.ports.HTTPS)
+		extra += tlsConfig
+	}
 	a.config = filepath.Join(dir, "agent.hcl")
-	if err := os.WriteFile(a.config, []byte(a.renderConfig(opts.ExtraConfig)), 0o600); err != nil {
+	if err := os.WriteFile(a.config, []byte(a.renderConfig(extra)), 0o600); err != nil {
 		return nil, err
 	}
 	if err := a.start(); err != nil {
@@ -152,7 +172,7 @@ ports {
   grpc     = -1
   grpc_tls = -1
   dns      = -1
-  https    = -1
+  https    = %d
 }
 acl {
   enabled                  = true
@@ -164,7 +184,36 @@ acl {
   }
 }
 %s
-`, a.NodeName, a.Datacenter, filepath.Join(a.Dir, "data"), a.ports.HTTP, a.ports.Server, a.ports.SerfLAN, a.ports.SerfWAN, a.ManagementToken, a.ManagementToken, extra)
+`, a.NodeName, a.Datacenter, filepath.Join(a.Dir, "data"), a.ports.HTTP, a.ports.Server, a.ports.SerfLAN, a.ports.SerfWAN, a.ports.HTTPS, a.ManagementToken, a.ManagementToken, extra)
+}
+
+// makeCertificates creates a CA and a server certificate (valid for
+// 127.0.0.1 and localhost) with the consul CLI, and returns the TLS stanza.
+func (a *Agent) makeCertificates(ctx context.Context) (string, error) {
+	for _, args := range [][]string{
+		{"tls", "ca", "create"},
+		{"tls", "cert", "create", "-server", "-dc", a.Datacenter},
+		{"tls", "cert", "create", "-client", "-dc", a.Datacenter},
+	} {
+		cmd := exec.CommandContext(ctx, a.Bin, args...)
+		cmd.Dir = a.Dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("consul %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	a.CAFile = filepath.Join(a.Dir, "consul-agent-ca.pem")
+	a.ClientCertFile = filepath.Join(a.Dir, a.Datacenter+"-client-consul-0.pem")
+	a.ClientKeyFile = filepath.Join(a.Dir, a.Datacenter+"-client-consul-0-key.pem")
+	return fmt.Sprintf(`
+tls {
+  defaults {
+    ca_file         = %q
+    cert_file       = %q
+    key_file        = %q
+    verify_incoming = true
+  }
+}
+`, a.CAFile, filepath.Join(a.Dir, a.Datacenter+"-server-consul-0.pem"), filepath.Join(a.Dir, a.Datacenter+"-server-consul-0-key.pem")), nil
 }
 
 func (a *Agent) start() error {
@@ -326,7 +375,11 @@ func freePorts(n int) ([]int, error) {
 			return nil, err
 		}
 		listeners = append(listeners, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		addr, ok := l.Addr().(*net.TCPAddr)
+		if !ok {
+			return nil, fmt.Errorf("unexpected listener address %v", l.Addr())
+		}
+		out = append(out, addr.Port)
 	}
 	// Serf also needs the UDP port free; TCP and UDP ranges overlap rarely
 	// enough on loopback that a collision shows as a failed start.

@@ -1,0 +1,34 @@
+# Who holds the nightly report's lock right now? The read is consistent by
+# default: with no cluster leader it fails instead of answering from a
+# possibly stale server.
+data "consullock_lock" "nightly_report" {
+  key = "jobs/nightly-report/.lock"
+}
+
+output "nightly_report_holder" {
+  value = data.consullock_lock.nightly_report.held ? {
+    node       = data.consullock_lock.nightly_report.node
+    session    = data.consullock_lock.nightly_report.session
+    lock_index = data.consullock_lock.nightly_report.lock_index
+    value      = data.consullock_lock.nightly_report.value
+  } : null
+}
+
+# A semaphore (`consul lock -n 3 jobs/reindex ...`): its holders.
+data "consullock_lock" "reindex" {
+  key = "jobs/reindex/.lock"
+}
+
+output "reindex_slots" {
+  value = data.consullock_lock.reindex.exists ? "${length(data.consullock_lock.reindex.holders)} of ${data.consullock_lock.reindex.limit} slots held" : "no semaphore"
+}
+
+# During an outage, read from any server and judge the answer's age.
+data "consullock_lock" "nightly_report_stale" {
+  key        = "jobs/nightly-report/.lock"
+  consistent = false
+}
+
+output "nightly_report_stale_age" {
+  value = data.consullock_lock.nightly_report_stale.known_leader ? "current" : "leaderless for ${data.consullock_lock.nightly_report_stale.last_contact}"
+}

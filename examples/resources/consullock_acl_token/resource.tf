@@ -1,0 +1,29 @@
+resource "consullock_acl_policy" "nightly_report" {
+  name                  = "nightly-report-holders"
+  lock_keys             = ["jobs/nightly-report/.lock"]
+  session_node_prefixes = ["worker-"]
+  agent_read            = true
+}
+
+# The token the job's nodes use with `consul lock` or `consullock run`.
+resource "consullock_acl_token" "nightly_report" {
+  description = "nightly report lock holders"
+  policies    = [consullock_acl_policy.nightly_report.name]
+}
+
+# A short-lived token, e.g. for a one-off maintenance run. Changing
+# expiration_ttl creates a new token.
+resource "consullock_acl_token" "maintenance" {
+  description    = "one-off maintenance window"
+  policies       = [consullock_acl_policy.nightly_report.name]
+  expiration_ttl = "8h"
+}
+
+output "nightly_report_accessor_id" {
+  value = consullock_acl_token.nightly_report.accessor_id
+}
+
+output "nightly_report_token" {
+  value     = consullock_acl_token.nightly_report.secret_id
+  sensitive = true
+}

@@ -1,0 +1,42 @@
+resource "consullock_session_defaults" "fast" {
+  name       = "fast"
+  ttl        = "15s"
+  lock_delay = "10s"
+}
+
+resource "consullock_session_defaults" "workers" {
+  name     = "workers"
+  ttl      = "30s"
+  behavior = "delete"
+}
+
+# A mutex: `consul lock jobs/nightly-report ./report.sh` (or api.Lock, or
+# `consullock run -lock nightly-report -- ./report.sh`) acquires
+# jobs/nightly-report/.lock.
+resource "consullock_lock" "nightly_report" {
+  name             = "nightly-report"
+  prefix           = "jobs/nightly-report"
+  session_defaults = consullock_session_defaults.fast.name
+  max_hold         = "2h"
+  description      = "Nightly billing report; runs on exactly one worker"
+}
+
+# A semaphore: at most three thumbnail workers at once,
+# `consul lock -n 3 jobs/thumbnailers ./work.sh`.
+resource "consullock_lock" "thumbnailers" {
+  name             = "thumbnailers"
+  prefix           = "jobs/thumbnailers"
+  limit            = 3
+  session_defaults = consullock_session_defaults.workers.name
+}
+
+# A mutex on a raw key that an application acquires through the HTTP API.
+resource "consullock_lock" "billing_leader" {
+  name   = "billing-leader"
+  prefix = "service/billing"
+  key    = "service/billing/leader"
+}
+
+output "nightly_report_key" {
+  value = consullock_lock.nightly_report.key # "jobs/nightly-report/.lock"
+}

@@ -1,0 +1,180 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Lock key writes for the consullock_lock resource. Keys are written with
+// check-and-set so that a holder acquiring or releasing at the same moment is
+// never overwritten: a lost CAS returns ok == false and the caller reads
+// again.
+
+// LockAndRecord is a lock key and the lock's registry record as one
+// consistent read saw them.
+type LockAndRecord struct {
+	// Key is the lock key; nil when it does not exist.
+	Key *api.KVPair
+	// Record is the registry record; nil when it does not exist.
+	Record *StoredRecord
+}
+
+// ReadLockAndRecord reads lockKey and recordKey in one consistent request: a
+// read-only transaction of two get-or-empty operations. A refresh of a lock
+// therefore costs exactly one Consul request.
+//
+// Consul drops what the token may not read from a transaction's results
+// instead of refusing it; a dropped result is reported as
+// KindPermissionDenied naming the key, never as a missing key, so that no
+// caller removes state on a guess.
+func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey string) (*LockAndRecord, error) {
+	op := fmt.Sprintf("read lock key %s and registry record %s", lockKey, recordKey)
+	ops := api.KVTxnOps{
+		{Verb: api.KVGetOrEmpty, Key: lockKey},
+		{Verb: api.KVGetOrEmpty, Key: recordKey},
+	}
+	ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, c.Classify(ctx, op, err)
+	}
+	if !ok {
+		return nil, txnError(op, resp.Errors)
+	}
+	seen := map[string]*api.KVPair{}
+	for _, p := range resp.Results {
+		if p != nil {
+			seen[p.Key] = p
+		}
+	}
+	for _, k := range []string{lockKey, recordKey} {
+		if seen[k] == nil {
+			return nil, &Error{
+				Kind: KindPermissionDenied,
+				Op:   op,
+				Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); reading a lock needs "+
+					"permission 'key:read' on its key and on its registry record, e.g. key_prefix %q { policy = \"read\" }", k, k),
+				Permission: "key:read",
+				Resource:   k,
+			}
+		}
+	}
+	out := &LockAndRecord{}
+	// get-or-empty answers a missing key with an entry that was never
+	// created: CreateIndex 0.
+	if p := seen[lockKey]; p.CreateIndex != 0 {
+		out.Key = p
+	}
+	if p := seen[recordKey]; p.CreateIndex != 0 {
+		out.Record = &StoredRecord{Key: p.Key, Value: p.Value, ModifyIndex: p.ModifyIndex}
+	}
+	return out, nil
+}
+
+// ReadKeyConsistent reads one key with ?consistent; nil when it does not
+// exist.
+func (c *Client) ReadKeyConsistent(ctx context.Context, key string) (*api.KVPair, error) {
+	pair, _, err := c.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, c.Classify(ctx, "read key "+key, err)
+	}
+	return pair, nil
+}
+
+// CreateKeyOnly writes key with flags and value only if it does not exist
+// (CAS index 0). created is false when the key already exists.
+func (c *Client) CreateKeyOnly(ctx context.Context, key string, flags uint64, value []byte) (created bool, err error) {
+	ok, _, err := c.KV().CAS(&api.KVPair{Key: key, Flags: flags, Value: value, ModifyIndex: 0}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, c.Classify(ctx, "create key "+key, err)
+	}
+	return ok, nil
+}
+
+// RewriteKeyKeepingHolder sets the flags and value of pair's key if the key
+// is unchanged since pair was read (its ModifyIndex), keeping the holder.
+//
+// A plain KV write keeps the holding session but resets LockIndex, the
+// holder's fencing token. So a held key is rewritten as the holder's own
+// re-acquire, in one transaction (check-index, then lock with the holder's
+// session), which Consul performs without changing Session or LockIndex. An
+// unheld key is written with a plain CAS. ok is false when the key changed
+// in between; read it again and retry.
+func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, flags uint64, value []byte) (ok bool, err error) {
+	op := "rewrite key " + pair.Key
+	if pair.Session == "" {
+		ok, _, err := c.KV().CAS(&api.KVPair{Key: pair.Key, Flags: flags, Value: value, ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return false, c.Classify(ctx, op, err)
+		}
+		return ok, nil
+	}
+	ops := api.KVTxnOps{
+		{Verb: api.KVCheckIndex, Key: pair.Key, Index: pair.ModifyIndex},
+		{Verb: api.KVLock, Key: pair.Key, Flags: flags, Value: value, Session: pair.Session},
+	}
+	ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, c.Classify(ctx, op, err)
+	}
+	if !ok {
+		if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			return false, e
+		}
+		// Stale index, session gone, lock taken: the key moved on.
+		return false, nil
+	}
+	return true, nil
+}
+
+// ReleaseKeyHeldBy releases pair's key if pair.Session holds it
+// (?release=). Consul writes a release's body and flags like any PUT, so
+// pass the key's current Value and Flags to keep them. A release keeps
+// LockIndex and starts no lock-delay.
+func (c *Client) ReleaseKeyHeldBy(ctx context.Context, pair *api.KVPair) (ok bool, err error) {
+	ok, _, err = c.KV().Release(&api.KVPair{Key: pair.Key, Session: pair.Session, Flags: pair.Flags, Value: pair.Value}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, c.Classify(ctx, fmt.Sprintf("release key %s held by session %s", pair.Key, pair.Session), err)
+	}
+	return ok, nil
+}
+
+// DeleteKeyIfIndex deletes key if its ModifyIndex is still index; index 0
+// deletes unconditionally. Deleting a missing key succeeds.
+func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64) (ok bool, err error) {
+	op := "delete key " + key
+	if index == 0 {
+		if _, err := c.KV().Delete(key, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			return false, c.Classify(ctx, op, err)
+		}
+		return true, nil
+	}
+	ok, _, err = c.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, c.Classify(ctx, op, err)
+	}
+	return ok, nil
+}
+
+// txnError turns a transaction's error list into an *Error: permission
+// denied when Consul said so, else a conflict (KindValidation) carrying
+// Consul's words.
+func txnError(op string, errs api.TxnErrors) *Error {
+	msgs := make([]string, 0, len(errs))
+	kind := KindValidation
+	for _, e := range errs {
+		msgs = append(msgs, fmt.Sprintf("operation %d: %s", e.OpIndex, e.What))
+		if strings.Contains(e.What, "Permission denied") || strings.Contains(e.What, "lacks permission") {
+			kind = KindPermissionDenied
+		}
+	}
+	out := &Error{Kind: kind, Op: op, StatusCode: 409, Message: strings.Join(msgs, "; ")}
+	if kind == KindPermissionDenied {
+		if m := lacksPermission.FindStringSubmatch(out.Message); m != nil {
+			out.Permission, out.Resource = m[1], m[2]
+		}
+	}
+	return out
+}

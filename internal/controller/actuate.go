@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// act carries out one decision. Watches may lag behind Consul, so it first
+// reads everything the decision rests on again with ?consistent (the
+// declaration included: Terraform removes a declaration before the object),
+// decides again on that, and writes only what the fresh decision still asks
+// for, with check-and-set where Consul offers it.
+func (c *Controller) act(ctx context.Context, d Decision) {
+	log := c.log.With(d.logAttrs()...).With("kind", string(d.Kind))
+	fresh, ok, err := c.recheck(ctx, d)
+	if err != nil {
+		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
+		log.Error("repair skipped: re-reading before acting failed", "error", err.Error())
+		return
+	}
+	if !ok {
+		log.Info("repair skipped: a consistent read shows it is no longer needed")
+		return
+	}
+	if !c.acting.Load() {
+		return
+	}
+	done, err := c.execute(ctx, fresh)
+	switch {
+	case err != nil:
+		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
+		log.Error("repair failed", "error", err.Error())
+	case !done:
+		log.Info("repair skipped: the object changed while acting; the next answer of the watch decides again")
+	default:
+		c.metrics.repairs.WithLabelValues(string(d.Kind)).Inc()
+		log.Info("repaired", "detail", fresh.Detail)
+	}
+}
+
+// recheck re-reads the inputs of d consistently and decides again.
+func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, error) {
+	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
+	reg := c.client.Registry(c.cfg.RegistryPrefix)
+	st := State{
+		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
+		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]LiveKey{},
+		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[Holder]time.Time{}, Now: time.Now(),
+	}
+	if d.Policy != "" {
+		rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, d.Policy)
+		if err != nil || !found {
+			return Decision{}, false, err
+		}
+		spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		st.Policies[spec.Name] = spec
+		st.LivePolicies = map[string]LivePolicy{}
+		if spec.ID != "" {
+			p, _, err := c.client.ACL().PolicyRead(spec.ID, q)
+			if err != nil {
+				if e := c.client.Classify(ctx, "read ACL policy "+spec.Name, err); e.Kind != consul.KindNotFound {
+					return Decision{}, false, e
+				}
+			} else if p != nil {
+				st.LivePolicies[p.ID] = LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
+					Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex}
+			}
+		}
+		return pick(Decide(st, c.cfg.Mode), d)
+	}
+
+	rec, found, err := reg.Get(ctx, lockmodel.KindLock, d.Lock)
+	if err != nil || !found {
+		return Decision{}, false, err
+	}
+	l, err := lockmodel.DecodeLockRecord(rec.Value)
+	if err != nil {
+		return Decision{}, false, err
+	}
+	if l, err = l.Normalize(); err != nil {
+		return Decision{}, false, err
+	}
+	st.Locks[l.Name] = l
+	pair, _, err := c.client.KV().Get(l.Key, q)
+	if err != nil {
+		return Decision{}, false, consul.Classify("read lock key "+l.Key, err)
+	}
+	if pair != nil {
+		st.Keys[l.Key] = LiveKey{Flags: pair.Flags, Value: pair.Value, Session: pair.Session, LockIndex: pair.LockIndex, ModifyIndex: pair.ModifyIndex}
+	}
+	if d.Session != "" {
+		if l.SessionDefaults != "" {
+			prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
+			if err != nil {
+				return Decision{}, false, err
+			}
+			if found {
+				p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
+				if err != nil {
+					return Decision{}, false, err
+				}
+				st.Profiles[p.Name] = p
+			}
+		}
+		se, _, err := c.client.Session().Info(d.Session, q)
+		if err != nil {
+			return Decision{}, false, consul.Classify("read session "+d.Session, err)
+		}
+		if se == nil {
+			return Decision{}, false, nil // already gone
+		}
+		st.Sessions[se.ID] = observedSession(se)
+		c.mu.Lock()
+		h := Holder{Lock: l.Name, Session: d.Session}
+		if since, ok := c.heldSince[h]; ok {
+			st.HeldSince[h] = since
+		}
+		c.mu.Unlock()
+	}
+	return pick(Decide(st, c.cfg.Mode), d)
+}
+
+// pick finds the fresh decision that corresponds to d.
+func pick(fresh []Decision, d Decision) (Decision, bool, error) {
+	for _, f := range fresh {
+		if f.Kind == d.Kind && f.Act && f.Session == d.Session {
+			return f, true, nil
+		}
+	}
+	return Decision{}, false, nil
+}
+
+// execute performs one write. done is false when a check-and-set lost.
+func (c *Controller) execute(ctx context.Context, d Decision) (bool, error) {
+	w := (&api.WriteOptions{}).WithContext(ctx)
+	switch d.Kind {
+	case KindRecreateKey, KindRestoreFlags, KindRestoreLimit:
+		ok, _, err := c.client.KV().CAS(&api.KVPair{Key: d.Key, Flags: d.Flags, Value: d.Value, ModifyIndex: d.ModifyIndex}, w)
+		if err != nil {
+			return false, consul.Classify(fmt.Sprintf("write lock key %s (%s)", d.Key, d.Kind), err)
+		}
+		return ok, nil
+	case KindRestoreACLRules:
+		p, _, err := c.client.ACL().PolicyRead(d.PolicyID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return false, c.client.Classify(ctx, "read ACL policy "+d.Policy, err)
+		}
+		if p == nil || p.ModifyIndex != d.ModifyIndex {
+			return false, nil
+		}
+		// Consul has no check-and-set for policies: read again right
+		// before writing and give up if anyone wrote in between.
+		upd := &api.ACLPolicy{ID: p.ID, Name: p.Name, Description: p.Description, Datacenters: p.Datacenters, Rules: d.Rules}
+		if _, _, err := c.client.ACL().PolicyUpdate(upd, w); err != nil {
+			return false, c.client.Classify(ctx, "update ACL policy "+d.Policy, err)
+		}
+		return true, nil
+	case KindEndSession:
+		if _, err := c.client.Session().Destroy(d.Session, w); err != nil {
+			return false, consul.Classify("destroy session "+d.Session, err)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("no actuator for %s", d.Kind)
+}

@@ -1,0 +1,553 @@
+// Package controller keeps live Consul matching the declared lock policy
+// between applies: it watches the registry, the lock keys, the sessions and
+// the ACL policies with blocking queries, decides with the pure Decide, and
+// (when this replica is the leader) acts through a thin actuator.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Config is what a controller needs besides its Consul client.
+type Config struct {
+	Mode           Mode
+	RegistryPrefix string
+	Logger         *slog.Logger
+	// MaxLockWatches caps the number of blocking queries on lock keys; lock
+	// keys are grouped by their first path segment, and the groups merged
+	// by common prefix when there are more. 0 means DefaultMaxLockWatches.
+	MaxLockWatches int
+	// WaitTime is the blocking query wait; 0 means 5 minutes.
+	WaitTime time.Duration
+	// DisableHA makes this replica act without electing a leader (tests,
+	// single-replica deployments that want no session renewals at all).
+	DisableHA bool
+	// Identity is written as the value of the leader key ("" = hostname/pid).
+	Identity string
+	// WatchClient serves the blocking queries; it should not retry on its
+	// own (RetrySettings.MaxAttempts 1): a connection error must reach the
+	// watch loop, which resets the index (an agent that restarted has a
+	// lower one, and a query blocking on the old index would hang for the
+	// whole wait time). nil means the main client.
+	WatchClient *consul.Client
+}
+
+// DefaultMaxLockWatches is the default cap on lock key watches.
+const DefaultMaxLockWatches = 8
+
+// Controller reconciles one registry.
+type Controller struct {
+	cfg     Config
+	client  *consul.Client
+	watcher *consul.Client
+	log     *slog.Logger
+	metrics *Metrics
+
+	kick   chan struct{}
+	leader atomic.Bool
+	// acting is cleared first thing on shutdown: no action starts after it.
+	acting atomic.Bool
+	// actMu is held while actions run; the election takes it before it
+	// releases the leader key, so no write outlives the leadership.
+	actMu sync.Mutex
+
+	mu           sync.Mutex
+	locks        map[string]lockmodel.Lock
+	profiles     map[string]lockmodel.SessionProfile
+	policies     map[string]lockmodel.ACLPolicySpec
+	badRecords   map[string]uint64 // key -> ModifyIndex already reported
+	registrySync bool
+	groups       map[string]*group // by watch prefix
+	keyGroup     map[string]string // lock key -> watch prefix
+	sessions     map[string]lockmodel.ObservedSession
+	policyHashes map[string]string // live policy ID -> Hash from the list
+	livePolicies map[string]LivePolicy
+	policySync   bool
+	heldSince    map[Holder]time.Time
+	lockStatus   map[string]*lockStatus
+	reported     map[string]bool // Decision.ID of findings already logged
+	groupCtx     context.Context
+	groupWG      *sync.WaitGroup
+
+	ready atomic.Bool
+	// failing counts watches whose last query failed.
+	failing atomic.Int32
+}
+
+// group is one blocking query on a prefix covering a set of lock keys.
+type group struct {
+	prefix string
+	keys   map[string]bool
+	live   map[string]LiveKey
+	synced bool
+	gen    uint64
+	cancel context.CancelFunc
+}
+
+// lockStatus feeds the per-lock metrics.
+type lockStatus struct {
+	held         bool
+	holders      map[string]bool
+	lockIndex    uint64
+	seen         bool
+	lastHandover time.Time
+	unheldSince  time.Time
+	handovers    uint64
+}
+
+var groupGen atomic.Uint64
+
+// New returns a controller; Run starts it.
+func New(client *consul.Client, cfg Config) (*Controller, error) {
+	if cfg.Mode == "" {
+		cfg.Mode = ModeRepair
+	}
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, err
+	}
+	if cfg.RegistryPrefix == "" {
+		cfg.RegistryPrefix = lockmodel.DefaultRegistryPrefix
+	}
+	p, err := lockmodel.ValidateRegistryPrefix(cfg.RegistryPrefix)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RegistryPrefix = p
+	if cfg.MaxLockWatches <= 0 {
+		cfg.MaxLockWatches = DefaultMaxLockWatches
+	}
+	if cfg.WaitTime <= 0 {
+		cfg.WaitTime = 5 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WatchClient == nil {
+		cfg.WatchClient = client
+	}
+	c := &Controller{
+		cfg: cfg, client: client, watcher: cfg.WatchClient, log: cfg.Logger.With("mode", string(cfg.Mode)),
+		kick:       make(chan struct{}, 1),
+		locks:      map[string]lockmodel.Lock{},
+		profiles:   map[string]lockmodel.SessionProfile{},
+		policies:   map[string]lockmodel.ACLPolicySpec{},
+		badRecords: map[string]uint64{},
+		groups:     map[string]*group{},
+		keyGroup:   map[string]string{},
+		heldSince:  map[Holder]time.Time{},
+		lockStatus: map[string]*lockStatus{},
+		reported:   map[string]bool{},
+	}
+	c.metrics = newMetrics(c)
+	return c, nil
+}
+
+// Metrics returns the controller's metrics.
+func (c *Controller) Metrics() *Metrics { return c.metrics }
+
+// Ready reports whether every watch has answered once since start.
+func (c *Controller) Ready() bool { return c.ready.Load() }
+
+// IsLeader reports whether this replica currently acts.
+func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// LeaderKey is the key replicas elect their leader with.
+func (c *Controller) LeaderKey() string { return c.cfg.RegistryPrefix + "/controller/.lock" }
+
+// Run watches and reconciles until ctx ends. On return this replica has
+// stopped acting and, if it led, released then destroyed its session.
+func (c *Controller) Run(ctx context.Context) error {
+	c.log.Info("controller starting", "registry_prefix", c.cfg.RegistryPrefix, "leader_key", c.LeaderKey())
+	var wg sync.WaitGroup
+	groupCtx, cancelGroups := context.WithCancel(ctx)
+	c.mu.Lock()
+	c.groupCtx, c.groupWG = groupCtx, &wg
+	c.mu.Unlock()
+
+	c.acting.Store(true)
+	start := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	start(func(ctx context.Context) { c.watch(ctx, "registry", c.pollRegistry) })
+	start(func(ctx context.Context) { c.watch(ctx, "sessions", c.pollSessions) })
+	start(func(ctx context.Context) { c.watch(ctx, "acl_policies", c.pollPolicies) })
+
+	leaderDone := make(chan struct{})
+	if c.cfg.DisableHA {
+		c.setLeader(true)
+		close(leaderDone)
+	} else {
+		go func() { defer close(leaderDone); c.elect(ctx) }()
+	}
+
+	c.reconcileLoop(ctx)
+
+	// Shutdown: stop acting before anything else, then let the election
+	// release and destroy its session, then wait for the watches.
+	c.acting.Store(false)
+	c.setLeader(false)
+	<-leaderDone
+	cancelGroups()
+	wg.Wait()
+	c.log.Info("controller stopped")
+	return nil
+}
+
+func (c *Controller) setLeader(on bool) {
+	c.leader.Store(on)
+	c.metrics.setLeader(on)
+	if on {
+		c.trigger()
+	}
+}
+
+// trigger asks for a reconcile soon; it never blocks.
+func (c *Controller) trigger() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileLoop decides after every watch answer and at the next max_hold
+// deadline.
+func (c *Controller) reconcileLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case <-timer.C:
+		}
+		next := c.reconcile(ctx)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		d := time.Hour
+		if !next.IsZero() {
+			d = max(time.Until(next), 10*time.Millisecond)
+		}
+		timer.Reset(d)
+	}
+}
+
+// reconcile decides once and, if this replica leads, acts. It returns the
+// next time a max_hold deadline passes (zero when none).
+func (c *Controller) reconcile(ctx context.Context) time.Time {
+	start := time.Now()
+	if err := c.fetchPolicies(ctx); err != nil && ctx.Err() == nil {
+		c.log.Error("reading declared ACL policies failed", "error", err.Error())
+	}
+	st, ready, next := c.snapshot(start)
+	if !ready {
+		return next
+	}
+	decisions := Decide(st, c.cfg.Mode)
+	c.observe(decisions)
+	if c.leader.Load() && c.acting.Load() {
+		c.actMu.Lock()
+		defer c.actMu.Unlock()
+		for _, d := range decisions {
+			if !d.Act || ctx.Err() != nil || !c.acting.Load() {
+				continue
+			}
+			if c.leader.Load() {
+				c.act(ctx, d)
+			}
+		}
+	}
+	c.metrics.reconcileDuration.Observe(time.Since(start).Seconds())
+	return next
+}
+
+// snapshot copies the watched state into a State for Decide, updates the
+// holder bookkeeping and lock metrics, and reports whether every watch has
+// answered.
+func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ready := c.registrySync && c.sessions != nil
+	for _, g := range c.groups {
+		ready = ready && g.synced
+	}
+	if ready && !c.ready.Load() {
+		c.ready.Store(true)
+		c.log.Info("initial sync done", "locks", len(c.locks), "session_defaults", len(c.profiles),
+			"acl_policies", len(c.policies), "lock_watches", len(c.groups))
+	}
+	if !c.registrySync {
+		return State{}, false, time.Time{}
+	}
+	st := State{
+		Locks: c.locks, Profiles: c.profiles, Policies: c.policies,
+		Keys: map[string]LiveKey{}, UnknownKeys: map[string]bool{},
+		Sessions: c.sessions, HeldSince: map[Holder]time.Time{}, Now: now,
+	}
+	if c.policySync {
+		st.LivePolicies = c.livePolicies
+		// A declared policy that is listed but not read yet is unknown,
+		// not missing: leave it out of this round.
+		copied := false
+		for name, spec := range c.policies {
+			_, listed := c.policyHashes[spec.ID]
+			if _, read := c.livePolicies[spec.ID]; listed && !read {
+				if !copied {
+					st.Policies, copied = maps.Clone(c.policies), true
+				}
+				delete(st.Policies, name)
+			}
+		}
+	}
+	for key, prefix := range c.keyGroup {
+		g := c.groups[prefix]
+		if g == nil || !g.synced {
+			st.UnknownKeys[key] = true
+			continue
+		}
+		if lk, ok := g.live[key]; ok {
+			st.Keys[key] = lk
+		}
+	}
+	var next time.Time
+	stillHeld := map[Holder]bool{}
+	for name, l := range c.locks {
+		l, err := l.Normalize()
+		if err != nil || st.UnknownKeys[l.Key] {
+			continue
+		}
+		live, exists := st.Keys[l.Key]
+		var hs []lockmodel.ObservedSession
+		if exists && st.Sessions != nil {
+			hs = holders(l, live, st.Sessions)
+		}
+		for _, s := range hs {
+			h := Holder{Lock: name, Session: s.ID}
+			stillHeld[h] = true
+			since, ok := c.heldSince[h]
+			if !ok {
+				since = now
+				if claimed := claimedStart(l, live); !claimed.IsZero() && claimed.Before(now) {
+					// A holder that says it started earlier is held to
+					// its word: that can only shorten its time.
+					since = claimed
+				}
+				c.heldSince[h] = since
+			}
+			st.HeldSince[h] = since
+			if l.MaxHold > 0 {
+				if dl := since.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
+					next = dl
+				}
+			}
+		}
+		c.updateLockStatus(name, l, live, exists, hs, now)
+	}
+	for h := range c.heldSince {
+		if !stillHeld[h] {
+			delete(c.heldSince, h)
+		}
+	}
+	for name := range c.lockStatus {
+		if _, ok := c.locks[name]; !ok {
+			delete(c.lockStatus, name)
+		}
+	}
+	return st, true, next
+}
+
+// claimedStart is the start time the runner writes into a mutex key's value
+// (lockmodel.HolderValue), zero when there is none.
+func claimedStart(l lockmodel.Lock, live LiveKey) time.Time {
+	if l.IsSemaphore() || len(live.Value) == 0 || live.Value[0] != '{' {
+		return time.Time{}
+	}
+	var hv lockmodel.HolderValue
+	if json.Unmarshal(live.Value, &hv) != nil {
+		return time.Time{}
+	}
+	return hv.Started
+}
+
+func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
+	ls := c.lockStatus[name]
+	if ls == nil {
+		ls = &lockStatus{holders: map[string]bool{}}
+		c.lockStatus[name] = ls
+	}
+	held := exists && (live.Session != "" || len(hs) > 0)
+	cur := map[string]bool{}
+	if !l.IsSemaphore() {
+		if exists && live.Session != "" {
+			cur[live.Session] = true
+		}
+	} else {
+		for _, s := range hs {
+			cur[s.ID] = true
+		}
+	}
+	if ls.seen {
+		handover := false
+		if !l.IsSemaphore() {
+			handover = exists && live.Session != "" && live.LockIndex > ls.lockIndex
+		} else {
+			for id := range cur {
+				if !ls.holders[id] {
+					handover = true
+				}
+			}
+		}
+		if handover {
+			ls.handovers++
+			ls.lastHandover = now
+			c.metrics.handovers.WithLabelValues(name).Inc()
+		}
+	}
+	if !held && (ls.held || !ls.seen) {
+		ls.unheldSince = now
+	}
+	ls.seen, ls.held, ls.holders = true, held, cur
+	if exists && !l.IsSemaphore() {
+		ls.lockIndex = live.LockIndex
+	}
+}
+
+// observe logs and counts each finding once, while it lasts.
+func (c *Controller) observe(ds []Decision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	current := map[string]bool{}
+	for _, d := range ds {
+		id := d.ID()
+		current[id] = true
+		if c.reported[id] {
+			continue
+		}
+		c.reported[id] = true
+		for _, r := range d.Reasons {
+			c.metrics.violations.WithLabelValues(r).Inc()
+		}
+		attrs := []any{"kind", string(d.Kind), "act", d.Act && c.leader.Load(), "detail", d.Detail}
+		attrs = append(attrs, d.logAttrs()...)
+		c.log.Warn("drift detected", attrs...)
+	}
+	for id := range c.reported {
+		if !current[id] {
+			delete(c.reported, id)
+		}
+	}
+}
+
+func (d Decision) logAttrs() []any {
+	var a []any
+	if d.Lock != "" {
+		a = append(a, "lock", d.Lock)
+	}
+	if d.Key != "" {
+		a = append(a, "key", d.Key)
+	}
+	if d.Policy != "" {
+		a = append(a, "policy", d.Policy)
+	}
+	if d.Session != "" {
+		a = append(a, "session", d.Session)
+	}
+	if len(d.Reasons) > 0 {
+		a = append(a, "reason", strings.Join(d.Reasons, ","))
+	} else {
+		a = append(a, "reason", string(d.Kind))
+	}
+	if d.Before != "" {
+		a = append(a, "before", d.Before)
+	}
+	if d.After != "" {
+		a = append(a, "after", d.After)
+	}
+	return a
+}
+
+// setDeclarations replaces the declarations from one registry listing and
+// regroups the lock key watches.
+func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile, policies map[string]lockmodel.ACLPolicySpec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.locks, c.profiles, c.policies = locks, profiles, policies
+	c.registrySync = true
+	keys := make([]string, 0, len(locks))
+	for _, l := range locks {
+		if n, err := l.Normalize(); err == nil {
+			keys = append(keys, n.Key)
+		}
+	}
+	assign := GroupKeys(keys, c.cfg.MaxLockWatches)
+	want := map[string]map[string]bool{}
+	for key, prefix := range assign {
+		if want[prefix] == nil {
+			want[prefix] = map[string]bool{}
+		}
+		want[prefix][key] = true
+	}
+	for prefix, g := range c.groups {
+		if ks, ok := want[prefix]; !ok || !sameSet(ks, g.keys) {
+			g.cancel()
+			delete(c.groups, prefix)
+		}
+	}
+	for prefix, ks := range want {
+		if _, ok := c.groups[prefix]; ok {
+			continue
+		}
+		gctx, cancel := context.WithCancel(c.groupCtx)
+		g := &group{prefix: prefix, keys: ks, gen: groupGen.Add(1), cancel: cancel}
+		c.groups[prefix] = g
+		c.groupWG.Add(1)
+		go func() {
+			defer c.groupWG.Done()
+			c.watch(gctx, "lock_keys", func(ctx context.Context, index uint64) (uint64, error) {
+				return c.pollGroup(ctx, g, index)
+			})
+		}()
+	}
+	c.keyGroup = assign
+	c.metrics.lockWatches.Set(float64(len(c.groups)))
+}
+
+func sameSet(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// LockWatches returns the number of lock key watches now open.
+func (c *Controller) LockWatches() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.groups)
+}
+
+// String describes the controller for logs.
+func (c *Controller) String() string {
+	return fmt.Sprintf("controller(mode=%s, registry=%s)", c.cfg.Mode, c.cfg.RegistryPrefix)
+}

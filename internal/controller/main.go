@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Main is the `controller` program:
+//
+//	controller -mode observe|repair|enforce -listen 127.0.0.1:9464 [-registry-prefix consul-lock]
+//
+// It reads the Consul CLI's CONSUL_* environment, logs JSON to stderr, and
+// exits 0 after SIGTERM or SIGINT once it has stopped acting and released
+// its leader lock.
+func Main(ctx context.Context, args []string) int {
+	return run(ctx, args, os.Stderr)
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mode := fs.String("mode", string(ModeRepair), "observe (report only), repair (fix config drift, never touch holders) or enforce (also end violating holder sessions)")
+	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz; empty disables")
+	prefix := fs.String("registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
+	maxWatches := fs.Int("max-lock-watches", DefaultMaxLockWatches, "most blocking queries on lock keys; keys are grouped by prefix")
+	noHA := fs.Bool("no-leader-election", false, "act without electing a leader: only for a single replica")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: consullock controller [flags]\n\nKeeps live Consul matching the consullock declarations. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "controller: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	m, err := ParseMode(*mode)
+	if err != nil {
+		fmt.Fprintf(stderr, "controller: %v\n", err)
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "controller: -log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+
+	settings, err := consul.SettingsFromEnv()
+	if err != nil {
+		log.Error("reading the Consul environment failed", "error", err.Error())
+		return 2
+	}
+	client, err := consul.New(settings)
+	if err != nil {
+		log.Error("building the Consul client failed", "error", err.Error())
+		return 2
+	}
+	watchSettings := settings
+	watchSettings.Retry.MaxAttempts = 1 // the watch loop backs off and resets its index itself
+	watcher, err := consul.New(watchSettings)
+	if err != nil {
+		log.Error("building the Consul client failed", "error", err.Error())
+		return 2
+	}
+	c, err := New(client, Config{Mode: m, RegistryPrefix: *prefix, Logger: log, MaxLockWatches: *maxWatches,
+		DisableHA: *noHA, WatchClient: watcher})
+	if err != nil {
+		fmt.Fprintf(stderr, "controller: %v\n", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if err := client.CheckToken(ctx); err != nil {
+		// Not fatal: the agent may be starting. The watches keep trying
+		// and report every failure.
+		log.Error("checking the Consul token failed", "error", err.Error())
+	}
+
+	var srv *http.Server
+	if *listen != "" {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			log.Error("listen failed", "listen", *listen, "error", err.Error())
+			return 1
+		}
+		srv = &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		log.Info("serving metrics and health", "listen", ln.Addr().String())
+	}
+
+	runErr := c.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if runErr != nil {
+		log.Error("controller failed", "error", runErr.Error())
+		return 1
+	}
+	return 0
+}
+
+// Handler serves /metrics, /healthz (the process is alive) and /readyz
+// (every watch has answered since start and none is failing now).
+func (c *Controller) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if failing := c.failing.Load(); !c.Ready() || failing > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: initial sync done=%v, failing watches=%d\n", c.Ready(), failing)
+			return
+		}
+		fmt.Fprintf(w, "ready (leader=%v)\n", c.IsLeader())
+	})
+	return mux
+}

@@ -1,0 +1,128 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Metrics are the controller's Prometheus metrics, all named consullock_*.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	leader            prometheus.Gauge
+	lockWatches       prometheus.Gauge
+	handovers         *prometheus.CounterVec
+	violations        *prometheus.CounterVec
+	repairs           *prometheus.CounterVec
+	repairErrors      *prometheus.CounterVec
+	watchErrors       *prometheus.CounterVec
+	reconcileDuration prometheus.Histogram
+}
+
+func newMetrics(c *Controller) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consullock_leader", Help: "1 when this controller replica holds the leader lock and acts, else 0.",
+		}),
+		lockWatches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consullock_lock_watches", Help: "Blocking queries open on lock keys (grouped by prefix; does not grow with the number of locks).",
+		}),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_lock_handovers_total", Help: "Times a lock passed to a new holder (LockIndex increased, or a new semaphore holder).",
+		}, []string{"lock"}),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_violations_total", Help: "Holder sessions found violating their declared profile or max_hold, by reason (counted once per session and reason).",
+		}, []string{"reason"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_repairs_total", Help: "Writes the controller made to put live Consul back to the declarations, by kind.",
+		}, []string{"kind"}),
+		repairErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_repair_errors_total", Help: "Repairs that failed, by kind.",
+		}, []string{"kind"}),
+		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_watch_errors_total", Help: "Failed blocking queries, by watch (registry, lock_keys, sessions, acl_policies).",
+		}, []string{"watch"}),
+		reconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "consullock_reconcile_duration_seconds", Help: "Time of one reconcile (decide and act).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+	}
+	m.Registry.MustRegister(m.leader, m.lockWatches, m.handovers, m.violations, m.repairs, m.repairErrors,
+		m.watchErrors, m.reconcileDuration, &lockCollector{c: c},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) setLeader(on bool) {
+	if on {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
+}
+
+// RepairsTotal returns consullock_repairs_total for kind (for tests).
+func (m *Metrics) RepairsTotal(kind Kind) float64 {
+	return counterValue(m.repairs.WithLabelValues(string(kind)))
+}
+
+// ViolationsTotal returns consullock_violations_total for reason.
+func (m *Metrics) ViolationsTotal(reason string) float64 {
+	return counterValue(m.violations.WithLabelValues(reason))
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var pb dto.Metric
+	if err := c.Write(&pb); err != nil || pb.Counter == nil {
+		return 0
+	}
+	return pb.Counter.GetValue()
+}
+
+var (
+	descHeld = prometheus.NewDesc("consullock_lock_held",
+		"1 when the declared lock has a holder, else 0.", []string{"lock"}, nil)
+	descIndex = prometheus.NewDesc("consullock_lock_index",
+		"LockIndex of a mutex key (the fencing token).", []string{"lock"}, nil)
+	descSinceHandover = prometheus.NewDesc("consullock_lock_seconds_since_handover",
+		"Seconds since this controller saw the lock pass to a new holder (absent before the first hand-over it saw).", []string{"lock"}, nil)
+	descUnheld = prometheus.NewDesc("consullock_lock_seconds_unheld",
+		"Seconds the lock has been without a holder; 0 while held.", []string{"lock"}, nil)
+	descHolders = prometheus.NewDesc("consullock_lock_holders",
+		"Live holders of the lock (1 for a held mutex, up to the limit for a semaphore).", []string{"lock"}, nil)
+)
+
+// lockCollector computes the per-lock gauges at scrape time, so that the
+// "seconds since" series are current without a ticker.
+type lockCollector struct{ c *Controller }
+
+func (lc *lockCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descHeld
+	ch <- descIndex
+	ch <- descSinceHandover
+	ch <- descUnheld
+	ch <- descHolders
+}
+
+func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	lc.c.mu.Lock()
+	defer lc.c.mu.Unlock()
+	for name, ls := range lc.c.lockStatus {
+		held, unheld := 0.0, now.Sub(ls.unheldSince).Seconds()
+		if ls.held {
+			held, unheld = 1, 0
+		}
+		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, held, name)
+		ch <- prometheus.MustNewConstMetric(descIndex, prometheus.GaugeValue, float64(ls.lockIndex), name)
+		ch <- prometheus.MustNewConstMetric(descUnheld, prometheus.GaugeValue, unheld, name)
+		ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(len(ls.holders)), name)
+		if !ls.lastHandover.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descSinceHandover, prometheus.GaugeValue, now.Sub(ls.lastHandover).Seconds(), name)
+		}
+	}
+}

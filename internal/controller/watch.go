@@ -1,0 +1,371 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Backoff bounds for failed watches.
+const (
+	watchMinBackoff = 200 * time.Millisecond
+	watchMaxBackoff = 15 * time.Second
+)
+
+// poll is one blocking query: it waits for a change after index and
+// returns the new index.
+type poll func(ctx context.Context, index uint64) (uint64, error)
+
+// watch runs p until ctx ends. After an error it waits with jittered
+// exponential backoff and starts again from index 0: the agent may have
+// restarted with a fresh (lower) raft index, and blocking on an index it
+// will not reach for a long time would hide every change. An index that
+// goes backwards in a successful answer is reset the same way.
+func (c *Controller) watch(ctx context.Context, name string, p poll) {
+	var index uint64
+	failures := 0
+	defer func() {
+		if failures > 0 {
+			c.failing.Add(-1)
+		}
+	}()
+	for ctx.Err() == nil {
+		next, err := p(ctx, index)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if failures == 0 {
+				c.failing.Add(1)
+			}
+			failures++
+			index = 0
+			c.metrics.watchErrors.WithLabelValues(name).Inc()
+			wait := backoff(failures)
+			c.log.Error("watch failed", "watch", name, "error", err.Error(), "retry_in", wait.String())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
+		if failures > 0 {
+			c.failing.Add(-1)
+			c.log.Info("watch recovered", "watch", name)
+		}
+		failures = 0
+		switch {
+		case next < index:
+			index = 0 // Consul's index went backwards: start over
+		case next == 0:
+			index = 1
+		default:
+			index = next
+		}
+	}
+}
+
+// backoff is exponential from watchMinBackoff to watchMaxBackoff, each step
+// jittered between half and all of it.
+func backoff(failures int) time.Duration {
+	step := watchMinBackoff << min(failures-1, 10)
+	step = min(step, watchMaxBackoff)
+	return step/2 + time.Duration(rand.Int64N(int64(step/2)+1))
+}
+
+func (c *Controller) query(ctx context.Context, index uint64) *api.QueryOptions {
+	return (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WaitTime}).WithContext(ctx)
+}
+
+// filtered is the error for an answer Consul trimmed because the token may
+// not read everything: absence then proves nothing.
+func filtered(op, permission, resource string) error {
+	return &consul.Error{Kind: consul.KindPermissionDenied, Op: op, StatusCode: 200, Permission: permission, Resource: resource,
+		Message: "Consul filtered the results by ACLs"}
+}
+
+// pollRegistry lists every declaration under the registry prefix.
+func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, error) {
+	prefix := c.cfg.RegistryPrefix + "/"
+	pairs, meta, err := c.watcher.KV().List(prefix, c.query(ctx, index))
+	if err != nil {
+		return 0, consul.Classify("watch registry "+prefix, err)
+	}
+	if meta.ResultsFilteredByACLs {
+		return 0, filtered("watch registry "+prefix, "key:read", prefix)
+	}
+	if index != 0 && meta.LastIndex == index {
+		return index, nil // wait timed out without a change
+	}
+	locks := map[string]lockmodel.Lock{}
+	profiles := map[string]lockmodel.SessionProfile{}
+	policies := map[string]lockmodel.ACLPolicySpec{}
+	for _, p := range pairs {
+		rest := strings.TrimPrefix(p.Key, prefix)
+		kind, name, ok := strings.Cut(rest, "/")
+		if !ok || name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		var derr error
+		switch kind {
+		case lockmodel.KindLock:
+			var l lockmodel.Lock
+			if l, derr = lockmodel.DecodeLockRecord(p.Value); derr == nil {
+				locks[l.Name] = l
+			}
+		case lockmodel.KindSessionDefaults:
+			var s lockmodel.SessionProfile
+			if s, derr = lockmodel.DecodeSessionProfileRecord(p.Value); derr == nil {
+				profiles[s.Name] = s
+			}
+		case lockmodel.KindACLPolicy:
+			var s lockmodel.ACLPolicySpec
+			if s, derr = lockmodel.DecodeACLPolicyRecord(p.Value); derr == nil {
+				policies[s.Name] = s
+			}
+		default:
+			continue
+		}
+		if derr != nil {
+			c.reportBadRecord(p, derr)
+		}
+	}
+	c.setDeclarations(locks, profiles, policies)
+	c.trigger()
+	return meta.LastIndex, nil
+}
+
+// reportBadRecord logs a declaration that cannot be read, once per version.
+// It is ignored, never acted on.
+func (c *Controller) reportBadRecord(p *api.KVPair, err error) {
+	c.mu.Lock()
+	seen := c.badRecords[p.Key] == p.ModifyIndex
+	c.badRecords[p.Key] = p.ModifyIndex
+	c.mu.Unlock()
+	if !seen {
+		c.log.Error("declaration ignored", "record", p.Key, "error", err.Error())
+	}
+}
+
+// pollGroup lists the keys under one group's prefix and keeps the declared
+// lock keys among them.
+func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uint64, error) {
+	pairs, meta, err := c.watcher.KV().List(g.prefix, c.query(ctx, index))
+	if err != nil {
+		return 0, consul.Classify(fmt.Sprintf("watch lock keys under %q", g.prefix), err)
+	}
+	if meta.ResultsFilteredByACLs {
+		c.markGroup(g, nil, false)
+		return 0, filtered(fmt.Sprintf("watch lock keys under %q", g.prefix), "key:read", g.prefix)
+	}
+	if index != 0 && meta.LastIndex == index {
+		return index, nil
+	}
+	live := make(map[string]LiveKey, len(g.keys))
+	for _, p := range pairs {
+		if g.keys[p.Key] {
+			live[p.Key] = LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+		}
+	}
+	c.markGroup(g, live, true)
+	c.trigger()
+	return meta.LastIndex, nil
+}
+
+func (c *Controller) markGroup(g *group, live map[string]LiveKey, synced bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.groups[g.prefix] != g {
+		return // replaced by a regrouping
+	}
+	g.live, g.synced = live, synced
+}
+
+// pollSessions lists every session.
+func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, error) {
+	entries, meta, err := c.watcher.Session().List(c.query(ctx, index))
+	if err != nil {
+		return 0, consul.Classify("watch sessions", err)
+	}
+	if meta.ResultsFilteredByACLs {
+		// Holders on nodes the token may not read are missing: they are
+		// not judged (Decide skips unseen sessions), but say so.
+		c.log.Warn("some sessions are hidden by ACLs; their holders are not checked",
+			"permission", "session:read", "hint", `grant session_prefix "" { policy = "read" }`)
+	}
+	if index != 0 && meta.LastIndex == index {
+		return index, nil
+	}
+	sessions := make(map[string]lockmodel.ObservedSession, len(entries))
+	for _, e := range entries {
+		sessions[e.ID] = observedSession(e)
+	}
+	c.mu.Lock()
+	c.sessions = sessions
+	c.mu.Unlock()
+	c.trigger()
+	return meta.LastIndex, nil
+}
+
+func observedSession(e *api.SessionEntry) lockmodel.ObservedSession {
+	ttl, _ := lockmodel.ParseConsulTTL(e.TTL)
+	node, svc := consul.SessionChecks(e)
+	return lockmodel.ObservedSession{
+		ID: e.ID, Name: e.Name, Node: e.Node, TTL: ttl, LockDelay: e.LockDelay,
+		Behavior: lockmodel.Behavior(e.Behavior), NodeChecks: node, ServiceChecks: svc, CreateIndex: e.CreateIndex,
+	}
+}
+
+// pollPolicies lists the ACL policies and reads only the declared ones
+// whose Hash changed since they were last read.
+func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, error) {
+	entries, meta, err := c.watcher.ACL().PolicyList(c.query(ctx, index))
+	if err != nil {
+		e := consul.Classify("watch ACL policies", err)
+		if e.Kind == consul.KindPermissionDenied && e.Permission == "" {
+			e.Permission, e.Resource = "acl:read", "/v1/acl/policies"
+		}
+		c.mu.Lock()
+		c.policySync = false
+		c.mu.Unlock()
+		return 0, e
+	}
+	hashes := make(map[string]string, len(entries))
+	for _, e := range entries {
+		hashes[e.ID] = fmt.Sprintf("%x", e.Hash)
+	}
+	c.mu.Lock()
+	changed := index == 0 || !sameHashes(hashes, c.policyHashes)
+	c.policyHashes = hashes
+	c.mu.Unlock()
+	if err := c.fetchPolicies(ctx); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	c.policySync = true
+	c.mu.Unlock()
+	if changed {
+		c.trigger()
+	}
+	return meta.LastIndex, nil
+}
+
+func sameHashes(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// fetchPolicies reads the declared policies whose live Hash differs from
+// the one last read, and drops those no longer listed.
+func (c *Controller) fetchPolicies(ctx context.Context) error {
+	c.mu.Lock()
+	hashes := c.policyHashes
+	if hashes == nil {
+		c.mu.Unlock()
+		return nil // not listed yet
+	}
+	cur := c.livePolicies
+	var todo []string
+	for _, spec := range c.policies {
+		if h, ok := hashes[spec.ID]; ok && spec.ID != "" {
+			if lp, have := cur[spec.ID]; !have || lp.hash != h {
+				todo = append(todo, spec.ID)
+			}
+		}
+	}
+	c.mu.Unlock()
+	sort.Strings(todo)
+	fetched := map[string]LivePolicy{}
+	for _, id := range todo {
+		p, _, err := c.client.ACL().PolicyRead(id, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			e := consul.Classify("read ACL policy "+id, err)
+			if e.Kind == consul.KindInvalidToken || e.Kind == consul.KindNotFound {
+				continue // deleted between list and read: the next list says so
+			}
+			return e
+		}
+		if p == nil {
+			continue
+		}
+		fetched[id] = LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
+			Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex, hash: fmt.Sprintf("%x", p.Hash)}
+	}
+	c.mu.Lock()
+	next := make(map[string]LivePolicy, len(c.policyHashes))
+	for id, lp := range c.livePolicies {
+		if _, listed := c.policyHashes[id]; listed {
+			next[id] = lp
+		}
+	}
+	for id, lp := range fetched {
+		next[id] = lp
+	}
+	c.livePolicies = next
+	c.mu.Unlock()
+	return nil
+}
+
+// GroupKeys assigns each lock key to a watch prefix. Keys are grouped by
+// their first path segment ("service/a/.lock" -> "service/"); when that
+// gives more than max groups, neighbouring groups (in sorted order) are
+// merged and watched by their longest common prefix. The number of watches
+// therefore never exceeds max, however many locks are declared.
+func GroupKeys(keys []string, max int) map[string]string {
+	if max < 1 {
+		max = 1
+	}
+	bySeg := map[string][]string{}
+	for _, k := range keys {
+		seg := k
+		if i := strings.IndexByte(k, '/'); i >= 0 {
+			seg = k[:i+1]
+		}
+		bySeg[seg] = append(bySeg[seg], k)
+	}
+	segs := sortedKeys(bySeg)
+	out := make(map[string]string, len(keys))
+	chunk := (len(segs) + max - 1) / max
+	if chunk < 1 {
+		chunk = 1
+	}
+	for i := 0; i < len(segs); i += chunk {
+		part := segs[i:min(i+chunk, len(segs))]
+		prefix := commonPrefix(part)
+		for _, s := range part {
+			for _, k := range bySeg[s] {
+				out[k] = prefix
+			}
+		}
+	}
+	return out
+}
+
+func commonPrefix(ss []string) string {
+	if len(ss) == 0 {
+		return ""
+	}
+	p := ss[0]
+	for _, s := range ss[1:] {
+		for !strings.HasPrefix(s, p) {
+			p = p[:len(p)-1]
+		}
+	}
+	return p
+}

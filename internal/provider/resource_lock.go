@@ -1,0 +1,822 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+var (
+	_ resource.Resource                   = (*lockResource)(nil)
+	_ resource.ResourceWithConfigure      = (*lockResource)(nil)
+	_ resource.ResourceWithImportState    = (*lockResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*lockResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*lockResource)(nil)
+)
+
+// NewLockResource is the consullock_lock resource.
+func NewLockResource() resource.Resource {
+	return &lockResource{}
+}
+
+// lockResource declares a lock: a KV key that Consul's api.Lock (limit 1) or
+// api.Semaphore (limit > 1) and `consul lock` can use, plus its registry
+// record <registry>/locks/<name>. It owns the key's existence and flags (and
+// a semaphore's Limit); holders own its value, session and LockIndex, which
+// it never reports as drift and never changes.
+type lockResource struct {
+	data *providerData
+}
+
+type lockResourceModel struct {
+	Name            types.String         `tfsdk:"name"`
+	Prefix          types.String         `tfsdk:"prefix"`
+	Key             types.String         `tfsdk:"key"`
+	Limit           types.Int64          `tfsdk:"limit"`
+	SessionDefaults types.String         `tfsdk:"session_defaults"`
+	MaxHold         timetypes.GoDuration `tfsdk:"max_hold"`
+	Description     types.String         `tfsdk:"description"`
+	ForceDestroy    types.Bool           `tfsdk:"force_destroy"`
+	Flags           types.String         `tfsdk:"flags"`
+	RegistryKey     types.String         `tfsdk:"registry_key"`
+}
+
+// casAttempts bounds the read-modify-write loops on a lock key, which lose
+// only when a holder writes the key at the same moment.
+const casAttempts = 5
+
+func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_lock"
+}
+
+func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A Consul lock: a mutex (`limit = 1`) or a semaphore (`limit > 1`) whose key works with " +
+			"`consul lock`, api.Lock and api.Semaphore. The resource creates the key create-only with Consul's lock flags, " +
+			"adopts a compatible existing key untouched, repairs deleted keys and drifted flags, and refuses to destroy a " +
+			"held lock unless `force_destroy` is set. It never changes what holders own: the key's value, session and " +
+			"LockIndex (the fencing token). The declaration is recorded at `<registry_prefix>/locks/<name>` for the controller and `consullock run`.",
+		Attributes: map[string]schema.Attribute{
+			"name": schema.StringAttribute{
+				MarkdownDescription: "Lock name, unique per registry prefix; `consullock run -lock NAME` uses it. Use 1 to 128 letters, digits, `-` or `_`. Changing it replaces the lock.",
+				Required:            true,
+				Validators:          []validator.String{domainStringRule{check: lockmodel.ValidateName, what: allowedText(lockmodel.ValidateName("name", ""))}},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"prefix": schema.StringAttribute{
+				MarkdownDescription: "KV prefix of the lock, as in `consul lock <prefix> <command>`. Leading and trailing `/` are " +
+					"ignored. Letters, digits, `-`, `_`, `.`, `:`, `@` and `+` in segments separated by `/`; no `.` or `..` segments. " +
+					"Changing it replaces the lock.",
+				Required:      true,
+				Validators:    []validator.String{keyPathValidator{}},
+				PlanModifiers: []planmodifier.String{requiresReplaceIfPathChanged()},
+			},
+			"key": schema.StringAttribute{
+				MarkdownDescription: "The key holders acquire. Default `<prefix>/.lock`, known at plan time, which is what " +
+					"`consul lock`, api.Lock and api.Semaphore use. A mutex may name another key equal to or under the prefix, " +
+					"such as `service/job/leader`; a semaphore's key is always `<prefix>/.lock`. Changing it replaces the lock.",
+				Optional:      true,
+				Computed:      true,
+				Validators:    []validator.String{keyPathValidator{}},
+				PlanModifiers: []planmodifier.String{requiresReplaceIfPathChanged()},
+			},
+			"limit": schema.Int64Attribute{
+				MarkdownDescription: fmt.Sprintf("How many holders at once: `1` is a mutex (api.Lock, `consul lock`), `2` to `%d` a "+
+					"semaphore (api.Semaphore, `consul lock -n N`). Changing a semaphore's limit rewrites the Limit in its key and "+
+					"keeps the holders; changing between mutex and semaphore replaces the lock. Default `1`.", lockmodel.MaxSemaphoreLimit),
+				Optional:      true,
+				Computed:      true,
+				Default:       int64default.StaticInt64(1),
+				Validators:    []validator.Int64{int64validator.Between(1, lockmodel.MaxSemaphoreLimit)},
+				PlanModifiers: []planmodifier.Int64{requiresReplaceIfLockKindChanged()},
+			},
+			"session_defaults": schema.StringAttribute{
+				MarkdownDescription: "Name of the `consullock_session_defaults` profile holders use. It must exist when the lock " +
+					"is applied: reference the profile's `name` attribute so that it is created first.",
+				Optional:   true,
+				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: allowedText(lockmodel.ValidateName("session_defaults", ""))}},
+			},
+			"max_hold": schema.StringAttribute{
+				MarkdownDescription: "Longest time one holder may keep the lock, e.g. `2h`; at least `1s`. The controller reports " +
+					"longer holds in `repair` mode and ends the holder's session in `enforce` mode. Unset means no limit.",
+				Optional:   true,
+				CustomType: timetypes.GoDurationType{},
+				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateMaxHold, what: allowedText(lockmodel.ValidateMaxHold("max_hold", -1))}},
+			},
+			"description": schema.StringAttribute{
+				MarkdownDescription: fmt.Sprintf("Free text for operators, at most %d characters.", lockmodel.MaxDescriptionLength),
+				Optional:            true,
+				Validators:          []validator.String{domainStringRule{check: lockmodel.ValidateDescription, what: fmt.Sprintf("text of at most %d characters", lockmodel.MaxDescriptionLength)}},
+			},
+			"force_destroy": schema.BoolAttribute{
+				MarkdownDescription: "Allow destroying the lock while it is held: the holders are released, then the key is " +
+					"deleted. Apply `true` before destroying. Default `false`: destroying a held lock fails and names the holder.",
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+			},
+			"flags": schema.StringAttribute{
+				MarkdownDescription: "The key's KV flags in hex: `0x2ddccbc058a50c18` (api.Lock) for a mutex, `0xe0f69a2baa414de0` " +
+					"(api.Semaphore) for a semaphore. A string, because these 64-bit values exceed what Terraform numbers hold " +
+					"exactly. Refresh shows the live flags, so a plan proposes to repair drift.",
+				Computed: true,
+			},
+			"registry_key": schema.StringAttribute{
+				MarkdownDescription: "Consul KV key of the lock's record, `<registry_prefix>/locks/<name>`. Empty after a refresh " +
+					"that found the record missing or unreadable, so that the plan shows it will be rewritten.",
+				Computed: true,
+			},
+		},
+	}
+}
+
+func (r *lockResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+// requiresReplaceIfPathChanged replaces the lock when a KV path changes
+// other than by surrounding slashes ("/jobs/a/" and "jobs/a" are one path).
+func requiresReplaceIfPathChanged() planmodifier.String {
+	return stringplanmodifier.RequiresReplaceIf(
+		func(_ context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
+			if req.PlanValue.IsUnknown() || req.StateValue.IsUnknown() {
+				return
+			}
+			resp.RequiresReplace = strings.Trim(req.PlanValue.ValueString(), "/") != strings.Trim(req.StateValue.ValueString(), "/")
+		},
+		"Changing the path, other than by leading or trailing slashes, replaces the lock.",
+		"Changing the path, other than by leading or trailing slashes, replaces the lock.",
+	)
+}
+
+// requiresReplaceIfLockKindChanged replaces the lock when it changes between
+// mutex and semaphore: the key's flags and value format differ, and running
+// holders use one client or the other.
+func requiresReplaceIfLockKindChanged() planmodifier.Int64 {
+	return int64planmodifier.RequiresReplaceIf(
+		func(_ context.Context, req planmodifier.Int64Request, resp *int64planmodifier.RequiresReplaceIfFuncResponse) {
+			if req.PlanValue.IsUnknown() || req.StateValue.IsUnknown() || req.StateValue.IsNull() {
+				return
+			}
+			resp.RequiresReplace = (req.PlanValue.ValueInt64() > 1) != (req.StateValue.ValueInt64() > 1)
+		},
+		"Changing between a mutex (limit 1) and a semaphore (limit > 1) replaces the lock.",
+		"Changing between a mutex (`limit = 1`) and a semaphore (`limit > 1`) replaces the lock.",
+	)
+}
+
+// lock converts a fully known model into the normalised domain lock.
+func (m lockResourceModel) lock() (lockmodel.Lock, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	l := lockmodel.Lock{
+		Name:            m.Name.ValueString(),
+		Prefix:          m.Prefix.ValueString(),
+		Key:             m.Key.ValueString(),
+		Limit:           int(m.Limit.ValueInt64()),
+		SessionDefaults: m.SessionDefaults.ValueString(),
+		Description:     m.Description.ValueString(),
+	}
+	if !m.MaxHold.IsNull() && !m.MaxHold.IsUnknown() {
+		d, ds := m.MaxHold.ValueGoDuration()
+		diags.Append(ds...)
+		l.MaxHold = d
+	}
+	if err := l.Validate(); err != nil {
+		addFieldErrors(&diags, "Invalid Lock", err)
+		return l, diags
+	}
+	n, _ := l.Normalize()
+	return n, diags
+}
+
+// setDeclared writes the declared fields of a registry record into the
+// model. Values that say the same as the model keep their spelling, and
+// empty record fields stay null where the model has them null.
+func (m *lockResourceModel) setDeclared(l lockmodel.Lock) {
+	m.Name = types.StringValue(l.Name)
+	if strings.Trim(m.Prefix.ValueString(), "/") != l.Prefix {
+		m.Prefix = types.StringValue(l.Prefix)
+	}
+	if strings.Trim(m.Key.ValueString(), "/") != l.Key {
+		m.Key = types.StringValue(l.Key)
+	}
+	m.Limit = types.Int64Value(int64(l.Limit))
+	m.SessionDefaults = keepOptionalString(m.SessionDefaults, l.SessionDefaults)
+	m.Description = keepOptionalString(m.Description, l.Description)
+	switch {
+	case l.MaxHold == 0 && (m.MaxHold.IsNull() || m.MaxHold.IsUnknown()):
+		m.MaxHold = timetypes.NewGoDurationNull()
+	default:
+		m.MaxHold = keepDuration(m.MaxHold, l.MaxHold)
+	}
+}
+
+// keepOptionalString maps "" to null unless the model holds "" itself.
+func keepOptionalString(prior types.String, s string) types.String {
+	if s == "" && (prior.IsNull() || prior.IsUnknown()) {
+		return types.StringNull()
+	}
+	return types.StringValue(s)
+}
+
+// ValidateConfig checks the rule that ties key to prefix and limit; each
+// attribute's own rules are checked by its validators.
+func (r *lockResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var cfg lockResourceModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if cfg.Prefix.IsUnknown() || cfg.Key.IsUnknown() || cfg.Limit.IsUnknown() {
+		return
+	}
+	l := lockmodel.Lock{Prefix: cfg.Prefix.ValueString(), Key: cfg.Key.ValueString(), Limit: 1}
+	if !cfg.Limit.IsNull() {
+		l.Limit = int(cfg.Limit.ValueInt64())
+	}
+	if err := l.KeyPlacementError(); err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("key"), "Invalid Key", err.Error()+".")
+	}
+}
+
+// ModifyPlan shows at plan time what apply will write: the key, the flags
+// and the registry key; and warns about limit changes that running
+// contenders must follow.
+func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var plan, cfg lockResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if cfg.Key.IsNull() {
+		plan.Key = types.StringUnknown()
+		if !plan.Prefix.IsUnknown() {
+			if prefix, err := lockmodel.NormalizeKeyPath("prefix", plan.Prefix.ValueString()); err == nil {
+				plan.Key = types.StringValue(lockmodel.DefaultLockKey(prefix))
+			}
+		}
+	}
+	plan.Flags = types.StringUnknown()
+	if !plan.Limit.IsUnknown() {
+		plan.Flags = types.StringValue(lockmodel.FormatFlags(lockmodel.Lock{Limit: int(plan.Limit.ValueInt64())}.Flags()))
+	}
+	plan.RegistryKey = types.StringUnknown()
+	if r.data != nil && !plan.Name.IsUnknown() {
+		plan.RegistryKey = types.StringValue(lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, plan.Name.ValueString()))
+	}
+
+	if !req.State.Raw.IsNull() {
+		var state lockResourceModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		// A computed key follows the prefix; the attribute's own plan
+		// modifier cannot see that value yet.
+		if !plan.Key.IsUnknown() && !state.Key.IsNull() && strings.Trim(plan.Key.ValueString(), "/") != strings.Trim(state.Key.ValueString(), "/") {
+			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("key"))
+		}
+		if !plan.Limit.IsUnknown() {
+			from, to := state.Limit.ValueInt64(), plan.Limit.ValueInt64()
+			if from > 1 && to > 1 && from != to {
+				resp.Diagnostics.AddAttributeWarning(path.Root("limit"), "Semaphore Limit Change",
+					fmt.Sprintf("Apply rewrites the Limit in %s from %d to %d and keeps the current holders. Contenders started with "+
+						"`consul lock -n %d` (or api.Semaphore with Limit %d) refuse a holder table with another limit "+
+						"(\"semaphore limit conflict\") until they are restarted with -n %d.",
+						plan.Key.ValueString(), from, to, from, from, to))
+			}
+		}
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
+		return
+	}
+	var plan lockResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	l, diags := plan.lock()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	reg := r.data.client.Registry(r.data.registryPrefix)
+	r.checkProfile(ctx, l, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	recIndex := r.claimRecord(ctx, reg, l, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	flags := r.convergeKey(ctx, reg, l, true, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	data, err := lockmodel.EncodeLockRecord(l)
+	if err != nil {
+		addFieldErrors(&resp.Diagnostics, "Invalid Lock", err)
+		return
+	}
+	index, err := reg.Put(ctx, lockmodel.KindLock, l.Name, data, recIndex)
+	var conflict *consul.ErrConflict
+	switch {
+	case errors.As(err, &conflict):
+		resp.Diagnostics.AddError("Registry Record Changed Concurrently",
+			fmt.Sprintf("The lock key %s is in place, but its record %s was written by someone else at the same moment, so it was not overwritten (check-and-set). "+
+				"Another configuration may declare lock %q. Run apply again.", l.Key, conflict.Key, l.Name))
+		return
+	case err != nil:
+		addConsulError(&resp.Diagnostics, "Cannot Record Lock", err)
+		return
+	}
+	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
+	plan.RegistryKey = types.StringValue(reg.Key(lockmodel.KindLock, l.Name))
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+// Read refreshes the lock with one consistent Consul request (a read-only
+// transaction of the lock key and its record): a deleted key removes the
+// resource so that the plan recreates it; the key's flags and a semaphore's
+// Limit show as they are live; the record's declared fields show as they are
+// recorded. Holder-owned fields (value, session, LockIndex) are not state.
+func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
+		return
+	}
+	var state lockResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	key := strings.Trim(state.Key.ValueString(), "/")
+	if key == "" {
+		key = lockmodel.DefaultLockKey(strings.Trim(state.Prefix.ValueString(), "/"))
+	}
+	recordKey := state.RegistryKey.ValueString()
+	if recordKey == "" {
+		recordKey = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, state.Name.ValueString())
+	}
+	got, err := r.data.client.ReadLockAndRecord(ctx, key, recordKey)
+	if err != nil {
+		addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
+		return
+	}
+	if got.Key == nil {
+		// get-or-empty under a consistent read, every result visible to the
+		// token: the key is gone for certain.
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	state.Flags = types.StringValue(lockmodel.FormatFlags(got.Key.Flags))
+	if state.Limit.ValueInt64() > 1 && got.Key.Flags == lockmodel.SemaphoreFlagValue {
+		if s, err := lockmodel.DecodeSemaphoreState(got.Key.Value); err == nil && s.Limit > 1 {
+			state.Limit = types.Int64Value(int64(s.Limit))
+		}
+	}
+
+	var recIndex uint64
+	switch rec := got.Record; {
+	case rec == nil:
+		state.RegistryKey = types.StringValue("")
+	default:
+		recIndex = rec.ModifyIndex
+		decl, err := lockmodel.DecodeLockRecord(rec.Value)
+		switch {
+		case errors.Is(err, lockmodel.ErrNewerSchema):
+			resp.Diagnostics.AddError("Registry Record From A Newer consullock",
+				fmt.Sprintf("The record %s was written by a newer consullock and this provider will not overwrite it. Upgrade the provider.\n\n%s", rec.Key, err))
+			return
+		case err != nil:
+			resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Unreadable Lock Record",
+				fmt.Sprintf("The record %s cannot be read; the next apply rewrites it from this configuration.\n\n%s", rec.Key, err))
+			state.RegistryKey = types.StringValue("")
+		case decl.Key != key:
+			resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Lock Record Declares Another Key",
+				fmt.Sprintf("The record %s declares lock %q with key %q, but this lock's key is %q; the next apply rewrites the record.",
+					rec.Key, decl.Name, decl.Key, key))
+			state.RegistryKey = types.StringValue("")
+		default:
+			live := state.Limit.ValueInt64()
+			state.setDeclared(decl)
+			state.Limit = types.Int64Value(live)
+			state.RegistryKey = types.StringValue(rec.Key)
+			if int64(decl.Limit) != live {
+				resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Lock Record Drift",
+					fmt.Sprintf("The record %s declares limit %d, but the lock key has limit %d; the next apply rewrites the record.",
+						rec.Key, decl.Limit, live))
+				state.RegistryKey = types.StringValue("")
+			}
+		}
+	}
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, recIndex)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
+		return
+	}
+	var plan, state lockResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	l, diags := plan.lock()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	reg := r.data.client.Registry(r.data.registryPrefix)
+	r.checkProfile(ctx, l, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	flags := r.convergeKey(ctx, reg, l, false, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	data, err := lockmodel.EncodeLockRecord(l)
+	if err != nil {
+		addFieldErrors(&resp.Diagnostics, "Invalid Lock", err)
+		return
+	}
+	newKey := reg.Key(lockmodel.KindLock, l.Name)
+	index, diags := writeRegistryRecord(ctx, reg, req.Private, state.RegistryKey.ValueString() == newKey, lockmodel.KindLock, l.Name, data)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	removeMovedRecord(ctx, r.data.client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
+	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
+	plan.RegistryKey = types.StringValue(newKey)
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+// Delete refuses to delete a held lock unless force_destroy, which releases
+// the holders first (a release starts no lock-delay) and then deletes the
+// key by check-and-set. Other keys under the prefix (semaphore contender
+// keys, holders' data) are left alone.
+func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
+		return
+	}
+	var state lockResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	l, diags := state.lock()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	client := r.data.client
+	deleted := false
+	for attempt := 0; attempt < casAttempts && !deleted; attempt++ {
+		view, err := client.ReadLock(ctx, l.Key, true)
+		if err != nil {
+			addConsulError(&resp.Diagnostics, "Cannot Read Lock Before Destroying It", err)
+			return
+		}
+		if view.Pair == nil {
+			deleted = true
+			break
+		}
+		holders := lockHoldersOf(view)
+		if len(holders) > 0 && !state.ForceDestroy.ValueBool() {
+			resp.Diagnostics.AddError("Lock Is Held",
+				fmt.Sprintf("Lock %q (key %s) is held by %s. Destroying it would pull the key from under a running job. "+
+					"Wait until the holder releases it, or set force_destroy = true, apply, and destroy again: consullock then "+
+					"releases the lock (a release starts no lock-delay) and deletes the key.",
+					l.Name, l.Key, describeHolders(holders)))
+			return
+		}
+		if len(holders) > 0 {
+			for _, h := range holders {
+				if _, err := client.ReleaseKeyHeldBy(ctx, h.pair); err != nil {
+					addConsulError(&resp.Diagnostics, "Cannot Release Lock", err)
+					return
+				}
+			}
+			continue // read the key again for its new ModifyIndex
+		}
+		ok, err := client.DeleteKeyIfIndex(ctx, l.Key, view.Pair.ModifyIndex)
+		if err != nil {
+			addConsulError(&resp.Diagnostics, "Cannot Delete Lock Key", err)
+			return
+		}
+		deleted = ok
+	}
+	if !deleted {
+		resp.Diagnostics.AddError("Lock Key Keeps Changing",
+			fmt.Sprintf("The key %s changed between every read and delete (holders acquiring and releasing); it was not deleted. Destroy again.", l.Key))
+		return
+	}
+
+	recordKey := state.RegistryKey.ValueString()
+	if recordKey == "" {
+		recordKey = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, l.Name)
+	}
+	index, diags := registryIndex(ctx, req.Private)
+	resp.Diagnostics.Append(diags...)
+	r.deleteRecord(ctx, recordKey, l, index, &resp.Diagnostics)
+}
+
+func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
+		return
+	}
+	name := req.ID
+	if err := lockmodel.ValidateName("name", name); err != nil {
+		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("Import a lock by its name. %s.", err))
+		return
+	}
+	reg := r.data.client.Registry(r.data.registryPrefix)
+	rec, found, err := reg.Get(ctx, lockmodel.KindLock, name)
+	if err != nil {
+		addConsulError(&resp.Diagnostics, "Cannot Read Lock Record", err)
+		return
+	}
+	if !found {
+		resp.Diagnostics.AddError("Lock Not Found",
+			fmt.Sprintf("No lock named %q is recorded under registry prefix %q (key %s). Import reads the record that consullock_lock "+
+				"writes; check the name and the provider's registry_prefix. To take over a lock key that consullock never recorded, "+
+				"declare the lock instead: apply adopts a compatible existing key without changing it.",
+				name, r.data.registryPrefix, rec.Key))
+		return
+	}
+	decl, err := lockmodel.DecodeLockRecord(rec.Value)
+	if err != nil {
+		resp.Diagnostics.AddError("Unreadable Lock Record",
+			fmt.Sprintf("The record %s cannot be imported. Fix or delete it, then declare the lock.\n\n%s", rec.Key, err))
+		return
+	}
+	state := lockResourceModel{
+		SessionDefaults: types.StringNull(),
+		MaxHold:         timetypes.NewGoDurationNull(),
+		Description:     types.StringNull(),
+		ForceDestroy:    types.BoolValue(false),
+		Flags:           types.StringValue(lockmodel.FormatFlags(decl.Flags())),
+		RegistryKey:     types.StringValue(rec.Key),
+	}
+	state.setDeclared(decl)
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, rec.ModifyIndex)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// checkProfile verifies at apply that the named session profile exists, and
+// adds the warnings of using it for this lock.
+func (r *lockResource) checkProfile(ctx context.Context, l lockmodel.Lock, diags *diag.Diagnostics) {
+	if l.SessionDefaults == "" {
+		return
+	}
+	reg := r.data.client.Registry(r.data.registryPrefix)
+	rec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
+	if err != nil {
+		addConsulError(diags, "Cannot Read Session Profile", err)
+		return
+	}
+	if !found {
+		diags.AddAttributeError(path.Root("session_defaults"), "Session Profile Not Found",
+			fmt.Sprintf("session_defaults is %q, but no session profile of that name is recorded under registry prefix %q (key %s). "+
+				"Declare it with a consullock_session_defaults resource named %q, and set session_defaults = consullock_session_defaults.<resource name>.name "+
+				"so that the profile is created before the lock.", l.SessionDefaults, r.data.registryPrefix, rec.Key, l.SessionDefaults))
+		return
+	}
+	p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
+	if err != nil {
+		diags.AddAttributeError(path.Root("session_defaults"), "Unreadable Session Profile",
+			fmt.Sprintf("The record %s of session profile %q cannot be read. Apply its consullock_session_defaults resource again to rewrite it.\n\n%s",
+				rec.Key, l.SessionDefaults, err))
+		return
+	}
+	addWarnings(diags, l.ProfileWarnings(p))
+}
+
+// claimRecord checks that the lock's name is free in the registry, or
+// already recorded for this same key (an earlier apply, or a key deleted out
+// of band and now recreated), and returns the index to write the record at.
+func (r *lockResource) claimRecord(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, diags *diag.Diagnostics) uint64 {
+	rec, found, err := reg.Get(ctx, lockmodel.KindLock, l.Name)
+	if err != nil {
+		addConsulError(diags, "Cannot Read Lock Record", err)
+		return 0
+	}
+	if !found {
+		return 0
+	}
+	decl, err := lockmodel.DecodeLockRecord(rec.Value)
+	switch {
+	case errors.Is(err, lockmodel.ErrNewerSchema):
+		diags.AddError("Registry Record From A Newer consullock",
+			fmt.Sprintf("The record %s was written by a newer consullock and this provider will not overwrite it. Upgrade the provider.\n\n%s", rec.Key, err))
+	case err != nil:
+		diags.AddAttributeWarning(path.Root("registry_key"), "Unreadable Lock Record Replaced",
+			fmt.Sprintf("The record %s could not be read and is replaced by this declaration.\n\n%s", rec.Key, err))
+	case decl.Key != l.Key:
+		diags.AddAttributeError(path.Root("name"), "Lock Name Already Declared",
+			fmt.Sprintf("A lock named %q is already recorded at %s, for key %q, by another configuration or an earlier apply whose state was lost. "+
+				"Lock names are unique per registry prefix. Import it to manage it here (tofu import consullock_lock.<resource name> %s), or choose another name.",
+				l.Name, rec.Key, decl.Key, l.Name))
+	}
+	return rec.ModifyIndex
+}
+
+// convergeKey makes the lock key exist with the declared flags (and a
+// semaphore's Limit), keeping its value, session and LockIndex, and returns
+// the flags it has. On create, an existing compatible key is adopted as it
+// is and an incompatible one is an error.
+func (r *lockResource) convergeKey(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, creating bool, diags *diag.Diagnostics) uint64 {
+	client := r.data.client
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		pair, err := client.ReadKeyConsistent(ctx, l.Key)
+		if err != nil {
+			addConsulError(diags, "Cannot Read Lock Key", err)
+			return 0
+		}
+		if pair == nil {
+			var value []byte
+			if l.IsSemaphore() {
+				value = lockmodel.NewSemaphoreValue(l.Limit)
+			}
+			created, err := client.CreateKeyOnly(ctx, l.Key, l.Flags(), value)
+			if err != nil {
+				addConsulError(diags, "Cannot Create Lock Key", err)
+				return 0
+			}
+			if created {
+				return l.Flags()
+			}
+			continue // created by someone else meanwhile: look at it
+		}
+		if creating {
+			if err := lockmodel.CheckCompatible(l, pair.Flags, pair.Value); err != nil {
+				r.incompatibleKey(ctx, reg, l, pair, err, diags)
+				return 0
+			}
+			diags.AddAttributeWarning(path.Root("key"), "Existing Lock Key Adopted",
+				fmt.Sprintf("The key %s already existed as a compatible %s (flags %s). consullock adopted it as it is, without changing its value or holder.",
+					l.Key, l.LockKindText(), lockmodel.FormatFlags(pair.Flags)))
+			return pair.Flags
+		}
+		value := pair.Value
+		if l.IsSemaphore() {
+			value, err = lockmodel.SemaphoreValueWithLimit(pair.Value, l.Limit)
+			if err != nil {
+				diags.AddAttributeError(path.Root("key"), "Unusable Semaphore Key",
+					fmt.Sprintf("The key %s holds a value api.Semaphore cannot use, and consullock does not overwrite holder data. "+
+						"When no holder runs, delete the key (consul kv delete %s) and apply again.\n\n%s", l.Key, l.Key, err))
+				return 0
+			}
+		}
+		if pair.Flags == l.Flags() && bytes.Equal(value, pair.Value) {
+			return pair.Flags
+		}
+		ok, err := client.RewriteKeyKeepingHolder(ctx, pair, l.Flags(), value)
+		if err != nil {
+			addConsulError(diags, "Cannot Repair Lock Key", err)
+			return 0
+		}
+		if ok {
+			return l.Flags()
+		}
+	}
+	diags.AddError("Lock Key Keeps Changing",
+		fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
+	return 0
+}
+
+// incompatibleKey explains why an existing key cannot be adopted and what
+// to do, naming the lock that declares it when the registry knows one.
+func (r *lockResource) incompatibleKey(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, pair *api.KVPair, why error, diags *diag.Diagnostics) {
+	var advice []string
+	if recs, _, err := reg.List(ctx, lockmodel.KindLock); err == nil {
+		for _, rec := range recs {
+			if decl, err := lockmodel.DecodeLockRecord(rec.Value); err == nil && decl.Key == l.Key && decl.Name != l.Name {
+				advice = append(advice, fmt.Sprintf("The registry records this key as lock %q (%s, limit %d). To manage it here, import that "+
+					"declaration (tofu import consullock_lock.<resource name> %s) and declare limit = %d.", decl.Name, rec.Key, decl.Limit, decl.Name, decl.Limit))
+			}
+		}
+	}
+	switch pair.Flags {
+	case lockmodel.LockFlagValue:
+		advice = append(advice, "The key is an api.Lock mutex: declare limit = 1 to adopt it as it is.")
+	case lockmodel.SemaphoreFlagValue:
+		if s, err := lockmodel.DecodeSemaphoreState(pair.Value); err == nil && s.Limit > 1 {
+			advice = append(advice, fmt.Sprintf("The key is an api.Semaphore semaphore with limit %d: declare limit = %d to adopt it as it is.", s.Limit, s.Limit))
+		} else {
+			advice = append(advice, "The key has api.Semaphore's flags but no usable holder table; when no holder runs, delete it (consul kv delete "+l.Key+") and apply again.")
+		}
+	default:
+		advice = append(advice, fmt.Sprintf("The key is not a lock key. Choose another prefix or key; or, if nothing uses it, delete it (consul kv delete %s) and apply again.", l.Key))
+	}
+	diags.AddAttributeError(path.Root("key"), "Incompatible Existing Lock Key",
+		fmt.Sprintf("%s. consullock adopts an existing key only when Consul's lock clients can use it as declared, and never rewrites a key it did not create. %s",
+			why, strings.Join(advice, " ")))
+}
+
+// deleteRecord deletes the lock's record by check-and-set; when the record
+// changed since it was read, it is deleted only if it still declares this
+// lock's key.
+func (r *lockResource) deleteRecord(ctx context.Context, recordKey string, l lockmodel.Lock, index uint64, diags *diag.Diagnostics) {
+	client := r.data.client
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		ok, err := client.DeleteKeyIfIndex(ctx, recordKey, index)
+		if err != nil {
+			addConsulError(diags, "Cannot Delete Lock Record", err)
+			return
+		}
+		if ok {
+			return
+		}
+		pair, err := client.ReadKeyConsistent(ctx, recordKey)
+		if err != nil {
+			addConsulError(diags, "Cannot Read Lock Record", err)
+			return
+		}
+		if pair == nil {
+			return
+		}
+		if decl, err := lockmodel.DecodeLockRecord(pair.Value); err == nil && decl.Key != l.Key {
+			diags.AddWarning("Lock Record Left In Place",
+				fmt.Sprintf("The lock key %s was deleted, but the record %s now declares key %q (another configuration re-declared lock %q); it was left in place.",
+					l.Key, recordKey, decl.Key, l.Name))
+			return
+		}
+		index = pair.ModifyIndex
+	}
+	diags.AddError("Lock Record Keeps Changing",
+		fmt.Sprintf("The lock key %s was deleted, but the record %s changed between every read and delete. Delete it with consul kv delete %s.",
+			l.Key, recordKey, recordKey))
+}
+
+// lockHolder is a session holding a lock key (or a semaphore contender key)
+// and the key it holds.
+type lockHolder struct {
+	session, node string
+	pair          *api.KVPair
+}
+
+// lockHoldersOf lists the live holders in a lock view: the mutex's session,
+// or the semaphore's holders whose sessions still exist.
+func lockHoldersOf(view *consul.LockView) []lockHolder {
+	var out []lockHolder
+	if view.Semaphore != nil {
+		for _, h := range view.Semaphore.Holders {
+			if h.SessionGone {
+				continue
+			}
+			out = append(out, lockHolder{session: h.Session, node: h.Node, pair: &api.KVPair{
+				Key: h.Key, Session: h.Session, Value: h.Value, Flags: lockmodel.SemaphoreFlagValue,
+			}})
+		}
+		return out
+	}
+	if view.Session != nil {
+		out = append(out, lockHolder{session: view.Session.ID, node: view.Session.Node, pair: view.Pair})
+	}
+	return out
+}
+
+func describeHolders(hs []lockHolder) string {
+	parts := make([]string, 0, len(hs))
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("session %s on node %q", h.session, h.node))
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return fmt.Sprintf("%d holders: %s", len(parts), strings.Join(parts, ", "))
+}

@@ -1,0 +1,787 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+const (
+	mutexFlags     = "0x2ddccbc058a50c18"
+	semaphoreFlags = "0xe0f69a2baa414de0"
+)
+
+// lockTestProvider is the provider block of a lock test: the agent comes
+// from CONSUL_HTTP_ADDR/CONSUL_HTTP_TOKEN, the registry is the test's own.
+func lockTestProvider(registry string) string {
+	return fmt.Sprintf(`
+provider "consullock" {
+  registry_prefix = %q
+}
+`, registry)
+}
+
+// diagRE matches diagnostic texts as OpenTofu prints them: wrapped at any
+// space, with "│" at the start of continuation lines. Several texts must
+// appear in order, with anything between them.
+func diagRE(texts ...string) *regexp.Regexp {
+	res := make([]string, 0, len(texts))
+	for _, text := range texts {
+		words := strings.Split(text, " ")
+		for i, w := range words {
+			words[i] = regexp.QuoteMeta(w)
+		}
+		res = append(res, strings.Join(words, `[\s│]+`))
+	}
+	return regexp.MustCompile(`(?s)` + strings.Join(res, `.*`))
+}
+
+// kvPair reads a key consistently with the management token.
+func kvPair(t *testing.T, key string) *api.KVPair {
+	t.Helper()
+	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatalf("reading %s: %v", key, err)
+	}
+	return pair
+}
+
+// newHolderSession creates a session on the agent's node, as a job's lock
+// holder would, and destroys it when the test ends.
+func newHolderSession(t *testing.T, name string) string {
+	t.Helper()
+	id, _, err := agent.Client().Session().Create(&api.SessionEntry{
+		Name: name, Node: agent.NodeName, Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond,
+	}, nil)
+	if err != nil {
+		t.Fatalf("creating session: %v", err)
+	}
+	t.Cleanup(func() { _, _ = agent.Client().Session().Destroy(id, nil) })
+	return id
+}
+
+// acquire takes key for session the way api.Lock does (flags included).
+func acquire(t *testing.T, key, session, value string, flags uint64) {
+	t.Helper()
+	ok, _, err := agent.Client().KV().Acquire(&api.KVPair{Key: key, Session: session, Value: []byte(value), Flags: flags}, nil)
+	if err != nil || !ok {
+		t.Fatalf("acquiring %s with session %s: ok=%v err=%v", key, session, ok, err)
+	}
+}
+
+// checkKeysGone is a CheckDestroy asserting that keys no longer exist.
+func checkKeysGone(t *testing.T, keys ...string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		for _, k := range keys {
+			pair, _, err := agent.Client().KV().Get(k, &api.QueryOptions{RequireConsistent: true})
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", k, err)
+			}
+			if pair != nil {
+				return fmt.Errorf("key %s still exists after destroy", k)
+			}
+		}
+		return nil
+	}
+}
+
+// checkLockKey asserts what a lock key holds.
+func checkLockKey(t *testing.T, key string, flags uint64, check func(*api.KVPair) error) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		pair := kvPair(t, key)
+		if pair == nil {
+			return fmt.Errorf("lock key %s does not exist", key)
+		}
+		if pair.Flags != flags {
+			return fmt.Errorf("lock key %s has flags %s, want %s", key, lockmodel.FormatFlags(pair.Flags), lockmodel.FormatFlags(flags))
+		}
+		if check != nil {
+			return check(pair)
+		}
+		return nil
+	}
+}
+
+// checkLockRecord asserts that the registry record decodes to want.
+func checkLockRecord(t *testing.T, recordKey string, want lockmodel.Lock) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		pair := kvPair(t, recordKey)
+		if pair == nil {
+			return fmt.Errorf("registry record %s does not exist", recordKey)
+		}
+		got, err := lockmodel.DecodeLockRecord(pair.Value)
+		if err != nil {
+			return fmt.Errorf("registry record %s: %w", recordKey, err)
+		}
+		if got != want {
+			return fmt.Errorf("registry record %s is %+v, want %+v", recordKey, got, want)
+		}
+		return nil
+	}
+}
+
+func TestAccLock_createsMutexWithKeyAndFlagsKnownAtPlan(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name        = "nightly-report"
+  prefix      = "/%[1]s/nightly/"
+  description = "Nightly billing report"
+  max_hold    = "2h"
+}
+
+resource "consullock_lock" "raw" {
+  name   = "leader"
+  prefix = "%[1]s/service"
+  key    = "%[1]s/service/leader"
+}
+`, p)
+	addr, raw := "consullock_lock.test", "consullock_lock.raw"
+	key, rawKey := p+"/nightly/.lock", p+"/service/leader"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, key, rawKey, reg+"/locks/nightly-report", reg+"/locks/leader"),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionCreate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("key"), knownvalue.StringExact(key)),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("flags"), knownvalue.StringExact(mutexFlags)),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("registry_key"), knownvalue.StringExact(reg+"/locks/nightly-report")),
+						plancheck.ExpectKnownValue(raw, tfjsonpath.New("key"), knownvalue.StringExact(rawKey)),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("prefix"), knownvalue.StringExact("/"+p+"/nightly/")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("limit"), knownvalue.Int64Exact(1)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("force_destroy"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("flags"), knownvalue.StringExact(mutexFlags)),
+					statecheck.ExpectKnownValue(raw, tfjsonpath.New("flags"), knownvalue.StringExact(mutexFlags)),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkLockKey(t, key, lockmodel.LockFlagValue, func(pair *api.KVPair) error {
+						if len(pair.Value) != 0 || pair.Session != "" || pair.LockIndex != 0 {
+							return fmt.Errorf("new mutex key: want empty value, no session, LockIndex 0; got %q %q %d", pair.Value, pair.Session, pair.LockIndex)
+						}
+						return nil
+					}),
+					checkLockKey(t, rawKey, lockmodel.LockFlagValue, nil),
+					checkLockRecord(t, reg+"/locks/nightly-report", lockmodel.Lock{
+						Name: "nightly-report", Prefix: p + "/nightly", Key: key, Limit: 1,
+						MaxHold: 2 * time.Hour, Description: "Nightly billing report",
+					}),
+				),
+			},
+			{
+				// No diff on re-plan.
+				Config:   cfg,
+				PlanOnly: true,
+			},
+		},
+	})
+}
+
+func TestAccLock_recreatesKeyDeletedOutOfBand(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "cleanup"
+  prefix = "%s/cleanup"
+}
+`, p)
+	addr, key, record := "consullock_lock.test", p+"/cleanup/.lock", reg+"/locks/cleanup"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, key, record),
+		Steps: []resource.TestStep{
+			{Config: cfg},
+			{
+				PreConfig: func() {
+					if _, err := agent.Client().KV().Delete(key, nil); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionCreate)},
+				},
+				Check: checkLockKey(t, key, lockmodel.LockFlagValue, nil),
+			},
+			{
+				// A deleted registry record shows as registry_key "" and
+				// is rewritten in place.
+				PreConfig: func() {
+					if _, err := agent.Client().KV().Delete(record, nil); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("registry_key"), knownvalue.StringExact(record)),
+					},
+				},
+				Check: checkLockRecord(t, record, lockmodel.Lock{Name: "cleanup", Prefix: p + "/cleanup", Key: key, Limit: 1}),
+			},
+		},
+	})
+}
+
+func TestAccLock_showsAndRepairsFlagDriftKeepingHolder(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name          = "drift"
+  prefix        = "%s/drift"
+  force_destroy = true
+}
+`, p)
+	addr, key := "consullock_lock.test", p+"/drift/.lock"
+	session := newHolderSession(t, "drift-holder")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, key, reg+"/locks/drift"),
+		Steps: []resource.TestStep{
+			{Config: cfg},
+			{
+				PreConfig: func() {
+					acquire(t, key, session, "holder-1", lockmodel.LockFlagValue)
+					// The holder re-acquires with a raw ?acquire, which
+					// writes flags 0: the drift a careless client causes.
+					acquire(t, key, session, "holder-2", 0)
+				},
+				RefreshState:       true,
+				ExpectNonEmptyPlan: true,
+				Check:              resource.TestCheckResourceAttr(addr, "flags", "0x0000000000000000"),
+			},
+			{
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("flags"), knownvalue.StringExact(mutexFlags)),
+					},
+				},
+				Check: checkLockKey(t, key, lockmodel.LockFlagValue, func(pair *api.KVPair) error {
+					if pair.Session != session || string(pair.Value) != "holder-2" || pair.LockIndex != 1 {
+						return fmt.Errorf("repair touched the holder: session %q value %q LockIndex %d; want %q \"holder-2\" 1",
+							pair.Session, pair.Value, pair.LockIndex, session)
+					}
+					return nil
+				}),
+			},
+		},
+	})
+}
+
+func TestAccLock_refusesDestroyWhileHeld(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	body := `
+resource "consullock_lock" "test" {
+  name          = "held"
+  prefix        = "%s/held"
+  force_destroy = %t
+}
+`
+	cfg := lockTestProvider(reg) + fmt.Sprintf(body, p, false)
+	cfgForce := lockTestProvider(reg) + fmt.Sprintf(body, p, true)
+	addr, key := "consullock_lock.test", p+"/held/.lock"
+	session := newHolderSession(t, "job-runner")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
+			checkKeysGone(t, key, reg+"/locks/held"),
+			func(*terraform.State) error {
+				// Nothing else is lost: the holder's session survives.
+				s, _, err := agent.Client().Session().Info(session, nil)
+				if err != nil || s == nil {
+					return fmt.Errorf("holder session %s is gone after force_destroy (err %v)", session, err)
+				}
+				return nil
+			},
+		),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				Check: func(*terraform.State) error {
+					acquire(t, key, session, "running", lockmodel.LockFlagValue)
+					return nil
+				},
+			},
+			{
+				Config:  cfg,
+				Destroy: true,
+				ExpectError: diagRE(fmt.Sprintf(`Lock "held" (key %s) is held by session %s on node %q.`, key, session, agent.NodeName) +
+					` Destroying it would pull the key from under a running job. Wait until the holder releases it, or set force_destroy = true`),
+			},
+			{
+				Config: cfgForce,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+				},
+				Check: checkLockKey(t, key, lockmodel.LockFlagValue, func(pair *api.KVPair) error {
+					if pair.Session != session {
+						return fmt.Errorf("key %s lost its holder: session %q", key, pair.Session)
+					}
+					return nil
+				}),
+			},
+		},
+	})
+}
+
+func TestAccLock_changesSemaphoreLimitKeepingHolders(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	body := `
+resource "consullock_lock" "test" {
+  name          = "workers"
+  prefix        = "%s/workers"
+  limit         = %d
+  force_destroy = true
+}
+`
+	addr, prefix := "consullock_lock.test", p+"/workers"
+	key := prefix + "/.lock"
+	var sem *api.Semaphore
+	var holder string
+	t.Cleanup(func() {
+		if sem != nil {
+			_ = sem.Release()
+		}
+	})
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
+			checkKeysGone(t, key, reg+"/locks/workers"),
+			func(*terraform.State) error {
+				// Nothing else is lost: the released contender key stays.
+				if pair := kvPair(t, prefix+"/"+holder); pair == nil || pair.Session != "" {
+					return fmt.Errorf("contender key %s/%s: want it kept and released, got %+v", prefix, holder, pair)
+				}
+				return nil
+			},
+		),
+		Steps: []resource.TestStep{
+			{
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 3),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("key"), knownvalue.StringExact(key)),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("flags"), knownvalue.StringExact(semaphoreFlags)),
+					},
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkLockKey(t, key, lockmodel.SemaphoreFlagValue, func(pair *api.KVPair) error {
+						if string(pair.Value) != `{"Limit":3,"Holders":{}}` {
+							return fmt.Errorf("new semaphore value %s", pair.Value)
+						}
+						return nil
+					}),
+					func(*terraform.State) error {
+						// A real api.Semaphore holder takes a slot.
+						var err error
+						if sem, err = agent.Client().SemaphorePrefix(prefix, 3); err != nil {
+							return err
+						}
+						if _, err := sem.Acquire(nil); err != nil {
+							return fmt.Errorf("api.Semaphore cannot acquire the provider's semaphore: %w", err)
+						}
+						s, err := lockmodel.DecodeSemaphoreState(kvPair(t, key).Value)
+						if err != nil || len(s.Holders) != 1 {
+							return fmt.Errorf("holder table after acquire: %+v %v", s, err)
+						}
+						for h := range s.Holders {
+							holder = h
+						}
+						return nil
+					},
+				),
+			},
+			{
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("limit"), knownvalue.Int64Exact(5)),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkLockKey(t, key, lockmodel.SemaphoreFlagValue, func(pair *api.KVPair) error {
+						s, err := lockmodel.DecodeSemaphoreState(pair.Value)
+						if err != nil || s.Limit != 5 || !s.Holders[holder] || len(s.Holders) != 1 {
+							return fmt.Errorf("after limit change: %s (err %v); want Limit 5 and holder %s kept", pair.Value, err, holder)
+						}
+						return nil
+					}),
+					func(*terraform.State) error {
+						if pair := kvPair(t, prefix+"/"+holder); pair == nil || pair.Session != holder {
+							return fmt.Errorf("contender key of %s lost its session: %+v", holder, pair)
+						}
+						return nil
+					},
+					checkLockRecord(t, reg+"/locks/workers", lockmodel.Lock{Name: "workers", Prefix: prefix, Key: key, Limit: 5}),
+				),
+			},
+			{
+				// The limit edited out of band shows as drift and is put back.
+				PreConfig: func() {
+					pair := kvPair(t, key)
+					value, err := lockmodel.SemaphoreValueWithLimit(pair.Value, 7)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pair.Value = value
+					if ok, _, err := agent.Client().KV().CAS(pair, nil); err != nil || !ok {
+						t.Fatalf("editing the limit: %v %v", ok, err)
+					}
+				},
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+				},
+				Check: checkLockKey(t, key, lockmodel.SemaphoreFlagValue, func(pair *api.KVPair) error {
+					if s, err := lockmodel.DecodeSemaphoreState(pair.Value); err != nil || s.Limit != 5 || !s.Holders[holder] {
+						return fmt.Errorf("after repair: %s", pair.Value)
+					}
+					return nil
+				}),
+			},
+			{
+				// Changing between mutex and semaphore replaces the lock;
+				// force_destroy releases the holder's slot first.
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 1),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("flags"), knownvalue.StringExact(mutexFlags)),
+					},
+				},
+				Check: checkLockKey(t, key, lockmodel.LockFlagValue, nil),
+			},
+		},
+	})
+}
+
+func TestAccLock_adoptsCompatibleExistingKey(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	mutexKey, semKey := p+"/legacy/.lock", p+"/pool/.lock"
+	session := newHolderSession(t, "legacy-job")
+	var before *api.KVPair
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "mutex" {
+  name          = "legacy"
+  prefix        = "%[1]s/legacy"
+  force_destroy = true
+}
+
+resource "consullock_lock" "semaphore" {
+  name   = "pool"
+  prefix = "%[1]s/pool"
+  limit  = 2
+}
+`, p)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, mutexKey, semKey),
+		Steps: []resource.TestStep{
+			{
+				PreConfig: func() {
+					// A job already runs under api.Lock, and a semaphore
+					// exists from an earlier `consul lock -n 2`.
+					acquire(t, mutexKey, session, "owner-data", lockmodel.LockFlagValue)
+					before = kvPair(t, mutexKey)
+					if _, err := agent.Client().KV().Put(&api.KVPair{Key: semKey, Flags: lockmodel.SemaphoreFlagValue,
+						Value: []byte(`{"Limit":2,"Holders":{}}`)}, nil); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("consullock_lock.mutex", tfjsonpath.New("flags"), knownvalue.StringExact(mutexFlags)),
+					statecheck.ExpectKnownValue("consullock_lock.semaphore", tfjsonpath.New("flags"), knownvalue.StringExact(semaphoreFlags)),
+				},
+				Check: checkLockKey(t, mutexKey, lockmodel.LockFlagValue, func(pair *api.KVPair) error {
+					if pair.ModifyIndex != before.ModifyIndex || pair.Session != session || string(pair.Value) != "owner-data" || pair.LockIndex != before.LockIndex {
+						return fmt.Errorf("adoption changed the key: before %+v, after %+v", before, pair)
+					}
+					return nil
+				}),
+			},
+		},
+	})
+}
+
+func TestAccLock_refusesIncompatibleExistingKey(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	plainKey, semKey := p+"/config/.lock", p+"/sem/.lock"
+	put := func(key string, flags uint64, value string) {
+		if _, err := agent.Client().KV().Put(&api.KVPair{Key: key, Flags: flags, Value: []byte(value)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(plainKey, 0, "app config")
+	put(semKey, lockmodel.SemaphoreFlagValue, `{"Limit":4,"Holders":{}}`)
+	otherRecord, err := lockmodel.EncodeLockRecord(lockmodel.Lock{Name: "taken", Prefix: p + "/elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(reg+"/locks/taken", 0, string(otherRecord))
+	lock := func(name, prefix string) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = %q
+  prefix = %q
+}
+`, name, prefix)
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: lock("config", p+"/config"),
+				ExpectError: diagRE(fmt.Sprintf(`key %q has flags 0x0000000000000000 (a plain KV key) but the lock is declared as a mutex (limit 1)`, plainKey),
+					`The key is not a lock key. Choose another prefix or key; or, if nothing uses it, delete it (consul kv delete `+plainKey+`) and apply again.`),
+			},
+			{
+				Config:      lock("sem", p+"/sem"),
+				ExpectError: diagRE(`The key is an api.Semaphore semaphore with limit 4: declare limit = 4 to adopt it as it is.`),
+			},
+			{
+				Config: lock("taken", p+"/mine"),
+				ExpectError: diagRE(fmt.Sprintf(`A lock named "taken" is already recorded at %s/locks/taken, for key %q,`, reg, p+"/elsewhere/.lock"),
+					`Lock names are unique per registry prefix. Import it to manage it here`),
+			},
+			{
+				PreConfig: func() {
+					if pair := kvPair(t, plainKey); pair == nil || string(pair.Value) != "app config" || pair.Flags != 0 {
+						t.Errorf("the refused key was changed: %+v", pair)
+					}
+					if pair := kvPair(t, p+"/mine/.lock"); pair != nil {
+						t.Errorf("a lock whose name is taken created its key anyway: %+v", pair)
+					}
+				},
+				Config:   lockTestProvider(reg),
+				PlanOnly: true,
+			},
+		},
+	})
+}
+
+func TestAccLock_importByName(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_session_defaults" "fast" {
+  name = "fast"
+  ttl  = "20s"
+}
+
+resource "consullock_lock" "test" {
+  name             = "imported"
+  prefix           = "%s/imported"
+  session_defaults = consullock_session_defaults.fast.name
+  max_hold         = "45m0s"
+  description      = "Import me"
+}
+`, p)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, p+"/imported/.lock", reg+"/locks/imported", reg+"/session-defaults/fast"),
+		Steps: []resource.TestStep{
+			{Config: cfg},
+			{
+				ResourceName:                         "consullock_lock.test",
+				ImportState:                          true,
+				ImportStateId:                        "imported",
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+			},
+			{
+				ResourceName:                         "consullock_session_defaults.fast",
+				ImportState:                          true,
+				ImportStateId:                        "fast",
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+			},
+			{
+				ResourceName:  "consullock_lock.test",
+				ImportState:   true,
+				ImportStateId: "no-such-lock",
+				ExpectError:   diagRE(fmt.Sprintf(`No lock named "no-such-lock" is recorded under registry prefix %q`, reg)),
+			},
+		},
+	})
+}
+
+func TestAccLock_requiresExistingSessionProfile(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, p+"/job/.lock"),
+		Steps: []resource.TestStep{
+			{
+				Config: lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name             = "job"
+  prefix           = "%s/job"
+  session_defaults = "missing-profile"
+}
+`, p),
+				ExpectError: diagRE(fmt.Sprintf(`session_defaults is "missing-profile", but no session profile of that name is recorded under registry prefix %q`, reg),
+					`Declare it with a consullock_session_defaults resource named "missing-profile"`),
+			},
+		},
+	})
+}
+
+func TestAccLock_rejectsInvalidInputAtPlan(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	lock := func(attrs string) string {
+		return lockTestProvider(reg) + `
+resource "consullock_lock" "test" {
+` + attrs + `
+}
+`
+	}
+	withPrefix := func(prefix string) string { return lock(`name = "x"` + "\n" + `prefix = ` + prefix) }
+	long := strings.Repeat("a", lockmodel.MaxDescriptionLength+1)
+	cases := []struct {
+		config string
+		want   string
+	}{
+		{lock(`name = "bad name"` + "\n" + `prefix = "jobs/a"`), `name: "bad name" is not allowed; use 1 to 128 letters, digits, '-' or '_'`},
+		{lock(`name = ""` + "\n" + `prefix = "jobs/a"`), `name: "" is not allowed; use 1 to 128 letters`},
+		{withPrefix(`""`), `prefix: "" is not allowed; it is empty; use 1 to 512 bytes of letters`},
+		{withPrefix(`"/"`), `prefix: "/" is not allowed; it is empty`},
+		{withPrefix(`"jobs/../etc"`), `prefix: "jobs/../etc" is not allowed; it has a ".." segment`},
+		{withPrefix(`"jobs//a"`), `prefix: "jobs//a" is not allowed; it has an empty segment ('//')`},
+		{withPrefix(`"jobs/\"a\""`), `prefix: "jobs/\"a\"" is not allowed; it contains the character '"'`},
+		{withPrefix(`"jobs/{a}"`), `prefix: "jobs/{a}" is not allowed; it contains the character '{'`},
+		{withPrefix(`"jobs/$${a}"`), `it contains the character '$'`},
+		{withPrefix(`"jobs/a b"`), `prefix: "jobs/a b" is not allowed; it contains a space`},
+		{withPrefix(`"jobs/a\tb"`), `it contains a tab`},
+		{withPrefix(`"jobs/a\u0001b"`), `it contains the control character 0x01`},
+		{withPrefix(`"jöbs"`), `prefix: "jöbs" is not allowed; it contains the non-ASCII character 'ö'`},
+		{withPrefix(`"jobs/a?b=1"`), `it contains the character '?'`},
+		{withPrefix(`"jobs/*"`), `it contains the character '*'`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `key = "jobs/../a"`), `key: "jobs/../a" is not allowed; it has a ".." segment`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `key = "other/leader"`), `key: "other/leader" is not allowed; a key equal to the prefix "jobs/a" or under it ("jobs/a/")`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `key = "jobs/a/leader"` + "\n" + `limit = 3`), `key: "jobs/a/leader" is not allowed; for a semaphore (limit > 1) the key must be "jobs/a/.lock"`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `limit = 0`), `Attribute limit value must be between 1 and 1024, got: 0`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `limit = 1025`), `Attribute limit value must be between 1 and 1024, got: 1025`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `max_hold = "500ms"`), `max_hold: "500ms" is not allowed; 0s (no limit) or a duration of at least 1s`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `max_hold = "-1h"`), `max_hold: "-1h" is not allowed`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `description = "` + long + `"`), `valid UTF-8 text of at most 1024 characters (got 1025)`},
+		{lock(`name = "x"` + "\n" + `prefix = "jobs/a"` + "\n" + `session_defaults = "fast/slow"`), `session_defaults: "fast/slow" is not allowed; use 1 to 128 letters`},
+	}
+	steps := make([]resource.TestStep, 0, len(cases))
+	for _, c := range cases {
+		steps = append(steps, resource.TestStep{Config: c.config, PlanOnly: true, ExpectError: diagRE(c.want)})
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps:                    steps,
+	})
+}
+
+// TestAccLock_consulLockCLIAcquiresProviderLocks runs the real `consul lock`
+// on a mutex and a semaphore the provider created.
+func TestAccLock_consulLockCLIAcquiresProviderLocks(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	mutexPrefix, semPrefix := p+"/cli-mutex", p+"/cli-sem"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "mutex" {
+  name   = "cli-mutex"
+  prefix = %q
+}
+
+resource "consullock_lock" "semaphore" {
+  name   = "cli-sem"
+  prefix = %q
+  limit  = 3
+}
+`, mutexPrefix, semPrefix)
+	consulLock := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, agent.Bin, append([]string{"lock", "-timeout=30s", "-child-exit-code"}, args...)...)
+		cmd.Env = append(os.Environ(), agent.Env()...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(t, mutexPrefix+"/.lock", semPrefix+"/.lock"),
+		Steps: []resource.TestStep{
+			{Config: cfg},
+			{
+				PreConfig: func() {
+					// While `consul lock` holds the mutex, its child reads the
+					// key: the provider's key, with the provider's flags, held.
+					out, err := consulLock(mutexPrefix, agent.Bin, "kv", "get", "-detailed", mutexPrefix+"/.lock")
+					if err != nil {
+						t.Fatalf("consul lock %s: %v\n%s", mutexPrefix, err, out)
+					}
+					if !regexp.MustCompile(`Flags\s+3304740253564472344`).MatchString(out) ||
+						!regexp.MustCompile(`Session\s+[0-9a-f-]{36}`).MatchString(out) {
+						t.Fatalf("consul lock did not hold the provider's mutex key:\n%s", out)
+					}
+					out, err = consulLock("-n=3", semPrefix, agent.Bin, "kv", "get", semPrefix+"/.lock")
+					if err != nil {
+						t.Fatalf("consul lock -n 3 %s: %v\n%s", semPrefix, err, out)
+					}
+					if !regexp.MustCompile(`\{"Limit":3,"Holders":\{"[0-9a-f-]{36}":true\}\}`).MatchString(out) {
+						t.Fatalf("consul lock -n 3 did not hold a slot of the provider's semaphore:\n%s", out)
+					}
+				},
+				// `consul lock` deletes an unheld lock key when it exits
+				// (api.Lock.Destroy, api.Semaphore.Destroy); refresh sees
+				// that and the plan recreates both keys.
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("consullock_lock.mutex", plancheck.ResourceActionCreate),
+						plancheck.ExpectResourceAction("consullock_lock.semaphore", plancheck.ResourceActionCreate),
+					},
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkLockKey(t, mutexPrefix+"/.lock", lockmodel.LockFlagValue, nil),
+					checkLockKey(t, semPrefix+"/.lock", lockmodel.SemaphoreFlagValue, nil),
+				),
+			},
+		},
+	})
+}

@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// Environment the child receives in addition to the runner's own.
+const (
+	EnvLockHeld    = "CONSUL_LOCK_HELD"    // "true", as `consul lock` sets it
+	EnvLockIndex   = "CONSUL_LOCK_INDEX"   // the fencing token
+	EnvLockSession = "CONSUL_LOCK_SESSION" // the holder session's ID
+	EnvLockKey     = "CONSUL_LOCK_KEY"     // the lock key
+)
+
+// childEnv is base without any CONSUL_LOCK_* variable of ours, plus ours.
+func childEnv(base []string, key, sessionID string, token uint64) []string {
+	out := make([]string, 0, len(base)+4)
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case EnvLockHeld, EnvLockIndex, EnvLockSession, EnvLockKey:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out,
+		EnvLockHeld+"=true",
+		EnvLockIndex+"="+strconv.FormatUint(token, 10),
+		EnvLockSession+"="+sessionID,
+		EnvLockKey+"="+key,
+	)
+}
+
+// child is the command run under the lock.
+type child struct {
+	cmd *exec.Cmd
+	// ownGroup is set when the child leads its own process group (stdin
+	// is not a terminal); signals then go to the whole group.
+	ownGroup bool
+	// done is closed when the child has exited and been reaped; state is
+	// then set.
+	done  chan struct{}
+	state *os.ProcessState
+}
+
+// startChild starts argv with the runner's stdin, stdout and stderr, and a
+// goroutine that reaps it. The goroutine ends when the child exits; the
+// runner always waits for done before it exits itself.
+func startChild(argv, env []string) (*child, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env
+	ownGroup := !stdinIsTerminal()
+	cmd.SysProcAttr = sysProcAttr(ownGroup)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, ownGroup: ownGroup, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // the exit status is in ProcessState
+		c.state = cmd.ProcessState
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// signal sends sig to the child (and its group when it has one).
+func (c *child) signal(sig os.Signal) error {
+	return signalChild(c.cmd.Process, c.ownGroup, sig)
+}
+
+// killGroup SIGKILLs what is left of the child's process group after the
+// child exited, so that nothing it started keeps working once the lock is
+// lost. Without an own group there is nothing to do.
+func (c *child) killGroup() {
+	if c.ownGroup {
+		_ = signalChild(c.cmd.Process, true, sigKill)
+	}
+}

@@ -1,0 +1,205 @@
+package runner
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// config is the parsed command line.
+type config struct {
+	lockName       string // -lock: a declared lock
+	key            string // -key: an undeclared key
+	limit          int    // -limit (only with -key)
+	registryPrefix string
+	timeout        time.Duration // 0 waits forever
+	grace          time.Duration
+	sessionName    string
+	node           string
+	childExitCode  bool
+	logLevel       slog.Level
+	// Session settings for -key (the profile of an undeclared key).
+	profile lockmodel.SessionProfile
+	command []string
+}
+
+// Defaults of the flags.
+const (
+	defaultGrace = 5 * time.Second
+)
+
+const usageText = `Usage: consullock run (-lock NAME | -key KEY) [options] -- command [args...]
+
+Runs command while holding a Consul lock, like "consul lock", with the
+session settings of the lock's declaration. Reads the declaration
+<registry-prefix>/locks/NAME and its session profile, creates the session
+exactly as declared, waits for the lock, runs the command with
+CONSUL_LOCK_HELD=true, CONSUL_LOCK_INDEX (the fencing token),
+CONSUL_LOCK_SESSION and CONSUL_LOCK_KEY, and ends it (SIGTERM, -grace,
+SIGKILL) if the lock is lost. On exit it releases the lock, then destroys
+the session, so the next holder starts without lock-delay.
+
+Consul is reached with the CLI's environment: CONSUL_HTTP_ADDR,
+CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...
+
+Exit codes: the command's own; 2 usage error; 123 lock lost; 124 -timeout
+passed before the lock was acquired; 125 setup error; 126 command not
+executable; 127 command not found; 128+N interrupted by signal N.
+
+Options:
+`
+
+// errUsage marks command-line errors (exit 2).
+var errUsage = errors.New("usage error")
+
+func usageErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// parseArgs parses the command line of `consullock run`. It returns
+// flag.ErrHelp for -h, and errors wrapping errUsage for bad input.
+func parseArgs(args []string, stderr io.Writer) (config, error) {
+	cfg := config{}
+	fs := flag.NewFlagSet("consullock run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.lockName, "lock", "", "name of the declared lock (consullock_lock) to hold")
+	fs.StringVar(&cfg.key, "key", "", "KV key to lock when it has no declaration; session settings then come from -ttl, -lock-delay, -behavior")
+	fs.IntVar(&cfg.limit, "limit", 1, "with -key: number of holders; above 1 the key must be <prefix>/.lock and the api.Semaphore protocol is used (as consul lock -n)")
+	fs.StringVar(&cfg.registryPrefix, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declaration registry")
+	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up waiting for the lock after this long and exit 124 (0 waits forever)")
+	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "after the lock is lost, how long the command has between SIGTERM and SIGKILL")
+	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
+	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR)")
+	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
+	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
+	behavior := fs.String("behavior", "", "with -key: session behavior, release or delete (default release; delete with -limit above 1, as api.Semaphore)")
+	renewEvery := fs.Duration("renew-every", 0, "with -key: renewal interval (default ttl/3)")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	cfg.command = fs.Args()
+	if len(cfg.command) == 0 {
+		return cfg, usageErrorf("no command given; put it after the options, e.g. consullock run -lock NAME -- /usr/local/bin/job --flag")
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return cfg, usageErrorf("-log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	prefix, err := lockmodel.ValidateRegistryPrefix(cfg.registryPrefix)
+	if err != nil {
+		return cfg, usageErrorf("-registry-prefix: %v", flagNames(err))
+	}
+	cfg.registryPrefix = prefix
+	if cfg.timeout < 0 {
+		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)
+	}
+	if cfg.grace < 0 {
+		return cfg, usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
+	}
+
+	switch {
+	case cfg.lockName == "" && cfg.key == "":
+		return cfg, usageErrorf("name the lock with -lock NAME (a declared lock) or -key KEY (an undeclared key)")
+	case cfg.lockName != "" && cfg.key != "":
+		return cfg, usageErrorf("-lock and -key exclude each other: -lock reads the key from the declaration")
+	case cfg.lockName != "":
+		if err := lockmodel.ValidateName("-lock", cfg.lockName); err != nil {
+			return cfg, usageErrorf("%v", err)
+		}
+		var keyOnly []string
+		for _, name := range []string{"limit", "ttl", "lock-delay", "behavior", "renew-every"} {
+			if set[name] {
+				keyOnly = append(keyOnly, "-"+name)
+			}
+		}
+		if len(keyOnly) > 0 {
+			return cfg, usageErrorf("%s only apply with -key: a declared lock takes its limit and session settings from its declaration",
+				strings.Join(keyOnly, ", "))
+		}
+		return cfg, nil
+	}
+
+	// -key: an undeclared lock with session settings from the flags.
+	key, err := lockmodel.NormalizeKeyPath("-key", cfg.key)
+	if err != nil {
+		return cfg, usageErrorf("%v", err)
+	}
+	cfg.key = key
+	if err := lockmodel.ValidateLimit("-limit", cfg.limit); err != nil {
+		return cfg, usageErrorf("%v", err)
+	}
+	if _, err := cfg.undeclaredLock(); err != nil {
+		return cfg, usageErrorf("%v", flagNames(err))
+	}
+	b := lockmodel.Behavior(*behavior)
+	if b == "" {
+		b = lockmodel.BehaviorRelease
+		if cfg.limit > 1 {
+			b = lockmodel.BehaviorDelete
+		}
+	}
+	cfg.profile = lockmodel.SessionProfile{Name: "flags", TTL: *ttl, LockDelay: *lockDelay, Behavior: b, RenewEvery: *renewEvery}
+	if err := cfg.profile.Validate(); err != nil {
+		return cfg, usageErrorf("%v", flagNames(err))
+	}
+	cfg.profile = cfg.profile.WithDefaults()
+	return cfg, nil
+}
+
+// undeclaredLock is the lock -key and -limit describe: a mutex on the key
+// itself, or a semaphore whose key is <prefix>/.lock.
+func (cfg config) undeclaredLock() (lockmodel.Lock, error) {
+	l := lockmodel.Lock{Name: "undeclared", Prefix: cfg.key, Key: cfg.key, Limit: cfg.limit}
+	if cfg.limit > 1 {
+		prefix, ok := strings.CutSuffix(cfg.key, "/"+lockmodel.LockKeyName)
+		if !ok || prefix == "" {
+			return l, fmt.Errorf("-key %q: with -limit above 1 the key is the semaphore's holder table <prefix>/%s, as consul lock -n uses it",
+				cfg.key, lockmodel.LockKeyName)
+		}
+		l.Prefix = prefix
+	}
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	return l.Normalize()
+}
+
+// flagNames rewrites the attribute names of field errors as the flags that
+// set them.
+func flagNames(err error) error {
+	fes := lockmodel.AsFieldErrors(err)
+	if len(fes) == 0 {
+		return err
+	}
+	names := map[string]string{
+		"ttl": "-ttl", "lock_delay": "-lock-delay", "behavior": "-behavior", "renew_every": "-renew-every",
+		"key": "-key", "prefix": "-key", "limit": "-limit", "registry_prefix": "-registry-prefix",
+	}
+	out := make(lockmodel.FieldErrors, 0, len(fes))
+	for _, fe := range fes {
+		c := *fe
+		if n, ok := names[c.Field]; ok {
+			c.Field = n
+		}
+		out = append(out, &c)
+	}
+	return out
+}

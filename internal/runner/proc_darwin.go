@@ -1,0 +1,12 @@
+package runner
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+const ioctlReadTermios = unix.TIOCGETA
+
+// setDeathSignal does nothing: macOS has no parent-death signal.
+func setDeathSignal(*syscall.SysProcAttr) {}

@@ -1,0 +1,159 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// protocol is how a lock is acquired, watched and released: a mutex (the
+// api.Lock protocol) or a semaphore (the api.Semaphore protocol). Both
+// interoperate with `consul lock` on the same prefix.
+type protocol interface {
+	// Key is the lock key, given to the child as CONSUL_LOCK_KEY.
+	Key() string
+	// Acquire waits until session s holds the lock and returns the fencing
+	// token: the key's LockIndex for a mutex, the holder table's
+	// ModifyIndex for a semaphore, both read consistently after the
+	// acquisition. It returns errSessionInvalid when Consul no longer
+	// knows s, and ctx's error when ctx ends first.
+	Acquire(ctx context.Context, s *session, holder []byte) (uint64, error)
+	// Watch follows the lock with consistent blocking reads until ctx ends
+	// or the lock is seen lost, and reports every result on out.
+	Watch(ctx context.Context, s *session, out chan<- observation)
+	// Release gives the lock up, if s holds it, without ending s, so the
+	// next holder starts without lock-delay. Releasing a lock that s does
+	// not hold changes nothing.
+	Release(ctx context.Context, s *session, holder []byte) error
+}
+
+// newProtocol picks the protocol of lock l (normalised).
+func newProtocol(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger) protocol {
+	if l.IsSemaphore() {
+		return &semaphore{c: c, lock: l, prefix: l.Prefix, log: log}
+	}
+	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
+}
+
+// errSessionInvalid: Consul refused an acquisition because the session no
+// longer exists (it answers HTTP 500 "invalid session").
+var errSessionInvalid = errors.New("the session no longer exists")
+
+func isInvalidSession(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "invalid session")
+}
+
+// Blocking query wait times. Consul caps a wait at 10 minutes.
+const (
+	acquireWaitTime = 5 * time.Minute
+	watchWaitTime   = 5 * time.Minute
+)
+
+// nextIndex is the WaitIndex for the next blocking query after one that
+// answered with last, following Consul's rules: an index that went
+// backwards restarts from 0, and an index is never below 1.
+func nextIndex(prev, last uint64) uint64 {
+	if last < prev {
+		return 0
+	}
+	return max(last, 1)
+}
+
+// backoff is the pause after the n-th consecutive failure (n from 1):
+// 250ms doubling up to 5s.
+func backoff(n int) time.Duration {
+	d := 250 * time.Millisecond
+	for i := 1; i < n && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
+
+// lockDelayMargin is added to a computed lock-delay end before retrying.
+const lockDelayMargin = 10 * time.Millisecond
+
+// lockDelayWait decides how long to wait before acquiring again after an
+// acquisition answered false while no session held the key: the key is in
+// the lock-delay Consul applies after its holder's session ended.
+//
+// freedAt is when this runner saw the key go free (zero when it never saw
+// the holder: the runner started during the delay); delay is the previous
+// holder's lock-delay (its session's, or else the declared one); retry
+// counts the earlier lock-delay retries for this release. The delay began
+// at the invalidation, before the runner saw the key go free, so
+// freedAt+delay is when it has certainly passed: the first retry waits
+// exactly until then. Later retries, and the case without freedAt, back off
+// from 250ms to 5s.
+func lockDelayWait(freedAt time.Time, delay time.Duration, retry int, now time.Time) time.Duration {
+	delay = min(delay, lockmodel.MaxLockDelay)
+	if retry == 0 && !freedAt.IsZero() {
+		if wait := freedAt.Add(delay + lockDelayMargin).Sub(now); wait > 0 {
+			return wait
+		}
+	}
+	if freedAt.IsZero() {
+		return backoff(retry + 1)
+	}
+	return backoff(max(retry, 1))
+}
+
+// sleepCtx waits d or until ctx ends, with a timer.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// waitAfterError decides what an error while waiting for the lock means:
+// transient ones (no leader, connection trouble, overload) are waited out
+// with backoff and nil is returned; anything else is returned classified,
+// and so is ctx's end.
+func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error, failures *int) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if isInvalidSession(err) {
+		return errSessionInvalid
+	}
+	e := consul.Classify(op, err)
+	if e.Kind != consul.KindTransient && !(e.Kind == consul.KindUnknown && transientText(err)) {
+		return e
+	}
+	*failures++
+	pause := backoff(*failures)
+	log.Warn("Consul request failed; retrying", "op", op, "error", e.Error(), "retry_in", pause)
+	return sleepCtx(ctx, pause)
+}
+
+// send delivers o unless ctx ends first; it reports whether it did.
+func send(ctx context.Context, out chan<- observation, o observation) bool {
+	select {
+	case out <- o:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// transientTexts are error texts of passing conditions that some api calls
+// (Txn, Session.Renew) report without a status code Classify can read.
+var transientTexts = []string{"No cluster leader", "leadership lost", "Raft leader not found", "rpc error", "i/o timeout", "connection refused"}
+
+func transientText(err error) bool {
+	for _, t := range transientTexts {
+		if strings.Contains(err.Error(), t) {
+			return true
+		}
+	}
+	return false
+}

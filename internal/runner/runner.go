@@ -1,0 +1,492 @@
+// Package runner is `consullock run`: `consul lock` made policy-aware. It
+// reads a lock's declaration and session profile from the registry, creates
+// the session exactly as declared, waits for the lock with blocking queries,
+// runs a command while the lock is held, ends the command when the lock is
+// lost, and on exit releases the lock before it destroys the session.
+//
+// Observe, decide, act: the renewer and the watcher observe (session.go,
+// mutex.go, semaphore.go), lossJudge decides (loss.go, pure), and the event
+// loop in this file acts. Every goroutine belongs to the loop and is stopped
+// and waited for before Main returns.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// cleanupTimeout bounds releasing the lock and destroying the session on
+// exit.
+const cleanupTimeout = 10 * time.Second
+
+// Main runs `consullock run` with args (the words after "run") and returns
+// the exit code. It is registered in main.go's commands.
+func Main(ctx context.Context, args []string) int {
+	return mainWith(ctx, args, os.Stderr)
+}
+
+func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
+	// Catch signals first, so none is lost between start and the loop.
+	sigCh := make(chan os.Signal, 4)
+	signal.Notify(sigCh, forwardedSignals...)
+	defer signal.Stop(sigCh)
+
+	cfg, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "consullock run: %v\nRun 'consullock run -h' for usage.\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return ExitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	r := &runner{cfg: cfg, log: log, started: time.Now()}
+	return r.run(ctx, sigCh)
+}
+
+// runner is one run of `consullock run`.
+type runner struct {
+	cfg     config
+	log     *slog.Logger
+	started time.Time
+
+	client  *consul.Client
+	lock    lockmodel.Lock           // normalised
+	profile lockmodel.SessionProfile // defaults applied
+	proto   protocol
+}
+
+func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
+	// Setup may wait on Consul (retries); a signal ends it.
+	setupCtx, cancelSetup := context.WithCancel(ctx)
+	var (
+		setupSig  os.Signal
+		stopWatch = make(chan struct{})
+		watchDone = make(chan struct{})
+	)
+	go func() {
+		defer close(watchDone)
+		select {
+		case sig := <-sigCh:
+			setupSig = sig
+			cancelSetup()
+		case <-stopWatch:
+		}
+	}()
+	err := r.setup(setupCtx)
+	close(stopWatch)
+	<-watchDone
+	cancelSetup()
+	if setupSig != nil {
+		r.log.Warn("interrupted during setup", "signal", setupSig.String())
+		return signalExitCode(setupSig)
+	}
+	if err != nil {
+		r.log.Error("setup failed", "error", err.Error())
+		return ExitSetup
+	}
+	return r.loop(ctx, sigCh)
+}
+
+// setup builds the client and resolves the lock and its session profile.
+func (r *runner) setup(ctx context.Context) error {
+	settings, err := consul.SettingsFromEnv()
+	if err != nil {
+		return err
+	}
+	if r.client, err = consul.New(settings); err != nil {
+		return err
+	}
+	if r.cfg.lockName != "" {
+		if err := r.readDeclaration(ctx); err != nil {
+			return err
+		}
+	} else {
+		if r.lock, err = r.cfg.undeclaredLock(); err != nil {
+			return err
+		}
+		r.profile = r.cfg.profile
+	}
+	r.log = r.log.With("lock", r.lockLabel(), "key", r.lock.Key)
+	r.proto = newProtocol(r.client, r.lock, r.profile.LockDelay, r.log)
+
+	for _, w := range append(r.lock.ProfileWarnings(r.profile), r.profile.Warnings()...) {
+		r.log.Warn(w.Summary, "detail", w.Detail)
+	}
+	if r.cfg.grace >= r.profile.TTL {
+		r.log.Warn("grace is not shorter than the session TTL", "grace", r.cfg.grace, "ttl", lockmodel.FormatDuration(r.profile.TTL),
+			"detail", "after losing contact the runner stops the command at TTL + grace; Consul may hand the lock to another "+
+				"holder from 2 x TTL + lock-delay on, so keep grace below the TTL")
+	}
+	if r.lock.MaxHold > 0 {
+		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
+			"max_hold", lockmodel.FormatDuration(r.lock.MaxHold))
+	}
+	return nil
+}
+
+func (r *runner) lockLabel() string {
+	if r.cfg.lockName != "" {
+		return r.cfg.lockName
+	}
+	return "(undeclared)"
+}
+
+// readDeclaration reads the lock record and its session profile record,
+// consistently.
+func (r *runner) readDeclaration(ctx context.Context) error {
+	reg := r.client.Registry(r.cfg.registryPrefix)
+	name := r.cfg.lockName
+	rec, found, err := reg.Get(ctx, lockmodel.KindLock, name)
+	if err != nil {
+		return fmt.Errorf("read the declaration of lock %q: %w", name, err)
+	}
+	if !found {
+		return fmt.Errorf("lock %q is not declared: there is no record at %s; declare it (resource consullock_lock), "+
+			"check -registry-prefix, or use -key for a key without a declaration", name, rec.Key)
+	}
+	if r.lock, err = lockmodel.DecodeLockRecord(rec.Value); err != nil {
+		return fmt.Errorf("the declaration at %s cannot be used: %w", rec.Key, err)
+	}
+	if r.lock.Name != name {
+		return fmt.Errorf("the declaration at %s is for lock %q, not %q", rec.Key, r.lock.Name, name)
+	}
+	if r.lock.SessionDefaults == "" {
+		r.profile = consulDefaultProfile(r.lock)
+		return nil
+	}
+	prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, r.lock.SessionDefaults)
+	if err != nil {
+		return fmt.Errorf("read session profile %q of lock %q: %w", r.lock.SessionDefaults, name, err)
+	}
+	if !found {
+		return fmt.Errorf("lock %q uses session profile %q, which is not declared: there is no record at %s",
+			name, r.lock.SessionDefaults, prec.Key)
+	}
+	if r.profile, err = lockmodel.DecodeSessionProfileRecord(prec.Value); err != nil {
+		return fmt.Errorf("the session profile at %s cannot be used: %w", prec.Key, err)
+	}
+	r.profile = r.profile.WithDefaults()
+	return nil
+}
+
+// consulDefaultProfile is the profile of a declared lock without
+// session_defaults: Consul's defaults (TTL 15s as api.Lock, lock-delay 15s,
+// serfHealth), with behavior delete for a semaphore as api.Semaphore.
+func consulDefaultProfile(l lockmodel.Lock) lockmodel.SessionProfile {
+	p := lockmodel.SessionProfile{Name: "consul-defaults", TTL: lockmodel.DefaultSessionTTL, LockDelay: lockmodel.DefaultLockDelay}
+	if l.IsSemaphore() {
+		p.Behavior = lockmodel.BehaviorDelete
+	}
+	return p.WithDefaults()
+}
+
+func (r *runner) sessionName() string {
+	if r.cfg.sessionName != "" {
+		return r.cfg.sessionName
+	}
+	if r.cfg.lockName != "" {
+		return "consullock run " + r.cfg.lockName
+	}
+	return "consullock run " + r.lock.Key
+}
+
+// holderValue is the value written at acquisition: who holds the lock.
+func (r *runner) holderValue(s *session) []byte {
+	v := lockmodel.HolderValue{Node: s.Node, PID: os.Getpid(), Started: r.started.UTC()}
+	if r.cfg.lockName != "" {
+		v.Lock = r.cfg.lockName
+	}
+	b, _ := json.Marshal(v) // plain struct: cannot fail
+	return b
+}
+
+// workers are the goroutines of one session (renewer, acquisition,
+// watcher). stop cancels them and waits until all have returned.
+type workers struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newWorkers(ctx context.Context) *workers {
+	w := &workers{}
+	w.ctx, w.cancel = context.WithCancel(ctx)
+	return w
+}
+
+func (w *workers) goFn(f func(ctx context.Context)) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		f(w.ctx)
+	}()
+}
+
+func (w *workers) stop() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+type acquisition struct {
+	session *session
+	token   uint64
+	err     error
+}
+
+type phase int
+
+const (
+	waiting     phase = iota // for the lock
+	holding                  // the child runs under the lock
+	terminating              // the lock is lost; the child is being stopped
+)
+
+// loop is the event loop: it owns the session, its workers and the child,
+// and returns the exit code after cleaning up.
+func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
+	var (
+		obs        = make(chan observation, 16)
+		sess       *session
+		work       *workers
+		judge      *lossJudge
+		acqDone    chan acquisition
+		attempted  bool // an acquisition was started for sess: release on exit
+		ph         = waiting
+		ch         *child
+		token      uint64
+		lossWhy    string
+		acquiredAt time.Time
+	)
+	deadline := time.NewTimer(time.Hour) // contact deadline while holding
+	deadline.Stop()
+	defer deadline.Stop()
+	grace := time.NewTimer(time.Hour) // SIGTERM -> SIGKILL while terminating
+	grace.Stop()
+	defer grace.Stop()
+	var timeoutC <-chan time.Time
+	if r.cfg.timeout > 0 {
+		t := time.NewTimer(r.cfg.timeout)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+
+	// Cleanup on every path: stop the workers, release, then destroy.
+	defer func() {
+		if work != nil {
+			work.stop()
+		}
+		if sess == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if attempted {
+			if err := r.proto.Release(cctx, sess, r.holderValue(sess)); err != nil {
+				r.log.Warn("release failed; the lock frees when the session ends", "session", sess.ID, "error", err.Error())
+			} else {
+				r.log.Info("lock released", "session", sess.ID)
+			}
+		}
+		if err := destroySession(cctx, r.client, sess.ID); err != nil {
+			r.log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "session", sess.ID, "error", err.Error())
+		} else {
+			r.log.Info("session destroyed", "session", sess.ID)
+		}
+	}()
+
+	startSession := func() error {
+		s, err := createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
+		if err != nil {
+			return err
+		}
+		sess, attempted = s, false
+		judge = newLossJudge(r.profile.TTL, s.Created)
+		work = newWorkers(ctx)
+		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.profile.RenewEvery, obs) })
+		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
+			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
+			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
+			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery))
+
+		done := make(chan acquisition, 1)
+		acqDone, attempted = done, true
+		holder := r.holderValue(s)
+		work.goFn(func(ctx context.Context) {
+			token, err := r.proto.Acquire(ctx, s, holder)
+			done <- acquisition{session: s, token: token, err: err}
+		})
+		return nil
+	}
+	// replaceSession is for a session that ended while waiting: wait on
+	// with a new one.
+	replaceSession := func(why string) error {
+		r.log.Warn("session ended while waiting for the lock; creating a new one", "session", sess.ID, "reason", why)
+		work.stop()
+		_ = destroySession(ctx, r.client, sess.ID)
+		sess, work = nil, nil
+		return startSession()
+	}
+	startTermination := func(reason string) {
+		ph, lossWhy = terminating, reason
+		deadline.Stop()
+		r.log.Error("lock lost; stopping the command", "reason", reason, "pid", ch.pid(), "signal", "SIGTERM",
+			"grace", r.cfg.grace)
+		if err := ch.signal(sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			r.log.Warn("could not signal the command", "error", err.Error())
+		}
+		grace.Reset(r.cfg.grace)
+	}
+	armDeadline := func() {
+		deadline.Reset(max(time.Until(judge.deadline()), 0) + time.Millisecond)
+	}
+
+	r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
+	if err := startSession(); err != nil {
+		r.log.Error("setup failed", "error", err.Error())
+		return ExitSetup
+	}
+	waitStart := time.Now()
+	ctxDone := ctx.Done()
+
+	for {
+		var childDone chan struct{}
+		if ch != nil {
+			childDone = ch.done
+		}
+		select {
+		case <-ctxDone:
+			ctxDone = nil
+			if ph == waiting {
+				r.log.Error("cancelled while waiting for the lock", "error", context.Cause(ctx))
+				return ExitSetup
+			}
+			if ph == holding {
+				r.log.Warn("cancelled; stopping the command", "pid", ch.pid())
+				_ = ch.signal(sigTerm)
+				grace.Reset(r.cfg.grace)
+			}
+
+		case sig := <-sigCh:
+			if ph == waiting {
+				if abortsWaiting(sig) {
+					r.log.Warn("interrupted while waiting for the lock", "signal", sig.String())
+					return signalExitCode(sig)
+				}
+				continue
+			}
+			r.log.Info("forwarding signal to the command", "signal", sig.String(), "pid", ch.pid())
+			if err := ch.signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				r.log.Warn("could not forward signal", "signal", sig.String(), "error", err.Error())
+			}
+
+		case <-timeoutC:
+			if ph == waiting {
+				r.log.Error("timed out waiting for the lock", "timeout", r.cfg.timeout)
+				return ExitTimeout
+			}
+
+		case res := <-acqDone:
+			acqDone = nil
+			if res.err != nil {
+				if errors.Is(res.err, errSessionInvalid) {
+					if err := replaceSession(res.err.Error()); err != nil {
+						r.log.Error("setup failed", "error", err.Error())
+						return ExitSetup
+					}
+					continue
+				}
+				r.log.Error("cannot acquire the lock", "error", res.err.Error())
+				return ExitSetup
+			}
+			token, acquiredAt = res.token, time.Now()
+			timeoutC = nil
+			if v := judge.check(acquiredAt); v.lost {
+				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.reason)
+				return ExitLockLost
+			}
+			r.log.Info("lock acquired", "session", sess.ID, "lock_index", token, "waited", time.Since(waitStart).Round(time.Millisecond))
+			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, token))
+			if err != nil {
+				r.log.Error("cannot start the command", "command", r.cfg.command[0], "error", err.Error())
+				return startErrorExitCode(err)
+			}
+			ch, ph = c, holding
+			r.log.Info("command started", "pid", ch.pid(), "own_process_group", ch.ownGroup)
+			s := sess
+			work.goFn(func(ctx context.Context) { r.proto.Watch(ctx, s, obs) })
+			armDeadline()
+
+		case o := <-obs:
+			if sess == nil || o.session != sess.ID {
+				continue // about a replaced session
+			}
+			v := judge.observe(o)
+			switch {
+			case (o.kind == obsRenewFailed || o.kind == obsReadFailed) && ph == holding:
+				r.log.Warn("request to the cluster failed", "observed", o.kind.String(), "error", o.detail,
+					"lost_if_no_renewal_by", judge.deadline().Format(time.RFC3339Nano))
+			case o.kind == obsRenewFailed || o.kind == obsReadFailed:
+				r.log.Warn("request to the cluster failed", "observed", o.kind.String(), "error", o.detail)
+			default:
+				r.log.Debug("observed", "observed", o.kind.String(), "detail", o.detail)
+			}
+			switch ph {
+			case waiting:
+				if o.kind == obsSessionGone {
+					acqDone = nil
+					if err := replaceSession(o.detail); err != nil {
+						r.log.Error("setup failed", "error", err.Error())
+						return ExitSetup
+					}
+				}
+			case holding:
+				if v.lost {
+					startTermination(v.reason)
+				} else {
+					armDeadline()
+				}
+			}
+
+		case <-deadline.C:
+			if ph != holding {
+				continue
+			}
+			if v := judge.check(time.Now()); v.lost {
+				startTermination(v.reason)
+			} else {
+				armDeadline()
+			}
+
+		case <-grace.C:
+			if ph == terminating || ctxDone == nil {
+				r.log.Error("command did not exit within the grace period; killing it", "pid", ch.pid(), "grace", r.cfg.grace)
+				_ = ch.signal(sigKill)
+			}
+
+		case <-childDone:
+			held := time.Since(acquiredAt).Round(time.Millisecond)
+			if ph == terminating {
+				ch.killGroup()
+				r.log.Error("lock lost: the command was stopped", "reason", lossWhy, "exit_code", ExitLockLost, "held", held)
+				return ExitLockLost
+			}
+			code := childExitCode(ch.state, r.cfg.childExitCode)
+			r.log.Info("command exited", "status", ch.state.String(), "exit_code", code, "held", held)
+			return code
+		}
+	}
+}

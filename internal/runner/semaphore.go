@@ -1,0 +1,273 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// semaphore is the api.Semaphore protocol (consul api/semaphore.go) with a
+// session the runner owns, so that it shares slots with `consul lock -n N`
+// and api.Semaphore clients on the same prefix:
+//
+//   - each contender acquires its own key <prefix>/<session> (flags
+//     SemaphoreFlagValue, value = holder value);
+//   - the holder table <prefix>/.lock = {"Limit":N,"Holders":{...}} (flags
+//     SemaphoreFlagValue) is changed only with check-and-set;
+//   - a holder whose session no longer holds any key under the prefix is
+//     dead and pruned by whoever writes the table next.
+type semaphore struct {
+	c      *consul.Client
+	lock   lockmodel.Lock
+	prefix string
+	log    *slog.Logger
+}
+
+func (m *semaphore) Key() string { return m.lock.Key }
+
+func (m *semaphore) contenderKey(s *session) string { return m.prefix + "/" + s.ID }
+
+func (m *semaphore) Acquire(ctx context.Context, s *session, holder []byte) (uint64, error) {
+	kv := m.c.KV()
+	var failures int
+	fail := func(op string, err error) error {
+		return waitAfterError(ctx, m.log, op, err, &failures)
+	}
+	contender := &api.KVPair{Key: m.contenderKey(s), Value: holder, Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
+	for {
+		ok, _, err := kv.Acquire(contender, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			if werr := fail("create contender key "+contender.Key, err); werr != nil {
+				return 0, werr
+			}
+			continue
+		}
+		if !ok {
+			return 0, fmt.Errorf("create contender key %s: Consul refused the acquisition", contender.Key)
+		}
+		break
+	}
+
+	var (
+		waitIndex uint64
+		lastSeen  []string
+	)
+	for {
+		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
+		if err != nil {
+			if werr := fail("read semaphore "+m.prefix+"/", err); werr != nil {
+				return 0, werr
+			}
+			waitIndex = 0
+			continue
+		}
+		failures = 0
+		table, tableIndex, err := m.table(pairs)
+		if err != nil {
+			return 0, err
+		}
+		if !heldBy(pairs, contender.Key, s.ID) {
+			// Our contender key is gone: the session was invalidated
+			// (behavior delete) or someone deleted the key.
+			return 0, errSessionInvalid
+		}
+		pruneDeadHolders(table, pairs)
+		if table.Holders[s.ID] {
+			// Listed already: an earlier join succeeded but its answer
+			// was lost. Join again to learn the token.
+			delete(table.Holders, s.ID)
+		}
+		if len(table.Holders) >= m.lock.Limit {
+			if holders := slices.Sorted(maps.Keys(table.Holders)); !slices.Equal(holders, lastSeen) {
+				lastSeen = holders
+				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
+			}
+			waitIndex = nextIndex(waitIndex, meta.LastIndex)
+			continue
+		}
+		table.Holders[s.ID] = true
+		value, err := lockmodel.EncodeSemaphoreState(table)
+		if err != nil {
+			return 0, err
+		}
+		token, ok, err := m.join(ctx, s, value, tableIndex)
+		if err != nil {
+			if werr := fail("update semaphore holder table "+m.lock.Key, err); werr != nil {
+				return 0, werr
+			}
+			waitIndex = 0
+			continue
+		}
+		if ok {
+			return token, nil
+		}
+		waitIndex = 0 // another contender changed the table first; read it again
+	}
+}
+
+// join writes the holder table listing s, if the table is still at
+// tableIndex (0: absent) and s still holds its contender key, in one
+// transaction. The transaction's answer carries the table's new
+// ModifyIndex: the fencing token of this admission, which grows with every
+// admission. ok is false when the table or the contender key changed.
+func (m *semaphore) join(ctx context.Context, s *session, value []byte, tableIndex uint64) (token uint64, ok bool, err error) {
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: m.contenderKey(s), Session: s.ID}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: m.lock.Key, Value: value, Flags: lockmodel.SemaphoreFlagValue, Index: tableIndex}},
+	}
+	ok, resp, _, err := m.c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	for _, res := range resp.Results {
+		if res.KV != nil && res.KV.Key == m.lock.Key {
+			return res.KV.ModifyIndex, true, nil
+		}
+	}
+	return 0, false, fmt.Errorf("update semaphore holder table %s: the transaction succeeded but did not report the table", m.lock.Key)
+}
+
+// table finds and decodes the holder table among pairs. An absent table is
+// a fresh one with this lock's limit (tableIndex 0: create only).
+func (m *semaphore) table(pairs api.KVPairs) (lockmodel.SemaphoreState, uint64, error) {
+	for _, p := range pairs {
+		if p.Key != m.lock.Key {
+			continue
+		}
+		if err := lockmodel.CheckCompatible(m.lock, p.Flags, p.Value); err != nil {
+			return lockmodel.SemaphoreState{}, 0, err
+		}
+		state, err := lockmodel.DecodeSemaphoreState(p.Value)
+		if err != nil {
+			return lockmodel.SemaphoreState{}, 0, err
+		}
+		if state.Limit == 0 {
+			state.Limit = m.lock.Limit
+		}
+		return state, p.ModifyIndex, nil
+	}
+	return lockmodel.SemaphoreState{Limit: m.lock.Limit, Holders: map[string]bool{}}, 0, nil
+}
+
+// pruneDeadHolders drops holders whose session holds no key among pairs, as
+// api.Semaphore does.
+func pruneDeadHolders(table lockmodel.SemaphoreState, pairs api.KVPairs) {
+	alive := map[string]bool{}
+	for _, p := range pairs {
+		if p.Session != "" {
+			alive[p.Session] = true
+		}
+	}
+	for h := range table.Holders {
+		if !alive[h] {
+			delete(table.Holders, h)
+		}
+	}
+}
+
+func heldBy(pairs api.KVPairs, key, session string) bool {
+	for _, p := range pairs {
+		if p.Key == key {
+			return p.Session == session
+		}
+	}
+	return false
+}
+
+func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observation) {
+	kv := m.c.KV()
+	var (
+		index    uint64
+		failures int
+	)
+	for {
+		sent := time.Now()
+		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{RequireConsistent: true, WaitIndex: index, WaitTime: watchWaitTime}).WithContext(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			if !send(ctx, out, observation{session: s.ID, kind: obsReadFailed, at: sent, detail: consul.Classify("watch semaphore "+m.prefix+"/", err).Error()}) {
+				return
+			}
+			if sleepCtx(ctx, backoff(failures)) != nil {
+				return
+			}
+			index = 0
+			continue
+		}
+		failures = 0
+		if lost := m.lostBecause(pairs, s); lost != "" {
+			send(ctx, out, observation{session: s.ID, kind: obsKeyLost, at: sent, detail: lost})
+			return
+		}
+		if !send(ctx, out, observation{session: s.ID, kind: obsKeyHeld, at: sent}) {
+			return
+		}
+		index = nextIndex(index, meta.LastIndex)
+	}
+}
+
+// lostBecause says why pairs show that s no longer holds a slot, or "".
+func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
+	if !heldBy(pairs, m.contenderKey(s), s.ID) {
+		return "contender key " + m.contenderKey(s) + " is no longer held by this session"
+	}
+	table, _, err := m.table(pairs)
+	if err != nil {
+		return "holder table " + m.lock.Key + " is unusable: " + err.Error()
+	}
+	if !table.Holders[s.ID] {
+		return "holder table " + m.lock.Key + " no longer lists this session"
+	}
+	return ""
+}
+
+func (m *semaphore) Release(ctx context.Context, s *session, holder []byte) error {
+	kv := m.c.KV()
+	for attempt := 0; ; attempt++ {
+		pair, _, err := kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return consul.Classify("read semaphore holder table "+m.lock.Key, err)
+		}
+		if pair == nil {
+			break
+		}
+		state, err := lockmodel.DecodeSemaphoreState(pair.Value)
+		if err != nil || !state.Holders[s.ID] {
+			break
+		}
+		delete(state.Holders, s.ID)
+		value, err := lockmodel.EncodeSemaphoreState(state)
+		if err != nil {
+			return err
+		}
+		ok, _, err := kv.CAS(&api.KVPair{Key: m.lock.Key, Value: value, Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: pair.ModifyIndex},
+			(&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return consul.Classify("update semaphore holder table "+m.lock.Key, err)
+		}
+		if ok {
+			break
+		}
+		if attempt >= 20 {
+			return fmt.Errorf("update semaphore holder table %s: check-and-set kept failing; the session's end will free the slot", m.lock.Key)
+		}
+	}
+	if _, err := kv.Delete(m.contenderKey(s), (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return consul.Classify("delete contender key "+m.contenderKey(s), err)
+	}
+	return nil
+}
