@@ -56,8 +56,6 @@ func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey strin
 				Op:   op,
 				Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); reading a lock needs "+
 					"permission 'key:read' on its key and on its registry record, e.g. key_prefix %q { policy = \"read\" }", k, k),
-				Permission: "key:read",
-				Resource:   k,
 			}
 		}
 	}

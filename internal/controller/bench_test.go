@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -58,7 +59,7 @@ func seed(b *testing.B, h *harness, n, segments int) []lockmodel.Lock {
 // Fatal and Cleanup).
 func benchHarness(b *testing.B) *harness {
 	h := &harness{a: agent, api: agent.Client()}
-	p := fmt.Sprintf("b/%s-%d-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(b.Name())), os.Getpid(), rand.IntN(1e6))
+	p := fmt.Sprintf("b/%s-%d-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(b.Name())), os.Getpid(), rand.IntN(1e6))
 	h.registry, h.prefix = p+"/registry", p+"/locks"
 	return h
 }
@@ -73,7 +74,16 @@ func startBench(b *testing.B, h *harness, mode Mode) (*Controller, func()) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := New(client, Config{Mode: mode, RegistryPrefix: h.registry, DisableHA: true, WatchClient: watcher})
+	cfg := Config{Mode: mode, RegistryPrefix: h.registry, DisableHA: true, WatchClient: watcher}
+	if path := os.Getenv("CONTROLLER_BENCH_LOG"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = f.Close() })
+		cfg.Logger = slog.New(slog.NewJSONHandler(f, nil))
+	}
+	c, err := New(client, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,11 +105,17 @@ func waitUntil(b *testing.B, timeout time.Duration, f func() bool) {
 }
 
 // BenchmarkDriftToRepair measures the time from an out-of-band deletion of
-// a lock key to its re-creation by a repair-mode controller watching 1,000
-// declared locks, against the real agent.
+// a lock key to its re-creation by a repair-mode controller watching 10 and
+// 1,000 declared locks, against the real agent.
 func BenchmarkDriftToRepair(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("locks=%d", n), func(b *testing.B) { benchDriftToRepair(b, n) })
+	}
+}
+
+func benchDriftToRepair(b *testing.B, n int) {
 	h := benchHarness(b)
-	locks := seed(b, h, 1000, 1)
+	locks := seed(b, h, n, 1)
 	c, stop := startBench(b, h, ModeRepair)
 	defer stop()
 	waitUntil(b, 60*time.Second, c.Ready)

@@ -669,11 +669,13 @@ func TestGroupKeys_capsTheNumberOfWatches(t *testing.T) {
 	if len(got) != len(keys) || len(prefixes) > 8 {
 		t.Errorf("%d keys in %d groups", len(got), len(prefixes))
 	}
-	if g := GroupKeys([]string{"a/x/.lock", "a/y/.lock", "b/z"}, 8); g["a/x/.lock"] != "a/" || g["b/z"] != "b/" {
+	if g := GroupKeys([]string{"a/x/.lock", "a/y/.lock", "b/z"}, 2); g["a/x/.lock"] != "a/" || g["b/z"] != "b/" {
 		t.Errorf("grouping by first segment: %v", g)
 	}
+	if g := GroupKeys([]string{"t/1/locks/a/.lock", "t/1/locks/b/.lock"}, 8); g["t/1/locks/a/.lock"] != "t/1/locks/" {
+		t.Errorf("grouping as deep as the cap allows: %v", g)
+	}
 }
-
 
 var (
 	buildOnce sync.Once

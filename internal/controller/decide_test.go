@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -251,5 +253,21 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("fix"); err == nil {
 		t.Error("ParseMode(fix) accepted")
+	}
+}
+
+func TestExampleACLRules_parse(t *testing.T) {
+	for _, mode := range []string{"observe", "repair", "enforce"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "examples", "controller", mode+".hcl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := lockmodel.ParseRules(string(data))
+		if err != nil {
+			t.Fatalf("%s.hcl: %v", mode, err)
+		}
+		if got := p.Grants("key_prefix", "consul-lock/controller/"); got != "write" {
+			t.Errorf("%s.hcl grants %q on the leader key prefix, want write", mode, got)
+		}
 	}
 }

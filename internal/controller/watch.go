@@ -323,36 +323,64 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 }
 
 // GroupKeys assigns each lock key to a watch prefix. Keys are grouped by
-// their first path segment ("service/a/.lock" -> "service/"); when that
-// gives more than max groups, neighbouring groups (in sorted order) are
-// merged and watched by their longest common prefix. The number of watches
-// therefore never exceeds max, however many locks are declared.
+// their first path segment, and the groups narrowed to deeper common
+// segments as long as that does not add groups ("t/1/locks/a/.lock" and
+// "t/1/locks/b/.lock" -> "t/1/locks/"), so that a watch lists little besides
+// lock keys. When even the first segment gives
+// more than max groups, neighbouring groups (in sorted order) are merged and
+// watched by their longest common prefix. The number of watches therefore
+// never exceeds max, however many locks are declared.
 func GroupKeys(keys []string, max int) map[string]string {
 	if max < 1 {
 		max = 1
 	}
-	bySeg := map[string][]string{}
-	for _, k := range keys {
-		seg := k
-		if i := strings.IndexByte(k, '/'); i >= 0 {
-			seg = k[:i+1]
+	best := groupByDepth(keys, 1)
+	for depth := 2; depth <= 16; depth++ {
+		g := groupByDepth(keys, depth)
+		if len(g) != len(best) {
+			break // deeper would only add watches
 		}
-		bySeg[seg] = append(bySeg[seg], k)
+		best = g
 	}
-	segs := sortedKeys(bySeg)
+	segs := sortedKeys(best)
 	out := make(map[string]string, len(keys))
-	chunk := (len(segs) + max - 1) / max
-	if chunk < 1 {
-		chunk = 1
-	}
+	chunk := max1((len(segs) + max - 1) / max)
 	for i := 0; i < len(segs); i += chunk {
 		part := segs[i:min(i+chunk, len(segs))]
 		prefix := commonPrefix(part)
 		for _, s := range part {
-			for _, k := range bySeg[s] {
+			for _, k := range best[s] {
 				out[k] = prefix
 			}
 		}
+	}
+	return out
+}
+
+func max1(n int) int {
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+// groupByDepth groups keys by their first depth segments (with the trailing
+// "/"); a key with no more segments than that is its own group.
+func groupByDepth(keys []string, depth int) map[string][]string {
+	out := map[string][]string{}
+	for _, k := range keys {
+		end, n := 0, 0
+		for i := 0; i < len(k) && n < depth; i++ {
+			if k[i] == '/' {
+				n++
+				end = i + 1
+			}
+		}
+		g := k
+		if n == depth {
+			g = k[:end]
+		}
+		out[g] = append(out[g], k)
 	}
 	return out
 }

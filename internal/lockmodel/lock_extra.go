@@ -53,8 +53,8 @@ func ValidateLimit(field string, limit int) error {
 // or under it. It returns nil when prefix or key are not valid paths, since
 // their own checks (NormalizeKeyPath) report those.
 func (l Lock) KeyPlacementError() error {
-	if _, err := l.Normalize(); err != nil {
-		return nil
+	if _, pathErr := l.Normalize(); pathErr != nil {
+		return nil //nolint:nilerr // path errors are the path checks' to report
 	}
 	probe := l
 	probe.Name, probe.SessionDefaults, probe.MaxHold, probe.Description = "x", "", 0, ""

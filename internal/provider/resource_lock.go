@@ -405,10 +405,9 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	}
 
 	var recIndex uint64
-	switch rec := got.Record; {
-	case rec == nil:
+	if rec := got.Record; rec == nil {
 		state.RegistryKey = types.StringValue("")
-	default:
+	} else {
 		recIndex = rec.ModifyIndex
 		decl, err := lockmodel.DecodeLockRecord(rec.Value)
 		switch {
@@ -420,10 +419,10 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Unreadable Lock Record",
 				fmt.Sprintf("The record %s cannot be read; the next apply rewrites it from this configuration.\n\n%s", rec.Key, err))
 			state.RegistryKey = types.StringValue("")
-		case decl.Key != key:
+		case decl.Key != key || decl.Prefix != strings.Trim(state.Prefix.ValueString(), "/"):
 			resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Lock Record Declares Another Key",
-				fmt.Sprintf("The record %s declares lock %q with key %q, but this lock's key is %q; the next apply rewrites the record.",
-					rec.Key, decl.Name, decl.Key, key))
+				fmt.Sprintf("The record %s declares lock %q with prefix %q and key %q, but this lock has prefix %q and key %q; the next apply rewrites the record.",
+					rec.Key, decl.Name, decl.Prefix, decl.Key, strings.Trim(state.Prefix.ValueString(), "/"), key))
 			state.RegistryKey = types.StringValue("")
 		default:
 			live := state.Limit.ValueInt64()
@@ -785,8 +784,8 @@ func (r *lockResource) deleteRecord(ctx context.Context, recordKey string, l loc
 // lockHolder is a session holding a lock key (or a semaphore contender key)
 // and the key it holds.
 type lockHolder struct {
-	session, node string
-	pair          *api.KVPair
+	session, name, node string
+	pair                *api.KVPair
 }
 
 // lockHoldersOf lists the live holders in a lock view: the mutex's session,
@@ -805,7 +804,7 @@ func lockHoldersOf(view *consul.LockView) []lockHolder {
 		return out
 	}
 	if view.Session != nil {
-		out = append(out, lockHolder{session: view.Session.ID, node: view.Session.Node, pair: view.Pair})
+		out = append(out, lockHolder{session: view.Session.ID, name: view.Session.Name, node: view.Session.Node, pair: view.Pair})
 	}
 	return out
 }
@@ -813,7 +812,11 @@ func lockHoldersOf(view *consul.LockView) []lockHolder {
 func describeHolders(hs []lockHolder) string {
 	parts := make([]string, 0, len(hs))
 	for _, h := range hs {
-		parts = append(parts, fmt.Sprintf("session %s on node %q", h.session, h.node))
+		name := ""
+		if h.name != "" {
+			name = fmt.Sprintf(" (%q)", h.name)
+		}
+		parts = append(parts, fmt.Sprintf("session %s%s on node %q", h.session, name, h.node))
 	}
 	if len(parts) == 1 {
 		return parts[0]

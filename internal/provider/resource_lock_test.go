@@ -87,7 +87,7 @@ func acquire(t *testing.T, key, session, value string, flags uint64) {
 }
 
 // checkKeysGone is a CheckDestroy asserting that keys no longer exist.
-func checkKeysGone(t *testing.T, keys ...string) resource.TestCheckFunc {
+func checkKeysGone(keys ...string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		for _, k := range keys {
 			pair, _, err := agent.Client().KV().Get(k, &api.QueryOptions{RequireConsistent: true})
@@ -158,7 +158,7 @@ resource "consullock_lock" "raw" {
 	key, rawKey := p+"/nightly/.lock", p+"/service/leader"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, key, rawKey, reg+"/locks/nightly-report", reg+"/locks/leader"),
+		CheckDestroy:             checkKeysGone(key, rawKey, reg+"/locks/nightly-report", reg+"/locks/leader"),
 		Steps: []resource.TestStep{
 			{
 				Config: cfg,
@@ -214,7 +214,7 @@ resource "consullock_lock" "test" {
 	addr, key, record := "consullock_lock.test", p+"/cleanup/.lock", reg+"/locks/cleanup"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, key, record),
+		CheckDestroy:             checkKeysGone(key, record),
 		Steps: []resource.TestStep{
 			{Config: cfg},
 			{
@@ -264,7 +264,7 @@ resource "consullock_lock" "test" {
 	session := newHolderSession(t, "drift-holder")
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, key, reg+"/locks/drift"),
+		CheckDestroy:             checkKeysGone(key, reg+"/locks/drift"),
 		Steps: []resource.TestStep{
 			{Config: cfg},
 			{
@@ -315,7 +315,7 @@ resource "consullock_lock" "test" {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
-			checkKeysGone(t, key, reg+"/locks/held"),
+			checkKeysGone(key, reg+"/locks/held"),
 			func(*terraform.State) error {
 				// Nothing else is lost: the holder's session survives.
 				s, _, err := agent.Client().Session().Info(session, nil)
@@ -336,7 +336,7 @@ resource "consullock_lock" "test" {
 			{
 				Config:  cfg,
 				Destroy: true,
-				ExpectError: diagRE(fmt.Sprintf(`Lock "held" (key %s) is held by session %s on node %q.`, key, session, agent.NodeName) +
+				ExpectError: diagRE(fmt.Sprintf(`Lock "held" (key %s) is held by session %s ("job-runner") on node %q.`, key, session, agent.NodeName) +
 					` Destroying it would pull the key from under a running job. Wait until the holder releases it, or set force_destroy = true`),
 			},
 			{
@@ -363,7 +363,7 @@ resource "consullock_lock" "test" {
   name          = "workers"
   prefix        = "%s/workers"
   limit         = %d
-  force_destroy = true
+  force_destroy = %t
 }
 `
 	addr, prefix := "consullock_lock.test", p+"/workers"
@@ -378,7 +378,7 @@ resource "consullock_lock" "test" {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
-			checkKeysGone(t, key, reg+"/locks/workers"),
+			checkKeysGone(key, reg+"/locks/workers"),
 			func(*terraform.State) error {
 				// Nothing else is lost: the released contender key stays.
 				if pair := kvPair(t, prefix+"/"+holder); pair == nil || pair.Session != "" {
@@ -389,7 +389,7 @@ resource "consullock_lock" "test" {
 		),
 		Steps: []resource.TestStep{
 			{
-				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 3),
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 3, false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectKnownValue(addr, tfjsonpath.New("key"), knownvalue.StringExact(key)),
@@ -424,7 +424,7 @@ resource "consullock_lock" "test" {
 				),
 			},
 			{
-				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5),
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5, false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
 				},
@@ -461,7 +461,7 @@ resource "consullock_lock" "test" {
 						t.Fatalf("editing the limit: %v %v", ok, err)
 					}
 				},
-				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5),
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5, false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
 				},
@@ -473,9 +473,16 @@ resource "consullock_lock" "test" {
 				}),
 			},
 			{
+				Config:  lockTestProvider(reg) + fmt.Sprintf(body, p, 5, false),
+				Destroy: true,
+				ExpectError: diagRE(fmt.Sprintf(`Lock "workers" (key %s) is held by session`, key),
+					fmt.Sprintf(`on node %q.`, agent.NodeName), `or set force_destroy = true`),
+			},
+			{Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5, true)},
+			{
 				// Changing between mutex and semaphore replaces the lock;
 				// force_destroy releases the holder's slot first.
-				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 1),
+				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 1, true),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate),
@@ -509,7 +516,7 @@ resource "consullock_lock" "semaphore" {
 `, p)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, mutexKey, semKey),
+		CheckDestroy:             checkKeysGone(mutexKey, semKey),
 		Steps: []resource.TestStep{
 			{
 				PreConfig: func() {
@@ -595,6 +602,49 @@ resource "consullock_lock" "test" {
 	})
 }
 
+func TestAccLock_refreshWithoutReadPermissionKeepsState(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	key := p + "/guard/.lock"
+	// A token that may read the lock key but not the registry: Consul hides
+	// the record from a transaction instead of refusing it.
+	token, err := agent.MintToken("lock-reader-"+strings.ReplaceAll(p, "/", "-"), fmt.Sprintf(`key %q { policy = "read" }`, key), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "guard"
+  prefix = "%s/guard"
+}
+`, p)
+	cfg := lockTestProvider(reg) + body
+	limited := fmt.Sprintf(`
+provider "consullock" {
+  registry_prefix = %q
+  token           = %q
+}
+`, reg, token.SecretID) + body
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, reg+"/locks/guard"),
+		Steps: []resource.TestStep{
+			{Config: cfg},
+			{
+				Config:   limited,
+				PlanOnly: true,
+				ExpectError: diagRE(fmt.Sprintf(`Consul hid key %q from the token (results filtered by ACLs)`, reg+"/locks/guard"),
+					`needs permission 'key:read' on its key and on its registry record`),
+			},
+			{
+				// The lock is still in state: nothing was removed on a guess.
+				Config:   cfg,
+				PlanOnly: true,
+			},
+		},
+	})
+}
+
 func TestAccLock_importByName(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
@@ -614,7 +664,7 @@ resource "consullock_lock" "test" {
 `, p)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, p+"/imported/.lock", reg+"/locks/imported", reg+"/session-defaults/fast"),
+		CheckDestroy:             checkKeysGone(p+"/imported/.lock", reg+"/locks/imported", reg+"/session-defaults/fast"),
 		Steps: []resource.TestStep{
 			{Config: cfg},
 			{
@@ -646,7 +696,7 @@ func TestAccLock_requiresExistingSessionProfile(t *testing.T) {
 	reg := p + "/registry"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, p+"/job/.lock"),
+		CheckDestroy:             checkKeysGone(p + "/job/.lock"),
 		Steps: []resource.TestStep{
 			{
 				Config: lockTestProvider(reg) + fmt.Sprintf(`
@@ -744,7 +794,7 @@ resource "consullock_lock" "semaphore" {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, mutexPrefix+"/.lock", semPrefix+"/.lock"),
+		CheckDestroy:             checkKeysGone(mutexPrefix+"/.lock", semPrefix+"/.lock"),
 		Steps: []resource.TestStep{
 			{Config: cfg},
 			{

@@ -139,6 +139,7 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 						"namespace": schema.StringAttribute{
 							MarkdownDescription: "Namespace of the check's service (Consul Enterprise).",
 							Optional:            true,
+							Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
 						},
 					},
 				},

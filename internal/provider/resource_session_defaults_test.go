@@ -47,7 +47,7 @@ resource "consullock_session_defaults" "test" {
 	addr, record := "consullock_session_defaults.test", reg+"/session-defaults/standard"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, record),
+		CheckDestroy:             checkKeysGone(record),
 		Steps: []resource.TestStep{
 			{
 				Config: cfg,
@@ -83,7 +83,7 @@ func TestAccSessionDefaults_updatesRecordInPlace(t *testing.T) {
 	addr, record := "consullock_session_defaults.test", reg+"/session-defaults/batch"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, record),
+		CheckDestroy:             checkKeysGone(record),
 		Steps: []resource.TestStep{
 			{
 				Config: lockTestProvider(reg) + `
@@ -147,7 +147,7 @@ resource "consullock_session_defaults" "test" {
 	addr, record := "consullock_session_defaults.test", reg+"/session-defaults/gone"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, record),
+		CheckDestroy:             checkKeysGone(record),
 		Steps: []resource.TestStep{
 			{Config: cfg},
 			{
@@ -193,7 +193,7 @@ func TestAccSessionDefaults_importByName(t *testing.T) {
 	reg := p + "/registry"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(t, reg+"/session-defaults/imported"),
+		CheckDestroy:             checkKeysGone(reg + "/session-defaults/imported"),
 		Steps: []resource.TestStep{
 			{
 				Config: lockTestProvider(reg) + `

@@ -187,11 +187,12 @@ func (m *mutex) Watch(ctx context.Context, s *session, out chan<- observation) {
 	}
 }
 
-func (m *mutex) Release(ctx context.Context, s *session, holder []byte) error {
+func (m *mutex) Release(ctx context.Context, s *session, holder []byte) (bool, error) {
 	// Flags must be sent again: a release without them would set the key's
 	// flags to 0, and api.Lock refuses a key with other flags.
-	if _, _, err := m.c.KV().Release(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return consul.Classify("release lock key "+m.lock.Key, err)
+	released, _, err := m.c.KV().Release(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, consul.Classify("release lock key "+m.lock.Key, err)
 	}
-	return nil
+	return released, nil
 }

@@ -27,9 +27,9 @@ type protocol interface {
 	// or the lock is seen lost, and reports every result on out.
 	Watch(ctx context.Context, s *session, out chan<- observation)
 	// Release gives the lock up, if s holds it, without ending s, so the
-	// next holder starts without lock-delay. Releasing a lock that s does
-	// not hold changes nothing.
-	Release(ctx context.Context, s *session, holder []byte) error
+	// next holder starts without lock-delay. released is false when s did
+	// not hold it; then nothing changed.
+	Release(ctx context.Context, s *session, holder []byte) (released bool, err error)
 }
 
 // newProtocol picks the protocol of lock l (normalised).

@@ -295,10 +295,13 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if attempted {
-			if err := r.proto.Release(cctx, sess, r.holderValue(sess)); err != nil {
+			switch released, err := r.proto.Release(cctx, sess, r.holderValue(sess)); {
+			case err != nil:
 				r.log.Warn("release failed; the lock frees when the session ends", "session", sess.ID, "error", err.Error())
-			} else {
+			case released:
 				r.log.Info("lock released", "session", sess.ID)
+			default:
+				r.log.Debug("nothing to release: the session did not hold the lock", "session", sess.ID)
 			}
 		}
 		if err := destroySession(cctx, r.client, sess.ID); err != nil {

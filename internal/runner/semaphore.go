@@ -235,12 +235,13 @@ func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
 	return ""
 }
 
-func (m *semaphore) Release(ctx context.Context, s *session, holder []byte) error {
+func (m *semaphore) Release(ctx context.Context, s *session, holder []byte) (bool, error) {
 	kv := m.c.KV()
+	released := false
 	for attempt := 0; ; attempt++ {
 		pair, _, err := kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
-			return consul.Classify("read semaphore holder table "+m.lock.Key, err)
+			return false, consul.Classify("read semaphore holder table "+m.lock.Key, err)
 		}
 		if pair == nil {
 			break
@@ -252,22 +253,23 @@ func (m *semaphore) Release(ctx context.Context, s *session, holder []byte) erro
 		delete(state.Holders, s.ID)
 		value, err := lockmodel.EncodeSemaphoreState(state)
 		if err != nil {
-			return err
+			return false, err
 		}
 		ok, _, err := kv.CAS(&api.KVPair{Key: m.lock.Key, Value: value, Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: pair.ModifyIndex},
 			(&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
-			return consul.Classify("update semaphore holder table "+m.lock.Key, err)
+			return false, consul.Classify("update semaphore holder table "+m.lock.Key, err)
 		}
 		if ok {
+			released = true
 			break
 		}
 		if attempt >= 20 {
-			return fmt.Errorf("update semaphore holder table %s: check-and-set kept failing; the session's end will free the slot", m.lock.Key)
+			return false, fmt.Errorf("update semaphore holder table %s: check-and-set kept failing; the session's end will free the slot", m.lock.Key)
 		}
 	}
 	if _, err := kv.Delete(m.contenderKey(s), (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return consul.Classify("delete contender key "+m.contenderKey(s), err)
+		return released, consul.Classify("delete contender key "+m.contenderKey(s), err)
 	}
-	return nil
+	return released, nil
 }

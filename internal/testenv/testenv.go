@@ -174,6 +174,12 @@ ports {
   dns      = -1
   https    = %d
 }
+# Tests configure many short-lived provider clients in one process, each
+# with its own idle connection pool; Consul's default of 200 connections
+# per client address would answer 429.
+limits {
+  http_max_conns_per_client = 4096
+}
 acl {
   enabled                  = true
   default_policy           = "deny"

@@ -1,0 +1,95 @@
+# Quickstart: one cron job ("nightly-report") deployed on three workers,
+# which must run on exactly one of them at a time.
+#
+#   tofu apply
+#   CONSUL_HTTP_TOKEN=$(tofu output -raw worker_token) \
+#     consullock run -lock nightly-report -- ./nightly-report.sh   # on each worker
+#   tofu apply -refresh-only && tofu output holder
+terraform {
+  required_providers {
+    consullock = {
+      source = "consullock/consullock"
+    }
+  }
+}
+
+# Address and token come from CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN.
+provider "consullock" {}
+
+variable "worker_node_prefix" {
+  description = "Consul node-name prefix of the workers (session ACL rules match node names)."
+  type        = string
+  default     = "worker-"
+}
+
+# How holders' sessions behave. If a holder crashes, the next one starts
+# at most worst_case_gap later (2 x ttl + lock_delay), shown at plan time.
+resource "consullock_session_defaults" "nightly_report" {
+  name       = "nightly-report"
+  ttl        = "10s"
+  lock_delay = "5s"
+  behavior   = "release"
+}
+
+# The lock: jobs/nightly-report/.lock, usable by `consul lock`,
+# api.Lock and `consullock run`.
+resource "consullock_lock" "nightly_report" {
+  name             = "nightly-report"
+  prefix           = "jobs/nightly-report"
+  session_defaults = consullock_session_defaults.nightly_report.name
+  max_hold         = "1h"
+  description      = "Nightly billing report"
+}
+
+# Exactly what the workers need, and nothing more.
+resource "consullock_acl_policy" "workers" {
+  name                  = "nightly-report-workers"
+  description           = "Workers that run the nightly report"
+  lock_keys             = [consullock_lock.nightly_report.key]
+  session_node_prefixes = [var.worker_node_prefix]
+  # `consullock run` reads the declaration and its session profile.
+  read_keys = [
+    consullock_lock.nightly_report.registry_key,
+    consullock_session_defaults.nightly_report.registry_key,
+  ]
+  # `consul lock` and `consullock run` ask the local agent for its node name.
+  agent_read = true
+}
+
+resource "consullock_acl_token" "workers" {
+  description = "nightly-report workers"
+  policies    = [consullock_acl_policy.workers.name]
+}
+
+# Who holds the lock now. Refresh with `tofu apply -refresh-only`.
+data "consullock_lock" "nightly_report" {
+  key        = consullock_lock.nightly_report.key
+  depends_on = [consullock_lock.nightly_report]
+}
+
+output "holder" {
+  description = "The current holder, and its LockIndex (the fencing token)."
+  value = {
+    held       = data.consullock_lock.nightly_report.held
+    node       = data.consullock_lock.nightly_report.node
+    session    = data.consullock_lock.nightly_report.session
+    lock_index = data.consullock_lock.nightly_report.lock_index
+    value      = data.consullock_lock.nightly_report.value
+  }
+}
+
+output "worst_case_gap" {
+  description = "Longest time nobody runs the job after a holder crashes."
+  value       = consullock_session_defaults.nightly_report.worst_case_gap
+}
+
+output "granted_rules" {
+  description = "The ACL rules the workers' token carries."
+  value       = consullock_acl_policy.workers.rules
+}
+
+output "worker_token" {
+  description = "Give this to the workers as CONSUL_HTTP_TOKEN."
+  value       = consullock_acl_token.workers.secret_id
+  sensitive   = true
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# make demo: a local Consul dev agent (ACLs on, default deny), the quickstart
+# applied with OpenTofu, two `consullock run` workers competing for the lock,
+# the holder shown through the data source, a crash fail-over measured, and
+# an out-of-band ACL edit caught by plan. Cleans up after itself.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/bin"
+demo="$root/.demo"
+t0=$SECONDS
+step() { printf '\n==> [%3ss] %s\n' "$((SECONDS - t0))" "$*"; }
+info() { printf '    %s\n' "$*"; }
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$demo"
+}
+trap cleanup EXIT
+rm -rf "$demo" && mkdir -p "$demo/quickstart"
+
+step "starting a Consul v1.14 dev agent (ACLs enabled, default_policy = deny) on free loopback ports"
+(cd "$root" && go build -o "$demo/devagent" ./scripts/devagent)
+"$demo/devagent" -env-file "$demo/agent.env" -node worker-node-1 >"$demo/agent.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do [[ -f "$demo/agent.env" ]] && break; sleep 0.1; done
+[[ -f "$demo/agent.env" ]] || { cat "$demo/agent.log"; echo "agent did not start" >&2; exit 1; }
+set -a; source "$demo/agent.env"; set +a
+info "agent at http://$CONSUL_HTTP_ADDR, node $CONSUL_NODE; the provider uses the management token from CONSUL_HTTP_TOKEN"
+
+cat >"$demo/tofu.rc" <<RC
+provider_installation {
+  dev_overrides {
+    "registry.opentofu.org/consullock/consullock" = "$bin"
+  }
+  direct {}
+}
+RC
+export TF_CLI_CONFIG_FILE="$demo/tofu.rc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
+tofu() { (cd "$demo/quickstart" && "$bin/tofu" "$@" 2> >(grep -v -e 'Provider development overrides' -e 'dev_overrides' >&2)); }
+cp "$root"/examples/quickstart/*.tf "$demo/quickstart/"
+
+step "tofu apply examples/quickstart (profile, lock, least-privilege policy and token, holder data source)"
+tofu apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E '^(consullock_|data\.|Apply complete)' | sed 's/^/    /'
+info "worst_case_gap: $(tofu output -raw worst_case_gap)"
+info "rules granted to the workers' token:"
+tofu output -raw granted_rules | sed 's/^/      /'
+
+step "starting two workers: consullock run -lock nightly-report, with only the workers' token"
+worker_token="$(tofu output -raw worker_token)"
+for i in 1 2; do
+  CONSUL_HTTP_TOKEN="$worker_token" "$bin/consullock" run -lock nightly-report -- \
+    sh -c "echo \"worker $i: running the nightly report with fencing token \$CONSUL_LOCK_INDEX\"; exec sleep 3600" \
+    >"$demo/worker-$i.log" 2>&1 &
+  pids+=($!)
+  eval "worker_$i=$!"
+done
+
+holder_session() {
+  curl -fsS -H "X-Consul-Token: $CONSUL_HTTP_TOKEN" "http://$CONSUL_HTTP_ADDR/v1/kv/jobs/nightly-report/.lock?consistent" |
+    sed -n 's/.*"Session":"\([^"]*\)".*/\1/p'
+}
+for _ in $(seq 1 200); do [[ -n "$(holder_session)" ]] && break; sleep 0.1; done
+[[ -n "$(holder_session)" ]] || { tail -n 20 "$demo"/worker-*.log; echo "no worker acquired the lock" >&2; exit 1; }
+
+show_holder() {
+  tofu apply -refresh-only -auto-approve -no-color >/dev/null
+  tofu output -no-color holder | sed 's/^/    /'
+}
+step "who holds the lock? (data source consullock_lock, after tofu apply -refresh-only)"
+show_holder
+holder_pid="$(tofu output -json holder | sed -n 's/.*\\"pid\\":\([0-9]*\).*/\1/p')"
+if [[ "$holder_pid" == "$worker_1" ]]; then standby=2; else standby=1; fi
+info "holder is the runner with pid $holder_pid; worker $standby is waiting"
+
+step "kill -9 the holder (its child too); Consul must invalidate its session (about 2 x ttl) and apply lock_delay"
+old_session="$(holder_session)"
+pkill -KILL -P "$holder_pid" 2>/dev/null || true
+kill -KILL "$holder_pid"
+killed_at=$(date +%s%N)
+for _ in $(seq 1 600); do
+  s="$(holder_session)"
+  [[ -n "$s" && "$s" != "$old_session" ]] && break
+  sleep 0.05
+done
+took_ms=$(( ($(date +%s%N) - killed_at) / 1000000 ))
+took="$((took_ms / 1000)).$(printf %03d $((took_ms % 1000)))"
+[[ -n "$s" && "$s" != "$old_session" ]] || { echo "no fail-over" >&2; exit 1; }
+info "fail-over took ${took}s (declared worst_case_gap: $(tofu output -raw worst_case_gap))"
+sleep 0.5
+sed 's/^/    /' "$demo/worker-$standby.log" | grep 'running the nightly report' || true
+show_holder
+
+step "drift: an operator widens the workers' ACL policy out of band (consul acl policy update)"
+"$bin/consul" acl policy update -name nightly-report-workers \
+  -rules 'key_prefix "" { policy = "write" }
+session_prefix "" { policy = "write" }' >/dev/null
+info "tofu plan catches it:"
+set +e
+tofu plan -detailed-exitcode -no-color -var "worker_node_prefix=worker-" >"$demo/plan.txt"
+code=$?
+set -e
+grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | head -n 20 | sed 's/^/    /'
+[[ $code -eq 2 ]] || { cat "$demo/plan.txt"; echo "expected plan to show drift (exit 2), got $code" >&2; exit 1; }
+tofu apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
+info "after apply the rules are the declared ones again:"
+"$bin/consul" acl policy read -name nightly-report-workers | sed -n '/^Rules:/,$p' | sed 's/^/      /'
+
+step "done in $((SECONDS - t0))s; stopping workers and the agent, removing .demo/"
