@@ -11,10 +11,17 @@ t0=$SECONDS
 step() { printf '\n==> [%3ss] %s\n' "$((SECONDS - t0))" "$*"; }
 info() { printf '    %s\n' "$*"; }
 
-pids=()
+pids=()    # workers, stopped first so they release before the agent goes
+agent_pid=
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.1
+  done
+  [[ -n "$agent_pid" ]] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
   rm -rf "$demo"
 }
 trap cleanup EXIT
@@ -23,7 +30,7 @@ rm -rf "$demo" && mkdir -p "$demo/quickstart"
 step "starting a Consul v1.14 dev agent (ACLs enabled, default_policy = deny) on free loopback ports"
 (cd "$root" && go build -o "$demo/devagent" ./scripts/devagent)
 "$demo/devagent" -env-file "$demo/agent.env" -node worker-node-1 >"$demo/agent.log" 2>&1 &
-pids+=($!)
+agent_pid=$!
 for _ in $(seq 1 600); do [[ -f "$demo/agent.env" ]] && break; sleep 0.1; done
 [[ -f "$demo/agent.env" ]] || { cat "$demo/agent.log"; echo "agent did not start" >&2; exit 1; }
 set -a; source "$demo/agent.env"; set +a
@@ -55,11 +62,12 @@ for i in 1 2; do
     >"$demo/worker-$i.log" 2>&1 &
   pids+=($!)
   eval "worker_$i=$!"
+  disown $! # no "Killed" job notice when the demo kills the holder
 done
 
 holder_session() {
   curl -fsS -H "X-Consul-Token: $CONSUL_HTTP_TOKEN" "http://$CONSUL_HTTP_ADDR/v1/kv/jobs/nightly-report/.lock?consistent" |
-    sed -n 's/.*"Session":"\([^"]*\)".*/\1/p'
+    sed -n 's/.*"Session": *"\([^"]*\)".*/\1/p'
 }
 for _ in $(seq 1 200); do [[ -n "$(holder_session)" ]] && break; sleep 0.1; done
 [[ -n "$(holder_session)" ]] || { tail -n 20 "$demo"/worker-*.log; echo "no worker acquired the lock" >&2; exit 1; }
@@ -101,7 +109,7 @@ set +e
 tofu plan -detailed-exitcode -no-color -var "worker_node_prefix=worker-" >"$demo/plan.txt"
 code=$?
 set -e
-grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | head -n 20 | sed 's/^/    /'
+grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | grep -v 'consullock/consullock in' | head -n 20 | sed 's/^/    /'
 [[ $code -eq 2 ]] || { cat "$demo/plan.txt"; echo "expected plan to show drift (exit 2), got $code" >&2; exit 1; }
 tofu apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
 info "after apply the rules are the declared ones again:"

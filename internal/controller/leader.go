@@ -85,7 +85,7 @@ func (c *Controller) leadOnce(ctx context.Context) error {
 			close(renewDone)
 		}
 		select {
-		case <-renewErr:
+		case <-renewErr: //nolint:errcheck // renewal ends because we stopped it; its error adds nothing
 		case <-time.After(3 * time.Second):
 		}
 	}

@@ -327,12 +327,12 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 // segments as long as that does not add groups ("t/1/locks/a/.lock" and
 // "t/1/locks/b/.lock" -> "t/1/locks/"), so that a watch lists little besides
 // lock keys. When even the first segment gives
-// more than max groups, neighbouring groups (in sorted order) are merged and
+// more than maxGroups groups, neighbouring groups (in sorted order) are merged and
 // watched by their longest common prefix. The number of watches therefore
-// never exceeds max, however many locks are declared.
-func GroupKeys(keys []string, max int) map[string]string {
-	if max < 1 {
-		max = 1
+// never exceeds maxGroups, however many locks are declared.
+func GroupKeys(keys []string, maxGroups int) map[string]string {
+	if maxGroups < 1 {
+		maxGroups = 1
 	}
 	best := groupByDepth(keys, 1)
 	for depth := 2; depth <= 16; depth++ {
@@ -344,7 +344,7 @@ func GroupKeys(keys []string, max int) map[string]string {
 	}
 	segs := sortedKeys(best)
 	out := make(map[string]string, len(keys))
-	chunk := max1((len(segs) + max - 1) / max)
+	chunk := max1((len(segs) + maxGroups - 1) / maxGroups)
 	for i := 0; i < len(segs); i += chunk {
 		part := segs[i:min(i+chunk, len(segs))]
 		prefix := commonPrefix(part)
