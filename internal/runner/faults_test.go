@@ -24,9 +24,10 @@ type faultProxy struct {
 	srv   *httptest.Server
 	proxy *httputil.ReverseProxy
 
-	mu   sync.Mutex
-	mode string
-	cut  chan struct{} // closed when a partition starts
+	mu     sync.Mutex
+	mode   string
+	cut    chan struct{} // closed when a partition starts
+	healed chan struct{} // closed when a partition ends
 
 	noLeaderRenewals atomic.Int64
 }
@@ -37,7 +38,7 @@ func newFaultProxy(t testing.TB) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{proxy: httputil.NewSingleHostReverseProxy(target), mode: "pass", cut: make(chan struct{})}
+	p := &faultProxy{proxy: httputil.NewSingleHostReverseProxy(target), mode: "pass", cut: make(chan struct{}), healed: make(chan struct{})}
 	p.srv = httptest.NewServer(p)
 	t.Cleanup(func() {
 		p.set("pass")
@@ -55,8 +56,10 @@ func (p *faultProxy) set(mode string) {
 	defer p.mu.Unlock()
 	if mode == "partition" && p.mode != "partition" {
 		close(p.cut)
+		p.healed = make(chan struct{})
 	}
 	if mode != "partition" && p.mode == "partition" {
+		close(p.healed)
 		p.cut = make(chan struct{})
 	}
 	p.mode = mode
@@ -64,11 +67,15 @@ func (p *faultProxy) set(mode string) {
 
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
-	mode, cut := p.mode, p.cut
+	mode, cut, healed := p.mode, p.cut, p.healed
 	p.mu.Unlock()
 	switch mode {
 	case "partition":
-		<-r.Context().Done() // never answer
+		select { // no answer while the partition lasts
+		case <-r.Context().Done():
+		case <-healed:
+		}
+		http.Error(w, "partitioned", http.StatusBadGateway)
 		return
 	case "noleader":
 		if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
@@ -136,7 +143,7 @@ func TestRun_partitionedHolderStopsChildBeforeTakeOver(t *testing.T) {
 	waitKey(t, l.Key, 30*time.Second, heldByOther(""))
 	waitStarted(t, record, "a")
 	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
-	waitForSessions(t, "consullock run "+l.Name, 2)
+	waitForTwoSessions(t, "consullock run "+l.Name)
 
 	partitioned := time.Now()
 	proxy.set("partition")

@@ -523,7 +523,7 @@ func fastProfile(t testing.TB, lockDelay time.Duration) *lockmodel.SessionProfil
 // waitStarted waits until the child tagged tag has recorded its start (and
 // so has set up its signal handling). Files offer no blocking query, so
 // this polls.
-func waitStarted(t testing.TB, record, tag string) *childRun {
+func waitStarted(t testing.TB, record, tag string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -531,12 +531,28 @@ func waitStarted(t testing.TB, record, tag string) *childRun {
 	for range tick.C {
 		for _, r := range readRuns(t, record) {
 			if r.tag == tag && !r.start.IsZero() {
-				return r
+				return
 			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("child %s did not start within 30s", tag)
 		}
 	}
-	return nil
+}
+
+// waitOutput waits until the process has written text (a log event that
+// marks a state with no other outside sign). It polls.
+func waitOutput(t testing.TB, p *proc, text string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		if strings.Contains(p.out.String(), text) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q within 30s:\n%s", p.name, text, p.out.String())
+		}
+	}
 }

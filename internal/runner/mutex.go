@@ -190,6 +190,8 @@ func (m *mutex) Watch(ctx context.Context, s *session, out chan<- observation) {
 func (m *mutex) Release(ctx context.Context, s *session, holder []byte) (bool, error) {
 	// Flags must be sent again: a release without them would set the key's
 	// flags to 0, and api.Lock refuses a key with other flags.
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
 	released, _, err := m.c.KV().Release(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return false, consul.Classify("release lock key "+m.lock.Key, err)

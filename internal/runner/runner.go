@@ -28,9 +28,9 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// cleanupTimeout bounds releasing the lock and destroying the session on
-// exit.
-const cleanupTimeout = 10 * time.Second
+// cleanupTimeout bounds each of the two cleanup steps on exit: releasing
+// the lock, and destroying the session.
+const cleanupTimeout = 5 * time.Second
 
 // Main runs `consullock run` with args (the words after "run") and returns
 // the exit code. It is registered in main.go's commands.
@@ -87,18 +87,30 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 		}
 	}()
 	err := r.setup(setupCtx)
+	var first *session
+	if err == nil && setupCtx.Err() == nil {
+		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
+		// Not cancelled by a signal: a create cancelled in flight may have
+		// made a session whose ID never arrives, left to expire. The
+		// signal is honoured once the create has answered, and the
+		// session destroyed.
+		first, err = createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
+	}
 	close(stopWatch)
 	<-watchDone
 	cancelSetup()
 	if setupSig != nil {
 		r.log.Warn("interrupted during setup", "signal", setupSig.String())
+		if first != nil {
+			_ = destroySession(ctx, r.client, first.ID)
+		}
 		return signalExitCode(setupSig)
 	}
 	if err != nil {
 		r.log.Error("setup failed", "error", err.Error())
 		return ExitSetup
 	}
-	return r.loop(ctx, sigCh)
+	return r.loop(ctx, sigCh, first)
 }
 
 // setup builds the client and resolves the lock and its session profile.
@@ -241,10 +253,10 @@ func (w *workers) stop() {
 	w.wg.Wait()
 }
 
+// acquisition is the result of protocol.Acquire.
 type acquisition struct {
-	session *session
-	token   uint64
-	err     error
+	token uint64
+	err   error
 }
 
 type phase int
@@ -255,9 +267,9 @@ const (
 	terminating              // the lock is lost; the child is being stopped
 )
 
-// loop is the event loop: it owns the session, its workers and the child,
-// and returns the exit code after cleaning up.
-func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
+// loop is the event loop: it owns the session (first, already created), its
+// workers and the child, and returns the exit code after cleaning up.
+func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *session) int {
 	var (
 		obs        = make(chan observation, 16)
 		sess       *session
@@ -292,8 +304,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
 		if sess == nil {
 			return
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
+		cctx := context.WithoutCancel(ctx)
 		if attempted {
 			switch released, err := r.proto.Release(cctx, sess, r.holderValue(sess)); {
 			case err != nil:
@@ -311,10 +322,13 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
 		}
 	}()
 
-	startSession := func() error {
-		s, err := createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
-		if err != nil {
-			return err
+	// startSession starts the workers of session s, creating it when nil.
+	startSession := func(s *session) error {
+		if s == nil {
+			var err error
+			if s, err = createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
+				return err
+			}
 		}
 		sess, attempted = s, false
 		judge = newLossJudge(r.profile.TTL, s.Created)
@@ -330,7 +344,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
 		holder := r.holderValue(s)
 		work.goFn(func(ctx context.Context) {
 			token, err := r.proto.Acquire(ctx, s, holder)
-			done <- acquisition{session: s, token: token, err: err}
+			done <- acquisition{token: token, err: err}
 		})
 		return nil
 	}
@@ -341,7 +355,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
 		work.stop()
 		_ = destroySession(ctx, r.client, sess.ID)
 		sess, work = nil, nil
-		return startSession()
+		return startSession(nil)
 	}
 	startTermination := func(reason string) {
 		ph, lossWhy = terminating, reason
@@ -357,8 +371,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal) (exit int) {
 		deadline.Reset(max(time.Until(judge.deadline()), 0) + time.Millisecond)
 	}
 
-	r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
-	if err := startSession(); err != nil {
+	if err := startSession(first); err != nil {
 		r.log.Error("setup failed", "error", err.Error())
 		return ExitSetup
 	}

@@ -166,7 +166,7 @@ func TestRun_sessionDestroyedOutOfBandStopsChildAndExitsLockLost(t *testing.T) {
 	held := waitKey(t, l.Key, 30*time.Second, heldByOther(""))
 	waitStarted(t, record, "a")
 	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
-	waitForSessions(t, "consullock run "+l.Name, 2)
+	waitForTwoSessions(t, "consullock run "+l.Name)
 
 	destroyed := time.Now()
 	if _, err := agent.Client().Session().Destroy(held.Session, nil); err != nil {
@@ -237,7 +237,7 @@ func TestRun_holderRunnerKilledFailoverWithinWorstCase(t *testing.T) {
 	waitKey(t, l.Key, 30*time.Second, heldByOther(""))
 	waitStarted(t, record, "a")
 	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
-	waitForSessions(t, "consullock run "+l.Name, 2)
+	waitForTwoSessions(t, "consullock run "+l.Name)
 
 	killed := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -482,9 +482,89 @@ func TestRun_errorsHaveDistinctExitCodes(t *testing.T) {
 	}
 }
 
-// waitForSessions waits with blocking queries on the node's session list
-// until n sessions with the name exist (the runners have set up).
-func waitForSessions(t testing.TB, name string, n int) {
+// Signals: SIGTERM to a runner that holds the lock is passed to the
+// command (whose exit code is then the runner's); SIGINT to a runner that
+// waits ends the wait with 130 and removes its session.
+func TestRun_forwardsSignalsAndStopsWaitingOnInterrupt(t *testing.T) {
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 0))
+	token := runnerToken(t, prefix)
+	record := filepath.Join(t.TempDir(), "record")
+	holder := startRun(t, "holder", token, []string{"-lock", l.Name}, childArgs(record, "holder", "-sleep", "2m")...)
+	waitKey(t, l.Key, 30*time.Second, heldByOther(""))
+	waitStarted(t, record, "holder")
+	waiter := startRun(t, "waiter", token, []string{"-lock", l.Name, "-name", "waiter " + l.Name}, childArgs(record, "waiter")...)
+	waitForSessionsMatching(t, func(s string) bool { return s == "waiter "+l.Name }, 1)
+
+	if err := waiter.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := waiter.wait(30 * time.Second); code != 130 {
+		t.Fatalf("interrupted waiter exited %d, want 130", code)
+	}
+	if left := sessionsNamed(t, "waiter "+l.Name); len(left) != 0 {
+		t.Fatalf("the interrupted waiter left its session: %+v", left[0])
+	}
+
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(30 * time.Second); code != 143 {
+		t.Fatalf("holder exited %d, want the command's 143", code)
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 1 || !runs[0].termed {
+		t.Fatalf("the command did not get the SIGTERM: %+v", runs)
+	}
+	if pair := waitKey(t, l.Key, 5*time.Second, notHeld); pair == nil {
+		t.Fatal("the key was deleted; want it released")
+	}
+}
+
+// A waiter whose session ends while it waits (an operator destroyed it, or
+// it expired during a partition) waits on with a new session and still gets
+// the lock.
+func TestRun_waiterWhoseSessionEndsWaitsOnWithANewOne(t *testing.T) {
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 0))
+	token := runnerToken(t, prefix)
+	record := filepath.Join(t.TempDir(), "record")
+	holder := startRun(t, "holder", token, []string{"-lock", l.Name}, childArgs(record, "holder", "-wait-stdin")...)
+	waitKey(t, l.Key, 30*time.Second, heldByOther(""))
+	waiter := startRun(t, "waiter", token, []string{"-lock", l.Name, "-name", "waiter " + l.Name}, childArgs(record, "waiter")...)
+	waitOutput(t, waiter, " holder_session=")
+	first := sessionsNamed(t, "waiter "+l.Name)[0].ID
+	if _, err := agent.Client().Session().Destroy(first, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter notices at its next renewal and creates a new session.
+	waitForSessionsMatching(t, func(s string) bool { return s == "waiter "+l.Name }, 1)
+	holder.closeStdin()
+	if code := holder.wait(30 * time.Second); code != 0 {
+		t.Fatalf("holder exited %d", code)
+	}
+	if code := waiter.wait(30 * time.Second); code != 0 {
+		t.Fatalf("waiter exited %d, want 0", code)
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 2 || runs[1].tag != "waiter" || runs[1].session == first || runs[1].session == "" {
+		t.Fatalf("runs = %+v; want the waiter to hold with a new session, not %s", runs, first)
+	}
+	if !strings.Contains(waiter.out.String(), "creating a new one") {
+		t.Fatalf("the waiter does not say it replaced its session:\n%s", waiter.out.String())
+	}
+}
+
+// waitForTwoSessions waits with blocking queries on the node's session list
+// until two sessions with the name exist: the holder's and the waiter's.
+func waitForTwoSessions(t testing.TB, name string) {
+	t.Helper()
+	waitForSessionsMatching(t, func(s string) bool { return s == name }, 2)
+}
+
+// waitForSessionsMatching waits until n sessions on the agent's node have a
+// name that match accepts.
+func waitForSessionsMatching(t testing.TB, match func(name string) bool, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -493,14 +573,14 @@ func waitForSessions(t testing.TB, name string, n int) {
 		all, meta, err := agent.Client().Session().Node(agent.NodeName,
 			(&api.QueryOptions{WaitIndex: index, WaitTime: 2 * time.Second}).WithContext(ctx))
 		if ctx.Err() != nil {
-			t.Fatalf("%d sessions named %q did not appear", n, name)
+			t.Fatalf("%d matching sessions did not appear", n)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		count := 0
 		for _, s := range all {
-			if s.Name == name {
+			if match(s.Name) {
 				count++
 			}
 		}

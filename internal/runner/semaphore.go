@@ -235,7 +235,9 @@ func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
 	return ""
 }
 
-func (m *semaphore) Release(ctx context.Context, s *session, holder []byte) (bool, error) {
+func (m *semaphore) Release(ctx context.Context, s *session, _ []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
 	kv := m.c.KV()
 	released := false
 	for attempt := 0; ; attempt++ {

@@ -119,19 +119,22 @@ func createSession(ctx context.Context, c *consul.Client, name, node string, p l
 		return nil, fmt.Errorf("create a session: Consul answered without a session ID")
 	}
 	s := &session{ID: out.ID, Created: sent}
-	entry, _, err := c.Session().Info(out.ID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	entry, meta, err := c.Session().Info(out.ID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		_ = destroySession(context.WithoutCancel(ctx), c, s.ID)
 		return nil, c.Classify(ctx, "read back the new session "+out.ID, err)
 	}
 	if entry == nil {
 		_ = destroySession(context.WithoutCancel(ctx), c, s.ID)
-		return nil, fmt.Errorf("read back the new session %s: Consul does not show it; the token needs session read "+
-			"on the session's node (session_prefix write grants it)", out.ID)
+		if meta.ResultsFilteredByACLs {
+			return nil, fmt.Errorf("read back the new session %s: Consul hid it from the token, which needs session read "+
+				"on the session's node (session or session_prefix write on the node grants it)", out.ID)
+		}
+		return nil, fmt.Errorf("read back the new session %s: it ended right after it was created", out.ID)
 	}
 	if diffs := sessionMismatches(entry, p); len(diffs) > 0 {
 		_ = destroySession(context.WithoutCancel(ctx), c, s.ID)
-		return nil, fmt.Errorf("Consul created session %s differently from profile %q: %s; the session was destroyed",
+		return nil, fmt.Errorf("session %s as created by Consul differs from profile %q: %s; the session was destroyed",
 			out.ID, p.Name, strings.Join(diffs, "; "))
 	}
 	s.Node = entry.Node

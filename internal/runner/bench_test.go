@@ -1,0 +1,162 @@
+package runner
+
+import (
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// consulLockProfile has the session settings `consul lock` uses (api.Lock:
+// TTL 15s; LockDelay unset, so the server's 15s; serfHealth), so that the
+// comparison with consullock run is about the implementations, not the
+// settings.
+func consulLockProfile(b testing.TB) *lockmodel.SessionProfile {
+	return &lockmodel.SessionProfile{Name: uniqueName(b, "consul-lock-profile"), TTL: 15 * time.Second, LockDelay: 15 * time.Second}
+}
+
+// isConsulLockSession matches the session names `consul lock` gives:
+// "Consul lock for '<command>' at '<prefix>'".
+func isConsulLockSession(prefix string) func(string) bool {
+	return func(name string) bool { return strings.HasSuffix(name, "at '"+prefix+"'") }
+}
+
+// BenchmarkHandover measures a clean hand-over: the time from the end of
+// the holder's child to the start of the waiting holder's child, for
+// consullock run and for consul lock, on the same agent in the same run.
+// Both use the same session settings (TTL 15s, lock-delay 15s).
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench Handover -benchtime 5x ./internal/runner/
+func BenchmarkHandover(b *testing.B) {
+	var runSum, consulSum time.Duration
+	n := 0
+	for b.Loop() {
+		runSum += handover(b, false)
+		consulSum += handover(b, true)
+		n++
+	}
+	runMean, consulMean := runSum/time.Duration(n), consulSum/time.Duration(n)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(runMean)/float64(time.Millisecond), "run_handover_ms")
+	b.ReportMetric(float64(consulMean)/float64(time.Millisecond), "consul_lock_handover_ms")
+	b.ReportMetric(float64(runMean)/float64(consulMean), "run/consul_lock")
+}
+
+// handover runs a holder and a waiter and returns the gap between the
+// holder's child's end and the waiter's child's start.
+func handover(b *testing.B, consulLock bool) time.Duration {
+	b.Helper()
+	prefix := testenv.UniquePrefix(b.Name())
+	record := filepath.Join(b.TempDir(), "record")
+	var first, second *proc
+	if consulLock {
+		first = startConsulLock(b, "consul lock 1", 1, prefix, childArgs(record, "first", "-sleep", "1500ms")...)
+		waitKey(b, lockmodel.DefaultLockKey(prefix), 30*time.Second, heldByOther(""))
+		second = startConsulLock(b, "consul lock 2", 1, prefix, childArgs(record, "second", "-sleep", "10ms")...)
+		waitForSessionsMatching(b, isConsulLockSession(prefix), 2)
+	} else {
+		l := declare(b, lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: prefix}, consulLockProfile(b))
+		token := runnerToken(b, prefix)
+		first = startRun(b, "runner 1", token, []string{"-lock", l.Name}, childArgs(record, "first", "-sleep", "1500ms")...)
+		waitKey(b, l.Key, 30*time.Second, heldByOther(""))
+		second = startRun(b, "runner 2", token, []string{"-lock", l.Name}, childArgs(record, "second", "-sleep", "10ms")...)
+		waitForTwoSessions(b, "consullock run "+l.Name)
+	}
+	for _, p := range []*proc{first, second} {
+		if code := p.wait(time.Minute); code != 0 {
+			b.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+	runs := readRuns(b, record)
+	if len(runs) != 2 || runs[0].tag != "first" || !runs[0].ended || runs[1].start.Before(runs[0].end) {
+		b.Fatalf("runs = %+v", runs)
+	}
+	return runs[1].start.Sub(runs[0].end)
+}
+
+// BenchmarkFailover measures a crash fail-over: the holder process is
+// SIGKILLed (with its child, as when its machine dies) and the time until
+// the waiting holder's child starts is measured, for consullock run and
+// consul lock with the same session settings (TTL 15s, lock-delay 15s), and
+// for consullock run with a declared fast profile (TTL 10s, lock-delay 1s).
+// The three run side by side on the same agent; each takes about
+// 2 x TTL + lock-delay.
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench Failover -benchtime 1x ./internal/runner/
+func BenchmarkFailover(b *testing.B) {
+	var runSum, consulSum, fastSum time.Duration
+	n := 0
+	for b.Loop() {
+		r, c, f := failover(b)
+		runSum, consulSum, fastSum = runSum+r, consulSum+c, fastSum+f
+		n++
+	}
+	sec := func(d time.Duration) float64 { return d.Seconds() / float64(n) }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(sec(runSum), "run_failover_s")
+	b.ReportMetric(sec(consulSum), "consul_lock_failover_s")
+	b.ReportMetric(float64(runSum)/float64(consulSum), "run/consul_lock")
+	b.ReportMetric(sec(fastSum), "run_fast_profile_failover_s")
+	b.ReportMetric(float64(fastSum)/float64(consulSum), "run_fast/consul_lock")
+}
+
+type failoverCase struct {
+	record         string
+	holder, waiter *proc
+	killChildToo   bool
+}
+
+func failover(b *testing.B) (run, consulLock, fast time.Duration) {
+	b.Helper()
+	setupRun := func(profile *lockmodel.SessionProfile) *failoverCase {
+		prefix := testenv.UniquePrefix(b.Name())
+		l := declare(b, lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: prefix}, profile)
+		token := runnerToken(b, prefix)
+		c := &failoverCase{record: filepath.Join(b.TempDir(), "record")}
+		c.holder = startRun(b, "holder", token, []string{"-lock", l.Name}, childArgs(c.record, "holder", "-sleep", "10m")...)
+		waitKey(b, l.Key, 30*time.Second, heldByOther(""))
+		waitStarted(b, c.record, "holder")
+		c.waiter = startRun(b, "waiter", token, []string{"-lock", l.Name}, childArgs(c.record, "waiter", "-sleep", "10ms")...)
+		waitForTwoSessions(b, "consullock run "+l.Name)
+		return c
+	}
+	setupConsul := func() *failoverCase {
+		prefix := testenv.UniquePrefix(b.Name())
+		c := &failoverCase{record: filepath.Join(b.TempDir(), "record"), killChildToo: true}
+		c.holder = startConsulLock(b, "holder", 1, prefix, childArgs(c.record, "holder", "-sleep", "10m")...)
+		waitKey(b, lockmodel.DefaultLockKey(prefix), 30*time.Second, heldByOther(""))
+		waitStarted(b, c.record, "holder")
+		c.waiter = startConsulLock(b, "waiter", 1, prefix, childArgs(c.record, "waiter", "-sleep", "10ms")...)
+		waitForSessionsMatching(b, isConsulLockSession(prefix), 2)
+		return c
+	}
+	cases := []*failoverCase{setupRun(consulLockProfile(b)), setupConsul(), setupRun(fastProfile(b, time.Second))}
+
+	killed := time.Now()
+	for _, c := range cases {
+		// consul lock leaves its child running when it dies; kill the
+		// child too, as a dead machine would. (The runner's child dies
+		// with the runner.)
+		if c.killChildToo {
+			_ = syscall.Kill(readRuns(b, c.record)[0].pid, syscall.SIGKILL)
+		}
+		_ = c.holder.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	var took [3]time.Duration
+	for i, c := range cases {
+		if code := c.waiter.wait(3 * time.Minute); code != 0 {
+			b.Fatalf("waiter %d exited %d", i, code)
+		}
+		runs := readRuns(b, c.record)
+		if len(runs) != 2 || runs[1].tag != "waiter" {
+			b.Fatalf("case %d: runs = %+v", i, runs)
+		}
+		took[i] = runs[1].start.Sub(killed)
+		b.Logf("MEASURED failover case %d: %s", i, took[i].Round(time.Millisecond))
+	}
+	return took[0], took[1], took[2]
+}
