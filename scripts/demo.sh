@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make demo: a local Consul dev agent (ACLs on, default deny), the quickstart
 # applied with OpenTofu, two `consullock run` workers competing for the lock,
-# the holder shown through the data source, a crash fail-over measured, and
-# an out-of-band ACL edit caught by plan. Cleans up after itself.
+# the holder shown through the data source, a crash fail-over measured, an
+# out-of-band ACL edit caught by plan, and a deleted lock key put back by the
+# controller. Cleans up after itself.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin"
@@ -114,5 +115,48 @@ grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | grep -v 'consulloc
 tofu apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
 info "after apply the rules are the declared ones again:"
 "$bin/consul" acl policy read -name nightly-report-workers | sed -n '/^Rules:/,$p' | sed 's/^/      /'
+
+step "an operator deletes the lock key by mistake; consullock controller -mode repair puts it back"
+# The workers go first (SIGTERM: the runner stops its command, releases the
+# lock, then destroys its session), so that the key is deleted unheld.
+for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+for _ in $(seq 1 100); do
+  alive=0
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [[ $alive -eq 0 ]] && break
+  sleep 0.1
+done
+"$bin/consullock" controller -mode repair -listen 127.0.0.1:0 >"$demo/controller.log" 2>&1 &
+ctl_pid=$!
+pids+=("$ctl_pid") # the cleanup trap stops it too
+ctl_addr=
+for _ in $(seq 1 200); do
+  ctl_addr="$(sed -n 's/.*"msg":"serving metrics and health".*"listen":"\([^"]*\)".*/\1/p' "$demo/controller.log")"
+  if [[ -n "$ctl_addr" ]] && curl -fsS "http://$ctl_addr/readyz" >/dev/null 2>&1 &&
+    curl -fsS "http://$ctl_addr/metrics" | grep -qx 'consullock_leader 1'; then
+    break
+  fi
+  sleep 0.1
+done
+curl -fsS "http://$ctl_addr/readyz" >/dev/null 2>&1 || { cat "$demo/controller.log"; echo "the controller did not become ready" >&2; exit 1; }
+info "controller (pid $ctl_pid) watching, leader, metrics at http://$ctl_addr/metrics"
+deleted_at=$(date +%s%N)
+"$bin/consul" kv delete jobs/nightly-report/.lock | sed 's/^/    /'
+for _ in $(seq 1 500); do
+  curl -fsS -H "X-Consul-Token: $CONSUL_HTTP_TOKEN" "http://$CONSUL_HTTP_ADDR/v1/kv/jobs/nightly-report/.lock?consistent" \
+    >"$demo/key.json" 2>/dev/null && break
+  sleep 0.01
+done
+back_ms=$(( ($(date +%s%N) - deleted_at) / 1000000 ))
+[[ -s "$demo/key.json" ]] || { cat "$demo/controller.log"; echo "the controller did not recreate the key" >&2; exit 1; }
+for _ in $(seq 1 200); do grep -q '"msg":"repaired"' "$demo/controller.log" && break; sleep 0.01; done
+info "the controller's log:"
+grep '"msg":"repaired"' "$demo/controller.log" | sed 's/^/      /' || true
+flags="$(sed -n 's/.*"Flags": *\([0-9]*\).*/\1/p' "$demo/key.json")"
+lock_index="$(sed -n 's/.*"LockIndex": *\([0-9]*\).*/\1/p' "$demo/key.json")"
+info "jobs/nightly-report/.lock is back ${back_ms} ms after the delete: flags $(printf '0x%016x' "$flags") (api.Lock's), LockIndex $lock_index, no holder"
+kill -TERM "$ctl_pid"
+wait "$ctl_pid" 2>/dev/null || true
+info "controller stopped (SIGTERM: it stops acting, releases its leader lock, then destroys its session)"
 
 step "done in $((SECONDS - t0))s; stopping workers and the agent, removing .demo/"

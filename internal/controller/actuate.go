@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 func (c *Controller) act(ctx context.Context, d Decision) {
 	log := c.log.With(d.logAttrs()...).With("kind", string(d.Kind))
 	fresh, ok, err := c.recheck(ctx, d)
+	if errors.Is(err, errDeclarationChanging) {
+		log.Info("repair deferred: the declaration has just changed; the apply that wrote it is given time to write the object",
+			"apply_grace", c.cfg.ApplyGrace.String())
+		return
+	}
 	if err != nil {
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
 		log.Error("repair skipped: re-reading before acting failed", "error", err.Error())
@@ -44,7 +50,13 @@ func (c *Controller) act(ctx context.Context, d Decision) {
 	}
 }
 
-// recheck re-reads the inputs of d consistently and decides again.
+// errDeclarationChanging is recheck's answer when the declaration read
+// consistently is not the settled version the decision rests on.
+var errDeclarationChanging = errors.New("the declaration is being changed")
+
+// recheck re-reads the inputs of d consistently and decides again. A
+// declaration newer than the one the watch listed, or listed within the
+// apply grace, belongs to an apply in progress: errDeclarationChanging.
 func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, error) {
 	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
 	reg := c.client.Registry(c.cfg.RegistryPrefix)
@@ -57,6 +69,9 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 		rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, d.Policy)
 		if err != nil || !found {
 			return Decision{}, false, err
+		}
+		if !c.declarationSettled(declID(lockmodel.KindACLPolicy, d.Policy), rec.ModifyIndex, st.Now) {
+			return Decision{}, false, errDeclarationChanging
 		}
 		spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
 		if err != nil {
@@ -81,6 +96,9 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 	rec, found, err := reg.Get(ctx, lockmodel.KindLock, d.Lock)
 	if err != nil || !found {
 		return Decision{}, false, err
+	}
+	if !c.declarationSettled(declID(lockmodel.KindLock, d.Lock), rec.ModifyIndex, st.Now) {
+		return Decision{}, false, errDeclarationChanging
 	}
 	l, err := lockmodel.DecodeLockRecord(rec.Value)
 	if err != nil {
@@ -161,7 +179,15 @@ func (c *Controller) execute(ctx context.Context, d Decision) (bool, error) {
 		// before writing and give up if anyone wrote in between.
 		upd := &api.ACLPolicy{ID: p.ID, Name: p.Name, Description: p.Description, Datacenters: p.Datacenters, Rules: d.Rules}
 		if _, _, err := c.client.ACL().PolicyUpdate(upd, w); err != nil {
-			return false, c.client.Classify(ctx, "update ACL policy "+d.Policy, err)
+			e := c.client.Classify(ctx, "update ACL policy "+d.Policy, err)
+			if e.Kind == consul.KindPermissionDenied && e.Resource == "" {
+				// Consul names no resource for ACL permissions.
+				if e.Permission == "" {
+					e.Permission = "acl:write"
+				}
+				e.Resource = "ACL policy " + d.Policy
+			}
+			return false, e
 		}
 		return true, nil
 	case KindEndSession:

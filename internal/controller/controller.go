@@ -35,6 +35,14 @@ type Config struct {
 	DisableHA bool
 	// Identity is written as the value of the leader key ("" = hostname/pid).
 	Identity string
+	// ApplyGrace is how long after a declaration changes the controller
+	// leaves the object it declares to the apply that wrote it: the
+	// provider writes the declaration first and the live object right
+	// after, and a controller acting in between would do the apply's write
+	// itself (or, for a change it saw half of, undo it). Out-of-band drift
+	// of an object whose declaration did not change is repaired at once.
+	// 0 means DefaultApplyGrace; negative means none.
+	ApplyGrace time.Duration
 	// WatchClient serves the blocking queries; it should not retry on its
 	// own (RetrySettings.MaxAttempts 1): a connection error must reach the
 	// watch loop, which resets the index (an agent that restarted has a
@@ -45,6 +53,11 @@ type Config struct {
 
 // DefaultMaxLockWatches is the default cap on lock key watches.
 const DefaultMaxLockWatches = 8
+
+// DefaultApplyGrace is the default Config.ApplyGrace: far longer than the
+// milliseconds between the provider's declaration write and its live
+// write, short enough that a failed apply's object converges soon after.
+const DefaultApplyGrace = 5 * time.Second
 
 // Controller reconciles one registry.
 type Controller struct {
@@ -66,7 +79,8 @@ type Controller struct {
 	locks        map[string]lockmodel.Lock
 	profiles     map[string]lockmodel.SessionProfile
 	policies     map[string]lockmodel.ACLPolicySpec
-	badRecords   map[string]uint64 // key -> ModifyIndex already reported
+	declSeen     map[string]declVersion // declID -> version last listed
+	badRecords   map[string]uint64      // key -> ModifyIndex already reported
 	registrySync bool
 	groups       map[string]*group // by watch prefix
 	keyGroup     map[string]string // lock key -> watch prefix
@@ -76,7 +90,7 @@ type Controller struct {
 	policySync   bool
 	heldSince    map[Holder]time.Time
 	lockStatus   map[string]*lockStatus
-	reported     map[string]bool // Decision.ID of findings already logged
+	reported     map[string]string // Decision.ID of findings already logged -> declID of their object
 	groupCtx     context.Context
 	groupWG      *sync.WaitGroup
 
@@ -84,6 +98,17 @@ type Controller struct {
 	// failing counts watches whose last query failed.
 	failing atomic.Int32
 }
+
+// declVersion is the version of a declaration record the registry watch
+// last listed, and when this controller saw it change (zero for records
+// that already existed when it started).
+type declVersion struct {
+	index   uint64
+	changed time.Time
+}
+
+// declID names a declaration across kinds: "<kind>/<name>".
+func declID(kind, name string) string { return kind + "/" + name }
 
 // group is one blocking query on a prefix covering a set of lock keys.
 type group struct {
@@ -130,6 +155,12 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 	if cfg.WaitTime <= 0 {
 		cfg.WaitTime = 5 * time.Minute
 	}
+	switch {
+	case cfg.ApplyGrace == 0:
+		cfg.ApplyGrace = DefaultApplyGrace
+	case cfg.ApplyGrace < 0:
+		cfg.ApplyGrace = 0
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -142,12 +173,13 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		locks:      map[string]lockmodel.Lock{},
 		profiles:   map[string]lockmodel.SessionProfile{},
 		policies:   map[string]lockmodel.ACLPolicySpec{},
+		declSeen:   map[string]declVersion{},
 		badRecords: map[string]uint64{},
 		groups:     map[string]*group{},
 		keyGroup:   map[string]string{},
 		heldSince:  map[Holder]time.Time{},
 		lockStatus: map[string]*lockStatus{},
-		reported:   map[string]bool{},
+		reported:   map[string]string{},
 	}
 	c.metrics = newMetrics(c)
 	return c, nil
@@ -249,7 +281,7 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 }
 
 // reconcile decides once and, if this replica leads, acts. It returns the
-// next time a max_hold deadline passes (zero when none).
+// next time a max_hold deadline or an apply grace passes (zero when none).
 func (c *Controller) reconcile(ctx context.Context) time.Time {
 	start := time.Now()
 	if err := c.fetchPolicies(ctx); err != nil && ctx.Err() == nil {
@@ -260,7 +292,7 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 		return next
 	}
 	decisions := Decide(st, c.cfg.Mode)
-	c.observe(decisions)
+	c.observe(decisions, st.Settling)
 	if c.leader.Load() && c.acting.Load() {
 		c.actMu.Lock()
 		defer c.actMu.Unlock()
@@ -300,6 +332,23 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 		Keys: map[string]LiveKey{}, UnknownKeys: map[string]bool{},
 		Sessions: c.sessions, HeldSince: map[Holder]time.Time{}, Now: now,
 	}
+	var next time.Time
+	for id, v := range c.declSeen {
+		if v.changed.IsZero() {
+			continue
+		}
+		end := v.changed.Add(c.cfg.ApplyGrace)
+		if !end.After(now) {
+			continue
+		}
+		if st.Settling == nil {
+			st.Settling = map[string]bool{}
+		}
+		st.Settling[id] = true
+		if next.IsZero() || end.Before(next) {
+			next = end
+		}
+	}
 	if c.policySync {
 		st.LivePolicies = c.livePolicies
 		// A declared policy that is listed but not read yet is unknown,
@@ -325,7 +374,6 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			st.Keys[key] = lk
 		}
 	}
-	var next time.Time
 	stillHeld := map[Holder]bool{}
 	for name, l := range c.locks {
 		l, err := l.Normalize()
@@ -428,18 +476,20 @@ func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live LiveKe
 	}
 }
 
-// observe logs and counts each finding once, while it lasts.
-func (c *Controller) observe(ds []Decision) {
+// observe logs and counts each finding once, while it lasts. Findings
+// about a settling declaration (which Decide skips) are not forgotten: a
+// holder still in violation after an apply is not counted twice.
+func (c *Controller) observe(ds []Decision, settling map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	current := map[string]bool{}
 	for _, d := range ds {
 		id := d.ID()
 		current[id] = true
-		if c.reported[id] {
+		if _, ok := c.reported[id]; ok {
 			continue
 		}
-		c.reported[id] = true
+		c.reported[id] = d.declID()
 		for _, r := range d.Reasons {
 			c.metrics.violations.WithLabelValues(r).Inc()
 		}
@@ -447,11 +497,19 @@ func (c *Controller) observe(ds []Decision) {
 		attrs = append(attrs, d.logAttrs()...)
 		c.log.Warn("drift detected", attrs...)
 	}
-	for id := range c.reported {
-		if !current[id] {
+	for id, decl := range c.reported {
+		if !current[id] && !settling[decl] {
 			delete(c.reported, id)
 		}
 	}
+}
+
+// declID names the declaration a decision is about.
+func (d Decision) declID() string {
+	if d.Lock != "" {
+		return declID(lockmodel.KindLock, d.Lock)
+	}
+	return declID(lockmodel.KindACLPolicy, d.Policy)
 }
 
 func (d Decision) logAttrs() []any {
@@ -482,12 +540,29 @@ func (d Decision) logAttrs() []any {
 	return a
 }
 
-// setDeclarations replaces the declarations from one registry listing and
-// regroups the lock key watches.
-func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile, policies map[string]lockmodel.ACLPolicySpec) {
+// setDeclarations replaces the declarations from one registry listing
+// (versions: the ModifyIndex of each record by declID), notes which
+// declarations changed, and regroups the lock key watches.
+func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile,
+	policies map[string]lockmodel.ACLPolicySpec, versions map[string]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.locks, c.profiles, c.policies = locks, profiles, policies
+	now := time.Now()
+	seen := make(map[string]declVersion, len(versions))
+	for id, index := range versions {
+		v, ok := c.declSeen[id]
+		if !ok || v.index != index {
+			v = declVersion{index: index}
+			if c.registrySync {
+				// Written while this controller watched: an apply may
+				// be between its declaration write and its live write.
+				v.changed = now
+			}
+		}
+		seen[id] = v
+	}
+	c.declSeen = seen
 	c.registrySync = true
 	keys := make([]string, 0, len(locks))
 	for _, l := range locks {
@@ -538,6 +613,16 @@ func sameSet(a, b map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+// declarationSettled reports whether the declaration id is at index and
+// older than the apply grace: a record the watch has not listed yet, or
+// listed within the grace, belongs to an apply that may still be writing.
+func (c *Controller) declarationSettled(id string, index uint64, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.declSeen[id]
+	return ok && v.index == index && (v.changed.IsZero() || !now.Before(v.changed.Add(c.cfg.ApplyGrace)))
 }
 
 // LockWatches returns the number of lock key watches now open.

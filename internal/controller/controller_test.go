@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 	agent = a
 	code := m.Run()
 	a.Stop()
+	stopMetered()
 	os.Exit(code)
 }
 
@@ -91,9 +92,9 @@ func newHarness(t *testing.T, a *testenv.Agent) *harness {
 	return &harness{t: t, a: a, api: a.Client(), registry: p + "/registry", prefix: p + "/locks"}
 }
 
-func (h *harness) client(token string, attempts int) *consul.Client {
+func (h *harness) clientAt(addr, token string, attempts int) *consul.Client {
 	h.t.Helper()
-	c, err := consul.New(consul.Settings{Address: h.a.Addr, Token: token,
+	c, err := consul.New(consul.Settings{Address: addr, Token: token,
 		Retry: consul.RetrySettings{MaxAttempts: attempts, MaxElapsed: 2 * time.Second}})
 	if err != nil {
 		h.t.Fatal(err)
@@ -104,32 +105,70 @@ func (h *harness) client(token string, attempts int) *consul.Client {
 type running struct {
 	*Controller
 	logs *logBuffer
+	stop func()
 }
 
 // start runs a controller (no leader election: it acts at once) with the
 // management token unless token is given, and waits for its initial sync.
 func (h *harness) start(mode Mode, token ...string) *running {
 	h.t.Helper()
-	tok := h.a.ManagementToken
+	o := startOpts{mode: mode}
 	if len(token) > 0 {
-		tok = token[0]
+		o.token = token[0]
+	}
+	return h.startWith(o)
+}
+
+// startOpts tune startWith; the zero value (with a mode) is start's.
+type startOpts struct {
+	mode  Mode
+	token string // "" = the management token
+	addr  string // "" = the agent; e.g. a countingProxy
+	// watchAddr serves the blocking queries; "" = addr.
+	watchAddr string
+	ha        bool // elect a leader (Config.DisableHA false)
+	configure func(*Config)
+}
+
+func (h *harness) startWith(o startOpts) *running {
+	h.t.Helper()
+	tok, addr := o.token, o.addr
+	if tok == "" {
+		tok = h.a.ManagementToken
+	}
+	if addr == "" {
+		addr = h.a.Addr
+	}
+	watchAddr := o.watchAddr
+	if watchAddr == "" {
+		watchAddr = addr
 	}
 	logs := &logBuffer{}
-	c, err := New(h.client(tok, 3), Config{Mode: mode, RegistryPrefix: h.registry, DisableHA: true, WatchClient: h.client(tok, 1),
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)), WaitTime: 30 * time.Second})
+	cfg := Config{Mode: o.mode, RegistryPrefix: h.registry, DisableHA: !o.ha, WatchClient: h.clientAt(watchAddr, tok, 1),
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)), WaitTime: 30 * time.Second}
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	c, err := New(h.clientAt(addr, tok, 3), cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				h.t.Error("controller did not stop within 10s")
+			}
+		})
+	}
 	h.t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			h.t.Error("controller did not stop within 10s")
-		}
+		stop()
 		if h.t.Failed() {
 			h.t.Logf("controller log:\n%s", logs.String())
 		}
@@ -140,7 +179,7 @@ func (h *harness) start(mode Mode, token ...string) *running {
 		}
 		return nil
 	})
-	return &running{Controller: c, logs: logs}
+	return &running{Controller: c, logs: logs, stop: stop}
 }
 
 func eventually(t *testing.T, timeout time.Duration, f func() error) {

@@ -84,6 +84,12 @@ type State struct {
 	// HeldSince is when this controller first saw each holder holding.
 	HeldSince map[Holder]time.Time
 
+	// Settling are declarations (by declID: "locks/<name>",
+	// "acl-policies/<name>") that changed within the apply grace: the
+	// apply that wrote them may not have written the live object yet, so
+	// they are neither judged nor acted on until the grace has passed.
+	Settling map[string]bool
+
 	Now time.Time
 }
 
@@ -169,7 +175,10 @@ func (d Decision) ID() string {
 //     session profile or has held longer than max_hold is ended. In the
 //     other modes the same finding is reported only.
 //
-// Nothing is acted on in observe mode.
+// A lock or policy whose declaration changed within the apply grace
+// (State.Settling) is skipped: the provider writes the declaration just
+// before the live object, and acting in between would take the apply's
+// write from it. Nothing is acted on in observe mode.
 func Decide(st State, mode Mode) []Decision {
 	repair := mode == ModeRepair || mode == ModeEnforce
 	enforce := mode == ModeEnforce
@@ -181,7 +190,7 @@ func Decide(st State, mode Mode) []Decision {
 		if err != nil {
 			continue // the decoder validated it; never act on a lock we cannot read
 		}
-		if st.UnknownKeys[l.Key] {
+		if st.UnknownKeys[l.Key] || st.Settling[declID(lockmodel.KindLock, name)] {
 			continue
 		}
 		live, exists := st.Keys[l.Key]
@@ -207,6 +216,9 @@ func Decide(st State, mode Mode) []Decision {
 
 	if st.LivePolicies != nil {
 		for _, name := range sortedKeys(st.Policies) {
+			if st.Settling[declID(lockmodel.KindACLPolicy, name)] {
+				continue
+			}
 			if d, ok := policyDrift(st.Policies[name], st.LivePolicies, repair); ok {
 				out = append(out, d)
 			}

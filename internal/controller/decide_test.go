@@ -77,6 +77,22 @@ func TestDecide(t *testing.T) {
 		{"nothing drifts: nothing to do", ModeEnforce, func(*State) {}, nil},
 		{"a compliant holder is left alone", ModeEnforce, func(st *State) { holdMutex(st, compliant(sessA), t0.Add(-time.Minute)) }, nil},
 
+		{"a deleted key whose declaration just changed is left to the apply", ModeRepair, func(st *State) {
+			delete(st.Keys, mutexKey)
+			st.Settling = map[string]bool{"locks/report": true}
+		}, nil},
+		{"a policy whose declaration just changed is left to the apply", ModeEnforce, func(st *State) {
+			lp := st.LivePolicies[policyID]
+			lp.Rules = `key_prefix "" { policy = "write" }`
+			st.LivePolicies[policyID] = lp
+			st.Settling = map[string]bool{"acl-policies/holder": true}
+		}, nil},
+		{"only the settling declaration waits", ModeRepair, func(st *State) {
+			delete(st.Keys, mutexKey)
+			delete(st.Keys, semKey)
+			st.Settling = map[string]bool{"locks/thumbs": true}
+		}, []want{{kind: KindRecreateKey, act: true, lock: "report"}}},
+
 		{"repair recreates a deleted mutex key", ModeRepair, func(st *State) { delete(st.Keys, mutexKey) },
 			[]want{{kind: KindRecreateKey, act: true, lock: "report"}}},
 		{"observe reports a deleted key without acting", ModeObserve, func(st *State) { delete(st.Keys, mutexKey) },

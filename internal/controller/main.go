@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz; empty disables")
 	prefix := fs.String("registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
 	maxWatches := fs.Int("max-lock-watches", DefaultMaxLockWatches, "most blocking queries on lock keys; keys are grouped by prefix")
+	grace := fs.Duration("apply-grace", DefaultApplyGrace, "how long after a declaration changes its object is left to the apply that wrote it (0 = none)")
 	noHA := fs.Bool("no-leader-election", false, "act without electing a leader: only for a single replica")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
@@ -83,8 +84,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		log.Error("building the Consul client failed", "error", err.Error())
 		return 2
 	}
+	if *grace < 0 {
+		fmt.Fprintf(stderr, "controller: -apply-grace: %s is negative\n", *grace)
+		return 2
+	}
+	applyGrace := *grace
+	if applyGrace == 0 {
+		applyGrace = -1 // Config: negative means none, 0 the default
+	}
 	c, err := New(client, Config{Mode: m, RegistryPrefix: *prefix, Logger: log, MaxLockWatches: *maxWatches,
-		DisableHA: *noHA, WatchClient: watcher})
+		DisableHA: *noHA, WatchClient: watcher, ApplyGrace: applyGrace})
 	if err != nil {
 		fmt.Fprintf(stderr, "controller: %v\n", err)
 		return 2

@@ -109,6 +109,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 	locks := map[string]lockmodel.Lock{}
 	profiles := map[string]lockmodel.SessionProfile{}
 	policies := map[string]lockmodel.ACLPolicySpec{}
+	versions := map[string]uint64{}
 	for _, p := range pairs {
 		rest := strings.TrimPrefix(p.Key, prefix)
 		kind, name, ok := strings.Cut(rest, "/")
@@ -121,16 +122,19 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 			var l lockmodel.Lock
 			if l, derr = lockmodel.DecodeLockRecord(p.Value); derr == nil {
 				locks[l.Name] = l
+				versions[declID(kind, l.Name)] = p.ModifyIndex
 			}
 		case lockmodel.KindSessionDefaults:
 			var s lockmodel.SessionProfile
 			if s, derr = lockmodel.DecodeSessionProfileRecord(p.Value); derr == nil {
 				profiles[s.Name] = s
+				versions[declID(kind, s.Name)] = p.ModifyIndex
 			}
 		case lockmodel.KindACLPolicy:
 			var s lockmodel.ACLPolicySpec
 			if s, derr = lockmodel.DecodeACLPolicyRecord(p.Value); derr == nil {
 				policies[s.Name] = s
+				versions[declID(kind, s.Name)] = p.ModifyIndex
 			}
 		default:
 			continue
@@ -139,7 +143,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 			c.reportBadRecord(p, derr)
 		}
 	}
-	c.setDeclarations(locks, profiles, policies)
+	c.setDeclarations(locks, profiles, policies, versions)
 	c.trigger()
 	return meta.LastIndex, nil
 }

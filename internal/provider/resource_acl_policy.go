@@ -403,12 +403,9 @@ func (r *aclPolicyResource) Update(ctx context.Context, req resource.UpdateReque
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	updated, err := r.data.client.UpdateACLPolicy(ctx, policy)
-	if err != nil {
-		addConsulError(&resp.Diagnostics, "Cannot Update ACL Policy", err)
-		return
-	}
-	tflog.Info(ctx, "updated ACL policy", map[string]any{"name": updated.Name, "id": updated.ID})
+	// The declaration first, then the policy: a controller watching sees
+	// the new declaration before the new rules, never new rules that its
+	// declaration calls drift (it would put the old ones back).
 	key, err := r.writeRecord(ctx, plan.spec(ctx, canonical, &resp.Diagnostics))
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Record ACL Policy Declaration", err)
@@ -420,6 +417,12 @@ func (r *aclPolicyResource) Update(ctx context.Context, req resource.UpdateReque
 			return
 		}
 	}
+	updated, err := r.data.client.UpdateACLPolicy(ctx, policy)
+	if err != nil {
+		addConsulError(&resp.Diagnostics, "Cannot Update ACL Policy", err)
+		return
+	}
+	tflog.Info(ctx, "updated ACL policy", map[string]any{"name": updated.Name, "id": updated.ID})
 	plan.RegistryKey = types.StringValue(key)
 	plan.Rules = rulesForState(plan.Rules, canonical)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)

@@ -461,15 +461,14 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	flags := r.convergeKey(ctx, reg, l, false, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
 	data, err := lockmodel.EncodeLockRecord(l)
 	if err != nil {
 		addFieldErrors(&resp.Diagnostics, "Invalid Lock", err)
 		return
 	}
+	// The declaration first, then the key: a controller watching sees the
+	// new limit declared before the key has it, never the other way round
+	// (it would put the old limit back).
 	newKey := reg.Key(lockmodel.KindLock, l.Name)
 	index, diags := writeRegistryRecord(ctx, reg, req.Private, state.RegistryKey.ValueString() == newKey, lockmodel.KindLock, l.Name, data)
 	resp.Diagnostics.Append(diags...)
@@ -477,6 +476,10 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		return
 	}
 	removeMovedRecord(ctx, r.data.client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
+	flags := r.convergeKey(ctx, reg, l, false, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
 	plan.RegistryKey = types.StringValue(newKey)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
@@ -502,6 +505,13 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 		return
 	}
 	client := r.data.client
+	recordKey := state.RegistryKey.ValueString()
+	if recordKey == "" {
+		recordKey = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, l.Name)
+	}
+	index, diags := registryIndex(ctx, req.Private)
+	resp.Diagnostics.Append(diags...)
+	recordDeleted := false
 	deleted := false
 	for attempt := 0; attempt < casAttempts && !deleted; attempt++ {
 		view, err := client.ReadLock(ctx, l.Key, true)
@@ -521,6 +531,15 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 					"releases the lock (a release starts no lock-delay) and deletes the key.",
 					l.Name, l.Key, describeHolders(holders)))
 			return
+		}
+		if !recordDeleted {
+			// The declaration goes before the key: a controller watching
+			// must not see a declared lock without its key and recreate it.
+			r.deleteRecord(ctx, recordKey, l, index, &resp.Diagnostics)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			recordDeleted = true
 		}
 		if len(holders) > 0 {
 			for _, h := range holders {
@@ -544,13 +563,9 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 		return
 	}
 
-	recordKey := state.RegistryKey.ValueString()
-	if recordKey == "" {
-		recordKey = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, l.Name)
+	if !recordDeleted {
+		r.deleteRecord(ctx, recordKey, l, index, &resp.Diagnostics)
 	}
-	index, diags := registryIndex(ctx, req.Private)
-	resp.Diagnostics.Append(diags...)
-	r.deleteRecord(ctx, recordKey, l, index, &resp.Diagnostics)
 }
 
 func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
@@ -770,15 +785,15 @@ func (r *lockResource) deleteRecord(ctx context.Context, recordKey string, l loc
 		}
 		if decl, err := lockmodel.DecodeLockRecord(pair.Value); err == nil && decl.Key != l.Key {
 			diags.AddWarning("Lock Record Left In Place",
-				fmt.Sprintf("The lock key %s was deleted, but the record %s now declares key %q (another configuration re-declared lock %q); it was left in place.",
-					l.Key, recordKey, decl.Key, l.Name))
+				fmt.Sprintf("The record %s now declares key %q (another configuration re-declared lock %q); it was left in place and only the lock key %s is deleted.",
+					recordKey, decl.Key, l.Name, l.Key))
 			return
 		}
 		index = pair.ModifyIndex
 	}
 	diags.AddError("Lock Record Keeps Changing",
-		fmt.Sprintf("The lock key %s was deleted, but the record %s changed between every read and delete. Delete it with consul kv delete %s.",
-			l.Key, recordKey, recordKey))
+		fmt.Sprintf("The record %s changed between every read and delete. Delete it with consul kv delete %s, then destroy again if the lock key %s is still there.",
+			recordKey, recordKey, l.Key))
 }
 
 // lockHolder is a session holding a lock key (or a semaphore contender key)
