@@ -337,25 +337,38 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	flags := r.convergeKey(ctx, reg, l, true, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
 	data, err := lockmodel.EncodeLockRecord(l)
 	if err != nil {
 		addFieldErrors(&resp.Diagnostics, "Invalid Lock", err)
 		return
 	}
+	// The declaration goes first (check-and-set), then the key: of two
+	// applies declaring the same lock at once, the loser writes nothing, so
+	// no key is left behind that no state owns; and a watching controller
+	// never sees a live key without its declaration.
 	index, err := reg.Put(ctx, lockmodel.KindLock, l.Name, data, recIndex)
 	var conflict *consul.ErrConflict
 	switch {
 	case errors.As(err, &conflict):
 		resp.Diagnostics.AddError("Registry Record Changed Concurrently",
-			fmt.Sprintf("The lock key %s is in place, but its record %s was written by someone else at the same moment, so it was not overwritten (check-and-set). "+
-				"Another configuration may declare lock %q. Run apply again.", l.Key, conflict.Key, l.Name))
+			fmt.Sprintf("The record %s was written by someone else at the same moment, so it was not overwritten (check-and-set) and the lock key %s was not created. "+
+				"Another configuration may declare lock %q. Run apply again.", conflict.Key, l.Key, l.Name))
 		return
 	case err != nil:
 		addConsulError(&resp.Diagnostics, "Cannot Record Lock", err)
+		return
+	}
+	flags := r.convergeKey(ctx, reg, l, true, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() && recIndex == 0 {
+		// No key, no declaration: take back the record written above. A
+		// record that was there before (same lock, same key) is left as it was.
+		if derr := reg.Delete(ctx, lockmodel.KindLock, l.Name, index); derr != nil {
+			resp.Diagnostics.AddWarning("Lock Record Left Behind",
+				fmt.Sprintf("The record %s was written but the lock key was not, and the record could not be removed again. Delete it with consul kv delete %s.\n\n%s",
+					reg.Key(lockmodel.KindLock, l.Name), reg.Key(lockmodel.KindLock, l.Name), derr))
+		}
+	}
+	if resp.Diagnostics.HasError() {
 		return
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))

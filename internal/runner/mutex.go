@@ -37,7 +37,7 @@ func (m *mutex) pair(s *session, holder []byte) *api.KVPair {
 	return &api.KVPair{Key: m.lock.Key, Value: holder, Session: s.ID, Flags: lockmodel.LockFlagValue}
 }
 
-func (m *mutex) Acquire(ctx context.Context, s *session, holder []byte) (uint64, error) {
+func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (uint64, error) {
 	kv := m.c.KV()
 	var (
 		waitIndex    uint64
@@ -86,7 +86,7 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder []byte) (uint64,
 			freedAt = time.Now()
 		}
 
-		ok, _, err := kv.Acquire(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx))
+		ok, _, err := kv.Acquire(m.pair(s, holder()), (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("acquire lock key", err); werr != nil {
 				return 0, werr

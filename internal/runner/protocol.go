@@ -21,8 +21,11 @@ type protocol interface {
 	// token: the key's LockIndex for a mutex, the holder table's
 	// ModifyIndex for a semaphore, both read consistently after the
 	// acquisition. It returns errSessionInvalid when Consul no longer
-	// knows s, and ctx's error when ctx ends first.
-	Acquire(ctx context.Context, s *session, holder []byte) (uint64, error)
+	// knows s, and ctx's error when ctx ends first. holder gives the value
+	// to write and is called for every attempt, so that the value says
+	// when the lock was taken (the controller measures max_hold from it),
+	// not when the wait began.
+	Acquire(ctx context.Context, s *session, holder func() []byte) (uint64, error)
 	// Watch follows the lock with consistent blocking reads until ctx ends
 	// or the lock is seen lost, and reports every result on out.
 	Watch(ctx context.Context, s *session, out chan<- observation)

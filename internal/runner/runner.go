@@ -62,6 +62,9 @@ type runner struct {
 	cfg     config
 	log     *slog.Logger
 	started time.Time
+	// acquired is when the lock was taken, as written in the holder value
+	// (zero before); the release writes it again.
+	acquired time.Time
 
 	client  *consul.Client
 	lock    lockmodel.Lock           // normalised
@@ -216,9 +219,11 @@ func (r *runner) sessionName() string {
 	return "consullock run " + r.lock.Key
 }
 
-// holderValue is the value written at acquisition: who holds the lock.
-func (r *runner) holderValue(s *session) []byte {
-	v := lockmodel.HolderValue{Node: s.Node, PID: os.Getpid(), Started: r.started.UTC()}
+// holderValue is the value written at acquisition: who holds the lock,
+// and since when (started: the acquisition attempt, not the start of the
+// wait; the controller measures max_hold from it).
+func (r *runner) holderValue(s *session, started time.Time) []byte {
+	v := lockmodel.HolderValue{Node: s.Node, PID: os.Getpid(), Started: started.UTC()}
 	if r.cfg.lockName != "" {
 		v.Lock = r.cfg.lockName
 	}
@@ -255,8 +260,9 @@ func (w *workers) stop() {
 
 // acquisition is the result of protocol.Acquire.
 type acquisition struct {
-	token uint64
-	err   error
+	token   uint64
+	err     error
+	started time.Time // the successful attempt, as written in the value
 }
 
 type phase int
@@ -306,7 +312,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		}
 		cctx := context.WithoutCancel(ctx)
 		if attempted {
-			switch released, err := r.proto.Release(cctx, sess, r.holderValue(sess)); {
+			switch released, err := r.proto.Release(cctx, sess, r.holderValue(sess, r.acquired)); {
 			case err != nil:
 				r.log.Warn("release failed; the lock frees when the session ends", "session", sess.ID, "error", err.Error())
 			case released:
@@ -341,10 +347,13 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 
 		done := make(chan acquisition, 1)
 		acqDone, attempted = done, true
-		holder := r.holderValue(s)
 		work.goFn(func(ctx context.Context) {
-			token, err := r.proto.Acquire(ctx, s, holder)
-			done <- acquisition{token: token, err: err}
+			var attempt time.Time
+			token, err := r.proto.Acquire(ctx, s, func() []byte {
+				attempt = time.Now()
+				return r.holderValue(s, attempt)
+			})
+			done <- acquisition{token: token, err: err, started: attempt}
 		})
 		return nil
 	}
@@ -428,7 +437,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 				r.log.Error("cannot acquire the lock", "error", res.err.Error())
 				return ExitSetup
 			}
-			token, acquiredAt = res.token, time.Now()
+			token, acquiredAt, r.acquired = res.token, time.Now(), res.started
 			timeoutC = nil
 			if v := judge.check(acquiredAt); v.lost {
 				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.reason)

@@ -35,13 +35,13 @@ func (m *semaphore) Key() string { return m.lock.Key }
 
 func (m *semaphore) contenderKey(s *session) string { return m.prefix + "/" + s.ID }
 
-func (m *semaphore) Acquire(ctx context.Context, s *session, holder []byte) (uint64, error) {
+func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byte) (uint64, error) {
 	kv := m.c.KV()
 	var failures int
 	fail := func(op string, err error) error {
 		return waitAfterError(ctx, m.log, op, err, &failures)
 	}
-	contender := &api.KVPair{Key: m.contenderKey(s), Value: holder, Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
+	contender := &api.KVPair{Key: m.contenderKey(s), Value: holder(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
 	for {
 		ok, _, err := kv.Acquire(contender, (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {

@@ -1,0 +1,489 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// The runners' least-privilege token has fixed IDs, so that it can be
+// created again, identical, after a dev agent restart has lost it.
+var (
+	runnerAccessor = testenv.NewUUID()
+	runnerSecret   = testenv.NewUUID()
+)
+
+const (
+	workersPerLock = 3
+	supervisorWait = 200 * time.Millisecond // a supervisor's pause before restarting a runner
+	runnerGrace    = "2s"
+	waitTimeout    = 2 * time.Minute // how long a hand-over may take before the test fails
+	// partitionedWorker is the worker run in a network namespace.
+	partitionedWorker = "w1"
+)
+
+// createRunnerToken creates the runners' policy and token: key write under
+// faults/, read on the registry, session write on the agent's node.
+func createRunnerToken() error {
+	rules := fmt.Sprintf(`key_prefix "faults/" { policy = "write" }
+key_prefix "%s/" { policy = "read" }
+session %q { policy = "write" }
+`, lockmodel.DefaultRegistryPrefix, agent.NodeName)
+	acl := agent.Client().ACL()
+	policy, _, err := acl.PolicyCreate(&api.ACLPolicy{Name: "faults-runner", Rules: rules}, nil)
+	if err != nil {
+		return fmt.Errorf("creating the runner policy: %w", err)
+	}
+	_, _, err = acl.TokenCreate(&api.ACLToken{
+		AccessorID: runnerAccessor, SecretID: runnerSecret, Description: "faults runner",
+		Policies: []*api.ACLTokenPolicyLink{{ID: policy.ID}},
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("creating the runner token: %w", err)
+	}
+	return nil
+}
+
+// phase is one fault, injected rounds times into three workers on a lock
+// of its own.
+type phase struct {
+	name   string
+	rounds int
+	work   time.Duration // how long each child works
+	// otherWork, when set, is the work of the workers other than
+	// partitionedWorker (so that the one to partition holds often).
+	otherWork time.Duration
+	maxHold   time.Duration // declared max_hold (enforce phase)
+	// controller runs `consullock controller -mode enforce` during the phase.
+	controller bool
+	// partitioned runs worker w1 in a network namespace (see partition).
+	partitioned bool
+	// inject injects one fault into the holder whose start is holder, and
+	// returns the start of the next holder (or fails the test).
+	inject func(h *harness, holder Write) Write
+}
+
+// harness runs one phase: the store, the declared lock, the supervised
+// workers.
+type harness struct {
+	t       *testing.T
+	ph      phase
+	ctx     context.Context
+	cancel  context.CancelFunc
+	store   *Store
+	profile lockmodel.SessionProfile
+	lock    lockmodel.Lock // normalised
+	dir     string
+	workers []*worker
+	part    *partition // when ph.partitioned
+
+	mu    sync.Mutex
+	exits map[int]int
+}
+
+// worker is one `consullock run` worker and the supervisor that restarts it
+// whenever it exits.
+type worker struct {
+	id   string
+	h    *harness
+	log  string
+	done chan struct{}
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func newHarness(t *testing.T, ph phase) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, ph: ph, ctx: ctx, cancel: cancel, dir: logDir(t, ph.name), exits: map[int]int{}}
+	listen := "127.0.0.1:0"
+	if ph.partitioned {
+		h.part = newPartition(t, agent.Addr)
+		listen = "0.0.0.0:0" // also reached from the namespace
+	}
+	var err error
+	if h.store, err = NewStore(listen); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.store.Close)
+	name := fmt.Sprintf("faults-%s-%d", ph.name, os.Getpid())
+	h.profile = lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: time.Second}
+	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name, MaxHold: ph.maxHold}
+	if h.lock, err = l.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.declare(); err != nil {
+		t.Fatal(err)
+	}
+	if ph.controller {
+		h.startController()
+	}
+	for i := range workersPerLock {
+		w := &worker{id: fmt.Sprintf("w%d", i+1), h: h, done: make(chan struct{})}
+		w.log = filepath.Join(h.dir, w.id+".log")
+		h.workers = append(h.workers, w)
+		go w.supervise()
+	}
+	t.Cleanup(h.stop)
+	return h
+}
+
+// declare writes the profile and lock records and creates the lock key as
+// the provider does (create-only, with the protocol's flags).
+func (h *harness) declare() error {
+	kv := agent.Client().KV()
+	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
+	if err != nil {
+		return err
+	}
+	rec, err := lockmodel.EncodeLockRecord(h.lock)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, h.profile.Name), Value: prof}, nil); err != nil {
+		return err
+	}
+	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, h.lock.Name), Value: rec}, nil); err != nil {
+		return err
+	}
+	ok, _, err := kv.CAS(&api.KVPair{Key: h.lock.Key, Flags: h.lock.Flags()}, nil)
+	if err != nil || !ok {
+		return fmt.Errorf("creating %s: ok=%v err=%v", h.lock.Key, ok, err)
+	}
+	return nil
+}
+
+// reseed re-creates, after a dev agent restart lost everything, what the
+// provider and the operator had created: the lock key, its LockIndex
+// advanced past every token the store has accepted (a restarted LockIndex
+// would hand out tokens the store rejects for ever), the declarations, and
+// last the runners' token, so that no runner acquires before the index is
+// advanced.
+func (h *harness) reseed() error {
+	kv := agent.Client().KV()
+	ok, _, err := kv.CAS(&api.KVPair{Key: h.lock.Key, Flags: h.lock.Flags()}, nil)
+	if err != nil || !ok {
+		return fmt.Errorf("creating %s: ok=%v err=%v", h.lock.Key, ok, err)
+	}
+	if err := advanceLockIndex(h.lock.Key, h.lock.Flags(), h.store.Highest()); err != nil {
+		return err
+	}
+	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
+	if err != nil {
+		return err
+	}
+	rec, err := lockmodel.EncodeLockRecord(h.lock)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, h.profile.Name), Value: prof}, nil); err != nil {
+		return err
+	}
+	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, h.lock.Name), Value: rec}, nil); err != nil {
+		return err
+	}
+	return createRunnerToken()
+}
+
+// advanceLockIndex acquires and releases key with a session of its own until
+// its LockIndex is above floor.
+func advanceLockIndex(key string, flags, floor uint64) error {
+	c := agent.Client()
+	sid, _, err := c.Session().Create(&api.SessionEntry{Name: "faults reseed", TTL: "30s", Behavior: api.SessionBehaviorRelease}, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = c.Session().Destroy(sid, nil) }()
+	kv := c.KV()
+	for {
+		pair, _, err := kv.Get(key, &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			return err
+		}
+		if pair == nil {
+			return fmt.Errorf("%s vanished", key)
+		}
+		if pair.LockIndex > floor {
+			return nil
+		}
+		ok, _, err := kv.Acquire(&api.KVPair{Key: key, Flags: flags, Session: sid}, nil)
+		if err != nil || !ok {
+			return fmt.Errorf("acquire %s: ok=%v err=%v", key, ok, err)
+		}
+		if _, _, err := kv.Release(&api.KVPair{Key: key, Flags: flags, Session: sid}, nil); err != nil {
+			return err
+		}
+	}
+}
+
+func (h *harness) startController() {
+	cmd := exec.Command(runnerBin, "controller", "-mode", "enforce", "-listen", "", "-apply-grace", "0", "-no-leader-election")
+	cmd.Env = append(cleanEnv(), agent.Env()...)
+	logPath := filepath.Join(h.dir, "controller.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		_ = f.Close()
+		if h.t.Failed() {
+			h.t.Logf("--- controller log:\n%s", tail(logPath, 40))
+		}
+	})
+}
+
+// cleanEnv is the test's environment without CONSUL_*.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CONSUL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (w *worker) supervise() {
+	defer close(w.done)
+	h := w.h
+	f, err := os.Create(w.log)
+	if err != nil {
+		h.t.Error(err)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	consulAddr, storeURL := agent.Addr, h.store.URL()
+	var argv []string
+	if h.part != nil && w.id == partitionedWorker {
+		_, port, _ := net.SplitHostPort(h.store.ln.Addr().String())
+		consulAddr, storeURL = h.part.consulAddr, "http://"+net.JoinHostPort(h.part.storeHost, port)
+		argv = h.part.wrap()
+	}
+	work := h.ph.work
+	if h.ph.otherWork != 0 && w.id != partitionedWorker {
+		work = h.ph.otherWork
+	}
+	argv = append(argv, runnerBin, "run", "-lock", h.lock.Name, "-grace", runnerGrace, "--",
+		childBin, "-work", work.String())
+	env := append(cleanEnv(),
+		"CONSUL_HTTP_ADDR="+consulAddr, "CONSUL_HTTP_TOKEN="+runnerSecret,
+		childEnv+"=1", storeEnv+"="+storeURL, workerEnv+"="+w.id)
+	for h.ctx.Err() == nil {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = f, f
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			h.t.Errorf("worker %s: %v", w.id, err)
+			return
+		}
+		w.mu.Lock()
+		w.cmd = cmd
+		w.mu.Unlock()
+		if h.ctx.Err() != nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		_ = cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+		w.mu.Lock()
+		w.cmd = nil
+		w.mu.Unlock()
+		_, _ = fmt.Fprintf(f, "=== supervisor: runner pid %d exited %d\n", cmd.Process.Pid, code)
+		h.mu.Lock()
+		h.exits[code]++
+		h.mu.Unlock()
+		select {
+		case <-h.ctx.Done():
+		case <-time.After(supervisorWait):
+		}
+	}
+}
+
+// stop ends the workers (SIGTERM: a holder's child aborts and the lock is
+// released) and waits for the supervisors.
+func (h *harness) stop() {
+	if h.ctx.Err() != nil {
+		return
+	}
+	h.cancel()
+	for _, w := range h.workers {
+		w.mu.Lock()
+		if w.cmd != nil {
+			_ = w.cmd.Process.Signal(syscall.SIGCONT)
+			_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		w.mu.Unlock()
+	}
+	for _, w := range h.workers {
+		select {
+		case <-w.done:
+		case <-time.After(30 * time.Second):
+			w.mu.Lock()
+			if w.cmd != nil {
+				_ = w.cmd.Process.Kill()
+			}
+			w.mu.Unlock()
+			<-w.done
+		}
+	}
+	if h.t.Failed() {
+		for _, w := range h.workers {
+			h.t.Logf("--- log of worker %s:\n%s", w.id, tail(w.log, 30))
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitStart waits for an accepted start logged after seq with a token above
+// minToken, and returns it.
+func (h *harness) waitStart(seq int, minToken uint64) Write {
+	h.t.Helper()
+	var found Write
+	ctx, cancel := context.WithTimeout(h.ctx, waitTimeout)
+	defer cancel()
+	_, err := h.store.WaitFor(ctx, func(log []Write) bool {
+		for _, w := range log[min(seq+1, len(log)):] {
+			if w.Kind == KindStart && w.Accepted && w.Token > minToken {
+				found = w
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		h.t.Fatalf("%s: no new holder started within %s after write %d (token above %d)", h.ph.name, waitTimeout, seq, minToken)
+	}
+	return found
+}
+
+// holderRunner returns the running runner process of the holder that
+// logged start, or nil when it has exited already.
+func (h *harness) holderRunner(start Write) *os.Process {
+	for _, w := range h.workers {
+		if w.id != start.Worker {
+			continue
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.cmd != nil && w.cmd.Process.Pid == start.RunnerPID {
+			return w.cmd.Process
+		}
+	}
+	return nil
+}
+
+// signalHolder sends sig to the holder's child (its process group: the
+// runner starts it as a group leader) and to its runner.
+func signalHolder(runner *os.Process, start Write, sig syscall.Signal) {
+	if err := syscall.Kill(-start.PID, sig); errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(start.PID, sig)
+	}
+	_ = runner.Signal(sig)
+}
+
+// run drives the phase and returns the checkers' report.
+func (h *harness) run() Report {
+	t := h.t
+	if h.ph.inject == nil {
+		// Clean hand-overs: short jobs, each followed by a release.
+		ctx, cancel := context.WithTimeout(h.ctx, waitTimeout+time.Duration(h.ph.rounds)*5*time.Second)
+		defer cancel()
+		if _, err := h.store.WaitFor(ctx, func(log []Write) bool {
+			n := 0
+			for _, w := range log {
+				if w.Kind == KindEnd && w.Accepted {
+					n++
+				}
+			}
+			return n >= h.ph.rounds
+		}); err != nil {
+			t.Fatalf("%s: %d completed runs not reached", h.ph.name, h.ph.rounds)
+		}
+	} else {
+		seq, token := -1, uint64(0)
+		var holder Write
+		have := false
+		for round := 0; round < h.ph.rounds; {
+			if !have {
+				holder = h.waitStart(seq, token)
+			}
+			have = false
+			seq, token = holder.Seq, holder.Token
+			if h.holderRunner(holder) == nil || (h.part != nil && holder.Worker != partitionedWorker) {
+				continue // finished before it could be hit, or not the one to hit; take the next
+			}
+			holder, have = h.ph.inject(h, holder), true
+			round++
+		}
+	}
+	h.stop()
+	rep := Check(h.ph.name, h.store.Log(), h.profile.WorstCaseGap())
+	rep.Rounds = h.ph.rounds
+	rep.Exits = h.exits
+	if h.ph.controller && rep.Exits[123] > rep.Executions {
+		t.Errorf("%s: %d runners lost the lock (exit 123) but only %d executions started: the controller ended holders before max_hold",
+			h.ph.name, rep.Exits[123], rep.Executions)
+	}
+	if rep.Overlaps != 0 || rep.StaleAccepted != 0 || rep.Duplicated != 0 {
+		t.Errorf("%s: overlaps among accepted writes %d, stale writes accepted %d, duplicated runs %d; all must be 0\n%s",
+			h.ph.name, rep.Overlaps, rep.StaleAccepted, rep.Duplicated, dumpLog(h.store.Log()))
+	}
+	return rep
+}
+
+func dumpLog(log []Write) string {
+	var b strings.Builder
+	for _, w := range log {
+		fmt.Fprintf(&b, "%4d %s %-5s %-3s token=%d accepted=%v highest=%d run=%s %s\n",
+			w.Seq, w.At.Format("15:04:05.000"), w.Kind, w.Worker, w.Token, w.Accepted, w.Highest, w.Run, w.Note)
+	}
+	return b.String()
+}
+
+// logDir is where a phase's worker and controller logs go: under
+// <repo>/tmp/faults-logs/<phase>, kept after the run for reading.
+func logDir(t *testing.T, name string) string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return t.TempDir()
+	}
+	dir := filepath.Join(root, "tmp", "faults-logs", name)
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
