@@ -75,7 +75,9 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 		return 0, err
 	}
 	if !found {
-		return 0, &ErrConflict{Key: key}
+		// Not a lost race: our write succeeded and then the record went
+		// (deleted at once, or the agent restarted without its data).
+		return 0, fmt.Errorf("registry record %s was written but was gone right after (deleted, or Consul lost its data); apply again", key)
 	}
 	return rec.ModifyIndex, nil
 }
