@@ -343,12 +343,16 @@ func TestRepair_recreatesDeletedLockKeysWithTheRightFlags(t *testing.T) {
 	if s.Flags != lockmodel.SemaphoreFlagValue || string(s.Value) != `{"Limit":3,"Holders":{}}` {
 		t.Errorf("semaphore key = flags %#x value %q", s.Flags, s.Value)
 	}
-	if got := c.Metrics().RepairsTotal(KindRecreateKey); got != 4 {
-		t.Errorf("consullock_repairs_total{kind=recreate_key} = %v, want 4", got)
-	}
-	if len(c.logs.lines(`"msg":"repaired"`, `"lock":"`+mutex.Name+`"`, `"reason":"recreate_key"`, `"before":"absent"`)) == 0 {
-		t.Errorf("no repair log event naming the lock, reason and before/after")
-	}
+	// Counted and logged once Consul confirmed the write: wait for it.
+	eventually(t, 5*time.Second, func() error {
+		if got := c.Metrics().RepairsTotal(KindRecreateKey); got != 4 {
+			return fmt.Errorf("consullock_repairs_total{kind=recreate_key} = %v, want 4", got)
+		}
+		if len(c.logs.lines(`"msg":"repaired"`, `"lock":"`+mutex.Name+`"`, `"reason":"recreate_key"`, `"before":"absent"`)) == 0 {
+			return fmt.Errorf("no repair log event naming the lock, reason and before/after")
+		}
+		return nil
+	})
 
 	// The recreated keys work with Consul's own clients.
 	lk, err := h.api.LockOpts(&api.LockOptions{Key: mutex.Key, LockTryOnce: true, LockWaitTime: time.Second})
@@ -434,12 +438,15 @@ func TestRepair_restoresWidenedACLRules(t *testing.T) {
 		}
 		return nil
 	})
-	if got := c.Metrics().RepairsTotal(KindRestoreACLRules); got != 1 {
-		t.Errorf("repairs{restore_acl_rules} = %v", got)
-	}
-	if len(c.logs.lines(`"msg":"repaired"`, `"policy":"`+p.Name+`"`, `"before":"key_prefix`)) == 0 {
-		t.Errorf("no repair log with before/after")
-	}
+	eventually(t, 5*time.Second, func() error {
+		if got := c.Metrics().RepairsTotal(KindRestoreACLRules); got != 1 {
+			return fmt.Errorf("repairs{restore_acl_rules} = %v", got)
+		}
+		if len(c.logs.lines(`"msg":"repaired"`, `"policy":"`+p.Name+`"`, `"before":"key_prefix`)) == 0 {
+			return fmt.Errorf("no repair log with before/after")
+		}
+		return nil
+	})
 }
 
 func TestRepair_doesNotRewriteReformattedRules(t *testing.T) {
@@ -515,12 +522,17 @@ func TestEnforce_endsSessionsThatViolateTheirProfile(t *testing.T) {
 				}
 				return nil
 			})
-			if got := c.Metrics().ViolationsTotal(tc.reason); got < 1 {
-				t.Errorf("violations_total{reason=%s} = %v", tc.reason, got)
-			}
-			if len(c.logs.lines(`"msg":"repaired"`, `"reason":"`+tc.reason, `"session":"`+id+`"`)) == 0 {
-				t.Errorf("no log event for ending %s", id)
-			}
+			// The controller logs and counts after Consul confirmed the
+			// destroy, so the session can vanish a moment before the event.
+			eventually(t, 5*time.Second, func() error {
+				if got := c.Metrics().ViolationsTotal(tc.reason); got < 1 {
+					return fmt.Errorf("violations_total{reason=%s} = %v", tc.reason, got)
+				}
+				if len(c.logs.lines(`"msg":"repaired"`, `"reason":"`+tc.reason, `"session":"`+id+`"`)) == 0 {
+					return fmt.Errorf("no log event for ending %s", id)
+				}
+				return nil
+			})
 			if p := h.get(l.Key); p == nil || p.Session != "" {
 				t.Errorf("key after the session ended: %+v", p)
 			}
