@@ -133,7 +133,7 @@ ctl_addr=
 for _ in $(seq 1 200); do
   ctl_addr="$(sed -n 's/.*"msg":"serving metrics and health".*"listen":"\([^"]*\)".*/\1/p' "$demo/controller.log")"
   if [[ -n "$ctl_addr" ]] && curl -fsS "http://$ctl_addr/readyz" >/dev/null 2>&1 &&
-    curl -fsS "http://$ctl_addr/metrics" | grep -qx 'consullock_leader 1'; then
+    curl -fsS "http://$ctl_addr/metrics" 2>/dev/null | grep -x 'consullock_leader 1' >/dev/null; then
     break
   fi
   sleep 0.1
