@@ -41,12 +41,9 @@ type StoredRecord struct {
 // Get reads a record consistently. found is false when the key is absent.
 func (r *Registry) Get(ctx context.Context, kind, name string) (rec StoredRecord, found bool, err error) {
 	key := r.Key(kind, name)
-	pair, _, err := r.client.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return StoredRecord{}, false, r.client.Classify(ctx, "read registry record "+key, err)
-	}
-	if pair == nil {
-		return StoredRecord{Key: key}, false, nil
+	pair, err := r.client.ReadKeyConsistent(ctx, key)
+	if err != nil || pair == nil {
+		return StoredRecord{Key: key}, false, err
 	}
 	return StoredRecord{Key: key, Value: pair.Value, ModifyIndex: pair.ModifyIndex}, true, nil
 }
@@ -60,42 +57,32 @@ func (e *ErrConflict) Error() string {
 }
 
 // Put writes a record if its ModifyIndex is still expectIndex (0 = create
-// only). It returns the new ModifyIndex.
+// only). It returns the new ModifyIndex, from the same request: a
+// one-operation transaction answers with the written pair.
 func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, expectIndex uint64) (uint64, error) {
 	key := r.Key(kind, name)
-	ok, _, err := r.client.KV().CAS(&api.KVPair{Key: key, Value: value, ModifyIndex: expectIndex}, (&api.WriteOptions{}).WithContext(ctx))
+	op := "write registry record " + key
+	ops := api.KVTxnOps{{Verb: api.KVCAS, Key: key, Value: value, Index: expectIndex}}
+	ok, resp, _, err := r.client.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return 0, r.client.Classify(ctx, "write registry record "+key, err)
+		return 0, r.client.Classify(ctx, op, err)
 	}
 	if !ok {
+		if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			return 0, e
+		}
 		return 0, &ErrConflict{Key: key}
 	}
-	rec, found, err := r.Get(ctx, kind, name)
-	if err != nil {
-		return 0, err
-	}
-	if !found {
-		// Not a lost race: our write succeeded and then the record went
-		// (deleted at once, or the agent restarted without its data).
-		return 0, fmt.Errorf("registry record %s was written but was gone right after (deleted, or Consul lost its data); apply again", key)
-	}
-	return rec.ModifyIndex, nil
+	return resp.Results[0].ModifyIndex, nil
 }
 
-// Delete removes a record if its ModifyIndex is still expectIndex; a record
-// that is already gone is not an error.
+// Delete removes a record if its ModifyIndex is still expectIndex (0 =
+// unconditionally); a record that is already gone is not an error.
 func (r *Registry) Delete(ctx context.Context, kind, name string, expectIndex uint64) error {
 	key := r.Key(kind, name)
-	if expectIndex == 0 {
-		_, err := r.client.KV().Delete(key, (&api.WriteOptions{}).WithContext(ctx))
-		if err != nil {
-			return r.client.Classify(ctx, "delete registry record "+key, err)
-		}
-		return nil
-	}
-	ok, _, err := r.client.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: expectIndex}, (&api.WriteOptions{}).WithContext(ctx))
+	ok, err := r.client.DeleteKeyIfIndex(ctx, key, expectIndex)
 	if err != nil {
-		return r.client.Classify(ctx, "delete registry record "+key, err)
+		return err
 	}
 	if !ok {
 		if _, found, gerr := r.Get(ctx, kind, name); gerr == nil && !found {

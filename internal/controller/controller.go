@@ -195,7 +195,9 @@ func (c *Controller) Ready() bool { return c.ready.Load() }
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
 
 // LeaderKey is the key replicas elect their leader with.
-func (c *Controller) LeaderKey() string { return c.cfg.RegistryPrefix + "/controller/.lock" }
+func (c *Controller) LeaderKey() string {
+	return lockmodel.DefaultLockKey(c.cfg.RegistryPrefix + "/controller")
+}
 
 // Run watches and reconciles until ctx ends. On return this replica has
 // stopped acting and, if it led, released then destroyed its session.

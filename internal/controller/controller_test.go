@@ -739,22 +739,13 @@ var (
 func binary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
 		dir, err := os.MkdirTemp("", "consullock-bin-")
 		if err != nil {
 			buildErr = err
 			return
 		}
 		binPath = filepath.Join(dir, "consullock")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = testenv.BuildConsullock(context.Background(), binPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -148,8 +150,10 @@ func newCountingProxy(t testing.TB, a *testenv.Agent) *countingProxy {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			p.reads++
 		} else {
-			p.writes[r.Method+" "+r.URL.Path]++
-			p.seq = append(p.seq, r.Method+" "+r.URL.Path)
+			for _, w := range writesOf(r) {
+				p.writes[w]++
+				p.seq = append(p.seq, w)
+			}
 		}
 		p.inflight[r] = cancel
 		p.mu.Unlock()
@@ -163,6 +167,45 @@ func newCountingProxy(t testing.TB, a *testenv.Agent) *countingProxy {
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
+}
+
+// writesOf names a write request the way the tests compare them, "METHOD
+// /path". A transaction that writes KV keys is named as the KV writes it
+// makes ("PUT /v1/kv/<key>", "DELETE /v1/kv/<key>"), so that a record
+// written by check-and-set in a transaction counts like one written with
+// ?cas=; a read-only transaction stays "PUT /v1/txn".
+func writesOf(r *http.Request) []string {
+	whole := []string{r.Method + " " + r.URL.Path}
+	if r.URL.Path != "/v1/txn" || r.Body == nil {
+		return whole
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return whole
+	}
+	var ops []struct {
+		KV *struct{ Verb, Key string }
+	}
+	if json.Unmarshal(body, &ops) != nil {
+		return whole
+	}
+	var out []string
+	for _, op := range ops {
+		if op.KV == nil {
+			continue
+		}
+		switch op.KV.Verb {
+		case "set", "cas", "lock", "unlock":
+			out = append(out, "PUT /v1/kv/"+op.KV.Key)
+		case "delete", "delete-cas", "delete-tree":
+			out = append(out, "DELETE /v1/kv/"+op.KV.Key)
+		}
+	}
+	if len(out) == 0 {
+		return whole
+	}
+	return out
 }
 
 // Addr is host:port of the proxy.

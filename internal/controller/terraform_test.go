@@ -1,10 +1,9 @@
 package controller
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,23 +33,14 @@ var (
 func builtProvider(t *testing.T) string {
 	t.Helper()
 	providerOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			providerErr = err
-			return
-		}
 		dir, err := os.MkdirTemp("", "consullock-provider-")
 		if err != nil {
 			providerErr = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "terraform-provider-consullock"), ".")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			providerErr = fmt.Errorf("go build: %v\n%s", err, out)
-			return
+		if providerErr = testenv.BuildProvider(context.Background(), dir); providerErr == nil {
+			providerDir = dir
 		}
-		providerDir = dir
 	})
 	if providerErr != nil {
 		t.Fatal(providerErr)
@@ -61,40 +51,25 @@ func builtProvider(t *testing.T) string {
 // tofuWorkspace is a directory with a configuration, run with the real
 // OpenTofu against an address (the agent or a proxy in front of it).
 type tofuWorkspace struct {
-	t    *testing.T
-	bin  string
-	dir  string
-	rc   string
-	addr string
-	tok  string
+	t  *testing.T
+	tf *testenv.Tofu
 }
 
 func newTofuWorkspace(t *testing.T, addr, token string) *tofuWorkspace {
 	t.Helper()
-	bin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
+	tf, err := testenv.NewTofuWorkspace(builtProvider(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugins := builtProvider(t)
-	w := &tofuWorkspace{t: t, bin: bin, dir: t.TempDir(), addr: addr, tok: token}
-	// Always our own CLI configuration: the machine's TF_CLI_CONFIG_FILE
-	// may point at a file that does not exist.
-	w.rc = filepath.Join(t.TempDir(), "tofu.rc")
-	if err := os.WriteFile(w.rc, fmt.Appendf(nil, `provider_installation {
-  dev_overrides {
-    "registry.opentofu.org/consullock/consullock" = %q
-  }
-  direct {}
-}
-`, plugins), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return w
+	tf.Env = append(os.Environ(), "TF_LOG=",
+		"CONSUL_HTTP_ADDR="+addr, "CONSUL_HTTP_TOKEN="+token,
+		"CONSUL_HTTP_TOKEN_FILE=", "CONSUL_HTTP_SSL=", "CONSUL_NAMESPACE=", "CONSUL_PARTITION=")
+	return &tofuWorkspace{t: t, tf: tf}
 }
 
 func (w *tofuWorkspace) write(config string) {
 	w.t.Helper()
-	if err := os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(w.tf.Dir, "main.tf"), []byte(config), 0o600); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -102,20 +77,13 @@ func (w *tofuWorkspace) write(config string) {
 // run runs tofu with args and fails the test on a non-zero exit.
 func (w *tofuWorkspace) run(args ...string) string {
 	w.t.Helper()
-	cmd := exec.Command(w.bin, args...)
-	cmd.Dir = w.dir
-	cmd.Env = append(os.Environ(),
-		"TF_CLI_CONFIG_FILE="+w.rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1", "TF_LOG=",
-		"CONSUL_HTTP_ADDR="+w.addr, "CONSUL_HTTP_TOKEN="+w.tok,
-		"CONSUL_HTTP_TOKEN_FILE=", "CONSUL_HTTP_SSL=", "CONSUL_NAMESPACE=", "CONSUL_PARTITION=")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		w.t.Fatalf("tofu %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	out, err := w.tf.Run(context.Background(), args...)
+	if err != nil {
+		w.t.Fatalf("tofu %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	w.t.Logf("tofu %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	return out.String()
+	return string(out)
 }
 
 // config renders a configuration with one mutex, one semaphore and an ACL

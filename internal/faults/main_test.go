@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -54,7 +53,13 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "faults tests:", err)
 		return 1
 	}
-	if runnerBin, err = buildConsullock(); err != nil {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults tests:", err)
+		return 1
+	}
+	runnerBin = filepath.Join(root, "tmp", "consullock-faults")
+	if err := testenv.BuildConsullock(context.Background(), runnerBin); err != nil {
 		fmt.Fprintln(os.Stderr, "faults tests: building consullock:", err)
 		return 1
 	}
@@ -64,28 +69,6 @@ func testMain(m *testing.M) int {
 	}
 	defer agent.Stop()
 	return m.Run()
-}
-
-// buildConsullock builds the binary into <repo>/tmp/consullock-faults, via
-// a temporary name, so that a concurrent build never leaves a half-written
-// executable behind.
-func buildConsullock() (string, error) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(root, "tmp")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	final := filepath.Join(dir, "consullock-faults")
-	tmp := filepath.Join(dir, fmt.Sprintf(".consullock-faults-%d", os.Getpid()))
-	cmd := exec.Command("go", "build", "-o", tmp, ".")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%v\n%s", err, out)
-	}
-	return final, os.Rename(tmp, final)
 }
 
 // childMain is the job run under the lock: it writes "start" to the store

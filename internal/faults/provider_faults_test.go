@@ -40,46 +40,42 @@ var invalidToken = regexp.MustCompile(`Error: Invalid (Or Expired )?Consul Token
 // installed through dev_overrides, in a configuration directory of its own.
 type tofuWorkspace struct {
 	t    *testing.T
-	bin  string
-	rc   string
-	dir  string
+	tf   *testenv.Tofu
 	vars []string // -var arguments for plan and apply
 }
 
 func newTofuWorkspace(t *testing.T) *tofuWorkspace {
 	t.Helper()
-	bin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	pluginDir := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(runnerBin, filepath.Join(pluginDir, "terraform-provider-consullock")); err != nil {
-		t.Fatal(err)
-	}
-	rc := filepath.Join(dir, "tofu.rc")
-	if err := os.WriteFile(rc, fmt.Appendf(nil, `provider_installation {
-  dev_overrides {
-    "registry.opentofu.org/consullock/consullock" = %q
-  }
-  direct {}
-}
-`, pluginDir), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := filepath.Join(dir, "config")
 	if err := os.MkdirAll(cfg, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &tofuWorkspace{t: t, bin: bin, rc: rc, dir: cfg}
+	tf, err := testenv.NewTofuWorkspace(providerDir(t, dir), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.Env = cleanEnv()
+	return &tofuWorkspace{t: t, tf: tf}
+}
+
+// providerDir makes dir/plugins, a dev_overrides directory holding the
+// suite's consullock binary as the provider.
+func providerDir(t *testing.T, dir string) string {
+	t.Helper()
+	pluginDir := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(runnerBin, filepath.Join(pluginDir, testenv.ProviderFile)); err != nil {
+		t.Fatal(err)
+	}
+	return pluginDir
 }
 
 func (w *tofuWorkspace) write(config string) {
 	w.t.Helper()
-	if err := os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(w.tf.Dir, "main.tf"), []byte(config), 0o600); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -91,9 +87,7 @@ func (w *tofuWorkspace) command(ctx context.Context, out *watchBuffer, args ...s
 		full = append(full, "-input=false", "-no-color")
 		full = append(full, w.vars...)
 	}
-	cmd := exec.CommandContext(ctx, w.bin, full...)
-	cmd.Dir = w.dir
-	cmd.Env = append(cleanEnv(), "TF_CLI_CONFIG_FILE="+w.rc, "TF_IN_AUTOMATION=1")
+	cmd := w.tf.Command(ctx, full...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 10 * time.Second
 	return cmd

@@ -2,9 +2,9 @@ package faults
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -21,28 +21,12 @@ import (
 // other must fail with a conflict, and the winner's declaration must not
 // be overwritten.
 func TestFaults_providerConcurrentAppliesOnOneLockName(t *testing.T) {
-	tofu, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
+	dir := t.TempDir()
+	tf, err := testenv.NewTofuWorkspace(providerDir(t, dir), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	pluginDir := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(runnerBin, filepath.Join(pluginDir, "terraform-provider-consullock")); err != nil {
-		t.Fatal(err)
-	}
-	rc := filepath.Join(dir, "tofu.rc")
-	if err := os.WriteFile(rc, fmt.Appendf(nil, `provider_installation {
-  dev_overrides {
-    "registry.opentofu.org/consullock/consullock" = %q
-  }
-  direct {}
-}
-`, pluginDir), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tf.Env = cleanEnv()
 	rounds := 2
 	if os.Getenv("FAULTS_FULL") != "" {
 		rounds = 5
@@ -84,9 +68,9 @@ resource "consullock_lock" "job" {
 `, agent.Addr, agent.ManagementToken, name, r.prefix), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(tofu, "apply", "-auto-approve", "-input=false", "-no-color")
-			cmd.Dir = cfg
-			cmd.Env = append(cleanEnv(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1")
+			side := *tf
+			side.Dir = cfg
+			cmd := side.Command(context.Background(), "apply", "-auto-approve", "-input=false", "-no-color")
 			cmd.Stdout, cmd.Stderr = &r.out, &r.out
 			wg.Go(func() {
 				<-start

@@ -99,9 +99,13 @@ type ACLPolicySpec struct {
 	Description string   `json:"description"`
 }
 
+// DatacenterPattern is what an ACL policy's datacenters may hold: Consul
+// lower-cases datacenter names.
+const DatacenterPattern = `^[a-z0-9_-]{1,64}$`
+
 var (
 	uuidRE       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	datacenterRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	datacenterRE = regexp.MustCompile(DatacenterPattern)
 )
 
 // Validate reports every problem of s as FieldErrors.

@@ -233,9 +233,7 @@ func (d *lockDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if d.data == nil {
-		resp.Diagnostics.AddError("Provider Not Configured",
-			"The consullock provider was not configured before the data source was read. This is a bug in the provider; please report it.")
+	if !resourceConfigured(d.data, &resp.Diagnostics) {
 		return
 	}
 	key, err := lockmodel.NormalizeKeyPath("key", cfg.Key.ValueString())

@@ -1,11 +1,9 @@
 package provider
 
 import (
-	"bytes"
-	"fmt"
+	"context"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -21,28 +19,22 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tofu, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
+	pluginDir := t.TempDir()
+	if err := testenv.BuildProvider(context.Background(), pluginDir); err != nil {
+		t.Fatalf("building the provider: %v", err)
+	}
+	// Examples under examples/resources use the implicit hashicorp/ source;
+	// complete scenarios declare consullock/consullock. The workspace
+	// overrides both.
+	tofu, err := testenv.NewTofuWorkspace(pluginDir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pluginDir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "terraform-provider-consullock"), ".")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the provider: %v\n%s", err, out)
-	}
-	rc := filepath.Join(t.TempDir(), "tofu.rc")
-	// Examples under examples/resources use the implicit hashicorp/ source;
-	// complete scenarios declare consullock/consullock. Override both.
-	if err := os.WriteFile(rc, fmt.Appendf(nil, `provider_installation {
-  dev_overrides {
-    "registry.opentofu.org/consullock/consullock" = %q
-    "registry.opentofu.org/hashicorp/consullock"  = %q
-  }
-  direct {}
-}
-`, pluginDir, pluginDir), 0o600); err != nil {
-		t.Fatal(err)
+	// runTofu runs tofu in dir with the workspace's CLI configuration.
+	runTofu := func(dir string, args ...string) ([]byte, error) {
+		in := *tofu
+		in.Dir = dir
+		return in.Run(context.Background(), args...)
 	}
 
 	examples := filepath.Join(root, "examples")
@@ -72,7 +64,7 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 	sort.Strings(sorted)
 
 	t.Run("fmt", func(t *testing.T) {
-		if out, err := runTofu(tofu, rc, examples, "fmt", "-check", "-diff", "-recursive"); err != nil {
+		if out, err := runTofu(examples, "fmt", "-check", "-diff", "-recursive"); err != nil {
 			t.Fatalf("tofu fmt -check: %v\n%s", err, out)
 		}
 	})
@@ -97,19 +89,9 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if out, err := runTofu(tofu, rc, work, "validate", "-no-color"); err != nil {
+			if out, err := runTofu(work, "validate", "-no-color"); err != nil {
 				t.Fatalf("tofu validate %s: %v\n%s", rel, err, out)
 			}
 		})
 	}
-}
-
-func runTofu(tofu, rc, dir string, args ...string) ([]byte, error) {
-	cmd := exec.Command(tofu, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.Bytes(), err
 }

@@ -379,6 +379,26 @@ func durationOrZero(v timetypes.GoDuration, diags *diag.Diagnostics) time.Durati
 	return d
 }
 
+// resourceConfigured reports an error when an operation that needs Consul
+// runs without a configured provider.
+func resourceConfigured(data *providerData, diags *diag.Diagnostics) bool {
+	if data != nil {
+		return true
+	}
+	diags.AddError("Provider Not Configured",
+		"The consullock provider was not configured before this operation. This is a bug in the provider or in the calling tool; please report it.")
+	return false
+}
+
+// recordKey is the key of a declaration record: where the last apply wrote
+// it (stored), else where this provider writes one of kind and name.
+func (d *providerData) recordKey(stored types.String, kind, name string) string {
+	if key := stored.ValueString(); key != "" {
+		return key
+	}
+	return lockmodel.RegistryKey(d.registryPrefix, kind, name)
+}
+
 // providerDataFrom unpacks what Configure handed to a resource or data
 // source. It returns nil, without a diagnostic, before the provider is
 // configured (the framework calls Configure early during validation).

@@ -119,7 +119,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Optional:            true,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(
-					regexp.MustCompile(`^[a-z0-9_-]{1,64}$`), "must be a datacenter name of 1 to 64 lower-case letters, digits, '-' or '_'"))},
+					regexp.MustCompile(lockmodel.DatacenterPattern), "must be a datacenter name of 1 to 64 lower-case letters, digits, '-' or '_'"))},
 			},
 			"lock_keys":          lockKeys,
 			"semaphore_prefixes": semaphores,
@@ -283,7 +283,7 @@ func (r *aclPolicyResource) inputWarnings(ctx context.Context, in lockmodel.Rule
 }
 
 func (r *aclPolicyResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var plan aclPolicyModel
@@ -319,7 +319,7 @@ func (r *aclPolicyResource) Create(ctx context.Context, req resource.CreateReque
 }
 
 func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var state aclPolicyModel
@@ -327,17 +327,15 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	what := fmt.Sprintf("consullock_acl_policy %q", state.Name.ValueString())
 	live, err := r.data.client.ACLPolicy(ctx, state.ID.ValueString())
 	if err != nil {
-		switch consul.KindOf(err) {
-		case consul.KindNotFound:
+		if consul.KindOf(err) == consul.KindNotFound {
 			tflog.Info(ctx, "ACL policy is gone; removing it from state", map[string]any{"id": state.ID.ValueString()})
 			resp.State.RemoveResource(ctx)
-		case consul.KindInvalidToken:
-			addACLInvalidTokenError(&resp.Diagnostics, fmt.Sprintf("consullock_acl_policy %q", state.Name.ValueString()), err)
-		default:
-			addConsulError(&resp.Diagnostics, "Cannot Read ACL Policy", err)
+			return
 		}
+		addACLReadError(&resp.Diagnostics, what, "Cannot Read ACL Policy", err)
 		return
 	}
 
@@ -371,12 +369,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	}
 	upToDate, key, err := r.recordUpToDate(ctx, desired)
 	if err != nil {
-		switch consul.KindOf(err) {
-		case consul.KindInvalidToken:
-			addACLInvalidTokenError(&resp.Diagnostics, fmt.Sprintf("consullock_acl_policy %q", state.Name.ValueString()), err)
-		default:
-			addConsulError(&resp.Diagnostics, "Cannot Read ACL Policy Declaration", err)
-		}
+		addACLReadError(&resp.Diagnostics, what, "Cannot Read ACL Policy Declaration", err)
 		return
 	}
 	if upToDate {
@@ -388,7 +381,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 }
 
 func (r *aclPolicyResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var plan, state aclPolicyModel
@@ -429,7 +422,7 @@ func (r *aclPolicyResource) Update(ctx context.Context, req resource.UpdateReque
 }
 
 func (r *aclPolicyResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var state aclPolicyModel
@@ -452,7 +445,7 @@ func (r *aclPolicyResource) Delete(ctx context.Context, req resource.DeleteReque
 
 // ImportState accepts a policy name or a policy ID.
 func (r *aclPolicyResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var (
@@ -615,24 +608,19 @@ func aclFieldTitle(field string) string {
 	}
 }
 
-// addACLInvalidTokenError reports a read that failed because the provider's
-// own token is not accepted. State is kept: "ACL not found" from Consul
-// then says nothing about the object.
-func addACLInvalidTokenError(diags *diag.Diagnostics, what string, err error) {
+// addACLReadError reports a failed refresh of what (not the "gone" case,
+// which the caller handles). When the provider's own token is not accepted,
+// state is kept: "ACL not found" from Consul then says nothing about the
+// object.
+func addACLReadError(diags *diag.Diagnostics, what, summary string, err error) {
+	if consul.KindOf(err) != consul.KindInvalidToken {
+		addConsulError(diags, summary, err)
+		return
+	}
 	diags.AddError("Invalid Or Expired Consul Token",
 		fmt.Sprintf("Cannot refresh %s: the provider's token is invalid or expired, so Consul's 403 \"ACL not found\" "+
 			"says nothing about the object. Nothing was removed from state. Configure a valid token (token, token_file "+
 			"or CONSUL_HTTP_TOKEN) and run again.\n\n%s", what, err))
-}
-
-// aclConfigured reports an error when the provider data is missing.
-func aclConfigured(data *providerData, diags *diag.Diagnostics) bool {
-	if data == nil {
-		diags.AddError("Unconfigured Provider",
-			"The consullock provider was not configured before this operation. This is a bug in the provider or in OpenTofu; please report it.")
-		return false
-	}
-	return true
 }
 
 // aclSetStrings returns the elements of a set of strings, sorted; nil for

@@ -135,7 +135,7 @@ func (r *aclTokenResource) Configure(_ context.Context, req resource.ConfigureRe
 }
 
 func (r *aclTokenResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var plan aclTokenModel
@@ -167,7 +167,7 @@ func (r *aclTokenResource) Create(ctx context.Context, req resource.CreateReques
 }
 
 func (r *aclTokenResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var state aclTokenModel
@@ -177,15 +177,12 @@ func (r *aclTokenResource) Read(ctx context.Context, req resource.ReadRequest, r
 	}
 	live, err := r.data.client.ACLToken(ctx, state.AccessorID.ValueString())
 	if err != nil {
-		switch consul.KindOf(err) {
-		case consul.KindNotFound:
+		if consul.KindOf(err) == consul.KindNotFound {
 			tflog.Info(ctx, "ACL token is gone (deleted or expired); removing it from state", map[string]any{"accessor_id": state.AccessorID.ValueString()})
 			resp.State.RemoveResource(ctx)
-		case consul.KindInvalidToken:
-			addACLInvalidTokenError(&resp.Diagnostics, fmt.Sprintf("consullock_acl_token %s", state.AccessorID.ValueString()), err)
-		default:
-			addConsulError(&resp.Diagnostics, "Cannot Read ACL Token", err)
+			return
 		}
+		addACLReadError(&resp.Diagnostics, "consullock_acl_token "+state.AccessorID.ValueString(), "Cannot Read ACL Token", err)
 		return
 	}
 	if state.ExpirationTTL.IsNull() && live.ExpirationTime != nil && !live.CreateTime.IsZero() {
@@ -197,7 +194,7 @@ func (r *aclTokenResource) Read(ctx context.Context, req resource.ReadRequest, r
 }
 
 func (r *aclTokenResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var plan, state aclTokenModel
@@ -229,7 +226,7 @@ func (r *aclTokenResource) Update(ctx context.Context, req resource.UpdateReques
 }
 
 func (r *aclTokenResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	if !aclConfigured(r.data, &resp.Diagnostics) {
+	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
 	}
 	var state aclTokenModel

@@ -323,23 +323,13 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	l, diags := plan.lock()
-	resp.Diagnostics.Append(diags...)
+	l, data := r.declaration(ctx, plan, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	reg := r.data.client.Registry(r.data.registryPrefix)
-	r.checkProfile(ctx, l, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
 	recIndex := r.claimRecord(ctx, reg, l, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
-		return
-	}
-	data, err := lockmodel.EncodeLockRecord(l)
-	if err != nil {
-		addFieldErrors(&resp.Diagnostics, "Invalid Lock", err)
 		return
 	}
 	// The declaration goes first (check-and-set), then the key: of two
@@ -395,10 +385,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	if key == "" {
 		key = lockmodel.DefaultLockKey(strings.Trim(state.Prefix.ValueString(), "/"))
 	}
-	recordKey := state.RegistryKey.ValueString()
-	if recordKey == "" {
-		recordKey = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, state.Name.ValueString())
-	}
+	recordKey := r.data.recordKey(state.RegistryKey, lockmodel.KindLock, state.Name.ValueString())
 	got, err := r.data.client.ReadLockAndRecord(ctx, key, recordKey)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
@@ -464,21 +451,11 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	l, diags := plan.lock()
-	resp.Diagnostics.Append(diags...)
+	l, data := r.declaration(ctx, plan, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	reg := r.data.client.Registry(r.data.registryPrefix)
-	r.checkProfile(ctx, l, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	data, err := lockmodel.EncodeLockRecord(l)
-	if err != nil {
-		addFieldErrors(&resp.Diagnostics, "Invalid Lock", err)
-		return
-	}
 	// The declaration first, then the key: a controller watching sees the
 	// new limit declared before the key has it, never the other way round
 	// (it would put the old limit back).
@@ -518,10 +495,7 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 		return
 	}
 	client := r.data.client
-	recordKey := state.RegistryKey.ValueString()
-	if recordKey == "" {
-		recordKey = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, l.Name)
-	}
+	recordKey := r.data.recordKey(state.RegistryKey, lockmodel.KindLock, l.Name)
 	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
 	recordDeleted := false
@@ -650,6 +624,26 @@ func (r *lockResource) checkProfile(ctx context.Context, l lockmodel.Lock, diags
 		return
 	}
 	addWarnings(diags, l.ProfileWarnings(p))
+}
+
+// declaration converts a fully known model into the domain lock and its
+// registry record, after checking the lock against its session profile.
+func (r *lockResource) declaration(ctx context.Context, m lockResourceModel, diags *diag.Diagnostics) (lockmodel.Lock, []byte) {
+	l, ds := m.lock()
+	diags.Append(ds...)
+	if diags.HasError() {
+		return l, nil
+	}
+	r.checkProfile(ctx, l, diags)
+	if diags.HasError() {
+		return l, nil
+	}
+	data, err := lockmodel.EncodeLockRecord(l)
+	if err != nil {
+		addFieldErrors(diags, "Invalid Lock", err)
+		return l, nil
+	}
+	return l, data
 }
 
 // claimRecord checks that the lock's name is free in the registry, or

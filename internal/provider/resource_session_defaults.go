@@ -408,10 +408,7 @@ func (r *sessionDefaultsResource) Read(ctx context.Context, req resource.ReadReq
 	}
 	// Read the record where the last apply wrote it: after a change of the
 	// provider's registry_prefix the plan then moves it (Update).
-	key := state.RegistryKey.ValueString()
-	if key == "" {
-		key = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindSessionDefaults, state.Name.ValueString())
-	}
+	key := r.data.recordKey(state.RegistryKey, lockmodel.KindSessionDefaults, state.Name.ValueString())
 	pair, err := r.data.client.ReadKeyConsistent(ctx, key)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Session Profile", err)
@@ -478,10 +475,7 @@ func (r *sessionDefaultsResource) Delete(ctx context.Context, req resource.Delet
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	key := state.RegistryKey.ValueString()
-	if key == "" {
-		key = lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindSessionDefaults, state.Name.ValueString())
-	}
+	key := r.data.recordKey(state.RegistryKey, lockmodel.KindSessionDefaults, state.Name.ValueString())
 	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
@@ -611,17 +605,6 @@ func removeMovedRecord(ctx context.Context, client *consul.Client, oldKey, newKe
 			fmt.Sprintf("The declaration moved to %s; its old record %s could not be deleted. Delete it with `consul kv delete %s`.\n\n%s",
 				newKey, oldKey, oldKey, err))
 	}
-}
-
-// resourceConfigured reports an error when an operation that needs Consul
-// runs without a configured provider.
-func resourceConfigured(data *providerData, diags *diag.Diagnostics) bool {
-	if data != nil {
-		return true
-	}
-	diags.AddError("Provider Not Configured",
-		"The consullock provider was not configured before this operation. This is a bug in the provider or in the calling tool; please report it.")
-	return false
 }
 
 // domainStringRule is an attribute validator for a rule of ours: it calls a

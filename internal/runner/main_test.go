@@ -50,42 +50,23 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "runner tests:", err)
 		return 1
 	}
-	if runnerBin, err = buildRunner(); err != nil {
+	ctx := context.Background()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runner tests:", err)
+		return 1
+	}
+	runnerBin = filepath.Join(root, "tmp", "consullock")
+	if err := testenv.BuildConsullock(ctx, runnerBin); err != nil {
 		fmt.Fprintln(os.Stderr, "runner tests: building consullock:", err)
 		return 1
 	}
-	ctx := context.Background()
 	if agent, err = testenv.Start(ctx, testenv.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, "runner tests: starting Consul:", err)
 		return 1
 	}
 	defer agent.Stop()
 	return m.Run()
-}
-
-// buildRunner builds the binary into <repo>/tmp/consullock. It builds to a
-// temporary name and renames, so that a concurrent build never leaves a
-// half-written executable behind.
-func buildRunner() (string, error) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(root, "tmp")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	final := filepath.Join(dir, "consullock")
-	tmp := filepath.Join(dir, fmt.Sprintf(".consullock-%d", os.Getpid()))
-	cmd := exec.Command("go", "build", "-o", tmp, ".")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%v\n%s", err, out)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return "", err
-	}
-	return final, nil
 }
 
 // ---------------------------------------------------------------------------

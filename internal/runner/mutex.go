@@ -130,9 +130,9 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (
 // confirm reads the key consistently after an acquisition and returns its
 // LockIndex, the fencing token.
 func (m *mutex) confirm(ctx context.Context, s *session) (uint64, error) {
-	pair, _, err := m.c.KV().Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	pair, err := m.c.ReadKeyConsistent(ctx, m.lock.Key)
 	if err != nil {
-		return 0, consul.Classify("read the lock key "+m.lock.Key+" after acquiring it", err)
+		return 0, err
 	}
 	if pair == nil || pair.Session != s.ID {
 		return 0, fmt.Errorf("the lock key %s was acquired but a consistent read right after shows it %s",

@@ -241,9 +241,9 @@ func (m *semaphore) Release(ctx context.Context, s *session, _ []byte) (bool, er
 	kv := m.c.KV()
 	released := false
 	for attempt := 0; ; attempt++ {
-		pair, _, err := kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		pair, err := m.c.ReadKeyConsistent(ctx, m.lock.Key)
 		if err != nil {
-			return false, consul.Classify("read semaphore holder table "+m.lock.Key, err)
+			return false, err
 		}
 		if pair == nil {
 			break

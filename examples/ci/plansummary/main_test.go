@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,10 +28,6 @@ func TestSummary_quickstartPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tofuBin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	agent, err := testenv.Start(ctx, testenv.Options{})
@@ -42,22 +37,8 @@ func TestSummary_quickstartPlans(t *testing.T) {
 	defer agent.Stop()
 
 	pluginDir := t.TempDir()
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(pluginDir, "terraform-provider-consullock"), ".")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the provider: %v\n%s", err, out)
-	}
-	// Our own CLI configuration: the machine may point TF_CLI_CONFIG_FILE
-	// at a file that does not exist.
-	rc := filepath.Join(t.TempDir(), "tofu.rc")
-	if err := os.WriteFile(rc, fmt.Appendf(nil, `provider_installation {
-  dev_overrides {
-    "registry.opentofu.org/consullock/consullock" = %q
-  }
-  direct {}
-}
-`, pluginDir), 0o600); err != nil {
-		t.Fatal(err)
+	if err := testenv.BuildProvider(ctx, pluginDir); err != nil {
+		t.Fatalf("building the provider: %v", err)
 	}
 
 	work := t.TempDir()
@@ -74,17 +55,20 @@ func TestSummary_quickstartPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	baseEnv := []string{"TF_CLI_CONFIG_FILE=" + rc, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1", "CONSUL_HTTP_ADDR=" + agent.Addr}
+	tf, err := testenv.NewTofuWorkspace(pluginDir, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.Env = []string{"CONSUL_HTTP_ADDR=" + agent.Addr}
 	for _, kv := range os.Environ() { // nothing from the caller's Consul or OpenTofu setup
 		if !strings.HasPrefix(kv, "CONSUL_") && !strings.HasPrefix(kv, "TF_") {
-			baseEnv = append(baseEnv, kv)
+			tf.Env = append(tf.Env, kv)
 		}
 	}
 	// tofuRun runs OpenTofu in the work directory with a Consul token.
 	tofuRun := func(token string, stdout *bytes.Buffer, args ...string) error {
-		cmd := exec.CommandContext(ctx, tofuBin, args...)
-		cmd.Dir = work
-		cmd.Env = append(baseEnv, "CONSUL_HTTP_TOKEN="+token)
+		cmd := tf.Command(ctx, args...)
+		cmd.Env = append(cmd.Env, "CONSUL_HTTP_TOKEN="+token)
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = stdout, &stderr
 		if err := cmd.Run(); err != nil {
