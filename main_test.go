@@ -3,8 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 func TestUnknownCommandPrintsUsageAndExits2(t *testing.T) {
@@ -36,4 +43,117 @@ func TestBadFlagExits2(t *testing.T) {
 	if code := run(context.Background(), []string{"-no-such-flag"}, &stderr); code != 2 {
 		t.Fatalf("exit code = %d, want 2", code)
 	}
+}
+
+func TestQuietLogEnv(t *testing.T) {
+	quiet := []string{"TF_LOG_SDK", "TF_LOG_SDK_PROTO", "TF_LOG_SDK_FRAMEWORK", "TF_LOG_PROVIDER", providerLogEnv}
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		want    []string
+	}{
+		{"nothing asked", []string{"HOME=/root", "PATH=/bin"}, quiet},
+		{"empty TF_LOG is not asking", []string{"TF_LOG="}, quiet},
+		{"log path alone logs nothing", []string{"TF_LOG_PATH=/tmp/x"}, quiet},
+		{"core logs only", []string{"TF_LOG_CORE=trace"}, quiet},
+		{"TF_LOG", []string{"TF_LOG=trace"}, nil},
+		{"TF_LOG json", []string{"TF_LOG=JSON"}, nil},
+		{"provider logs", []string{"TF_LOG_PROVIDER=debug"}, nil},
+		{"this provider's logs", []string{"TF_LOG_PROVIDER_CONSULLOCK=trace"}, nil},
+		{"SDK logs", []string{"TF_LOG_SDK=trace"}, nil},
+		{"framework logs", []string{"TF_LOG_SDK_FRAMEWORK=trace"}, nil},
+		{"protocol logs", []string{"TF_LOG_SDK_PROTO=trace"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := quietLogEnv(tc.environ); !slices.Equal(got, tc.want) {
+				t.Fatalf("quietLogEnv(%q) = %q, want %q", tc.environ, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProviderLogs_quietUnlessAsked runs the built provider binary the way
+// users do (OpenTofu launches it) against a real agent, with its stderr
+// captured by a wrapper: without TF_LOG the plugin SDKs write nothing;
+// with TF_LOG=trace the framework's and the protocol's logs still arrive.
+func TestProviderLogs_quietUnlessAsked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	agent, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Stop()
+
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real", testenv.ProviderFile)
+	if err := testenv.BuildConsullock(ctx, real); err != nil {
+		t.Fatal(err)
+	}
+	pluginDir := filepath.Join(dir, "plugins")
+	stderrFile := filepath.Join(dir, "provider-stderr.log")
+	wrapper := fmt.Sprintf("#!/bin/sh\nexec %q \"$@\" 2>>%q\n", real, stderrFile)
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pluginDir, testenv.ProviderFile), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := `data "consullock_lock" "probe" {
+  key = "logs-test/.lock"
+}
+`
+	if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tf, err := testenv.NewTofuWorkspace(pluginDir, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TF_LOG") && !strings.HasPrefix(kv, "CONSUL_") {
+			base = append(base, kv)
+		}
+	}
+	base = append(base, agent.Env()...)
+
+	plan := func(extra ...string) string {
+		t.Helper()
+		if err := os.WriteFile(stderrFile, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tf.Env = append(base[:len(base):len(base)], extra...)
+		if out, err := tf.Run(ctx, "plan", "-input=false", "-no-color"); err != nil {
+			t.Fatalf("tofu plan: %v\n%s", err, out)
+		}
+		b, err := os.ReadFile(stderrFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+
+	// go-plugin's own two start-up lines (no @module) are not the SDKs'.
+	if quiet := plan(); strings.Contains(quiet, `"@module":"sdk`) || strings.Contains(quiet, `"@module":"provider`) {
+		t.Fatalf("without TF_LOG the provider still wrote SDK logs (%d bytes), e.g.:\n%s", len(quiet), firstLines(quiet, 5))
+	}
+	traced := plan("TF_LOG=trace", "TF_LOG_PATH="+filepath.Join(dir, "tofu.log"))
+	for _, module := range []string{`"@module":"sdk.framework"`, `"@module":"sdk.proto"`} {
+		if !strings.Contains(traced, module) {
+			t.Fatalf("with TF_LOG=trace the provider's stderr has no %s line (%d bytes):\n%s", module, len(traced), firstLines(traced, 5))
+		}
+	}
+	if strings.Contains(traced, agent.ManagementToken) {
+		t.Fatal("the provider's trace log contains the Consul token")
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }

@@ -1,0 +1,359 @@
+// Package clibench measures the provider the way users run it: real
+// OpenTofu processes launching the built provider binary (dev_overrides)
+// against a real Consul agent, side by side in one run with the CLI's
+// built-in terraform_data and with a no-op framework provider of the same
+// resource shape (./noop, the framework's floor).
+//
+//	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3 by default)
+package clibench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// subject is one provider under measurement.
+type subject struct {
+	name   string
+	config func(locks, profiles int) string
+	// provider is the executable whose peak RSS is sampled; "" for built-ins.
+	provider string
+}
+
+// phases in the order one cycle runs them.
+var phases = []string{"create", "plan", "update", "destroy"}
+
+func BenchmarkCLI(b *testing.B) {
+	sizes := envInts(b, "BENCH_SIZES", []int{200, 2000})
+	runs := envInts(b, "BENCH_RUNS", []int{3})[0]
+	ctx := context.Background()
+
+	agent, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer agent.Stop()
+	counter := newCountingProxy(b, agent.HTTPAddr())
+
+	dir := b.TempDir()
+	consullockDir, noopDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop")
+	if err := testenv.BuildProvider(ctx, consullockDir); err != nil {
+		b.Fatal(err)
+	}
+	noopBin := filepath.Join(noopDir, "terraform-provider-noop")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", noopBin, "./noop").CombinedOutput(); err != nil {
+		b.Fatalf("building the no-op provider: %v\n%s", err, out)
+	}
+	rc := filepath.Join(dir, "tofurc")
+	if err := os.WriteFile(rc, fmt.Appendf(nil, `provider_installation {
+  dev_overrides {
+    "registry.opentofu.org/consullock/consullock" = %q
+    "registry.opentofu.org/bench/noop" = %q
+  }
+  direct {}
+}
+`, consullockDir, noopDir), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	tofuBin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TF_LOG") && !strings.HasPrefix(kv, "CONSUL_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "CONSUL_HTTP_ADDR="+counter.url, "CONSUL_HTTP_TOKEN="+agent.ManagementToken)
+
+	subjects := []subject{
+		{name: "terraform_data", config: terraformDataConfig},
+		{name: "noop framework", config: shapedConfig("noop", "bench/noop"), provider: noopBin},
+		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
+	}
+	type key struct {
+		size           int
+		subject, phase string
+	}
+	times := map[key][]time.Duration{}
+	requests := map[key][]int64{}
+	writes := map[key][]int64{}
+	peakRSS := map[key]int64{}
+	for _, size := range sizes {
+		profiles := max(size/10, 1)
+		for _, s := range subjects {
+			work := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(s.name, " ", "-"), size))
+			if err := os.MkdirAll(work, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(s.config(size, profiles)), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			tf := &testenv.Tofu{Bin: tofuBin, Dir: work, CLIConfig: rc, Env: env}
+			for run := 0; run < runs; run++ {
+				for _, phase := range phases {
+					args := map[string][]string{
+						"create":  {"apply", "-auto-approve", "-var", "desc=v1"},
+						"plan":    {"plan", "-detailed-exitcode", "-var", "desc=v1"},
+						"update":  {"apply", "-auto-approve", "-var", "desc=v2"},
+						"destroy": {"destroy", "-auto-approve", "-var", "desc=v2"},
+					}[phase]
+					args = append(args, "-input=false", "-no-color")
+					counter.reset()
+					rss := sampleRSS(s.provider)
+					start := time.Now()
+					out, err := tf.Run(ctx, args...)
+					elapsed := time.Since(start)
+					k := key{size, s.name, phase}
+					peakRSS[k] = max(peakRSS[k], rss())
+					if err != nil {
+						b.Fatalf("%s %s at %d locks: %v\n%s", s.name, phase, size, err, tail(out, 30))
+					}
+					times[k] = append(times[k], elapsed)
+					requests[k] = append(requests[k], counter.total.Load())
+					writes[k] = append(writes[k], counter.writes.Load())
+				}
+			}
+		}
+	}
+
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/lock\tprovider peak RSS\t\n")
+	for _, size := range sizes {
+		resources := size + max(size/10, 1)
+		for _, phase := range phases {
+			td := median(times[key{size, "terraform_data", phase}])
+			noop := median(times[key{size, "noop framework", phase}])
+			cl := median(times[key{size, "consullock", phase}])
+			k := key{size, "consullock", phase}
+			fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB\t\n", size, phase,
+				td.Seconds(), noop.Seconds(), cl.Seconds(), cl.Seconds()/noop.Seconds(), cl.Seconds()/td.Seconds(),
+				float64(medianInt(requests[k]))/float64(resources), float64(medianInt(writes[k]))/float64(size),
+				float64(peakRSS[k])/1024)
+		}
+	}
+	_ = w.Flush()
+	b.Logf("medians of %d runs; OpenTofu %s launching each provider binary; Consul %s\n%s", runs, tofuBin, agent.Bin, table.String())
+	fmt.Print(table.String())
+}
+
+func shapedConfig(provider, source string) func(locks, profiles int) string {
+	return func(locks, profiles int) string {
+		return fmt.Sprintf(`terraform {
+  required_providers {
+    %[1]s = { source = %[4]q }
+  }
+}
+
+variable "desc" {
+  type = string
+}
+
+resource "%[1]s_session_defaults" "p" {
+  count = %[3]d
+  name  = "bench-${count.index}"
+}
+
+resource "%[1]s_lock" "l" {
+  count            = %[2]d
+  name             = "bench-${count.index}"
+  prefix           = "bench/${count.index}"
+  session_defaults = %[1]s_session_defaults.p[count.index %% %[3]d].name
+  description      = var.desc
+}
+`, provider, locks, profiles, source)
+	}
+}
+
+func terraformDataConfig(locks, profiles int) string {
+	return fmt.Sprintf(`variable "desc" {
+  type = string
+}
+
+resource "terraform_data" "p" {
+  count = %[2]d
+  input = { name = "bench-${count.index}", ttl = "15s", lock_delay = "15s" }
+}
+
+resource "terraform_data" "l" {
+  count = %[1]d
+  input = {
+    name             = "bench-${count.index}"
+    prefix           = "bench/${count.index}"
+    session_defaults = terraform_data.p[count.index %% %[2]d].output.name
+    description      = var.desc
+  }
+}
+`, locks, profiles)
+}
+
+// countingProxy counts the requests the provider sends to Consul.
+type countingProxy struct {
+	url           string
+	total, writes atomic.Int64
+}
+
+func newCountingProxy(tb testing.TB, target string) *countingProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &countingProxy{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.total.Add(1)
+		if isWrite(r) {
+			p.writes.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	tb.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+// readVerbs are the KV transaction verbs that write nothing.
+var readVerbs = map[string]bool{"get": true, "get-or-empty": true, "get-tree": true, "check-index": true, "check-session": true, "check-not-exists": true}
+
+// isWrite tells whether r may change Consul: any method but GET, except a
+// transaction whose operations all only read. It restores r's body.
+func isWrite(r *http.Request) bool {
+	if r.Method == http.MethodGet {
+		return false
+	}
+	if r.URL.Path != "/v1/txn" {
+		return true
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return true
+	}
+	var ops []struct {
+		KV *struct{ Verb string }
+	}
+	if json.Unmarshal(body, &ops) != nil {
+		return true
+	}
+	for _, op := range ops {
+		if op.KV == nil || !readVerbs[op.KV.Verb] {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *countingProxy) reset() { p.total.Store(0); p.writes.Store(0) }
+
+// sampleRSS polls the peak RSS (VmHWM) of every running process whose
+// executable is bin until the returned function is called, and returns the
+// highest value seen, in KiB.
+func sampleRSS(bin string) func() int64 {
+	if bin == "" {
+		return func() int64 { return 0 }
+	}
+	var (
+		peak atomic.Int64
+		wg   sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if kb := peakOf(bin); kb > peak.Load() {
+				peak.Store(kb)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int64 { close(stop); wg.Wait(); return peak.Load() }
+}
+
+func peakOf(bin string) int64 {
+	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
+	var peak int64
+	for _, exe := range procs {
+		if target, err := os.Readlink(exe); err != nil || target != bin {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(exe), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				peak = max(peak, kb)
+			}
+		}
+	}
+	return peak
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func medianInt(ns []int64) int64 {
+	if len(ns) == 0 {
+		return 0
+	}
+	s := slices.Clone(ns)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func envInts(tb testing.TB, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			tb.Fatalf("%s=%q: want positive integers separated by commas", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func tail(out []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
