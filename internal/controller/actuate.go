@@ -127,6 +127,7 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 					return Decision{}, false, err
 				}
 				st.Profiles[p.Name] = p
+				st.ProfileIndex = map[string]uint64{p.Name: prec.ModifyIndex}
 			}
 		}
 		se, _, err := c.client.Session().Info(d.Session, q)
@@ -142,6 +143,7 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 		if since, ok := c.heldSince[h]; ok {
 			st.HeldSince[h] = since
 		}
+		st.ProfileSwitched = map[string]uint64{l.Name: c.profileSwitched[l.Name]}
 		c.mu.Unlock()
 	}
 	return pick(Decide(st, c.cfg.Mode), d)
