@@ -25,7 +25,8 @@ type Config struct {
 	Logger         *slog.Logger
 	// MaxLockWatches caps the number of blocking queries on lock keys; lock
 	// keys are grouped by their first path segment, and the groups merged
-	// by common prefix when there are more. 0 means DefaultMaxLockWatches.
+	// by their non-empty common prefix when there are more (see GroupKeys).
+	// 0 means DefaultMaxLockWatches.
 	MaxLockWatches int
 	// WaitTime is the blocking query wait; 0 means 5 minutes.
 	WaitTime time.Duration
@@ -565,6 +566,12 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		}
 	}
 	assign := GroupKeys(keys, c.cfg.MaxLockWatches)
+	if n, over := WatchCapExceeded(assign, c.cfg.MaxLockWatches); over && n != len(c.groups) {
+		c.log.Warn("more lock watches than -max-lock-watches",
+			"lock_watches", n, "max_lock_watches", c.cfg.MaxLockWatches,
+			"detail", "the declared lock keys begin with more different characters than -max-lock-watches, and merging them would watch the whole KV store",
+			"hint", "raise -max-lock-watches or put the lock keys under fewer top-level prefixes")
+	}
 	want := map[string]map[string]bool{}
 	for key, prefix := range assign {
 		if want[prefix] == nil {
