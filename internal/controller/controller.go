@@ -88,7 +88,7 @@ type Controller struct {
 	policyHashes map[string]string // live policy ID -> Hash from the list
 	livePolicies map[string]LivePolicy
 	policySync   bool
-	heldSince    map[Holder]time.Time
+	heldSince    map[Holder]Hold
 	// profileSwitched is, by lock name, the record ModifyIndex at which
 	// this controller saw the lock start naming another profile.
 	profileSwitched map[string]uint64
@@ -180,7 +180,7 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		badRecords:      map[string]uint64{},
 		groups:          map[string]*group{},
 		keyGroup:        map[string]string{},
-		heldSince:       map[Holder]time.Time{},
+		heldSince:       map[Holder]Hold{},
 		profileSwitched: map[string]uint64{},
 		lockStatus:      map[string]*lockStatus{},
 		reported:        map[string]string{},
@@ -380,7 +380,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			st.Keys[key] = lk
 		}
 	}
-	var current []Holder
+	current := map[Holder]uint64{}
 	for name, l := range c.locks {
 		l, err := l.Normalize()
 		if err != nil || st.UnknownKeys[l.Key] {
@@ -392,15 +392,19 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			hs = holders(l, live, st.Sessions)
 		}
 		for _, s := range hs {
-			current = append(current, Holder{Lock: name, Session: s.ID})
+			var acq uint64
+			if !l.IsSemaphore() {
+				acq = live.LockIndex
+			}
+			current[Holder{Lock: name, Session: s.ID}] = acq
 		}
 		c.updateLockStatus(name, l, live, exists, hs, now)
 	}
 	c.heldSince = TrackHolds(c.heldSince, current, now)
-	st.HeldSince = c.heldSince
-	for h, since := range c.heldSince {
+	for h, hold := range c.heldSince {
+		st.HeldSince[h] = hold.Since
 		if l := c.locks[h.Lock]; l.MaxHold > 0 {
-			if dl := since.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
+			if dl := hold.Since.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
 				next = dl
 			}
 		}

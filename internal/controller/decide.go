@@ -400,22 +400,33 @@ func describeSession(s lockmodel.ObservedSession) string {
 		s.ID, s.Node, lockmodel.FormatDuration(s.TTL), lockmodel.FormatDuration(s.LockDelay), behaviorOf(s), s.NodeChecks, s.CreateIndex)
 }
 
-// TrackHolds returns when each current holder was first seen holding: a
-// holder already in prev keeps its time, a new one starts at now, and a
-// holder no longer current is forgotten. now is the controller's own
-// clock (time.Now, whose monotonic reading makes the differences immune to
-// wall-clock steps); nothing a holder wrote, such as the "started" of its
-// holder value (another node's clock), enters. A hold is therefore never
-// timed longer than it has lasted; it is timed shorter by the time it had
-// already lasted when this controller first saw it.
-func TrackHolds(prev map[Holder]time.Time, current []Holder, now time.Time) map[Holder]time.Time {
-	out := make(map[Holder]time.Time, len(current))
-	for _, h := range current {
-		since, ok := prev[h]
-		if !ok {
-			since = now
+// Hold is one holder's hold as the controller times it.
+type Hold struct {
+	// Since is when this controller first saw the hold, on its own clock.
+	Since time.Time
+	// Acquisition tells acquisitions by the same session apart: a mutex
+	// key's LockIndex (Consul raises it when a session acquires the
+	// unheld key, the same session again included); 0 when unknown.
+	Acquisition uint64
+}
+
+// TrackHolds returns when each current holder (with its acquisition
+// mark) was first seen holding: a hold already in prev keeps its time, a
+// new one (a new holder, or the same session with another acquisition
+// mark) starts at now, and a holder no longer current is forgotten. now is
+// the controller's own clock (time.Now, whose monotonic reading makes the
+// differences immune to wall-clock steps); nothing a holder wrote, such as
+// the "started" of its holder value (another node's clock), enters. A hold
+// is therefore never timed longer than it has lasted; it is timed shorter
+// by the time it had already lasted when this controller first saw it.
+func TrackHolds(prev map[Holder]Hold, current map[Holder]uint64, now time.Time) map[Holder]Hold {
+	out := make(map[Holder]Hold, len(current))
+	for h, acq := range current {
+		p, ok := prev[h]
+		if !ok || p.Acquisition != acq {
+			p = Hold{Since: now, Acquisition: acq}
 		}
-		out[h] = since
+		out[h] = p
 	}
 	return out
 }

@@ -423,13 +423,17 @@ func TestSnapshot_maxHoldIsTimedByTheControllerClock(t *testing.T) {
 
 func TestTrackHolds(t *testing.T) {
 	a, b := Holder{Lock: "report", Session: sessA}, Holder{Lock: "report", Session: sessB}
-	got := TrackHolds(nil, []Holder{a}, t0)
-	got = TrackHolds(got, []Holder{a, b}, t0.Add(time.Minute))
-	if !got[a].Equal(t0) || !got[b].Equal(t0.Add(time.Minute)) {
+	got := TrackHolds(nil, map[Holder]uint64{a: 1}, t0)
+	got = TrackHolds(got, map[Holder]uint64{a: 1, b: 0}, t0.Add(time.Minute))
+	if !got[a].Since.Equal(t0) || !got[b].Since.Equal(t0.Add(time.Minute)) {
 		t.Errorf("a holder keeps its first sighting, a new one starts now: %v", got)
 	}
-	got = TrackHolds(got, []Holder{b}, t0.Add(2*time.Minute))
-	if _, ok := got[a]; ok || len(got) != 1 {
-		t.Errorf("a holder that let go is forgotten (a new hold starts afresh): %v", got)
+	got = TrackHolds(got, map[Holder]uint64{a: 2, b: 0}, t0.Add(2*time.Minute))
+	if !got[a].Since.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("the same session acquiring again (LockIndex 1 -> 2) is a new hold: %v", got[a])
+	}
+	got = TrackHolds(got, map[Holder]uint64{b: 0}, t0.Add(3*time.Minute))
+	if _, ok := got[a]; ok || len(got) != 1 || !got[b].Since.Equal(t0.Add(time.Minute)) {
+		t.Errorf("a holder that let go is forgotten, the other keeps its time: %v", got)
 	}
 }
