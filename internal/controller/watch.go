@@ -366,11 +366,10 @@ func GroupKeys(keys []string, maxGroups int) map[string]string {
 		}
 		base[p] = append(base[p], ks...)
 	}
-	watches := [][]string{sortedKeys(base)} // each: sorted base prefixes of one watch
+	var watches [][]string // each: the sorted base prefixes one watch covers
 	if len(base) > maxGroups {
-		watches = mergeGroups(watches[0], maxGroups)
+		watches = mergeGroups(sortedKeys(base), maxGroups)
 	} else {
-		watches = watches[:0]
 		for _, p := range sortedKeys(base) {
 			watches = append(watches, []string{p})
 		}
