@@ -135,3 +135,55 @@ func TestEnforce_maxHoldIgnoresTheHolderClock(t *testing.T) {
 		t.Errorf("violations_total{reason=max_hold_exceeded} = %v, want 1", got)
 	}
 }
+
+// TestEnforce_switchingALockToAStricterProfileLeavesItsHolder: a lock
+// whose declaration starts naming a stricter profile (an apply changing
+// session_defaults) keeps its current holder; a holder whose session was
+// created after the switch is held to the new profile.
+func TestEnforce_switchingALockToAStricterProfileLeavesItsHolder(t *testing.T) {
+	const grace = 500 * time.Millisecond
+	h := newHarness(t, agent)
+	loose := lockmodel.SessionProfile{Name: h.name("loose"), TTL: 60 * time.Second, LockDelay: 15 * time.Second}
+	strict := lockmodel.SessionProfile{Name: h.name("strict"), TTL: 15 * time.Second, LockDelay: 15 * time.Second}
+	h.declareProfile(loose)
+	h.declareProfile(strict)
+	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l", SessionDefaults: loose.Name})
+	c := h.startWith(startOpts{mode: ModeEnforce, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
+	h.waitKey(l.Key)
+	old := h.session(api.SessionEntry{TTL: "60s", LockDelay: 15 * time.Second}, false)
+	h.acquire(l.Key, old)
+	eventually(t, 10*time.Second, func() error {
+		if !c.holding(l.Name) {
+			return fmt.Errorf("the controller has not seen the holder yet")
+		}
+		return nil
+	})
+
+	l.SessionDefaults = strict.Name
+	h.declareLock(l)
+	eventually(t, 10*time.Second, func() error {
+		if len(c.logs.lines(`"msg":"drift detected"`, `"kind":"holder_predates_profile"`, old)) == 0 {
+			return fmt.Errorf("the holder created before the switch is not reported as predating it")
+		}
+		return nil
+	})
+	if !h.sessionAlive(old) {
+		t.Fatal("the holder created before the switch was ended")
+	}
+
+	// The old holder finishes; the next one is created after the switch.
+	if _, _, err := h.api.KV().Release(&api.KVPair{Key: l.Key, Session: old, Flags: lockmodel.LockFlagValue}, nil); err != nil {
+		t.Fatal(err)
+	}
+	young := h.session(api.SessionEntry{TTL: "60s", LockDelay: 15 * time.Second}, false)
+	h.acquire(l.Key, young)
+	eventually(t, 10*time.Second, func() error {
+		if h.sessionAlive(young) {
+			return fmt.Errorf("the holder created after the switch is still alive")
+		}
+		return nil
+	})
+	if !h.sessionAlive(old) {
+		t.Error("the released older session was ended")
+	}
+}
