@@ -127,6 +127,7 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 					return Decision{}, false, err
 				}
 				st.Profiles[p.Name] = p
+				st.ProfileIndex = map[string]uint64{p.Name: prec.ModifyIndex}
 			}
 		}
 		se, _, err := c.client.Session().Info(d.Session, q)
@@ -139,9 +140,10 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 		st.Sessions[se.ID] = observedSession(se)
 		c.mu.Lock()
 		h := Holder{Lock: l.Name, Session: d.Session}
-		if since, ok := c.heldSince[h]; ok {
-			st.HeldSince[h] = since
+		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
+			st.HeldSince[h] = hold.Since
 		}
+		st.ProfileSwitched = map[string]uint64{l.Name: c.profileSwitched[l.Name]}
 		c.mu.Unlock()
 	}
 	return pick(Decide(st, c.cfg.Mode), d)

@@ -6,7 +6,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -26,7 +25,8 @@ type Config struct {
 	Logger         *slog.Logger
 	// MaxLockWatches caps the number of blocking queries on lock keys; lock
 	// keys are grouped by their first path segment, and the groups merged
-	// by common prefix when there are more. 0 means DefaultMaxLockWatches.
+	// by their non-empty common prefix when there are more (see GroupKeys).
+	// 0 means DefaultMaxLockWatches.
 	MaxLockWatches int
 	// WaitTime is the blocking query wait; 0 means 5 minutes.
 	WaitTime time.Duration
@@ -88,11 +88,14 @@ type Controller struct {
 	policyHashes map[string]string // live policy ID -> Hash from the list
 	livePolicies map[string]LivePolicy
 	policySync   bool
-	heldSince    map[Holder]time.Time
-	lockStatus   map[string]*lockStatus
-	reported     map[string]string // Decision.ID of findings already logged -> declID of their object
-	groupCtx     context.Context
-	groupWG      *sync.WaitGroup
+	heldSince    map[Holder]Hold
+	// profileSwitched is, by lock name, the record ModifyIndex at which
+	// this controller saw the lock start naming another profile.
+	profileSwitched map[string]uint64
+	lockStatus      map[string]*lockStatus
+	reported        map[string]string // Decision.ID of findings already logged -> declID of their object
+	groupCtx        context.Context
+	groupWG         *sync.WaitGroup
 
 	ready atomic.Bool
 	// failing counts watches whose last query failed.
@@ -169,17 +172,18 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		cfg: cfg, client: client, watcher: cfg.WatchClient, log: cfg.Logger.With("mode", string(cfg.Mode)),
-		kick:       make(chan struct{}, 1),
-		locks:      map[string]lockmodel.Lock{},
-		profiles:   map[string]lockmodel.SessionProfile{},
-		policies:   map[string]lockmodel.ACLPolicySpec{},
-		declSeen:   map[string]declVersion{},
-		badRecords: map[string]uint64{},
-		groups:     map[string]*group{},
-		keyGroup:   map[string]string{},
-		heldSince:  map[Holder]time.Time{},
-		lockStatus: map[string]*lockStatus{},
-		reported:   map[string]string{},
+		kick:            make(chan struct{}, 1),
+		locks:           map[string]lockmodel.Lock{},
+		profiles:        map[string]lockmodel.SessionProfile{},
+		policies:        map[string]lockmodel.ACLPolicySpec{},
+		declSeen:        map[string]declVersion{},
+		badRecords:      map[string]uint64{},
+		groups:          map[string]*group{},
+		keyGroup:        map[string]string{},
+		heldSince:       map[Holder]Hold{},
+		profileSwitched: map[string]uint64{},
+		lockStatus:      map[string]*lockStatus{},
+		reported:        map[string]string{},
 	}
 	c.metrics = newMetrics(c)
 	return c, nil
@@ -376,7 +380,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			st.Keys[key] = lk
 		}
 	}
-	stillHeld := map[Holder]bool{}
+	current := map[Holder]uint64{}
 	for name, l := range c.locks {
 		l, err := l.Normalize()
 		if err != nil || st.UnknownKeys[l.Key] {
@@ -388,51 +392,34 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			hs = holders(l, live, st.Sessions)
 		}
 		for _, s := range hs {
-			h := Holder{Lock: name, Session: s.ID}
-			stillHeld[h] = true
-			since, ok := c.heldSince[h]
-			if !ok {
-				since = now
-				if claimed := claimedStart(l, live); !claimed.IsZero() && claimed.Before(now) {
-					// A holder that says it started earlier is held to
-					// its word: that can only shorten its time.
-					since = claimed
-				}
-				c.heldSince[h] = since
+			var acq uint64
+			if !l.IsSemaphore() {
+				acq = live.LockIndex
 			}
-			st.HeldSince[h] = since
-			if l.MaxHold > 0 {
-				if dl := since.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
-					next = dl
-				}
-			}
+			current[Holder{Lock: name, Session: s.ID}] = acq
 		}
 		c.updateLockStatus(name, l, live, exists, hs, now)
 	}
-	for h := range c.heldSince {
-		if !stillHeld[h] {
-			delete(c.heldSince, h)
+	c.heldSince = TrackHolds(c.heldSince, current, now)
+	for h, hold := range c.heldSince {
+		st.HeldSince[h] = hold.Since
+		if l := c.locks[h.Lock]; l.MaxHold > 0 {
+			if dl := hold.Since.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
+				next = dl
+			}
 		}
 	}
+	st.ProfileIndex = map[string]uint64{}
+	for name := range c.profiles {
+		st.ProfileIndex[name] = c.declSeen[declID(lockmodel.KindSessionDefaults, name)].index
+	}
+	st.ProfileSwitched = c.profileSwitched
 	for name := range c.lockStatus {
 		if _, ok := c.locks[name]; !ok {
 			delete(c.lockStatus, name)
 		}
 	}
 	return st, true, next
-}
-
-// claimedStart is the start time the runner writes into a mutex key's value
-// (lockmodel.HolderValue), zero when there is none.
-func claimedStart(l lockmodel.Lock, live LiveKey) time.Time {
-	if l.IsSemaphore() || len(live.Value) == 0 || live.Value[0] != '{' {
-		return time.Time{}
-	}
-	var hv lockmodel.HolderValue
-	if json.Unmarshal(live.Value, &hv) != nil {
-		return time.Time{}
-	}
-	return hv.Started
 }
 
 func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
@@ -549,6 +536,16 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	policies map[string]lockmodel.ACLPolicySpec, versions map[string]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	switched := map[string]uint64{}
+	for name, l := range locks {
+		switch old, ok := c.locks[name]; {
+		case ok && old.SessionDefaults != l.SessionDefaults && c.registrySync:
+			switched[name] = versions[declID(lockmodel.KindLock, name)]
+		case ok && c.profileSwitched[name] != 0:
+			switched[name] = c.profileSwitched[name]
+		}
+	}
+	c.profileSwitched = switched
 	c.locks, c.profiles, c.policies = locks, profiles, policies
 	now := time.Now()
 	seen := make(map[string]declVersion, len(versions))
@@ -573,6 +570,12 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		}
 	}
 	assign := GroupKeys(keys, c.cfg.MaxLockWatches)
+	if n, over := WatchCapExceeded(assign, c.cfg.MaxLockWatches); over && n != len(c.groups) {
+		c.log.Warn("more lock watches than -max-lock-watches",
+			"lock_watches", n, "max_lock_watches", c.cfg.MaxLockWatches,
+			"detail", "the declared lock keys begin with more different characters than -max-lock-watches, and merging them would watch the whole KV store",
+			"hint", "raise -max-lock-watches or put the lock keys under fewer top-level prefixes")
+	}
 	want := map[string]map[string]bool{}
 	for key, prefix := range assign {
 		if want[prefix] == nil {

@@ -81,8 +81,21 @@ type State struct {
 	// watch has not answered (or the token may not read policies).
 	LivePolicies map[string]LivePolicy
 
-	// HeldSince is when this controller first saw each holder holding.
+	// HeldSince is when this controller first saw each holder holding, on
+	// its own monotonic clock (see TrackHolds); max_hold is measured from
+	// it and from nothing a holder wrote.
 	HeldSince map[Holder]time.Time
+
+	// ProfileIndex is the ModifyIndex (a Raft index) of each session
+	// profile's record, by profile name. A holder session created before
+	// it (a lower CreateIndex) predates the profile in force: it is
+	// reported, not ended, for breaking it. Raft indexes, not clocks, so
+	// clock skew between nodes cannot move the line.
+	ProfileIndex map[string]uint64
+	// ProfileSwitched is, by lock name, the ModifyIndex of the lock record
+	// that made the lock name another profile, when this controller saw
+	// that happen; it moves the line the same way.
+	ProfileSwitched map[string]uint64
 
 	// Settling are declarations (by declID: "locks/<name>",
 	// "acl-policies/<name>") that changed within the apply grace: the
@@ -117,11 +130,19 @@ const (
 	KindACLPolicyMissing   Kind = "acl_policy_missing"
 	KindProfileMissing     Kind = "session_defaults_missing"
 	KindHolderNonCompliant Kind = "holder_non_compliant"
+	// KindHolderPredatesProfile is a holder whose session breaks its
+	// profile but was created before the profile last changed: it may
+	// finish (max_hold still applies), in every mode.
+	KindHolderPredatesProfile Kind = "holder_predates_profile"
 )
 
 // ReasonMaxHoldExceeded is the violation reason of a holder that has held
 // longer than its lock's max_hold (the others are lockmodel.Violation*).
 const ReasonMaxHoldExceeded = "max_hold_exceeded"
+
+// ReasonPredatesProfile accompanies the profile violations of a holder whose
+// session was created before its profile last changed.
+const ReasonPredatesProfile = "predates_profile_change"
 
 // Decision is one difference between declared and live state, and whether
 // the mode allows the controller to act on it.
@@ -174,6 +195,10 @@ func (d Decision) ID() string {
 //   - In enforce mode, the session of a holder that violates its lock's
 //     session profile or has held longer than max_hold is ended. In the
 //     other modes the same finding is reported only.
+//   - A holder session created before its profile last changed (by Raft
+//     index: State.ProfileIndex, State.ProfileSwitched) is not a violator
+//     of the new profile: it is reported as holder_predates_profile and
+//     left to finish in every mode; max_hold still ends it.
 //
 // A lock or policy whose declaration changed within the apply grace
 // (State.Settling) is skipped: the provider writes the declaration just
@@ -200,17 +225,15 @@ func Decide(st State, mode Mode) []Decision {
 		}
 		out = append(out, keyDrift(l, live, repair)...)
 		for _, h := range holders(l, live, st.Sessions) {
-			d, ok := judgeHolder(st, l, h, enforce)
-			if !ok {
-				continue
-			}
-			if d.Kind == KindEndSession {
-				if ended[h.ID] {
-					continue
+			for _, d := range judgeHolder(st, l, h, enforce) {
+				if d.Kind == KindEndSession {
+					if ended[h.ID] {
+						continue
+					}
+					ended[h.ID] = true
 				}
-				ended[h.ID] = true
+				out = append(out, d)
 			}
-			out = append(out, d)
 		}
 	}
 
@@ -313,46 +336,99 @@ func holders(l lockmodel.Lock, live LiveKey, sessions map[string]lockmodel.Obser
 }
 
 // judgeHolder checks one holder against the lock's profile and max_hold.
-func judgeHolder(st State, l lockmodel.Lock, s lockmodel.ObservedSession, enforce bool) (Decision, bool) {
-	var reasons, details []string
+// Profile violations of a session created before the profile last changed
+// are reported apart (holder_predates_profile) and never acted on; the
+// rest is acted on in enforce mode.
+func judgeHolder(st State, l lockmodel.Lock, s lockmodel.ObservedSession, enforce bool) []Decision {
+	var out []Decision
+	var reasons, details, exempt, exemptDetails []string
 	if l.SessionDefaults != "" {
-		p, ok := st.Profiles[l.SessionDefaults]
-		if !ok {
-			return Decision{
+		if p, ok := st.Profiles[l.SessionDefaults]; !ok {
+			out = append(out, Decision{
 				Kind: KindProfileMissing, Lock: l.Name, Key: l.Key, Session: s.ID,
-				Detail: fmt.Sprintf("lock %q names session_defaults %q, which is not declared; holder session %s is not checked",
+				Detail: fmt.Sprintf("lock %q names session_defaults %q, which is not declared; holder session %s is not checked against a profile",
 					l.Name, l.SessionDefaults, s.ID),
-			}, true
-		}
-		for _, v := range p.Violations(s) {
-			if !slices.Contains(reasons, v.Reason) {
-				reasons = append(reasons, v.Reason)
+			})
+		} else {
+			changed := max(st.ProfileIndex[p.Name], st.ProfileSwitched[l.Name])
+			predates := s.CreateIndex != 0 && s.CreateIndex < changed
+			for _, v := range p.Violations(s) {
+				rs, ds := &reasons, &details
+				if predates {
+					rs, ds = &exempt, &exemptDetails
+				}
+				if !slices.Contains(*rs, v.Reason) {
+					*rs = append(*rs, v.Reason)
+				}
+				*ds = append(*ds, v.Detail)
 			}
-			details = append(details, v.Detail)
+			if len(exempt) > 0 {
+				out = append(out, Decision{
+					Kind: KindHolderPredatesProfile, Lock: l.Name, Key: l.Key, Session: s.ID,
+					Reasons: append(exempt, ReasonPredatesProfile),
+					Detail: fmt.Sprintf("%s; session %s was created at index %d, before profile %q last changed (index %d): left to finish, not ended",
+						strings.Join(exemptDetails, "; "), s.ID, s.CreateIndex, p.Name, changed),
+					Before: describeSession(s),
+				})
+			}
 		}
 	}
 	if l.MaxHold > 0 {
 		if since, ok := st.HeldSince[Holder{Lock: l.Name, Session: s.ID}]; ok {
 			if held := st.Now.Sub(since); held > l.MaxHold {
 				reasons = append(reasons, ReasonMaxHoldExceeded)
-				details = append(details, fmt.Sprintf("session %s has held lock %q for %s; max_hold is %s",
+				details = append(details, fmt.Sprintf("session %s has held lock %q for at least %s (timed by this controller since it first saw the hold); max_hold is %s",
 					s.ID, l.Name, held.Round(time.Second), lockmodel.FormatDuration(l.MaxHold)))
 			}
 		}
 	}
 	if len(reasons) == 0 {
-		return Decision{}, false
+		return out
 	}
 	d := Decision{
 		Kind: KindHolderNonCompliant, Lock: l.Name, Key: l.Key, Session: s.ID,
-		Reasons: reasons, Detail: strings.Join(details, "; "),
-		Before: fmt.Sprintf("session %s (node %s, ttl %s, lock_delay %s, behavior %s, node_checks %v)",
-			s.ID, s.Node, lockmodel.FormatDuration(s.TTL), lockmodel.FormatDuration(s.LockDelay), behaviorOf(s), s.NodeChecks),
+		Reasons: reasons, Detail: strings.Join(details, "; "), Before: describeSession(s),
 	}
 	if enforce {
 		d.Kind, d.Act, d.After = KindEndSession, true, "session destroyed; its keys are under lock-delay"
 	}
-	return d, true
+	return append(out, d)
+}
+
+func describeSession(s lockmodel.ObservedSession) string {
+	return fmt.Sprintf("session %s (node %s, ttl %s, lock_delay %s, behavior %s, node_checks %v, create_index %d)",
+		s.ID, s.Node, lockmodel.FormatDuration(s.TTL), lockmodel.FormatDuration(s.LockDelay), behaviorOf(s), s.NodeChecks, s.CreateIndex)
+}
+
+// Hold is one holder's hold as the controller times it.
+type Hold struct {
+	// Since is when this controller first saw the hold, on its own clock.
+	Since time.Time
+	// Acquisition tells acquisitions by the same session apart: a mutex
+	// key's LockIndex (Consul raises it when a session acquires the
+	// unheld key, the same session again included); 0 when unknown.
+	Acquisition uint64
+}
+
+// TrackHolds returns when each current holder (with its acquisition
+// mark) was first seen holding: a hold already in prev keeps its time, a
+// new one (a new holder, or the same session with another acquisition
+// mark) starts at now, and a holder no longer current is forgotten. now is
+// the controller's own clock (time.Now, whose monotonic reading makes the
+// differences immune to wall-clock steps); nothing a holder wrote, such as
+// the "started" of its holder value (another node's clock), enters. A hold
+// is therefore never timed longer than it has lasted; it is timed shorter
+// by the time it had already lasted when this controller first saw it.
+func TrackHolds(prev map[Holder]Hold, current map[Holder]uint64, now time.Time) map[Holder]Hold {
+	out := make(map[Holder]Hold, len(current))
+	for h, acq := range current {
+		p, ok := prev[h]
+		if !ok || p.Acquisition != acq {
+			p = Hold{Since: now, Acquisition: acq}
+		}
+		out[h] = p
+	}
+	return out
 }
 
 func behaviorOf(s lockmodel.ObservedSession) lockmodel.Behavior {

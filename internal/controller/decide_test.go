@@ -287,3 +287,153 @@ func TestExampleACLRules_parse(t *testing.T) {
 		}
 	}
 }
+
+// createdAt sets the Raft index at which a session was created.
+func createdAt(s lockmodel.ObservedSession, index uint64) lockmodel.ObservedSession {
+	s.CreateIndex = index
+	return s
+}
+
+func TestDecide_holdersThatPredateTheirProfile(t *testing.T) {
+	tooLong := func(id string, index uint64) lockmodel.ObservedSession {
+		s := createdAt(compliant(id), index)
+		s.TTL = time.Hour
+		return s
+	}
+	predates := []string{lockmodel.ViolationTTLTooLong, ReasonPredatesProfile}
+	tests := []struct {
+		name  string
+		mode  Mode
+		setup func(*State)
+		want  []want
+	}{
+		{"a session created before the profile tightened is reported and left to finish", ModeEnforce, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 100}
+			holdMutex(st, tooLong(sessA, 50), t0)
+		}, []want{{kind: KindHolderPredatesProfile, act: false, lock: "report", reasons: predates}}},
+		{"a session created after the profile changed is ended", ModeEnforce, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 100}
+			holdMutex(st, tooLong(sessA, 150), t0)
+		}, []want{{kind: KindEndSession, act: true, lock: "report", reasons: []string{lockmodel.ViolationTTLTooLong}}}},
+		{"max_hold still ends a session that predates its profile", ModeEnforce, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 100}
+			holdMutex(st, tooLong(sessA, 50), t0.Add(-2*time.Hour))
+		}, []want{
+			{kind: KindHolderPredatesProfile, act: false, lock: "report", reasons: predates},
+			{kind: KindEndSession, act: true, lock: "report", reasons: []string{ReasonMaxHoldExceeded}},
+		}},
+		{"a compliant session that predates its profile is not reported", ModeEnforce, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 100}
+			holdMutex(st, createdAt(compliant(sessA), 50), t0)
+		}, nil},
+		{"a lock switched to a stricter profile leaves the sessions created before the switch", ModeEnforce, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 10}
+			st.ProfileSwitched = map[string]uint64{"report": 100}
+			holdMutex(st, tooLong(sessA, 50), t0)
+		}, []want{{kind: KindHolderPredatesProfile, act: false, lock: "report", reasons: predates}}},
+		{"the switch of another lock moves nothing", ModeEnforce, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 10}
+			st.ProfileSwitched = map[string]uint64{"thumbs": 100}
+			holdMutex(st, tooLong(sessA, 50), t0)
+		}, []want{{kind: KindEndSession, act: true, lock: "report", reasons: []string{lockmodel.ViolationTTLTooLong}}}},
+		{"repair reports a predating semaphore holder the same way", ModeRepair, func(st *State) {
+			st.ProfileIndex = map[string]uint64{"strict": 100}
+			st.Sessions[sessB] = tooLong(sessB, 99)
+			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
+				Value: []byte(`{"Limit":3,"Holders":{"` + sessB + `":true}}`)}
+		}, []want{{kind: KindHolderPredatesProfile, act: false, lock: "thumbs", reasons: predates}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := baseState()
+			tt.setup(&st)
+			got := Decide(st, tt.mode)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d decisions, want %d: %+v", len(got), len(tt.want), got)
+			}
+			for i, w := range tt.want {
+				g := got[i]
+				if g.Kind != w.kind || g.Act != w.act || g.Lock != w.lock || !slices.Equal(g.Reasons, w.reasons) {
+					t.Errorf("decision %d = {%s act=%v lock=%q reasons=%v}, want {%s act=%v lock=%q reasons=%v}\n%s",
+						i, g.Kind, g.Act, g.Lock, g.Reasons, w.kind, w.act, w.lock, w.reasons, g.Detail)
+				}
+			}
+		})
+	}
+}
+
+// snapshotController is a controller that never runs, with one declared
+// mutex (max_hold 1h) whose key's watch has answered with value.
+func snapshotController(t *testing.T, value []byte) *Controller {
+	t.Helper()
+	c, err := New(nil, Config{Mode: ModeEnforce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.registrySync = true
+	c.locks = map[string]lockmodel.Lock{"report": {Name: "report", Prefix: "jobs/report", Key: mutexKey, Limit: 1, MaxHold: time.Hour}}
+	c.sessions = map[string]lockmodel.ObservedSession{sessA: compliant(sessA)}
+	c.groups[mutexKey] = &group{prefix: mutexKey, synced: true, live: map[string]LiveKey{
+		mutexKey: {Flags: lockmodel.LockFlagValue, Session: sessA, LockIndex: 1, ModifyIndex: 10, Value: value}}}
+	c.keyGroup[mutexKey] = mutexKey
+	return c
+}
+
+// TestSnapshot_maxHoldIsTimedByTheControllerClock: the "started" a holder
+// writes is another node's clock; whatever it says (far in the past or the
+// future), the hold is timed from when this controller first saw it.
+func TestSnapshot_maxHoldIsTimedByTheControllerClock(t *testing.T) {
+	now := time.Now() // with a monotonic reading, as the controller's
+	holder := Holder{Lock: "report", Session: sessA}
+	for _, tc := range []struct {
+		name  string
+		value []byte
+	}{
+		{"no holder value", nil},
+		{"started 2h in the past", []byte(`{"node":"n1","pid":1,"started":"` + now.Add(-2*time.Hour).UTC().Format(time.RFC3339Nano) + `"}`)},
+		{"started 2h in the future", []byte(`{"node":"n1","pid":1,"started":"` + now.Add(2*time.Hour).UTC().Format(time.RFC3339Nano) + `"}`)},
+		{"started at the zero time", []byte(`{"node":"n1","pid":1,"started":"0001-01-01T00:00:00Z"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := snapshotController(t, tc.value)
+			st, ready, next := c.snapshot(now)
+			if !ready {
+				t.Fatal("snapshot not ready")
+			}
+			if since := st.HeldSince[holder]; !since.Equal(now) {
+				t.Errorf("held since %s; want %s, when the controller first saw the hold", since, now)
+			}
+			if want := now.Add(time.Hour + time.Millisecond); !next.Equal(want) {
+				t.Errorf("next max_hold deadline %s, want %s", next, want)
+			}
+			if ds := Decide(st, ModeEnforce); len(ds) != 0 {
+				t.Errorf("decisions on first sight: %+v", ds)
+			}
+			st, _, _ = c.snapshot(now.Add(59 * time.Minute))
+			if ds := Decide(st, ModeEnforce); len(ds) != 0 {
+				t.Errorf("decisions after 59m of a 1h max_hold: %+v", ds)
+			}
+			st, _, _ = c.snapshot(now.Add(61 * time.Minute))
+			if ds := Decide(st, ModeEnforce); len(ds) != 1 || ds[0].Kind != KindEndSession || !slices.Equal(ds[0].Reasons, []string{ReasonMaxHoldExceeded}) {
+				t.Errorf("decisions after 61m of a 1h max_hold: %+v; want one end_session for max_hold_exceeded", ds)
+			}
+		})
+	}
+}
+
+func TestTrackHolds(t *testing.T) {
+	a, b := Holder{Lock: "report", Session: sessA}, Holder{Lock: "report", Session: sessB}
+	got := TrackHolds(nil, map[Holder]uint64{a: 1}, t0)
+	got = TrackHolds(got, map[Holder]uint64{a: 1, b: 0}, t0.Add(time.Minute))
+	if !got[a].Since.Equal(t0) || !got[b].Since.Equal(t0.Add(time.Minute)) {
+		t.Errorf("a holder keeps its first sighting, a new one starts now: %v", got)
+	}
+	got = TrackHolds(got, map[Holder]uint64{a: 2, b: 0}, t0.Add(2*time.Minute))
+	if !got[a].Since.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("the same session acquiring again (LockIndex 1 -> 2) is a new hold: %v", got[a])
+	}
+	got = TrackHolds(got, map[Holder]uint64{b: 0}, t0.Add(3*time.Minute))
+	if _, ok := got[a]; ok || len(got) != 1 || !got[b].Since.Equal(t0.Add(time.Minute)) {
+		t.Errorf("a holder that let go is forgotten, the other keeps its time: %v", got)
+	}
+}

@@ -3,6 +3,7 @@ package controller
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -134,7 +135,33 @@ type countingProxy struct {
 	writes   map[string]int
 	seq      []string // the writes in the order they arrived
 	reads    int
+	kvReads  []kvRead // answered KV reads, in the order they were answered
 	inflight map[*http.Request]context.CancelFunc
+}
+
+// kvRead is one answered GET /v1/kv/...: the key or prefix, the ?index it
+// blocked on, the X-Consul-Index of the answer and what the answer carried.
+type kvRead struct {
+	Key           string
+	Index, Answer uint64
+	Body          []byte
+}
+
+// Changed reports whether the answer carried a change (a blocking query
+// that timed out answers with the index it was given).
+func (r kvRead) Changed() bool { return r.Answer != r.Index }
+
+// teeWriter keeps a copy of a response body.
+type teeWriter struct {
+	http.ResponseWriter
+	body bytes.Buffer
+}
+
+func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *teeWriter) Write(p []byte) (int, error) {
+	w.body.Write(p)
+	return w.ResponseWriter.Write(p)
 }
 
 func newCountingProxy(t testing.TB, a *testenv.Agent) *countingProxy {
@@ -163,7 +190,23 @@ func newCountingProxy(t testing.TB, a *testenv.Agent) *countingProxy {
 			p.mu.Unlock()
 			cancel()
 		}()
-		rp.ServeHTTP(w, r)
+		if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v1/kv/") {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		tee := &teeWriter{ResponseWriter: w}
+		rp.ServeHTTP(tee, r)
+		index, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
+		answer, _ := strconv.ParseUint(tee.Header().Get("X-Consul-Index"), 10, 64)
+		p.mu.Lock()
+		body := tee.body.Bytes()
+		if tee.Header().Get("Content-Encoding") == "gzip" {
+			if zr, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
+				body, _ = io.ReadAll(zr)
+			}
+		}
+		p.kvReads = append(p.kvReads, kvRead{Key: strings.TrimPrefix(r.URL.Path, "/v1/kv/"), Index: index, Answer: answer, Body: body})
+		p.mu.Unlock()
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -233,7 +276,14 @@ func (p *countingProxy) Sequence() []string {
 func (p *countingProxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.writes, p.seq, p.reads = map[string]int{}, nil, 0
+	p.writes, p.seq, p.reads, p.kvReads = map[string]int{}, nil, 0, nil
+}
+
+// KVReads returns the KV reads answered since the last Reset.
+func (p *countingProxy) KVReads() []kvRead {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]kvRead(nil), p.kvReads...)
 }
 
 // CutInflight fails every request in flight (the client sees 502) and

@@ -35,7 +35,7 @@ func newMetrics(c *Controller) *Metrics {
 			Name: "consullock_lock_handovers_total", Help: "Times a lock passed to a new holder (LockIndex increased, or a new semaphore holder).",
 		}, []string{"lock"}),
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "consullock_violations_total", Help: "Holder sessions found violating their declared profile or max_hold, by reason (counted once per session and reason).",
+			Name: "consullock_violations_total", Help: "Holder sessions found violating their declared profile or max_hold, by reason (counted once per finding; predates_profile_change marks holders left to finish).",
 		}, []string{"reason"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_repairs_total", Help: "Writes the controller made to put live Consul back to the declarations, by kind.",
@@ -87,7 +87,7 @@ var (
 	descHeld = prometheus.NewDesc("consullock_lock_held",
 		"1 when the declared lock has a holder, else 0.", []string{"lock"}, nil)
 	descIndex = prometheus.NewDesc("consullock_lock_index",
-		"LockIndex of a mutex key (the fencing token).", []string{"lock"}, nil)
+		"Consul's LockIndex of a mutex key (not monotone: it restarts when the key is re-created; not a fencing token).", []string{"lock"}, nil)
 	descSinceHandover = prometheus.NewDesc("consullock_lock_seconds_since_handover",
 		"Seconds since this controller saw the lock pass to a new holder (absent before the first hand-over it saw).", []string{"lock"}, nil)
 	descUnheld = prometheus.NewDesc("consullock_lock_seconds_unheld",

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/consul/api"
 
@@ -326,34 +327,58 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 	return nil
 }
 
-// GroupKeys assigns each lock key to a watch prefix. Keys are grouped by
-// their first path segment, and the groups narrowed to deeper common
-// segments as long as that does not add groups ("t/1/locks/a/.lock" and
-// "t/1/locks/b/.lock" -> "t/1/locks/"), so that a watch lists little besides
-// lock keys. When even the first segment gives
-// more than maxGroups groups, neighbouring groups (in sorted order) are merged and
-// watched by their longest common prefix. The number of watches therefore
-// never exceeds maxGroups, however many locks are declared.
+// GroupKeys assigns each lock key to the prefix of the blocking query that
+// watches it. Such a query lists every key under its prefix, values
+// included, and answers again on every write there, so a prefix must cover
+// its locks and as little else as possible:
+//
+//   - keys that share a first path segment share one watch, on the deepest
+//     path they all share ("t/1/locks/a/.lock" and "t/1/locks/b/.lock" ->
+//     "t/1/locks/"); a key alone in its first segment is watched by itself
+//     ("svc/job/.lock" lists that key only, not the semaphore contenders
+//     or application keys beside it);
+//   - only when that gives more than maxGroups watches are groups merged,
+//     into watches on the longest prefix their keys share: groups are
+//     first taken together by their first character and then split again
+//     (largest first) as long as the count stays within maxGroups. Groups
+//     whose keys begin with different characters share no prefix but ""
+//     (the whole KV store) and are never merged: with more distinct first
+//     characters than maxGroups there is one watch per first character,
+//     more than maxGroups (see WatchCapExceeded).
+//
+// The number of watches therefore does not grow with the number of locks.
 func GroupKeys(keys []string, maxGroups int) map[string]string {
-	if maxGroups < 1 {
-		maxGroups = 1
-	}
-	best := groupByDepth(keys, 1)
-	for depth := 2; depth <= 16; depth++ {
-		g := groupByDepth(keys, depth)
-		if len(g) != len(best) {
-			break // deeper would only add watches
+	maxGroups = max(maxGroups, 1)
+	bySegment := map[string][]string{}
+	for _, k := range keys {
+		seg := k
+		if i := strings.IndexByte(k, '/'); i >= 0 {
+			seg = k[:i+1]
 		}
-		best = g
+		bySegment[seg] = append(bySegment[seg], k)
 	}
-	segs := sortedKeys(best)
+	base := make(map[string][]string, len(bySegment)) // watch prefix -> keys
+	for _, ks := range bySegment {
+		p := ks[0]
+		if len(ks) > 1 {
+			p = commonPrefix(ks)
+			p = p[:strings.LastIndexByte(p, '/')+1] // they share the first segment
+		}
+		base[p] = append(base[p], ks...)
+	}
+	var watches [][]string // each: the sorted base prefixes one watch covers
+	if len(base) > maxGroups {
+		watches = mergeGroups(sortedKeys(base), maxGroups)
+	} else {
+		for _, p := range sortedKeys(base) {
+			watches = append(watches, []string{p})
+		}
+	}
 	out := make(map[string]string, len(keys))
-	chunk := max1((len(segs) + maxGroups - 1) / maxGroups)
-	for i := 0; i < len(segs); i += chunk {
-		part := segs[i:min(i+chunk, len(segs))]
-		prefix := commonPrefix(part)
-		for _, s := range part {
-			for _, k := range best[s] {
+	for _, members := range watches {
+		prefix := commonPrefix(members)
+		for _, m := range members {
+			for _, k := range base[m] {
 				out[k] = prefix
 			}
 		}
@@ -361,32 +386,65 @@ func GroupKeys(keys []string, maxGroups int) map[string]string {
 	return out
 }
 
-func max1(n int) int {
-	if n < 1 {
-		return 1
+// mergeGroups partitions sorted, distinct prefixes into at most maxGroups
+// runs with a non-empty common prefix each, splitting the coarsest such
+// partition (by first character) while the count allows; see GroupKeys.
+func mergeGroups(prefixes []string, maxGroups int) [][]string {
+	out := splitAt(prefixes, 0)
+	for {
+		split := false
+		// Split the largest run first: it covers the most besides its locks.
+		order := make([]int, len(out))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return len(out[order[a]]) > len(out[order[b]]) })
+		for _, i := range order {
+			run := out[i]
+			if len(run) < 2 {
+				continue
+			}
+			at := len(commonPrefix(run))
+			if len(run[0]) == at {
+				continue // one member is the common prefix itself and covers the rest
+			}
+			parts := splitAt(run, at)
+			if len(out)-1+len(parts) > maxGroups {
+				continue
+			}
+			out = append(out[:i], append(parts, out[i+1:]...)...)
+			split = true
+			break
+		}
+		if !split {
+			return out
+		}
 	}
-	return n
 }
 
-// groupByDepth groups keys by their first depth segments (with the trailing
-// "/"); a key with no more segments than that is its own group.
-func groupByDepth(keys []string, depth int) map[string][]string {
-	out := map[string][]string{}
-	for _, k := range keys {
-		end, n := 0, 0
-		for i := 0; i < len(k) && n < depth; i++ {
-			if k[i] == '/' {
-				n++
-				end = i + 1
-			}
+// splitAt groups sorted prefixes (each longer than at) by their byte at at.
+func splitAt(sorted []string, at int) [][]string {
+	var out [][]string
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sorted[j][at] == sorted[i][at] {
+			j++
 		}
-		g := k
-		if n == depth {
-			g = k[:end]
-		}
-		out[g] = append(out[g], k)
+		out = append(out, sorted[i:j])
+		i = j
 	}
 	return out
+}
+
+// WatchCapExceeded reports, for a grouping by GroupKeys, how many watches it
+// opens and whether that is more than maxGroups (lock keys beginning with
+// more distinct characters than maxGroups).
+func WatchCapExceeded(assign map[string]string, maxGroups int) (int, bool) {
+	prefixes := map[string]bool{}
+	for _, p := range assign {
+		prefixes[p] = true
+	}
+	return len(prefixes), len(prefixes) > max(maxGroups, 1)
 }
 
 func commonPrefix(ss []string) string {
@@ -398,6 +456,9 @@ func commonPrefix(ss []string) string {
 		for !strings.HasPrefix(s, p) {
 			p = p[:len(p)-1]
 		}
+	}
+	for !utf8.ValidString(p) { // never cut a character in two
+		p = p[:len(p)-1]
 	}
 	return p
 }
