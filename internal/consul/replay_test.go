@@ -168,7 +168,12 @@ func (p *lossyProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	if drop {
-		conn, _, err := w.(http.Hijacker).Hijack()
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			p.t.Error("the test server's ResponseWriter cannot hijack")
+			return
+		}
+		conn, _, err := hj.Hijack()
 		if err != nil {
 			p.t.Errorf("hijack: %v", err)
 			return
