@@ -83,7 +83,8 @@ func (p *consullockProvider) Metadata(_ context.Context, _ provider.MetadataRequ
 func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Declares Consul leader-election locks, their session profiles and least-privilege ACLs. " +
-			"Every setting falls back to the Consul CLI's environment variable, then to the CLI's default.",
+			"Every setting falls back to the Consul CLI's environment variable, then to the CLI's default. " +
+			"A setting that is not known until apply is an error, never a fallback.",
 		Attributes: map[string]schema.Attribute{
 			"address": schema.StringAttribute{
 				MarkdownDescription: "Consul HTTP API address, `host:port` or `https://host:port`. Environment: `CONSUL_HTTP_ADDR`. Default `127.0.0.1:8500`.",
@@ -161,7 +162,9 @@ func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest,
 			},
 			"retry": schema.SingleNestedAttribute{
 				MarkdownDescription: "How transient failures are retried: connection errors, HTTP 429, 502, 503, 504 and Consul's " +
-					"\"No cluster leader\". Permission errors, missing objects and Consul's validation errors are never retried.",
+					"\"No cluster leader\". Permission errors, missing objects and Consul's validation errors are never retried. " +
+					"Creating a token, policy or session and check-and-set writes are not sent again once they may have reached Consul; " +
+					"a lost answer is settled by reading back.",
 				Optional: true,
 				Attributes: map[string]schema.Attribute{
 					"max_attempts": schema.Int64Attribute{
