@@ -303,16 +303,17 @@ func (r *aclTokenResource) Update(ctx context.Context, req resource.UpdateReques
 	}
 	// An update replaces everything the token holds. What was added since
 	// the plan's refresh (or with -refresh=false) is in no plan: refuse
-	// rather than remove it unseen.
+	// rather than remove it unseen. (What the plan keeps is no removal: a
+	// policy renamed by this apply reads back under its planned name.)
 	live, err := r.data.client.ACLToken(ctx, tok.AccessorID)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read ACL Token", err)
 		return
 	}
-	if now := holdingsOf(live); !now.equal(prior) {
+	if unseen := holdingsOf(live).minus(prior).minus(want); len(unseen.items()) > 0 {
 		resp.Diagnostics.AddError("ACL Token Changed Outside OpenTofu",
-			fmt.Sprintf("Token %s now holds %s, but the plan was made when it held %s. Applying would remove the difference without the plan "+
-				"showing it. Run plan again (with refresh) to see the change, then apply.", tok.AccessorID, now, prior))
+			fmt.Sprintf("Token %s now also holds %s, which it did not hold when the plan was made, so the plan does not show its removal. "+
+				"Run plan again (with refresh) to see the change, then apply.", tok.AccessorID, unseen))
 		return
 	}
 	updated, err := r.data.client.UpdateACLToken(ctx, tok)
@@ -496,11 +497,34 @@ func (h tokenHoldings) into(t *api.ACLToken) {
 	}
 }
 
-func (h tokenHoldings) equal(o tokenHoldings) bool { return h.String() == o.String() }
+// minus is what h holds that o does not.
+func (h tokenHoldings) minus(o tokenHoldings) tokenHoldings {
+	out := tokenHoldings{}
+	for _, p := range h.policies {
+		if !slices.Contains(o.policies, p) {
+			out.policies = append(out.policies, p)
+		}
+	}
+	for _, r := range h.roles {
+		if !slices.Contains(o.roles, r) {
+			out.roles = append(out.roles, r)
+		}
+	}
+	for _, si := range h.services {
+		if !slices.ContainsFunc(o.services, func(x serviceIdentity) bool { return x.String() == si.String() }) {
+			out.services = append(out.services, si)
+		}
+	}
+	for _, ni := range h.nodes {
+		if !slices.Contains(o.nodes, ni) {
+			out.nodes = append(out.nodes, ni)
+		}
+	}
+	return out
+}
 
-// String names everything held, for comparison and for messages (names
-// only, never a secret).
-func (h tokenHoldings) String() string {
+// items names everything held (names only, never a secret).
+func (h tokenHoldings) items() []string {
 	var parts []string
 	for _, p := range h.policies {
 		parts = append(parts, "policy "+p)
@@ -514,10 +538,14 @@ func (h tokenHoldings) String() string {
 	for _, ni := range h.nodes {
 		parts = append(parts, ni.String())
 	}
-	if len(parts) == 0 {
-		return "nothing"
+	return parts
+}
+
+func (h tokenHoldings) String() string {
+	if parts := h.items(); len(parts) > 0 {
+		return "[" + strings.Join(parts, ", ") + "]"
 	}
-	return "[" + strings.Join(parts, ", ") + "]"
+	return "nothing"
 }
 
 func (s serviceIdentity) String() string {

@@ -583,7 +583,7 @@ func checkLiveHoldings(want string) tfresource.TestCheckFunc {
 // in that plan too.
 func TestAccACLToken_outOfBandHoldingsAreDriftAndRemoved(t *testing.T) {
 	name, prefix := aclTestNames(t)
-	role, role2 := name+"-r1", name+"-r2"
+	role, role2, renamed := name+"-r1", name+"-r2", name+"-renamed"
 	createRole(t, role)
 	createRole(t, role2)
 	var accessor string
@@ -595,7 +595,7 @@ func TestAccACLToken_outOfBandHoldingsAreDriftAndRemoved(t *testing.T) {
 	declaredHoldings := fmt.Sprintf("[policy %s, role %s, service identity web in dc1, node identity worker-1 in dc1]", name, role)
 	tfresource.Test(t, tfresource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkPolicyDestroyed(name),
+		CheckDestroy:             checkPolicyDestroyed(name, renamed),
 		Steps: []tfresource.TestStep{
 			{
 				Config: tokenConfig(name, prefix, false, `description = "first"`),
@@ -662,6 +662,12 @@ func TestAccACLToken_outOfBandHoldingsAreDriftAndRemoved(t *testing.T) {
 					},
 				},
 				Check: checkLiveHoldings(declaredHoldings),
+			},
+			{
+				// Renaming the policy in the same apply is no change made
+				// outside OpenTofu: the link reads back under the new name.
+				Config: tokenConfig(renamed, prefix, false, `description = "fourth"`+declared),
+				Check:  checkLiveHoldings(strings.Replace(declaredHoldings, "policy "+name, "policy "+renamed, 1)),
 			},
 			{
 				ResourceName:      tokenAddr,
