@@ -2,7 +2,11 @@ package consul
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -55,12 +59,52 @@ func (c *Client) ACLPolicyByName(ctx context.Context, name string) (*api.ACLPoli
 }
 
 // CreateACLPolicy creates p and returns it as Consul stored it.
+//
+// A create whose answer is lost is not sent again blindly (the second would
+// fail with "already exists", leaving a policy no state knows): the policy
+// is looked up by name, and one that is exactly p is the one created.
 func (c *Client) CreateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.ACLPolicy, error) {
-	out, _, err := c.ACL().PolicyCreate(p, aclWriteOpts(ctx))
-	if err != nil {
-		return nil, c.Classify(ctx, "create ACL policy "+p.Name, err)
+	op := "create ACL policy " + p.Name
+	var lost *Error
+	for attempt := 1; ; attempt++ {
+		out, _, err := c.ACL().PolicyCreate(p, aclWriteOpts(ctx))
+		if err == nil {
+			return out, nil
+		}
+		e := c.Classify(ctx, op, err)
+		if e.Kind != KindTransient && (lost == nil || !strings.Contains(e.Message, "already exists")) {
+			return nil, e
+		}
+		if e.Kind == KindTransient {
+			lost = e
+		}
+		live, rerr := c.ACLPolicyByName(ctx, p.Name)
+		switch {
+		case rerr == nil && samePolicy(live, p):
+			return live, nil
+		case rerr == nil:
+			return nil, e // a policy of that name, not ours
+		case KindOf(rerr) == KindNotFound && attempt < maxSettleAttempts:
+			continue
+		default:
+			return nil, lost
+		}
 	}
-	return out, nil
+}
+
+// samePolicy reports whether live is exactly what want asked for.
+func samePolicy(live, want *api.ACLPolicy) bool {
+	return live.Name == want.Name && live.Rules == want.Rules && live.Description == want.Description &&
+		slices.Equal(sortedCopy(live.Datacenters), sortedCopy(want.Datacenters))
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // UpdateACLPolicy replaces the policy p.ID with p.
@@ -98,12 +142,56 @@ func (c *Client) ACLToken(ctx context.Context, accessorID string) (*api.ACLToken
 }
 
 // CreateACLToken creates t and returns it as Consul stored it.
+//
+// The AccessorID is chosen here (unless t has one), so that a create whose
+// answer is lost can be settled: the token is read by that ID, and sent
+// again only when Consul does not have it. A blind retry would create a
+// second token whose secret no state holds.
 func (c *Client) CreateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLToken, error) {
-	out, _, err := c.ACL().TokenCreate(t, aclWriteOpts(ctx))
-	if err != nil {
-		return nil, c.Classify(ctx, "create ACL token", err)
+	if t.AccessorID == "" {
+		id, err := newUUID()
+		if err != nil {
+			return nil, fmt.Errorf("create ACL token: choosing an accessor ID: %w", err)
+		}
+		cp := *t
+		cp.AccessorID = id
+		t = &cp
 	}
-	return out, nil
+	op := "create ACL token " + t.AccessorID
+	var lost *Error
+	for attempt := 1; ; attempt++ {
+		out, _, err := c.ACL().TokenCreate(t, aclWriteOpts(ctx))
+		if err == nil {
+			return out, nil
+		}
+		e := c.Classify(ctx, op, err)
+		if e.Kind != KindTransient && (lost == nil || !strings.Contains(e.Message, "already in use")) {
+			return nil, e
+		}
+		if e.Kind == KindTransient {
+			lost = e
+		}
+		live, rerr := c.ACLToken(ctx, t.AccessorID)
+		switch {
+		case rerr == nil:
+			return live, nil
+		case KindOf(rerr) == KindNotFound && attempt < maxSettleAttempts:
+			continue
+		default:
+			return nil, lost
+		}
+	}
+}
+
+// newUUID is a random (version 4) UUID, the form of Consul's ACL IDs.
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
 // UpdateACLToken replaces the token t.AccessorID with t. Consul refuses to

@@ -127,11 +127,13 @@ func New(s Settings) (*Client, error) {
 	return c, nil
 }
 
-// startTransport stamps the time of the first attempt into the context.
+// startTransport stamps the time of the first attempt, and whether the
+// request may be sent again after it reached Consul, into the context.
 type startTransport struct{ next http.RoundTripper }
 
 func (t *startTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.next.RoundTrip(req.WithContext(withStart(req.Context())))
+	ctx := withReplaySafety(withStart(req.Context()), replaySafe(req))
+	return t.next.RoundTrip(req.WithContext(ctx))
 }
 
 // countingTransport counts attempts and pins the resolved token: the Consul

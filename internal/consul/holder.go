@@ -59,6 +59,10 @@ type SemaphoreHolder struct {
 	Value []byte
 	// LockIndex is the contender key's LockIndex.
 	LockIndex uint64
+	// ModifyIndex is the contender key's ModifyIndex: the Raft index at
+	// which the holder acquired it (a holder rewriting its own key only
+	// raises it), the holder's fencing token.
+	ModifyIndex uint64
 }
 
 // ReadLock reads the lock key and its holders. consistent selects
@@ -160,7 +164,7 @@ func (c *Client) readSemaphore(key string, state lockmodel.SemaphoreState, query
 		if p.Session == "" || !state.Holders[p.Session] || p.Key != prefix+"/"+p.Session {
 			continue
 		}
-		view.Holders = append(view.Holders, SemaphoreHolder{Session: p.Session, Key: p.Key, Value: p.Value, LockIndex: p.LockIndex})
+		view.Holders = append(view.Holders, SemaphoreHolder{Session: p.Session, Key: p.Key, Value: p.Value, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex})
 	}
 	if len(view.Holders) == 0 {
 		return view, nil

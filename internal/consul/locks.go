@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -82,13 +83,29 @@ func (c *Client) ReadKeyConsistent(ctx context.Context, key string) (*api.KVPair
 }
 
 // CreateKeyOnly writes key with flags and value only if it does not exist
-// (CAS index 0). created is false when the key already exists.
+// (CAS index 0). created is false when the key already exists. A create
+// whose answer was lost counts as done when the key reads back as written.
 func (c *Client) CreateKeyOnly(ctx context.Context, key string, flags uint64, value []byte) (created bool, err error) {
-	ok, _, err := c.KV().CAS(&api.KVPair{Key: key, Flags: flags, Value: value, ModifyIndex: 0}, (&api.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		return false, c.Classify(ctx, "create key "+key, err)
+	return settleCAS(func() (bool, error) {
+		ok, _, err := c.KV().CAS(&api.KVPair{Key: key, Flags: flags, Value: value, ModifyIndex: 0}, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return false, c.Classify(ctx, "create key "+key, err)
+		}
+		return ok, nil
+	}, c.lookCAS(ctx, key, 0, func(p *api.KVPair) bool {
+		return p.Flags == flags && bytes.Equal(p.Value, value) && p.Session == ""
+	}))
+}
+
+// lookCAS reads key after an unanswered check-and-set, for settleCAS.
+func (c *Client) lookCAS(ctx context.Context, key string, expectIndex uint64, written func(*api.KVPair) bool) func() (writeOutcome, error) {
+	return func() (writeOutcome, error) {
+		pair, err := c.ReadKeyConsistent(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		return casOutcome(pair, expectIndex, written), nil
 	}
-	return ok, nil
 }
 
 // RewriteKeyKeepingHolder sets the flags and value of pair's key if the key
@@ -102,29 +119,38 @@ func (c *Client) CreateKeyOnly(ctx context.Context, key string, flags uint64, va
 // in between; read it again and retry.
 func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, flags uint64, value []byte) (ok bool, err error) {
 	op := "rewrite key " + pair.Key
+	// A rewrite whose answer was lost counts as done when the key reads
+	// back as written, with the same holder.
+	look := c.lookCAS(ctx, pair.Key, pair.ModifyIndex, func(p *api.KVPair) bool {
+		return p.Flags == flags && bytes.Equal(p.Value, value) && p.Session == pair.Session
+	})
 	if pair.Session == "" {
-		ok, _, err := c.KV().CAS(&api.KVPair{Key: pair.Key, Flags: flags, Value: value, ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(ctx))
-		if err != nil {
-			return false, c.Classify(ctx, op, err)
-		}
-		return ok, nil
+		return settleCAS(func() (bool, error) {
+			ok, _, err := c.KV().CAS(&api.KVPair{Key: pair.Key, Flags: flags, Value: value, ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(ctx))
+			if err != nil {
+				return false, c.Classify(ctx, op, err)
+			}
+			return ok, nil
+		}, look)
 	}
 	ops := api.KVTxnOps{
 		{Verb: api.KVCheckIndex, Key: pair.Key, Index: pair.ModifyIndex},
 		{Verb: api.KVLock, Key: pair.Key, Flags: flags, Value: value, Session: pair.Session},
 	}
-	ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return false, c.Classify(ctx, op, err)
-	}
-	if !ok {
-		if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
-			return false, e
+	return settleCAS(func() (bool, error) {
+		ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return false, c.Classify(ctx, op, err)
 		}
-		// Stale index, session gone, lock taken: the key moved on.
-		return false, nil
-	}
-	return true, nil
+		if !ok {
+			if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+				return false, e
+			}
+			// Stale index, session gone, lock taken: the key moved on.
+			return false, nil
+		}
+		return true, nil
+	}, look)
 }
 
 // ReleaseKeyHeldBy releases pair's key if pair.Session holds it
@@ -149,11 +175,26 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 		}
 		return true, nil
 	}
-	ok, _, err = c.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		return false, c.Classify(ctx, op, err)
-	}
-	return ok, nil
+	// A delete whose answer was lost counts as done when the key is gone.
+	return settleCAS(func() (bool, error) {
+		ok, _, err := c.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return false, c.Classify(ctx, op, err)
+		}
+		return ok, nil
+	}, func() (writeOutcome, error) {
+		pair, err := c.ReadKeyConsistent(ctx, key)
+		switch {
+		case err != nil:
+			return 0, err
+		case pair == nil:
+			return outcomeApplied, nil
+		case pair.ModifyIndex == index:
+			return outcomeNotApplied, nil
+		default:
+			return outcomeOverwritten, nil
+		}
+	})
 }
 
 // txnError turns a transaction's error list into an *Error: permission

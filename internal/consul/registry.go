@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -58,22 +59,44 @@ func (e *ErrConflict) Error() string {
 
 // Put writes a record if its ModifyIndex is still expectIndex (0 = create
 // only). It returns the new ModifyIndex, from the same request: a
-// one-operation transaction answers with the written pair.
+// one-operation transaction answers with the written pair. When the answer
+// is lost, the record is read back: exactly this value written since
+// expectIndex is success, not a conflict with itself.
 func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, expectIndex uint64) (uint64, error) {
 	key := r.Key(kind, name)
 	op := "write registry record " + key
 	ops := api.KVTxnOps{{Verb: api.KVCAS, Key: key, Value: value, Index: expectIndex}}
-	ok, resp, _, err := r.client.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	var index uint64
+	ok, err := settleCAS(func() (bool, error) {
+		ok, resp, _, err := r.client.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return false, r.client.Classify(ctx, op, err)
+		}
+		if !ok {
+			if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+				return false, e
+			}
+			return false, nil
+		}
+		index = resp.Results[0].ModifyIndex
+		return true, nil
+	}, func() (writeOutcome, error) {
+		pair, err := r.client.ReadKeyConsistent(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		if pair != nil {
+			index = pair.ModifyIndex
+		}
+		return casOutcome(pair, expectIndex, func(p *api.KVPair) bool { return bytes.Equal(p.Value, value) }), nil
+	})
 	if err != nil {
-		return 0, r.client.Classify(ctx, op, err)
+		return 0, err
 	}
 	if !ok {
-		if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
-			return 0, e
-		}
 		return 0, &ErrConflict{Key: key}
 	}
-	return resp.Results[0].ModifyIndex, nil
+	return index, nil
 }
 
 // Delete removes a record if its ModifyIndex is still expectIndex (0 =

@@ -52,13 +52,16 @@ func retryPolicy(r RetrySettings) func(ctx context.Context, resp *http.Response,
 		if start, ok := ctx.Value(startKey{}).(time.Time); ok && time.Since(start) >= r.MaxElapsed {
 			return false, err
 		}
+		// A request that is not safe to send twice is retried only when
+		// Consul cannot have applied it (see replay.go).
+		safe := replaySafeFrom(ctx)
 		if err != nil {
 			// Connection errors: refused, reset, timeouts. A context
 			// cancellation was handled above; TLS and URL errors are not
 			// transient, so do not retry them.
-			return isTransientTransportError(err), err
+			return isTransientTransportError(err) && (safe || notSent(err)), err
 		}
-		return shouldRetryStatus(resp), nil
+		return shouldRetryStatus(resp) && (safe || notApplied(resp)), nil
 	}
 }
 

@@ -188,7 +188,7 @@ func (p SessionProfile) Warnings() []Warning {
 			Summary: "lock_delay of 0s",
 			Detail: "Without a lock delay the next holder may acquire the moment Consul invalidates a session. " +
 				"That is only safe for idempotent work: a holder whose session was invalidated may still be running " +
-				"when the next one acquires. Use the lock index as a fencing token, or keep a lock delay.",
+				"when the next one acquires. Check the fencing token (CONSUL_LOCK_FENCING_TOKEN) where the work writes, or keep a lock delay.",
 		})
 	}
 	if p.NodeChecks != nil && len(p.NodeChecks) == 0 {

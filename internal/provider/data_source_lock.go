@@ -47,6 +47,7 @@ type lockDataSourceModel struct {
 	Value                types.String         `tfsdk:"value"`
 	ValueBase64          types.String         `tfsdk:"value_base64"`
 	LockIndex            types.Int64          `tfsdk:"lock_index"`
+	FencingToken         types.Int64          `tfsdk:"fencing_token"`
 	ModifyIndex          types.Int64          `tfsdk:"modify_index"`
 	CreateIndex          types.Int64          `tfsdk:"create_index"`
 	Flags                types.String         `tfsdk:"flags"`
@@ -64,20 +65,30 @@ type lockDataSourceModel struct {
 
 // lockHolderModel is one element of holders.
 type lockHolderModel struct {
-	Session     types.String `tfsdk:"session"`
-	Node        types.String `tfsdk:"node"`
-	Value       types.String `tfsdk:"value"`
-	ValueBase64 types.String `tfsdk:"value_base64"`
-	LockIndex   types.Int64  `tfsdk:"lock_index"`
+	Session      types.String `tfsdk:"session"`
+	Node         types.String `tfsdk:"node"`
+	Value        types.String `tfsdk:"value"`
+	ValueBase64  types.String `tfsdk:"value_base64"`
+	LockIndex    types.Int64  `tfsdk:"lock_index"`
+	FencingToken types.Int64  `tfsdk:"fencing_token"`
 }
 
 var lockHolderAttrTypes = map[string]attr.Type{
-	"session":      types.StringType,
-	"node":         types.StringType,
-	"value":        types.StringType,
-	"value_base64": types.StringType,
-	"lock_index":   types.Int64Type,
+	"session":       types.StringType,
+	"node":          types.StringType,
+	"value":         types.StringType,
+	"value_base64":  types.StringType,
+	"lock_index":    types.Int64Type,
+	"fencing_token": types.Int64Type,
 }
+
+// fencingTokenDescription is the contract users build fencing on.
+const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key, read as the key's " +
+	"`ModifyIndex` while it is held. It is what `consullock run` gives its child as `CONSUL_LOCK_FENCING_TOKEN`, unless the key was " +
+	"written since while still held (the holder re-acquiring with a new value, a flag repair), which raises it without a new holder. Every later holder's token is strictly greater, also across " +
+	"deletion and re-creation of the key and plain writes that reset `lock_index`, so a store that remembers the highest token it has " +
+	"seen can refuse writes from an earlier holder. For a semaphore, the highest of the holders' tokens (see `holders`). " +
+	"Null when the key is not held."
 
 func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_lock"
@@ -86,7 +97,7 @@ func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequ
 func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Who holds a Consul lock key right now: the holder's session and node, the value it wrote, " +
-			"and `lock_index`, the fencing token. Works on keys of `consullock_lock`, `api.Lock`, `api.Semaphore`, " +
+			"its `fencing_token` and Consul's `lock_index`. Works on keys of `consullock_lock`, `api.Lock`, `api.Semaphore`, " +
 			"`consul lock` and raw `?acquire=` users alike. Reads only: one KV read, one session read when the key is held " +
 			"(and, for a semaphore, one KV list and one session list).",
 		Attributes: map[string]schema.Attribute{
@@ -129,11 +140,14 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"lock_index": schema.Int64Attribute{
-				MarkdownDescription: "Consul's LockIndex: how many times the key has been acquired while free. It is the fencing token: " +
-					"it increases on every hand-over, stays the same when the holder re-acquires, and is kept by a release. " +
-					"It starts again from 1 when the key is deleted and re-created (sessions with behavior `delete`), so compare " +
-					"`create_index` first.",
+				MarkdownDescription: "Consul's LockIndex: how many times the key has been acquired while free. It is not a fencing token: " +
+					"a plain write resets it to 0 and a deleted key re-created starts again at 1 (`consul lock` deletes unheld keys " +
+					"when it exits; sessions with behavior `delete` delete the key). Use `fencing_token`.",
 				Computed: true,
+			},
+			"fencing_token": schema.Int64Attribute{
+				MarkdownDescription: fencingTokenDescription,
+				Computed:            true,
 			},
 			"modify_index": schema.Int64Attribute{
 				MarkdownDescription: "Raft index of the key's last change.",
@@ -205,6 +219,10 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 						},
 						"lock_index": schema.Int64Attribute{
 							MarkdownDescription: "LockIndex of the holder's contender key.",
+							Computed:            true,
+						},
+						"fencing_token": schema.Int64Attribute{
+							MarkdownDescription: "The holder's fencing token: the ModifyIndex of its contender key, the Raft index at which it acquired its slot.",
 							Computed:            true,
 						},
 					},
@@ -287,6 +305,7 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 		Value:                types.StringNull(),
 		ValueBase64:          types.StringNull(),
 		LockIndex:            types.Int64Null(),
+		FencingToken:         types.Int64Null(),
 		ModifyIndex:          types.Int64Null(),
 		CreateIndex:          types.Int64Null(),
 		Flags:                types.StringNull(),
@@ -314,7 +333,9 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 	if sem := view.Semaphore; sem != nil {
 		m.Limit = types.Int64Value(int64(sem.Limit))
 		holders := make([]lockHolderModel, 0, len(sem.Holders))
+		var highest uint64
 		for _, h := range sem.Holders {
+			highest = max(highest, h.ModifyIndex)
 			value, value64 := valueAttrs(h.Value)
 			node := types.StringValue(h.Node)
 			if h.SessionGone {
@@ -324,12 +345,16 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 			}
 			holders = append(holders, lockHolderModel{
 				Session: types.StringValue(h.Session), Node: node, Value: value, ValueBase64: value64, LockIndex: indexValue(h.LockIndex),
+				FencingToken: indexValue(h.ModifyIndex),
 			})
 		}
 		list, ds := types.ListValueFrom(ctx, types.ObjectType{AttrTypes: lockHolderAttrTypes}, holders)
 		diags.Append(ds...)
 		m.Holders = list
 		m.Held = types.BoolValue(len(holders) > 0)
+		if len(holders) > 0 {
+			m.FencingToken = indexValue(highest)
+		}
 		return m
 	}
 
@@ -338,6 +363,10 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 	}
 	m.Held = types.BoolValue(true)
 	m.Session = types.StringValue(pair.Session)
+	// The key's ModifyIndex while held is the index of the acquisition, or
+	// higher if the holder rewrote its key since: never below an earlier
+	// holder's, whatever LockIndex says.
+	m.FencingToken = indexValue(pair.ModifyIndex)
 	if view.SessionGone {
 		diags.AddWarning("Lock Holder Ended During Read",
 			fmt.Sprintf("Session %s held %s when the key was read, and had ended a moment later, so its details are null. "+

@@ -121,7 +121,7 @@ func TestAccLockDataSource_absentKeyIsNotAnError(t *testing.T) {
 				lockDSCheck("held", knownvalue.Bool(false)),
 				lockDSCheck("known_leader", knownvalue.Bool(true)),
 				lockDSCheck("last_contact", knownvalue.StringExact("0s")),
-			}, lockDSNull(sessionAttrs...), lockDSNull("value", "value_base64", "lock_index", "modify_index", "create_index",
+			}, lockDSNull(sessionAttrs...), lockDSNull("value", "value_base64", "lock_index", "fencing_token", "modify_index", "create_index",
 				"flags", "limit", "holders")),
 		}},
 	})
@@ -171,6 +171,7 @@ func TestAccLockDataSource_apiLockHolder(t *testing.T) {
 			lockDSCheck("value_base64", knownvalue.StringExact(b64(string(holderValue)))),
 			lockDSCheck("lock_index", knownvalue.Int64Exact(1)),
 			lockDSCheck("modify_index", knownvalue.Int64Exact(int64(pair.ModifyIndex))),
+			lockDSCheck("fencing_token", knownvalue.Int64Exact(int64(pair.ModifyIndex))),
 			lockDSCheck("create_index", knownvalue.Int64Exact(int64(pair.CreateIndex))),
 			lockDSCheck("flags", knownvalue.StringExact("0x2ddccbc058a50c18")),
 			lockDSCheck("session_name", knownvalue.StringExact("nightly-report")),
@@ -301,11 +302,14 @@ func TestAccLockDataSource_semaphoreHolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type holder struct{ session, value string }
+	type holder struct {
+		session, value string
+		token          uint64
+	}
 	var holders []holder
 	for _, p := range pairs {
 		if p.Session != "" {
-			holders = append(holders, holder{p.Session, string(p.Value)})
+			holders = append(holders, holder{p.Session, string(p.Value), p.ModifyIndex})
 		}
 	}
 	slices.SortFunc(holders, func(a, b holder) int { return strings.Compare(a.session, b.session) })
@@ -316,11 +320,12 @@ func TestAccLockDataSource_semaphoreHolders(t *testing.T) {
 		checks := make([]knownvalue.Check, 0, len(hs))
 		for _, h := range hs {
 			checks = append(checks, knownvalue.ObjectExact(map[string]knownvalue.Check{
-				"session":      knownvalue.StringExact(h.session),
-				"node":         knownvalue.StringExact(agent.NodeName),
-				"value":        knownvalue.StringExact(h.value),
-				"value_base64": knownvalue.StringExact(b64(h.value)),
-				"lock_index":   knownvalue.Int64Exact(1),
+				"session":       knownvalue.StringExact(h.session),
+				"node":          knownvalue.StringExact(agent.NodeName),
+				"value":         knownvalue.StringExact(h.value),
+				"value_base64":  knownvalue.StringExact(b64(h.value)),
+				"lock_index":    knownvalue.Int64Exact(1),
+				"fencing_token": knownvalue.Int64Exact(int64(h.token)),
 			}))
 		}
 		return knownvalue.ListExact(checks)
@@ -359,6 +364,7 @@ func TestAccLockDataSource_semaphoreHolders(t *testing.T) {
 				ConfigStateChecks: concat(common(&holders), []statecheck.StateCheck{
 					lockDSCheck("held", knownvalue.Bool(true)),
 					lockDSCheck("holders", holderChecks(holders)),
+					lockDSCheck("fencing_token", knownvalue.Int64Exact(int64(max(holders[0].token, holders[1].token)))),
 				}),
 			},
 			{
@@ -376,6 +382,12 @@ func TestAccLockDataSource_semaphoreHolders(t *testing.T) {
 				ConfigStateChecks: concat(common(&remaining), []statecheck.StateCheck{
 					lockDSCheck("held", knownvalue.Bool(true)),
 					lockDSCheck("holders", knownvalue.ListSizeExact(1)),
+					lockDSCheck("fencing_token", knownvalue.Int64Func(func(v int64) error {
+						if len(remaining) != 1 || v != int64(remaining[0].token) {
+							return fmt.Errorf("fencing_token %d; want the remaining holder's %+v", v, remaining)
+						}
+						return nil
+					})),
 					lockDSCheck("holders", knownvalue.ListPartial(map[int]knownvalue.Check{0: knownvalue.ObjectPartial(map[string]knownvalue.Check{
 						"value": knownvalue.StringExact("worker-a"),
 						"node":  knownvalue.StringExact(agent.NodeName),
@@ -520,6 +532,7 @@ data "consullock_lock" "test" {
 					lockDSCheck("value", knownvalue.StringExact("stale-holder")),
 					lockDSCheck("lock_index", knownvalue.Int64Exact(7)),
 					lockDSCheck("modify_index", knownvalue.Int64Exact(40)),
+					lockDSCheck("fencing_token", knownvalue.Int64Exact(40)),
 					lockDSCheck("create_index", knownvalue.Int64Exact(10)),
 					lockDSCheck("flags", knownvalue.StringExact("0x2ddccbc058a50c18")),
 					lockDSCheck("session_ttl", knownvalue.StringExact("30s")),
@@ -551,4 +564,112 @@ data "consullock_lock" "test" {
 			kv, staleKV, sessions, other, strings.Join(fake.seen(), "\n"))
 	}
 	t.Logf("requests per held-lock read: 1 KV + 1 session (%d stale reads, %d session reads)", staleKV, sessions)
+}
+
+// TestAccLockDataSource_fencingTokenNeverGoesBack hands a mutex between two
+// sessions through everything that sends LockIndex backwards: a deleted and
+// re-created key (LockIndex starts again at 1) and a plain write (LockIndex
+// 0). fencing_token must rise strictly at every hand-over and equal the
+// Raft index of the acquisition, while lock_index reports Consul's
+// LockIndex as it is.
+func TestAccLockDataSource_fencingTokenNeverGoesBack(t *testing.T) {
+	prefix := testenv.UniquePrefix(t.Name())
+	key := prefix + "/leader"
+	holderToken := mintHolderToken(t, prefix)
+	a, b := newProtoClient(t, holderToken), newProtoClient(t, holderToken)
+	sa := a.createSession(protoSession{Name: "fence-a", LockDelay: "0s"})
+	sb := b.createSession(protoSession{Name: "fence-b", LockDelay: "0s"})
+	t.Cleanup(func() {
+		_, _, _ = a.do(http.MethodPut, "/v1/session/destroy/"+sa, nil)
+		_, _, _ = b.do(http.MethodPut, "/v1/session/destroy/"+sb, nil)
+	})
+	reader := mintTestToken(t, "reader", prefix, keyReadRule(key)+sessionReadRule())
+	config := lockDSConfig(reader, key, "")
+
+	var (
+		acquiredAt uint64 // the key's ModifyIndex right after the acquisition
+		lastToken  int64  // the token the previous step reported
+		holder     string
+	)
+	// handTo releases the key if held, runs between (which may delete or
+	// overwrite it), then has session s of c acquire it.
+	handTo := func(c *protoClient, s string, between func()) func() {
+		return func() {
+			if pair := a.readKey(key); pair != nil && pair.Session != "" {
+				if !a.release(key, pair.Session, []byte("released")) {
+					t.Fatalf("release of %s by its holder %s answered false", key, pair.Session)
+				}
+			}
+			if between != nil {
+				between()
+			}
+			if !c.acquire(key, s, []byte("holder "+s)) {
+				t.Fatalf("acquire of the free key %s by %s answered false", key, s)
+			}
+			pair := c.readKey(key)
+			if pair == nil || pair.Session != s {
+				t.Fatalf("key after acquire by %s: %+v", s, pair)
+			}
+			acquiredAt, holder = pair.ModifyIndex, s
+		}
+	}
+	held := func(lockIndex int64) []statecheck.StateCheck {
+		return []statecheck.StateCheck{
+			lockDSCheck("held", knownvalue.Bool(true)),
+			lockDSCheck("session", stringIs(func() string { return holder })),
+			lockDSCheck("lock_index", knownvalue.Int64Exact(lockIndex)),
+			lockDSCheck("fencing_token", knownvalue.Int64Func(func(v int64) error {
+				if v != int64(acquiredAt) {
+					return fmt.Errorf("fencing_token %d; want the acquisition's index %d", v, acquiredAt)
+				}
+				if v <= lastToken {
+					return fmt.Errorf("fencing_token %d after %d: it must rise at every hand-over", v, lastToken)
+				}
+				lastToken = v
+				return nil
+			})),
+		}
+	}
+	deleteKey := func() {
+		if _, _, err := a.do(http.MethodDelete, "/v1/kv/"+key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plainWrite := func() {
+		if _, _, err := a.do(http.MethodPut, "/v1/kv/"+key, []byte("plain write")); err != nil {
+			t.Fatal(err)
+		}
+		if pair := a.readKey(key); pair == nil || pair.LockIndex != 0 {
+			t.Fatalf("a plain write should reset LockIndex to 0: %+v", pair)
+		}
+	}
+	resource.ParallelTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{PreConfig: handTo(a, sa, nil), Config: config, ConfigStateChecks: held(1)},
+			{PreConfig: handTo(b, sb, nil), Config: config, ConfigStateChecks: held(2)},
+			{PreConfig: handTo(a, sa, nil), Config: config, ConfigStateChecks: held(3)},
+			// Deleted (as `consul lock` does on exit) and re-created by
+			// the next acquire: LockIndex starts again at 1.
+			{PreConfig: handTo(b, sb, deleteKey), Config: config, ConfigStateChecks: held(1)},
+			{PreConfig: handTo(a, sa, nil), Config: config, ConfigStateChecks: held(2)},
+			// A plain write (a flag repair, a careless `consul kv put`)
+			// resets LockIndex to 0; the next acquire makes it 1.
+			{PreConfig: handTo(b, sb, plainWrite), Config: config, ConfigStateChecks: held(1)},
+			// Unheld: no token.
+			{
+				PreConfig: func() {
+					if !b.release(key, sb, nil) {
+						t.Fatal("release answered false")
+					}
+				},
+				Config: config,
+				ConfigStateChecks: []statecheck.StateCheck{
+					lockDSCheck("held", knownvalue.Bool(false)),
+					lockDSCheck("lock_index", knownvalue.Int64Exact(1)),
+					lockDSCheck("fencing_token", knownvalue.Null()),
+				},
+			},
+		},
+	})
 }

@@ -318,8 +318,10 @@ func TestLockProtocol_releaseSetsNoLockDelay(t *testing.T) {
 // TestAccLockDataSource_protocolScenario walks the whole lock protocol with
 // two raw-HTTP contenders on one key and confirms every step through the
 // consullock_lock data source, read with a token that may only read the key
-// and the sessions on the node. LockIndex, the fencing token, is followed
-// across all steps: +1 on each hand-over, unchanged otherwise, never back.
+// and the sessions on the node. LockIndex is followed across all steps: +1
+// on each hand-over, unchanged otherwise, and back to 1 only when the key is
+// re-created (TestAccLockDataSource_fencingTokenNeverGoesBack follows the
+// fencing token through that).
 func TestAccLockDataSource_protocolScenario(t *testing.T) {
 	const (
 		lockDelay = 3 * time.Second
@@ -340,7 +342,7 @@ func TestAccLockDataSource_protocolScenario(t *testing.T) {
 		// what the key should show now.
 		holder, value string
 		names         = map[string]string{}
-		// the fencing token the previous step saw, and the key's create_index.
+		// the LockIndex the previous step saw, and the key's create_index.
 		lastIndex, lastCreate int64
 		checkID               string
 	)
@@ -357,7 +359,7 @@ func TestAccLockDataSource_protocolScenario(t *testing.T) {
 		return id
 	}
 
-	// lockIndex checks the fencing token against the previous step's.
+	// lockIndex checks LockIndex against the previous step's.
 	lockIndex := func(delta int64) statecheck.StateCheck {
 		return lockDSCheck("lock_index", knownvalue.Int64Func(func(v int64) error {
 			if v < lastIndex {

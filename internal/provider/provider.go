@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -82,7 +83,8 @@ func (p *consullockProvider) Metadata(_ context.Context, _ provider.MetadataRequ
 func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Declares Consul leader-election locks, their session profiles and least-privilege ACLs. " +
-			"Every setting falls back to the Consul CLI's environment variable, then to the CLI's default.",
+			"Every setting falls back to the Consul CLI's environment variable, then to the CLI's default. " +
+			"A setting that is not known until apply is an error, never a fallback.",
 		Attributes: map[string]schema.Attribute{
 			"address": schema.StringAttribute{
 				MarkdownDescription: "Consul HTTP API address, `host:port` or `https://host:port`. Environment: `CONSUL_HTTP_ADDR`. Default `127.0.0.1:8500`.",
@@ -160,7 +162,9 @@ func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest,
 			},
 			"retry": schema.SingleNestedAttribute{
 				MarkdownDescription: "How transient failures are retried: connection errors, HTTP 429, 502, 503, 504 and Consul's " +
-					"\"No cluster leader\". Permission errors, missing objects and Consul's validation errors are never retried.",
+					"\"No cluster leader\". Permission errors, missing objects and Consul's validation errors are never retried. " +
+					"Creating a token, policy or session and check-and-set writes are not sent again once they may have reached Consul; " +
+					"a lost answer is settled by reading back.",
 				Optional: true,
 				Attributes: map[string]schema.Attribute{
 					"max_attempts": schema.Int64Attribute{
@@ -198,8 +202,14 @@ func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest,
 }
 
 func (p *consullockProvider) ValidateConfig(ctx context.Context, req provider.ValidateConfigRequest, resp *provider.ValidateConfigResponse) {
+	// Only the attributes checked here: the whole model cannot hold an
+	// unknown retry block, which Configure reports by name.
 	var cfg providerModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	for name, dst := range map[string]*types.String{
+		"cert_file": &cfg.CertFile, "cert_pem": &cfg.CertPEM, "key_file": &cfg.KeyFile, "key_pem": &cfg.KeyPEM,
+	} {
+		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root(name), dst)...)
+	}
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -216,6 +226,18 @@ func (p *consullockProvider) ValidateConfig(ctx context.Context, req provider.Va
 }
 
 func (p *consullockProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	// An attribute unknown until apply must not fall back to the
+	// environment or a default: the plan would talk to another cluster, or
+	// as another identity, than the apply.
+	for _, attr := range unknownAttributes(req.Config.Raw) {
+		resp.Diagnostics.AddAttributeError(attr, "Unknown Provider Setting",
+			fmt.Sprintf("%s is not known until apply (it depends on a resource not created yet), so the provider cannot know which Consul "+
+				"to talk to or as whom; it does not fall back to the environment or a default. Set %s to a value known at plan time, "+
+				"or create what it depends on first (tofu apply -target=...).", attr, attr))
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	var cfg providerModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
 	if resp.Diagnostics.HasError() {
@@ -342,6 +364,48 @@ func resolveSettings(ctx context.Context, cfg providerModel, diags *diag.Diagnos
 		diags.AddAttributeError(path.Root("registry_prefix"), "Invalid Registry Prefix", err.Error())
 	}
 	return s, normalized
+}
+
+// unknownAttributes returns the path of every value in the provider
+// configuration that is unknown (its innermost unknown values: an unknown
+// map, object or one of their elements).
+func unknownAttributes(raw tftypes.Value) []path.Path {
+	var out []path.Path
+	_ = tftypes.Walk(raw, func(p *tftypes.AttributePath, v tftypes.Value) (bool, error) {
+		if v.IsKnown() {
+			return true, nil
+		}
+		if fp, ok := frameworkPath(p); ok {
+			out = append(out, fp)
+		}
+		return false, nil
+	})
+	return out
+}
+
+// frameworkPath converts a tftypes path of attribute names and map keys,
+// the only steps a provider block has, into a framework path.
+func frameworkPath(p *tftypes.AttributePath) (path.Path, bool) {
+	steps := p.Steps()
+	if len(steps) == 0 {
+		return path.Empty(), false
+	}
+	name, ok := steps[0].(tftypes.AttributeName)
+	if !ok {
+		return path.Empty(), false
+	}
+	out := path.Root(string(name))
+	for _, step := range steps[1:] {
+		switch s := step.(type) {
+		case tftypes.AttributeName:
+			out = out.AtName(string(s))
+		case tftypes.ElementKeyString:
+			out = out.AtMapKey(string(s))
+		default:
+			return out, true
+		}
+	}
+	return out, true
 }
 
 func checkReadable(diags *diag.Diagnostics, attr, envVar, file string) {

@@ -118,3 +118,38 @@ retry = {
 		})
 	}
 }
+
+// TestAccProvider_unknownSettingIsAnErrorNamingIt: a setting that comes
+// from a resource not created yet is unknown at plan. Falling back to the
+// environment would plan against whatever CONSUL_HTTP_ADDR and
+// CONSUL_HTTP_TOKEN name (here the same agent, so the old fallback passed
+// silently); it must be an error naming the attribute.
+func TestAccProvider_unknownSettingIsAnErrorNamingIt(t *testing.T) {
+	tests := []struct {
+		name, input, body string
+		want              *regexp.Regexp
+	}{
+		{"address", agent.Addr, `address = terraform_data.later.output`, regexp.MustCompile(`(?s)Unknown Provider Setting.*address is not known until apply`)},
+		{"token", agent.ManagementToken, `token = terraform_data.later.output`, regexp.MustCompile(`(?s)Unknown Provider Setting.*token is not known until apply`)},
+		{"token_file", "/nonexistent", `token_file = terraform_data.later.output`, regexp.MustCompile(`(?s)Unknown Provider Setting.*token_file is not known until apply`)},
+		{"datacenter", "dc1", `datacenter = terraform_data.later.output`, regexp.MustCompile(`(?s)Unknown Provider Setting.*datacenter is not known until apply`)},
+		{"scheme", "http", `scheme = terraform_data.later.output`, regexp.MustCompile(`(?s)Unknown Provider Setting.*scheme is not known until apply`)},
+		{"header", "x", `headers = { "X-Proxy-Auth" = terraform_data.later.output }`, regexp.MustCompile(`(?s)Unknown Provider Setting.*headers\["X-Proxy-Auth"\] is not known`)},
+		{"retry", "2s", `retry = { max_wait = terraform_data.later.output }`, regexp.MustCompile(`(?s)Unknown Provider Setting.*retry.max_wait is not known until apply`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resource.Test(t, resource.TestCase{
+				ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+				Steps: []resource.TestStep{{
+					Config: fmt.Sprintf(`
+resource "terraform_data" "later" {
+  input = %q
+}
+`, tt.input) + probeConfig(tt.body, "x/.lock"),
+					ExpectError: tt.want,
+				}},
+			})
+		})
+	}
+}

@@ -503,6 +503,9 @@ func TestAccACLPolicy_deletedProviderTokenKeepsState(t *testing.T) {
 // (Consul's minimum, 1m), so it waits about a minute; it runs in parallel
 // with the other tests.
 func TestAccACLPolicy_expiredProviderTokenKeepsState(t *testing.T) {
+	// Parallel before minting: a parallel test waits for the sequential
+	// ones, and the token's minute must not run out during that wait.
+	t.Parallel()
 	name, prefix := aclTestNames(t)
 	tok, err := agent.MintToken(name+"-provider", aclProviderTokenRules, time.Minute)
 	if err != nil {
@@ -512,7 +515,7 @@ func TestAccACLPolicy_expiredProviderTokenKeepsState(t *testing.T) {
 		_ = agent.DeleteToken(tok.AccessorID)
 		_, _ = agent.Client().ACL().PolicyDelete(tok.PolicyID, nil)
 	})
-	tfresource.ParallelTest(t, tfresource.TestCase{
+	tfresource.Test(t, tfresource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             checkPolicyDestroyed(name),
 		Steps: []tfresource.TestStep{

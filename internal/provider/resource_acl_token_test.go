@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	tfresource "github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -462,14 +463,17 @@ func TestAccACLToken_secretNeverInLogs(t *testing.T) {
 
 func aclTestTokenModel(accessor string) aclTokenModel {
 	return aclTokenModel{
-		ID:             types.StringValue(accessor),
-		AccessorID:     types.StringValue(accessor),
-		SecretID:       types.StringValue(testenv.NewUUID()),
-		Description:    types.StringValue(""),
-		Policies:       types.SetNull(types.StringType),
-		Local:          types.BoolValue(false),
-		ExpirationTTL:  timetypes.NewGoDurationNull(),
-		ExpirationTime: timetypes.NewRFC3339Null(),
+		ID:                types.StringValue(accessor),
+		AccessorID:        types.StringValue(accessor),
+		SecretID:          types.StringValue(testenv.NewUUID()),
+		Description:       types.StringValue(""),
+		Policies:          types.SetNull(types.StringType),
+		Roles:             types.SetNull(types.StringType),
+		ServiceIdentities: types.SetNull(serviceIdentityType),
+		NodeIdentities:    types.SetNull(nodeIdentityType),
+		Local:             types.BoolValue(false),
+		ExpirationTTL:     timetypes.NewGoDurationNull(),
+		ExpirationTime:    timetypes.NewRFC3339Null(),
 	}
 }
 
@@ -518,4 +522,195 @@ func (compareSame) CompareValues(values ...any) error {
 		}
 	}
 	return nil
+}
+
+// outOfBand changes what token accessor holds through the Consul API, as an
+// operator with the management token would, keeping its description.
+func outOfBand(t *testing.T, accessor string, change func(*api.ACLToken)) {
+	t.Helper()
+	acl := agent.Client().ACL()
+	live, _, err := acl.TokenRead(accessor, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(live)
+	live.SecretID = "" // keep the secret
+	if _, _, err := acl.TokenUpdate(live, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createRole makes an ACL role (no policies: what matters is the link).
+func createRole(t *testing.T, name string) {
+	t.Helper()
+	role, _, err := agent.Client().ACL().RoleCreate(&api.ACLRole{Name: name, Description: "test role"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = agent.Client().ACL().RoleDelete(role.ID, nil) })
+}
+
+// liveHoldings is what the token in state holds in Consul, by name.
+func liveHoldings(s *terraform.State) (tokenHoldings, error) {
+	accessor, err := tokenAttr(s, "accessor_id")
+	if err != nil {
+		return tokenHoldings{}, err
+	}
+	live, _, err := agent.Client().ACL().TokenRead(accessor, nil)
+	if err != nil {
+		return tokenHoldings{}, err
+	}
+	return holdingsOf(live), nil
+}
+
+func checkLiveHoldings(want string) tfresource.TestCheckFunc {
+	return func(s *terraform.State) error {
+		h, err := liveHoldings(s)
+		if err != nil {
+			return err
+		}
+		if got := h.String(); got != want {
+			return fmt.Errorf("token holds %s, want %s", got, want)
+		}
+		return nil
+	}
+}
+
+// TestAccACLToken_outOfBandHoldingsAreDriftAndRemoved: roles, service
+// identities and node identities added to the token through the Consul API
+// are drift that plan shows and apply removes; declared ones are kept by an
+// unrelated update; one added out of band next to an unrelated change shows
+// in that plan too.
+func TestAccACLToken_outOfBandHoldingsAreDriftAndRemoved(t *testing.T) {
+	name, prefix := aclTestNames(t)
+	role, role2, renamed := name+"-r1", name+"-r2", name+"-renamed"
+	createRole(t, role)
+	createRole(t, role2)
+	var accessor string
+	declared := fmt.Sprintf(`
+  roles = [%q]
+  service_identities = [{ service_name = "web", datacenters = ["dc1"] }]
+  node_identities    = [{ node_name = "worker-1", datacenter = "dc1" }]
+`, role)
+	declaredHoldings := fmt.Sprintf("[policy %s, role %s, service identity web in dc1, node identity worker-1 in dc1]", name, role)
+	tfresource.Test(t, tfresource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkPolicyDestroyed(name, renamed),
+		Steps: []tfresource.TestStep{
+			{
+				Config: tokenConfig(name, prefix, false, `description = "first"`),
+				Check: tfresource.ComposeTestCheckFunc(checkLiveHoldings("[policy "+name+"]"), func(s *terraform.State) error {
+					accessor, _ = tokenAttr(s, "accessor_id")
+					return nil
+				}),
+			},
+			{
+				// Added out of band: the plan shows each as a change and
+				// apply takes it away.
+				PreConfig: func() {
+					outOfBand(t, accessor, func(tok *api.ACLToken) {
+						tok.Roles = append(tok.Roles, &api.ACLTokenRoleLink{Name: role})
+						tok.ServiceIdentities = append(tok.ServiceIdentities, &api.ACLServiceIdentity{ServiceName: "db"})
+						tok.NodeIdentities = append(tok.NodeIdentities, &api.ACLNodeIdentity{NodeName: "sneaky", Datacenter: "dc1"})
+					})
+				},
+				Config: tokenConfig(name, prefix, false, `description = "first"`),
+				ConfigPlanChecks: tfresource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(tokenAddr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(tokenAddr, tfjsonpath.New("roles"), knownvalue.Null()),
+						plancheck.ExpectKnownValue(tokenAddr, tfjsonpath.New("service_identities"), knownvalue.Null()),
+						plancheck.ExpectKnownValue(tokenAddr, tfjsonpath.New("node_identities"), knownvalue.Null()),
+					},
+				},
+				Check: checkLiveHoldings("[policy " + name + "]"),
+			},
+			{
+				Config: tokenConfig(name, prefix, false, `description = "first"`+declared),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(tokenAddr, tfjsonpath.New("roles"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact(role)})),
+					statecheck.ExpectKnownValue(tokenAddr, tfjsonpath.New("service_identities"), knownvalue.SetExact([]knownvalue.Check{
+						knownvalue.ObjectExact(map[string]knownvalue.Check{
+							"service_name": knownvalue.StringExact("web"),
+							"datacenters":  knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact("dc1")}),
+						}),
+					})),
+				},
+				Check: checkLiveHoldings(declaredHoldings),
+			},
+			{
+				// An unrelated update keeps what is declared.
+				Config: tokenConfig(name, prefix, false, `description = "second"`+declared),
+				ConfigPlanChecks: tfresource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(tokenAddr, plancheck.ResourceActionUpdate)},
+				},
+				Check: checkLiveHoldings(declaredHoldings),
+			},
+			{
+				// Out of band next to an unrelated change: the plan shows
+				// the removal, not only the description.
+				PreConfig: func() {
+					outOfBand(t, accessor, func(tok *api.ACLToken) {
+						tok.Roles = append(tok.Roles, &api.ACLTokenRoleLink{Name: role2})
+					})
+				},
+				Config: tokenConfig(name, prefix, false, `description = "third"`+declared),
+				ConfigPlanChecks: tfresource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(tokenAddr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(tokenAddr, tfjsonpath.New("roles"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact(role)})),
+					},
+				},
+				Check: checkLiveHoldings(declaredHoldings),
+			},
+			{
+				// Renaming the policy in the same apply is no change made
+				// outside OpenTofu: the link reads back under the new name.
+				Config: tokenConfig(renamed, prefix, false, `description = "fourth"`+declared),
+				Check:  checkLiveHoldings(strings.Replace(declaredHoldings, "policy "+name, "policy "+renamed, 1)),
+			},
+			{
+				ResourceName:      tokenAddr,
+				ImportState:       true,
+				ImportStateIdFunc: func(*terraform.State) (string, error) { return accessor, nil },
+				ImportStateVerify: true,
+			},
+		},
+	})
+}
+
+// TestACLTokenUpdate_refusesToRemoveWhatThePlanDidNotShow: an update whose
+// plan was made before something was added to the token (or with
+// -refresh=false) must not strip it unseen.
+func TestACLTokenUpdate_refusesToRemoveWhatThePlanDidNotShow(t *testing.T) {
+	ctx := context.Background()
+	acl := agent.Client().ACL()
+	created, _, err := acl.TokenCreate(&api.ACLToken{Description: "before"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = acl.TokenDelete(created.AccessorID, nil) })
+	outOfBand(t, created.AccessorID, func(tok *api.ACLToken) {
+		tok.NodeIdentities = []*api.ACLNodeIdentity{{NodeName: "late", Datacenter: "dc1"}}
+	})
+
+	r := &aclTokenResource{data: aclTestProviderData(t, agent.ManagementToken)}
+	stateModel := aclTestTokenModel(created.AccessorID)
+	stateModel.Description = types.StringValue("before")
+	planModel := stateModel
+	planModel.Description = types.StringValue("after")
+	state := aclTestResourceState(t, r, stateModel)
+	plan := tfsdk.Plan{Schema: state.Schema, Raw: aclTestResourceState(t, r, planModel).Raw}
+	resp := resource.UpdateResponse{State: state}
+	r.Update(ctx, resource.UpdateRequest{Plan: plan, State: state}, &resp)
+	if !resp.Diagnostics.HasError() || !strings.Contains(fmt.Sprint(resp.Diagnostics), "ACL Token Changed Outside OpenTofu") {
+		t.Fatalf("Update over an unseen node identity: %v; want the ACL Token Changed Outside OpenTofu error", resp.Diagnostics)
+	}
+	live, _, err := acl.TokenRead(created.AccessorID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.NodeIdentities) != 1 || live.Description != "before" {
+		t.Fatalf("the token was changed anyway: description %q, node identities %d", live.Description, len(live.NodeIdentities))
+	}
 }

@@ -75,7 +75,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"`consul lock`, api.Lock and api.Semaphore. The resource creates the key create-only with Consul's lock flags, " +
 			"adopts a compatible existing key untouched, repairs deleted keys and drifted flags, and refuses to destroy a " +
 			"held lock unless `force_destroy` is set. It never changes what holders own: the key's value, session and " +
-			"LockIndex (the fencing token). The declaration is recorded at `<registry_prefix>/locks/<name>` for the controller and `consullock run`.",
+			"LockIndex. The declaration is recorded at `<registry_prefix>/locks/<name>` for the controller and `consullock run`.",
 		Attributes: map[string]schema.Attribute{
 			"name": schema.StringAttribute{
 				MarkdownDescription: "Lock name, unique per registry prefix; `consullock run -lock NAME` uses it. Use 1 to 128 letters, digits, `-` or `_`. Changing it replaces the lock.",
@@ -102,8 +102,10 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"limit": schema.Int64Attribute{
 				MarkdownDescription: fmt.Sprintf("How many holders at once: `1` is a mutex (api.Lock, `consul lock`), `2` to `%d` a "+
-					"semaphore (api.Semaphore, `consul lock -n N`). Changing a semaphore's limit rewrites the Limit in its key and "+
-					"keeps the holders; changing between mutex and semaphore replaces the lock. Default `1`.", lockmodel.MaxSemaphoreLimit),
+					"semaphore (api.Semaphore, `consul lock -n N`). Changing a semaphore's limit rewrites only the Limit in its key: "+
+					"the holder table's entries, contender keys and sessions stay, so current holders keep their slots (a lower limit "+
+					"removes none; new holders wait until enough have released). Changing between mutex and semaphore replaces the lock. "+
+					"Default `1`.", lockmodel.MaxSemaphoreLimit),
 				Optional:      true,
 				Computed:      true,
 				Default:       int64default.StaticInt64(1),

@@ -835,3 +835,108 @@ resource "consullock_lock" "semaphore" {
 		},
 	})
 }
+
+// TestAccLock_semaphoreResizeKeepsApiSemaphoreHolders backs the documented
+// resize behaviour with real api.Semaphore holders (what `consul lock -n`
+// runs): raising and lowering the limit, even below the number of holders,
+// loses none of them; a new contender waits while the pool is full, and one
+// started with the old limit refuses the table.
+func TestAccLock_semaphoreResizeKeepsApiSemaphoreHolders(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	prefix := p + "/pool"
+	key := prefix + "/.lock"
+	config := func(limit int) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "pool"
+  prefix = %q
+  limit  = %d
+}
+`, prefix, limit)
+	}
+	type holder struct {
+		sem  *api.Semaphore
+		lost <-chan struct{}
+	}
+	var holders []holder
+	t.Cleanup(func() {
+		for _, h := range holders {
+			_ = h.sem.Release()
+		}
+	})
+	contender := func(limit int, name string) *api.Semaphore {
+		sem, err := agent.Client().SemaphoreOpts(&api.SemaphoreOptions{
+			Prefix: prefix, Limit: limit, SessionName: name, SemaphoreTryOnce: true, SemaphoreWaitTime: 200 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sem
+	}
+	// noneLost waits a margin for the holders' monitors to see the new
+	// table. A slow machine can only make this pass without proving
+	// anything, never fail a correct provider.
+	noneLost := func(*terraform.State) error {
+		time.Sleep(2 * time.Second)
+		for i, h := range holders {
+			select {
+			case <-h.lost:
+				return fmt.Errorf("api.Semaphore holder %d lost its slot on a limit change", i)
+			default:
+			}
+		}
+		s, err := lockmodel.DecodeSemaphoreState(kvPair(t, key).Value)
+		if err != nil || len(s.Holders) != len(holders) {
+			return fmt.Errorf("holder table %+v (%v); want all %d holders", s, err, len(holders))
+		}
+		return nil
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: config(3),
+				Check: func(*terraform.State) error {
+					for i := range 3 {
+						sem := contender(3, fmt.Sprintf("pool-%d", i))
+						lost, err := sem.Acquire(nil)
+						if err != nil || lost == nil {
+							return fmt.Errorf("holder %d: api.Semaphore did not acquire a free slot: %v", i, err)
+						}
+						holders = append(holders, holder{sem, lost})
+					}
+					return nil
+				},
+			},
+			{Config: config(4), Check: noneLost},
+			{
+				// Below the number of holders: none is removed, and a new
+				// contender gets no slot.
+				Config: config(2),
+				Check: resource.ComposeAggregateTestCheckFunc(noneLost, func(*terraform.State) error {
+					full := contender(2, "pool-new")
+					if lost, err := full.Acquire(nil); err != nil || lost != nil {
+						return fmt.Errorf("a new contender acquired a slot of a pool over its limit (err %v)", err)
+					}
+					if _, err := contender(3, "pool-old").Acquire(nil); err == nil || !strings.Contains(err.Error(), "semaphore limit conflict") {
+						return fmt.Errorf("a contender with the old limit: %v; want semaphore limit conflict", err)
+					}
+					return nil
+				}),
+			},
+			{
+				// Release the holders so that the lock can be destroyed.
+				PreConfig: func() {
+					for _, h := range holders {
+						if err := h.sem.Release(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					holders = nil
+				},
+				Config: config(2),
+			},
+		},
+	})
+}

@@ -2,10 +2,8 @@ package provider
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
@@ -68,10 +66,6 @@ var sessionServiceCheckAttrTypes = map[string]attr.Type{
 	"id":        types.StringType,
 	"namespace": types.StringType,
 }
-
-// registryIndexKey is the private-state key holding the ModifyIndex of the
-// registry record as last read or written, for check-and-set writes.
-const registryIndexKey = "registry_index"
 
 func (r *sessionDefaultsResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_session_defaults"
@@ -265,17 +259,6 @@ func durationOf(v timetypes.GoDuration, ifNull time.Duration, field string, unkn
 	d, ds := v.ValueGoDuration()
 	diags.Append(ds...)
 	return d
-}
-
-// keepDuration returns prior when it already says d, else d in canonical
-// form.
-func keepDuration(prior timetypes.GoDuration, d time.Duration) timetypes.GoDuration {
-	if !prior.IsNull() && !prior.IsUnknown() {
-		if pd, diags := prior.ValueGoDuration(); !diags.HasError() && pd == d {
-			return prior
-		}
-	}
-	return timetypes.NewGoDurationValueFromStringMust(lockmodel.FormatDuration(d))
 }
 
 // ValidateConfig applies the profile rules that involve several attributes
@@ -533,156 +516,4 @@ func (r *sessionDefaultsResource) ImportState(ctx context.Context, req resource.
 	state.setProfile(p, rec.Key)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, rec.ModifyIndex)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
-}
-
-// privateState is the part of the framework's private state API the
-// resources here use (resp.Private of Create, Read, Update, ImportState).
-type privateState interface {
-	GetKey(ctx context.Context, key string) ([]byte, diag.Diagnostics)
-	SetKey(ctx context.Context, key string, value []byte) diag.Diagnostics
-}
-
-func setRegistryIndex(ctx context.Context, p privateState, index uint64) diag.Diagnostics {
-	data, _ := json.Marshal(index)
-	return p.SetKey(ctx, registryIndexKey, data)
-}
-
-// registryIndex returns the record's ModifyIndex as last seen; 0 when none
-// was recorded.
-func registryIndex(ctx context.Context, p privateState) (uint64, diag.Diagnostics) {
-	data, diags := p.GetKey(ctx, registryIndexKey)
-	if diags.HasError() || len(data) == 0 {
-		return 0, diags
-	}
-	var index uint64
-	if err := json.Unmarshal(data, &index); err != nil {
-		return 0, nil
-	}
-	return index, diags
-}
-
-// writeRegistryRecord writes a record by check-and-set against the index the
-// last refresh saw, so that a concurrent apply elsewhere is reported instead
-// of overwritten. Without a recorded index, or when the record moves to
-// another key (sameKey false), it reads the current index first.
-func writeRegistryRecord(ctx context.Context, reg *consul.Registry, private privateState, sameKey bool, kind, name string, data []byte) (uint64, diag.Diagnostics) {
-	var diags diag.Diagnostics
-	index, ds := registryIndex(ctx, private)
-	diags.Append(ds...)
-	if index == 0 || !sameKey {
-		index = 0
-		rec, found, err := reg.Get(ctx, kind, name)
-		if err != nil {
-			addConsulError(&diags, "Cannot Read Registry Record", err)
-			return 0, diags
-		}
-		if found {
-			index = rec.ModifyIndex
-		}
-	}
-	newIndex, err := reg.Put(ctx, kind, name, data, index)
-	var conflict *consul.ErrConflict
-	switch {
-	case errors.As(err, &conflict):
-		diags.AddError("Registry Record Changed Concurrently",
-			fmt.Sprintf("The record %s was changed by someone else since it was last read, so it was not overwritten (check-and-set). "+
-				"Another configuration may declare the same name. Refresh (tofu plan) to see the change, then apply again.", conflict.Key))
-	case err != nil:
-		addConsulError(&diags, "Cannot Write Registry Record", err)
-	}
-	return newIndex, diags
-}
-
-// removeMovedRecord deletes the record at oldKey after it was written at
-// newKey (the provider's registry_prefix changed). Failing to delete it is a
-// warning: the declaration itself is in place.
-func removeMovedRecord(ctx context.Context, client *consul.Client, oldKey, newKey string, diags *diag.Diagnostics) {
-	if oldKey == "" || oldKey == newKey || !strings.Contains(oldKey, "/") {
-		return
-	}
-	if _, err := client.DeleteKeyIfIndex(ctx, oldKey, 0); err != nil {
-		diags.AddWarning("Old Registry Record Left Behind",
-			fmt.Sprintf("The declaration moved to %s; its old record %s could not be deleted. Delete it with `consul kv delete %s`.\n\n%s",
-				newKey, oldKey, oldKey, err))
-	}
-}
-
-// domainStringRule is an attribute validator for a rule of ours: it calls a
-// lockmodel check with the attribute's name, so the message names the
-// attribute, the value and what is allowed, in the controller's words too.
-type domainStringRule struct {
-	check func(field, value string) error
-	what  string
-}
-
-func (v domainStringRule) Description(context.Context) string { return "must be " + v.what }
-
-func (v domainStringRule) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (v domainStringRule) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if err := v.check(req.Path.String(), req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+attributeTitle(req.Path), err.Error()+".")
-	}
-}
-
-// domainDurationRule is domainStringRule for Go duration strings; values
-// that do not parse are reported by the timetypes.GoDuration type itself.
-type domainDurationRule struct {
-	check func(field string, d time.Duration) error
-	what  string
-}
-
-func (v domainDurationRule) Description(context.Context) string { return "must be " + v.what }
-
-func (v domainDurationRule) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-
-func (v domainDurationRule) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	d, err := time.ParseDuration(req.ConfigValue.ValueString())
-	if err != nil {
-		return
-	}
-	if err := v.check(req.Path.String(), d); err != nil {
-		// Name the value as written ("90s"), not as Go prints it.
-		var fe *lockmodel.FieldError
-		if errors.As(err, &fe) {
-			c := *fe
-			c.Value = req.ConfigValue.ValueString()
-			err = &c
-		}
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+attributeTitle(req.Path), err.Error()+".")
-	}
-}
-
-// allowedText is the Allowed part of a lockmodel field error, for validator
-// descriptions: callers pass the error of a value that is always refused.
-func allowedText(err error) string {
-	var fe *lockmodel.FieldError
-	if errors.As(err, &fe) {
-		return fe.Allowed
-	}
-	return "valid"
-}
-
-// attributeTitle turns an attribute path ("lock_delay") into a title ("Lock
-// Delay") for diagnostic summaries.
-func attributeTitle(p path.Path) string {
-	words := strings.Split(strings.ReplaceAll(p.String(), "_", " "), " ")
-	for i, w := range words {
-		switch w {
-		case "ttl":
-			words[i] = "TTL"
-		case "":
-		default:
-			words[i] = strings.ToUpper(w[:1]) + w[1:]
-		}
-	}
-	return strings.Join(words, " ")
 }

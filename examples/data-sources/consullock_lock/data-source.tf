@@ -7,10 +7,10 @@ data "consullock_lock" "nightly_report" {
 
 output "nightly_report_holder" {
   value = data.consullock_lock.nightly_report.held ? {
-    node       = data.consullock_lock.nightly_report.node
-    session    = data.consullock_lock.nightly_report.session
-    lock_index = data.consullock_lock.nightly_report.lock_index
-    value      = data.consullock_lock.nightly_report.value
+    node          = data.consullock_lock.nightly_report.node
+    session       = data.consullock_lock.nightly_report.session
+    fencing_token = data.consullock_lock.nightly_report.fencing_token
+    value         = data.consullock_lock.nightly_report.value
   } : null
 }
 

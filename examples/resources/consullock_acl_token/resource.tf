@@ -19,6 +19,18 @@ resource "consullock_acl_token" "maintenance" {
   expiration_ttl = "8h"
 }
 
+# A worker node's agent token: its node identity, plus the lock holders'
+# policy so the same token can run the job. Anything added to it outside
+# OpenTofu shows in the next plan and is removed by apply.
+resource "consullock_acl_token" "worker_1" {
+  description = "agent and lock holder on worker-1"
+  policies    = [consullock_acl_policy.nightly_report.name]
+  node_identities = [{
+    node_name  = "worker-1"
+    datacenter = "dc1"
+  }]
+}
+
 output "nightly_report_accessor_id" {
   value = consullock_acl_token.nightly_report.accessor_id
 }
