@@ -100,7 +100,7 @@ func helperMain(args []string) int {
 		_ = f.Close()
 	}
 	write("start",
-		"index="+os.Getenv(EnvLockIndex), "session="+os.Getenv(EnvLockSession),
+		"index="+os.Getenv(EnvLockIndex), "token="+os.Getenv(EnvFencingToken), "session="+os.Getenv(EnvLockSession),
 		"held="+os.Getenv(EnvLockHeld), "key="+os.Getenv(EnvLockKey), "pid="+strconv.Itoa(os.Getpid()))
 	done := make(chan struct{})
 	go func() {
@@ -131,7 +131,7 @@ type childRun struct {
 	tag           string
 	start, end    time.Time
 	ended, termed bool
-	index         uint64
+	index, token  uint64
 	session, key  string
 	held          string
 	pid           int
@@ -169,6 +169,7 @@ func readRuns(t testing.TB, path string) []*childRun {
 		case "start":
 			r.start = at
 			r.index, _ = strconv.ParseUint(kv["index"], 10, 64)
+			r.token, _ = strconv.ParseUint(kv["token"], 10, 64)
 			r.session, r.key, r.held = kv["session"], kv["key"], kv["held"]
 			r.pid, _ = strconv.Atoi(kv["pid"])
 		case "end":

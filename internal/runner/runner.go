@@ -69,7 +69,9 @@ type runner struct {
 	client  *consul.Client
 	lock    lockmodel.Lock           // normalised
 	profile lockmodel.SessionProfile // defaults applied
-	proto   protocol
+	// stop says when a holder without contact must stop its command.
+	stop  lockmodel.StopRule
+	proto protocol
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -141,10 +143,14 @@ func (r *runner) setup(ctx context.Context) error {
 	for _, w := range append(r.lock.ProfileWarnings(r.profile), r.profile.Warnings()...) {
 		r.log.Warn(w.Summary, "detail", w.Detail)
 	}
-	if r.cfg.grace >= r.profile.TTL {
-		r.log.Warn("grace is not shorter than the session TTL", "grace", r.cfg.grace, "ttl", lockmodel.FormatDuration(r.profile.TTL),
-			"detail", "after losing contact the runner stops the command at TTL + grace; Consul may hand the lock to another "+
-				"holder from 2 x TTL + lock-delay on, so keep grace below the TTL")
+	r.stop = lockmodel.NewStopRule(r.profile, r.cfg.grace)
+	if problem := r.stop.Problem("-grace"); problem != "" {
+		r.log.Warn("this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
+			"detail", problem, "ttl", lockmodel.FormatDuration(r.stop.TTL), "lock_delay", lockmodel.FormatDuration(r.stop.LockDelay),
+			"health_checks", r.stop.HealthChecks, "renew_every", lockmodel.FormatDuration(r.stop.RenewEvery),
+			"renew_timeout", lockmodel.FormatDuration(r.stop.RenewTimeout), "grace", r.cfg.grace,
+			"stops_after", lockmodel.FormatDuration(r.stop.LossAfter()), "killed_by", lockmodel.FormatDuration(r.stop.DeadBy()),
+			"take_over_from", lockmodel.FormatDuration(r.stop.TakeOverAfter()))
 	}
 	if r.lock.MaxHold > 0 {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
@@ -260,7 +266,7 @@ func (w *workers) stop() {
 
 // acquisition is the result of protocol.Acquire.
 type acquisition struct {
-	token   uint64
+	grant   grant
 	err     error
 	started time.Time // the successful attempt, as written in the value
 }
@@ -285,7 +291,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		attempted  bool // an acquisition was started for sess: release on exit
 		ph         = waiting
 		ch         *child
-		token      uint64
+		granted    grant
 		lossWhy    string
 		acquiredAt time.Time
 	)
@@ -337,23 +343,23 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 			}
 		}
 		sess, attempted = s, false
-		judge = newLossJudge(r.profile.TTL, s.Created)
+		judge = newLossJudge(r.stop, s.Created)
 		work = newWorkers(ctx)
-		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.profile.RenewEvery, obs) })
+		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.stop.RenewEvery, r.stop.RenewTimeout, obs) })
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
-			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery))
+			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 
 		done := make(chan acquisition, 1)
 		acqDone, attempted = done, true
 		work.goFn(func(ctx context.Context) {
 			var attempt time.Time
-			token, err := r.proto.Acquire(ctx, s, func() []byte {
+			g, err := r.proto.Acquire(ctx, s, func() []byte {
 				attempt = time.Now()
 				return r.holderValue(s, attempt)
 			})
-			done <- acquisition{token: token, err: err, started: attempt}
+			done <- acquisition{grant: g, err: err, started: attempt}
 		})
 		return nil
 	}
@@ -437,14 +443,15 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 				r.log.Error("cannot acquire the lock", "error", res.err.Error())
 				return ExitSetup
 			}
-			token, acquiredAt, r.acquired = res.token, time.Now(), res.started
+			granted, acquiredAt, r.acquired = res.grant, time.Now(), res.started
 			timeoutC = nil
 			if v := judge.check(acquiredAt); v.lost {
 				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.reason)
 				return ExitLockLost
 			}
-			r.log.Info("lock acquired", "session", sess.ID, "lock_index", token, "waited", time.Since(waitStart).Round(time.Millisecond))
-			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, token))
+			r.log.Info("lock acquired", "session", sess.ID, "fencing_token", granted.fencingToken, "lock_index", granted.lockIndex,
+				"waited", time.Since(waitStart).Round(time.Millisecond))
+			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, granted))
 			if err != nil {
 				r.log.Error("cannot start the command", "command", r.cfg.command[0], "error", err.Error())
 				return startErrorExitCode(err)
