@@ -82,11 +82,14 @@ func (c *child) signal(sig os.Signal) error {
 	return signalChild(c.cmd.Process, c.ownGroup, sig)
 }
 
-// killGroup SIGKILLs what is left of the child's process group after the
-// child exited, so that nothing it started keeps working once the lock is
-// lost. Without an own group there is nothing to do.
-func (c *child) killGroup() {
-	if c.ownGroup {
-		_ = signalChild(c.cmd.Process, true, sigKill)
+// groupLeft reports whether processes remain in the child's process group
+// after the child itself has exited (false without an own group). Call it
+// only after done is closed: it reaps orphans the runner adopted as a
+// subreaper, which must not race with the reaping of the child.
+func (c *child) groupLeft() bool {
+	if !c.ownGroup {
+		return false
 	}
+	reapAdopted()
+	return groupExists(c.cmd.Process.Pid)
 }

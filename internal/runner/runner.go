@@ -53,6 +53,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		return ExitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	becomeSubreaper()
 	r := &runner{cfg: cfg, log: log, started: time.Now()}
 	return r.run(ctx, sigCh)
 }
@@ -277,7 +278,16 @@ const (
 	waiting     phase = iota // for the lock
 	holding                  // the child runs under the lock
 	terminating              // the lock is lost; the child is being stopped
+	draining                 // the child exited; what it left in its group is being ended
 )
+
+// drainPoll is how often the runner checks whether the processes the
+// command left in its process group are gone. Nothing signals the end of
+// a process that is not the runner's child, so this polls.
+const drainPoll = 20 * time.Millisecond
+
+// killWait bounds the wait for SIGKILLed processes to be gone.
+const killWait = 5 * time.Second
 
 // loop is the event loop: it owns the session (first, already created), its
 // workers and the child, and returns the exit code after cleaning up.
@@ -294,6 +304,10 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		granted    grant
 		lossWhy    string
 		acquiredAt time.Time
+		exited     bool // the child has exited and been reaped
+		exitCode   int  // the child's, kept while draining
+		drainC     <-chan time.Time
+		killedAt   time.Time // when the group was sent SIGKILL while draining
 	)
 	deadline := time.NewTimer(time.Hour) // contact deadline while holding
 	deadline.Stop()
@@ -382,6 +396,21 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		}
 		grace.Reset(r.cfg.grace)
 	}
+	// lose acts on a lost lock: the running command is stopped; processes
+	// it left behind are killed at once (they had the command's grace).
+	lose := func(reason string) {
+		if ph == holding {
+			startTermination(reason)
+			return
+		}
+		if lossWhy == "" {
+			lossWhy = reason
+			deadline.Stop()
+			r.log.Error("lock lost while ending the processes the command left; killing them", "reason", reason, "pgid", ch.pid())
+			_ = ch.signal(sigKill)
+			killedAt = time.Now()
+		}
+	}
 	armDeadline := func() {
 		deadline.Reset(max(time.Until(judge.deadline()), 0) + time.Millisecond)
 	}
@@ -393,9 +422,30 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	waitStart := time.Now()
 	ctxDone := ctx.Done()
 
+	// killLeftovers SIGKILLs the command's process group and waits, with
+	// a bound, until it is empty.
+	killLeftovers := func() {
+		if !ch.ownGroup {
+			return
+		}
+		_ = ch.signal(sigKill)
+		for end := time.Now().Add(killWait); ch.groupLeft() && time.Now().Before(end); {
+			time.Sleep(drainPoll)
+		}
+		if ch.groupLeft() {
+			r.log.Warn("processes of the command's process group survived SIGKILL", "pgid", ch.pid(), "waited", killWait)
+		}
+	}
+	var drainTicker *time.Ticker
+	defer func() {
+		if drainTicker != nil {
+			drainTicker.Stop()
+		}
+	}()
+
 	for {
 		var childDone chan struct{}
-		if ch != nil {
+		if ch != nil && !exited {
 			childDone = ch.done
 		}
 		select {
@@ -485,40 +535,75 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 						return ExitSetup
 					}
 				}
-			case holding:
+			case holding, draining:
 				if v.lost {
-					startTermination(v.reason)
+					lose(v.reason)
 				} else {
 					armDeadline()
 				}
 			}
 
 		case <-deadline.C:
-			if ph != holding {
+			if ph != holding && ph != draining {
 				continue
 			}
 			if v := judge.check(time.Now()); v.lost {
-				startTermination(v.reason)
+				lose(v.reason)
 			} else {
 				armDeadline()
 			}
 
 		case <-grace.C:
-			if ph == terminating || ctxDone == nil {
+			switch {
+			case ph == draining:
+				r.log.Warn("processes left by the command did not exit within the grace period; killing them", "pgid", ch.pid(), "grace", r.cfg.grace)
+				_ = ch.signal(sigKill)
+				killedAt = time.Now()
+			case ph == terminating || ctxDone == nil:
 				r.log.Error("command did not exit within the grace period; killing it", "pid", ch.pid(), "grace", r.cfg.grace)
 				_ = ch.signal(sigKill)
 			}
 
+		case <-drainC:
+			if !ch.groupLeft() {
+				r.log.Info("the processes the command left have ended", "pgid", ch.pid())
+				if lossWhy != "" {
+					return ExitLockLost
+				}
+				return exitCode
+			}
+			if !killedAt.IsZero() && time.Since(killedAt) > killWait {
+				r.log.Warn("processes of the command's process group survived SIGKILL; releasing the lock anyway", "pgid", ch.pid(), "waited", killWait)
+				if lossWhy != "" {
+					return ExitLockLost
+				}
+				return exitCode
+			}
+
 		case <-childDone:
+			exited = true
 			held := time.Since(acquiredAt).Round(time.Millisecond)
 			if ph == terminating {
-				ch.killGroup()
+				// The lock is lost: nothing the command started may go
+				// on, and the group had its grace with the command.
+				killLeftovers()
 				r.log.Error("lock lost: the command was stopped", "reason", lossWhy, "exit_code", ExitLockLost, "held", held)
 				return ExitLockLost
 			}
-			code := childExitCode(ch.state, r.cfg.childExitCode)
-			r.log.Info("command exited", "status", ch.state.String(), "exit_code", code, "held", held)
-			return code
+			exitCode = childExitCode(ch.state, r.cfg.childExitCode)
+			r.log.Info("command exited", "status", ch.state.String(), "exit_code", exitCode, "held", held)
+			if !ch.groupLeft() {
+				return exitCode
+			}
+			// The lock is released only when nothing the command
+			// started still works under it.
+			ph = draining
+			r.log.Warn("the command left processes in its process group; ending them before releasing the lock",
+				"pgid", ch.pid(), "signal", "SIGTERM", "grace", r.cfg.grace)
+			_ = ch.signal(sigTerm)
+			grace.Reset(r.cfg.grace)
+			drainTicker = time.NewTicker(drainPoll)
+			drainC = drainTicker.C
 		}
 	}
 }

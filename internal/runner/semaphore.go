@@ -224,15 +224,28 @@ func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observatio
 }
 
 // lostBecause says why pairs show that s no longer holds a slot, or "".
+// Only the slot counts, as in api.Semaphore's monitor: the contender key
+// held by s and s listed in the holder table. The table's Limit does not:
+// a resize (the provider rewrites Limit by check-and-set and keeps
+// Holders) leaves every holder its slot.
 func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
 	if !heldBy(pairs, m.contenderKey(s), s.ID) {
 		return "contender key " + m.contenderKey(s) + " is no longer held by this session"
 	}
-	table, _, err := m.table(pairs)
+	var table *api.KVPair
+	for _, p := range pairs {
+		if p.Key == m.lock.Key {
+			table = p
+		}
+	}
+	if table == nil {
+		return "holder table " + m.lock.Key + " was deleted"
+	}
+	state, err := lockmodel.DecodeSemaphoreState(table.Value)
 	if err != nil {
 		return "holder table " + m.lock.Key + " is unusable: " + err.Error()
 	}
-	if !table.Holders[s.ID] {
+	if !state.Holders[s.ID] {
 		return "holder table " + m.lock.Key + " no longer lists this session"
 	}
 	return ""
