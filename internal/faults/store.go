@@ -57,7 +57,7 @@ type Write struct {
 	At        time.Time `json:"at"` // when the store decided (one clock for all writers)
 	Kind      string    `json:"kind"`
 	Worker    string    `json:"worker"`
-	Run       string    `json:"run"` // one child execution
+	Run       string    `json:"run"`   // one child execution
 	Token     uint64    `json:"token"` // the writer's fencing token (EnvFencingToken)
 	Session   string    `json:"session,omitempty"`
 	PID       int       `json:"pid,omitempty"`
