@@ -28,11 +28,6 @@ func TestFaults(t *testing.T) {
 	var reports []Report
 	for _, ph := range faultPhases(full) {
 		t.Run(ph.name, func(t *testing.T) {
-			if ph.partitioned {
-				if err := netnsAvailable(); err != nil {
-					t.Skipf("network namespaces are not available here, the partition fault is not run: %v", err)
-				}
-			}
 			reports = append(reports, newHarness(t, ph).run())
 		})
 	}
@@ -148,7 +143,7 @@ func injectStall(h *harness, holder Write) Write {
 // stop its child; the key is under lock-delay.
 func injectDestroy(h *harness, holder Write) Write {
 	mark := h.store.Mark(holder.Worker, "session destroy")
-	if _, err := agent.Client().Session().Destroy(holder.Session, nil); err != nil {
+	if _, err := h.env.admin().Session().Destroy(holder.Session, nil); err != nil {
 		h.t.Fatalf("destroying session %s: %v", holder.Session, err)
 	}
 	return h.waitStart(mark.Seq, holder.Token)
