@@ -157,7 +157,13 @@ func TestClusterFaults(t *testing.T) {
 // session right after the runner's last contact, and another node may
 // acquire lock_delay (8s) later; the runner renews every 2s, gives a
 // renewal 2s, the command 2s of grace (-grace), and keeps 1s of margin.
-var clusterProfile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 8 * time.Second, RenewEvery: 2 * time.Second}
+// The TTL (15s) is longer than lock_delay on purpose: a runner that waits
+// for a TTL without renewal before stopping its command is too late.
+var clusterProfile = lockmodel.SessionProfile{TTL: 15 * time.Second, LockDelay: 8 * time.Second, RenewEvery: 2 * time.Second}
+
+// semaphoreProfile: a killed holder's slot comes back when its session
+// expires (about 2 x ttl); a shorter TTL keeps the rounds short.
+var semaphoreProfile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 8 * time.Second, RenewEvery: 2 * time.Second}
 
 func clusterPhases(full bool) []phase {
 	n := func(ci, fullRounds int) int {
@@ -171,8 +177,8 @@ func clusterPhases(full bool) []phase {
 		{name: "cluster-client-freeze", rounds: n(1, 4), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeFreeze)},
 		{name: "cluster-client-kill", rounds: n(1, 3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeKill)},
 		{name: "cluster-client-cut", rounds: n(1, 3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeCut)},
-		{name: "cluster-semaphore-holder-kill", rounds: n(1, 3), work: 8 * time.Second, cluster: true, limit: 2, profile: clusterProfile, inject: injectKill},
-		{name: "cluster-semaphore-agent-restart", rounds: n(1, 3), work: 8 * time.Second, cluster: true, limit: 2, profile: clusterProfile, inject: injectAgentRestart},
+		{name: "cluster-semaphore-holder-kill", rounds: n(1, 3), work: time.Minute, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectKill)},
+		{name: "cluster-semaphore-agent-restart", rounds: n(1, 3), work: 8 * time.Second, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectAgentRestart)},
 	}
 }
 
@@ -250,8 +256,8 @@ const (
 // nodeFaultFigure is one node fault's timing, from the injection.
 type nodeFaultFigure struct {
 	fault, node string
-	// childDead: when the old holder's command was gone (-1: it never
-	// was while watched).
+	// childDead: when the old holder's command was gone (-1: it was
+	// still running long after the take-over).
 	childDead time.Duration
 	// nextStart: when the next holder's command wrote its start.
 	nextStart time.Duration
@@ -317,10 +323,22 @@ func injectNodeFault(kind nodeFault) func(*harness, Write) Write {
 		if err := sharedCluster(t).WaitHealthy(ctx); err != nil {
 			t.Fatalf("the cluster did not recover from the %s of %s: %v", kind, node.Name, err)
 		}
+		if fig.childDead < 0 {
+			// How long it outlived the take-over, for the figures: its
+			// runner stops it at the latest a TTL without renewal later.
+			deadline := time.Now().Add(h.profile.TTL + 2*time.Minute)
+			for time.Now().Before(deadline) {
+				if at, ok := exit.at(); ok {
+					fig.childDead = at.Sub(mark.At)
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		h.nodeFaults = append(h.nodeFaults, fig)
 		switch {
 		case fig.childDead < 0:
-			t.Errorf("%s of %s: the old holder's command (%s, pid %d, token %d) was still running when the next holder's command (%s, token %d) started %s after the fault",
+			t.Errorf("%s of %s: the old holder's command (%s, pid %d, token %d) was still running when the next holder's command (%s, token %d) started %s after the fault, and long after",
 				kind, node.Name, holder.Worker, holder.PID, holder.Token, next.Worker, next.Token, fig.nextStart.Round(time.Millisecond))
 		case fig.childDead > fig.nextStart:
 			t.Errorf("%s of %s: the old holder's command (%s, token %d) died %s after the fault, %s after the next holder's command (%s) started",
@@ -330,6 +348,40 @@ func injectNodeFault(kind nodeFault) func(*harness, Write) Write {
 				kind, node.Name, fig.childDead.Round(time.Millisecond), next.Worker, fig.nextStart.Round(time.Millisecond))
 		}
 		return next
+	}
+}
+
+// whenFull injects a fault into a semaphore only once limit holders work,
+// so that the next start is a waiter taking a slot, not a second holder
+// joining a free one.
+func whenFull(inject func(*harness, Write) Write) func(*harness, Write) Write {
+	return func(h *harness, holder Write) Write {
+		ctx, cancel := context.WithTimeout(h.ctx, waitTimeout)
+		defer cancel()
+		if _, err := h.store.WaitFor(ctx, func(log []Write) bool {
+			active := map[string]int{}
+			for _, w := range log {
+				switch w.Kind {
+				case KindStart:
+					active[w.Run] = w.PID
+				case KindEnd, KindAbort:
+					delete(active, w.Run)
+				}
+			}
+			n := 0
+			for _, pid := range active {
+				if running(pid) {
+					n++
+				}
+			}
+			return n >= h.ph.limit
+		}); err != nil {
+			h.t.Fatalf("%s: %d holders never worked at once", h.ph.name, h.ph.limit)
+		}
+		if h.holderRunner(holder) == nil {
+			return h.waitStart(holder.Seq, holder.Token)
+		}
+		return inject(h, holder)
 	}
 }
 
