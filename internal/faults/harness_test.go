@@ -153,11 +153,15 @@ func newHarness(t *testing.T, ph phase) *harness {
 		// network namespaces (root), else a link the test cuts: the same
 		// fault for the runner (requests that hang), no privileges needed.
 		// FAULTS_PARTITION=link forces the link (to check it as root).
-		if err := netnsAvailable(); err == nil && os.Getenv("FAULTS_PARTITION") != "link" {
+		err := netnsAvailable()
+		if os.Getenv("FAULTS_PARTITION") == "link" {
+			err = errors.New("FAULTS_PARTITION=link")
+		}
+		if err == nil {
 			h.part = newPartition(t, agent.Addr)
 			listen = "0.0.0.0:0" // also reached from the namespace
 		} else {
-			t.Logf("network namespaces are not available (%v): partitioning through a link the test controls", err)
+			t.Logf("no network namespace (%v): partitioning through a link the test controls", err)
 			link, err := testenv.NewLink("127.0.0.1:0", agent.Addr)
 			if err != nil {
 				t.Fatal(err)
