@@ -470,7 +470,7 @@ func newSemaphoreFront(t *testing.T, store *Store) string {
 		}
 		mu.Lock()
 		seq++
-		in.Note = fmt.Sprintf("%s=%d", in.Note, in.Token)
+		in.Note = fmt.Sprintf("token=%d", in.Token)
 		in.Token = seq
 		out := store.Apply(in)
 		mu.Unlock()
@@ -496,7 +496,7 @@ func checkSemaphore(fault string, log []Write, limit int) Report {
 	}
 	byRun := map[string]*exec{}
 	var execs []*exec
-	tokens := map[string]int{}
+	tokens := map[string]int{} // the children's own tokens (see newSemaphoreFront)
 	for _, w := range log {
 		if w.Kind == KindFault {
 			continue
@@ -509,9 +509,7 @@ func checkSemaphore(fault string, log []Write, limit int) Report {
 			e = &exec{start: w.At}
 			byRun[w.Run] = e
 			execs = append(execs, e)
-			if strings.HasPrefix(w.Note, tokenNoteFencing+"=") {
-				tokens[w.Note]++
-			}
+			tokens[w.Note]++
 		}
 		e.last = w.At
 		if w.Kind == KindEnd {

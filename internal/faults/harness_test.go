@@ -131,9 +131,9 @@ type harness struct {
 type worker struct {
 	id    string
 	index int
-	h    *harness
-	log  string
-	done chan struct{}
+	h     *harness
+	log   string
+	done  chan struct{}
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -245,8 +245,8 @@ func (h *harness) declare(lock lockmodel.Lock) error {
 }
 
 // reseed re-creates, after a dev agent restart lost everything, what the
-// provider and the operator had created: the lock key, its LockIndex
-// advanced past every token the store has accepted (a restarted LockIndex
+// provider and the operator had created: the lock key, the Raft index
+// advanced past every token the store has accepted (a restarted index
 // would hand out tokens the store rejects for ever), the declarations, and
 // last the runners' token, so that no runner acquires before the index is
 // advanced.
@@ -256,18 +256,9 @@ func (h *harness) reseed() error {
 	if err != nil || !ok {
 		return fmt.Errorf("creating %s: ok=%v err=%v", h.lock.Key, ok, err)
 	}
-	// The tokens are Raft indexes (fencing tokens) or LockIndexes (from a
-	// runner that gives no fencing token): both restart low on a dev
-	// agent, so the one in use is advanced past the highest accepted.
-	fencing := false
-	for _, w := range h.store.Log() {
-		fencing = fencing || (w.Accepted && w.Note == tokenNoteFencing)
-	}
-	if fencing {
-		if err := advanceRaftIndex(h.store.Highest()); err != nil {
-			return err
-		}
-	} else if err := advanceLockIndex(h.lock.Key, h.lock.Flags(), h.store.Highest()); err != nil {
+	// The fencing tokens are Raft indexes, which restart low on a dev
+	// agent: advance the index past the highest token accepted.
+	if err := advanceRaftIndex(h.store.Highest()); err != nil {
 		return err
 	}
 	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
@@ -298,37 +289,6 @@ func advanceRaftIndex(floor uint64) error {
 		}
 		if resp.Results[0].ModifyIndex > floor {
 			return nil
-		}
-	}
-}
-
-// advanceLockIndex acquires and releases key with a session of its own until
-// its LockIndex is above floor.
-func advanceLockIndex(key string, flags, floor uint64) error {
-	c := agent.Client()
-	sid, _, err := c.Session().Create(&api.SessionEntry{Name: "faults reseed", TTL: "30s", Behavior: api.SessionBehaviorRelease}, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = c.Session().Destroy(sid, nil) }()
-	kv := c.KV()
-	for {
-		pair, _, err := kv.Get(key, &api.QueryOptions{RequireConsistent: true})
-		if err != nil {
-			return err
-		}
-		if pair == nil {
-			return fmt.Errorf("%s vanished", key)
-		}
-		if pair.LockIndex > floor {
-			return nil
-		}
-		ok, _, err := kv.Acquire(&api.KVPair{Key: key, Flags: flags, Session: sid}, nil)
-		if err != nil || !ok {
-			return fmt.Errorf("acquire %s: ok=%v err=%v", key, ok, err)
-		}
-		if _, _, err := kv.Release(&api.KVPair{Key: key, Flags: flags, Session: sid}, nil); err != nil {
-			return err
 		}
 	}
 }

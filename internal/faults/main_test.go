@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -73,15 +72,8 @@ func testMain(m *testing.M) int {
 	return code
 }
 
-// Notes a child puts on its writes: which variable its token came from.
-const (
-	tokenNoteFencing   = "fencing_token"
-	tokenNoteLockIndex = "lock_index"
-)
-
 // childMain is the job run under the lock: it writes "start" to the store
-// with its fencing token (CONSUL_LOCK_FENCING_TOKEN, or CONSUL_LOCK_INDEX
-// from a runner that gives none), works for -work, and writes
+// with its fencing token (CONSUL_LOCK_FENCING_TOKEN), works for -work, and writes
 // "end". A rejected write ends it at once with childFenced. On SIGTERM it
 // writes "abort" and exits 143.
 func childMain(args []string) int {
@@ -92,20 +84,14 @@ func childMain(args []string) int {
 	}
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
-	// The fencing token where the runner gives one (it only grows across
-	// holders); runners before it gave only Consul's LockIndex.
-	tokenVar, note := "CONSUL_LOCK_FENCING_TOKEN", tokenNoteFencing
-	if os.Getenv(tokenVar) == "" {
-		tokenVar, note = "CONSUL_LOCK_INDEX", tokenNoteLockIndex
-	}
-	token, err := strconv.ParseUint(os.Getenv(tokenVar), 10, 64)
+	token, err := TokenFromEnv()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "child: %s: %v\n", tokenVar, err)
+		fmt.Fprintln(os.Stderr, "child:", err)
 		return childBadUsage
 	}
 	base := Write{
 		Worker: os.Getenv(workerEnv), Token: token, Session: os.Getenv("CONSUL_LOCK_SESSION"),
-		PID: os.Getpid(), RunnerPID: os.Getppid(), Note: note,
+		PID: os.Getpid(), RunnerPID: os.Getppid(),
 	}
 	base.Run = fmt.Sprintf("%s-%d-%d", base.Worker, base.PID, time.Now().UnixNano())
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -345,6 +345,12 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 			warnings = append(warnings, w)
 		}
 	}
+	// Whether a runner cut off from Consul can stop in time depends on all
+	// the timing attributes: only judge it when they are known.
+	if w := p.StopWarning(); w != nil && !unknown["ttl"] && !unknown["lock_delay"] && !unknown["renew_every"] &&
+		!unknown["node_checks"] && !unknown["service_checks"] {
+		warnings = append(warnings, *w)
+	}
 	addWarnings(&resp.Diagnostics, warnings)
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }

@@ -77,25 +77,27 @@ type verdict struct {
 //   - a failed request is not loss by itself: one "No cluster leader" or a
 //     refused connection during an agent restart is ridden out (Consul
 //     issue 1162);
-//   - but no successful renewal for longer than the TTL is loss (Consul
-//     issue 18271: a partitioned holder must notice). The server
-//     invalidates an unrenewed session after about 2 x TTL, so a holder
-//     that stops its child at TTL + grace (grace < TTL) is gone before any
-//     other holder can acquire.
+//   - but no successful renewal for longer than the stop rule's LossAfter
+//     is loss (lockmodel.StopRule): a holder cut off from the cluster must
+//     have killed its command before another can take over, which with
+//     health checks is lock_delay after the last renewal (the servers may
+//     invalidate the session as soon as the node is declared failed), and
+//     without them 2 x TTL + lock_delay; and never later than a TTL
+//     (Consul issue 18271).
 //
 // A successful read does not count as contact: only a renewal restarts the
-// server's TTL clock, and that clock is what decides when another holder
-// may take over.
+// server's TTL clock and shows the session alive. Contact is the renewal's
+// send time, a lower bound of when the server saw it.
 type lossJudge struct {
-	ttl         time.Duration
+	rule        lockmodel.StopRule
 	lastContact time.Time
 	decided     verdict
 }
 
 // newLossJudge starts judging a session created (or last renewed) at
-// contact with the given TTL.
-func newLossJudge(ttl time.Duration, contact time.Time) *lossJudge {
-	return &lossJudge{ttl: ttl, lastContact: contact}
+// contact under rule.
+func newLossJudge(rule lockmodel.StopRule, contact time.Time) *lossJudge {
+	return &lossJudge{rule: rule, lastContact: contact}
 }
 
 // observe records o and returns the verdict so far. Once lost, always lost.
@@ -118,24 +120,30 @@ func (j *lossJudge) observe(o observation) verdict {
 }
 
 // check returns the verdict at now: lost when the last successful renewal
-// is more than a TTL ago.
+// is more than LossAfter ago.
 func (j *lossJudge) check(now time.Time) verdict {
 	if j.decided.lost {
 		return j.decided
 	}
-	if since := now.Sub(j.lastContact); since > j.ttl {
-		j.decided = verdict{lost: true, reason: fmt.Sprintf(
-			"no successful session renewal for %s, longer than the session TTL %s: the cluster may be unreachable "+
-				"and will invalidate the session after about %s without renewal",
-			since.Round(time.Millisecond), lockmodel.FormatDuration(j.ttl),
-			lockmodel.FormatDuration(lockmodel.SessionTTLMultiplier*j.ttl))}
+	since := now.Sub(j.lastContact)
+	if since <= j.rule.LossAfter() {
+		return j.decided
 	}
+	r := j.rule
+	why := fmt.Sprintf("longer than the session TTL %s: the cluster may be unreachable and will invalidate the session after about %s without renewal",
+		lockmodel.FormatDuration(r.TTL), lockmodel.FormatDuration(lockmodel.SessionTTLMultiplier*r.TTL))
+	if r.LossAfter() < r.TTL {
+		why = fmt.Sprintf("%s, the longest this runner may go without contact: Consul may already have ended the session "+
+			"and another holder may acquire from %s after the last renewal on (the command must be dead by then, %s grace included)",
+			lockmodel.FormatDuration(r.LossAfter()), lockmodel.FormatDuration(r.TakeOverAfter()), lockmodel.FormatDuration(r.Grace))
+	}
+	j.decided = verdict{lost: true, reason: fmt.Sprintf("no successful session renewal for %s, %s", since.Round(time.Millisecond), why)}
 	return j.decided
 }
 
 // deadline is when check turns to lost if no renewal succeeds before.
 func (j *lossJudge) deadline() time.Time {
-	return j.lastContact.Add(j.ttl)
+	return j.lastContact.Add(j.rule.LossAfter())
 }
 
 func suffix(detail string) string {

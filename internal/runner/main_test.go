@@ -84,8 +84,25 @@ func helperMain(args []string) int {
 	waitStdin := fs.Bool("wait-stdin", false, "run until stdin ends")
 	exitCode := fs.Int("exit", 0, "exit code")
 	onTerm := fs.String("on-term", "exit", "exit or ignore")
+	spawn := fs.String("spawn", "", "start a copy of this child with this tag in the background (same process group), sleeping 5m, and do not wait for it")
+	spawnOnTerm := fs.String("spawn-on-term", "exit", "-on-term of the spawned copy")
 	if err := fs.Parse(args); err != nil {
 		return 99
+	}
+	if *spawn != "" {
+		bg := exec.Command(os.Args[0], "-record", *record, "-tag", *spawn, "-sleep", "5m", "-on-term", *spawnOnTerm)
+		bg.Env = os.Environ()
+		if err := bg.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "child: spawn:", err)
+			return 97
+		}
+		// Wait until the copy has recorded its start (and set up its
+		// signal handling), so that the test sees it.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if data, _ := os.ReadFile(*record); strings.Contains(string(data), "tag="+*spawn+" ") {
+				break
+			}
+		}
 	}
 	terms := make(chan os.Signal, 4)
 	signal.Notify(terms, syscall.SIGTERM)
@@ -100,7 +117,7 @@ func helperMain(args []string) int {
 		_ = f.Close()
 	}
 	write("start",
-		"index="+os.Getenv(EnvLockIndex), "session="+os.Getenv(EnvLockSession),
+		"index="+os.Getenv(EnvLockIndex), "token="+os.Getenv(EnvFencingToken), "session="+os.Getenv(EnvLockSession),
 		"held="+os.Getenv(EnvLockHeld), "key="+os.Getenv(EnvLockKey), "pid="+strconv.Itoa(os.Getpid()))
 	done := make(chan struct{})
 	go func() {
@@ -131,7 +148,7 @@ type childRun struct {
 	tag           string
 	start, end    time.Time
 	ended, termed bool
-	index         uint64
+	index, token  uint64
 	session, key  string
 	held          string
 	pid           int
@@ -169,6 +186,7 @@ func readRuns(t testing.TB, path string) []*childRun {
 		case "start":
 			r.start = at
 			r.index, _ = strconv.ParseUint(kv["index"], 10, 64)
+			r.token, _ = strconv.ParseUint(kv["token"], 10, 64)
 			r.session, r.key, r.held = kv["session"], kv["key"], kv["held"]
 			r.pid, _ = strconv.Atoi(kv["pid"])
 		case "end":

@@ -3,9 +3,12 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -17,15 +20,16 @@ import (
 type protocol interface {
 	// Key is the lock key, given to the child as CONSUL_LOCK_KEY.
 	Key() string
-	// Acquire waits until session s holds the lock and returns the fencing
-	// token: the key's LockIndex for a mutex, the holder table's
-	// ModifyIndex for a semaphore, both read consistently after the
-	// acquisition. It returns errSessionInvalid when Consul no longer
-	// knows s, and ctx's error when ctx ends first. holder gives the value
-	// to write and is called for every attempt, so that the value says
-	// when the lock was taken (the controller measures max_hold from it),
-	// not when the wait began.
-	Acquire(ctx context.Context, s *session, holder func() []byte) (uint64, error)
+	// Acquire waits until session s holds the lock and returns the
+	// acquisition: the fencing token (the Raft index of the write that
+	// gave s the lock, as the txn "lock" op returns it: the lock key's
+	// ModifyIndex for a mutex, the contender key's for a semaphore) and
+	// Consul's LockIndex of that key. It returns errSessionInvalid when
+	// Consul no longer knows s, and ctx's error when ctx ends first.
+	// holder gives the value to write and is called for every attempt, so
+	// that the value says when the lock was taken (the controller measures
+	// max_hold from it), not when the wait began.
+	Acquire(ctx context.Context, s *session, holder func() []byte) (grant, error)
 	// Watch follows the lock with consistent blocking reads until ctx ends
 	// or the lock is seen lost, and reports every result on out.
 	Watch(ctx context.Context, s *session, out chan<- observation)
@@ -41,6 +45,72 @@ func newProtocol(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration
 		return &semaphore{c: c, lock: l, prefix: l.Prefix, log: log}
 	}
 	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
+}
+
+// grant is what an acquisition returns.
+type grant struct {
+	// fencingToken is the Raft index of the write that gave the session
+	// the lock. Raft indexes only grow, so unlike LockIndex it never goes
+	// back: not when the key is deleted and created again (LockIndex
+	// restarts at 1), nor after a plain write (LockIndex 0).
+	fencingToken uint64
+	// lockIndex is Consul's LockIndex of the acquired key.
+	lockIndex uint64
+}
+
+// lockKey acquires key for session with a KV transaction holding one
+// "lock" op. Unlike ?acquire=, the answer carries the written entry, so its
+// ModifyIndex (the fencing token) comes with the acquisition itself rather
+// than from a read after it that another write could have overtaken. ok is
+// false when another session holds the key or it is in a lock-delay; err is
+// errSessionInvalid when Consul no longer knows the session. A session
+// re-locking a key it holds succeeds and gets a new ModifyIndex.
+func lockKey(ctx context.Context, c *consul.Client, pair *api.KVPair) (entry *api.KVPair, ok bool, err error) {
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: pair.Key, Value: pair.Value, Flags: pair.Flags, Session: pair.Session}}}
+	return runLockTxn(ctx, c, ops, pair.Key)
+}
+
+// runLockTxn runs ops, whose "lock" op is on key, and returns the entry the
+// transaction wrote for key (the highest ModifyIndex among its results for
+// key). ok is false with no error when Consul refused for a reason the
+// protocol expects (the key held by another session or in its lock-delay,
+// a stale check-and-set index, a failed session check); err is
+// errSessionInvalid when Consul no longer knows the session, and names any
+// other refusal (a permission denied).
+func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key string) (*api.KVPair, bool, error) {
+	ok, resp, _, err := c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		if isInvalidSession(err) {
+			return nil, false, errSessionInvalid
+		}
+		return nil, false, err
+	}
+	if !ok {
+		var whats []string
+		for _, e := range resp.Errors {
+			whats = append(whats, e.What)
+		}
+		what := strings.Join(whats, "; ")
+		switch {
+		case strings.Contains(what, "invalid session"):
+			return nil, false, errSessionInvalid
+		case strings.Contains(what, "lock is already held"), strings.Contains(what, "due to lock delay"),
+			strings.Contains(what, "index is stale"), strings.Contains(what, "failed session check"),
+			strings.Contains(what, "failed to check session"):
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: Consul refused the transaction: %s", key, what)
+	}
+	var entry *api.KVPair
+	for _, r := range resp.Results {
+		if r.KV != nil && r.KV.Key == key && (entry == nil || r.KV.ModifyIndex > entry.ModifyIndex) {
+			entry = r.KV
+		}
+	}
+	if entry == nil {
+		return nil, false, fmt.Errorf("lock %s: the transaction succeeded but did not report the key", key)
+	}
+	return entry, true, nil
 }
 
 // errSessionInvalid: Consul refused an acquisition because the session no

@@ -53,6 +53,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		return ExitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	becomeSubreaper()
 	r := &runner{cfg: cfg, log: log, started: time.Now()}
 	return r.run(ctx, sigCh)
 }
@@ -69,7 +70,9 @@ type runner struct {
 	client  *consul.Client
 	lock    lockmodel.Lock           // normalised
 	profile lockmodel.SessionProfile // defaults applied
-	proto   protocol
+	// stop says when a holder without contact must stop its command.
+	stop  lockmodel.StopRule
+	proto protocol
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -141,10 +144,14 @@ func (r *runner) setup(ctx context.Context) error {
 	for _, w := range append(r.lock.ProfileWarnings(r.profile), r.profile.Warnings()...) {
 		r.log.Warn(w.Summary, "detail", w.Detail)
 	}
-	if r.cfg.grace >= r.profile.TTL {
-		r.log.Warn("grace is not shorter than the session TTL", "grace", r.cfg.grace, "ttl", lockmodel.FormatDuration(r.profile.TTL),
-			"detail", "after losing contact the runner stops the command at TTL + grace; Consul may hand the lock to another "+
-				"holder from 2 x TTL + lock-delay on, so keep grace below the TTL")
+	r.stop = lockmodel.NewStopRule(r.profile, r.cfg.grace)
+	if problem := r.stop.Problem("-grace"); problem != "" {
+		r.log.Warn("this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
+			"detail", problem, "ttl", lockmodel.FormatDuration(r.stop.TTL), "lock_delay", lockmodel.FormatDuration(r.stop.LockDelay),
+			"health_checks", r.stop.HealthChecks, "renew_every", lockmodel.FormatDuration(r.stop.RenewEvery),
+			"renew_timeout", lockmodel.FormatDuration(r.stop.RenewTimeout), "grace", r.cfg.grace,
+			"stops_after", lockmodel.FormatDuration(r.stop.LossAfter()), "killed_by", lockmodel.FormatDuration(r.stop.DeadBy()),
+			"take_over_from", lockmodel.FormatDuration(r.stop.TakeOverAfter()))
 	}
 	if r.lock.MaxHold > 0 {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
@@ -260,7 +267,7 @@ func (w *workers) stop() {
 
 // acquisition is the result of protocol.Acquire.
 type acquisition struct {
-	token   uint64
+	grant   grant
 	err     error
 	started time.Time // the successful attempt, as written in the value
 }
@@ -271,7 +278,16 @@ const (
 	waiting     phase = iota // for the lock
 	holding                  // the child runs under the lock
 	terminating              // the lock is lost; the child is being stopped
+	draining                 // the child exited; what it left in its group is being ended
 )
+
+// drainPoll is how often the runner checks whether the processes the
+// command left in its process group are gone. Nothing signals the end of
+// a process that is not the runner's child, so this polls.
+const drainPoll = 20 * time.Millisecond
+
+// killWait bounds the wait for SIGKILLed processes to be gone.
+const killWait = 5 * time.Second
 
 // loop is the event loop: it owns the session (first, already created), its
 // workers and the child, and returns the exit code after cleaning up.
@@ -285,9 +301,13 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		attempted  bool // an acquisition was started for sess: release on exit
 		ph         = waiting
 		ch         *child
-		token      uint64
+		granted    grant
 		lossWhy    string
 		acquiredAt time.Time
+		exited     bool // the child has exited and been reaped
+		exitCode   int  // the child's, kept while draining
+		drainC     <-chan time.Time
+		killedAt   time.Time // when the group was sent SIGKILL while draining
 	)
 	deadline := time.NewTimer(time.Hour) // contact deadline while holding
 	deadline.Stop()
@@ -337,23 +357,23 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 			}
 		}
 		sess, attempted = s, false
-		judge = newLossJudge(r.profile.TTL, s.Created)
+		judge = newLossJudge(r.stop, s.Created)
 		work = newWorkers(ctx)
-		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.profile.RenewEvery, obs) })
+		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.stop.RenewEvery, r.stop.RenewTimeout, obs) })
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
-			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery))
+			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 
 		done := make(chan acquisition, 1)
 		acqDone, attempted = done, true
 		work.goFn(func(ctx context.Context) {
 			var attempt time.Time
-			token, err := r.proto.Acquire(ctx, s, func() []byte {
+			g, err := r.proto.Acquire(ctx, s, func() []byte {
 				attempt = time.Now()
 				return r.holderValue(s, attempt)
 			})
-			done <- acquisition{token: token, err: err, started: attempt}
+			done <- acquisition{grant: g, err: err, started: attempt}
 		})
 		return nil
 	}
@@ -376,6 +396,21 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		}
 		grace.Reset(r.cfg.grace)
 	}
+	// lose acts on a lost lock: the running command is stopped; processes
+	// it left behind are killed at once (they had the command's grace).
+	lose := func(reason string) {
+		if ph == holding {
+			startTermination(reason)
+			return
+		}
+		if lossWhy == "" {
+			lossWhy = reason
+			deadline.Stop()
+			r.log.Error("lock lost while ending the processes the command left; killing them", "reason", reason, "pgid", ch.pid())
+			_ = ch.signal(sigKill)
+			killedAt = time.Now()
+		}
+	}
 	armDeadline := func() {
 		deadline.Reset(max(time.Until(judge.deadline()), 0) + time.Millisecond)
 	}
@@ -387,9 +422,30 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	waitStart := time.Now()
 	ctxDone := ctx.Done()
 
+	// killLeftovers SIGKILLs the command's process group and waits, with
+	// a bound, until it is empty.
+	killLeftovers := func() {
+		if !ch.ownGroup {
+			return
+		}
+		_ = ch.signal(sigKill)
+		for end := time.Now().Add(killWait); ch.groupLeft() && time.Now().Before(end); {
+			time.Sleep(drainPoll)
+		}
+		if ch.groupLeft() {
+			r.log.Warn("processes of the command's process group survived SIGKILL", "pgid", ch.pid(), "waited", killWait)
+		}
+	}
+	var drainTicker *time.Ticker
+	defer func() {
+		if drainTicker != nil {
+			drainTicker.Stop()
+		}
+	}()
+
 	for {
 		var childDone chan struct{}
-		if ch != nil {
+		if ch != nil && !exited {
 			childDone = ch.done
 		}
 		select {
@@ -437,14 +493,15 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 				r.log.Error("cannot acquire the lock", "error", res.err.Error())
 				return ExitSetup
 			}
-			token, acquiredAt, r.acquired = res.token, time.Now(), res.started
+			granted, acquiredAt, r.acquired = res.grant, time.Now(), res.started
 			timeoutC = nil
 			if v := judge.check(acquiredAt); v.lost {
 				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.reason)
 				return ExitLockLost
 			}
-			r.log.Info("lock acquired", "session", sess.ID, "lock_index", token, "waited", time.Since(waitStart).Round(time.Millisecond))
-			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, token))
+			r.log.Info("lock acquired", "session", sess.ID, "fencing_token", granted.fencingToken, "lock_index", granted.lockIndex,
+				"waited", time.Since(waitStart).Round(time.Millisecond))
+			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, granted))
 			if err != nil {
 				r.log.Error("cannot start the command", "command", r.cfg.command[0], "error", err.Error())
 				return startErrorExitCode(err)
@@ -478,40 +535,75 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 						return ExitSetup
 					}
 				}
-			case holding:
+			case holding, draining:
 				if v.lost {
-					startTermination(v.reason)
+					lose(v.reason)
 				} else {
 					armDeadline()
 				}
 			}
 
 		case <-deadline.C:
-			if ph != holding {
+			if ph != holding && ph != draining {
 				continue
 			}
 			if v := judge.check(time.Now()); v.lost {
-				startTermination(v.reason)
+				lose(v.reason)
 			} else {
 				armDeadline()
 			}
 
 		case <-grace.C:
-			if ph == terminating || ctxDone == nil {
+			switch {
+			case ph == draining:
+				r.log.Warn("processes left by the command did not exit within the grace period; killing them", "pgid", ch.pid(), "grace", r.cfg.grace)
+				_ = ch.signal(sigKill)
+				killedAt = time.Now()
+			case ph == terminating || ctxDone == nil:
 				r.log.Error("command did not exit within the grace period; killing it", "pid", ch.pid(), "grace", r.cfg.grace)
 				_ = ch.signal(sigKill)
 			}
 
+		case <-drainC:
+			if !ch.groupLeft() {
+				r.log.Info("the processes the command left have ended", "pgid", ch.pid())
+				if lossWhy != "" {
+					return ExitLockLost
+				}
+				return exitCode
+			}
+			if !killedAt.IsZero() && time.Since(killedAt) > killWait {
+				r.log.Warn("processes of the command's process group survived SIGKILL; releasing the lock anyway", "pgid", ch.pid(), "waited", killWait)
+				if lossWhy != "" {
+					return ExitLockLost
+				}
+				return exitCode
+			}
+
 		case <-childDone:
+			exited = true
 			held := time.Since(acquiredAt).Round(time.Millisecond)
 			if ph == terminating {
-				ch.killGroup()
+				// The lock is lost: nothing the command started may go
+				// on, and the group had its grace with the command.
+				killLeftovers()
 				r.log.Error("lock lost: the command was stopped", "reason", lossWhy, "exit_code", ExitLockLost, "held", held)
 				return ExitLockLost
 			}
-			code := childExitCode(ch.state, r.cfg.childExitCode)
-			r.log.Info("command exited", "status", ch.state.String(), "exit_code", code, "held", held)
-			return code
+			exitCode = childExitCode(ch.state, r.cfg.childExitCode)
+			r.log.Info("command exited", "status", ch.state.String(), "exit_code", exitCode, "held", held)
+			if !ch.groupLeft() {
+				return exitCode
+			}
+			// The lock is released only when nothing the command
+			// started still works under it.
+			ph = draining
+			r.log.Warn("the command left processes in its process group; ending them before releasing the lock",
+				"pgid", ch.pid(), "signal", "SIGTERM", "grace", r.cfg.grace)
+			_ = ch.signal(sigTerm)
+			grace.Reset(r.cfg.grace)
+			drainTicker = time.NewTicker(drainPoll)
+			drainC = drainTicker.C
 		}
 	}
 }

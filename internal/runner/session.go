@@ -157,13 +157,17 @@ func destroySession(ctx context.Context, c *consul.Client, id string) error {
 
 // renewRetry is how soon a failed renewal is tried again; at most the
 // renewal interval.
-const renewRetry = time.Second
+const renewRetry = 500 * time.Millisecond
 
 // renewLoop renews session id every interval until ctx is done or the
-// session is gone, and reports every result on out. A failed renewal is
-// retried after renewRetry; each attempt is bounded by the interval, so a
-// hanging request cannot hold up the next one.
-func renewLoop(ctx context.Context, c *consul.Client, id string, every time.Duration, out chan<- observation) {
+// session is gone, and reports every result on out. Renewals are spaced
+// from their send times, so that the last confirmed contact is never older
+// than every + timeout while Consul answers. Each request is bounded by
+// timeout: a hung agent (a request that never answers) counts as a failed
+// renewal like a refused one, and the loop's deadline timer, not an
+// answer, decides when the lock is lost. A failed renewal is retried after
+// renewRetry.
+func renewLoop(ctx context.Context, c *consul.Client, id string, every, timeout time.Duration, out chan<- observation) {
 	timer := time.NewTimer(every)
 	defer timer.Stop()
 	for {
@@ -173,14 +177,14 @@ func renewLoop(ctx context.Context, c *consul.Client, id string, every time.Dura
 		case <-timer.C:
 		}
 		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, every)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
 		entry, _, err := c.Session().Renew(id, (&api.WriteOptions{}).WithContext(rctx))
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		var o observation
-		next := every
+		next := every - time.Since(sent)
 		switch {
 		case err != nil:
 			o = observation{session: id, kind: obsRenewFailed, at: sent, detail: consul.Classify("renew session "+id, err).Error()}
@@ -198,7 +202,7 @@ func renewLoop(ctx context.Context, c *consul.Client, id string, every time.Dura
 		if o.kind == obsSessionGone {
 			return
 		}
-		timer.Reset(next)
+		timer.Reset(max(next, 0))
 	}
 }
 

@@ -75,6 +75,11 @@ func TestLossJudge(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	const ttl = 10 * time.Second
+	// Without health checks, LossAfter is the TTL.
+	ttlRule := lockmodel.StopRule{TTL: ttl, RenewEvery: 3 * time.Second, RenewTimeout: 2 * time.Second, Grace: 2 * time.Second, Margin: time.Second}
+	// With health checks and lock_delay 10s: LossAfter 10 - 1 - 2 = 7s.
+	delayRule := lockmodel.StopRule{TTL: 30 * time.Second, LockDelay: 10 * time.Second, HealthChecks: true,
+		RenewEvery: 2 * time.Second, RenewTimeout: 2 * time.Second, Grace: 2 * time.Second, Margin: time.Second}
 	type step struct {
 		obs   *observation // nil: only check the clock
 		now   time.Duration
@@ -83,50 +88,67 @@ func TestLossJudge(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
+		rule  lockmodel.StopRule
 		steps []step
 	}{
-		{"renewals keep the lock", []step{
+		{"renewals keep the lock", ttlRule, []step{
 			{&observation{kind: obsRenewed, at: at(3 * time.Second)}, 3 * time.Second, false, ""},
 			{&observation{kind: obsRenewed, at: at(6 * time.Second)}, 6 * time.Second, false, ""},
 			{nil, 15 * time.Second, false, ""},
 		}},
-		{"the key held by another session is loss at once", []step{
+		{"the key held by another session is loss at once", ttlRule, []step{
 			{&observation{kind: obsKeyLost, at: at(time.Second), detail: "held by session x"}, time.Second, true, "held by session x"},
 		}},
-		{"a renewal answered 404 is loss at once", []step{
+		{"a renewal answered 404 is loss at once", ttlRule, []step{
 			{&observation{kind: obsSessionGone, at: at(time.Second)}, time.Second, true, "no longer exists"},
 		}},
-		{"one No cluster leader is not loss (Consul issue 1162)", []step{
+		{"one No cluster leader is not loss (Consul issue 1162)", ttlRule, []step{
 			{&observation{kind: obsRenewFailed, at: at(3 * time.Second), detail: "No cluster leader"}, 4 * time.Second, false, ""},
 			{&observation{kind: obsReadFailed, at: at(4 * time.Second), detail: "No cluster leader"}, 5 * time.Second, false, ""},
 			{&observation{kind: obsRenewed, at: at(5 * time.Second)}, 5 * time.Second, false, ""},
 			{nil, 14 * time.Second, false, ""},
 		}},
-		{"no successful renewal for longer than the TTL is loss (Consul issue 18271)", []step{
+		{"no successful renewal for longer than the TTL is loss (Consul issue 18271)", ttlRule, []step{
 			{&observation{kind: obsRenewFailed, at: at(3 * time.Second)}, 4 * time.Second, false, ""},
 			{&observation{kind: obsRenewFailed, at: at(6 * time.Second)}, 7 * time.Second, false, ""},
 			{nil, ttl, false, ""},
 			{nil, ttl + time.Millisecond, true, "no successful session renewal"},
 		}},
-		{"successful reads do not stand in for renewals", []step{
+		{"successful reads do not stand in for renewals", ttlRule, []step{
 			{&observation{kind: obsKeyHeld, at: at(5 * time.Second)}, 5 * time.Second, false, ""},
 			{&observation{kind: obsKeyHeld, at: at(9 * time.Second)}, 9 * time.Second, false, ""},
 			{nil, 11 * time.Second, true, "longer than the session TTL"},
 		}},
-		{"a late answer to an old renewal does not move the clock back", []step{
+		{"a late answer to an old renewal does not move the clock back", ttlRule, []step{
 			{&observation{kind: obsRenewed, at: at(6 * time.Second)}, 6 * time.Second, false, ""},
 			{&observation{kind: obsRenewed, at: at(3 * time.Second)}, 7 * time.Second, false, ""},
 			{nil, 15 * time.Second, false, ""},
 			{nil, 16*time.Second + time.Millisecond, true, "no successful session renewal"},
 		}},
-		{"once lost, always lost", []step{
+		{"once lost, always lost", ttlRule, []step{
 			{&observation{kind: obsSessionGone, at: at(time.Second)}, time.Second, true, "no longer exists"},
 			{&observation{kind: obsRenewed, at: at(2 * time.Second)}, 2 * time.Second, true, "no longer exists"},
+		}},
+		{"with health checks, renewals every renew_every keep the lock", delayRule, []step{
+			{&observation{kind: obsRenewed, at: at(2 * time.Second)}, 3 * time.Second, false, ""},
+			{&observation{kind: obsRenewed, at: at(4 * time.Second)}, 6 * time.Second, false, ""},
+			{&observation{kind: obsRenewed, at: at(8 * time.Second)}, 10 * time.Second, false, ""},
+			{nil, 15 * time.Second, false, ""},
+		}},
+		{"with health checks, a hung agent (no answer at all) is loss at lock_delay - grace - margin", delayRule, []step{
+			{&observation{kind: obsRenewed, at: at(2 * time.Second)}, 3 * time.Second, false, ""},
+			{nil, 9 * time.Second, false, ""},
+			{nil, 9*time.Second + time.Millisecond, true, "another holder may acquire from 10s after the last renewal"},
+		}},
+		{"with health checks, refused renewals are loss at the same moment", delayRule, []step{
+			{&observation{kind: obsRenewFailed, at: at(2 * time.Second), detail: "connection refused"}, 2 * time.Second, false, ""},
+			{&observation{kind: obsRenewFailed, at: at(5 * time.Second), detail: "connection refused"}, 5 * time.Second, false, ""},
+			{nil, 7*time.Second + time.Millisecond, true, "no successful session renewal for 7.001s"},
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			j := newLossJudge(ttl, t0)
+			j := newLossJudge(tc.rule, t0)
 			for i, s := range tc.steps {
 				var v verdict
 				if s.obs != nil {
@@ -145,7 +167,7 @@ func TestLossJudge(t *testing.T) {
 
 func TestLossJudgeDeadlineIsLastRenewalPlusTTL(t *testing.T) {
 	t0 := time.Now()
-	j := newLossJudge(10*time.Second, t0)
+	j := newLossJudge(lockmodel.StopRule{TTL: 10 * time.Second, RenewEvery: 3 * time.Second, RenewTimeout: 2 * time.Second}, t0)
 	if !j.deadline().Equal(t0.Add(10 * time.Second)) {
 		t.Fatalf("deadline %s", j.deadline())
 	}
@@ -231,9 +253,9 @@ func TestSessionMismatches(t *testing.T) {
 }
 
 func TestChildEnv(t *testing.T) {
-	base := []string{"PATH=/bin", "CONSUL_LOCK_HELD=false", "CONSUL_LOCK_INDEX=9", "CONSUL_HTTP_ADDR=x:1"}
-	got := childEnv(base, "jobs/a/.lock", "sess-1", 42)
-	want := []string{"PATH=/bin", "CONSUL_HTTP_ADDR=x:1", "CONSUL_LOCK_HELD=true", "CONSUL_LOCK_INDEX=42",
+	base := []string{"PATH=/bin", "CONSUL_LOCK_HELD=false", "CONSUL_LOCK_INDEX=9", "CONSUL_LOCK_FENCING_TOKEN=7", "CONSUL_HTTP_ADDR=x:1"}
+	got := childEnv(base, "jobs/a/.lock", "sess-1", grant{fencingToken: 1042, lockIndex: 42})
+	want := []string{"PATH=/bin", "CONSUL_HTTP_ADDR=x:1", "CONSUL_LOCK_HELD=true", "CONSUL_LOCK_FENCING_TOKEN=1042", "CONSUL_LOCK_INDEX=42",
 		"CONSUL_LOCK_SESSION=sess-1", "CONSUL_LOCK_KEY=jobs/a/.lock"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("childEnv = %q\nwant %q", got, want)
