@@ -166,19 +166,20 @@ var clusterProfile = lockmodel.SessionProfile{TTL: 15 * time.Second, LockDelay: 
 var semaphoreProfile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 8 * time.Second, RenewEvery: 2 * time.Second}
 
 func clusterPhases(full bool) []phase {
-	n := func(ci, fullRounds int) int {
+	// One round of each in CI, more in the full variant.
+	n := func(fullRounds int) int {
 		if full {
 			return fullRounds
 		}
-		return ci
+		return 1
 	}
 	return []phase{
-		{name: "cluster-leader-kill", rounds: n(1, 5), work: 12 * time.Second, cluster: true, repairController: true, profile: clusterProfile, inject: injectLeaderKill},
-		{name: "cluster-client-freeze", rounds: n(1, 4), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeFreeze)},
-		{name: "cluster-client-kill", rounds: n(1, 3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeKill)},
-		{name: "cluster-client-cut", rounds: n(1, 3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeCut)},
-		{name: "cluster-semaphore-holder-kill", rounds: n(1, 3), work: time.Minute, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectKill)},
-		{name: "cluster-semaphore-agent-restart", rounds: n(1, 3), work: 8 * time.Second, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectAgentRestart)},
+		{name: "cluster-leader-kill", rounds: n(5), work: 12 * time.Second, cluster: true, repairController: true, profile: clusterProfile, inject: injectLeaderKill},
+		{name: "cluster-client-freeze", rounds: n(4), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeFreeze)},
+		{name: "cluster-client-kill", rounds: n(3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeKill)},
+		{name: "cluster-client-cut", rounds: n(3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeCut)},
+		{name: "cluster-semaphore-holder-kill", rounds: n(3), work: time.Minute, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectKill)},
+		{name: "cluster-semaphore-agent-restart", rounds: n(3), work: 8 * time.Second, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectAgentRestart)},
 	}
 }
 

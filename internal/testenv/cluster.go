@@ -225,7 +225,12 @@ func (n *Node) pickPorts() (serf, server, httpPort int, err error) {
 			if err != nil {
 				return 0, fmt.Errorf("binding %s (loopback addresses other than 127.0.0.1 are needed): %w", n.BindIP, err)
 			}
-			port := l.Addr().(*net.TCPAddr).Port
+			addr, ok := l.Addr().(*net.TCPAddr)
+			if !ok {
+				_ = l.Close()
+				return 0, fmt.Errorf("unexpected listener address %v", l.Addr())
+			}
+			port := addr.Port
 			holds := []interface{ Close() error }{l}
 			good := true
 			try := func(network, ip string) {
