@@ -121,6 +121,8 @@ type harness struct {
 	storeURL string
 	// nodeFaults are the figures of node faults (cluster phases).
 	nodeFaults []nodeFaultFigure
+	// leaderKills are the figures of Raft leader kills.
+	leaderKills []leaderKillFigure
 
 	mu    sync.Mutex
 	exits map[int]int
