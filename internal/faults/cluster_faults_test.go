@@ -207,6 +207,11 @@ func injectLeaderKill(h *harness, holder Write) Write {
 	c := sharedCluster(t)
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Minute)
 	defer cancel()
+	// Three voters first: a server restarted in the round before may not
+	// have been promoted yet, and then this kill would leave no quorum.
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
 	leader, err := c.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -579,6 +584,9 @@ func TestClusterFaults_providerWithOneServerDown(t *testing.T) {
 	c := sharedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
 	leader, err := c.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
