@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -281,11 +282,13 @@ func (h *harness) reseed() error {
 }
 
 // advanceRaftIndex writes a scratch key until the Raft index is above
-// floor: every later acquisition's fencing token is then above it.
+// floor: every later acquisition's fencing token is then above it. Each
+// write changes the value: Consul leaves the ModifyIndex of a key written
+// with the value it already has.
 func advanceRaftIndex(floor uint64) error {
 	kv := agent.Client().KV()
-	for {
-		ok, resp, _, err := kv.Txn(api.KVTxnOps{{Verb: api.KVSet, Key: "faults/reseed-raft-index", Value: []byte("x")}}, nil)
+	for i := 0; ; i++ {
+		ok, resp, _, err := kv.Txn(api.KVTxnOps{{Verb: api.KVSet, Key: "faults/reseed-raft-index", Value: strconv.AppendInt(nil, int64(i), 10)}}, nil)
 		if err != nil || !ok || len(resp.Results) != 1 {
 			return fmt.Errorf("advancing the Raft index: ok=%v err=%v", ok, err)
 		}
