@@ -226,6 +226,11 @@ func injectLeaderKill(h *harness, holder Write) Write {
 	}
 	mark := h.store.Mark(holder.Worker, "kill Raft leader "+leader.Name)
 	leader.Kill()
+	t.Cleanup(func() {
+		if !leader.Running() {
+			_ = leader.Start(context.Background())
+		}
+	})
 	next, err := c.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -352,11 +357,19 @@ func injectNodeFault(kind nodeFault) func(*harness, Write) Write {
 			}
 			undo = node.Heal
 		}
+		// A failing round must not leave the node down for the next phases.
+		undone := false
+		t.Cleanup(func() {
+			if !undone {
+				_ = undo()
+			}
+		})
 		next := h.waitStart(mark.Seq, holder.Token)
 		fig := nodeFaultFigure{fault: string(kind), node: node.Name, childDead: -1, nextStart: next.At.Sub(mark.At), lockDelay: h.profile.LockDelay}
 		if at, ok := exit.at(); ok {
 			fig.childDead = at.Sub(mark.At)
 		}
+		undone = true
 		if err := undo(); err != nil {
 			t.Fatalf("ending the %s of %s: %v", kind, node.Name, err)
 		}
