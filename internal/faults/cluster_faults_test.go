@@ -365,7 +365,11 @@ func injectNodeFault(kind nodeFault) func(*harness, Write) Write {
 			}
 		})
 		next := h.waitStart(mark.Seq, holder.Token)
-		fig := nodeFaultFigure{fault: string(kind), node: node.Name, childDead: -1, nextStart: next.At.Sub(mark.At), lockDelay: h.profile.LockDelay}
+		name := string(kind)
+		if h.ph.limit > 1 {
+			name = "semaphore " + name
+		}
+		fig := nodeFaultFigure{fault: name, node: node.Name, childDead: -1, nextStart: next.At.Sub(mark.At), lockDelay: h.profile.LockDelay}
 		if at, ok := exit.at(); ok {
 			fig.childDead = at.Sub(mark.At)
 		}
