@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
 // Environment the child receives in addition to the runner's own.
@@ -23,7 +25,7 @@ const (
 )
 
 // childEnv is base without any CONSUL_LOCK_* variable of ours, plus ours.
-func childEnv(base []string, key, sessionID string, g grant) []string {
+func childEnv(base []string, key, sessionID string, g lockproto.Grant) []string {
 	out := make([]string, 0, len(base)+5)
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
@@ -35,8 +37,8 @@ func childEnv(base []string, key, sessionID string, g grant) []string {
 	}
 	return append(out,
 		EnvLockHeld+"=true",
-		EnvFencingToken+"="+strconv.FormatUint(g.fencingToken, 10),
-		EnvLockIndex+"="+strconv.FormatUint(g.lockIndex, 10),
+		EnvFencingToken+"="+strconv.FormatUint(g.FencingToken, 10),
+		EnvLockIndex+"="+strconv.FormatUint(g.LockIndex, 10),
 		EnvLockSession+"="+sessionID,
 		EnvLockKey+"="+key,
 	)

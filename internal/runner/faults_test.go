@@ -289,3 +289,27 @@ func logTime(t testing.TB, p *proc, msg string) time.Time {
 	t.Fatalf("%s did not log %q:\n%s", p.name, msg, p.out.String())
 	return time.Time{}
 }
+
+// A profile that cannot stop a cut-off holder in time is named at start,
+// with the numbers, and the runner still works.
+func TestRun_warnsAtStartWhenTheProfileCannotStopInTime(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 2*time.Second))
+	record := filepath.Join(t.TempDir(), "record")
+	run := startRun(t, "runner", runnerToken(t, prefix), []string{"-lock", l.Name}, childArgs(record, "a")...)
+	if code := run.wait(time.Minute); code != 0 {
+		t.Fatalf("runner exited %d, want 0", code)
+	}
+	out := run.out.String()
+	for _, want := range []string{
+		"this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
+		"lock_delay 2s after the last renewal",
+		"renew_every 3.333333333s + renewal timeout 2s + -grace 5s + margin 1s = 11.333333333s",
+		"take_over_from=2s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the start-up warning does not say %q:\n%s", want, out)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -449,7 +450,7 @@ func waitKey(t testing.TB, key string, timeout time.Duration, cond func(*api.KVP
 		if cond(pair) {
 			return pair
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = lockproto.NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -485,7 +486,7 @@ func waitSemaphoreHolders(t testing.TB, prefix string, n int, timeout time.Durat
 				t.Fatal(err)
 			}
 			table := st
-			pruneDeadHolders(table, pairs)
+			lockproto.PruneDeadHolders(table, pairs)
 			for h := range table.Holders {
 				live = append(live, h)
 			}
@@ -493,7 +494,7 @@ func waitSemaphoreHolders(t testing.TB, prefix string, n int, timeout time.Durat
 		if len(live) >= n {
 			return live
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = lockproto.NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -554,4 +555,13 @@ func waitOutput(t testing.TB, p *proc, text string) {
 			t.Fatalf("%s did not log %q within 30s:\n%s", p.name, text, p.out.String())
 		}
 	}
+}
+
+// sameStrings reports whether a and b hold the same strings, in any order
+// (nil and empty are the same).
+func sameStrings(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

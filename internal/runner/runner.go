@@ -4,9 +4,9 @@
 // runs a command while the lock is held, ends the command when the lock is
 // lost, and on exit releases the lock before it destroys the session.
 //
-// Observe, decide, act: the renewer and the watcher observe (session.go,
-// mutex.go, semaphore.go), lossJudge decides (loss.go, pure), and the event
-// loop in this file acts. Every goroutine belongs to the loop and is stopped
+// Observe, decide, act: the renewer and the watcher observe, the loss
+// judge decides (all three in package lockproto, shared with the
+// controller's leader election), and the event loop in this file acts. Every goroutine belongs to the loop and is stopped
 // and waited for before Main returns.
 package runner
 
@@ -26,11 +26,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
-
-// cleanupTimeout bounds each of the two cleanup steps on exit: releasing
-// the lock, and destroying the session.
-const cleanupTimeout = 5 * time.Second
 
 // Main runs `consullock run` with args (the words after "run") and returns
 // the exit code. It is registered in main.go's commands.
@@ -72,7 +69,7 @@ type runner struct {
 	profile lockmodel.SessionProfile // defaults applied
 	// stop says when a holder without contact must stop its command.
 	stop  lockmodel.StopRule
-	proto protocol
+	proto lockproto.Protocol
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -93,14 +90,14 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 		}
 	}()
 	err := r.setup(setupCtx)
-	var first *session
+	var first *lockproto.Session
 	if err == nil && setupCtx.Err() == nil {
 		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
 		// Not cancelled by a signal: a create cancelled in flight may have
 		// made a session whose ID never arrives, left to expire. The
 		// signal is honoured once the create has answered, and the
 		// session destroyed.
-		first, err = createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
+		first, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
 	}
 	close(stopWatch)
 	<-watchDone
@@ -108,7 +105,7 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 	if setupSig != nil {
 		r.log.Warn("interrupted during setup", "signal", setupSig.String())
 		if first != nil {
-			_ = destroySession(ctx, r.client, first.ID)
+			_ = lockproto.DestroySession(ctx, r.client, first.ID)
 		}
 		return signalExitCode(setupSig)
 	}
@@ -139,7 +136,7 @@ func (r *runner) setup(ctx context.Context) error {
 		r.profile = r.cfg.profile
 	}
 	r.log = r.log.With("lock", r.lockLabel(), "key", r.lock.Key)
-	r.proto = newProtocol(r.client, r.lock, r.profile.LockDelay, r.log)
+	r.proto = lockproto.New(r.client, r.lock, r.profile.LockDelay, r.log)
 
 	for _, w := range append(r.lock.ProfileWarnings(r.profile), r.profile.Warnings()...) {
 		r.log.Warn(w.Summary, "detail", w.Detail)
@@ -229,7 +226,7 @@ func (r *runner) sessionName() string {
 // holderValue is the value written at acquisition: who holds the lock,
 // and since when (started: the acquisition attempt, not the start of the
 // wait; the controller measures max_hold from it).
-func (r *runner) holderValue(s *session, started time.Time) []byte {
+func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 	v := lockmodel.HolderValue{Node: s.Node, PID: os.Getpid(), Started: started.UTC()}
 	if r.cfg.lockName != "" {
 		v.Lock = r.cfg.lockName
@@ -265,9 +262,9 @@ func (w *workers) stop() {
 	w.wg.Wait()
 }
 
-// acquisition is the result of protocol.Acquire.
+// acquisition is the result of lockproto.Protocol.Acquire.
 type acquisition struct {
-	grant   grant
+	grant   lockproto.Grant
 	err     error
 	started time.Time // the successful attempt, as written in the value
 }
@@ -291,17 +288,17 @@ const killWait = 5 * time.Second
 
 // loop is the event loop: it owns the session (first, already created), its
 // workers and the child, and returns the exit code after cleaning up.
-func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *session) int {
+func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) int {
 	var (
-		obs        = make(chan observation, 16)
-		sess       *session
+		obs        = make(chan lockproto.Observation, 16)
+		sess       *lockproto.Session
 		work       *workers
-		judge      *lossJudge
+		judge      *lockproto.LossJudge
 		acqDone    chan acquisition
 		attempted  bool // an acquisition was started for sess: release on exit
 		ph         = waiting
 		ch         *child
-		granted    grant
+		granted    lockproto.Grant
 		lossWhy    string
 		acquiredAt time.Time
 		exited     bool // the child has exited and been reaped
@@ -341,7 +338,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 				r.log.Debug("nothing to release: the session did not hold the lock", "session", sess.ID)
 			}
 		}
-		if err := destroySession(cctx, r.client, sess.ID); err != nil {
+		if err := lockproto.DestroySession(cctx, r.client, sess.ID); err != nil {
 			r.log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "session", sess.ID, "error", err.Error())
 		} else {
 			r.log.Info("session destroyed", "session", sess.ID)
@@ -349,17 +346,19 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	}()
 
 	// startSession starts the workers of session s, creating it when nil.
-	startSession := func(s *session) error {
+	startSession := func(s *lockproto.Session) error {
 		if s == nil {
 			var err error
-			if s, err = createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
+			if s, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
 				return err
 			}
 		}
 		sess, attempted = s, false
-		judge = newLossJudge(r.stop, s.Created)
+		judge = lockproto.NewLossJudge(r.stop, s.Created)
 		work = newWorkers(ctx)
-		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.stop.RenewEvery, r.stop.RenewTimeout, obs) })
+		work.goFn(func(ctx context.Context) {
+			lockproto.RenewLoop(ctx, r.client, s.ID, r.stop.RenewEvery, r.stop.RenewTimeout, obs)
+		})
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
@@ -382,7 +381,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	replaceSession := func(why string) error {
 		r.log.Warn("session ended while waiting for the lock; creating a new one", "session", sess.ID, "reason", why)
 		work.stop()
-		_ = destroySession(ctx, r.client, sess.ID)
+		_ = lockproto.DestroySession(ctx, r.client, sess.ID)
 		sess, work = nil, nil
 		return startSession(nil)
 	}
@@ -412,7 +411,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		}
 	}
 	armDeadline := func() {
-		deadline.Reset(max(time.Until(judge.deadline()), 0) + time.Millisecond)
+		deadline.Reset(max(time.Until(judge.Deadline()), 0) + time.Millisecond)
 	}
 
 	if err := startSession(first); err != nil {
@@ -483,7 +482,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		case res := <-acqDone:
 			acqDone = nil
 			if res.err != nil {
-				if errors.Is(res.err, errSessionInvalid) {
+				if errors.Is(res.err, lockproto.ErrSessionInvalid) {
 					if err := replaceSession(res.err.Error()); err != nil {
 						r.log.Error("setup failed", "error", err.Error())
 						return ExitSetup
@@ -495,11 +494,11 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 			}
 			granted, acquiredAt, r.acquired = res.grant, time.Now(), res.started
 			timeoutC = nil
-			if v := judge.check(acquiredAt); v.lost {
-				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.reason)
+			if v := judge.Check(acquiredAt); v.Lost {
+				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.Reason)
 				return ExitLockLost
 			}
-			r.log.Info("lock acquired", "session", sess.ID, "fencing_token", granted.fencingToken, "lock_index", granted.lockIndex,
+			r.log.Info("lock acquired", "session", sess.ID, "fencing_token", granted.FencingToken, "lock_index", granted.LockIndex,
 				"waited", time.Since(waitStart).Round(time.Millisecond))
 			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, granted))
 			if err != nil {
@@ -513,31 +512,31 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 			armDeadline()
 
 		case o := <-obs:
-			if sess == nil || o.session != sess.ID {
+			if sess == nil || o.Session != sess.ID {
 				continue // about a replaced session
 			}
-			v := judge.observe(o)
+			v := judge.Observe(o)
 			switch {
-			case (o.kind == obsRenewFailed || o.kind == obsReadFailed) && ph == holding:
-				r.log.Warn("request to the cluster failed", "observed", o.kind.String(), "error", o.detail,
-					"lost_if_no_renewal_by", judge.deadline().Format(time.RFC3339Nano))
-			case o.kind == obsRenewFailed || o.kind == obsReadFailed:
-				r.log.Warn("request to the cluster failed", "observed", o.kind.String(), "error", o.detail)
+			case (o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed) && ph == holding:
+				r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail,
+					"lost_if_no_renewal_by", judge.Deadline().Format(time.RFC3339Nano))
+			case o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed:
+				r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail)
 			default:
-				r.log.Debug("observed", "observed", o.kind.String(), "detail", o.detail)
+				r.log.Debug("observed", "observed", o.Kind.String(), "detail", o.Detail)
 			}
 			switch ph {
 			case waiting:
-				if o.kind == obsSessionGone {
+				if o.Kind == lockproto.ObsSessionGone {
 					acqDone = nil
-					if err := replaceSession(o.detail); err != nil {
+					if err := replaceSession(o.Detail); err != nil {
 						r.log.Error("setup failed", "error", err.Error())
 						return ExitSetup
 					}
 				}
 			case holding, draining:
-				if v.lost {
-					lose(v.reason)
+				if v.Lost {
+					lose(v.Reason)
 				} else {
 					armDeadline()
 				}
@@ -547,8 +546,8 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 			if ph != holding && ph != draining {
 				continue
 			}
-			if v := judge.check(time.Now()); v.lost {
-				lose(v.reason)
+			if v := judge.Check(time.Now()); v.Lost {
+				lose(v.Reason)
 			} else {
 				armDeadline()
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -120,7 +121,7 @@ func TestRun_sessionIsExactlyTheDeclaredProfile(t *testing.T) {
 			if entry.Name != "consullock run "+l.Name {
 				t.Errorf("session Name = %q", entry.Name)
 			}
-			if !sameSet(nonNil(entry.NodeChecks), want.NodeChecks) {
+			if !sameStrings(entry.NodeChecks, want.NodeChecks) {
 				t.Errorf("session NodeChecks = %q, declared %q", entry.NodeChecks, want.NodeChecks)
 			}
 
@@ -596,6 +597,6 @@ func waitForSessionsMatching(t testing.TB, match func(name string) bool, n int) 
 		if count >= n {
 			return
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = lockproto.NextIndex(index, meta.LastIndex)
 	}
 }

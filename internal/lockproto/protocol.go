@@ -1,4 +1,4 @@
-package runner
+package lockproto
 
 import (
 	"context"
@@ -14,48 +14,48 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// protocol is how a lock is acquired, watched and released: a mutex (the
+// Protocol is how a lock is acquired, watched and released: a mutex (the
 // api.Lock protocol) or a semaphore (the api.Semaphore protocol). Both
 // interoperate with `consul lock` on the same prefix.
-type protocol interface {
+type Protocol interface {
 	// Key is the lock key, given to the child as CONSUL_LOCK_KEY.
 	Key() string
 	// Acquire waits until session s holds the lock and returns the
 	// acquisition: the fencing token (the Raft index of the write that
 	// gave s the lock, as the txn "lock" op returns it: the lock key's
 	// ModifyIndex for a mutex, the contender key's for a semaphore) and
-	// Consul's LockIndex of that key. It returns errSessionInvalid when
+	// Consul's LockIndex of that key. It returns ErrSessionInvalid when
 	// Consul no longer knows s, and ctx's error when ctx ends first.
 	// holder gives the value to write and is called for every attempt, so
 	// that the value says when the lock was taken (the controller measures
 	// max_hold from it), not when the wait began.
-	Acquire(ctx context.Context, s *session, holder func() []byte) (grant, error)
+	Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error)
 	// Watch follows the lock with consistent blocking reads until ctx ends
 	// or the lock is seen lost, and reports every result on out.
-	Watch(ctx context.Context, s *session, out chan<- observation)
+	Watch(ctx context.Context, s *Session, out chan<- Observation)
 	// Release gives the lock up, if s holds it, without ending s, so the
 	// next holder starts without lock-delay. released is false when s did
 	// not hold it; then nothing changed.
-	Release(ctx context.Context, s *session, holder []byte) (released bool, err error)
+	Release(ctx context.Context, s *Session, holder []byte) (released bool, err error)
 }
 
-// newProtocol picks the protocol of lock l (normalised).
-func newProtocol(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger) protocol {
+// New picks the protocol of lock l (normalised).
+func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger) Protocol {
 	if l.IsSemaphore() {
 		return &semaphore{c: c, lock: l, prefix: l.Prefix, log: log}
 	}
 	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
 }
 
-// grant is what an acquisition returns.
-type grant struct {
-	// fencingToken is the Raft index of the write that gave the session
+// Grant is what an acquisition returns.
+type Grant struct {
+	// FencingToken is the Raft index of the write that gave the session
 	// the lock. Raft indexes only grow, so unlike LockIndex it never goes
 	// back: not when the key is deleted and created again (LockIndex
 	// restarts at 1), nor after a plain write (LockIndex 0).
-	fencingToken uint64
-	// lockIndex is Consul's LockIndex of the acquired key.
-	lockIndex uint64
+	FencingToken uint64
+	// LockIndex is Consul's LockIndex of the acquired key.
+	LockIndex uint64
 }
 
 // lockKey acquires key for session with a KV transaction holding one
@@ -63,7 +63,7 @@ type grant struct {
 // ModifyIndex (the fencing token) comes with the acquisition itself rather
 // than from a read after it that another write could have overtaken. ok is
 // false when another session holds the key or it is in a lock-delay; err is
-// errSessionInvalid when Consul no longer knows the session. A session
+// ErrSessionInvalid when Consul no longer knows the session. A session
 // re-locking a key it holds succeeds and gets a new ModifyIndex.
 func lockKey(ctx context.Context, c *consul.Client, pair *api.KVPair) (entry *api.KVPair, ok bool, err error) {
 	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: pair.Key, Value: pair.Value, Flags: pair.Flags, Session: pair.Session}}}
@@ -75,13 +75,13 @@ func lockKey(ctx context.Context, c *consul.Client, pair *api.KVPair) (entry *ap
 // key). ok is false with no error when Consul refused for a reason the
 // protocol expects (the key held by another session or in its lock-delay,
 // a stale check-and-set index, a failed session check); err is
-// errSessionInvalid when Consul no longer knows the session, and names any
+// ErrSessionInvalid when Consul no longer knows the session, and names any
 // other refusal (a permission denied).
 func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key string) (*api.KVPair, bool, error) {
 	ok, resp, _, err := c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		if isInvalidSession(err) {
-			return nil, false, errSessionInvalid
+			return nil, false, ErrSessionInvalid
 		}
 		return nil, false, err
 	}
@@ -93,7 +93,7 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 		what := strings.Join(whats, "; ")
 		switch {
 		case strings.Contains(what, "invalid session"):
-			return nil, false, errSessionInvalid
+			return nil, false, ErrSessionInvalid
 		case strings.Contains(what, "lock is already held"), strings.Contains(what, "due to lock delay"),
 			strings.Contains(what, "index is stale"), strings.Contains(what, "failed session check"),
 			strings.Contains(what, "failed to check session"):
@@ -113,13 +113,17 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 	return entry, true, nil
 }
 
-// errSessionInvalid: Consul refused an acquisition because the session no
+// ErrSessionInvalid: Consul refused an acquisition because the session no
 // longer exists (it answers HTTP 500 "invalid session").
-var errSessionInvalid = errors.New("the session no longer exists")
+var ErrSessionInvalid = errors.New("the session no longer exists")
 
 func isInvalidSession(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "invalid session")
 }
+
+// CleanupTimeout bounds each of the two cleanup steps when a hold ends:
+// releasing the lock, and destroying the session.
+const CleanupTimeout = 5 * time.Second
 
 // Blocking query wait times. Consul caps a wait at 10 minutes.
 const (
@@ -127,10 +131,10 @@ const (
 	watchWaitTime   = 5 * time.Minute
 )
 
-// nextIndex is the WaitIndex for the next blocking query after one that
+// NextIndex is the WaitIndex for the next blocking query after one that
 // answered with last, following Consul's rules: an index that went
 // backwards restarts from 0, and an index is never below 1.
-func nextIndex(prev, last uint64) uint64 {
+func NextIndex(prev, last uint64) uint64 {
 	if last < prev {
 		return 0
 	}
@@ -140,11 +144,7 @@ func nextIndex(prev, last uint64) uint64 {
 // backoff is the pause after the n-th consecutive failure (n from 1):
 // 250ms doubling up to 5s.
 func backoff(n int) time.Duration {
-	d := 250 * time.Millisecond
-	for i := 1; i < n && d < 5*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Second)
+	return consul.Backoff(250*time.Millisecond, 5*time.Second, n)
 }
 
 // lockDelayMargin is added to a computed lock-delay end before retrying.
@@ -196,10 +196,10 @@ func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error,
 		return ctx.Err()
 	}
 	if isInvalidSession(err) {
-		return errSessionInvalid
+		return ErrSessionInvalid
 	}
 	e := consul.Classify(op, err)
-	if e.Kind != consul.KindTransient && !(e.Kind == consul.KindUnknown && transientText(err)) {
+	if e.Kind != consul.KindTransient && !(e.Kind == consul.KindUnknown && consul.IsTransientText(err)) {
 		return e
 	}
 	*failures++
@@ -209,24 +209,11 @@ func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error,
 }
 
 // send delivers o unless ctx ends first; it reports whether it did.
-func send(ctx context.Context, out chan<- observation, o observation) bool {
+func send(ctx context.Context, out chan<- Observation, o Observation) bool {
 	select {
 	case out <- o:
 		return true
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// transientTexts are error texts of passing conditions that some api calls
-// (Txn, Session.Renew) report without a status code Classify can read.
-var transientTexts = []string{"No cluster leader", "leadership lost", "Raft leader not found", "rpc error", "i/o timeout", "connection refused"}
-
-func transientText(err error) bool {
-	for _, t := range transientTexts {
-		if strings.Contains(err.Error(), t) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package runner
+package lockproto
 
 import (
 	"context"
@@ -34,9 +34,9 @@ type semaphore struct {
 
 func (m *semaphore) Key() string { return m.lock.Key }
 
-func (m *semaphore) contenderKey(s *session) string { return m.prefix + "/" + s.ID }
+func (m *semaphore) contenderKey(s *Session) string { return m.prefix + "/" + s.ID }
 
-func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byte) (grant, error) {
+func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error) {
 	kv := m.c.KV()
 	var failures int
 	fail := func(op string, err error) error {
@@ -45,17 +45,17 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 	contender := &api.KVPair{Key: m.contenderKey(s), Value: holder(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
 	for {
 		_, ok, err := lockKey(ctx, m.c, contender)
-		if errors.Is(err, errSessionInvalid) {
-			return grant{}, err
+		if errors.Is(err, ErrSessionInvalid) {
+			return Grant{}, err
 		}
 		if err != nil {
 			if werr := fail("create contender key "+contender.Key, err); werr != nil {
-				return grant{}, werr
+				return Grant{}, werr
 			}
 			continue
 		}
 		if !ok {
-			return grant{}, fmt.Errorf("create contender key %s: Consul refused the acquisition", contender.Key)
+			return Grant{}, fmt.Errorf("create contender key %s: Consul refused the acquisition", contender.Key)
 		}
 		break
 	}
@@ -68,7 +68,7 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("read semaphore "+m.prefix+"/", err); werr != nil {
-				return grant{}, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
@@ -76,14 +76,14 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 		failures = 0
 		table, tableIndex, err := m.table(pairs)
 		if err != nil {
-			return grant{}, err
+			return Grant{}, err
 		}
 		if !heldBy(pairs, contender.Key, s.ID) {
 			// Our contender key is gone: the session was invalidated
 			// (behavior delete) or someone deleted the key.
-			return grant{}, errSessionInvalid
+			return Grant{}, ErrSessionInvalid
 		}
-		pruneDeadHolders(table, pairs)
+		PruneDeadHolders(table, pairs)
 		if table.Holders[s.ID] {
 			// Listed already: an earlier join succeeded but its answer
 			// was lost. Join again to learn the token.
@@ -94,22 +94,22 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 				lastSeen = holders
 				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
 			}
-			waitIndex = nextIndex(waitIndex, meta.LastIndex)
+			waitIndex = NextIndex(waitIndex, meta.LastIndex)
 			continue
 		}
 		table.Holders[s.ID] = true
 		value, err := lockmodel.EncodeSemaphoreState(table)
 		if err != nil {
-			return grant{}, err
+			return Grant{}, err
 		}
 		contender.Value = holder() // written again by the join: "started" is the admission
 		g, ok, err := m.join(ctx, s, contender, value, tableIndex)
-		if errors.Is(err, errSessionInvalid) {
-			return grant{}, err
+		if errors.Is(err, ErrSessionInvalid) {
+			return Grant{}, err
 		}
 		if err != nil {
 			if werr := fail("update semaphore holder table "+m.lock.Key, err); werr != nil {
-				return grant{}, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
@@ -128,7 +128,7 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 // ModifyIndex, the Raft index of this admission: the fencing token, which
 // grows with every admission and is what the data source reports for this
 // holder. ok is false when the table or the contender key changed.
-func (m *semaphore) join(ctx context.Context, s *session, contender *api.KVPair, table []byte, tableIndex uint64) (grant, bool, error) {
+func (m *semaphore) join(ctx context.Context, s *Session, contender *api.KVPair, table []byte, tableIndex uint64) (Grant, bool, error) {
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: contender.Key, Session: s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: contender.Key, Value: contender.Value, Flags: contender.Flags, Session: s.ID}},
@@ -136,9 +136,9 @@ func (m *semaphore) join(ctx context.Context, s *session, contender *api.KVPair,
 	}
 	entry, ok, err := runLockTxn(ctx, m.c, ops, contender.Key)
 	if err != nil || !ok {
-		return grant{}, false, err
+		return Grant{}, false, err
 	}
-	return grant{fencingToken: entry.ModifyIndex, lockIndex: entry.LockIndex}, true, nil
+	return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, true, nil
 }
 
 // table finds and decodes the holder table among pairs. An absent table is
@@ -163,9 +163,9 @@ func (m *semaphore) table(pairs api.KVPairs) (lockmodel.SemaphoreState, uint64, 
 	return lockmodel.SemaphoreState{Limit: m.lock.Limit, Holders: map[string]bool{}}, 0, nil
 }
 
-// pruneDeadHolders drops holders whose session holds no key among pairs, as
+// PruneDeadHolders drops holders whose session holds no key among pairs, as
 // api.Semaphore does.
-func pruneDeadHolders(table lockmodel.SemaphoreState, pairs api.KVPairs) {
+func PruneDeadHolders(table lockmodel.SemaphoreState, pairs api.KVPairs) {
 	alive := map[string]bool{}
 	for _, p := range pairs {
 		if p.Session != "" {
@@ -188,7 +188,7 @@ func heldBy(pairs api.KVPairs, key, session string) bool {
 	return false
 }
 
-func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observation) {
+func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 	kv := m.c.KV()
 	var (
 		index    uint64
@@ -202,7 +202,7 @@ func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observatio
 		}
 		if err != nil {
 			failures++
-			if !send(ctx, out, observation{session: s.ID, kind: obsReadFailed, at: sent, detail: consul.Classify("watch semaphore "+m.prefix+"/", err).Error()}) {
+			if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify("watch semaphore "+m.prefix+"/", err).Error()}) {
 				return
 			}
 			if sleepCtx(ctx, backoff(failures)) != nil {
@@ -213,13 +213,13 @@ func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observatio
 		}
 		failures = 0
 		if lost := m.lostBecause(pairs, s); lost != "" {
-			send(ctx, out, observation{session: s.ID, kind: obsKeyLost, at: sent, detail: lost})
+			send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyLost, At: sent, Detail: lost})
 			return
 		}
-		if !send(ctx, out, observation{session: s.ID, kind: obsKeyHeld, at: sent}) {
+		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
 			return
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -228,7 +228,7 @@ func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observatio
 // held by s and s listed in the holder table. The table's Limit does not:
 // a resize (the provider rewrites Limit by check-and-set and keeps
 // Holders) leaves every holder its slot.
-func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
+func (m *semaphore) lostBecause(pairs api.KVPairs, s *Session) string {
 	if !heldBy(pairs, m.contenderKey(s), s.ID) {
 		return "contender key " + m.contenderKey(s) + " is no longer held by this session"
 	}
@@ -251,8 +251,8 @@ func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
 	return ""
 }
 
-func (m *semaphore) Release(ctx context.Context, s *session, _ []byte) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+func (m *semaphore) Release(ctx context.Context, s *Session, _ []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
 	defer cancel()
 	kv := m.c.KV()
 	released := false

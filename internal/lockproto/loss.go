@@ -1,4 +1,4 @@
-package runner
+package lockproto
 
 import (
 	"fmt"
@@ -7,68 +7,68 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// obsKind is what one request to Consul told the runner about its hold.
-type obsKind int
+// ObsKind is what one request to Consul told the runner about its hold.
+type ObsKind int
 
 const (
-	// obsRenewed: PUT /v1/session/renew answered 200. The server restarted
+	// ObsRenewed: PUT /v1/session/renew answered 200. The server restarted
 	// the session's TTL clock, so this is contact with the cluster.
-	obsRenewed obsKind = iota + 1
-	// obsRenewFailed: the renewal got no answer or an error other than 404
+	ObsRenewed ObsKind = iota + 1
+	// ObsRenewFailed: the renewal got no answer or an error other than 404
 	// (connection refused, "No cluster leader", 403, timeout).
-	obsRenewFailed
-	// obsSessionGone: the renewal answered 404: the session no longer
+	ObsRenewFailed
+	// ObsSessionGone: the renewal answered 404: the session no longer
 	// exists, so every key it held is released or deleted.
-	obsSessionGone
-	// obsKeyHeld: a consistent read shows the session still holds the lock.
-	obsKeyHeld
-	// obsKeyLost: a consistent read shows the session no longer holds the
+	ObsSessionGone
+	// ObsKeyHeld: a consistent read shows the session still holds the lock.
+	ObsKeyHeld
+	// ObsKeyLost: a consistent read shows the session no longer holds the
 	// lock (key released, deleted, or held by another session).
-	obsKeyLost
-	// obsReadFailed: a consistent read of the key failed (no leader,
+	ObsKeyLost
+	// ObsReadFailed: a consistent read of the key failed (no leader,
 	// connection trouble, ...).
-	obsReadFailed
+	ObsReadFailed
 )
 
-func (k obsKind) String() string {
+func (k ObsKind) String() string {
 	switch k {
-	case obsRenewed:
+	case ObsRenewed:
 		return "renewed"
-	case obsRenewFailed:
+	case ObsRenewFailed:
 		return "renew failed"
-	case obsSessionGone:
+	case ObsSessionGone:
 		return "session gone"
-	case obsKeyHeld:
+	case ObsKeyHeld:
 		return "key held"
-	case obsKeyLost:
+	case ObsKeyLost:
 		return "key lost"
-	case obsReadFailed:
+	case ObsReadFailed:
 		return "read failed"
 	}
 	return "unknown"
 }
 
-// observation is one result of the renewer or the watcher.
-type observation struct {
-	// session is the session the request was about; the loop ignores
+// Observation is one result of the renewer or the watcher.
+type Observation struct {
+	// Session is the session the request was about; a holder ignores
 	// observations about a session it has replaced.
-	session string
-	kind    obsKind
-	// at is when the request was sent. For a renewal that is a lower bound
+	Session string
+	Kind    ObsKind
+	// At is when the request was sent. For a renewal that is a lower bound
 	// of when the server restarted the TTL clock, which keeps the
 	// contact-deadline conservative.
-	at time.Time
-	// detail says what was seen, for the loss message and the log.
-	detail string
+	At time.Time
+	// Detail says what was seen, for the loss message and the log.
+	Detail string
 }
 
-// verdict is the judge's decision.
-type verdict struct {
-	lost   bool
-	reason string
+// Verdict is the judge's decision.
+type Verdict struct {
+	Lost   bool
+	Reason string
 }
 
-// lossJudge decides from observations whether the lock is lost. It is pure:
+// LossJudge decides from observations whether the lock is lost. It is pure:
 // no clock, no I/O; the caller passes the time.
 //
 // The rules:
@@ -88,41 +88,41 @@ type verdict struct {
 // A successful read does not count as contact: only a renewal restarts the
 // server's TTL clock and shows the session alive. Contact is the renewal's
 // send time, a lower bound of when the server saw it.
-type lossJudge struct {
+type LossJudge struct {
 	rule        lockmodel.StopRule
 	lastContact time.Time
-	decided     verdict
+	decided     Verdict
 }
 
-// newLossJudge starts judging a session created (or last renewed) at
+// NewLossJudge starts judging a session created (or last renewed) at
 // contact under rule.
-func newLossJudge(rule lockmodel.StopRule, contact time.Time) *lossJudge {
-	return &lossJudge{rule: rule, lastContact: contact}
+func NewLossJudge(rule lockmodel.StopRule, contact time.Time) *LossJudge {
+	return &LossJudge{rule: rule, lastContact: contact}
 }
 
-// observe records o and returns the verdict so far. Once lost, always lost.
-func (j *lossJudge) observe(o observation) verdict {
-	if j.decided.lost {
+// Observe records o and returns the Verdict so far. Once lost, always lost.
+func (j *LossJudge) Observe(o Observation) Verdict {
+	if j.decided.Lost {
 		return j.decided
 	}
-	switch o.kind {
-	case obsRenewed:
-		if o.at.After(j.lastContact) {
-			j.lastContact = o.at
+	switch o.Kind {
+	case ObsRenewed:
+		if o.At.After(j.lastContact) {
+			j.lastContact = o.At
 		}
-	case obsSessionGone:
-		j.decided = verdict{lost: true, reason: "the session no longer exists (renewal answered 404): " +
-			"it was destroyed or invalidated, and Consul released the lock" + suffix(o.detail)}
-	case obsKeyLost:
-		j.decided = verdict{lost: true, reason: "the lock key is no longer held by this session" + suffix(o.detail)}
+	case ObsSessionGone:
+		j.decided = Verdict{Lost: true, Reason: "the session no longer exists (renewal answered 404): " +
+			"it was destroyed or invalidated, and Consul released the lock" + suffix(o.Detail)}
+	case ObsKeyLost:
+		j.decided = Verdict{Lost: true, Reason: "the lock key is no longer held by this session" + suffix(o.Detail)}
 	}
 	return j.decided
 }
 
-// check returns the verdict at now: lost when the last successful renewal
+// Check returns the Verdict at now: lost when the last successful renewal
 // is more than LossAfter ago.
-func (j *lossJudge) check(now time.Time) verdict {
-	if j.decided.lost {
+func (j *LossJudge) Check(now time.Time) Verdict {
+	if j.decided.Lost {
 		return j.decided
 	}
 	since := now.Sub(j.lastContact)
@@ -137,12 +137,12 @@ func (j *lossJudge) check(now time.Time) verdict {
 			"and another holder may acquire from %s after the last renewal on (the command must be dead by then, %s grace included)",
 			lockmodel.FormatDuration(r.LossAfter()), lockmodel.FormatDuration(r.TakeOverAfter()), lockmodel.FormatDuration(r.Grace))
 	}
-	j.decided = verdict{lost: true, reason: fmt.Sprintf("no successful session renewal for %s, %s", since.Round(time.Millisecond), why)}
+	j.decided = Verdict{Lost: true, Reason: fmt.Sprintf("no successful session renewal for %s, %s", since.Round(time.Millisecond), why)}
 	return j.decided
 }
 
-// deadline is when check turns to lost if no renewal succeeds before.
-func (j *lossJudge) deadline() time.Time {
+// Deadline is when Check turns to lost if no renewal succeeds before.
+func (j *LossJudge) Deadline() time.Time {
 	return j.lastContact.Add(j.rule.LossAfter())
 }
 
