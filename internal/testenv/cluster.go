@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -187,14 +188,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 
 // StartClusterT starts a cluster that is stopped when t ends; its logs are
 // kept (and their place logged) when t failed.
-func StartClusterT(t interface {
-	Helper()
-	Cleanup(func())
-	Failed() bool
-	Logf(string, ...any)
-	Fatal(...any)
-}, opts ClusterOptions,
-) *Cluster {
+func StartClusterT(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	c, err := StartCluster(context.Background(), opts)
 	if err != nil {
