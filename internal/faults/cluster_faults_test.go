@@ -190,13 +190,10 @@ func clusterPhases(full bool) []phase {
 		{name: "cluster-client-cut", rounds: n(3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeCut)},
 		{name: "cluster-semaphore-holder-kill", rounds: n(3), work: time.Minute, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectKill)},
 		{name: "cluster-semaphore-agent-restart", rounds: n(3), work: 8 * time.Second, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectAgentRestart)},
-	}
-	if full {
-		// A semaphore slot is not guarded by lock_delay: when the servers
-		// invalidate a frozen node's session, a waiter prunes it and takes
-		// the slot at once. Only in the full variant while the runner does
-		// not account for it (see docs/guarantees.md).
-		phases = append(phases, phase{name: "cluster-semaphore-client-freeze", rounds: 2, work: time.Minute, cluster: true, limit: 2, profile: clusterProfile, inject: whenFull(injectNodeFault(nodeFreeze))})
+		// Consul puts no lock-delay on a semaphore slot: when the servers
+		// invalidate a frozen node's session, the waiting runner must
+		// wait out lock_delay itself before it takes the slot.
+		{name: "cluster-semaphore-client-freeze", rounds: n(2), work: time.Minute, cluster: true, limit: 2, profile: clusterProfile, inject: whenFull(injectNodeFault(nodeFreeze))},
 	}
 	return phases
 }
