@@ -96,7 +96,6 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 			// (behavior delete) or someone deleted the key.
 			return Grant{}, ErrSessionInvalid
 		}
-		m.learnLockDelays(ctx, s, table, pairs, dead)
 		newlyDead, freeIn := dead.prune(table, pairs, m.declaredDelay, time.Now())
 		for _, h := range newlyDead {
 			m.log.Info("a holder's session ended without leaving the semaphore; its slot frees when its lock-delay has passed",
@@ -112,6 +111,9 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 				lastSeen = holders
 				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
 			}
+			// Learn the lock-delays of the holders while they live: a
+			// session that has ended can no longer be read.
+			m.learnLockDelays(ctx, s, table, pairs, dead)
 			waitIndex = NextIndex(waitIndex, meta.LastIndex)
 			if freeIn > 0 {
 				// Wake when a dead holder's slot frees, if nothing
@@ -263,7 +265,7 @@ func (d *deadHolders) prune(table lockmodel.SemaphoreState, pairs api.KVPairs, d
 }
 
 // learnLockDelays reads, once per session, the lock-delay of each live
-// holder other than s: once the session has ended it can no longer be read.
+// holder other than s.
 func (m *semaphore) learnLockDelays(ctx context.Context, s *Session, table lockmodel.SemaphoreState, pairs api.KVPairs, d *deadHolders) {
 	alive := liveSessions(pairs)
 	for h := range table.Holders {
