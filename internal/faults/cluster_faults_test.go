@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -190,13 +191,10 @@ func clusterPhases(full bool) []phase {
 		{name: "cluster-client-cut", rounds: n(3), work: time.Minute, cluster: true, profile: clusterProfile, inject: injectNodeFault(nodeCut)},
 		{name: "cluster-semaphore-holder-kill", rounds: n(3), work: time.Minute, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectKill)},
 		{name: "cluster-semaphore-agent-restart", rounds: n(3), work: 8 * time.Second, cluster: true, limit: 2, profile: semaphoreProfile, inject: whenFull(injectAgentRestart)},
-	}
-	if full {
-		// A semaphore slot is not guarded by lock_delay: when the servers
-		// invalidate a frozen node's session, a waiter prunes it and takes
-		// the slot at once. Only in the full variant while the runner does
-		// not account for it (see docs/guarantees.md).
-		phases = append(phases, phase{name: "cluster-semaphore-client-freeze", rounds: 2, work: time.Minute, cluster: true, limit: 2, profile: clusterProfile, inject: whenFull(injectNodeFault(nodeFreeze))})
+		// Consul puts no lock-delay on a semaphore slot: when the servers
+		// invalidate a frozen node's session, the waiting runner must
+		// wait out lock_delay itself before it takes the slot.
+		{name: "cluster-semaphore-client-freeze", rounds: n(2), work: time.Minute, cluster: true, limit: 2, profile: clusterProfile, inject: whenFullAwayFromWaiter(injectNodeFault(nodeFreeze))},
 	}
 	return phases
 }
@@ -442,6 +440,39 @@ func whenFull(inject func(*harness, Write) Write) func(*harness, Write) Write {
 		}
 		return inject(h, holder)
 	}
+}
+
+// whenFullAwayFromWaiter is whenFull, but hits a holder on a node that
+// does not host the waiting worker: a node fault there would also cut off
+// the waiter, and the slot would go to whoever finishes first (a minute
+// later), not to a waiter taking a dead holder's slot.
+func whenFullAwayFromWaiter(inject func(*harness, Write) Write) func(*harness, Write) Write {
+	return whenFull(func(h *harness, holder Write) Write {
+		active := map[string]Write{} // worker -> its running execution's start
+		for _, w := range h.store.Log() {
+			switch w.Kind {
+			case KindStart:
+				active[w.Worker] = w
+			case KindEnd, KindAbort:
+				if a, ok := active[w.Worker]; ok && a.Run == w.Run {
+					delete(active, w.Worker)
+				}
+			}
+		}
+		var waiterNodes []string
+		for _, wk := range h.workers {
+			if _, ok := active[wk.id]; !ok {
+				waiterNodes = append(waiterNodes, h.env.workerNode(wk.index).Name)
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(active)) {
+			w := active[id]
+			if !slices.Contains(waiterNodes, h.env.workerNode(workerIndex(id)).Name) && running(w.PID) && h.holderRunner(w) != nil {
+				return inject(h, w)
+			}
+		}
+		return inject(h, holder)
+	})
 }
 
 // injectAgentRestart kills the holder's client agent and starts it again
