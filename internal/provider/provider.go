@@ -285,7 +285,7 @@ func (p *consullockProvider) Resources(_ context.Context) []func() resource.Reso
 }
 
 func (p *consullockProvider) EphemeralResources(_ context.Context) []func() ephemeral.EphemeralResource {
-	return []func() ephemeral.EphemeralResource{NewLockEphemeral}
+	return []func() ephemeral.EphemeralResource{NewLockEphemeral, NewACLTokenEphemeral}
 }
 
 func (p *consullockProvider) Functions(_ context.Context) []func() function.Function {
