@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -128,7 +129,9 @@ func (e *aclTokenEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest,
 		return
 	}
 	tflog.Info(ctx, "created ephemeral ACL token", map[string]any{"accessor_id": created.AccessorID})
-	resp.Diagnostics.Append(resp.Private.SetKey(ctx, ephemeralTokenKey, []byte(created.AccessorID))...)
+	// Private data must be JSON.
+	idJSON, _ := json.Marshal(created.AccessorID)
+	resp.Diagnostics.Append(resp.Private.SetKey(ctx, ephemeralTokenKey, idJSON)...)
 	m.AccessorID = types.StringValue(created.AccessorID)
 	m.SecretID = types.StringValue(created.SecretID)
 	resp.Diagnostics.Append(resp.Result.Set(ctx, &m)...)
@@ -140,16 +143,17 @@ func (e *aclTokenEphemeral) Close(ctx context.Context, req ephemeral.CloseReques
 	if !resourceConfigured(e.data, &resp.Diagnostics) {
 		return
 	}
-	id, ds := req.Private.GetKey(ctx, ephemeralTokenKey)
+	idJSON, ds := req.Private.GetKey(ctx, ephemeralTokenKey)
 	resp.Diagnostics.Append(ds...)
-	if resp.Diagnostics.HasError() || len(id) == 0 {
+	var id string
+	if resp.Diagnostics.HasError() || len(idJSON) == 0 || json.Unmarshal(idJSON, &id) != nil {
 		return
 	}
-	if err := e.data.client.DeleteACLToken(context.WithoutCancel(ctx), string(id)); err != nil {
+	if err := e.data.client.DeleteACLToken(context.WithoutCancel(ctx), id); err != nil {
 		resp.Diagnostics.AddWarning("Ephemeral ACL Token Not Deleted",
 			fmt.Sprintf("Token %s could not be deleted; Consul deletes it when its ttl runs out. Delete it with `consul acl token delete -id %s` to end it now.\n\n%s",
 				id, id, err))
 		return
 	}
-	tflog.Info(ctx, "deleted ephemeral ACL token", map[string]any{"accessor_id": string(id)})
+	tflog.Info(ctx, "deleted ephemeral ACL token", map[string]any{"accessor_id": id})
 }
