@@ -277,10 +277,10 @@ func (p *consullockProvider) Configure(ctx context.Context, req provider.Configu
 
 func (p *consullockProvider) Resources(_ context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
-		NewACLPolicyResource,
-		NewACLTokenResource,
-		NewSessionDefaultsResource,
-		NewLockResource,
+		identifiedMutable(NewACLPolicyResource, "name", "The policy's name (a rename keeps the policy)."),
+		identified(NewACLTokenResource, "accessor_id", "The token's accessor ID."),
+		identified(NewSessionDefaultsResource, "name", "The session profile's name."),
+		identified(NewLockResource, "name", "The lock's name."),
 	}
 }
 
