@@ -78,17 +78,17 @@ func TestAccFunctions_badArgumentsNameTheArgument(t *testing.T) {
 	step := func(expr, want string) tfresource.TestStep {
 		return tfresource.TestStep{
 			Config:      fmt.Sprintf("output \"x\" {\n  value = %s\n}\n", expr),
-			ExpectError: regexp.MustCompile(want),
+			ExpectError: diagRE(want),
 		}
 	}
 	for _, tc := range []struct{ name, expr, want string }{
-		{"ttl too short", `provider::consullock::worst_case_gap("5s", "15s")`, `(?s)ttl: "5s" is not allowed`},
-		{"ttl not a duration", `provider::consullock::worst_case_gap("soon", "15s")`, `(?s)ttl: "soon" is not a duration`},
-		{"lock_delay too long", `provider::consullock::worst_case_gap("15s", "2m")`, `(?s)lock_delay: "2m0s" is not allowed`},
-		{"prefix", `provider::consullock::lock_key("/a//b")`, `(?s)prefix: "/a//b" is not allowed`},
-		{"no node prefixes", `provider::consullock::lock_rules({ lock_keys = ["a/.lock"] })`, `(?s)session_node_prefixes`},
-		{"unknown attribute", `provider::consullock::lock_rules({ lock_key = ["a"], session_node_prefixes = [""] })`, `(?s)unknown attribute\s+"lock_key"`},
-		{"bad key", `provider::consullock::lock_rules({ lock_keys = ["a//b"], session_node_prefixes = [""] })`, `(?s)lock_keys: "a//b" is not allowed`},
+		{"ttl too short", `provider::consullock::worst_case_gap("5s", "15s")`, `ttl: "5s" is not allowed`},
+		{"ttl not a duration", `provider::consullock::worst_case_gap("soon", "15s")`, `ttl: "soon" is not a duration`},
+		{"lock_delay too long", `provider::consullock::worst_case_gap("15s", "2m")`, `lock_delay: "2m0s" is not allowed`},
+		{"prefix", `provider::consullock::lock_key("/a//b")`, `prefix: "/a//b" is not allowed`},
+		{"no node prefixes", `provider::consullock::lock_rules({ lock_keys = ["a/.lock"] })`, `session_node_prefixes`},
+		{"unknown attribute", `provider::consullock::lock_rules({ lock_key = ["a"], session_node_prefixes = [""] })`, `unknown attribute "lock_key"`},
+		{"bad key", `provider::consullock::lock_rules({ lock_keys = ["a//b"], session_node_prefixes = [""] })`, `lock_keys: "a//b" is not allowed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tfresource.Test(t, tfresource.TestCase{

@@ -100,6 +100,10 @@ func DetectCLI() (CLIInfo, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "version")
 	cmd.Env = append(os.Environ(), "CHECKPOINT_DISABLE=1")
+	if os.Getenv("TF_CLI_CONFIG_FILE") == "" {
+		// A missing ~/.terraformrc only earns a warning; keep it quiet.
+		cmd.Env = append(cmd.Env, "TF_CLI_CONFIG_FILE="+os.DevNull)
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return CLIInfo{}, fmt.Errorf("%s version: %w", bin, err)
