@@ -35,7 +35,7 @@ func TestAccEphemeralACLToken_worksOnlyForItsPolicyAndIsNeverStored(t *testing.T
 		Rules: fmt.Sprintf(`key %q { policy = "write" }`, prefix+"/allowed")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	w := newCLIWorkspace(t, "")
+	w := newCLIWorkspace(t)
 	codes, ids := w.path("codes"), w.path("ids")
 	w.write(ephemeralProviderBlock + fmt.Sprintf(`
 ephemeral "consullock_acl_token" "job" {
@@ -87,7 +87,7 @@ func TestAccACLToken_writeOnlySecretWorksAndIsNeverStored(t *testing.T) {
 	testenv.RequireCLIFeature(t, testenv.FeatureWriteOnlyAttrs)
 	prefix := testenv.UniquePrefix(t.Name())
 	name := "wo-" + regexp.MustCompile(`[^a-zA-Z0-9-]`).ReplaceAllString(prefix, "-")
-	w := newCLIWorkspace(t, "")
+	w := newCLIWorkspace(t)
 	w.write(aclPolicyConfig(name, prefix, false, "") + `
 variable "secret" {
   type      = string

@@ -51,16 +51,14 @@ type cliWorkspace struct {
 	tf *testenv.Tofu
 }
 
-func newCLIWorkspace(t *testing.T, config string) *cliWorkspace {
+func newCLIWorkspace(t *testing.T) *cliWorkspace {
 	t.Helper()
 	dir := t.TempDir()
 	tf, err := testenv.NewTofuWorkspace(builtPluginDir(t), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &cliWorkspace{t: t, tf: tf}
-	w.write(config)
-	return w
+	return &cliWorkspace{t: t, tf: tf}
 }
 
 func (w *cliWorkspace) write(config string) {

@@ -102,7 +102,7 @@ func TestAccEphemeralLock_serialisesConcurrentApplies(t *testing.T) {
 	const sleep = 3
 
 	// One apply alone, for the figure.
-	solo := newCLIWorkspace(t, "")
+	solo := newCLIWorkspace(t)
 	solo.write(lockPipelineConfig(key, solo.path("work.log"), sleep))
 	began := time.Now()
 	solo.run("", nil, "apply", "-auto-approve", "-no-color")
@@ -110,7 +110,7 @@ func TestAccEphemeralLock_serialisesConcurrentApplies(t *testing.T) {
 	soloWork := parseWork(t, solo.read("work.log"))
 	assertUnheld(t, key)
 
-	ws := []*cliWorkspace{newCLIWorkspace(t, ""), newCLIWorkspace(t, "")}
+	ws := []*cliWorkspace{newCLIWorkspace(t), newCLIWorkspace(t)}
 	for _, w := range ws {
 		w.write(lockPipelineConfig(key, w.path("work.log"), sleep))
 	}
@@ -164,7 +164,7 @@ func TestAccEphemeralLock_serialisesConcurrentApplies(t *testing.T) {
 func TestAccEphemeralLock_interruptedApplyReleasesAndRenewsWhileHeld(t *testing.T) {
 	testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
 	key := testenv.UniquePrefix(t.Name()) + "/env/.lock"
-	w := newCLIWorkspace(t, "")
+	w := newCLIWorkspace(t)
 	w.write(lockPipelineConfig(key, w.path("work.log"), 120))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -214,7 +214,7 @@ func TestAccEphemeralLock_interruptedApplyReleasesAndRenewsWhileHeld(t *testing.
 func TestAccEphemeralLock_killedApplySessionExpiresByTTL(t *testing.T) {
 	testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
 	key := testenv.UniquePrefix(t.Name()) + "/env/.lock"
-	w := newCLIWorkspace(t, "")
+	w := newCLIWorkspace(t)
 	w.write(lockPipelineConfig(key, w.path("work.log"), 300))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -233,7 +233,7 @@ func TestAccEphemeralLock_killedApplySessionExpiresByTTL(t *testing.T) {
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
+	t.Logf("killed apply exited: %v", <-exited)
 	killed := time.Now()
 	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
@@ -267,7 +267,7 @@ func TestAccEphemeralLock_killedApplySessionExpiresByTTL(t *testing.T) {
 func TestAccEphemeralLock_nothingInStateOrPlan(t *testing.T) {
 	testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
 	key := testenv.UniquePrefix(t.Name()) + "/env/.lock"
-	w := newCLIWorkspace(t, "")
+	w := newCLIWorkspace(t)
 	w.write(lockPipelineConfig(key, w.path("work.log"), 0))
 	w.run("plan.log", nil, "plan", "-out=tfplan", "-no-color")
 	planSession := regexp.MustCompile(`lock acquired.*?session=([0-9a-f-]{36})`).FindStringSubmatch(w.read("plan.log"))

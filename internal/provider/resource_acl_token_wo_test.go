@@ -21,7 +21,10 @@ func TestACLTokenValidateConfig_refusesWriteOnlySecretWithoutClientSupport(t *te
 	r := &aclTokenResource{}
 	var sresp resource.SchemaResponse
 	r.Schema(ctx, resource.SchemaRequest{}, &sresp)
-	typ := sresp.Schema.Type().TerraformType(ctx).(tftypes.Object)
+	typ, ok := sresp.Schema.Type().TerraformType(ctx).(tftypes.Object)
+	if !ok {
+		t.Fatal("the schema's type is not an object")
+	}
 	vals := map[string]tftypes.Value{}
 	for name, at := range typ.AttributeTypes {
 		vals[name] = tftypes.NewValue(at, nil)
