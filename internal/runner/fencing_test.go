@@ -50,7 +50,8 @@ func holdOnce(t *testing.T, l lockmodel.Lock, token, record, tag string) *childR
 // through everything that sends LockIndex back: the key deleted and created
 // again (consul lock deletes an unheld key when it exits; the provider and
 // the controller re-create it), and a plain write (a flag repair), which
-// sets LockIndex to 0. CONSUL_LOCK_INDEX stays Consul's LockIndex.
+// sets LockIndex to 0; and `consul lock`, which deletes the unheld key when
+// it exits. CONSUL_LOCK_INDEX stays Consul's LockIndex.
 func TestRun_fencingTokenGrowsAcrossKeyRecreationAndPlainWrites(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.UniquePrefix(t.Name())
@@ -70,8 +71,17 @@ func TestRun_fencingTokenGrowsAcrossKeyRecreationAndPlainWrites(t *testing.T) {
 		t.Fatal(err) // a plain write: LockIndex 0
 	}
 	d := holdOnce(t, l, token, record, "d")
+	// consul lock holds it next, and deletes the unheld key when it exits.
+	cl := startConsulLock(t, "consul lock", 1, l.Prefix, childArgs(record, "consul", "-sleep", "100ms")...)
+	if code := cl.wait(time.Minute); code != 0 {
+		t.Fatalf("consul lock exited %d", code)
+	}
+	if pair, _, err := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true}); err != nil || pair != nil {
+		t.Fatalf("after consul lock exited the key is %+v (%v); this Consul's consul lock no longer deletes it", pair, err)
+	}
+	e := holdOnce(t, l, token, record, "e") // creates the key again: LockIndex 1
 
-	runs := []*childRun{a, b, c, d}
+	runs := []*childRun{a, b, c, d, e}
 	for i := 1; i < len(runs); i++ {
 		if runs[i].token <= runs[i-1].token {
 			t.Fatalf("%s: fencing token %d, not above %s's %d", runs[i].tag, runs[i].token, runs[i-1].tag, runs[i-1].token)
@@ -79,11 +89,12 @@ func TestRun_fencingTokenGrowsAcrossKeyRecreationAndPlainWrites(t *testing.T) {
 	}
 	// The scenario did send LockIndex back, so the check above means
 	// something.
-	if !(b.index > a.index && c.index <= b.index && d.index <= c.index) {
-		t.Fatalf("LockIndex a..d = %d %d %d %d; want it to grow, then go back after the re-creation and after the plain write",
-			a.index, b.index, c.index, d.index)
+	if !(b.index > a.index && c.index <= b.index && d.index <= c.index && e.index == 1) {
+		t.Fatalf("LockIndex a..e = %d %d %d %d %d; want it to grow, then go back after the re-creation, the plain write and consul lock's delete",
+			a.index, b.index, c.index, d.index, e.index)
 	}
-	t.Logf("fencing tokens %d %d %d %d, LockIndex %d %d %d %d", a.token, b.token, c.token, d.token, a.index, b.index, c.index, d.index)
+	t.Logf("fencing tokens %d %d %d %d %d, LockIndex %d %d %d %d %d", a.token, b.token, c.token, d.token, e.token,
+		a.index, b.index, c.index, d.index, e.index)
 }
 
 // For a semaphore the token is the holder's contender key ModifyIndex at
