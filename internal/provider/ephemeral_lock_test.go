@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -345,6 +346,9 @@ resource "echo" "l" {}
 					return nil
 				},
 			},
+			// Without the ephemeral lock, so that the final destroy does
+			// not open it after its declaration is gone.
+			{Config: decl},
 		},
 	})
 }
@@ -359,7 +363,7 @@ func TestAccEphemeralLock_waitTimeoutNamesHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _, _ = c.Session().Destroy(sid, nil) }()
-	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: key, Session: sid}, nil); err != nil || !ok {
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: key, Session: sid, Flags: lockmodel.LockFlagValue}, nil); err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 	tfresource.Test(t, tfresource.TestCase{
@@ -381,11 +385,12 @@ ephemeral "consullock_lock" "l" {
 func TestAccEphemeralLock_tokenWithoutPermissionIsClearError(t *testing.T) {
 	testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
 	key := testenv.UniquePrefix(t.Name()) + "/.lock"
-	noSession, err := agent.MintToken(strings.ReplaceAll(key, "/", "-")+"-ns", `key_prefix "" { policy = "read" }`, 0)
+	base := regexp.MustCompile(`[^a-zA-Z0-9-]`).ReplaceAllString(key, "-")
+	noSession, err := agent.MintToken(base+"-ns", `key_prefix "" { policy = "read" }`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	noKey, err := agent.MintToken(strings.ReplaceAll(key, "/", "-")+"-nk",
+	noKey, err := agent.MintToken(base+"-nk",
 		fmt.Sprintf(`session_prefix "" { policy = "write" }
 key %q { policy = "read" }`, key), 0)
 	if err != nil {
@@ -405,8 +410,8 @@ ephemeral "consullock_lock" "l" {
 	tfresource.Test(t, tfresource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []tfresource.TestStep{
-			{Config: config(noSession.SecretID), ExpectError: regexp.MustCompile(`(?s)Permission denied.*session`)},
-			{Config: config(noKey.SecretID), ExpectError: regexp.MustCompile(`(?s)Cannot Acquire Lock.*(Permission denied|key:write)`)},
+			{Config: config(noSession.SecretID), ExpectError: diagRE("Cannot Acquire Lock", `the token lacks "session:write"`)},
+			{Config: config(noKey.SecretID), ExpectError: diagRE("Cannot Acquire Lock", "lacks permission 'key:write'")},
 		},
 	})
 	assertUnheld(t, key)

@@ -20,7 +20,7 @@ func TestAccIdentity_importByIdentityBlock(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
 	name := "id-" + regexp.MustCompile(`[^a-zA-Z0-9-]`).ReplaceAllString(p, "-")
-	cfg := lockTestProvider(reg) + aclPolicyConfig(name, p, false, "") + fmt.Sprintf(`
+	cfg := ephemeralProviderBlock + lockTestProvider(reg) + aclPolicyConfig(name, p, false, "") + fmt.Sprintf(`
 resource "consullock_session_defaults" "fast" {
   name = "fast"
   ttl  = "20s"
