@@ -18,7 +18,7 @@ func probeScript(codesFile string, keys ...string) string {
 	var b strings.Builder
 	b.WriteString(`set -e; h=$(mktemp); printf 'X-Consul-Token: %s\n' "$TOKEN" > "$h"; `)
 	for _, k := range keys {
-		fmt.Fprintf(&b, `curl -s -o /dev/null -w '%%{http_code}\n' -X PUT -H @"$h" --data v %s/v1/kv/%s >> %s; `, agent.HTTPAddr(), k, codesFile)
+		fmt.Fprintf(&b, `curl -s -o /dev/null -w '%%%%{http_code}\n' -X PUT -H @"$h" --data v %s/v1/kv/%s >> %s; `, agent.HTTPAddr(), k, codesFile)
 	}
 	b.WriteString(`rm -f "$h"`)
 	return b.String()

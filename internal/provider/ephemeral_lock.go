@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -71,6 +72,58 @@ type heldLock struct {
 }
 
 const heldLockKey = "held_lock"
+
+// openLocks are the locks this provider process opened and the CLI has not
+// closed. OpenTofu skips an ephemeral resource's Close when a resource that
+// uses it failed or the run was interrupted; ReleaseOpenLocks then ends
+// them when the CLI shuts the provider down, instead of leaving the lock
+// held until Consul expires the session.
+var openLocks = struct {
+	sync.Mutex
+	m map[string]openLock
+}{m: map[string]openLock{}}
+
+type openLock struct {
+	client *consul.Client
+	held   heldLock
+}
+
+// ReleaseOpenLocks releases, then destroys the session of, every lock this
+// process opened and nobody closed, within timeout. The provider's main
+// calls it when the CLI has shut the provider down; the CLI waits about 2s
+// for a provider to exit.
+func ReleaseOpenLocks(timeout time.Duration) {
+	openLocks.Lock()
+	locks := make([]openLock, 0, len(openLocks.m))
+	for _, l := range openLocks.m {
+		locks = append(locks, l)
+	}
+	openLocks.m = map[string]openLock{}
+	openLocks.Unlock()
+	if len(locks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			releaseHeld(ctx, l.client, l.held, slog.New(slog.DiscardHandler))
+		}()
+	}
+	wg.Wait()
+}
+
+// releaseHeld releases the lock, so the next holder starts without
+// lock-delay, then destroys the session; it returns the failures.
+func releaseHeld(ctx context.Context, c *consul.Client, h heldLock, log *slog.Logger) (releaseErr, destroyErr error) {
+	proto := lockproto.New(c, h.Lock, h.Profile.LockDelay, log)
+	_, releaseErr = proto.Release(ctx, &lockproto.Session{ID: h.Session}, h.Value)
+	destroyErr = lockproto.DestroySession(ctx, c, h.Session)
+	return releaseErr, destroyErr
+}
 
 func (e *lockEphemeral) Metadata(_ context.Context, req ephemeral.MetadataRequest, resp *ephemeral.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_lock"
@@ -245,6 +298,9 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	resp.RenewAt = hold.Session.Created.Add(rule.RenewEvery)
 	data, _ := json.Marshal(held) // plain struct: cannot fail
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, heldLockKey, data)...)
+	openLocks.Lock()
+	openLocks.m[held.Session] = openLock{client: e.data.client, held: held}
+	openLocks.Unlock()
 
 	m.Key = types.StringValue(l.Key)
 	m.Session = types.StringValue(hold.Session.ID)
@@ -402,12 +458,15 @@ func (e *lockEphemeral) Close(ctx context.Context, req ephemeral.CloseRequest, r
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	proto := lockproto.New(e.data.client, h.Lock, h.Profile.LockDelay, tflogSlog(ctx))
-	if _, err := proto.Release(ctx, &lockproto.Session{ID: h.Session}, h.Value); err != nil {
+	openLocks.Lock()
+	delete(openLocks.m, h.Session)
+	openLocks.Unlock()
+	releaseErr, destroyErr := releaseHeld(ctx, e.data.client, h, tflogSlog(ctx))
+	if err := releaseErr; err != nil {
 		resp.Diagnostics.AddWarning("Lock Release Failed",
 			fmt.Sprintf("Releasing lock %s failed; destroying session %s frees it after its lock-delay. %s", h.Lock.Key, h.Session, err))
 	}
-	if err := lockproto.DestroySession(ctx, e.data.client, h.Session); err != nil {
+	if err := destroyErr; err != nil {
 		resp.Diagnostics.AddWarning("Lock Session Not Destroyed",
 			fmt.Sprintf("Session %s could not be destroyed; Consul ends it after about 2 x TTL (%s). %s",
 				h.Session, lockmodel.FormatDuration(h.Profile.TTL), err))

@@ -169,7 +169,7 @@ func TestAccEphemeralLock_interruptedApplyReleasesAndRenewsWhileHeld(t *testing.
 	w.write(lockPipelineConfig(key, w.path("work.log"), 120))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd, out := w.command(ctx, "", nil, "apply", "-auto-approve", "-no-color")
+	cmd, out := w.command(ctx, "apply.log", nil, "apply", "-auto-approve", "-no-color")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestAccEphemeralLock_interruptedApplyReleasesAndRenewsWhileHeld(t *testing.
 	}
 	select {
 	case err := <-exited:
-		t.Logf("interrupted apply exited: %v", err)
+		t.Logf("interrupted apply exited: %v\n%s", err, out)
 	case <-time.After(2 * time.Minute):
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		t.Fatalf("tofu did not exit within 2m of SIGINT\n%s", out)
