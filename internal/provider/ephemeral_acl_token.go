@@ -132,6 +132,10 @@ func (e *aclTokenEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest,
 	// Private data must be JSON.
 	idJSON, _ := json.Marshal(created.AccessorID)
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, ephemeralTokenKey, idJSON)...)
+	client, accessor := e.data.client, created.AccessorID
+	trackUnclosed("token "+accessor, func(ctx context.Context) {
+		_ = client.DeleteACLToken(ctx, accessor) // best effort at shutdown; the token expires by its ttl otherwise
+	})
 	m.AccessorID = types.StringValue(created.AccessorID)
 	m.SecretID = types.StringValue(created.SecretID)
 	resp.Diagnostics.Append(resp.Result.Set(ctx, &m)...)
@@ -149,6 +153,7 @@ func (e *aclTokenEphemeral) Close(ctx context.Context, req ephemeral.CloseReques
 	if resp.Diagnostics.HasError() || len(idJSON) == 0 || json.Unmarshal(idJSON, &id) != nil {
 		return
 	}
+	closed("token " + id)
 	if err := e.data.client.DeleteACLToken(context.WithoutCancel(ctx), id); err != nil {
 		resp.Diagnostics.AddWarning("Ephemeral ACL Token Not Deleted",
 			fmt.Sprintf("Token %s could not be deleted; Consul deletes it when its ttl runs out. Delete it with `consul acl token delete -id %s` to end it now.\n\n%s",

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -72,49 +71,6 @@ type heldLock struct {
 }
 
 const heldLockKey = "held_lock"
-
-// openLocks are the locks this provider process opened and the CLI has not
-// closed. OpenTofu skips an ephemeral resource's Close when a resource that
-// uses it failed or the run was interrupted; ReleaseOpenLocks then ends
-// them when the CLI shuts the provider down, instead of leaving the lock
-// held until Consul expires the session.
-var openLocks = struct {
-	sync.Mutex
-	m map[string]openLock
-}{m: map[string]openLock{}}
-
-type openLock struct {
-	client *consul.Client
-	held   heldLock
-}
-
-// ReleaseOpenLocks releases, then destroys the session of, every lock this
-// process opened and nobody closed, within timeout. The provider's main
-// calls it when the CLI has shut the provider down; the CLI waits about 2s
-// for a provider to exit.
-func ReleaseOpenLocks(timeout time.Duration) {
-	openLocks.Lock()
-	locks := make([]openLock, 0, len(openLocks.m))
-	for _, l := range openLocks.m {
-		locks = append(locks, l)
-	}
-	openLocks.m = map[string]openLock{}
-	openLocks.Unlock()
-	if len(locks) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, l := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			releaseHeld(ctx, l.client, l.held, slog.New(slog.DiscardHandler))
-		}()
-	}
-	wg.Wait()
-}
 
 // releaseHeld releases the lock, so the next holder starts without
 // lock-delay, then destroys the session; it returns the failures.
@@ -298,9 +254,10 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	resp.RenewAt = hold.Session.Created.Add(rule.RenewEvery)
 	data, _ := json.Marshal(held) // plain struct: cannot fail
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, heldLockKey, data)...)
-	openLocks.Lock()
-	openLocks.m[held.Session] = openLock{client: e.data.client, held: held}
-	openLocks.Unlock()
+	client := e.data.client
+	trackUnclosed("lock "+held.Session, func(ctx context.Context) {
+		releaseHeld(ctx, client, held, slog.New(slog.DiscardHandler)) //nolint:errcheck // best effort at shutdown; the session ends by TTL otherwise
+	})
 
 	m.Key = types.StringValue(l.Key)
 	m.Session = types.StringValue(hold.Session.ID)
@@ -458,9 +415,7 @@ func (e *lockEphemeral) Close(ctx context.Context, req ephemeral.CloseRequest, r
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	openLocks.Lock()
-	delete(openLocks.m, h.Session)
-	openLocks.Unlock()
+	closed("lock " + h.Session)
 	releaseErr, destroyErr := releaseHeld(ctx, e.data.client, h, tflogSlog(ctx))
 	if err := releaseErr; err != nil {
 		resp.Diagnostics.AddWarning("Lock Release Failed",
