@@ -1,10 +1,14 @@
 package provider
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -161,4 +165,57 @@ resource "consullock_acl_token" "t" {
 		t.Errorf("the old secret after rotation: %v, want ACL not found", allowed)
 	}
 	w.run("", env2, "destroy", "-auto-approve", "-no-color")
+}
+
+// An interrupted apply still deletes its ephemeral token: OpenTofu skips
+// Close after the interrupt, and the provider deletes the token when the CLI
+// shuts it down.
+func TestAccEphemeralACLToken_interruptedApplyDeletesToken(t *testing.T) {
+	testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
+	prefix := testenv.UniquePrefix(t.Name())
+	policy := "eph-" + regexp.MustCompile(`[^a-zA-Z0-9-]`).ReplaceAllString(prefix, "-")
+	if _, _, err := agent.Client().ACL().PolicyCreate(&api.ACLPolicy{Name: policy,
+		Rules: fmt.Sprintf(`key %q { policy = "read" }`, prefix)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	w := newCLIWorkspace(t)
+	ids := w.path("ids")
+	w.write(ephemeralProviderBlock + fmt.Sprintf(`
+ephemeral "consullock_acl_token" "job" {
+  policies = [%q]
+  ttl      = "10m"
+}
+
+resource "terraform_data" "job" {
+  provisioner "local-exec" {
+    command     = "echo \"$ACCESSOR\" > %s; sleep 120"
+    environment = { ACCESSOR = ephemeral.consullock_acl_token.job.accessor_id }
+  }
+}
+`, policy, ids))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd, out := w.command(ctx, "", nil, "apply", "-auto-approve", "-no-color")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	accessor := strings.TrimSpace(waitForText(t, ids, "-", 3*time.Minute, exited))
+	if _, _, err := agent.Client().ACL().TokenRead(accessor, nil); err != nil {
+		t.Fatalf("the token does not exist while the run uses it: %v", err)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		t.Logf("interrupted apply exited: %v", err)
+	case <-time.After(2 * time.Minute):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("tofu did not exit within 2m of SIGINT\n%s", out)
+	}
+	if _, _, err := agent.Client().ACL().TokenRead(accessor, nil); err == nil || !strings.Contains(err.Error(), "ACL not found") {
+		t.Fatalf("token %s after the interrupted run: err %v, want ACL not found", accessor, err)
+	}
 }
