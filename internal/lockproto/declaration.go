@@ -2,11 +2,15 @@ package lockproto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
+
+// ErrNotDeclared: the registry has no record of the lock.
+var ErrNotDeclared = errors.New("not declared")
 
 // ReadDeclaration reads the record of the lock called name under the
 // registry prefix and its session profile (defaults applied), consistently,
@@ -18,8 +22,8 @@ func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name
 		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("read the declaration of lock %q: %w", name, err)
 	}
 	if !found {
-		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("lock %q is not declared: there is no record at %s; "+
-			"declare it (resource consullock_lock) or check the registry prefix", name, rec.Key)
+		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("lock %q is %w: there is no record at %s; "+
+			"declare it (resource consullock_lock) or check the registry prefix", name, ErrNotDeclared, rec.Key)
 	}
 	l, err := lockmodel.DecodeLockRecord(rec.Value)
 	if err != nil {
