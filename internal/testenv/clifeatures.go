@@ -144,6 +144,6 @@ func RequireCLIFeature(t testing.TB, f CLIFeature) {
 	}
 	if !info.Has(f) {
 		since := featureSince[info.Name][f]
-		t.Skipf("%s%s needs %s %s or later; this is %s %s", NotSupportedPrefix, f, info.Name, since, info.Name, info.Version)
+		t.Skipf("%s%s (needs %s %s or later; this is %s %s)", NotSupportedPrefix, f, info.Name, since, info.Name, info.Version)
 	}
 }
