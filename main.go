@@ -10,6 +10,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
@@ -69,6 +70,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		Debug:           *debug,
 		ProtocolVersion: 6,
 	})
+	// The CLI shut the provider down: end any ephemeral lock or token it
+	// did not close (OpenTofu skips Close after a failure or an
+	// interrupt). It kills a provider that has not exited after 2s.
+	provider.CloseUnclosed(1500 * time.Millisecond)
 	if err != nil {
 		log.Print(err)
 		return 1

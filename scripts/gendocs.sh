@@ -23,7 +23,10 @@ terraform {
   }
 }
 TF
-(cd "$work/cfg" && TF_CLI_CONFIG_FILE="$work/tofu.rc" "$bin/tofu" providers schema -json) >"$work/raw.json"
+# TOFU: a CLI that knows ephemeral resources (OpenTofu 1.11+); older ones
+# leave them out of the schema and their pages would not be rendered.
+tofu="${TOFU:-$bin/tofu}"
+(cd "$work/cfg" && TF_CLI_CONFIG_FILE="$work/tofu.rc" "$tofu" providers schema -json) >"$work/raw.json"
 # tfplugindocs looks the provider up under its Terraform registry name.
 sed 's#"registry.opentofu.org/consullock/consullock"#"registry.terraform.io/hashicorp/consullock"#' "$work/raw.json" >"$work/schema.json"
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -71,6 +72,7 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 	for _, dir := range sorted {
 		rel, _ := filepath.Rel(root, dir)
 		t.Run("validate "+rel, func(t *testing.T) {
+			requireExampleFeatures(t, rel)
 			// Validate a copy so no .terraform directory is left in the tree.
 			work := t.TempDir()
 			entries, err := os.ReadDir(dir)
@@ -93,5 +95,17 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 				t.Fatalf("tofu validate %s: %v\n%s", rel, err, out)
 			}
 		})
+	}
+}
+
+// requireExampleFeatures skips, as not supported by this CLI, examples of
+// language features the CLI lacks (ephemeral resources, functions).
+func requireExampleFeatures(t *testing.T, rel string) {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(rel, "examples/ephemeral-resources/"), rel == "examples/hold-lock-during-apply":
+		testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
+	case strings.HasPrefix(rel, "examples/functions/"):
+		testenv.RequireCLIFeature(t, testenv.FeatureProviderFunctions)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
+	"github.com/hashicorp/terraform-plugin-framework/function"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -25,8 +27,10 @@ import (
 )
 
 var (
-	_ provider.Provider                   = (*consullockProvider)(nil)
-	_ provider.ProviderWithValidateConfig = (*consullockProvider)(nil)
+	_ provider.Provider                       = (*consullockProvider)(nil)
+	_ provider.ProviderWithValidateConfig     = (*consullockProvider)(nil)
+	_ provider.ProviderWithEphemeralResources = (*consullockProvider)(nil)
+	_ provider.ProviderWithFunctions          = (*consullockProvider)(nil)
 )
 
 // New returns a provider factory for providerserver.
@@ -268,15 +272,24 @@ func (p *consullockProvider) Configure(ctx context.Context, req provider.Configu
 	data := &providerData{client: client, registryPrefix: registryPrefix}
 	resp.ResourceData = data
 	resp.DataSourceData = data
+	resp.EphemeralResourceData = data
 }
 
 func (p *consullockProvider) Resources(_ context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
-		NewACLPolicyResource,
-		NewACLTokenResource,
-		NewSessionDefaultsResource,
-		NewLockResource,
+		identifiedMutable(NewACLPolicyResource, "name", "The policy's name (a rename keeps the policy)."),
+		identified(NewACLTokenResource, "accessor_id", "The token's accessor ID."),
+		identified(NewSessionDefaultsResource, "name", "The session profile's name."),
+		identified(NewLockResource, "name", "The lock's name."),
 	}
+}
+
+func (p *consullockProvider) EphemeralResources(_ context.Context) []func() ephemeral.EphemeralResource {
+	return []func() ephemeral.EphemeralResource{NewLockEphemeral, NewACLTokenEphemeral}
+}
+
+func (p *consullockProvider) Functions(_ context.Context) []func() function.Function {
+	return []func() function.Function{NewLockRulesFunction, NewWorstCaseGapFunction, NewLockKeyFunction}
 }
 
 func (p *consullockProvider) DataSources(_ context.Context) []func() datasource.DataSource {

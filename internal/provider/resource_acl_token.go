@@ -71,6 +71,8 @@ type aclTokenModel struct {
 	Local             types.Bool           `tfsdk:"local"`
 	ExpirationTTL     timetypes.GoDuration `tfsdk:"expiration_ttl"`
 	ExpirationTime    timetypes.RFC3339    `tfsdk:"expiration_time"`
+	SecretIDWO        types.String         `tfsdk:"secret_id_wo"`
+	SecretIDWOVersion types.Int64          `tfsdk:"secret_id_wo_version"`
 }
 
 // serviceIdentityModel is one element of service_identities.
@@ -105,7 +107,8 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"`consullock_acl_policy` for lock holders. What the token holds is exactly what is declared: anything added to it outside " +
 			"OpenTofu shows in the plan as a change and is removed by apply. " +
 			"The secret is sensitive: it is kept out of plan output, logs and error messages, but it is stored in state, " +
-			"so protect the state as you protect the token.",
+			"so protect the state as you protect the token, or set the secret with the write-only `secret_id_wo`, " +
+			"or use the ephemeral `consullock_acl_token`, neither of which is stored.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "The token's accessor ID (same as `accessor_id`).",
@@ -118,7 +121,7 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"secret_id": schema.StringAttribute{
-				MarkdownDescription: "The token's secret, what clients send as `X-Consul-Token` or `CONSUL_HTTP_TOKEN`.",
+				MarkdownDescription: "The token's secret, what clients send as `X-Consul-Token` or `CONSUL_HTTP_TOKEN`. Null when `secret_id_wo` set it.",
 				Computed:            true,
 				Sensitive:           true,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
@@ -200,6 +203,8 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 					stringplanmodifier.RequiresReplace(),
 				},
 			},
+			"secret_id_wo":         secretIDWOAttribute,
+			"secret_id_wo_version": secretIDWOVersionAttribute,
 			"expiration_time": schema.StringAttribute{
 				MarkdownDescription: "When the token expires (RFC 3339), if it has an `expiration_ttl`.",
 				Computed:            true,
@@ -228,6 +233,7 @@ func (r *aclTokenResource) Create(ctx context.Context, req resource.CreateReques
 		Local:       plan.Local.ValueBool(),
 	}
 	plan.holdings(ctx, &resp.Diagnostics).into(tok)
+	tok.SecretID = writeOnlySecret(ctx, req.Config, &resp.Diagnostics)
 	if !plan.ExpirationTTL.IsNull() {
 		ttl, diags := plan.ExpirationTTL.ValueGoDuration()
 		resp.Diagnostics.Append(diags...)
@@ -360,7 +366,11 @@ func (r *aclTokenResource) ImportState(ctx context.Context, req resource.ImportS
 func (m *aclTokenModel) fromLive(ctx context.Context, t *api.ACLToken, diags *diag.Diagnostics) {
 	m.ID = types.StringValue(t.AccessorID)
 	m.AccessorID = types.StringValue(t.AccessorID)
-	if t.SecretID != "" && t.SecretID != "<hidden>" {
+	switch {
+	case !m.SecretIDWOVersion.IsNull():
+		// The secret came from secret_id_wo: it is never stored.
+		m.SecretID = types.StringNull()
+	case t.SecretID != "" && t.SecretID != "<hidden>":
 		m.SecretID = types.StringValue(t.SecretID)
 	}
 	m.Description = types.StringValue(t.Description)

@@ -165,52 +165,18 @@ func (r *runner) lockLabel() string {
 }
 
 // readDeclaration reads the lock record and its session profile record,
-// consistently.
+// consistently (lockproto.ReadDeclaration, shared with the provider's
+// ephemeral lock).
 func (r *runner) readDeclaration(ctx context.Context) error {
-	reg := r.client.Registry(r.cfg.registryPrefix)
-	name := r.cfg.lockName
-	rec, found, err := reg.Get(ctx, lockmodel.KindLock, name)
+	l, p, err := lockproto.ReadDeclaration(ctx, r.client, r.cfg.registryPrefix, r.cfg.lockName)
+	if errors.Is(err, lockproto.ErrNotDeclared) {
+		return fmt.Errorf("%w, or use -key for a key without a declaration", err)
+	}
 	if err != nil {
-		return fmt.Errorf("read the declaration of lock %q: %w", name, err)
+		return err
 	}
-	if !found {
-		return fmt.Errorf("lock %q is not declared: there is no record at %s; declare it (resource consullock_lock), "+
-			"check -registry-prefix, or use -key for a key without a declaration", name, rec.Key)
-	}
-	if r.lock, err = lockmodel.DecodeLockRecord(rec.Value); err != nil {
-		return fmt.Errorf("the declaration at %s cannot be used: %w", rec.Key, err)
-	}
-	if r.lock.Name != name {
-		return fmt.Errorf("the declaration at %s is for lock %q, not %q", rec.Key, r.lock.Name, name)
-	}
-	if r.lock.SessionDefaults == "" {
-		r.profile = consulDefaultProfile(r.lock)
-		return nil
-	}
-	prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, r.lock.SessionDefaults)
-	if err != nil {
-		return fmt.Errorf("read session profile %q of lock %q: %w", r.lock.SessionDefaults, name, err)
-	}
-	if !found {
-		return fmt.Errorf("lock %q uses session profile %q, which is not declared: there is no record at %s",
-			name, r.lock.SessionDefaults, prec.Key)
-	}
-	if r.profile, err = lockmodel.DecodeSessionProfileRecord(prec.Value); err != nil {
-		return fmt.Errorf("the session profile at %s cannot be used: %w", prec.Key, err)
-	}
-	r.profile = r.profile.WithDefaults()
+	r.lock, r.profile = l, p
 	return nil
-}
-
-// consulDefaultProfile is the profile of a declared lock without
-// session_defaults: Consul's defaults (TTL 15s as api.Lock, lock-delay 15s,
-// serfHealth), with behavior delete for a semaphore as api.Semaphore.
-func consulDefaultProfile(l lockmodel.Lock) lockmodel.SessionProfile {
-	p := lockmodel.SessionProfile{Name: "consul-defaults", TTL: lockmodel.DefaultSessionTTL, LockDelay: lockmodel.DefaultLockDelay}
-	if l.IsSemaphore() {
-		p.Behavior = lockmodel.BehaviorDelete
-	}
-	return p.WithDefaults()
 }
 
 func (r *runner) sessionName() string {

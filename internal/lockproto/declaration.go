@@ -1,0 +1,71 @@
+package lockproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// ErrNotDeclared: the registry has no record of the lock.
+var ErrNotDeclared = errors.New("not declared")
+
+// ReadDeclaration reads the record of the lock called name under the
+// registry prefix and its session profile (defaults applied), consistently,
+// for a holder that acquires a declared lock.
+func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name string) (lockmodel.Lock, lockmodel.SessionProfile, error) {
+	reg := c.Registry(registryPrefix)
+	rec, found, err := reg.Get(ctx, lockmodel.KindLock, name)
+	if err != nil {
+		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("read the declaration of lock %q: %w", name, err)
+	}
+	if !found {
+		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("lock %q is %w: there is no record at %s; "+
+			"declare it (resource consullock_lock) or check the registry prefix", name, ErrNotDeclared, rec.Key)
+	}
+	l, err := lockmodel.DecodeLockRecord(rec.Value)
+	if err != nil {
+		return l, lockmodel.SessionProfile{}, fmt.Errorf("the declaration at %s cannot be used: %w", rec.Key, err)
+	}
+	if l.Name != name {
+		return l, lockmodel.SessionProfile{}, fmt.Errorf("the declaration at %s is for lock %q, not %q", rec.Key, l.Name, name)
+	}
+	if l.SessionDefaults == "" {
+		return l, ConsulDefaultProfile(l), nil
+	}
+	prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
+	if err != nil {
+		return l, lockmodel.SessionProfile{}, fmt.Errorf("read session profile %q of lock %q: %w", l.SessionDefaults, name, err)
+	}
+	if !found {
+		return l, lockmodel.SessionProfile{}, fmt.Errorf("lock %q uses session profile %q, which is not declared: there is no record at %s",
+			name, l.SessionDefaults, prec.Key)
+	}
+	p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
+	if err != nil {
+		return l, p, fmt.Errorf("the session profile at %s cannot be used: %w", prec.Key, err)
+	}
+	return l, p.WithDefaults(), nil
+}
+
+// ConsulDefaultProfile is the profile of a declared lock without
+// session_defaults: Consul's defaults (TTL 15s as api.Lock, lock-delay 15s,
+// serfHealth), with behavior delete for a semaphore as api.Semaphore.
+func ConsulDefaultProfile(l lockmodel.Lock) lockmodel.SessionProfile {
+	p := lockmodel.SessionProfile{Name: "consul-defaults", TTL: lockmodel.DefaultSessionTTL, LockDelay: lockmodel.DefaultLockDelay}
+	if l.IsSemaphore() {
+		p.Behavior = lockmodel.BehaviorDelete
+	}
+	return p.WithDefaults()
+}
+
+// Detach stops renewing and watching the hold without releasing the lock
+// or destroying the session: the caller takes the session over and renews
+// it from then on (the provider's ephemeral lock, renewed by the CLI's
+// Renew calls, possibly from another process).
+func (h *Hold) Detach() {
+	h.cancel()
+	h.wg.Wait()
+}
