@@ -11,7 +11,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 out="$root/bin/compat"
-rm -rf "$out" && mkdir -p "$out"
+mkdir -p "$out"
 
 # bin/ name -> label and the version its `version` must report.
 declare -A label=(
@@ -30,7 +30,7 @@ extra_pkgs=(. ./examples/ci/plansummary/ ./internal/controller/)
 
 tools/build.sh "${clis[@]}" "${consuls[@]}" || exit 1
 for t in "${clis[@]}" "${consuls[@]}"; do
-  v="$(CHECKPOINT_DISABLE=1 "bin/$t" version | head -n1)"
+  v="$(CHECKPOINT_DISABLE=1 "bin/$t" version 2>/dev/null | head -n1)"
   if [[ "$v" != "${want[$t]}" ]]; then
     echo "bin/$t reports \"$v\", want \"${want[$t]}\": run tools/build.sh $t" >&2
     exit 1
@@ -46,6 +46,7 @@ for cli in "${clis[@]}"; do
   [[ $cli == terraform-* ]] && host=registry.terraform.io
   for consul in "${consuls[@]}"; do
     log="$out/$cli.$consul.json"
+    rm -f "$log"
     cell_start=$SECONDS
     echo "=== ${label[$cli]} x ${label[$consul]}"
     (

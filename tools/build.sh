@@ -33,7 +33,7 @@ build_module_tool() { # name module-dir package [ldflags]
   (cd "$root/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
   mv "$bin/$name.tmp" "$bin/$name"
   echo "$hash" >"$bin/.$name.stamp"
-  echo "tools: built $name in $((SECONDS - start))s: $("$bin/$name" version | head -n1)"
+  echo "tools: built $name in $((SECONDS - start))s: $("$bin/$name" version 2>/dev/null | head -n1)"
 }
 
 install_tool() { # name module@version
