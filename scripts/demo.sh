@@ -142,7 +142,7 @@ step "starting two workers: consullock run -lock nightly-report, with only the w
 worker_token="$(tf output -raw worker_token)"
 for i in 1 2; do
   CONSUL_HTTP_TOKEN="$worker_token" "$bin/consullock" run -lock nightly-report -- \
-    sh -c "echo \"worker $i: running the nightly report with fencing token \$CONSUL_LOCK_INDEX\"; exec sleep 3600" \
+    sh -c "echo \"worker $i: running the nightly report with fencing token \$CONSUL_LOCK_FENCING_TOKEN\"; exec sleep 3600" \
     >"$demo/worker-$i.log" 2>&1 &
   pids+=($!)
   eval "worker_$i=$!"

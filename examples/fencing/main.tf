@@ -1,11 +1,11 @@
-# Fencing with LockIndex: the job's configuration is written only by the
-# current lock holder, stamped with its fencing token, and refused when that
-# token is lower than the lock's current LockIndex (a former holder that
-# lost the lock without noticing). Run it under the lock, for example:
+# Fencing with the fencing token: the job's configuration is written only by
+# the current lock holder, stamped with its fencing token (the Raft index at
+# which its session acquired the lock), and refused for a former holder that
+# lost the lock without noticing. Run it under the lock, for example:
 #
 #   consullock run -lock nightly-report -- sh -c '
 #     TF_VAR_holder_session=$CONSUL_LOCK_SESSION \
-#     TF_VAR_holder_lock_index=$CONSUL_LOCK_INDEX \
+#     TF_VAR_holder_fencing_token=$CONSUL_LOCK_FENCING_TOKEN \
 #     tofu apply -auto-approve'
 #
 # README.md explains each check and the one the job's own store must make.
@@ -31,8 +31,8 @@ variable "holder_session" {
   type        = string
 }
 
-variable "holder_lock_index" {
-  description = "LockIndex the holder saw when it acquired the lock (CONSUL_LOCK_INDEX): its fencing token."
+variable "holder_fencing_token" {
+  description = "The holder's fencing token (CONSUL_LOCK_FENCING_TOKEN): the Raft index at which its session acquired the lock."
   type        = number
 }
 
@@ -50,14 +50,6 @@ data "consullock_lock" "job" {
 
 locals {
   lock = data.consullock_lock.job
-
-  # LockIndex starts again at 1 when the key is deleted and re-created (for
-  # example by a session with behavior "delete"), and the key's create_index
-  # grows. Compared as (create_index, lock_index), the token never goes back.
-  fencing_token = {
-    create_index = local.lock.create_index
-    lock_index   = var.holder_lock_index
-  }
 }
 
 # The guarded resource: the job's configuration, stamped with the token of
@@ -66,7 +58,7 @@ resource "terraform_data" "job_config" {
   input = {
     schedule      = var.schedule
     written_by    = var.holder_session
-    fencing_token = local.fencing_token
+    fencing_token = var.holder_fencing_token
   }
 
   lifecycle {
@@ -75,12 +67,8 @@ resource "terraform_data" "job_config" {
       error_message = "This apply runs for session ${var.holder_session}, which does not hold ${var.lock_key} (holder: ${coalesce(local.lock.session, "none")}). Only the holder may write the job's configuration."
     }
     precondition {
-      condition     = local.lock.lock_index != null && var.holder_lock_index >= local.lock.lock_index
-      error_message = "Fencing token ${var.holder_lock_index} is lower than the lock's current LockIndex ${coalesce(local.lock.lock_index, 0)}: the lock has changed hands since this holder acquired it. Refusing the write."
-    }
-    precondition {
-      condition     = local.lock.lock_index == null || var.holder_lock_index <= local.lock.lock_index
-      error_message = "Fencing token ${var.holder_lock_index} is higher than any LockIndex Consul has issued for ${var.lock_key} (${coalesce(local.lock.lock_index, 0)}): it was not obtained from this lock."
+      condition     = local.lock.fencing_token != null && var.holder_fencing_token <= local.lock.fencing_token
+      error_message = "Fencing token ${var.holder_fencing_token} is higher than the index at which the current holder acquired ${var.lock_key} (${coalesce(local.lock.fencing_token, 0)}): it was not obtained from this lock."
     }
   }
 }

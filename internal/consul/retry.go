@@ -4,29 +4,11 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"math"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 )
-
-// transientServerMessages are HTTP 500 bodies that mean "try again": the
-// cluster is electing a leader or an RPC to the servers failed. Every other
-// 500 from Consul is a validation error ("Invalid Session TTL", "Missing node
-// registration") that will fail the same way on every retry.
-var transientServerMessages = []string{
-	"No cluster leader",
-	"rpc error making call: EOF",
-	"rpc error making call: i/o timeout",
-	"rpc error getting client",
-	"leadership lost",
-	"raft is already shutdown",
-	"Raft leader not found",
-	"connection refused",
-	"i/o deadline reached",
-}
 
 // maxBodyPeek bounds how much of an error body the retry policy reads.
 const maxBodyPeek = 4096
@@ -90,17 +72,6 @@ func shouldRetryStatus(resp *http.Response) bool {
 	}
 }
 
-// isTransientServerError reports whether an HTTP 500 body from Consul
-// describes a passing condition rather than invalid input.
-func isTransientServerError(body string) bool {
-	for _, m := range transientServerMessages {
-		if strings.Contains(body, m) {
-			return true
-		}
-	}
-	return false
-}
-
 // peekBody reads the start of the body and puts it back for the caller.
 func peekBody(resp *http.Response) string {
 	if resp.Body == nil {
@@ -122,10 +93,5 @@ func backoff(minWait, maxWait time.Duration, attempt int, resp *http.Response) t
 			return min(time.Duration(s)*time.Second, maxWait)
 		}
 	}
-	step := float64(minWait) * math.Pow(2, float64(attempt))
-	if step > float64(maxWait) || math.IsInf(step, 0) {
-		step = float64(maxWait)
-	}
-	half := step / 2
-	return time.Duration(half + rand.Float64()*half)
+	return Jitter(Backoff(minWait, maxWait, attempt+1))
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -78,9 +77,7 @@ func (c *Controller) watch(ctx context.Context, name string, p poll) {
 // backoff is exponential from watchMinBackoff to watchMaxBackoff, each step
 // jittered between half and all of it.
 func backoff(failures int) time.Duration {
-	step := watchMinBackoff << min(failures-1, 10)
-	step = min(step, watchMaxBackoff)
-	return step/2 + time.Duration(rand.Int64N(int64(step/2)+1))
+	return consul.Jitter(consul.Backoff(watchMinBackoff, watchMaxBackoff, failures))
 }
 
 func (c *Controller) query(ctx context.Context, index uint64) *api.QueryOptions {

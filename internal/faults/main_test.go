@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -72,7 +71,7 @@ func testMain(m *testing.M) int {
 }
 
 // childMain is the job run under the lock: it writes "start" to the store
-// with its fencing token (CONSUL_LOCK_INDEX), works for -work, and writes
+// with its fencing token (CONSUL_LOCK_FENCING_TOKEN), works for -work, and writes
 // "end". A rejected write ends it at once with childFenced. On SIGTERM it
 // writes "abort" and exits 143.
 func childMain(args []string) int {
@@ -83,9 +82,9 @@ func childMain(args []string) int {
 	}
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
-	token, err := strconv.ParseUint(os.Getenv("CONSUL_LOCK_INDEX"), 10, 64)
+	token, err := TokenFromEnv()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: CONSUL_LOCK_INDEX:", err)
+		fmt.Fprintln(os.Stderr, "child:", err)
 		return childBadUsage
 	}
 	base := Write{

@@ -1,6 +1,8 @@
 // Package faults is the fault-injection harness for consullock: a guarded
 // store that applies the fencing rule (reject a write whose token is lower
-// than the highest accepted), checkers that read the store's log, and (in
+// than the highest accepted) to the fencing token `consullock run` gives
+// its child (CONSUL_LOCK_FENCING_TOKEN, the Raft index of the acquisition),
+// checkers that read the store's log, and (in
 // the tests) workers running `consullock run` under injected faults.
 //
 // The store and the checkers are plain Go with no Consul import, so that the
@@ -15,9 +17,28 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 )
+
+// EnvFencingToken is where `consullock run` puts the child's fencing token.
+// The store fences on it, not on CONSUL_LOCK_INDEX: LockIndex restarts at 1
+// when the key is deleted and created again and drops to 0 after a plain
+// write, and a store that kept the highest LockIndex would then refuse
+// every later holder.
+const EnvFencingToken = "CONSUL_LOCK_FENCING_TOKEN"
+
+// TokenFromEnv is the fencing token the child was given.
+func TokenFromEnv() (uint64, error) {
+	v := os.Getenv(EnvFencingToken)
+	token, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || token == 0 {
+		return 0, fmt.Errorf("%s=%q: want the positive fencing token consullock run sets", EnvFencingToken, v)
+	}
+	return token, nil
+}
 
 // Write kinds. A child writes KindStart when it begins its work, KindEnd
 // when it finished it, KindAbort when it was told to stop (SIGTERM). The
@@ -36,8 +57,8 @@ type Write struct {
 	At        time.Time `json:"at"` // when the store decided (one clock for all writers)
 	Kind      string    `json:"kind"`
 	Worker    string    `json:"worker"`
-	Run       string    `json:"run"` // one child execution
-	Token     uint64    `json:"token"`
+	Run       string    `json:"run"`   // one child execution
+	Token     uint64    `json:"token"` // the writer's fencing token (EnvFencingToken)
 	Session   string    `json:"session,omitempty"`
 	PID       int       `json:"pid,omitempty"`
 	RunnerPID int       `json:"runner_pid,omitempty"`

@@ -328,6 +328,15 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 			warnings = append(warnings, w)
 		}
 	}
+	// Whether a runner cut off from Consul can stop in time depends on all
+	// the timing attributes: judge the configuration (defaults filled in
+	// as the runner fills them) only when they are all known.
+	if cp, cu, d := cfg.profile(ctx); !d.HasError() && !cu["ttl"] && !cu["lock_delay"] && !cu["renew_every"] &&
+		!cu["node_checks"] && !cu["service_checks"] {
+		if w := cp.StopWarning(); w != nil {
+			warnings = append(warnings, *w)
+		}
+	}
 	addWarnings(&resp.Diagnostics, warnings)
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }

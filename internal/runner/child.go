@@ -5,30 +5,40 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
 // Environment the child receives in addition to the runner's own.
 const (
-	EnvLockHeld    = "CONSUL_LOCK_HELD"    // "true", as `consul lock` sets it
-	EnvLockIndex   = "CONSUL_LOCK_INDEX"   // the fencing token
+	EnvLockHeld = "CONSUL_LOCK_HELD" // "true", as `consul lock` sets it
+	// EnvFencingToken is the Raft index of the acquisition: it only grows
+	// across holders, also when the key is deleted and created again or
+	// reset by a plain write. Give it to what the child writes to.
+	EnvFencingToken = "CONSUL_LOCK_FENCING_TOKEN"
+	// EnvLockIndex is Consul's LockIndex of the acquired key. It restarts
+	// at 1 when the key is re-created and at 0 after a plain write: not a
+	// fencing token.
+	EnvLockIndex   = "CONSUL_LOCK_INDEX"
 	EnvLockSession = "CONSUL_LOCK_SESSION" // the holder session's ID
 	EnvLockKey     = "CONSUL_LOCK_KEY"     // the lock key
 )
 
 // childEnv is base without any CONSUL_LOCK_* variable of ours, plus ours.
-func childEnv(base []string, key, sessionID string, token uint64) []string {
-	out := make([]string, 0, len(base)+4)
+func childEnv(base []string, key, sessionID string, g lockproto.Grant) []string {
+	out := make([]string, 0, len(base)+5)
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case EnvLockHeld, EnvLockIndex, EnvLockSession, EnvLockKey:
+		case EnvLockHeld, EnvFencingToken, EnvLockIndex, EnvLockSession, EnvLockKey:
 			continue
 		}
 		out = append(out, kv)
 	}
 	return append(out,
 		EnvLockHeld+"=true",
-		EnvLockIndex+"="+strconv.FormatUint(token, 10),
+		EnvFencingToken+"="+strconv.FormatUint(g.FencingToken, 10),
+		EnvLockIndex+"="+strconv.FormatUint(g.LockIndex, 10),
 		EnvLockSession+"="+sessionID,
 		EnvLockKey+"="+key,
 	)
@@ -74,11 +84,14 @@ func (c *child) signal(sig os.Signal) error {
 	return signalChild(c.cmd.Process, c.ownGroup, sig)
 }
 
-// killGroup SIGKILLs what is left of the child's process group after the
-// child exited, so that nothing it started keeps working once the lock is
-// lost. Without an own group there is nothing to do.
-func (c *child) killGroup() {
-	if c.ownGroup {
-		_ = signalChild(c.cmd.Process, true, sigKill)
+// groupLeft reports whether processes remain in the child's process group
+// after the child itself has exited (false without an own group). Call it
+// only after done is closed: it reaps orphans the runner adopted as a
+// subreaper, which must not race with the reaping of the child.
+func (c *child) groupLeft() bool {
+	if !c.ownGroup {
+		return false
 	}
+	reapAdopted()
+	return groupExists(c.cmd.Process.Pid)
 }

@@ -31,7 +31,7 @@ type config struct {
 
 // Defaults of the flags.
 const (
-	defaultGrace = 5 * time.Second
+	defaultGrace = lockmodel.DefaultRunnerGrace
 )
 
 const usageText = `Usage: consullock run (-lock NAME | -key KEY) [options] -- command [args...]
@@ -40,10 +40,13 @@ Runs command while holding a Consul lock, like "consul lock", with the
 session settings of the lock's declaration. Reads the declaration
 <registry-prefix>/locks/NAME and its session profile, creates the session
 exactly as declared, waits for the lock, runs the command with
-CONSUL_LOCK_HELD=true, CONSUL_LOCK_INDEX (the fencing token),
-CONSUL_LOCK_SESSION and CONSUL_LOCK_KEY, and ends it (SIGTERM, -grace,
-SIGKILL) if the lock is lost. On exit it releases the lock, then destroys
-the session, so the next holder starts without lock-delay.
+CONSUL_LOCK_HELD=true, CONSUL_LOCK_FENCING_TOKEN (the fencing token),
+CONSUL_LOCK_INDEX (Consul's LockIndex), CONSUL_LOCK_SESSION and
+CONSUL_LOCK_KEY, and ends it (SIGTERM, -grace, SIGKILL) if the lock is
+lost, or when no renewal succeeded for longer than the profile allows a
+holder cut off from Consul. On exit it ends what the command left in its
+process group, releases the lock, then destroys the session, so the next
+holder starts without lock-delay.
 
 Consul is reached with the CLI's environment: CONSUL_HTTP_ADDR,
 CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...
@@ -77,7 +80,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.limit, "limit", 1, "with -key: number of holders; above 1 the key must be <prefix>/.lock and the api.Semaphore protocol is used (as consul lock -n)")
 	fs.StringVar(&cfg.registryPrefix, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declaration registry")
 	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up waiting for the lock after this long and exit 124 (0 waits forever)")
-	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "after the lock is lost, how long the command has between SIGTERM and SIGKILL")
+	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "after the lock is lost, how long the command has between SIGTERM and SIGKILL; it counts against the lock-delay, see the runner guide")
 	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
 	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR)")
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")

@@ -17,7 +17,8 @@ const (
 	// ExitUsage: bad flags or arguments; nothing was contacted.
 	ExitUsage = 2
 	// ExitLockLost: the lock was lost while the child ran (key taken or
-	// released, session invalidated, or no successful renewal for a TTL);
+	// released, session invalidated, or no successful renewal for longer than
+	// the stop rule allows, lockmodel.StopRule);
 	// the child was sent SIGTERM and, after -grace, SIGKILL.
 	ExitLockLost = 123
 	// ExitTimeout: -timeout passed before the lock was acquired; the child

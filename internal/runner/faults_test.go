@@ -19,7 +19,9 @@ import (
 
 // faultProxy sits between a runner and the agent and fails on demand:
 // "noleader" answers every request with Consul's HTTP 500 "No cluster
-// leader"; "partition" answers nothing and cuts requests in flight.
+// leader"; "partition" accepts requests and answers nothing (a hung or
+// frozen agent), cutting requests in flight; "reset" closes every
+// connection without an answer (an agent that refuses).
 type faultProxy struct {
 	srv   *httptest.Server
 	proxy *httputil.ReverseProxy
@@ -30,6 +32,10 @@ type faultProxy struct {
 	healed chan struct{} // closed when a partition ends
 
 	noLeaderRenewals atomic.Int64
+	// lastRenewal is when the last session renewal that the agent
+	// answered with 200 arrived at the proxy: no later than the server
+	// saw it, so the earliest take-over is lastRenewal + lock_delay.
+	lastRenewal atomic.Pointer[time.Time]
 }
 
 func newFaultProxy(t testing.TB) *faultProxy {
@@ -77,6 +83,15 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, "partitioned", http.StatusBadGateway)
 		return
+	case "reset":
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		http.Error(w, "reset", http.StatusBadGateway)
+		return
 	case "noleader":
 		if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
 			p.noLeaderRenewals.Add(1)
@@ -93,7 +108,36 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 		}
 	}()
-	p.proxy.ServeHTTP(w, r.WithContext(ctx))
+	arrived := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	p.proxy.ServeHTTP(rec, r.WithContext(ctx))
+	if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") && rec.status == http.StatusOK {
+		p.lastRenewal.Store(&arrived)
+	}
+}
+
+// statusRecorder remembers the status code written through it.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // Consul issue 1162: a spell without a leader shorter than the TTL is not
@@ -101,7 +145,10 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestRun_ridesOutNoClusterLeaderShorterThanTTL(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.UniquePrefix(t.Name())
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, time.Second))
+	// lock_delay 15s: with serfHealth the runner may go 15s - 1s margin -
+	// 5s grace = 9s without a renewal, more than renew_every (3.3s) plus
+	// the spell. A shorter lock_delay could not ride out 4s safely.
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 15*time.Second))
 	proxy := newFaultProxy(t)
 	record := filepath.Join(t.TempDir(), "record")
 	run := startRunAt(t, "runner", proxy.addr(), runnerToken(t, prefix), []string{"-lock", l.Name},
@@ -168,5 +215,101 @@ func TestRun_partitionedHolderStopsChildBeforeTakeOver(t *testing.T) {
 	}
 	if stopped := runs[0].end.Sub(partitioned); stopped > profile.TTL+2*time.Second+time.Second {
 		t.Fatalf("the child was stopped %s after the partition; want within ttl + grace", stopped)
+	}
+}
+
+// Issue 12, section 2: with health checks (serfHealth by default) Consul may
+// end the session as soon as the node is declared failed, and another
+// holder may start lock_delay after the holder's last contact. A runner
+// whose agent hangs (accepts requests, never answers) or refuses them must
+// have killed its command before that moment, counted from its last renewal
+// that Consul answered. The command here ignores SIGTERM, so the runner has
+// to get to SIGKILL in time too.
+func TestRun_cutOffHolderKillsChildBeforeLastContactPlusLockDelay(t *testing.T) {
+	for _, mode := range []string{"partition", "reset"} {
+		t.Run(map[string]string{"partition": "hung agent", "reset": "refusing agent"}[mode], func(t *testing.T) {
+			t.Parallel()
+			prefix := testenv.UniquePrefix(t.Name())
+			// TTL 30s keeps the TTL rule out of the way: lock_delay decides.
+			// Loss after 10s - 1s margin - 2s grace = 7s, SIGKILL at 9s.
+			profile := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 30 * time.Second,
+				LockDelay: 10 * time.Second, RenewEvery: 2 * time.Second}
+			rule := lockmodel.NewStopRule(*profile, 2*time.Second)
+			if !rule.Feasible() || rule.LossAfter() != 7*time.Second {
+				t.Fatalf("test profile: %+v feasible=%v loss after %s", rule, rule.Feasible(), rule.LossAfter())
+			}
+			l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, profile)
+			proxy := newFaultProxy(t)
+			record := filepath.Join(t.TempDir(), "record")
+			run := startRunAt(t, "cut-off runner", proxy.addr(), runnerToken(t, prefix), []string{"-lock", l.Name, "-grace", "2s"},
+				childArgs(record, "a", "-sleep", "5m", "-on-term", "ignore")...)
+			waitStarted(t, record, "a")
+			// Wait for a renewal through the proxy, so that the last
+			// contact is one the proxy saw.
+			for proxy.lastRenewal.Load() == nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+			proxy.set(mode)
+			cut := time.Now()
+			if code := run.wait(time.Minute); code != ExitLockLost {
+				t.Fatalf("runner exited %d, want %d (lock lost)", code, ExitLockLost)
+			}
+			last := *proxy.lastRenewal.Load()
+			dead := logTime(t, run, "lock lost: the command was stopped")
+			takeOver := last.Add(profile.LockDelay)
+			t.Logf("MEASURED %s: last confirmed renewal %s before the cut; command dead %s after it (SIGTERM due at %s, SIGKILL at %s); "+
+				"earliest take-over %s after it; margin %s",
+				t.Name(), cut.Sub(last).Round(time.Millisecond), dead.Sub(last).Round(time.Millisecond), rule.LossAfter(), rule.DeadBy(),
+				profile.LockDelay, takeOver.Sub(dead).Round(time.Millisecond))
+			if !dead.Before(takeOver) {
+				t.Fatalf("the command was dead only %s after the last confirmed renewal; another holder may start after lock_delay %s",
+					dead.Sub(last).Round(time.Millisecond), profile.LockDelay)
+			}
+			if out := run.out.String(); !strings.Contains(out, "no successful session renewal") || !strings.Contains(out, "killing it") {
+				t.Fatalf("the runner does not say why it gave up, or did not SIGKILL:\n%s", out)
+			}
+		})
+	}
+}
+
+// logTime is the time of the first log event of p whose message is msg.
+func logTime(t testing.TB, p *proc, msg string) time.Time {
+	t.Helper()
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		if !strings.Contains(line, `msg="`+msg+`"`) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		return at
+	}
+	t.Fatalf("%s did not log %q:\n%s", p.name, msg, p.out.String())
+	return time.Time{}
+}
+
+// A profile that cannot stop a cut-off holder in time is named at start,
+// with the numbers, and the runner still works.
+func TestRun_warnsAtStartWhenTheProfileCannotStopInTime(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 2*time.Second))
+	record := filepath.Join(t.TempDir(), "record")
+	run := startRun(t, "runner", runnerToken(t, prefix), []string{"-lock", l.Name}, childArgs(record, "a")...)
+	if code := run.wait(time.Minute); code != 0 {
+		t.Fatalf("runner exited %d, want 0", code)
+	}
+	out := run.out.String()
+	for _, want := range []string{
+		"this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
+		"lock_delay 2s after the last renewal",
+		"renew_every 3.333333333s + renewal timeout 2s + -grace 5s + margin 1s = 11.333333333s",
+		"take_over_from=2s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the start-up warning does not say %q:\n%s", want, out)
+		}
 	}
 }

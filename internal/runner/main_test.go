@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -84,8 +85,25 @@ func helperMain(args []string) int {
 	waitStdin := fs.Bool("wait-stdin", false, "run until stdin ends")
 	exitCode := fs.Int("exit", 0, "exit code")
 	onTerm := fs.String("on-term", "exit", "exit or ignore")
+	spawn := fs.String("spawn", "", "start a copy of this child with this tag in the background (same process group), sleeping 5m, and do not wait for it")
+	spawnOnTerm := fs.String("spawn-on-term", "exit", "-on-term of the spawned copy")
 	if err := fs.Parse(args); err != nil {
 		return 99
+	}
+	if *spawn != "" {
+		bg := exec.Command(os.Args[0], "-record", *record, "-tag", *spawn, "-sleep", "5m", "-on-term", *spawnOnTerm)
+		bg.Env = os.Environ()
+		if err := bg.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "child: spawn:", err)
+			return 97
+		}
+		// Wait until the copy has recorded its start (and set up its
+		// signal handling), so that the test sees it.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if data, _ := os.ReadFile(*record); strings.Contains(string(data), "tag="+*spawn+" ") {
+				break
+			}
+		}
 	}
 	terms := make(chan os.Signal, 4)
 	signal.Notify(terms, syscall.SIGTERM)
@@ -100,7 +118,7 @@ func helperMain(args []string) int {
 		_ = f.Close()
 	}
 	write("start",
-		"index="+os.Getenv(EnvLockIndex), "session="+os.Getenv(EnvLockSession),
+		"index="+os.Getenv(EnvLockIndex), "token="+os.Getenv(EnvFencingToken), "session="+os.Getenv(EnvLockSession),
 		"held="+os.Getenv(EnvLockHeld), "key="+os.Getenv(EnvLockKey), "pid="+strconv.Itoa(os.Getpid()))
 	done := make(chan struct{})
 	go func() {
@@ -131,7 +149,7 @@ type childRun struct {
 	tag           string
 	start, end    time.Time
 	ended, termed bool
-	index         uint64
+	index, token  uint64
 	session, key  string
 	held          string
 	pid           int
@@ -169,6 +187,7 @@ func readRuns(t testing.TB, path string) []*childRun {
 		case "start":
 			r.start = at
 			r.index, _ = strconv.ParseUint(kv["index"], 10, 64)
+			r.token, _ = strconv.ParseUint(kv["token"], 10, 64)
 			r.session, r.key, r.held = kv["session"], kv["key"], kv["held"]
 			r.pid, _ = strconv.Atoi(kv["pid"])
 		case "end":
@@ -431,7 +450,7 @@ func waitKey(t testing.TB, key string, timeout time.Duration, cond func(*api.KVP
 		if cond(pair) {
 			return pair
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = lockproto.NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -467,7 +486,7 @@ func waitSemaphoreHolders(t testing.TB, prefix string, n int, timeout time.Durat
 				t.Fatal(err)
 			}
 			table := st
-			pruneDeadHolders(table, pairs)
+			lockproto.PruneDeadHolders(table, pairs)
 			for h := range table.Holders {
 				live = append(live, h)
 			}
@@ -475,7 +494,7 @@ func waitSemaphoreHolders(t testing.TB, prefix string, n int, timeout time.Durat
 		if len(live) >= n {
 			return live
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = lockproto.NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -536,4 +555,13 @@ func waitOutput(t testing.TB, p *proc, text string) {
 			t.Fatalf("%s did not log %q within 30s:\n%s", p.name, text, p.out.String())
 		}
 	}
+}
+
+// sameStrings reports whether a and b hold the same strings, in any order
+// (nil and empty are the same).
+func sameStrings(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

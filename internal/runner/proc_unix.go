@@ -60,3 +60,22 @@ func signalChild(p *os.Process, ownGroup bool, sig os.Signal) error {
 	}
 	return p.Signal(s)
 }
+
+// groupExists reports whether any process is left in process group pgid.
+func groupExists(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// reapAdopted reaps every exited child of the runner without waiting. As a
+// subreaper (Linux) the runner adopts the command's orphaned descendants;
+// reaped, they no longer count as members of the process group.
+func reapAdopted() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -4,9 +4,9 @@
 // runs a command while the lock is held, ends the command when the lock is
 // lost, and on exit releases the lock before it destroys the session.
 //
-// Observe, decide, act: the renewer and the watcher observe (session.go,
-// mutex.go, semaphore.go), lossJudge decides (loss.go, pure), and the event
-// loop in this file acts. Every goroutine belongs to the loop and is stopped
+// Observe, decide, act: the renewer and the watcher observe, the loss
+// judge decides (all three in package lockproto, shared with the
+// controller's leader election), and the event loop in this file acts. Every goroutine belongs to the loop and is stopped
 // and waited for before Main returns.
 package runner
 
@@ -26,11 +26,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
-
-// cleanupTimeout bounds each of the two cleanup steps on exit: releasing
-// the lock, and destroying the session.
-const cleanupTimeout = 5 * time.Second
 
 // Main runs `consullock run` with args (the words after "run") and returns
 // the exit code. It is registered in main.go's commands.
@@ -53,6 +50,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		return ExitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	becomeSubreaper()
 	r := &runner{cfg: cfg, log: log, started: time.Now()}
 	return r.run(ctx, sigCh)
 }
@@ -69,7 +67,9 @@ type runner struct {
 	client  *consul.Client
 	lock    lockmodel.Lock           // normalised
 	profile lockmodel.SessionProfile // defaults applied
-	proto   protocol
+	// stop says when a holder without contact must stop its command.
+	stop  lockmodel.StopRule
+	proto lockproto.Protocol
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -90,14 +90,14 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 		}
 	}()
 	err := r.setup(setupCtx)
-	var first *session
+	var first *lockproto.Session
 	if err == nil && setupCtx.Err() == nil {
 		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
 		// Not cancelled by a signal: a create cancelled in flight may have
 		// made a session whose ID never arrives, left to expire. The
 		// signal is honoured once the create has answered, and the
 		// session destroyed.
-		first, err = createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
+		first, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile)
 	}
 	close(stopWatch)
 	<-watchDone
@@ -105,7 +105,7 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 	if setupSig != nil {
 		r.log.Warn("interrupted during setup", "signal", setupSig.String())
 		if first != nil {
-			_ = destroySession(ctx, r.client, first.ID)
+			_ = lockproto.DestroySession(ctx, r.client, first.ID)
 		}
 		return signalExitCode(setupSig)
 	}
@@ -136,15 +136,19 @@ func (r *runner) setup(ctx context.Context) error {
 		r.profile = r.cfg.profile
 	}
 	r.log = r.log.With("lock", r.lockLabel(), "key", r.lock.Key)
-	r.proto = newProtocol(r.client, r.lock, r.profile.LockDelay, r.log)
+	r.proto = lockproto.New(r.client, r.lock, r.profile.LockDelay, r.log)
 
 	for _, w := range append(r.lock.ProfileWarnings(r.profile), r.profile.Warnings()...) {
 		r.log.Warn(w.Summary, "detail", w.Detail)
 	}
-	if r.cfg.grace >= r.profile.TTL {
-		r.log.Warn("grace is not shorter than the session TTL", "grace", r.cfg.grace, "ttl", lockmodel.FormatDuration(r.profile.TTL),
-			"detail", "after losing contact the runner stops the command at TTL + grace; Consul may hand the lock to another "+
-				"holder from 2 x TTL + lock-delay on, so keep grace below the TTL")
+	r.stop = lockmodel.NewStopRule(r.profile, r.cfg.grace)
+	if problem := r.stop.Problem("-grace"); problem != "" {
+		r.log.Warn("this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
+			"detail", problem, "ttl", lockmodel.FormatDuration(r.stop.TTL), "lock_delay", lockmodel.FormatDuration(r.stop.LockDelay),
+			"health_checks", r.stop.HealthChecks, "renew_every", lockmodel.FormatDuration(r.stop.RenewEvery),
+			"renew_timeout", lockmodel.FormatDuration(r.stop.RenewTimeout), "grace", r.cfg.grace,
+			"stops_after", lockmodel.FormatDuration(r.stop.LossAfter()), "killed_by", lockmodel.FormatDuration(r.stop.DeadBy()),
+			"take_over_from", lockmodel.FormatDuration(r.stop.TakeOverAfter()))
 	}
 	if r.lock.MaxHold > 0 {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
@@ -222,7 +226,7 @@ func (r *runner) sessionName() string {
 // holderValue is the value written at acquisition: who holds the lock,
 // and since when (started: the acquisition attempt, not the start of the
 // wait; the controller measures max_hold from it).
-func (r *runner) holderValue(s *session, started time.Time) []byte {
+func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 	v := lockmodel.HolderValue{Node: s.Node, PID: os.Getpid(), Started: started.UTC()}
 	if r.cfg.lockName != "" {
 		v.Lock = r.cfg.lockName
@@ -258,9 +262,9 @@ func (w *workers) stop() {
 	w.wg.Wait()
 }
 
-// acquisition is the result of protocol.Acquire.
+// acquisition is the result of lockproto.Protocol.Acquire.
 type acquisition struct {
-	token   uint64
+	grant   lockproto.Grant
 	err     error
 	started time.Time // the successful attempt, as written in the value
 }
@@ -271,23 +275,36 @@ const (
 	waiting     phase = iota // for the lock
 	holding                  // the child runs under the lock
 	terminating              // the lock is lost; the child is being stopped
+	draining                 // the child exited; what it left in its group is being ended
 )
+
+// drainPoll is how often the runner checks whether the processes the
+// command left in its process group are gone. Nothing signals the end of
+// a process that is not the runner's child, so this polls.
+const drainPoll = 20 * time.Millisecond
+
+// killWait bounds the wait for SIGKILLed processes to be gone.
+const killWait = 5 * time.Second
 
 // loop is the event loop: it owns the session (first, already created), its
 // workers and the child, and returns the exit code after cleaning up.
-func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *session) int {
+func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) int {
 	var (
-		obs        = make(chan observation, 16)
-		sess       *session
+		obs        = make(chan lockproto.Observation, 16)
+		sess       *lockproto.Session
 		work       *workers
-		judge      *lossJudge
+		judge      *lockproto.LossJudge
 		acqDone    chan acquisition
 		attempted  bool // an acquisition was started for sess: release on exit
 		ph         = waiting
 		ch         *child
-		token      uint64
+		granted    lockproto.Grant
 		lossWhy    string
 		acquiredAt time.Time
+		exited     bool // the child has exited and been reaped
+		exitCode   int  // the child's, kept while draining
+		drainC     <-chan time.Time
+		killedAt   time.Time // when the group was sent SIGKILL while draining
 	)
 	deadline := time.NewTimer(time.Hour) // contact deadline while holding
 	deadline.Stop()
@@ -321,7 +338,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 				r.log.Debug("nothing to release: the session did not hold the lock", "session", sess.ID)
 			}
 		}
-		if err := destroySession(cctx, r.client, sess.ID); err != nil {
+		if err := lockproto.DestroySession(cctx, r.client, sess.ID); err != nil {
 			r.log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "session", sess.ID, "error", err.Error())
 		} else {
 			r.log.Info("session destroyed", "session", sess.ID)
@@ -329,31 +346,33 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	}()
 
 	// startSession starts the workers of session s, creating it when nil.
-	startSession := func(s *session) error {
+	startSession := func(s *lockproto.Session) error {
 		if s == nil {
 			var err error
-			if s, err = createSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
+			if s, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
 				return err
 			}
 		}
 		sess, attempted = s, false
-		judge = newLossJudge(r.profile.TTL, s.Created)
+		judge = lockproto.NewLossJudge(r.stop, s.Created)
 		work = newWorkers(ctx)
-		work.goFn(func(ctx context.Context) { renewLoop(ctx, r.client, s.ID, r.profile.RenewEvery, obs) })
+		work.goFn(func(ctx context.Context) {
+			lockproto.RenewLoop(ctx, r.client, s.ID, r.stop.RenewEvery, r.stop.RenewTimeout, obs)
+		})
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
-			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery))
+			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 
 		done := make(chan acquisition, 1)
 		acqDone, attempted = done, true
 		work.goFn(func(ctx context.Context) {
 			var attempt time.Time
-			token, err := r.proto.Acquire(ctx, s, func() []byte {
+			g, err := r.proto.Acquire(ctx, s, func() []byte {
 				attempt = time.Now()
 				return r.holderValue(s, attempt)
 			})
-			done <- acquisition{token: token, err: err, started: attempt}
+			done <- acquisition{grant: g, err: err, started: attempt}
 		})
 		return nil
 	}
@@ -362,7 +381,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	replaceSession := func(why string) error {
 		r.log.Warn("session ended while waiting for the lock; creating a new one", "session", sess.ID, "reason", why)
 		work.stop()
-		_ = destroySession(ctx, r.client, sess.ID)
+		_ = lockproto.DestroySession(ctx, r.client, sess.ID)
 		sess, work = nil, nil
 		return startSession(nil)
 	}
@@ -376,8 +395,23 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		}
 		grace.Reset(r.cfg.grace)
 	}
+	// lose acts on a lost lock: the running command is stopped; processes
+	// it left behind are killed at once (they had the command's grace).
+	lose := func(reason string) {
+		if ph == holding {
+			startTermination(reason)
+			return
+		}
+		if lossWhy == "" {
+			lossWhy = reason
+			deadline.Stop()
+			r.log.Error("lock lost while ending the processes the command left; killing them", "reason", reason, "pgid", ch.pid())
+			_ = ch.signal(sigKill)
+			killedAt = time.Now()
+		}
+	}
 	armDeadline := func() {
-		deadline.Reset(max(time.Until(judge.deadline()), 0) + time.Millisecond)
+		deadline.Reset(max(time.Until(judge.Deadline()), 0) + time.Millisecond)
 	}
 
 	if err := startSession(first); err != nil {
@@ -387,9 +421,30 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 	waitStart := time.Now()
 	ctxDone := ctx.Done()
 
+	// killLeftovers SIGKILLs the command's process group and waits, with
+	// a bound, until it is empty.
+	killLeftovers := func() {
+		if !ch.ownGroup {
+			return
+		}
+		_ = ch.signal(sigKill)
+		for end := time.Now().Add(killWait); ch.groupLeft() && time.Now().Before(end); {
+			time.Sleep(drainPoll)
+		}
+		if ch.groupLeft() {
+			r.log.Warn("processes of the command's process group survived SIGKILL", "pgid", ch.pid(), "waited", killWait)
+		}
+	}
+	var drainTicker *time.Ticker
+	defer func() {
+		if drainTicker != nil {
+			drainTicker.Stop()
+		}
+	}()
+
 	for {
 		var childDone chan struct{}
-		if ch != nil {
+		if ch != nil && !exited {
 			childDone = ch.done
 		}
 		select {
@@ -427,7 +482,7 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 		case res := <-acqDone:
 			acqDone = nil
 			if res.err != nil {
-				if errors.Is(res.err, errSessionInvalid) {
+				if errors.Is(res.err, lockproto.ErrSessionInvalid) {
 					if err := replaceSession(res.err.Error()); err != nil {
 						r.log.Error("setup failed", "error", err.Error())
 						return ExitSetup
@@ -437,14 +492,15 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 				r.log.Error("cannot acquire the lock", "error", res.err.Error())
 				return ExitSetup
 			}
-			token, acquiredAt, r.acquired = res.token, time.Now(), res.started
+			granted, acquiredAt, r.acquired = res.grant, time.Now(), res.started
 			timeoutC = nil
-			if v := judge.check(acquiredAt); v.lost {
-				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.reason)
+			if v := judge.Check(acquiredAt); v.Lost {
+				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.Reason)
 				return ExitLockLost
 			}
-			r.log.Info("lock acquired", "session", sess.ID, "lock_index", token, "waited", time.Since(waitStart).Round(time.Millisecond))
-			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, token))
+			r.log.Info("lock acquired", "session", sess.ID, "fencing_token", granted.FencingToken, "lock_index", granted.LockIndex,
+				"waited", time.Since(waitStart).Round(time.Millisecond))
+			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, granted))
 			if err != nil {
 				r.log.Error("cannot start the command", "command", r.cfg.command[0], "error", err.Error())
 				return startErrorExitCode(err)
@@ -456,62 +512,97 @@ func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *sessio
 			armDeadline()
 
 		case o := <-obs:
-			if sess == nil || o.session != sess.ID {
+			if sess == nil || o.Session != sess.ID {
 				continue // about a replaced session
 			}
-			v := judge.observe(o)
+			v := judge.Observe(o)
 			switch {
-			case (o.kind == obsRenewFailed || o.kind == obsReadFailed) && ph == holding:
-				r.log.Warn("request to the cluster failed", "observed", o.kind.String(), "error", o.detail,
-					"lost_if_no_renewal_by", judge.deadline().Format(time.RFC3339Nano))
-			case o.kind == obsRenewFailed || o.kind == obsReadFailed:
-				r.log.Warn("request to the cluster failed", "observed", o.kind.String(), "error", o.detail)
+			case (o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed) && ph == holding:
+				r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail,
+					"lost_if_no_renewal_by", judge.Deadline().Format(time.RFC3339Nano))
+			case o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed:
+				r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail)
 			default:
-				r.log.Debug("observed", "observed", o.kind.String(), "detail", o.detail)
+				r.log.Debug("observed", "observed", o.Kind.String(), "detail", o.Detail)
 			}
 			switch ph {
 			case waiting:
-				if o.kind == obsSessionGone {
+				if o.Kind == lockproto.ObsSessionGone {
 					acqDone = nil
-					if err := replaceSession(o.detail); err != nil {
+					if err := replaceSession(o.Detail); err != nil {
 						r.log.Error("setup failed", "error", err.Error())
 						return ExitSetup
 					}
 				}
-			case holding:
-				if v.lost {
-					startTermination(v.reason)
+			case holding, draining:
+				if v.Lost {
+					lose(v.Reason)
 				} else {
 					armDeadline()
 				}
 			}
 
 		case <-deadline.C:
-			if ph != holding {
+			if ph != holding && ph != draining {
 				continue
 			}
-			if v := judge.check(time.Now()); v.lost {
-				startTermination(v.reason)
+			if v := judge.Check(time.Now()); v.Lost {
+				lose(v.Reason)
 			} else {
 				armDeadline()
 			}
 
 		case <-grace.C:
-			if ph == terminating || ctxDone == nil {
+			switch {
+			case ph == draining:
+				r.log.Warn("processes left by the command did not exit within the grace period; killing them", "pgid", ch.pid(), "grace", r.cfg.grace)
+				_ = ch.signal(sigKill)
+				killedAt = time.Now()
+			case ph == terminating || ctxDone == nil:
 				r.log.Error("command did not exit within the grace period; killing it", "pid", ch.pid(), "grace", r.cfg.grace)
 				_ = ch.signal(sigKill)
 			}
 
+		case <-drainC:
+			if !ch.groupLeft() {
+				r.log.Info("the processes the command left have ended", "pgid", ch.pid())
+				if lossWhy != "" {
+					return ExitLockLost
+				}
+				return exitCode
+			}
+			if !killedAt.IsZero() && time.Since(killedAt) > killWait {
+				r.log.Warn("processes of the command's process group survived SIGKILL; releasing the lock anyway", "pgid", ch.pid(), "waited", killWait)
+				if lossWhy != "" {
+					return ExitLockLost
+				}
+				return exitCode
+			}
+
 		case <-childDone:
+			exited = true
 			held := time.Since(acquiredAt).Round(time.Millisecond)
 			if ph == terminating {
-				ch.killGroup()
+				// The lock is lost: nothing the command started may go
+				// on, and the group had its grace with the command.
+				killLeftovers()
 				r.log.Error("lock lost: the command was stopped", "reason", lossWhy, "exit_code", ExitLockLost, "held", held)
 				return ExitLockLost
 			}
-			code := childExitCode(ch.state, r.cfg.childExitCode)
-			r.log.Info("command exited", "status", ch.state.String(), "exit_code", code, "held", held)
-			return code
+			exitCode = childExitCode(ch.state, r.cfg.childExitCode)
+			r.log.Info("command exited", "status", ch.state.String(), "exit_code", exitCode, "held", held)
+			if !ch.groupLeft() {
+				return exitCode
+			}
+			// The lock is released only when nothing the command
+			// started still works under it.
+			ph = draining
+			r.log.Warn("the command left processes in its process group; ending them before releasing the lock",
+				"pgid", ch.pid(), "signal", "SIGTERM", "grace", r.cfg.grace)
+			_ = ch.signal(sigTerm)
+			grace.Reset(r.cfg.grace)
+			drainTicker = time.NewTicker(drainPoll)
+			drainC = drainTicker.C
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -61,6 +62,9 @@ func TestRun_runnersOnOneLockNeverOverlapAndHandOverAtOnce(t *testing.T) {
 		}
 		if r.index <= prev.index {
 			t.Fatalf("%s: %s=%d, not above %s's %d", r.tag, EnvLockIndex, r.index, prev.tag, prev.index)
+		}
+		if r.token <= prev.token {
+			t.Fatalf("%s: %s=%d, not above %s's %d", r.tag, EnvFencingToken, r.token, prev.tag, prev.token)
 		}
 	}
 	if maxConcurrent(runs) != 1 {
@@ -117,7 +121,7 @@ func TestRun_sessionIsExactlyTheDeclaredProfile(t *testing.T) {
 			if entry.Name != "consullock run "+l.Name {
 				t.Errorf("session Name = %q", entry.Name)
 			}
-			if !sameSet(nonNil(entry.NodeChecks), want.NodeChecks) {
+			if !sameStrings(entry.NodeChecks, want.NodeChecks) {
 				t.Errorf("session NodeChecks = %q, declared %q", entry.NodeChecks, want.NodeChecks)
 			}
 
@@ -191,7 +195,10 @@ func TestRun_sessionDestroyedOutOfBandStopsChildAndExitsLockLost(t *testing.T) {
 	t.Logf("child a stopped %s after the destroy; child b started %s after it",
 		runs[0].end.Sub(destroyed), runs[1].start.Sub(destroyed))
 	if runs[1].index <= runs[0].index {
-		t.Fatalf("fencing token did not grow: a %d, b %d", runs[0].index, runs[1].index)
+		t.Fatalf("LockIndex did not grow: a %d, b %d", runs[0].index, runs[1].index)
+	}
+	if runs[1].token <= runs[0].token {
+		t.Fatalf("fencing token did not grow: a %d, b %d", runs[0].token, runs[1].token)
 	}
 }
 
@@ -262,7 +269,10 @@ func TestRun_holderRunnerKilledFailoverWithinWorstCase(t *testing.T) {
 		t.Fatalf("failover took %s, more than %s", failover, bound)
 	}
 	if runs[1].index <= runs[0].index {
-		t.Fatalf("fencing token did not grow: a %d, b %d", runs[0].index, runs[1].index)
+		t.Fatalf("LockIndex did not grow: a %d, b %d", runs[0].index, runs[1].index)
+	}
+	if runs[1].token <= runs[0].token {
+		t.Fatalf("fencing token did not grow: a %d, b %d", runs[0].token, runs[1].token)
 	}
 }
 
@@ -330,8 +340,8 @@ func TestRun_sharesSemaphoreSlotsWithConsulLock(t *testing.T) {
 		t.Fatalf("the first two holders were not one consul lock and one runner at once: %+v %+v", runs[0], runs[1])
 	}
 	for _, run := range runs {
-		if strings.HasPrefix(run.tag, "run") && (run.index == 0 || run.key != l.Key) {
-			t.Fatalf("runner child %s got index %d key %q", run.tag, run.index, run.key)
+		if strings.HasPrefix(run.tag, "run") && (run.index == 0 || run.token == 0 || run.key != l.Key) {
+			t.Fatalf("runner child %s got index %d token %d key %q", run.tag, run.index, run.token, run.key)
 		}
 	}
 }
@@ -360,10 +370,10 @@ func TestRun_semaphoreAdmitsAtMostLimitRunners(t *testing.T) {
 	}
 	tokens := map[uint64]bool{}
 	for _, r := range runs {
-		if r.index == 0 || tokens[r.index] {
+		if r.token == 0 || tokens[r.token] {
 			t.Fatalf("fencing tokens are not distinct: %+v", runs)
 		}
-		tokens[r.index] = true
+		tokens[r.token] = true
 	}
 	// Every runner left the holder table and removed its contender key.
 	pairs, _, err := agent.Client().KV().List(prefix+"/", &api.QueryOptions{RequireConsistent: true})
@@ -587,6 +597,6 @@ func waitForSessionsMatching(t testing.TB, match func(name string) bool, n int) 
 		if count >= n {
 			return
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = lockproto.NextIndex(index, meta.LastIndex)
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package lockproto
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 // session is a Consul session this runner created and owns.
-type session struct {
+type Session struct {
 	ID string
 	// Node is the node the session lives on, as Consul recorded it.
 	Node string
@@ -101,10 +101,10 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
-// createSession creates the session from profile p and reads it back
+// CreateSession creates the session from profile p and reads it back
 // consistently to learn its node and to check that Consul applied every
 // setting as declared. A session that differs is destroyed and reported.
-func createSession(ctx context.Context, c *consul.Client, name, node string, p lockmodel.SessionProfile) (*session, error) {
+func CreateSession(ctx context.Context, c *consul.Client, name, node string, p lockmodel.SessionProfile) (*Session, error) {
 	var out struct{ ID string }
 	sent := time.Now()
 	body := sessionCreateBody(name, node, p)
@@ -118,14 +118,14 @@ func createSession(ctx context.Context, c *consul.Client, name, node string, p l
 	if out.ID == "" {
 		return nil, fmt.Errorf("create a session: Consul answered without a session ID")
 	}
-	s := &session{ID: out.ID, Created: sent}
+	s := &Session{ID: out.ID, Created: sent}
 	entry, meta, err := c.Session().Info(out.ID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		_ = destroySession(context.WithoutCancel(ctx), c, s.ID)
+		_ = DestroySession(context.WithoutCancel(ctx), c, s.ID)
 		return nil, c.Classify(ctx, "read back the new session "+out.ID, err)
 	}
 	if entry == nil {
-		_ = destroySession(context.WithoutCancel(ctx), c, s.ID)
+		_ = DestroySession(context.WithoutCancel(ctx), c, s.ID)
 		if meta.ResultsFilteredByACLs {
 			return nil, fmt.Errorf("read back the new session %s: Consul hid it from the token, which needs session read "+
 				"on the session's node (session or session_prefix write on the node grants it)", out.ID)
@@ -133,7 +133,7 @@ func createSession(ctx context.Context, c *consul.Client, name, node string, p l
 		return nil, fmt.Errorf("read back the new session %s: it ended right after it was created", out.ID)
 	}
 	if diffs := sessionMismatches(entry, p); len(diffs) > 0 {
-		_ = destroySession(context.WithoutCancel(ctx), c, s.ID)
+		_ = DestroySession(context.WithoutCancel(ctx), c, s.ID)
 		return nil, fmt.Errorf("session %s as created by Consul differs from profile %q: %s; the session was destroyed",
 			out.ID, p.Name, strings.Join(diffs, "; "))
 	}
@@ -141,10 +141,10 @@ func createSession(ctx context.Context, c *consul.Client, name, node string, p l
 	return s, nil
 }
 
-// destroySession ends a session. A session that is already gone is not an
+// DestroySession ends a session. A session that is already gone is not an
 // error.
-func destroySession(ctx context.Context, c *consul.Client, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+func DestroySession(ctx context.Context, c *consul.Client, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
 	defer cancel()
 	if _, err := c.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		if consul.KindOf(err) == consul.KindNotFound {
@@ -157,13 +157,17 @@ func destroySession(ctx context.Context, c *consul.Client, id string) error {
 
 // renewRetry is how soon a failed renewal is tried again; at most the
 // renewal interval.
-const renewRetry = time.Second
+const renewRetry = 500 * time.Millisecond
 
-// renewLoop renews session id every interval until ctx is done or the
-// session is gone, and reports every result on out. A failed renewal is
-// retried after renewRetry; each attempt is bounded by the interval, so a
-// hanging request cannot hold up the next one.
-func renewLoop(ctx context.Context, c *consul.Client, id string, every time.Duration, out chan<- observation) {
+// RenewLoop renews session id every interval until ctx is done or the
+// session is gone, and reports every result on out. Renewals are spaced
+// from their send times, so that the last confirmed contact is never older
+// than every + timeout while Consul answers. Each request is bounded by
+// timeout: a hung agent (a request that never answers) counts as a failed
+// renewal like a refused one, and the loop's deadline timer, not an
+// answer, decides when the lock is lost. A failed renewal is retried after
+// renewRetry.
+func RenewLoop(ctx context.Context, c *consul.Client, id string, every, timeout time.Duration, out chan<- Observation) {
 	timer := time.NewTimer(every)
 	defer timer.Stop()
 	for {
@@ -173,32 +177,32 @@ func renewLoop(ctx context.Context, c *consul.Client, id string, every time.Dura
 		case <-timer.C:
 		}
 		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, every)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
 		entry, _, err := c.Session().Renew(id, (&api.WriteOptions{}).WithContext(rctx))
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		var o observation
-		next := every
+		var o Observation
+		next := every - time.Since(sent)
 		switch {
 		case err != nil:
-			o = observation{session: id, kind: obsRenewFailed, at: sent, detail: consul.Classify("renew session "+id, err).Error()}
+			o = Observation{Session: id, Kind: ObsRenewFailed, At: sent, Detail: consul.Classify("renew session "+id, err).Error()}
 			next = min(renewRetry, every)
 		case entry == nil:
-			o = observation{session: id, kind: obsSessionGone, at: sent, detail: "session " + id}
+			o = Observation{Session: id, Kind: ObsSessionGone, At: sent, Detail: "session " + id}
 		default:
-			o = observation{session: id, kind: obsRenewed, at: sent}
+			o = Observation{Session: id, Kind: ObsRenewed, At: sent}
 		}
 		select {
 		case out <- o:
 		case <-ctx.Done():
 			return
 		}
-		if o.kind == obsSessionGone {
+		if o.Kind == ObsSessionGone {
 			return
 		}
-		timer.Reset(next)
+		timer.Reset(max(next, 0))
 	}
 }
 

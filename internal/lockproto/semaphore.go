@@ -1,7 +1,8 @@
-package runner
+package lockproto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -33,9 +34,9 @@ type semaphore struct {
 
 func (m *semaphore) Key() string { return m.lock.Key }
 
-func (m *semaphore) contenderKey(s *session) string { return m.prefix + "/" + s.ID }
+func (m *semaphore) contenderKey(s *Session) string { return m.prefix + "/" + s.ID }
 
-func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byte) (uint64, error) {
+func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error) {
 	kv := m.c.KV()
 	var failures int
 	fail := func(op string, err error) error {
@@ -43,15 +44,18 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 	}
 	contender := &api.KVPair{Key: m.contenderKey(s), Value: holder(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
 	for {
-		ok, _, err := kv.Acquire(contender, (&api.WriteOptions{}).WithContext(ctx))
+		_, ok, err := lockKey(ctx, m.c, contender)
+		if errors.Is(err, ErrSessionInvalid) {
+			return Grant{}, err
+		}
 		if err != nil {
 			if werr := fail("create contender key "+contender.Key, err); werr != nil {
-				return 0, werr
+				return Grant{}, werr
 			}
 			continue
 		}
 		if !ok {
-			return 0, fmt.Errorf("create contender key %s: Consul refused the acquisition", contender.Key)
+			return Grant{}, fmt.Errorf("create contender key %s: Consul refused the acquisition", contender.Key)
 		}
 		break
 	}
@@ -64,7 +68,7 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("read semaphore "+m.prefix+"/", err); werr != nil {
-				return 0, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
@@ -72,14 +76,14 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 		failures = 0
 		table, tableIndex, err := m.table(pairs)
 		if err != nil {
-			return 0, err
+			return Grant{}, err
 		}
 		if !heldBy(pairs, contender.Key, s.ID) {
 			// Our contender key is gone: the session was invalidated
 			// (behavior delete) or someone deleted the key.
-			return 0, errSessionInvalid
+			return Grant{}, ErrSessionInvalid
 		}
-		pruneDeadHolders(table, pairs)
+		PruneDeadHolders(table, pairs)
 		if table.Holders[s.ID] {
 			// Listed already: an earlier join succeeded but its answer
 			// was lost. Join again to learn the token.
@@ -90,52 +94,51 @@ func (m *semaphore) Acquire(ctx context.Context, s *session, holder func() []byt
 				lastSeen = holders
 				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
 			}
-			waitIndex = nextIndex(waitIndex, meta.LastIndex)
+			waitIndex = NextIndex(waitIndex, meta.LastIndex)
 			continue
 		}
 		table.Holders[s.ID] = true
 		value, err := lockmodel.EncodeSemaphoreState(table)
 		if err != nil {
-			return 0, err
+			return Grant{}, err
 		}
-		token, ok, err := m.join(ctx, s, value, tableIndex)
+		contender.Value = holder() // written again by the join: "started" is the admission
+		g, ok, err := m.join(ctx, s, contender, value, tableIndex)
+		if errors.Is(err, ErrSessionInvalid) {
+			return Grant{}, err
+		}
 		if err != nil {
 			if werr := fail("update semaphore holder table "+m.lock.Key, err); werr != nil {
-				return 0, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
 		}
 		if ok {
-			return token, nil
+			return g, nil
 		}
 		waitIndex = 0 // another contender changed the table first; read it again
 	}
 }
 
-// join writes the holder table listing s, if the table is still at
-// tableIndex (0: absent) and s still holds its contender key, in one
-// transaction. The transaction's answer carries the table's new
-// ModifyIndex: the fencing token of this admission, which grows with every
-// admission. ok is false when the table or the contender key changed.
-func (m *semaphore) join(ctx context.Context, s *session, value []byte, tableIndex uint64) (token uint64, ok bool, err error) {
+// join admits s: in one transaction it checks that s still holds its
+// contender key, locks that key again (the holder may), writing the holder
+// value, and writes the holder table listing s if the table is still at
+// tableIndex (0: absent). The lock op's answer is the contender key's new
+// ModifyIndex, the Raft index of this admission: the fencing token, which
+// grows with every admission and is what the data source reports for this
+// holder. ok is false when the table or the contender key changed.
+func (m *semaphore) join(ctx context.Context, s *Session, contender *api.KVPair, table []byte, tableIndex uint64) (Grant, bool, error) {
 	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: m.contenderKey(s), Session: s.ID}},
-		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: m.lock.Key, Value: value, Flags: lockmodel.SemaphoreFlagValue, Index: tableIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: contender.Key, Session: s.ID}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: contender.Key, Value: contender.Value, Flags: contender.Flags, Session: s.ID}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: m.lock.Key, Value: table, Flags: lockmodel.SemaphoreFlagValue, Index: tableIndex}},
 	}
-	ok, resp, _, err := m.c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return 0, false, err
+	entry, ok, err := runLockTxn(ctx, m.c, ops, contender.Key)
+	if err != nil || !ok {
+		return Grant{}, false, err
 	}
-	if !ok {
-		return 0, false, nil
-	}
-	for _, res := range resp.Results {
-		if res.KV != nil && res.KV.Key == m.lock.Key {
-			return res.KV.ModifyIndex, true, nil
-		}
-	}
-	return 0, false, fmt.Errorf("update semaphore holder table %s: the transaction succeeded but did not report the table", m.lock.Key)
+	return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, true, nil
 }
 
 // table finds and decodes the holder table among pairs. An absent table is
@@ -160,9 +163,9 @@ func (m *semaphore) table(pairs api.KVPairs) (lockmodel.SemaphoreState, uint64, 
 	return lockmodel.SemaphoreState{Limit: m.lock.Limit, Holders: map[string]bool{}}, 0, nil
 }
 
-// pruneDeadHolders drops holders whose session holds no key among pairs, as
+// PruneDeadHolders drops holders whose session holds no key among pairs, as
 // api.Semaphore does.
-func pruneDeadHolders(table lockmodel.SemaphoreState, pairs api.KVPairs) {
+func PruneDeadHolders(table lockmodel.SemaphoreState, pairs api.KVPairs) {
 	alive := map[string]bool{}
 	for _, p := range pairs {
 		if p.Session != "" {
@@ -185,7 +188,7 @@ func heldBy(pairs api.KVPairs, key, session string) bool {
 	return false
 }
 
-func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observation) {
+func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 	kv := m.c.KV()
 	var (
 		index    uint64
@@ -199,7 +202,7 @@ func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observatio
 		}
 		if err != nil {
 			failures++
-			if !send(ctx, out, observation{session: s.ID, kind: obsReadFailed, at: sent, detail: consul.Classify("watch semaphore "+m.prefix+"/", err).Error()}) {
+			if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify("watch semaphore "+m.prefix+"/", err).Error()}) {
 				return
 			}
 			if sleepCtx(ctx, backoff(failures)) != nil {
@@ -210,33 +213,46 @@ func (m *semaphore) Watch(ctx context.Context, s *session, out chan<- observatio
 		}
 		failures = 0
 		if lost := m.lostBecause(pairs, s); lost != "" {
-			send(ctx, out, observation{session: s.ID, kind: obsKeyLost, at: sent, detail: lost})
+			send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyLost, At: sent, Detail: lost})
 			return
 		}
-		if !send(ctx, out, observation{session: s.ID, kind: obsKeyHeld, at: sent}) {
+		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
 			return
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = NextIndex(index, meta.LastIndex)
 	}
 }
 
 // lostBecause says why pairs show that s no longer holds a slot, or "".
-func (m *semaphore) lostBecause(pairs api.KVPairs, s *session) string {
+// Only the slot counts, as in api.Semaphore's monitor: the contender key
+// held by s and s listed in the holder table. The table's Limit does not:
+// a resize (the provider rewrites Limit by check-and-set and keeps
+// Holders) leaves every holder its slot.
+func (m *semaphore) lostBecause(pairs api.KVPairs, s *Session) string {
 	if !heldBy(pairs, m.contenderKey(s), s.ID) {
 		return "contender key " + m.contenderKey(s) + " is no longer held by this session"
 	}
-	table, _, err := m.table(pairs)
+	var table *api.KVPair
+	for _, p := range pairs {
+		if p.Key == m.lock.Key {
+			table = p
+		}
+	}
+	if table == nil {
+		return "holder table " + m.lock.Key + " was deleted"
+	}
+	state, err := lockmodel.DecodeSemaphoreState(table.Value)
 	if err != nil {
 		return "holder table " + m.lock.Key + " is unusable: " + err.Error()
 	}
-	if !table.Holders[s.ID] {
+	if !state.Holders[s.ID] {
 		return "holder table " + m.lock.Key + " no longer lists this session"
 	}
 	return ""
 }
 
-func (m *semaphore) Release(ctx context.Context, s *session, _ []byte) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+func (m *semaphore) Release(ctx context.Context, s *Session, _ []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
 	defer cancel()
 	kv := m.c.KV()
 	released := false

@@ -1,8 +1,8 @@
-package runner
+package lockproto
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -19,8 +19,8 @@ import (
 //
 // It differs from api.Lock where the issue asks for more: every request
 // takes a context; a lock-delay is waited out until it can have passed
-// rather than in fixed 5s steps; the fencing token is read consistently
-// after the acquisition; and loss is decided by the runner's judge, not by
+// rather than in fixed 5s steps; the acquisition is a txn "lock" op whose
+// answer carries the fencing token (the key's ModifyIndex); and loss is decided by the runner's judge, not by
 // the first failed read.
 type mutex struct {
 	c    *consul.Client
@@ -33,11 +33,11 @@ type mutex struct {
 
 func (m *mutex) Key() string { return m.lock.Key }
 
-func (m *mutex) pair(s *session, holder []byte) *api.KVPair {
+func (m *mutex) pair(s *Session, holder []byte) *api.KVPair {
 	return &api.KVPair{Key: m.lock.Key, Value: holder, Session: s.ID, Flags: lockmodel.LockFlagValue}
 }
 
-func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (uint64, error) {
+func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error) {
 	kv := m.c.KV()
 	var (
 		waitIndex    uint64
@@ -54,7 +54,7 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (
 		pair, meta, err := kv.Get(m.lock.Key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("read lock key", err); werr != nil {
-				return 0, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
@@ -62,12 +62,13 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (
 		failures = 0
 		if pair != nil {
 			if err := lockmodel.CheckCompatible(m.lock, pair.Flags, pair.Value); err != nil {
-				return 0, err
+				return Grant{}, err
 			}
 		}
 		switch {
 		case pair != nil && pair.Session == s.ID:
-			return m.confirm(ctx, s)
+			// An earlier lock op succeeded but its answer was lost: lock
+			// again below (the holder may) to learn the token.
 		case pair != nil && pair.Session != "":
 			if pair.Session != holderSeen {
 				holderSeen = pair.Session
@@ -79,23 +80,26 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (
 				m.log.Info("waiting for the lock", "holder_session", holderSeen, "holder", string(pair.Value))
 			}
 			freedAt, delayRetries = time.Time{}, 0
-			waitIndex = nextIndex(waitIndex, meta.LastIndex)
+			waitIndex = NextIndex(waitIndex, meta.LastIndex)
 			continue
 		}
 		if freedAt.IsZero() && holderSeen != "" {
 			freedAt = time.Now()
 		}
 
-		ok, _, err := kv.Acquire(m.pair(s, holder()), (&api.WriteOptions{}).WithContext(ctx))
+		entry, ok, err := lockKey(ctx, m.c, m.pair(s, holder()))
 		if err != nil {
+			if errors.Is(err, ErrSessionInvalid) {
+				return Grant{}, err
+			}
 			if werr := fail("acquire lock key", err); werr != nil {
-				return 0, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
 		}
 		if ok {
-			return m.confirm(ctx, s)
+			return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, nil
 		}
 
 		// false: another contender was first, or the key is in the
@@ -103,7 +107,7 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (
 		pair, _, err = kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("read lock key", err); werr != nil {
-				return 0, werr
+				return Grant{}, werr
 			}
 			waitIndex = 0
 			continue
@@ -121,24 +125,10 @@ func (m *mutex) Acquire(ctx context.Context, s *session, holder func() []byte) (
 		m.log.Info("lock key is in its lock-delay; acquiring again when it can have passed",
 			"previous_session", holderSeen, "lock_delay", lockmodel.FormatDuration(delay), "retry_in", wait.Round(time.Millisecond))
 		if err := sleepCtx(ctx, wait); err != nil {
-			return 0, err
+			return Grant{}, err
 		}
 		waitIndex = 0
 	}
-}
-
-// confirm reads the key consistently after an acquisition and returns its
-// LockIndex, the fencing token.
-func (m *mutex) confirm(ctx context.Context, s *session) (uint64, error) {
-	pair, err := m.c.ReadKeyConsistent(ctx, m.lock.Key)
-	if err != nil {
-		return 0, err
-	}
-	if pair == nil || pair.Session != s.ID {
-		return 0, fmt.Errorf("the lock key %s was acquired but a consistent read right after shows it %s",
-			m.lock.Key, describeHolder(pair))
-	}
-	return pair.LockIndex, nil
 }
 
 func describeHolder(pair *api.KVPair) string {
@@ -152,7 +142,7 @@ func describeHolder(pair *api.KVPair) string {
 	}
 }
 
-func (m *mutex) Watch(ctx context.Context, s *session, out chan<- observation) {
+func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 	kv := m.c.KV()
 	var (
 		index    uint64
@@ -166,7 +156,7 @@ func (m *mutex) Watch(ctx context.Context, s *session, out chan<- observation) {
 		}
 		if err != nil {
 			failures++
-			if !send(ctx, out, observation{session: s.ID, kind: obsReadFailed, at: sent, detail: consul.Classify("watch lock key "+m.lock.Key, err).Error()}) {
+			if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify("watch lock key "+m.lock.Key, err).Error()}) {
 				return
 			}
 			if sleepCtx(ctx, backoff(failures)) != nil {
@@ -177,20 +167,20 @@ func (m *mutex) Watch(ctx context.Context, s *session, out chan<- observation) {
 		}
 		failures = 0
 		if pair == nil || pair.Session != s.ID {
-			send(ctx, out, observation{session: s.ID, kind: obsKeyLost, at: sent, detail: "key " + m.lock.Key + " is " + describeHolder(pair)})
+			send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyLost, At: sent, Detail: "key " + m.lock.Key + " is " + describeHolder(pair)})
 			return
 		}
-		if !send(ctx, out, observation{session: s.ID, kind: obsKeyHeld, at: sent}) {
+		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
 			return
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = NextIndex(index, meta.LastIndex)
 	}
 }
 
-func (m *mutex) Release(ctx context.Context, s *session, holder []byte) (bool, error) {
+func (m *mutex) Release(ctx context.Context, s *Session, holder []byte) (bool, error) {
 	// Flags must be sent again: a release without them would set the key's
 	// flags to 0, and api.Lock refuses a key with other flags.
-	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
 	defer cancel()
 	released, _, err := m.c.KV().Release(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {

@@ -1,0 +1,65 @@
+package consul
+
+import (
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Backoff is the pause after the failures-th consecutive failure (from 1):
+// minWait, doubling with every further failure, capped at maxWait. It is
+// the one backoff of consullock: the HTTP retries, the controller's
+// watches and the lock protocol all use it (with Jitter where many clients
+// may retry in step).
+func Backoff(minWait, maxWait time.Duration, failures int) time.Duration {
+	d := minWait
+	for i := 1; i < failures && d < maxWait; i++ {
+		d *= 2
+	}
+	return min(d, maxWait)
+}
+
+// Jitter spreads d to between half and all of it, so that clients that
+// failed together do not retry together.
+func Jitter(d time.Duration) time.Duration {
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(d-half)+1))
+}
+
+// transientMessages are texts of Consul errors that mean "try again": the
+// cluster is electing a leader, an RPC to the servers failed, or the
+// connection did. Consul answers the server-side ones as HTTP 500 (every
+// other 500 is a validation error that fails the same way on every retry),
+// and some api calls (Txn, Session.Renew) report them without a status
+// code. This is the one list: the HTTP retry policy, error classification
+// and the lock protocol all read it.
+var transientMessages = []string{
+	"No cluster leader",
+	"leadership lost",
+	"raft is already shutdown",
+	"Raft leader not found",
+	"rpc error making call: EOF",
+	"rpc error making call: i/o timeout",
+	"rpc error getting client",
+	"connection refused",
+	"i/o deadline reached",
+	"i/o timeout",
+}
+
+// isTransientServerError reports whether an HTTP 500 body (or an error
+// text) from Consul describes a passing condition rather than invalid
+// input.
+func isTransientServerError(body string) bool {
+	for _, m := range transientMessages {
+		if strings.Contains(body, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsTransientText reports whether err's text names a passing condition,
+// for errors that carry no status code Classify can read.
+func IsTransientText(err error) bool {
+	return err != nil && isTransientServerError(err.Error())
+}

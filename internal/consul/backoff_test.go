@@ -1,0 +1,38 @@
+package consul
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestBackoffDoublesUpToTheCap(t *testing.T) {
+	const lo, hi = 250 * time.Millisecond, 5 * time.Second
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	for i, w := range want {
+		if got := Backoff(lo, hi, i+1); got != w {
+			t.Errorf("Backoff(%s, %s, %d) = %s, want %s", lo, hi, i+1, got, w)
+		}
+	}
+	if got := Backoff(lo, hi, 1000); got != hi {
+		t.Errorf("Backoff after 1000 failures = %s, want the cap %s", got, hi)
+	}
+	for range 100 {
+		if d := Jitter(time.Second); d < 500*time.Millisecond || d > time.Second {
+			t.Fatalf("Jitter(1s) = %s, want between 500ms and 1s", d)
+		}
+	}
+}
+
+func TestIsTransientText(t *testing.T) {
+	for _, text := range []string{"Unexpected response code: 500 (No cluster leader)", "rpc error making call: EOF", "dial tcp: connection refused"} {
+		if !IsTransientText(errors.New(text)) {
+			t.Errorf("%q: want transient", text)
+		}
+	}
+	for _, text := range []string{"Unexpected response code: 500 (Invalid Session TTL)", "Permission denied", "rpc error making call: Permission denied"} {
+		if IsTransientText(errors.New(text)) {
+			t.Errorf("%q: want not transient", text)
+		}
+	}
+}

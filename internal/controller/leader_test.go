@@ -1,0 +1,161 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// outageProxy forwards HTTP to an agent and fails on demand: "down" drops
+// every connection at once and answers none, as a stopped agent's port
+// does; "renewals" answers session renewals with Consul's HTTP 500 "No
+// cluster leader" and passes everything else (the session cannot be
+// renewed while reads work).
+type outageProxy struct {
+	srv *httptest.Server
+	rp  *httputil.ReverseProxy
+
+	mu   sync.Mutex
+	mode string
+}
+
+func newOutageProxy(t *testing.T, a *testenv.Agent) *outageProxy {
+	t.Helper()
+	target, err := url.Parse(a.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &outageProxy{rp: httputil.NewSingleHostReverseProxy(target), mode: "pass"}
+	p.rp.ErrorLog = log.New(io.Discard, "", 0)
+	p.srv = httptest.NewServer(p)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *outageProxy) addr() string { return strings.TrimPrefix(p.srv.URL, "http://") }
+
+func (p *outageProxy) set(mode string) {
+	p.mu.Lock()
+	p.mode = mode
+	p.mu.Unlock()
+	if mode == "down" {
+		p.srv.CloseClientConnections()
+	}
+}
+
+func (p *outageProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	mode := p.mode
+	p.mu.Unlock()
+	switch {
+	case mode == "down":
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+		http.Error(w, "down", http.StatusBadGateway)
+	case mode == "renewals" && strings.HasPrefix(r.URL.Path, "/v1/session/renew/"):
+		http.Error(w, "No cluster leader", http.StatusInternalServerError)
+	default:
+		p.rp.ServeHTTP(w, r)
+	}
+}
+
+// Issue 12, section 4 (controller HA): a leader whose session cannot be
+// renewed for longer than its TTL while the process keeps running must
+// become leader again and act again once Consul answers: first when only
+// renewals fail (reads work), then when the agent is down altogether and
+// comes back restarted. Before the fix the first outage left it leader of
+// a re-won key that never acted again (acting stayed false), holding the
+// key so that no other replica could act either.
+func TestLeader_actsAgainAfterItsSessionCouldNotBeRenewedForLongerThanTheTTL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	own, err := testenv.Start(ctx, testenv.Options{NodeName: "consullock-leader-outage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Stop()
+	h := newHarness(t, own)
+	declare := func() lockmodel.Lock {
+		return h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
+	}
+	l := declare()
+	proxy := newOutageProxy(t, own)
+	c := h.startWith(startOpts{mode: ModeRepair, ha: true, addr: proxy.addr()})
+	actsAgain := func(after string) {
+		t.Helper()
+		eventually(t, 90*time.Second, func() error {
+			if !c.IsLeader() {
+				return fmt.Errorf("%s: not leader again", after)
+			}
+			if p := h.get(l.Key); p == nil || p.Flags != lockmodel.LockFlagValue {
+				return fmt.Errorf("%s: leader, but the deleted lock key was not created again: the controller does not act", after)
+			}
+			return nil
+		})
+	}
+	actsAgain("at start")
+
+	// 1. Renewals fail for two TTLs; reads keep working.
+	proxy.set("renewals")
+	stepped := steppedDown(c, 2*LeaderSessionTTL)
+	proxy.set("pass")
+	if !stepped {
+		t.Fatal("failing renewals for two TTLs did not end the leadership; the test proves nothing")
+	}
+	if _, err := h.api.KV().Delete(l.Key, nil); err != nil {
+		t.Fatal(err)
+	}
+	actsAgain("after renewals failed for two TTLs")
+
+	// 2. The agent is down for two TTLs and comes back restarted (a dev
+	// agent loses its state).
+	proxy.set("down")
+	stepped = steppedDown(c, 2*LeaderSessionTTL)
+	if err := own.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.api = own.Client()
+	declare()
+	proxy.set("pass")
+	actsAgain("after the agent was down for two TTLs and restarted")
+	if !stepped {
+		t.Error("the agent outage did not end the leadership; the test proved nothing")
+	}
+}
+
+// steppedDown watches c for d and reports whether it stopped leading at
+// some point. It polls: leadership changes raise no event a test can wait
+// on.
+func steppedDown(c *running, d time.Duration) bool {
+	stepped := false
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		stepped = stepped || !c.IsLeader()
+	}
+	return stepped
+}
+
+// The leader profile satisfies the stop rule: a leader cut off from its
+// agent stops acting before another replica can take over.
+func TestLeader_profileStopsBeforeATakeOver(t *testing.T) {
+	r := lockmodel.NewStopRule(leaderProfile, LeaderGrace)
+	if !r.Feasible() {
+		t.Fatalf("leader profile: %s", r.Problem("LeaderGrace"))
+	}
+	if r.DeadBy()+r.Margin > r.TakeOverAfter() {
+		t.Fatalf("a cut-off leader stops acting %s after its last renewal; another may lead from %s", r.DeadBy(), r.TakeOverAfter())
+	}
+}

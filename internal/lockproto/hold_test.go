@@ -1,0 +1,100 @@
+package lockproto
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+var agent *testenv.Agent
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	a, err := testenv.Start(ctx, testenv.Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting consul:", err)
+		os.Exit(1)
+	}
+	agent = a
+	code := m.Run()
+	a.Stop()
+	os.Exit(code)
+}
+
+func holdOptions(t *testing.T, key string) HoldOptions {
+	return HoldOptions{
+		Lock:        lockmodel.Lock{Name: "hold", Prefix: key, Key: key, Limit: 1},
+		Profile:     lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.WithDefaults(),
+		SessionName: t.Name(),
+		Grace:       time.Second,
+		Value:       func() []byte { return []byte(t.Name()) },
+		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// A hold is the lock acquired with a txn lock op (its fencing token is the
+// key's ModifyIndex), Lost closes when the key is taken away, and Release
+// releases the key before it destroys the session, so the next holder
+// does not wait for the lock-delay.
+func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := testenv.UniquePrefix(t.Name()) + "/.lock"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	h, err := AcquireHold(ctx, c, holdOptions(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := agent.Client().KV()
+	pair, _, err := kv.Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || pair == nil || pair.Session != h.Session.ID || pair.ModifyIndex != h.Grant.FencingToken ||
+		pair.Flags != lockmodel.LockFlagValue {
+		t.Fatalf("key after AcquireHold: %+v (%v); hold %+v", pair, err, h.Grant)
+	}
+	h.Release(ctx)
+	pair, _, _ = kv.Get(key, &api.QueryOptions{RequireConsistent: true})
+	if pair == nil || pair.Session != "" {
+		t.Fatalf("key after Release: %+v; want it released and kept", pair)
+	}
+	// Released, not destroyed with the key held: no lock-delay for the
+	// next holder, although the profile has 15s.
+	start := time.Now()
+	next, err := AcquireHold(ctx, c, holdOptions(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("the next hold waited %s: the release did not come before the destroy", waited)
+	}
+	if next.Grant.FencingToken <= h.Grant.FencingToken {
+		t.Fatalf("fencing token %d, not above the previous hold's %d", next.Grant.FencingToken, h.Grant.FencingToken)
+	}
+
+	if _, err := kv.Delete(key, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-next.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Lost not closed after the key was deleted")
+	}
+	if next.Reason() == "" {
+		t.Fatal("no reason given for the loss")
+	}
+	next.Release(ctx)
+}

@@ -1,0 +1,219 @@
+package lockproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Protocol is how a lock is acquired, watched and released: a mutex (the
+// api.Lock protocol) or a semaphore (the api.Semaphore protocol). Both
+// interoperate with `consul lock` on the same prefix.
+type Protocol interface {
+	// Key is the lock key, given to the child as CONSUL_LOCK_KEY.
+	Key() string
+	// Acquire waits until session s holds the lock and returns the
+	// acquisition: the fencing token (the Raft index of the write that
+	// gave s the lock, as the txn "lock" op returns it: the lock key's
+	// ModifyIndex for a mutex, the contender key's for a semaphore) and
+	// Consul's LockIndex of that key. It returns ErrSessionInvalid when
+	// Consul no longer knows s, and ctx's error when ctx ends first.
+	// holder gives the value to write and is called for every attempt, so
+	// that the value says when the lock was taken (the controller measures
+	// max_hold from it), not when the wait began.
+	Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error)
+	// Watch follows the lock with consistent blocking reads until ctx ends
+	// or the lock is seen lost, and reports every result on out.
+	Watch(ctx context.Context, s *Session, out chan<- Observation)
+	// Release gives the lock up, if s holds it, without ending s, so the
+	// next holder starts without lock-delay. released is false when s did
+	// not hold it; then nothing changed.
+	Release(ctx context.Context, s *Session, holder []byte) (released bool, err error)
+}
+
+// New picks the protocol of lock l (normalised).
+func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger) Protocol {
+	if l.IsSemaphore() {
+		return &semaphore{c: c, lock: l, prefix: l.Prefix, log: log}
+	}
+	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
+}
+
+// Grant is what an acquisition returns.
+type Grant struct {
+	// FencingToken is the Raft index of the write that gave the session
+	// the lock. Raft indexes only grow, so unlike LockIndex it never goes
+	// back: not when the key is deleted and created again (LockIndex
+	// restarts at 1), nor after a plain write (LockIndex 0).
+	FencingToken uint64
+	// LockIndex is Consul's LockIndex of the acquired key.
+	LockIndex uint64
+}
+
+// lockKey acquires key for session with a KV transaction holding one
+// "lock" op. Unlike ?acquire=, the answer carries the written entry, so its
+// ModifyIndex (the fencing token) comes with the acquisition itself rather
+// than from a read after it that another write could have overtaken. ok is
+// false when another session holds the key or it is in a lock-delay; err is
+// ErrSessionInvalid when Consul no longer knows the session. A session
+// re-locking a key it holds succeeds and gets a new ModifyIndex.
+func lockKey(ctx context.Context, c *consul.Client, pair *api.KVPair) (entry *api.KVPair, ok bool, err error) {
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: pair.Key, Value: pair.Value, Flags: pair.Flags, Session: pair.Session}}}
+	return runLockTxn(ctx, c, ops, pair.Key)
+}
+
+// runLockTxn runs ops, whose "lock" op is on key, and returns the entry the
+// transaction wrote for key (the highest ModifyIndex among its results for
+// key). ok is false with no error when Consul refused for a reason the
+// protocol expects (the key held by another session or in its lock-delay,
+// a stale check-and-set index, a failed session check); err is
+// ErrSessionInvalid when Consul no longer knows the session, and names any
+// other refusal (a permission denied).
+func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key string) (*api.KVPair, bool, error) {
+	ok, resp, _, err := c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		if isInvalidSession(err) {
+			return nil, false, ErrSessionInvalid
+		}
+		return nil, false, err
+	}
+	if !ok {
+		var whats []string
+		for _, e := range resp.Errors {
+			whats = append(whats, e.What)
+		}
+		what := strings.Join(whats, "; ")
+		switch {
+		case strings.Contains(what, "invalid session"):
+			return nil, false, ErrSessionInvalid
+		case strings.Contains(what, "lock is already held"), strings.Contains(what, "due to lock delay"),
+			strings.Contains(what, "index is stale"), strings.Contains(what, "failed session check"),
+			strings.Contains(what, "failed to check session"):
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: Consul refused the transaction: %s", key, what)
+	}
+	var entry *api.KVPair
+	for _, r := range resp.Results {
+		if r.KV != nil && r.KV.Key == key && (entry == nil || r.KV.ModifyIndex > entry.ModifyIndex) {
+			entry = r.KV
+		}
+	}
+	if entry == nil {
+		return nil, false, fmt.Errorf("lock %s: the transaction succeeded but did not report the key", key)
+	}
+	return entry, true, nil
+}
+
+// ErrSessionInvalid: Consul refused an acquisition because the session no
+// longer exists (it answers HTTP 500 "invalid session").
+var ErrSessionInvalid = errors.New("the session no longer exists")
+
+func isInvalidSession(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "invalid session")
+}
+
+// CleanupTimeout bounds each of the two cleanup steps when a hold ends:
+// releasing the lock, and destroying the session.
+const CleanupTimeout = 5 * time.Second
+
+// Blocking query wait times. Consul caps a wait at 10 minutes.
+const (
+	acquireWaitTime = 5 * time.Minute
+	watchWaitTime   = 5 * time.Minute
+)
+
+// NextIndex is the WaitIndex for the next blocking query after one that
+// answered with last, following Consul's rules: an index that went
+// backwards restarts from 0, and an index is never below 1.
+func NextIndex(prev, last uint64) uint64 {
+	if last < prev {
+		return 0
+	}
+	return max(last, 1)
+}
+
+// backoff is the pause after the n-th consecutive failure (n from 1):
+// 250ms doubling up to 5s.
+func backoff(n int) time.Duration {
+	return consul.Backoff(250*time.Millisecond, 5*time.Second, n)
+}
+
+// lockDelayMargin is added to a computed lock-delay end before retrying.
+const lockDelayMargin = 10 * time.Millisecond
+
+// lockDelayWait decides how long to wait before acquiring again after an
+// acquisition answered false while no session held the key: the key is in
+// the lock-delay Consul applies after its holder's session ended.
+//
+// freedAt is when this runner saw the key go free (zero when it never saw
+// the holder: the runner started during the delay); delay is the previous
+// holder's lock-delay (its session's, or else the declared one); retry
+// counts the earlier lock-delay retries for this release. The delay began
+// at the invalidation, before the runner saw the key go free, so
+// freedAt+delay is when it has certainly passed: the first retry waits
+// exactly until then. Later retries, and the case without freedAt, back off
+// from 250ms to 5s.
+func lockDelayWait(freedAt time.Time, delay time.Duration, retry int, now time.Time) time.Duration {
+	delay = min(delay, lockmodel.MaxLockDelay)
+	if retry == 0 && !freedAt.IsZero() {
+		if wait := freedAt.Add(delay + lockDelayMargin).Sub(now); wait > 0 {
+			return wait
+		}
+	}
+	if freedAt.IsZero() {
+		return backoff(retry + 1)
+	}
+	return backoff(max(retry, 1))
+}
+
+// sleepCtx waits d or until ctx ends, with a timer.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// waitAfterError decides what an error while waiting for the lock means:
+// transient ones (no leader, connection trouble, overload) are waited out
+// with backoff and nil is returned; anything else is returned classified,
+// and so is ctx's end.
+func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error, failures *int) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if isInvalidSession(err) {
+		return ErrSessionInvalid
+	}
+	e := consul.Classify(op, err)
+	if e.Kind != consul.KindTransient && !(e.Kind == consul.KindUnknown && consul.IsTransientText(err)) {
+		return e
+	}
+	*failures++
+	pause := backoff(*failures)
+	log.Warn("Consul request failed; retrying", "op", op, "error", e.Error(), "retry_in", pause)
+	return sleepCtx(ctx, pause)
+}
+
+// send delivers o unless ctx ends first; it reports whether it did.
+func send(ctx context.Context, out chan<- Observation, o Observation) bool {
+	select {
+	case out <- o:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,193 @@
+package lockproto
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+func TestLossJudge(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	const ttl = 10 * time.Second
+	// Without health checks, LossAfter is the TTL.
+	ttlRule := lockmodel.StopRule{TTL: ttl, RenewEvery: 3 * time.Second, RenewTimeout: 2 * time.Second, Grace: 2 * time.Second, Margin: time.Second}
+	// With health checks and lock_delay 10s: LossAfter 10 - 1 - 2 = 7s.
+	delayRule := lockmodel.StopRule{TTL: 30 * time.Second, LockDelay: 10 * time.Second, HealthChecks: true,
+		RenewEvery: 2 * time.Second, RenewTimeout: 2 * time.Second, Grace: 2 * time.Second, Margin: time.Second}
+	type step struct {
+		obs   *Observation // nil: only check the clock
+		now   time.Duration
+		lost  bool
+		about string // part of the reason when lost
+	}
+	cases := []struct {
+		name  string
+		rule  lockmodel.StopRule
+		steps []step
+	}{
+		{"renewals keep the lock", ttlRule, []step{
+			{&Observation{Kind: ObsRenewed, At: at(3 * time.Second)}, 3 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewed, At: at(6 * time.Second)}, 6 * time.Second, false, ""},
+			{nil, 15 * time.Second, false, ""},
+		}},
+		{"the key held by another session is loss at once", ttlRule, []step{
+			{&Observation{Kind: ObsKeyLost, At: at(time.Second), Detail: "held by session x"}, time.Second, true, "held by session x"},
+		}},
+		{"a renewal answered 404 is loss at once", ttlRule, []step{
+			{&Observation{Kind: ObsSessionGone, At: at(time.Second)}, time.Second, true, "no longer exists"},
+		}},
+		{"one No cluster leader is not loss (Consul issue 1162)", ttlRule, []step{
+			{&Observation{Kind: ObsRenewFailed, At: at(3 * time.Second), Detail: "No cluster leader"}, 4 * time.Second, false, ""},
+			{&Observation{Kind: ObsReadFailed, At: at(4 * time.Second), Detail: "No cluster leader"}, 5 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewed, At: at(5 * time.Second)}, 5 * time.Second, false, ""},
+			{nil, 14 * time.Second, false, ""},
+		}},
+		{"no successful renewal for longer than the TTL is loss (Consul issue 18271)", ttlRule, []step{
+			{&Observation{Kind: ObsRenewFailed, At: at(3 * time.Second)}, 4 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewFailed, At: at(6 * time.Second)}, 7 * time.Second, false, ""},
+			{nil, ttl, false, ""},
+			{nil, ttl + time.Millisecond, true, "no successful session renewal"},
+		}},
+		{"successful reads do not stand in for renewals", ttlRule, []step{
+			{&Observation{Kind: ObsKeyHeld, At: at(5 * time.Second)}, 5 * time.Second, false, ""},
+			{&Observation{Kind: ObsKeyHeld, At: at(9 * time.Second)}, 9 * time.Second, false, ""},
+			{nil, 11 * time.Second, true, "longer than the session TTL"},
+		}},
+		{"a late answer to an old renewal does not move the clock back", ttlRule, []step{
+			{&Observation{Kind: ObsRenewed, At: at(6 * time.Second)}, 6 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewed, At: at(3 * time.Second)}, 7 * time.Second, false, ""},
+			{nil, 15 * time.Second, false, ""},
+			{nil, 16*time.Second + time.Millisecond, true, "no successful session renewal"},
+		}},
+		{"once lost, always lost", ttlRule, []step{
+			{&Observation{Kind: ObsSessionGone, At: at(time.Second)}, time.Second, true, "no longer exists"},
+			{&Observation{Kind: ObsRenewed, At: at(2 * time.Second)}, 2 * time.Second, true, "no longer exists"},
+		}},
+		{"with health checks, renewals every renew_every keep the lock", delayRule, []step{
+			{&Observation{Kind: ObsRenewed, At: at(2 * time.Second)}, 3 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewed, At: at(4 * time.Second)}, 6 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewed, At: at(8 * time.Second)}, 10 * time.Second, false, ""},
+			{nil, 15 * time.Second, false, ""},
+		}},
+		{"with health checks, a hung agent (no answer at all) is loss at lock_delay - grace - margin", delayRule, []step{
+			{&Observation{Kind: ObsRenewed, At: at(2 * time.Second)}, 3 * time.Second, false, ""},
+			{nil, 9 * time.Second, false, ""},
+			{nil, 9*time.Second + time.Millisecond, true, "another holder may acquire from 10s after the last renewal"},
+		}},
+		{"with health checks, refused renewals are loss at the same moment", delayRule, []step{
+			{&Observation{Kind: ObsRenewFailed, At: at(2 * time.Second), Detail: "connection refused"}, 2 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewFailed, At: at(5 * time.Second), Detail: "connection refused"}, 5 * time.Second, false, ""},
+			{nil, 7*time.Second + time.Millisecond, true, "no successful session renewal for 7.001s"},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := NewLossJudge(tc.rule, t0)
+			for i, s := range tc.steps {
+				var v Verdict
+				if s.obs != nil {
+					v = j.Observe(*s.obs)
+				}
+				if !v.Lost {
+					v = j.Check(at(s.now))
+				}
+				if v.Lost != s.lost || (s.lost && !strings.Contains(v.Reason, s.about)) {
+					t.Fatalf("step %d: verdict %+v, want lost=%v about %q", i, v, s.lost, s.about)
+				}
+			}
+		})
+	}
+}
+
+func TestLossJudgeDeadlineIsLastRenewalPlusTTL(t *testing.T) {
+	t0 := time.Now()
+	j := NewLossJudge(lockmodel.StopRule{TTL: 10 * time.Second, RenewEvery: 3 * time.Second, RenewTimeout: 2 * time.Second}, t0)
+	if !j.Deadline().Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("deadline %s", j.Deadline())
+	}
+	j.Observe(Observation{Kind: ObsRenewed, At: t0.Add(4 * time.Second)})
+	if !j.Deadline().Equal(t0.Add(14 * time.Second)) {
+		t.Fatalf("deadline after renewal %s", j.Deadline())
+	}
+}
+
+func TestLockDelayWait(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 10, 0, time.UTC)
+	cases := []struct {
+		name    string
+		freedAt time.Time
+		delay   time.Duration
+		retry   int
+		want    time.Duration
+	}{
+		{"first retry waits until the delay has certainly passed", now.Add(-2 * time.Second), 5 * time.Second, 0, 3*time.Second + lockDelayMargin},
+		{"a delay above 60s counts as 60s, as Consul clamps it", now, 90 * time.Second, 0, 60*time.Second + lockDelayMargin},
+		{"a delay already over backs off briefly", now.Add(-20 * time.Second), 5 * time.Second, 0, 250 * time.Millisecond},
+		{"later retries back off", now.Add(-20 * time.Second), 5 * time.Second, 3, time.Second},
+		{"backoff is capped at 5s", now.Add(-20 * time.Second), 5 * time.Second, 30, 5 * time.Second},
+		{"unknown start of the delay backs off from 250ms", time.Time{}, 15 * time.Second, 0, 250 * time.Millisecond},
+		{"unknown start, third retry", time.Time{}, 15 * time.Second, 2, time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lockDelayWait(tc.freedAt, tc.delay, tc.retry, now); got != tc.want {
+				t.Fatalf("lockDelayWait = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextIndex(t *testing.T) {
+	for _, tc := range []struct{ prev, last, want uint64 }{
+		{0, 5, 5}, {5, 9, 9}, {9, 9, 9}, {9, 3, 0}, {0, 0, 1},
+	} {
+		if got := NextIndex(tc.prev, tc.last); got != tc.want {
+			t.Errorf("NextIndex(%d, %d) = %d, want %d", tc.prev, tc.last, got, tc.want)
+		}
+	}
+}
+
+func TestSessionCreateBodyWritesEverySettingOut(t *testing.T) {
+	p := lockmodel.SessionProfile{Name: "p", TTL: 10 * time.Second, LockDelay: 0, NodeChecks: []string{},
+		ServiceChecks: []lockmodel.ServiceCheck{{ID: "svc:web", Namespace: "ns"}}}.WithDefaults()
+	body := sessionCreateBody("n", "", p)
+	want := map[string]any{"Name": "n", "TTL": "10s", "LockDelay": "0s", "Behavior": "release", "NodeChecks": []string{},
+		"ServiceChecks": []api.ServiceCheck{{ID: "svc:web", Namespace: "ns"}}}
+	if fmt.Sprint(body) != fmt.Sprint(want) {
+		t.Fatalf("body = %v\nwant   %v", body, want)
+	}
+	if _, ok := body["Node"]; ok {
+		t.Fatal("Node set although none was asked for: the agent's own node is meant")
+	}
+	if got := sessionCreateBody("n", "web-1", p)["Node"]; got != "web-1" {
+		t.Fatalf("Node = %v", got)
+	}
+	defaults := sessionCreateBody("n", "", lockmodel.SessionProfile{TTL: 15 * time.Second}.WithDefaults())
+	if fmt.Sprint(defaults["NodeChecks"]) != "[serfHealth]" {
+		t.Fatalf("default node checks = %v", defaults["NodeChecks"])
+	}
+}
+
+func TestSessionMismatches(t *testing.T) {
+	p := lockmodel.SessionProfile{Name: "p", TTL: 10 * time.Second, LockDelay: 0}.WithDefaults()
+	exact := &api.SessionEntry{TTL: "10s", LockDelay: 0, Behavior: "release", NodeChecks: []string{"serfHealth"}}
+	if d := sessionMismatches(exact, p); len(d) != 0 {
+		t.Fatalf("an exact session has mismatches: %v", d)
+	}
+	// What the Go api would have created: LockDelay dropped, so 15s.
+	dropped := *exact
+	dropped.LockDelay = 15 * time.Second
+	if d := sessionMismatches(&dropped, p); len(d) != 1 || !strings.Contains(d[0], "lock_delay") {
+		t.Fatalf("mismatches = %v, want one about lock_delay", d)
+	}
+	other := &api.SessionEntry{TTL: "20s", LockDelay: time.Second, Behavior: "delete", NodeChecks: []string{}}
+	if d := sessionMismatches(other, p); len(d) != 4 {
+		t.Fatalf("mismatches = %v, want ttl, lock_delay, behavior, node checks", d)
+	}
+}
