@@ -24,12 +24,16 @@ info() { printf '    %s\n' "$*"; }
 # "PRODUCT vx.y.z..." (a binary of that name that is something else is not
 # used); empty otherwise. Bash builtins only (the selection test runs with a
 # PATH of fake binaries).
+# The first such line counts: OpenTofu 1.12 may print CLI configuration
+# warnings on stdout before it.
 version_of() {
-  local line=
-  IFS= read -r line < <(CHECKPOINT_DISABLE=1 "$1" version 2>/dev/null) || true
-  if [[ "$line" =~ ^$2\ v([0-9]+)\.([0-9]+)\.([0-9]+) ]]; then
-    echo "${BASH_REMATCH[1]}.${BASH_REMATCH[2]}.${BASH_REMATCH[3]}"
-  fi
+  local line
+  while IFS= read -r line; do
+    if [[ "$line" =~ ^$2\ v([0-9]+)\.([0-9]+)\.([0-9]+) ]]; then
+      echo "${BASH_REMATCH[1]}.${BASH_REMATCH[2]}.${BASH_REMATCH[3]}"
+      return
+    fi
+  done < <(CHECKPOINT_DISABLE=1 "$1" version 2>/dev/null)
 }
 
 # at_least HAVE MIN: compares x.y.z numerically.

@@ -1,7 +1,6 @@
 package scripts
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +15,12 @@ func selectTools(t *testing.T, fakes map[string]string, env ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, version := range fakes {
-		script := fmt.Sprintf("#!/bin/sh\n[ \"$1\" = version ] || exit 2\necho %q\necho 'on linux_amd64'\n", version)
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+		// printf is a builtin: PATH has nothing else.
+		script := "#!/bin/sh\n[ \"$1\" = version ] || exit 2\nprintf '%s\\n'"
+		for _, line := range strings.Split(version+"\non linux_amd64", "\n") {
+			script += " '" + strings.ReplaceAll(line, "'", `'\''`) + "'"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,6 +69,11 @@ func TestDemoSelect(t *testing.T) {
 		name:  "a binary named tofu that is something else is not used",
 		fakes: map[string]string{"tofu": "tofu, the soy bean curd, v9.9.9", "consul": "Consul v1.20.1"},
 		want:  []string{"/tofu: its `tofu version` does not report OpenTofu", "cli: OpenTofu 1.12.6 (pinned, bin/tofu)", "build: tofu"},
+	}, {
+		// What OpenTofu 1.12 prints when TF_CLI_CONFIG_FILE names a missing file.
+		name:  "warnings before the version line are passed over",
+		fakes: map[string]string{"tofu": "\nWarning: Unable to open CLI configuration file\n\nOpenTofu v1.12.6", "consul": "Consul v1.14.11"},
+		want:  []string{"cli: OpenTofu 1.12.6 (", "/tofu, from PATH)", "build: nothing"},
 	}, {
 		name: "nothing on PATH: the pinned ones are built",
 		want: []string{"consul: Consul 1.14.11 (pinned, bin/consul)", "cli: OpenTofu 1.12.6 (pinned, bin/tofu)", "build: consul tofu"},

@@ -30,7 +30,8 @@ extra_pkgs=(. ./examples/ci/plansummary/ ./internal/controller/)
 
 tools/build.sh "${clis[@]}" "${consuls[@]}" || exit 1
 for t in "${clis[@]}" "${consuls[@]}"; do
-  v="$(CHECKPOINT_DISABLE=1 "bin/$t" version 2>/dev/null | head -n1)"
+  # OpenTofu 1.12 prints CLI configuration warnings on stdout first.
+  v="$(CHECKPOINT_DISABLE=1 "bin/$t" version 2>/dev/null | grep -m1 -E '^[A-Za-z]+ v[0-9]')"
   if [[ "$v" != "${want[$t]}" ]]; then
     echo "bin/$t reports \"$v\", want \"${want[$t]}\": run tools/build.sh $t" >&2
     exit 1

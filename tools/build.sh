@@ -16,6 +16,10 @@ GOLANGCI_LINT_VERSION=v2.15.0
 GORELEASER_VERSION=v2.15.1
 TFPLUGINDOCS_VERSION=v0.25.0
 
+# version_line BIN: the "<Product> vX.Y.Z" line of `BIN version` (OpenTofu
+# 1.12 prints CLI configuration warnings on stdout before it).
+version_line() { "$1" version 2>/dev/null | grep -m1 -E '^[A-Za-z]+ v[0-9]' || true; }
+
 stamp_ok() { # name recipe-hash
   [[ -x "$bin/$1" && -f "$bin/.$1.stamp" && "$(cat "$bin/.$1.stamp")" == "$2" ]]
 }
@@ -25,7 +29,7 @@ build_module_tool() { # name module-dir package [ldflags]
   local hash
   hash="$(cat "$root/tools/$dir/go.mod" "$root/tools/$dir/go.sum" | sha256sum | cut -d' ' -f1)"
   if stamp_ok "$name" "$hash"; then
-    echo "tools: $name is up to date ($("$bin/$name" version 2>/dev/null | head -n1))"
+    echo "tools: $name is up to date ($(version_line "$bin/$name"))"
     return
   fi
   echo "tools: building $name from tools/$dir (first build takes a few minutes) ..."
@@ -33,7 +37,7 @@ build_module_tool() { # name module-dir package [ldflags]
   (cd "$root/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
   mv "$bin/$name.tmp" "$bin/$name"
   echo "$hash" >"$bin/.$name.stamp"
-  echo "tools: built $name in $((SECONDS - start))s: $("$bin/$name" version 2>/dev/null | head -n1)"
+  echo "tools: built $name in $((SECONDS - start))s: $(version_line "$bin/$name")"
 }
 
 install_tool() { # name module@version
