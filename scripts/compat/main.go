@@ -72,6 +72,7 @@ func Parse(r io.Reader, cli, consul string) (*Cell, error) {
 	outputs := map[string][]string{}
 	final := map[string]string{}
 	pkgOut := map[string][]string{}
+	var pkgFailed []string
 	var order []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
@@ -93,7 +94,7 @@ func Parse(r io.Reader, cli, consul string) (*Cell, error) {
 			case "output":
 				pkgOut[e.Package] = append(pkgOut[e.Package], e.Output)
 			case "fail": // also follows a build failure ("build-fail")
-				c.PackageFailures = append(c.PackageFailures, e.Package+": "+lastLines(pkgOut[e.Package], 5))
+				pkgFailed = append(pkgFailed, e.Package)
 			}
 			if e.Action == "pass" || e.Action == "fail" {
 				c.Elapsed += time.Duration(e.Elapsed * float64(time.Second))
@@ -123,7 +124,7 @@ func Parse(r io.Reader, cli, consul string) (*Cell, error) {
 			if final[key] == "fail" && !slices.ContainsFunc(order, func(k string) bool {
 				return strings.HasPrefix(k, key+"/") && final[k] == "fail"
 			}) {
-				c.Tests[key] = Result{Failed, lastLines(outputs[key], 10)}
+				c.Tests[key] = Result{Failed, firstLines(outputs[key], 3)}
 			}
 			continue
 		}
@@ -138,9 +139,18 @@ func Parse(r io.Reader, cli, consul string) (*Cell, error) {
 				c.Tests[key] = Result{Skipped, msg}
 			}
 		case "fail":
-			c.Tests[key] = Result{Failed, lastLines(outputs[key], 10)}
+			c.Tests[key] = Result{Failed, firstLines(outputs[key], 3)}
 		default: // started, never ended: the package died (timeout, panic)
 			c.Tests[key] = Result{Failed, "did not finish: " + lastLines(outputs[key], 5)}
+		}
+	}
+	// A package fails when one of its tests did; count it only when none
+	// did (a build error, a TestMain that could not start, a timeout).
+	for _, pkg := range pkgFailed {
+		if !slices.ContainsFunc(order, func(k string) bool {
+			return strings.HasPrefix(k, pkg+" ") && c.Tests[k].Outcome == Failed
+		}) {
+			c.PackageFailures = append(c.PackageFailures, pkg+": "+lastLines(pkgOut[pkg], 5))
 		}
 	}
 	return c, nil
@@ -160,6 +170,26 @@ func skipMessage(out []string) string {
 		}
 	}
 	return msg
+}
+
+// firstLines is the start of a failure's messages (the first error says
+// most), without the === and --- markers, at most 300 characters.
+func firstLines(out []string, n int) string {
+	var lines []string
+	for _, o := range out {
+		l := strings.TrimSpace(o)
+		if l == "" || strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") {
+			continue
+		}
+		if lines = append(lines, l); len(lines) == n {
+			break
+		}
+	}
+	s := strings.Join(lines, " / ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
 }
 
 func lastLines(out []string, n int) string {

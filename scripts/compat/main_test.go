@@ -73,6 +73,33 @@ func TestParse_classifiesEveryEnding(t *testing.T) {
 	if c.OK() {
 		t.Error("a cell with a failure and a plain skip is OK")
 	}
+	// The package failed because its tests did: not a failure of its own.
+	if len(c.PackageFailures) != 0 {
+		t.Errorf("package failures %q, want none", c.PackageFailures)
+	}
+	if r := c.Tests["fixture TestFails"].Reason; !strings.Contains(r, "boom") || strings.Contains(r, "---") {
+		t.Errorf("failure reason = %q", r)
+	}
+}
+
+// A package that fails outside its tests (here: TestMain could not start
+// Consul) is a failure of the cell even though no test failed.
+func TestParse_packageFailureOutsideTests(t *testing.T) {
+	stream := `{"Action":"start","Package":"example/p"}
+{"Action":"output","Package":"example/p","Output":"starting consul: exit status 1\n"}
+{"Action":"output","Package":"example/p","Output":"FAIL\texample/p\t0.1s\n"}
+{"Action":"fail","Package":"example/p","Elapsed":0.1}
+`
+	c, err := Parse(strings.NewReader(stream), "x", "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.PackageFailures) != 1 || !strings.Contains(c.PackageFailures[0], "starting consul") {
+		t.Fatalf("package failures = %q", c.PackageFailures)
+	}
+	if c.OK() {
+		t.Fatal("a cell whose package failed is OK")
+	}
 }
 
 func TestMarkdown_unsupportedIsNeverCountedAsPassed(t *testing.T) {
