@@ -207,6 +207,25 @@ func lastLines(out []string, n int) string {
 	return strings.Join(lines, " / ")
 }
 
+// lookup is a test's result in this cell; a test that is a leaf in one
+// cell may have run subtests in another (subtests only where the feature
+// is supported): then its result is the worst of its subtests'.
+func (c *Cell) lookup(name string) (Result, bool) {
+	if r, ok := c.Tests[name]; ok {
+		return r, true
+	}
+	worst, found := Result{Outcome: Passed}, false
+	for k, r := range c.Tests {
+		if strings.HasPrefix(k, name+"/") {
+			found = true
+			if r.Outcome > worst.Outcome {
+				worst = r
+			}
+		}
+	}
+	return worst, found
+}
+
 // Count returns how many leaf tests had each outcome.
 func (c *Cell) Count() map[Outcome]int {
 	n := map[Outcome]int{}
@@ -267,7 +286,7 @@ func Markdown(cells []*Cell) string {
 		for _, name := range names {
 			b.WriteString("| `" + shortName(name) + "` |")
 			for _, c := range cells {
-				r, ok := c.Tests[name]
+				r, ok := c.lookup(name)
 				switch {
 				case !ok:
 					b.WriteString(" not run |")

@@ -128,6 +128,19 @@ func TestMarkdown_unsupportedIsNeverCountedAsPassed(t *testing.T) {
 	}
 }
 
+func TestMarkdown_parentInOneCellLeafInAnother(t *testing.T) {
+	withSubtests := &Cell{CLI: "OpenTofu 1.12.6", Consul: "c", Tests: map[string]Result{
+		"p TestF/a": {Outcome: Passed}, "p TestF/b": {Outcome: Passed},
+	}}
+	skipped := &Cell{CLI: "Terraform 1.5.7", Consul: "c", Tests: map[string]Result{
+		"p TestF": {Unsupported, "provider functions need Terraform 1.8"},
+	}}
+	md := Markdown([]*Cell{withSubtests, skipped})
+	if want := "| `p TestF` | passed | not supported by this CLI |"; !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md)
+	}
+}
+
 func TestMarkdown_otherSkipsAndPackageFailuresFail(t *testing.T) {
 	c := &Cell{CLI: "OpenTofu 1.12.6", Consul: "Consul 1.16.3", Tests: map[string]Result{
 		"p TestA": {Outcome: Passed}, "p TestB": {Skipped, "no agent"},
