@@ -28,11 +28,6 @@ func TestFaults(t *testing.T) {
 	var reports []Report
 	for _, ph := range faultPhases(full) {
 		t.Run(ph.name, func(t *testing.T) {
-			if ph.partitioned {
-				if err := netnsAvailable(); err != nil {
-					t.Skipf("network namespaces are not available here, the partition fault is not run: %v", err)
-				}
-			}
 			reports = append(reports, newHarness(t, ph).run())
 		})
 	}
@@ -148,7 +143,7 @@ func injectStall(h *harness, holder Write) Write {
 // stop its child; the key is under lock-delay.
 func injectDestroy(h *harness, holder Write) Write {
 	mark := h.store.Mark(holder.Worker, "session destroy")
-	if _, err := agent.Client().Session().Destroy(holder.Session, nil); err != nil {
+	if _, err := h.env.admin().Session().Destroy(holder.Session, nil); err != nil {
 		h.t.Fatalf("destroying session %s: %v", holder.Session, err)
 	}
 	return h.waitStart(mark.Seq, holder.Token)
@@ -180,15 +175,16 @@ func injectRestart(h *harness, holder Write) Write {
 	return h.waitStart(mark.Seq, holder.Token)
 }
 
-// injectPartition cuts the holder's network namespace off from the agent
-// (its child can still reach the store). The runner must stop its child
+// injectPartition cuts the holder off from the agent (its network
+// namespace's link, or the link the test controls; its child can still
+// reach the store). The runner must stop its child
 // within TTL + grace, before Consul can hand the lock over (2 x TTL +
 // lock_delay); the partition is healed once another worker holds the lock.
 func injectPartition(h *harness, holder Write) Write {
 	mark := h.store.Mark(holder.Worker, "partition from agent")
-	h.part.cut(h.t)
+	h.cut()
 	next := h.waitStart(mark.Seq, holder.Token)
-	h.part.heal(h.t)
+	h.heal()
 	var stopped *Write
 	for _, w := range h.store.Log()[mark.Seq:] {
 		if w.Run == holder.Run && w.Kind != KindStart {
@@ -206,4 +202,21 @@ func injectPartition(h *harness, holder Write) Write {
 			holder.Worker, stopped.Kind, stopped.At.Sub(mark.At).Round(time.Millisecond), next.Worker, next.At.Sub(mark.At).Round(time.Millisecond))
 	}
 	return next
+}
+
+// cut partitions worker w1 from its agent; heal ends it.
+func (h *harness) cut() {
+	if h.part != nil {
+		h.part.cut(h.t)
+		return
+	}
+	h.link.Cut()
+}
+
+func (h *harness) heal() {
+	if h.part != nil {
+		h.part.heal(h.t)
+		return
+	}
+	h.link.Heal()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,14 +37,23 @@ const (
 	partitionedWorker = "w1"
 )
 
-// createRunnerToken creates the runners' policy and token: key write under
-// faults/, read on the registry, session write on the agent's node.
+// createRunnerToken creates the runners' policy and token on the dev agent:
+// key write under faults/, read on the registry, session write on the
+// agent's node.
 func createRunnerToken() error {
+	return createRunnerTokenOn(agent.Client(), agent.NodeName)
+}
+
+// createRunnerTokenOn creates the runners' policy and token with admin,
+// with session write on each of nodes.
+func createRunnerTokenOn(admin *api.Client, nodes ...string) error {
 	rules := fmt.Sprintf(`key_prefix "faults/" { policy = "write" }
 key_prefix "%s/" { policy = "read" }
-session %q { policy = "write" }
-`, lockmodel.DefaultRegistryPrefix, agent.NodeName)
-	acl := agent.Client().ACL()
+`, lockmodel.DefaultRegistryPrefix)
+	for _, node := range nodes {
+		rules += fmt.Sprintf("session %q { policy = \"write\" }\n", node)
+	}
+	acl := admin.ACL()
 	policy, _, err := acl.PolicyCreate(&api.ACLPolicy{Name: "faults-runner", Rules: rules}, nil)
 	if err != nil {
 		return fmt.Errorf("creating the runner policy: %w", err)
@@ -70,8 +80,22 @@ type phase struct {
 	maxHold   time.Duration // declared max_hold (enforce phase)
 	// controller runs `consullock controller -mode enforce` during the phase.
 	controller bool
-	// partitioned runs worker w1 in a network namespace (see partition).
+	// partitioned cuts worker w1 off from its agent: in a network namespace
+	// where the test may make one (see partition), else through a link the
+	// test controls (testenv.Link).
 	partitioned bool
+	// cluster runs the phase on the shared Consul cluster: workers on two
+	// client nodes, w1 and w3 on client-1, w2 on client-2.
+	cluster bool
+	// repairController runs `consullock controller` (repair mode, with
+	// leader election) against a client agent during the phase, and
+	// declares a canary lock for it to restore.
+	repairController bool
+	// limit above 1 makes the lock a semaphore: checked by checkSemaphore.
+	limit int
+	// profile replaces the phase's session profile (zero: ttl 10s,
+	// lock_delay 1s).
+	profile lockmodel.SessionProfile
 	// inject injects one fault into the holder whose start is holder, and
 	// returns the start of the next holder (or fails the test).
 	inject func(h *harness, holder Write) Write
@@ -89,7 +113,17 @@ type harness struct {
 	lock    lockmodel.Lock // normalised
 	dir     string
 	workers []*worker
-	part    *partition // when ph.partitioned
+	part    *partition    // when ph.partitioned and namespaces are available
+	link    *testenv.Link // when ph.partitioned otherwise
+	env     consulEnv
+	canary  lockmodel.Lock // when ph.repairController
+	// storeURL is where children write: the store, or for a semaphore its
+	// front (semaphoreFront).
+	storeURL string
+	// nodeFaults are the figures of node faults (cluster phases).
+	nodeFaults []nodeFaultFigure
+	// leaderKills are the figures of Raft leader kills.
+	leaderKills []leaderKillFigure
 
 	mu    sync.Mutex
 	exits map[int]int
@@ -98,10 +132,11 @@ type harness struct {
 // worker is one `consullock run` worker and the supervisor that restarts it
 // whenever it exits.
 type worker struct {
-	id   string
-	h    *harness
-	log  string
-	done chan struct{}
+	id    string
+	index int
+	h     *harness
+	log   string
+	done  chan struct{}
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -111,30 +146,70 @@ func newHarness(t *testing.T, ph phase) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, ph: ph, ctx: ctx, cancel: cancel, dir: logDir(t, ph.name), exits: map[int]int{}}
+	h.env = agentEnv()
+	if ph.cluster {
+		h.env = clusterEnv(t)
+	}
 	listen := "127.0.0.1:0"
 	if ph.partitioned {
-		h.part = newPartition(t, agent.Addr)
-		listen = "0.0.0.0:0" // also reached from the namespace
+		// The real partition where this machine lets the test make
+		// network namespaces (root), else a link the test cuts: the same
+		// fault for the runner (requests that hang), no privileges needed.
+		// FAULTS_PARTITION=link forces the link (to check it as root).
+		err := netnsAvailable()
+		if os.Getenv("FAULTS_PARTITION") == "link" {
+			err = errors.New("FAULTS_PARTITION=link")
+		}
+		if err == nil {
+			h.part = newPartition(t, agent.Addr)
+			listen = "0.0.0.0:0" // also reached from the namespace
+		} else {
+			t.Logf("no network namespace (%v): partitioning through a link the test controls", err)
+			link, err := testenv.NewLink("127.0.0.1:0", agent.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(link.Close)
+			h.link = link
+		}
 	}
 	var err error
 	if h.store, err = NewStore(listen); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.store.Close)
+	h.storeURL = h.store.URL()
+	if ph.limit > 1 {
+		h.storeURL = newSemaphoreFront(t, h.store)
+	}
 	name := fmt.Sprintf("faults-%s-%d", ph.name, os.Getpid())
-	h.profile = lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: time.Second}
-	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name, MaxHold: ph.maxHold}
+	h.profile = ph.profile
+	if h.profile.TTL == 0 {
+		h.profile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}
+	}
+	h.profile.Name = name
+	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name, MaxHold: ph.maxHold, Limit: ph.limit}
 	if h.lock, err = l.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.declare(); err != nil {
+	if err := h.declare(h.lock); err != nil {
 		t.Fatal(err)
 	}
 	if ph.controller {
-		h.startController()
+		h.startController(agent.Env(), "-mode", "enforce", "-listen", "", "-apply-grace", "0", "-no-leader-election")
+	}
+	if ph.repairController {
+		c := lockmodel.Lock{Name: name + "-canary", Prefix: "faults/" + name + "-canary", SessionDefaults: name}
+		if h.canary, err = c.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.declare(h.canary); err != nil {
+			t.Fatal(err)
+		}
+		h.startController(h.env.controller(), "-mode", "repair", "-listen", "")
 	}
 	for i := range workersPerLock {
-		w := &worker{id: fmt.Sprintf("w%d", i+1), h: h, done: make(chan struct{})}
+		w := &worker{id: fmt.Sprintf("w%d", i+1), index: i, h: h, done: make(chan struct{})}
 		w.log = filepath.Join(h.dir, w.id+".log")
 		h.workers = append(h.workers, w)
 		go w.supervise()
@@ -145,32 +220,36 @@ func newHarness(t *testing.T, ph phase) *harness {
 
 // declare writes the profile and lock records and creates the lock key as
 // the provider does (create-only, with the protocol's flags).
-func (h *harness) declare() error {
-	kv := agent.Client().KV()
+func (h *harness) declare(lock lockmodel.Lock) error {
+	kv := h.env.admin().KV()
 	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
 	if err != nil {
 		return err
 	}
-	rec, err := lockmodel.EncodeLockRecord(h.lock)
+	rec, err := lockmodel.EncodeLockRecord(lock)
 	if err != nil {
 		return err
 	}
 	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, h.profile.Name), Value: prof}, nil); err != nil {
 		return err
 	}
-	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, h.lock.Name), Value: rec}, nil); err != nil {
+	if _, err := kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, lock.Name), Value: rec}, nil); err != nil {
 		return err
 	}
-	ok, _, err := kv.CAS(&api.KVPair{Key: h.lock.Key, Flags: h.lock.Flags()}, nil)
+	value := []byte(nil)
+	if lock.Limit > 1 {
+		value = lockmodel.NewSemaphoreValue(lock.Limit)
+	}
+	ok, _, err := kv.CAS(&api.KVPair{Key: lock.Key, Flags: lock.Flags(), Value: value}, nil)
 	if err != nil || !ok {
-		return fmt.Errorf("creating %s: ok=%v err=%v", h.lock.Key, ok, err)
+		return fmt.Errorf("creating %s: ok=%v err=%v", lock.Key, ok, err)
 	}
 	return nil
 }
 
 // reseed re-creates, after a dev agent restart lost everything, what the
-// provider and the operator had created: the lock key, its LockIndex
-// advanced past every token the store has accepted (a restarted LockIndex
+// provider and the operator had created: the lock key, the Raft index
+// advanced past every token the store has accepted (a restarted index
 // would hand out tokens the store rejects for ever), the declarations, and
 // last the runners' token, so that no runner acquires before the index is
 // advanced.
@@ -180,7 +259,9 @@ func (h *harness) reseed() error {
 	if err != nil || !ok {
 		return fmt.Errorf("creating %s: ok=%v err=%v", h.lock.Key, ok, err)
 	}
-	if err := advanceLockIndex(h.lock.Key, h.lock.Flags(), h.store.Highest()); err != nil {
+	// The fencing tokens are Raft indexes, which restart low on a dev
+	// agent: advance the index past the highest token accepted.
+	if err := advanceRaftIndex(h.store.Highest()); err != nil {
 		return err
 	}
 	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
@@ -200,40 +281,26 @@ func (h *harness) reseed() error {
 	return createRunnerToken()
 }
 
-// advanceLockIndex acquires and releases key with a session of its own until
-// its LockIndex is above floor.
-func advanceLockIndex(key string, flags, floor uint64) error {
-	c := agent.Client()
-	sid, _, err := c.Session().Create(&api.SessionEntry{Name: "faults reseed", TTL: "30s", Behavior: api.SessionBehaviorRelease}, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = c.Session().Destroy(sid, nil) }()
-	kv := c.KV()
-	for {
-		pair, _, err := kv.Get(key, &api.QueryOptions{RequireConsistent: true})
-		if err != nil {
-			return err
+// advanceRaftIndex writes a scratch key until the Raft index is above
+// floor: every later acquisition's fencing token is then above it. Each
+// write changes the value: Consul leaves the ModifyIndex of a key written
+// with the value it already has.
+func advanceRaftIndex(floor uint64) error {
+	kv := agent.Client().KV()
+	for i := 0; ; i++ {
+		ok, resp, _, err := kv.Txn(api.KVTxnOps{{Verb: api.KVSet, Key: "faults/reseed-raft-index", Value: strconv.AppendInt(nil, int64(i), 10)}}, nil)
+		if err != nil || !ok || len(resp.Results) != 1 {
+			return fmt.Errorf("advancing the Raft index: ok=%v err=%v", ok, err)
 		}
-		if pair == nil {
-			return fmt.Errorf("%s vanished", key)
-		}
-		if pair.LockIndex > floor {
+		if resp.Results[0].ModifyIndex > floor {
 			return nil
-		}
-		ok, _, err := kv.Acquire(&api.KVPair{Key: key, Flags: flags, Session: sid}, nil)
-		if err != nil || !ok {
-			return fmt.Errorf("acquire %s: ok=%v err=%v", key, ok, err)
-		}
-		if _, _, err := kv.Release(&api.KVPair{Key: key, Flags: flags, Session: sid}, nil); err != nil {
-			return err
 		}
 	}
 }
 
-func (h *harness) startController() {
-	cmd := exec.Command(runnerBin, "controller", "-mode", "enforce", "-listen", "", "-apply-grace", "0", "-no-leader-election")
-	cmd.Env = append(cleanEnv(), agent.Env()...)
+func (h *harness) startController(consulEnv []string, args ...string) {
+	cmd := exec.Command(runnerBin, append([]string{"controller"}, args...)...)
+	cmd.Env = append(cleanEnv(), consulEnv...)
 	logPath := filepath.Join(h.dir, "controller.log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -274,12 +341,15 @@ func (w *worker) supervise() {
 		return
 	}
 	defer func() { _ = f.Close() }()
-	consulAddr, storeURL := agent.Addr, h.store.URL()
+	consulAddr, storeURL := h.env.workerAddr(w.index), h.storeURL
 	var argv []string
 	if h.part != nil && w.id == partitionedWorker {
 		_, port, _ := net.SplitHostPort(h.store.ln.Addr().String())
 		consulAddr, storeURL = h.part.consulAddr, "http://"+net.JoinHostPort(h.part.storeHost, port)
 		argv = h.part.wrap()
+	}
+	if h.link != nil && w.id == partitionedWorker {
+		consulAddr = h.link.Addr()
 	}
 	work := h.ph.work
 	if h.ph.otherWork != 0 && w.id != partitionedWorker {
@@ -442,7 +512,7 @@ func (h *harness) run() Report {
 			}
 			have = false
 			seq, token = holder.Seq, holder.Token
-			if h.holderRunner(holder) == nil || (h.part != nil && holder.Worker != partitionedWorker) {
+			if h.holderRunner(holder) == nil || (h.ph.partitioned && holder.Worker != partitionedWorker) {
 				continue // finished before it could be hit, or not the one to hit; take the next
 			}
 			holder, have = h.ph.inject(h, holder), true
@@ -450,7 +520,18 @@ func (h *harness) run() Report {
 		}
 	}
 	h.stop()
-	rep := Check(h.ph.name, h.store.Log(), h.profile.WorstCaseGap())
+	var rep Report
+	if h.ph.limit > 1 {
+		rep = checkSemaphore(h.ph.name, h.store.Log(), h.ph.limit)
+	} else {
+		rep = Check(h.ph.name, h.store.Log(), h.profile.WorstCaseGap())
+	}
+	switch {
+	case h.part != nil:
+		rep.Fault += " (ip netns)"
+	case h.link != nil:
+		rep.Fault += " (link cut)"
+	}
 	rep.Rounds = h.ph.rounds
 	rep.Exits = h.exits
 	if h.ph.controller && rep.Exits[123] > rep.Executions {

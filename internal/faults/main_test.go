@@ -67,7 +67,9 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer agent.Stop()
-	return m.Run()
+	code := m.Run()
+	stopSharedCluster(code != 0)
+	return code
 }
 
 // childMain is the job run under the lock: it writes "start" to the store

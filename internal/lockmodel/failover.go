@@ -17,7 +17,8 @@ import (
 //     service_checks) the servers invalidate the session as soon as a check
 //     fails, which for a frozen or cut-off node can be any moment after the
 //     last contact. Another holder may then acquire after the lock-delay:
-//     take-over is possible from lock_delay on.
+//     take-over is possible from lock_delay on. (For a semaphore slot the
+//     waiter applies the lock-delay itself: SlotFreeAt.)
 //   - Without checks only the TTL ends the session: the servers invalidate it
 //     after SessionTTLMultiplier x TTL without renewal, then the lock-delay
 //     runs: take-over from 2 x ttl + lock_delay on.
@@ -72,7 +73,7 @@ func NewStopRule(p SessionProfile, grace time.Duration) StopRule {
 // TakeOverAfter is the earliest time after the last confirmed contact at
 // which another holder may acquire the lock.
 func (r StopRule) TakeOverAfter() time.Duration {
-	delay := min(r.LockDelay, MaxLockDelay)
+	delay := TakeOverDelay(r.LockDelay)
 	if r.HealthChecks {
 		return delay
 	}

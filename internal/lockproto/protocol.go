@@ -42,7 +42,7 @@ type Protocol interface {
 // New picks the protocol of lock l (normalised).
 func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger) Protocol {
 	if l.IsSemaphore() {
-		return &semaphore{c: c, lock: l, prefix: l.Prefix, log: log}
+		return &semaphore{c: c, lock: l, declaredDelay: declaredDelay, prefix: l.Prefix, log: log}
 	}
 	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
 }
@@ -163,7 +163,7 @@ const lockDelayMargin = 10 * time.Millisecond
 // exactly until then. Later retries, and the case without freedAt, back off
 // from 250ms to 5s.
 func lockDelayWait(freedAt time.Time, delay time.Duration, retry int, now time.Time) time.Duration {
-	delay = min(delay, lockmodel.MaxLockDelay)
+	delay = lockmodel.TakeOverDelay(delay)
 	if retry == 0 && !freedAt.IsZero() {
 		if wait := freedAt.Add(delay + lockDelayMargin).Sub(now); wait > 0 {
 			return wait

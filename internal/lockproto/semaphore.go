@@ -25,11 +25,21 @@ import (
 //     SemaphoreFlagValue) is changed only with check-and-set;
 //   - a holder whose session no longer holds any key under the prefix is
 //     dead and pruned by whoever writes the table next.
+//
+// It differs from api.Semaphore in when a dead holder is pruned: not at
+// once, but when its lock-delay has passed since this waiter first saw it
+// dead (lockmodel.SlotFreeAt). Consul puts no lock-delay on a slot, and a
+// holder cut off from Consul stops its command only by then (StopRule). A
+// holder that released cleanly has left the table itself and is never
+// seen dead, so a clean hand-over stays immediate.
 type semaphore struct {
-	c      *consul.Client
-	lock   lockmodel.Lock
-	prefix string
-	log    *slog.Logger
+	c    *consul.Client
+	lock lockmodel.Lock
+	// declaredDelay is the lock-delay of the declared profile, used for a
+	// dead holder whose own session lock-delay could not be read.
+	declaredDelay time.Duration
+	prefix        string
+	log           *slog.Logger
 }
 
 func (m *semaphore) Key() string { return m.lock.Key }
@@ -62,10 +72,13 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 
 	var (
 		waitIndex uint64
+		waitTime  = acquireWaitTime
 		lastSeen  []string
+		dead      = newDeadHolders()
 	)
 	for {
-		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
+		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: waitTime}).WithContext(ctx))
+		waitTime = acquireWaitTime
 		if err != nil {
 			if werr := fail("read semaphore "+m.prefix+"/", err); werr != nil {
 				return Grant{}, werr
@@ -83,7 +96,11 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 			// (behavior delete) or someone deleted the key.
 			return Grant{}, ErrSessionInvalid
 		}
-		PruneDeadHolders(table, pairs)
+		newlyDead, freeIn := dead.prune(table, pairs, m.declaredDelay, time.Now())
+		for _, h := range newlyDead {
+			m.log.Info("a holder's session ended without leaving the semaphore; its slot frees when its lock-delay has passed",
+				"holder_session", h, "lock_delay", lockmodel.FormatDuration(dead.lockDelay(h, m.declaredDelay)))
+		}
 		if table.Holders[s.ID] {
 			// Listed already: an earlier join succeeded but its answer
 			// was lost. Join again to learn the token.
@@ -94,7 +111,15 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 				lastSeen = holders
 				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
 			}
+			// Learn the lock-delays of the holders while they live: a
+			// session that has ended can no longer be read.
+			m.learnLockDelays(ctx, s, table, pairs, dead)
 			waitIndex = NextIndex(waitIndex, meta.LastIndex)
+			if freeIn > 0 {
+				// Wake when a dead holder's slot frees, if nothing
+				// changes before.
+				waitTime = min(acquireWaitTime, freeIn+lockDelayMargin)
+			}
 			continue
 		}
 		table.Holders[s.ID] = true
@@ -164,17 +189,92 @@ func (m *semaphore) table(pairs api.KVPairs) (lockmodel.SemaphoreState, uint64, 
 }
 
 // PruneDeadHolders drops holders whose session holds no key among pairs, as
-// api.Semaphore does.
+// api.Semaphore does: it counts the live holders. A waiter must not take a
+// slot by it (see deadHolders).
 func PruneDeadHolders(table lockmodel.SemaphoreState, pairs api.KVPairs) {
+	alive := liveSessions(pairs)
+	for h := range table.Holders {
+		if !alive[h] {
+			delete(table.Holders, h)
+		}
+	}
+}
+
+// liveSessions are the sessions that hold a key among pairs.
+func liveSessions(pairs api.KVPairs) map[string]bool {
 	alive := map[string]bool{}
 	for _, p := range pairs {
 		if p.Session != "" {
 			alive[p.Session] = true
 		}
 	}
-	for h := range table.Holders {
-		if !alive[h] {
+	return alive
+}
+
+// deadHolders is a waiter's record of the holders it has seen dead: listed
+// in the holder table while their session holds no key under the prefix.
+type deadHolders struct {
+	seen   map[string]time.Time     // when this waiter first saw each dead
+	delays map[string]time.Duration // session lock-delays, read while alive
+	asked  map[string]bool          // sessions whose lock-delay was asked for
+}
+
+func newDeadHolders() *deadHolders {
+	return &deadHolders{seen: map[string]time.Time{}, delays: map[string]time.Duration{}, asked: map[string]bool{}}
+}
+
+// lockDelay is holder h's session lock-delay, or declared when unknown.
+func (d *deadHolders) lockDelay(h string, declared time.Duration) time.Duration {
+	if delay, ok := d.delays[h]; ok {
+		return delay
+	}
+	return declared
+}
+
+// prune drops from table the dead holders whose slot is free at now
+// (lockmodel.SlotFreeAt from when this waiter first saw each dead) and
+// keeps the others. It returns the holders seen dead for the first time,
+// and how long until the next kept one's slot frees (0: none kept).
+func (d *deadHolders) prune(table lockmodel.SemaphoreState, pairs api.KVPairs, declared time.Duration, now time.Time) (newlyDead []string, freeIn time.Duration) {
+	alive := liveSessions(pairs)
+	for h := range d.seen {
+		if !table.Holders[h] || alive[h] {
+			delete(d.seen, h) // gone from the table: nothing to prune
+		}
+	}
+	for _, h := range slices.Sorted(maps.Keys(table.Holders)) {
+		if alive[h] {
+			continue
+		}
+		seen, ok := d.seen[h]
+		if !ok {
+			seen = now
+			d.seen[h] = now
+			newlyDead = append(newlyDead, h)
+		}
+		freeAt := lockmodel.SlotFreeAt(seen, d.lockDelay(h, declared))
+		if !now.Before(freeAt) {
 			delete(table.Holders, h)
+			continue
+		}
+		if wait := freeAt.Sub(now); freeIn == 0 || wait < freeIn {
+			freeIn = wait
+		}
+	}
+	return newlyDead, freeIn
+}
+
+// learnLockDelays reads, once per session, the lock-delay of each live
+// holder other than s.
+func (m *semaphore) learnLockDelays(ctx context.Context, s *Session, table lockmodel.SemaphoreState, pairs api.KVPairs, d *deadHolders) {
+	alive := liveSessions(pairs)
+	for h := range table.Holders {
+		if h == s.ID || !alive[h] || d.asked[h] {
+			continue
+		}
+		d.asked[h] = true
+		if delay, ok := sessionLockDelay(ctx, m.c, h); ok {
+			d.delays[h] = delay
 		}
 	}
 }

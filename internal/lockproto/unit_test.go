@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +190,61 @@ func TestSessionMismatches(t *testing.T) {
 	other := &api.SessionEntry{TTL: "20s", LockDelay: time.Second, Behavior: "delete", NodeChecks: []string{}}
 	if d := sessionMismatches(other, p); len(d) != 4 {
 		t.Fatalf("mismatches = %v, want ttl, lock_delay, behavior, node checks", d)
+	}
+}
+
+// A waiter prunes a dead semaphore holder (listed, its session holding no
+// key) only once its lock-delay has passed since the waiter first saw it
+// dead; a holder that left the table is no concern.
+func TestDeadHoldersPruneAfterLockDelay(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	key := func(session string) *api.KVPair { return &api.KVPair{Key: "p/" + session, Session: session} }
+	table := func(holders ...string) lockmodel.SemaphoreState {
+		st := lockmodel.SemaphoreState{Limit: 2, Holders: map[string]bool{}}
+		for _, h := range holders {
+			st.Holders[h] = true
+		}
+		return st
+	}
+	d := newDeadHolders()
+	d.delays["b"] = 3 * time.Second // read while b was alive
+
+	// a and b listed, only a alive: b is newly dead and kept for its own 3s.
+	st := table("a", "b")
+	newly, freeIn := d.prune(st, api.KVPairs{key("a"), {Key: "p/b"}}, 8*time.Second, t0)
+	if !slices.Equal(newly, []string{"b"}) || freeIn != 3*time.Second || !st.Holders["b"] {
+		t.Fatalf("first sight: newly %v, freeIn %s, table %v; want [b], 3s, b kept", newly, freeIn, st.Holders)
+	}
+	// Later sightings count from the first.
+	st = table("a", "b")
+	newly, freeIn = d.prune(st, api.KVPairs{key("a")}, 8*time.Second, t0.Add(2*time.Second))
+	if len(newly) != 0 || freeIn != time.Second || !st.Holders["b"] {
+		t.Fatalf("2s later: newly %v, freeIn %s, table %v; want none, 1s, b kept", newly, freeIn, st.Holders)
+	}
+	st = table("a", "b")
+	_, freeIn = d.prune(st, api.KVPairs{key("a")}, 8*time.Second, t0.Add(3*time.Second))
+	if freeIn != 0 || st.Holders["b"] || !st.Holders["a"] {
+		t.Fatalf("3s later: freeIn %s, table %v; want b pruned, a kept", freeIn, st.Holders)
+	}
+
+	// A holder whose lock-delay is unknown gets the declared one, clamped.
+	d = newDeadHolders()
+	st = table("c")
+	_, freeIn = d.prune(st, nil, 90*time.Second, t0)
+	if freeIn != time.Minute || !st.Holders["c"] {
+		t.Fatalf("unknown lock-delay: freeIn %s, table %v; want 60s, c kept", freeIn, st.Holders)
+	}
+	// c left the table (released) and is forgotten: listed again later, it
+	// counts from then.
+	d.prune(table(), nil, 90*time.Second, t0.Add(time.Second))
+	if _, ok := d.seen["c"]; ok {
+		t.Fatal("a holder that left the table is still remembered as dead")
+	}
+
+	// lock_delay 0: pruned at once, as api.Semaphore does.
+	d = newDeadHolders()
+	st = table("e")
+	if _, freeIn = d.prune(st, nil, 0, t0); freeIn != 0 || st.Holders["e"] {
+		t.Fatalf("lock_delay 0: freeIn %s, table %v; want e pruned", freeIn, st.Holders)
 	}
 }
