@@ -4,13 +4,98 @@
 # the holder shown through the data source, a crash fail-over measured, an
 # out-of-band ACL edit caught by plan, and a deleted lock key put back by the
 # controller. Cleans up after itself.
+#
+# It uses the consul and tofu (or terraform) found on PATH when they are
+# recent enough (Consul >= 1.14, OpenTofu >= 1.10, Terraform >= 1.5), and
+# builds the pinned ones into bin/ only when none is: a new user sees the
+# demo in seconds. DEMO_PINNED=1 always uses the pinned ones.
+#   scripts/demo.sh --select   # only print which binaries it would use
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+here="$0"
+[[ "$here" == */* ]] || here="./$here"
+root="$(cd "${here%/*}/.." && pwd)" # no dirname: see version_of
 bin="$root/bin"
 demo="$root/.demo"
 t0=$SECONDS
 step() { printf '\n==> [%3ss] %s\n' "$((SECONDS - t0))" "$*"; }
 info() { printf '    %s\n' "$*"; }
+
+# version_of BIN PRODUCT: the x.y.z BIN reports, if its `version` says
+# "PRODUCT vx.y.z..." (a binary of that name that is something else is not
+# used); empty otherwise. Bash builtins only (the selection test runs with a
+# PATH of fake binaries).
+# The first such line counts: OpenTofu 1.12 may print CLI configuration
+# warnings on stdout before it.
+version_of() {
+  local line
+  while IFS= read -r line; do
+    if [[ "$line" =~ ^$2\ v([0-9]+)\.([0-9]+)\.([0-9]+) ]]; then
+      echo "${BASH_REMATCH[1]}.${BASH_REMATCH[2]}.${BASH_REMATCH[3]}"
+      return
+    fi
+  done < <(CHECKPOINT_DISABLE=1 "$1" version 2>/dev/null)
+}
+
+# at_least HAVE MIN: compares x.y.z numerically.
+at_least() {
+  local IFS=. i
+  local -a h=($1) m=($2)
+  for i in 0 1 2; do
+    ((10#${h[i]:-0} > 10#${m[i]:-0})) && return 0
+    ((10#${h[i]:-0} < 10#${m[i]:-0})) && return 1
+  done
+  return 0
+}
+
+# find_on_path NAME PRODUCT MIN: sets found/found_version to a suitable NAME
+# on PATH, and says why one found is not used.
+find_on_path() {
+  found= found_version=
+  [[ "${DEMO_PINNED:-}" == 1 ]] && return 1
+  local p v
+  p="$(command -v "$1" 2>/dev/null)" || return 1
+  v="$(version_of "$p" "$2")"
+  if [[ -z "$v" ]]; then
+    info "not using $p: its \`$1 version\` does not report $2" >&2
+    return 1
+  fi
+  if ! at_least "$v" "$3"; then
+    info "not using $p: $2 $v is older than $3" >&2
+    return 1
+  fi
+  found=$p found_version=$v
+}
+
+# select_tools: sets consul/consul_label, cli/cli_name/cli_label, and
+# build (the pinned tools that tools/build.sh must build).
+select_tools() {
+  build=()
+  if find_on_path consul Consul 1.14.0; then
+    consul=$found consul_label="Consul $found_version ($found, from PATH)"
+  else
+    consul="$bin/consul" consul_label="Consul 1.14.11 (pinned, bin/consul)" build+=(consul)
+  fi
+  if find_on_path tofu OpenTofu 1.10.0; then
+    cli=$found cli_name=tofu cli_label="OpenTofu $found_version ($found, from PATH)"
+  elif find_on_path terraform Terraform 1.5.0; then
+    cli=$found cli_name=terraform cli_label="Terraform $found_version ($found, from PATH)"
+  else
+    cli="$bin/tofu" cli_name=tofu cli_label="OpenTofu 1.12.6 (pinned, bin/tofu)" build+=(tofu)
+  fi
+}
+
+select_tools
+if [[ "${1:-}" == --select ]]; then
+  echo "consul: $consul_label"
+  echo "cli: $cli_label"
+  echo "build: ${build[*]:-nothing}"
+  exit 0
+fi
+step "tools: $consul_label, $cli_label"
+if [[ ${#build[@]} -gt 0 ]]; then
+  info "not found on PATH (or too old): building the pinned ${build[*]} (the first build takes a few minutes)"
+  "$root/tools/build.sh" "${build[@]}"
+fi
 
 pids=()    # workers, stopped first so they release before the agent goes
 agent_pid=
@@ -28,35 +113,37 @@ cleanup() {
 trap cleanup EXIT
 rm -rf "$demo" && mkdir -p "$demo/quickstart"
 
-step "starting a Consul v1.14 dev agent (ACLs enabled, default_policy = deny) on free loopback ports"
+step "starting a Consul dev agent (ACLs enabled, default_policy = deny) on free loopback ports"
 (cd "$root" && go build -o "$demo/devagent" ./scripts/devagent)
-"$demo/devagent" -env-file "$demo/agent.env" -node worker-node-1 >"$demo/agent.log" 2>&1 &
+CONSUL_BIN="$consul" "$demo/devagent" -env-file "$demo/agent.env" -node worker-node-1 >"$demo/agent.log" 2>&1 &
 agent_pid=$!
 for _ in $(seq 1 600); do [[ -f "$demo/agent.env" ]] && break; sleep 0.1; done
 [[ -f "$demo/agent.env" ]] || { cat "$demo/agent.log"; echo "agent did not start" >&2; exit 1; }
 set -a; source "$demo/agent.env"; set +a
 info "agent at http://$CONSUL_HTTP_ADDR, node $CONSUL_NODE; the provider uses the management token from CONSUL_HTTP_TOKEN"
 
-cat >"$demo/tofu.rc" <<RC
+# Each CLI resolves consullock/consullock on its own default registry host.
+cat >"$demo/cli.rc" <<RC
 provider_installation {
   dev_overrides {
     "registry.opentofu.org/consullock/consullock" = "$bin"
+    "registry.terraform.io/consullock/consullock" = "$bin"
   }
   direct {}
 }
 RC
-export TF_CLI_CONFIG_FILE="$demo/tofu.rc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
-tofu() { (cd "$demo/quickstart" && "$bin/tofu" "$@" 2> >(grep -v -e 'Provider development overrides' -e 'dev_overrides' >&2)); }
+export TF_CLI_CONFIG_FILE="$demo/cli.rc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
+tf() { (cd "$demo/quickstart" && "$cli" "$@" 2> >(grep -v -e 'Provider development overrides' -e 'dev_overrides' >&2)); }
 cp "$root"/examples/quickstart/*.tf "$demo/quickstart/"
 
-step "tofu apply examples/quickstart (profile, lock, least-privilege policy and token, holder data source)"
-tofu apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E '^(consullock_|data\.|Apply complete)' | sed 's/^/    /'
-info "worst_case_gap: $(tofu output -raw worst_case_gap)"
+step "$cli_name apply examples/quickstart (profile, lock, least-privilege policy and token, holder data source)"
+tf apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E '^(consullock_|data\.|Apply complete)' | sed 's/^/    /'
+info "worst_case_gap: $(tf output -raw worst_case_gap)"
 info "rules granted to the workers' token:"
-tofu output -raw granted_rules | sed 's/^/      /'
+tf output -raw granted_rules | sed 's/^/      /'
 
 step "starting two workers: consullock run -lock nightly-report, with only the workers' token"
-worker_token="$(tofu output -raw worker_token)"
+worker_token="$(tf output -raw worker_token)"
 for i in 1 2; do
   CONSUL_HTTP_TOKEN="$worker_token" "$bin/consullock" run -lock nightly-report -- \
     sh -c "echo \"worker $i: running the nightly report with fencing token \$CONSUL_LOCK_FENCING_TOKEN\"; exec sleep 3600" \
@@ -74,12 +161,12 @@ for _ in $(seq 1 200); do [[ -n "$(holder_session)" ]] && break; sleep 0.1; done
 [[ -n "$(holder_session)" ]] || { tail -n 20 "$demo"/worker-*.log; echo "no worker acquired the lock" >&2; exit 1; }
 
 show_holder() {
-  tofu apply -refresh-only -auto-approve -no-color >/dev/null
-  tofu output -no-color holder | sed 's/^/    /'
+  tf apply -refresh-only -auto-approve -no-color >/dev/null
+  tf output -no-color holder | sed 's/^/    /'
 }
-step "who holds the lock? (data source consullock_lock, after tofu apply -refresh-only)"
+step "who holds the lock? (data source consullock_lock, after $cli_name apply -refresh-only)"
 show_holder
-holder_pid="$(tofu output -json holder | sed -n 's/.*\\"pid\\":\([0-9]*\).*/\1/p')"
+holder_pid="$(tf output -json holder | sed -n 's/.*\\"pid\\":\([0-9]*\).*/\1/p')"
 if [[ "$holder_pid" == "$worker_1" ]]; then standby=2; else standby=1; fi
 info "holder is the runner with pid $holder_pid; worker $standby is waiting"
 
@@ -96,25 +183,25 @@ done
 took_ms=$(( ($(date +%s%N) - killed_at) / 1000000 ))
 took="$((took_ms / 1000)).$(printf %03d $((took_ms % 1000)))"
 [[ -n "$s" && "$s" != "$old_session" ]] || { echo "no fail-over" >&2; exit 1; }
-info "fail-over took ${took}s (declared worst_case_gap: $(tofu output -raw worst_case_gap))"
+info "fail-over took ${took}s (declared worst_case_gap: $(tf output -raw worst_case_gap))"
 sleep 0.5
 sed 's/^/    /' "$demo/worker-$standby.log" | grep 'running the nightly report' || true
 show_holder
 
 step "drift: an operator widens the workers' ACL policy out of band (consul acl policy update)"
-"$bin/consul" acl policy update -name nightly-report-workers \
+"$consul" acl policy update -name nightly-report-workers \
   -rules 'key_prefix "" { policy = "write" }
 session_prefix "" { policy = "write" }' >/dev/null
-info "tofu plan catches it:"
+info "$cli_name plan catches it:"
 set +e
-tofu plan -detailed-exitcode -no-color -var "worker_node_prefix=worker-" >"$demo/plan.txt"
+tf plan -detailed-exitcode -no-color -var "worker_node_prefix=worker-" >"$demo/plan.txt"
 code=$?
 set -e
 grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | grep -v 'consullock/consullock in' | head -n 20 | sed 's/^/    /'
 [[ $code -eq 2 ]] || { cat "$demo/plan.txt"; echo "expected plan to show drift (exit 2), got $code" >&2; exit 1; }
-tofu apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
+tf apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
 info "after apply the rules are the declared ones again:"
-"$bin/consul" acl policy read -name nightly-report-workers | sed -n '/^Rules:/,$p' | sed 's/^/      /'
+"$consul" acl policy read -name nightly-report-workers | sed -n '/^Rules:/,$p' | sed 's/^/      /'
 
 step "an operator deletes the lock key by mistake; consullock controller -mode repair puts it back"
 # The workers go first (SIGTERM: the runner stops its command, releases the
@@ -141,7 +228,7 @@ done
 curl -fsS "http://$ctl_addr/readyz" >/dev/null 2>&1 || { cat "$demo/controller.log"; echo "the controller did not become ready" >&2; exit 1; }
 info "controller (pid $ctl_pid) watching, leader, metrics at http://$ctl_addr/metrics"
 deleted_at=$(date +%s%N)
-"$bin/consul" kv delete jobs/nightly-report/.lock | sed 's/^/    /'
+"$consul" kv delete jobs/nightly-report/.lock | sed 's/^/    /'
 for _ in $(seq 1 500); do
   curl -fsS -H "X-Consul-Token: $CONSUL_HTTP_TOKEN" "http://$CONSUL_HTTP_ADDR/v1/kv/jobs/nightly-report/.lock?consistent" \
     >"$demo/key.json" 2>/dev/null && break

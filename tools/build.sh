@@ -2,15 +2,23 @@
 # Builds the pinned test and docs tools into bin/, each only when its pin
 # changed since the last build (a stamp holds the hash of its recipe).
 #   tools/build.sh [consul] [tofu] [golangci-lint] [goreleaser] [tfplugindocs]
+#                  [consul-1.16.3] [tofu-1.10.6] [terraform-1.5.7] [compat]
+# consul (1.14.11) and tofu (1.12.6) are the primary pair `make test` uses;
+# the others (`compat` builds them all) are only for `make test-compat`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin"
 mkdir -p "$bin"
 export CGO_ENABLED=0
+export CHECKPOINT_DISABLE=1 # terraform version would ask HashiCorp for news
 
 GOLANGCI_LINT_VERSION=v2.15.0
 GORELEASER_VERSION=v2.15.1
 TFPLUGINDOCS_VERSION=v0.25.0
+
+# version_line BIN: the "<Product> vX.Y.Z" line of `BIN version` (OpenTofu
+# 1.12 prints CLI configuration warnings on stdout before it).
+version_line() { "$1" version 2>/dev/null | grep -m1 -E '^[A-Za-z]+ v[0-9]' || true; }
 
 stamp_ok() { # name recipe-hash
   [[ -x "$bin/$1" && -f "$bin/.$1.stamp" && "$(cat "$bin/.$1.stamp")" == "$2" ]]
@@ -21,7 +29,7 @@ build_module_tool() { # name module-dir package [ldflags]
   local hash
   hash="$(cat "$root/tools/$dir/go.mod" "$root/tools/$dir/go.sum" | sha256sum | cut -d' ' -f1)"
   if stamp_ok "$name" "$hash"; then
-    echo "tools: $name is up to date ($("$bin/$name" version 2>/dev/null | head -n1))"
+    echo "tools: $name is up to date ($(version_line "$bin/$name"))"
     return
   fi
   echo "tools: building $name from tools/$dir (first build takes a few minutes) ..."
@@ -29,7 +37,7 @@ build_module_tool() { # name module-dir package [ldflags]
   (cd "$root/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
   mv "$bin/$name.tmp" "$bin/$name"
   echo "$hash" >"$bin/.$name.stamp"
-  echo "tools: built $name in $((SECONDS - start))s: $("$bin/$name" version | head -n1)"
+  echo "tools: built $name in $((SECONDS - start))s: $(version_line "$bin/$name")"
 }
 
 install_tool() { # name module@version
@@ -45,12 +53,19 @@ install_tool() { # name module@version
   echo "tools: installed $name in $((SECONDS - start))s"
 }
 
-want=("$@")
+want=()
+for t in "$@"; do
+  if [[ $t == compat ]]; then want+=(consul consul-1.16.3 tofu tofu-1.10.6 terraform-1.5.7); else want+=("$t"); fi
+done
 [[ ${#want[@]} -eq 0 ]] && want=(consul tofu)
 for t in "${want[@]}"; do
   case "$t" in
   consul) build_module_tool consul consul github.com/hashicorp/consul ;;
+  consul-1.16.3) build_module_tool consul-1.16.3 consul-1.16.3 github.com/hashicorp/consul ;;
+  # OpenTofu reports "-dev" unless told it is a release build.
   tofu) build_module_tool tofu tofu github.com/opentofu/opentofu/cmd/tofu "-X github.com/opentofu/opentofu/version.dev=no" ;;
+  tofu-1.10.6) build_module_tool tofu-1.10.6 tofu-1.10.6 github.com/opentofu/opentofu/cmd/tofu "-X github.com/opentofu/opentofu/version.dev=no" ;;
+  terraform-1.5.7) build_module_tool terraform-1.5.7 terraform-1.5.7 github.com/hashicorp/terraform ;;
   golangci-lint) install_tool golangci-lint "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION" ;;
   goreleaser) install_tool goreleaser "github.com/goreleaser/goreleaser/v2@$GORELEASER_VERSION" ;;
   tfplugindocs) install_tool tfplugindocs "github.com/hashicorp/terraform-plugin-docs/cmd/tfplugindocs@$TFPLUGINDOCS_VERSION" ;;

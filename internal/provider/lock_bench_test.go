@@ -21,9 +21,10 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
-// reattachProviderAddr is the provider's address as OpenTofu resolves
-// source = "consullock/consullock".
-const reattachProviderAddr = "registry.opentofu.org/consullock/consullock"
+// reattachProviderAddr is the provider's address as the CLI under test
+// resolves source = "consullock/consullock": on OpenTofu's registry host,
+// or Terraform's when make test-compat runs Terraform.
+func reattachProviderAddr() string { return testAccProviderSource() }
 
 // tofuWorkdir runs the real OpenTofu in a directory against this provider
 // served in-process and attached through TF_REATTACH_PROVIDERS, the way
@@ -63,7 +64,7 @@ func (w *tofuWorkdir) run(tb testing.TB, args ...string) (string, error) {
 	closeCh := make(chan struct{})
 	serveErr := make(chan error, 1)
 	go func() {
-		serveErr <- tf6server.Serve(reattachProviderAddr, providerserver.NewProtocol6(New("test")()),
+		serveErr <- tf6server.Serve(reattachProviderAddr(), providerserver.NewProtocol6(New("test")()),
 			tf6server.WithDebug(ctx, reattachCh, closeCh),
 			tf6server.WithGoPluginLogger(hclog.NewNullLogger()),
 			tf6server.WithLoggingSink(logSinkT{tb}),
@@ -77,7 +78,7 @@ func (w *tofuWorkdir) run(tb testing.TB, args ...string) (string, error) {
 	case <-time.After(30 * time.Second):
 		tb.Fatal("the in-process provider did not start within 30s")
 	}
-	reattach, err := json.Marshal(map[string]any{reattachProviderAddr: map[string]any{
+	reattach, err := json.Marshal(map[string]any{reattachProviderAddr(): map[string]any{
 		"Protocol": string(rc.Protocol), "ProtocolVersion": rc.ProtocolVersion, "Pid": rc.Pid, "Test": true,
 		"Addr": map[string]string{"Network": rc.Addr.Network(), "String": rc.Addr.String()},
 	}})

@@ -45,6 +45,13 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
+// testAccProviderSource is the provider's full source address as the
+// testing framework declares it: TF_ACC_PROVIDER_HOST is OpenTofu's
+// registry by default and Terraform's when make test-compat runs Terraform.
+func testAccProviderSource() string {
+	return os.Getenv("TF_ACC_PROVIDER_HOST") + "/" + os.Getenv("TF_ACC_PROVIDER_NAMESPACE") + "/consullock"
+}
+
 // setupAcceptanceEnv points terraform-plugin-testing at the real OpenTofu.
 // Acceptance tests in this package always run: a skipped acceptance test
 // would pass without proving anything.

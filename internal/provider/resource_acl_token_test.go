@@ -339,7 +339,7 @@ func TestAccACLToken_importedExpirationTTLIsNotReplaced(t *testing.T) {
 	config := fmt.Sprintf(`
 terraform {
   required_providers {
-    consullock = { source = "registry.opentofu.org/consullock/consullock" }
+    consullock = { source = %[2]q }
   }
 }
 
@@ -348,7 +348,7 @@ resource "consullock_acl_token" "t" {
   policies       = [%[1]q]
   expiration_ttl = "1h"
 }
-`, name)
+`, name, testAccProviderSource())
 	tfresource.Test(t, tfresource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []tfresource.TestStep{

@@ -29,7 +29,9 @@ type Tofu struct {
 // NewTofuWorkspace writes a CLI configuration (workDir/.tofurc) whose
 // dev_overrides install the provider from pluginDir, under both the
 // consullock/ source the scenarios declare and the implicit hashicorp/ one,
-// and returns a Tofu that runs in workDir.
+// on both OpenTofu's and Terraform's default registry host (make
+// test-compat runs the same scenarios through Terraform), and returns a Tofu
+// that runs in workDir.
 func NewTofuWorkspace(pluginDir, workDir string) (*Tofu, error) {
 	bin, err := ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
 	if err != nil {
@@ -40,10 +42,12 @@ func NewTofuWorkspace(pluginDir, workDir string) (*Tofu, error) {
   dev_overrides {
     "registry.opentofu.org/consullock/consullock" = %q
     "registry.opentofu.org/hashicorp/consullock"  = %q
+    "registry.terraform.io/consullock/consullock" = %q
+    "registry.terraform.io/hashicorp/consullock"  = %q
   }
   direct {}
 }
-`, pluginDir, pluginDir), 0o600); err != nil {
+`, pluginDir, pluginDir, pluginDir, pluginDir), 0o600); err != nil {
 		return nil, err
 	}
 	return &Tofu{Bin: bin, Dir: workDir, CLIConfig: rc}, nil

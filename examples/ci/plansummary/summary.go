@@ -69,8 +69,10 @@ func render(p *plan, opts options) string {
 		a := rc.Change.action()
 		groups[a] = append(groups[a], rc)
 	}
-	if p.Errored {
-		// OpenTofu saves an errored plan (it cannot be applied).
+	// OpenTofu saves an errored plan (it cannot be applied) and says so in
+	// its JSON; Terraform 1.5 saves one too but without "errored": the
+	// errors in the plan log tell then.
+	if p.Errored || hasErrors(opts.diagnostics) {
 		fmt.Fprintf(&b, "## %s: plan failed\n\n", title)
 		b.WriteString("> [!CAUTION]\n> The plan **errored** and cannot be applied: below is only what OpenTofu planned before the error.\n\n")
 	} else {
@@ -86,6 +88,15 @@ func render(p *plan, opts options) string {
 	renderOutputs(&b, p.OutputChanges)
 	renderDiagnostics(&b, opts)
 	return b.String()
+}
+
+func hasErrors(diags []diagnostic) bool {
+	for _, d := range diags {
+		if d.Severity == "error" {
+			return true
+		}
+	}
+	return false
 }
 
 func headline(groups map[action][]resourceChange) string {
