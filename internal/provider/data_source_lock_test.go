@@ -197,6 +197,9 @@ func TestAccLockDataSource_apiLockHolder(t *testing.T) {
 // raw ?acquire= holder can set: extra node and service checks, behavior
 // delete, LockDelay 0 and a binary value.
 func TestAccLockDataSource_rawSessionDetails(t *testing.T) {
+	// Pause for the parallel phase before the session's TTL starts: a
+	// ParallelTest after it can resume long after the session expired.
+	t.Parallel()
 	prefix := testenv.UniquePrefix(t.Name())
 	key := prefix + "/leader"
 	suffix := strings.ReplaceAll(policyName("x", prefix), "x-", "")
@@ -230,7 +233,7 @@ func TestAccLockDataSource_rawSessionDetails(t *testing.T) {
 	}
 
 	reader := mintTestToken(t, "reader", prefix, keyReadRule(key)+sessionReadRule())
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{{
 			Config: lockDSConfig(reader, key, ""),
