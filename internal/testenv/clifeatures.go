@@ -1,14 +1,13 @@
 package testenv
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +81,7 @@ var (
 	cliCache = map[string]CLIInfo{}
 )
 
-// versionLine matches the first line of `tofu version` / `terraform version`.
+// versionLine matches the version line of `tofu version` / `terraform version`.
 var versionLine = regexp.MustCompile(`^(OpenTofu|Terraform) v(\d+)\.(\d+)\.(\d+)`)
 
 // DetectCLI runs `<cli> version` once per path and reports which CLI it is.
@@ -108,8 +107,15 @@ func DetectCLI() (CLIInfo, error) {
 	if err != nil {
 		return CLIInfo{}, fmt.Errorf("%s version: %w", bin, err)
 	}
-	first, _, _ := bufio.NewReader(bytes.NewReader(out)).ReadLine()
-	info, err := parseVersionLine(bin, string(first))
+	// OpenTofu 1.12 prints CLI configuration warnings before the version
+	// line: take the first line that is one.
+	info, err := parseVersionLine(bin, string(out))
+	for line := range strings.Lines(string(out)) {
+		if versionLine.MatchString(line) {
+			info, err = parseVersionLine(bin, line)
+			break
+		}
+	}
 	if err != nil {
 		return CLIInfo{}, err
 	}
@@ -120,7 +126,7 @@ func DetectCLI() (CLIInfo, error) {
 func parseVersionLine(bin, line string) (CLIInfo, error) {
 	m := versionLine.FindStringSubmatch(line)
 	if m == nil {
-		return CLIInfo{}, fmt.Errorf("%s version: unrecognised first line %q", bin, line)
+		return CLIInfo{}, fmt.Errorf("%s version: no version line in %q", bin, line)
 	}
 	info := CLIInfo{Path: bin, Name: "terraform"}
 	if m[1] == "OpenTofu" {
