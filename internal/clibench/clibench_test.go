@@ -5,6 +5,9 @@
 // resource shape (./noop, the framework's floor).
 //
 //	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3 by default)
+//
+// BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
+// developing.
 package clibench
 
 import (
@@ -91,6 +94,9 @@ func BenchmarkCLI(b *testing.B) {
 		{name: "terraform_data", config: terraformDataConfig},
 		{name: "noop framework", config: shapedConfig("noop", "bench/noop"), provider: noopBin},
 		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
+	}
+	if only := os.Getenv("BENCH_SUBJECTS"); only != "" {
+		subjects = slices.DeleteFunc(subjects, func(s subject) bool { return !slices.Contains(strings.Split(only, ","), s.name) })
 	}
 	type key struct {
 		size           int

@@ -15,10 +15,16 @@ import (
 const MaxTxnOps = 64
 
 // batchLinger is how long the first read of a batch waits for others to
-// join. The CLI refreshes up to 10 resources at a time and their reads
-// arrive within a few milliseconds of each other; one request for them
-// costs Consul (and the user) less than ten.
-const batchLinger = 3 * time.Millisecond
+// join. The CLI refreshes up to 10 resources at a time, but their reads
+// arrive spread out by the CLI's own work (measured: a few to tens of
+// milliseconds apart on a busy machine); one request for them costs Consul
+// less than ten, and the wait overlaps the CLI's work on other resources.
+const batchLinger = 25 * time.Millisecond
+
+// cliParallelism is how many operations OpenTofu and Terraform run at once
+// by default (-parallelism=10). When that many reads wait, no other read
+// can come before one of them is answered: the batch goes at once.
+const cliParallelism = 10
 
 // ReadBatcher coalesces concurrent consistent KV reads into one read-only
 // transaction. A read joins only a transaction that has not been sent yet,
@@ -38,10 +44,11 @@ type ReadBatcher struct {
 
 // kvBatch is one transaction being gathered, then sent.
 type kvBatch struct {
-	keys  []string
-	index map[string]bool
-	ctx   context.Context
-	done  chan struct{}
+	readers int
+	keys    []string
+	index   map[string]bool
+	ctx     context.Context
+	done    chan struct{}
 	// pairs and err are set before done is closed.
 	pairs map[string]*api.KVPair
 	err   error
@@ -145,7 +152,8 @@ func (b *ReadBatcher) join(ctx context.Context, keys []string) *kvBatch {
 			batch.keys = append(batch.keys, k)
 		}
 	}
-	if len(batch.keys) == MaxTxnOps {
+	batch.readers++
+	if len(batch.keys) == MaxTxnOps || batch.readers == cliParallelism {
 		b.flushLocked(batch)
 	}
 	return batch

@@ -247,3 +247,25 @@ func TestReadBatcher_realAgentSeesEveryWriteBeforeTheRead(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d reads and the writes sent %d requests", readersN*readsEach, reads)
 }
+
+// When as many reads wait as the CLI runs at once, no other read can come
+// until one is answered: the batch goes without waiting out its linger.
+func TestReadBatcher_sendsWhenCLIParallelismReadsWait(t *testing.T) {
+	var seq atomic.Int64
+	s := &seqSender{seq: &seq}
+	b := newReadBatcher(time.Hour, s.send)
+	var wg sync.WaitGroup
+	for i := 0; i < cliParallelism; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Get(context.Background(), "k/"+strconv.Itoa(i)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := s.calls.Load(); n != 1 {
+		t.Fatalf("%d transactions for %d waiting reads, want 1", n, cliParallelism)
+	}
+}
