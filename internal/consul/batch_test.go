@@ -133,12 +133,20 @@ func TestReadBatcher_fullBatchSentAndNeverOverfilled(t *testing.T) {
 	// A linger no test waits for: only a full batch is sent.
 	b := newReadBatcher(time.Hour, s.send)
 	ctx := context.Background()
+	keysOf := func(name string, n int) []string {
+		var out []string
+		for i := 0; i < n; i++ {
+			out = append(out, fmt.Sprintf("%s/%d", name, i))
+		}
+		return out
+	}
+	const perRead = MaxTxnOps / 8
 	var wg sync.WaitGroup
-	for i := 0; i < MaxTxnOps/2; i++ {
+	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := b.Get(ctx, "lock/"+strconv.Itoa(i), "record/"+strconv.Itoa(i)); err != nil {
+			if _, err := b.Get(ctx, keysOf("a"+strconv.Itoa(i), perRead)...); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -148,32 +156,39 @@ func TestReadBatcher_fullBatchSentAndNeverOverfilled(t *testing.T) {
 		t.Fatalf("first transaction carried %d keys, want %d", n, MaxTxnOps)
 	}
 	if n := s.calls.Load(); n != 1 {
-		t.Fatalf("%d transactions for %d reads waiting together, want 1", n, MaxTxnOps/2)
+		t.Fatalf("%d transactions for 8 reads waiting together, want 1", n)
 	}
 
-	// 63 keys pending, then a read of 2 more: it must not overfill.
-	for i := 0; i < MaxTxnOps-1; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = b.Get(ctx, "x/"+strconv.Itoa(i))
-		}()
-	}
-	for b.pendingKeys() < MaxTxnOps-1 {
-		time.Sleep(time.Millisecond)
-	}
+	// MaxTxnOps-1 keys pending, then a read of 2 more: it must not overfill.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = b.Get(ctx, "y/1", "y/2")
+		_, _ = b.Get(ctx, keysOf("b", MaxTxnOps-1)...)
+	}()
+	for b.pendingKeys() < MaxTxnOps-1 {
+		time.Sleep(time.Millisecond)
+	}
+	last := make(chan error, 1)
+	go func() {
+		_, err := b.Get(ctx, "c/1", "c/2")
+		last <- err
 	}()
 	if n := <-s.sent; n != MaxTxnOps-1 {
 		t.Fatalf("transaction carried %d keys, want the %d gathered before the read that did not fit", n, MaxTxnOps-1)
+	}
+	wg.Wait()
+	if _, err := b.Get(ctx, keysOf("d", MaxTxnOps+1)...); err == nil {
+		t.Fatal("a read of more keys than a transaction holds returned no error")
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := b.Get(cctx, "z"); err == nil {
 		t.Fatal("a read whose context is cancelled returned no error")
+	}
+	// The two-key read waits in a batch of its own; fill it to send it.
+	go func() { _, _ = b.Get(ctx, keysOf("e", MaxTxnOps-3)...) }()
+	if err := <-last; err != nil {
+		t.Fatal(err)
 	}
 }
 
