@@ -75,12 +75,7 @@ func (c *Client) readKeys(ctx context.Context, op, purpose string, keys ...strin
 	for _, k := range keys {
 		p, ok := seen[k]
 		if !ok {
-			return nil, &Error{
-				Kind: KindPermissionDenied,
-				Op:   op,
-				Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); %s needs "+
-					"permission 'key:read' on it, e.g. key_prefix %q { policy = \"read\" }", k, purpose, k),
-			}
+			return nil, hiddenKey(op, k, purpose)
 		}
 		// get-or-empty answers a missing key with an entry that was never
 		// created: CreateIndex 0.
