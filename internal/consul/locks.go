@@ -32,7 +32,7 @@ type LockAndRecord struct {
 // caller removes state on a guess.
 func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey string) (*LockAndRecord, error) {
 	op := fmt.Sprintf("read lock key %s and registry record %s", lockKey, recordKey)
-	got, err := c.readKeys(ctx, op, "reading a lock", lockKey, recordKey)
+	got, err := c.readKeys(ctx, op, "reading a lock needs permission 'key:read' on its key and on its registry record", lockKey, recordKey)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey strin
 // ReadRecord reads one registry record consistently, batched like
 // ReadLockAndRecord; nil when it does not exist.
 func (c *Client) ReadRecord(ctx context.Context, key string) (*StoredRecord, error) {
-	got, err := c.readKeys(ctx, "read registry record "+key, "reading a registry record", key)
+	got, err := c.readKeys(ctx, "read registry record "+key, "reading a registry record needs permission 'key:read' on it", key)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (c *Client) ReadRecord(ctx context.Context, key string) (*StoredRecord, err
 
 // readKeys reads keys through the client's ReadBatcher. The map has every
 // key: nil when it does not exist. A key hidden by ACLs is an error.
-func (c *Client) readKeys(ctx context.Context, op, purpose string, keys ...string) (map[string]*api.KVPair, error) {
+func (c *Client) readKeys(ctx context.Context, op, need string, keys ...string) (map[string]*api.KVPair, error) {
 	seen, err := c.Reads().Get(ctx, keys...)
 	if err != nil {
 		// The error is shared by every read of the batch: name this one's
@@ -75,7 +75,7 @@ func (c *Client) readKeys(ctx context.Context, op, purpose string, keys ...strin
 	for _, k := range keys {
 		p, ok := seen[k]
 		if !ok {
-			return nil, hiddenKey(op, k, purpose)
+			return nil, hiddenKey(op, k, need)
 		}
 		// get-or-empty answers a missing key with an entry that was never
 		// created: CreateIndex 0.

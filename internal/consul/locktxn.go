@@ -150,10 +150,10 @@ func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChang
 		}
 	}
 	if ch.ProfileKey != "" && res.Profile == nil {
-		return nil, hiddenKey(op, ch.ProfileKey, "checking a lock's session profile")
+		return nil, hiddenKey(op, ch.ProfileKey, "checking a lock's session profile needs permission 'key:read' on its record")
 	}
 	if (ch.KeyOp == KeyGet || ch.KeyOp == KeyCreate || ch.KeyOp == KeyRewrite) && res.Key == nil {
-		return nil, hiddenKey(op, ch.Key, "changing a lock")
+		return nil, hiddenKey(op, ch.Key, "changing a lock needs permission 'key:read' on its key")
 	}
 	return res, nil
 }
@@ -173,11 +173,13 @@ func rewriteOps(pair *api.KVPair, flags uint64, value []byte) []*api.KVTxnOp {
 
 // hiddenKey is the error for a key Consul dropped from a transaction's
 // results because the token may not read it.
-func hiddenKey(op, key, purpose string) *Error {
+// need says who needs what, e.g. "reading a lock needs permission
+// 'key:read' on its key".
+func hiddenKey(op, key, need string) *Error {
 	return &Error{
 		Kind: KindPermissionDenied,
 		Op:   op,
-		Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); %s needs "+
-			"permission 'key:read' on it, e.g. key_prefix %q { policy = \"read\" }", key, purpose, key),
+		Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); %s, "+
+			"e.g. key_prefix %q { policy = \"read\" }", key, need, key),
 	}
 }
