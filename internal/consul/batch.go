@@ -58,11 +58,12 @@ var batchers sync.Map // *Client → *ReadBatcher
 
 // Reads returns the client's read batcher.
 func (c *Client) Reads() *ReadBatcher {
-	if b, ok := batchers.Load(c); ok {
-		return b.(*ReadBatcher)
+	v, ok := batchers.Load(c)
+	if !ok {
+		v, _ = batchers.LoadOrStore(c, newReadBatcher(batchLinger, c.readTxn))
 	}
-	b, _ := batchers.LoadOrStore(c, newReadBatcher(batchLinger, c.readTxn))
-	return b.(*ReadBatcher)
+	b, _ := v.(*ReadBatcher) // only *ReadBatcher values are stored
+	return b
 }
 
 func newReadBatcher(linger time.Duration, send func(context.Context, []string) (map[string]*api.KVPair, error)) *ReadBatcher {
