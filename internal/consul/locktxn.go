@@ -2,7 +2,10 @@ package consul
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -115,7 +118,7 @@ func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChang
 	if len(ops) == 0 {
 		return &LockChangeResult{OK: true}, nil
 	}
-	ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	ok, resp, err := c.writeTxn(ctx, ops)
 	if err != nil {
 		return nil, c.Classify(ctx, op, err)
 	}
@@ -136,10 +139,11 @@ func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChang
 		}
 		return res, nil
 	}
-	for _, p := range resp.Results {
-		if p == nil {
+	for _, r := range resp.Results {
+		if r == nil || r.KV == nil {
 			continue
 		}
+		p := r.KV
 		switch p.Key {
 		case ch.ProfileKey:
 			res.Profile = p
@@ -182,4 +186,30 @@ func hiddenKey(op, key, need string) *Error {
 		Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); %s, "+
 			"e.g. key_prefix %q { policy = \"read\" }", key, need, key),
 	}
+}
+
+// writeTxn runs a KV transaction that writes. Unlike api.KV.Txn, which
+// reports a refused request (403 ACL not found, 500 no leader) as bare
+// text, it keeps the HTTP status, so that Classify tells an expired token
+// or a transient error from the rest. ok is false when Consul rolled the
+// transaction back (HTTP 409); resp then lists why.
+func (c *Client) writeTxn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.TxnResponse, err error) {
+	txn := make(api.TxnOps, 0, len(ops))
+	for _, op := range ops {
+		txn = append(txn, &api.TxnOp{KV: op})
+	}
+	resp = &api.TxnResponse{}
+	_, err = c.Raw().Write("/v1/txn", txn, resp, (&api.WriteOptions{}).WithContext(ctx))
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusConflict {
+		resp = &api.TxnResponse{}
+		if jerr := json.Unmarshal([]byte(se.Body), resp); jerr != nil {
+			return false, nil, err
+		}
+		return false, resp, nil
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	return true, resp, nil
 }

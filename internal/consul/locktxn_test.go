@@ -95,3 +95,18 @@ key %q { policy = "read" }`, p+"/reg/", lockKey), 0)
 	}
 	nothingWritten("after delete")
 }
+
+// A token Consul does not know is reported as such by a lock change (the
+// api's transaction call reports the 403 as bare text, which would read as
+// an unknown failure), so that the provider says "invalid or expired token".
+func TestApplyLockChange_unknownTokenIsInvalidToken(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	c := newClient(t, testenv.NewUUID())
+	_, err := c.ApplyLockChange(context.Background(), LockChange{
+		RecordKey: p + "/reg/locks/job", Record: RecordPut, RecordValue: []byte(`{}`),
+		Key: p + "/job/.lock", KeyOp: KeyCreate, Flags: lockmodel.LockFlagValue,
+	})
+	if KindOf(err) != KindInvalidToken {
+		t.Fatalf("lock change with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	}
+}
