@@ -81,7 +81,8 @@ type LockChangeResult struct {
 
 // ApplyLockChange runs ch as one transaction. Permission denials are
 // errors; a lost check-and-set, a missing profile or a missing key are
-// reported in the result.
+// reported in the result. A result with OK and an error means the change
+// was applied but Consul hid part of the answer from the token.
 func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChangeResult, error) {
 	var ops api.KVTxnOps
 	part := map[int]string{}
@@ -153,11 +154,14 @@ func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChang
 			res.Key = p
 		}
 	}
+	// Consul filters what the token may not read from the results of a
+	// transaction that it has applied: the change is made, and the caller
+	// gets both the result and the error, to take the change back.
 	if ch.ProfileKey != "" && res.Profile == nil {
-		return nil, hiddenKey(op, ch.ProfileKey, "checking a lock's session profile needs permission 'key:read' on its record")
+		return res, hiddenKey(op, ch.ProfileKey, "checking a lock's session profile needs permission 'key:read' on its record")
 	}
 	if (ch.KeyOp == KeyGet || ch.KeyOp == KeyCreate || ch.KeyOp == KeyRewrite) && res.Key == nil {
-		return nil, hiddenKey(op, ch.Key, "changing a lock needs permission 'key:read' on its key")
+		return res, hiddenKey(op, ch.Key, "changing a lock needs permission 'key:read' on its key")
 	}
 	return res, nil
 }

@@ -350,6 +350,9 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 		var err error
 		res, err = client.ApplyLockChange(ctx, ch)
 		if err != nil {
+			if res != nil && res.OK {
+				r.undoCreate(ctx, ch, res, adopted, &resp.Diagnostics)
+			}
 			addConsulError(&resp.Diagnostics, "Cannot Create Lock", err)
 			return
 		}
@@ -392,16 +395,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 		}
 	}
 	if !r.profileWarnings(l, res.Profile, &resp.Diagnostics) {
-		// Nothing may stay declared on an unusable profile: take back what
-		// this transaction wrote, as long as nobody changed it since.
-		undo := consul.LockChange{RecordKey: recordKey, Record: consul.RecordDelete, RecordIndex: res.RecordIndex, Key: l.Key}
-		if adopted == nil && res.Key != nil {
-			undo.KeyOp, undo.KeyIndex = consul.KeyDelete, res.Key.ModifyIndex
-		}
-		if u, err := client.ApplyLockChange(ctx, undo); err != nil || !u.OK {
-			resp.Diagnostics.AddWarning("Lock Left Behind",
-				fmt.Sprintf("The record %s and the key %s were written before the session profile was found unusable, and could not be removed again. Delete them with consul kv delete.", recordKey, l.Key))
-		}
+		r.undoCreate(ctx, ch, res, adopted, &resp.Diagnostics)
 		return
 	}
 	flags, key := l.Flags(), res.Key
@@ -416,6 +410,25 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+// undoCreate takes back what a creation's transaction wrote when the lock
+// must not stay declared after all (its session profile is unusable or
+// hidden from the token): the key it created and the record, if the record
+// is new, each only as long as nobody changed it since.
+func (r *lockResource) undoCreate(ctx context.Context, ch consul.LockChange, res *consul.LockChangeResult, adopted *api.KVPair, diags *diag.Diagnostics) {
+	undo := consul.LockChange{RecordKey: ch.RecordKey, Key: ch.Key}
+	if ch.RecordIndex == 0 {
+		undo.Record, undo.RecordIndex = consul.RecordDelete, res.RecordIndex
+	}
+	if adopted == nil && res.Key != nil {
+		undo.KeyOp, undo.KeyIndex = consul.KeyDelete, res.Key.ModifyIndex
+	}
+	if u, err := r.data.client.ApplyLockChange(ctx, undo); err != nil || !u.OK {
+		diags.AddWarning("Lock Left Behind",
+			fmt.Sprintf("The record %s and the key %s were written before the lock was found unusable, and could not be removed again. "+
+				"Delete them with consul kv delete, or fix the problem below and apply again.", ch.RecordKey, ch.Key))
+	}
 }
 
 // Read refreshes the lock with one consistent read of the lock key and its
