@@ -86,13 +86,13 @@ func TestProviderLogs_quietUnlessAsked(t *testing.T) {
 	defer agent.Stop()
 
 	dir := t.TempDir()
-	real := filepath.Join(dir, "real", testenv.ProviderFile)
-	if err := testenv.BuildConsullock(ctx, real); err != nil {
+	providerBin := filepath.Join(dir, "real", testenv.ProviderFile)
+	if err := testenv.BuildConsullock(ctx, providerBin); err != nil {
 		t.Fatal(err)
 	}
 	pluginDir := filepath.Join(dir, "plugins")
 	stderrFile := filepath.Join(dir, "provider-stderr.log")
-	wrapper := fmt.Sprintf("#!/bin/sh\nexec %q \"$@\" 2>>%q\n", real, stderrFile)
+	wrapper := fmt.Sprintf("#!/bin/sh\nexec %q \"$@\" 2>>%q\n", providerBin, stderrFile)
 	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
