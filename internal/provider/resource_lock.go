@@ -539,8 +539,11 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		RecordKey:  newKey, Record: consul.RecordPut, RecordValue: data, RecordIndex: index,
 		Key: l.Key, KeyOp: consul.KeyGet, Flags: l.Flags(),
 	}
-	var res *consul.LockChangeResult
-	recordIndex := uint64(0)
+	var (
+		res         *consul.LockChangeResult
+		profile     *api.KVPair
+		recordIndex uint64
+	)
 	needRead := !knownIndex
 	for attempt := 0; ; attempt++ {
 		if attempt == casAttempts {
@@ -592,7 +595,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 			continue
 		}
 		if ch.Record == consul.RecordPut {
-			recordIndex = res.RecordIndex
+			recordIndex, profile = res.RecordIndex, res.Profile
 		}
 		if ch.KeyOp != consul.KeyGet {
 			break
@@ -607,7 +610,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		ch.Record, ch.ProfileKey, needRead = consul.RecordLeave, "", true
 	}
 	removeMovedRecord(ctx, client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
-	if res.Profile != nil && !r.profileWarnings(l, res.Profile, &resp.Diagnostics) {
+	if !r.profileWarnings(l, profile, &resp.Diagnostics) {
 		return
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(res.Key.Flags))
