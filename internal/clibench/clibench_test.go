@@ -5,6 +5,9 @@
 // resource shape (./noop, the framework's floor).
 //
 //	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3 by default)
+//
+// BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
+// developing.
 package clibench
 
 import (
@@ -92,6 +95,9 @@ func BenchmarkCLI(b *testing.B) {
 		{name: "noop framework", config: shapedConfig("noop", "bench/noop"), provider: noopBin},
 		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
 	}
+	if only := os.Getenv("BENCH_SUBJECTS"); only != "" {
+		subjects = slices.DeleteFunc(subjects, func(s subject) bool { return !slices.Contains(strings.Split(only, ","), s.name) })
+	}
 	type key struct {
 		size           int
 		subject, phase string
@@ -136,26 +142,34 @@ func BenchmarkCLI(b *testing.B) {
 				}
 			}
 		}
-	}
-
-	var table bytes.Buffer
-	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/lock\tprovider peak RSS\t\n")
-	for _, size := range sizes {
-		resources := size + max(size/10, 1)
-		for _, phase := range phases {
+		resources := size + profiles
+		printRows(size, size == sizes[0], func(phase string) string {
 			td := median(times[key{size, "terraform_data", phase}])
 			noop := median(times[key{size, "noop framework", phase}])
 			cl := median(times[key{size, "consullock", phase}])
 			k := key{size, "consullock", phase}
-			fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB\t\n", size, phase,
+			return fmt.Sprintf("%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB", phase,
 				td.Seconds(), noop.Seconds(), cl.Seconds(), cl.Seconds()/noop.Seconds(), cl.Seconds()/td.Seconds(),
 				float64(medianInt(requests[k]))/float64(resources), float64(medianInt(writes[k]))/float64(size),
 				float64(peakRSS[k])/1024)
-		}
+		})
+	}
+
+	b.Logf("medians of %d runs; OpenTofu %s launching each provider binary; Consul %s", runs, tofuBin, agent.Bin)
+}
+
+// printRows prints the table rows of one size as soon as it is measured, so
+// that a long run that is cut short still reports what it measured.
+func printRows(size int, header bool, row func(phase string) string) {
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if header {
+		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/lock\tprovider peak RSS\t\n")
+	}
+	for _, phase := range phases {
+		fmt.Fprintf(w, "%d\t%s\t\n", size, row(phase))
 	}
 	_ = w.Flush()
-	b.Logf("medians of %d runs; OpenTofu %s launching each provider binary; Consul %s\n%s", runs, tofuBin, agent.Bin, table.String())
 	fmt.Print(table.String())
 }
 

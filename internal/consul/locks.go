@@ -23,9 +23,9 @@ type LockAndRecord struct {
 	Record *StoredRecord
 }
 
-// ReadLockAndRecord reads lockKey and recordKey in one consistent request: a
-// read-only transaction of two get-or-empty operations. A refresh of a lock
-// therefore costs exactly one Consul request.
+// ReadLockAndRecord reads lockKey and recordKey consistently, in one
+// read-only transaction shared with the other reads waiting at the same
+// moment (ReadBatcher): a refresh of ten locks costs one Consul request.
 //
 // Consul drops what the token may not read from a transaction's results
 // instead of refusing it; a dropped result is reported as
@@ -33,41 +33,58 @@ type LockAndRecord struct {
 // caller removes state on a guess.
 func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey string) (*LockAndRecord, error) {
 	op := fmt.Sprintf("read lock key %s and registry record %s", lockKey, recordKey)
-	ops := api.KVTxnOps{
-		{Verb: api.KVGetOrEmpty, Key: lockKey},
-		{Verb: api.KVGetOrEmpty, Key: recordKey},
-	}
-	ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	got, err := c.readKeys(ctx, op, "reading a lock needs permission 'key:read' on its key and on its registry record", lockKey, recordKey)
 	if err != nil {
-		return nil, c.Classify(ctx, op, err)
+		return nil, err
 	}
-	if !ok {
-		return nil, txnError(op, resp.Errors)
-	}
-	seen := map[string]*api.KVPair{}
-	for _, p := range resp.Results {
-		if p != nil {
-			seen[p.Key] = p
-		}
-	}
-	for _, k := range []string{lockKey, recordKey} {
-		if seen[k] == nil {
-			return nil, &Error{
-				Kind: KindPermissionDenied,
-				Op:   op,
-				Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); reading a lock needs "+
-					"permission 'key:read' on its key and on its registry record, e.g. key_prefix %q { policy = \"read\" }", k, k),
-			}
-		}
-	}
-	out := &LockAndRecord{}
-	// get-or-empty answers a missing key with an entry that was never
-	// created: CreateIndex 0.
-	if p := seen[lockKey]; p.CreateIndex != 0 {
-		out.Key = p
-	}
-	if p := seen[recordKey]; p.CreateIndex != 0 {
+	out := &LockAndRecord{Key: got[lockKey]}
+	if p := got[recordKey]; p != nil {
 		out.Record = &StoredRecord{Key: p.Key, Value: p.Value, ModifyIndex: p.ModifyIndex}
+	}
+	return out, nil
+}
+
+// ReadRecord reads one registry record consistently, batched like
+// ReadLockAndRecord; nil when it does not exist.
+func (c *Client) ReadRecord(ctx context.Context, key string) (*StoredRecord, error) {
+	got, err := c.readKeys(ctx, "read registry record "+key, "reading a registry record needs permission 'key:read' on it", key)
+	if err != nil {
+		return nil, err
+	}
+	p := got[key]
+	if p == nil {
+		return nil, nil
+	}
+	return &StoredRecord{Key: p.Key, Value: p.Value, ModifyIndex: p.ModifyIndex}, nil
+}
+
+// readKeys reads keys through the client's ReadBatcher. The map has every
+// key: nil when it does not exist. A key hidden by ACLs is an error.
+func (c *Client) readKeys(ctx context.Context, op, need string, keys ...string) (map[string]*api.KVPair, error) {
+	seen, err := c.Reads().Get(ctx, keys...)
+	if err != nil {
+		// The error is shared by every read of the batch: name this one's
+		// keys on a copy.
+		if e, ok := err.(*Error); ok {
+			named := *e
+			named.Op = op
+			return nil, &named
+		}
+		return nil, err
+	}
+	out := make(map[string]*api.KVPair, len(keys))
+	for _, k := range keys {
+		p, ok := seen[k]
+		if !ok {
+			return nil, hiddenKey(op, k, need)
+		}
+		// get-or-empty answers a missing key with an entry that was never
+		// created: CreateIndex 0.
+		if p.CreateIndex != 0 {
+			out[k] = p
+		} else {
+			out[k] = nil
+		}
 	}
 	return out, nil
 }

@@ -61,6 +61,13 @@ type aclPolicyModel struct {
 }
 
 // aclUUID matches Consul's ACL object IDs, to tell an import ID from a name.
+// Compiled once: schemas and validators are built per provider process,
+// and requests must not pay for regular expressions again.
+var (
+	namePatternRE       = regexp.MustCompile(lockmodel.NamePattern)
+	datacenterPatternRE = regexp.MustCompile(lockmodel.DatacenterPattern)
+)
+
 var aclUUID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // aclPolicyNameMessage completes "Attribute name ..." in the validator's error.
@@ -105,7 +112,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				MarkdownDescription: "Policy name: 1 to 128 letters, digits, `-` or `_` (`" + lockmodel.NamePattern + "`), unique in the cluster.",
 				Required:            true,
 				Validators: []validator.String{
-					stringvalidator.RegexMatches(regexp.MustCompile(lockmodel.NamePattern), aclPolicyNameMessage),
+					stringvalidator.RegexMatches(namePatternRE, aclPolicyNameMessage),
 				},
 			},
 			"description": schema.StringAttribute{
@@ -119,7 +126,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Optional:            true,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(
-					regexp.MustCompile(lockmodel.DatacenterPattern), "must be a datacenter name of 1 to 64 lower-case letters, digits, '-' or '_'"))},
+					datacenterPatternRE, "must be a datacenter name of 1 to 64 lower-case letters, digits, '-' or '_'"))},
 			},
 			"lock_keys":          lockKeys,
 			"semaphore_prefixes": semaphores,
@@ -303,7 +310,7 @@ func (r *aclPolicyResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	tflog.Info(ctx, "created ACL policy", map[string]any{"name": created.Name, "id": created.ID})
 	plan.ID = types.StringValue(created.ID)
-	key, err := r.writeRecord(ctx, plan.spec(ctx, canonical, &resp.Diagnostics))
+	key, err := r.writeRecord(ctx, plan.spec(ctx, canonical, &resp.Diagnostics), true)
 	if err != nil {
 		// Do not leave a policy behind that no state knows about.
 		if derr := r.data.client.DeleteACLPolicy(ctx, created.ID); derr != nil {
@@ -399,7 +406,7 @@ func (r *aclPolicyResource) Update(ctx context.Context, req resource.UpdateReque
 	// The declaration first, then the policy: a controller watching sees
 	// the new declaration before the new rules, never new rules that its
 	// declaration calls drift (it would put the old ones back).
-	key, err := r.writeRecord(ctx, plan.spec(ctx, canonical, &resp.Diagnostics))
+	key, err := r.writeRecord(ctx, plan.spec(ctx, canonical, &resp.Diagnostics), false)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Record ACL Policy Declaration", err)
 		return
@@ -499,13 +506,22 @@ func rulesForState(planned aclRules, canonical string) aclRules {
 
 // writeRecord writes the declaration record of spec with check-and-set
 // against what it read, and returns its key. A record that already says
-// the same is left alone.
-func (r *aclPolicyResource) writeRecord(ctx context.Context, spec lockmodel.ACLPolicySpec) (string, error) {
+// the same is left alone. creating tries a create-only write first.
+func (r *aclPolicyResource) writeRecord(ctx context.Context, spec lockmodel.ACLPolicySpec, creating bool) (string, error) {
 	data, err := lockmodel.EncodeACLPolicyRecord(spec)
 	if err != nil {
 		return "", err
 	}
 	reg := r.data.client.Registry(r.data.registryPrefix)
+	if creating {
+		// A new policy's record is usually new too: write it create-only,
+		// and read what is there only when that loses.
+		var conflict *consul.ErrConflict
+		_, err := reg.Put(ctx, lockmodel.KindACLPolicy, spec.Name, data, 0)
+		if !errors.As(err, &conflict) {
+			return reg.Key(lockmodel.KindACLPolicy, spec.Name), err
+		}
+	}
 	rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, spec.Name)
 	if err != nil {
 		return "", err
@@ -543,10 +559,10 @@ func (r *aclPolicyResource) deleteRecord(ctx context.Context, name, id string) e
 
 // recordUpToDate reports whether the declaration record says desired.
 func (r *aclPolicyResource) recordUpToDate(ctx context.Context, desired lockmodel.ACLPolicySpec) (bool, string, error) {
-	reg := r.data.client.Registry(r.data.registryPrefix)
-	rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, desired.Name)
-	if err != nil || !found {
-		return false, rec.Key, err
+	key := lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindACLPolicy, desired.Name)
+	rec, err := r.data.client.ReadRecord(ctx, key)
+	if err != nil || rec == nil {
+		return false, key, err
 	}
 	got, decodeErr := lockmodel.DecodeACLPolicyRecord(rec.Value)
 	if errors.Is(decodeErr, lockmodel.ErrNewerSchema) {

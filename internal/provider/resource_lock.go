@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -316,6 +317,12 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }
 
+// Create writes the declaration record, creates the key create-only and
+// checks that the session profile exists, all in one Consul transaction: a
+// lock is either fully declared or not at all, in one request. When the
+// record or the key already exists, it reads them and decides (take over a
+// record of the same lock, adopt a compatible key, refuse the rest) before
+// writing again in one transaction.
 func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
@@ -329,48 +336,106 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
-	recIndex := r.claimRecord(ctx, reg, l, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
+	client := r.data.client
+	reg := client.Registry(r.data.registryPrefix)
+	recordKey := reg.Key(lockmodel.KindLock, l.Name)
+	ch := consul.LockChange{
+		ProfileKey: r.profileKey(l),
+		RecordKey:  recordKey, Record: consul.RecordPut, RecordValue: data,
+		Key: l.Key, KeyOp: consul.KeyCreate, Flags: l.Flags(), Value: initialKeyValue(l),
 	}
-	// The declaration goes first (check-and-set), then the key: of two
-	// applies declaring the same lock at once, the loser writes nothing, so
-	// no key is left behind that no state owns; and a watching controller
-	// never sees a live key without its declaration.
-	index, err := reg.Put(ctx, lockmodel.KindLock, l.Name, data, recIndex)
-	var conflict *consul.ErrConflict
-	switch {
-	case errors.As(err, &conflict):
-		resp.Diagnostics.AddError("Registry Record Changed Concurrently",
-			fmt.Sprintf("The record %s was written by someone else at the same moment, so it was not overwritten (check-and-set) and the lock key %s was not created. "+
-				"Another configuration may declare lock %q. Run apply again.", conflict.Key, l.Key, l.Name))
-		return
-	case err != nil:
-		addConsulError(&resp.Diagnostics, "Cannot Record Lock", err)
-		return
-	}
-	flags := r.convergeKey(ctx, reg, l, true, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() && recIndex == 0 {
-		// No key, no declaration: take back the record written above. A
-		// record that was there before (same lock, same key) is left as it was.
-		if derr := reg.Delete(ctx, lockmodel.KindLock, l.Name, index); derr != nil {
-			resp.Diagnostics.AddWarning("Lock Record Left Behind",
-				fmt.Sprintf("The record %s was written but the lock key was not, and the record could not be removed again. Delete it with consul kv delete %s.\n\n%s",
-					reg.Key(lockmodel.KindLock, l.Name), reg.Key(lockmodel.KindLock, l.Name), derr))
+	var (
+		res     *consul.LockChangeResult
+		adopted *api.KVPair
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		res, err = client.ApplyLockChange(ctx, ch)
+		if err != nil {
+			if res != nil && res.OK {
+				r.undoCreate(ctx, ch, res, adopted, &resp.Diagnostics)
+			}
+			addConsulError(&resp.Diagnostics, "Cannot Create Lock", err)
+			return
+		}
+		if res.ProfileMissing {
+			r.profileNotFound(l, &resp.Diagnostics)
+			return
+		}
+		if res.OK {
+			break
+		}
+		if attempt > 0 && res.RecordConflict {
+			resp.Diagnostics.AddError("Registry Record Changed Concurrently",
+				fmt.Sprintf("The record %s was written by someone else at the same moment, so it was not overwritten (check-and-set) and the lock key %s was not created. "+
+					"Another configuration may declare lock %q. Run apply again.", recordKey, l.Key, l.Name))
+			return
+		}
+		if attempt == casAttempts-1 {
+			resp.Diagnostics.AddError("Lock Key Keeps Changing",
+				fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
+			return
+		}
+		// The record or the key exists: look at both, then decide.
+		got, err := client.ReadLockAndRecord(ctx, l.Key, recordKey)
+		if err != nil {
+			addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
+			return
+		}
+		ch.RecordIndex = r.claimRecord(got.Record, l, &resp.Diagnostics)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		adopted = nil
+		ch.KeyOp = consul.KeyCreate
+		if got.Key != nil {
+			if err := lockmodel.CheckCompatible(l, got.Key.Flags, got.Key.Value); err != nil {
+				r.incompatibleKey(ctx, reg, l, got.Key, err, &resp.Diagnostics)
+				return
+			}
+			adopted, ch.KeyOp = got.Key, consul.KeyLeave
 		}
 	}
-	if resp.Diagnostics.HasError() {
+	if !r.profileWarnings(l, res.Profile, &resp.Diagnostics) {
+		r.undoCreate(ctx, ch, res, adopted, &resp.Diagnostics)
 		return
 	}
+	flags, key := l.Flags(), res.Key
+	if adopted != nil {
+		flags, key = adopted.Flags, adopted
+		resp.Diagnostics.AddAttributeWarning(path.Root("key"), "Existing Lock Key Adopted",
+			fmt.Sprintf("The key %s already existed as a compatible %s (flags %s). consullock adopted it as it is, without changing its value or holder.",
+				l.Key, l.LockKindText(), lockmodel.FormatFlags(adopted.Flags)))
+	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
-	plan.RegistryKey = types.StringValue(reg.Key(lockmodel.KindLock, l.Name))
-	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
+	plan.RegistryKey = types.StringValue(recordKey)
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
+	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
-// Read refreshes the lock with one consistent Consul request (a read-only
-// transaction of the lock key and its record): a deleted key removes the
+// undoCreate takes back what a creation's transaction wrote when the lock
+// must not stay declared after all (its session profile is unusable or
+// hidden from the token): the key it created and the record, if the record
+// is new, each only as long as nobody changed it since.
+func (r *lockResource) undoCreate(ctx context.Context, ch consul.LockChange, res *consul.LockChangeResult, adopted *api.KVPair, diags *diag.Diagnostics) {
+	undo := consul.LockChange{RecordKey: ch.RecordKey, Key: ch.Key}
+	if ch.RecordIndex == 0 {
+		undo.Record, undo.RecordIndex = consul.RecordDelete, res.RecordIndex
+	}
+	if adopted == nil && res.Key != nil {
+		undo.KeyOp, undo.KeyIndex = consul.KeyDelete, res.Key.ModifyIndex
+	}
+	if u, err := r.data.client.ApplyLockChange(ctx, undo); err != nil || !u.OK {
+		diags.AddWarning("Lock Left Behind",
+			fmt.Sprintf("The record %s and the key %s were written before the lock was found unusable, and could not be removed again. "+
+				"Delete them with consul kv delete, or fix the problem below and apply again.", ch.RecordKey, ch.Key))
+	}
+}
+
+// Read refreshes the lock with one consistent read of the lock key and its
+// record (a read-only transaction shared with the refreshes running at the
+// same moment): a deleted key removes the
 // resource so that the plan recreates it; the key's flags and a semaphore's
 // Limit show as they are live; the record's declared fields show as they are
 // recorded. Holder-owned fields (value, session, LockIndex) are not state.
@@ -399,6 +464,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		resp.State.RemoveResource(ctx)
 		return
 	}
+	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, got.Key)...)
 	state.Flags = types.StringValue(lockmodel.FormatFlags(got.Key.Flags))
 	if state.Limit.ValueInt64() > 1 && got.Key.Flags == lockmodel.SemaphoreFlagValue {
 		if s, err := lockmodel.DecodeSemaphoreState(got.Key.Value); err == nil && s.Limit > 1 {
@@ -443,6 +509,10 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
+// Update rewrites the declaration record and, when the key needs it, the
+// key (keeping its holder), in one transaction. The usual change touches
+// only the record: then the transaction reads the key to see it still
+// matches, and nothing else is sent.
 func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
@@ -457,31 +527,107 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
-	// The declaration first, then the key: a controller watching sees the
-	// new limit declared before the key has it, never the other way round
-	// (it would put the old limit back).
+	client := r.data.client
+	reg := client.Registry(r.data.registryPrefix)
 	newKey := reg.Key(lockmodel.KindLock, l.Name)
-	index, diags := writeRegistryRecord(ctx, reg, req.Private, state.RegistryKey.ValueString() == newKey, lockmodel.KindLock, l.Name, data)
+	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
-	if resp.Diagnostics.HasError() {
+	// Check-and-set against the record the last refresh saw, so that a
+	// concurrent apply elsewhere is reported instead of overwritten; when
+	// that index is unknown, or the record moves, against the one read now.
+	knownIndex := index != 0 && state.RegistryKey.ValueString() == newKey
+	ch := consul.LockChange{
+		ProfileKey: r.profileKey(l),
+		RecordKey:  newKey, Record: consul.RecordPut, RecordValue: data, RecordIndex: index,
+		Key: l.Key, KeyOp: consul.KeyGet, Flags: l.Flags(),
+	}
+	var (
+		res         *consul.LockChangeResult
+		profile     *api.KVPair
+		recordIndex uint64
+	)
+	needRead := !knownIndex
+	for attempt := 0; ; attempt++ {
+		if attempt == casAttempts {
+			resp.Diagnostics.AddError("Lock Key Keeps Changing",
+				fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
+			return
+		}
+		if needRead {
+			got, err := client.ReadLockAndRecord(ctx, l.Key, newKey)
+			if err != nil {
+				addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
+				return
+			}
+			if !knownIndex && got.Record != nil {
+				ch.RecordIndex = got.Record.ModifyIndex
+			} else if !knownIndex {
+				ch.RecordIndex = 0
+			}
+			ch.KeyOp, ch.KeyPair, ch.Value = consul.KeyCreate, nil, initialKeyValue(l)
+			if got.Key != nil {
+				value, rewrite := r.keyRewrite(l, got.Key, &resp.Diagnostics)
+				if resp.Diagnostics.HasError() {
+					return
+				}
+				ch.KeyOp, ch.KeyPair, ch.Value = consul.KeyGet, nil, nil
+				if rewrite {
+					ch.KeyOp, ch.KeyPair, ch.Value = consul.KeyRewrite, got.Key, value
+				}
+			}
+		}
+		var err error
+		res, err = client.ApplyLockChange(ctx, ch)
+		if err != nil {
+			addConsulError(&resp.Diagnostics, "Cannot Update Lock", err)
+			return
+		}
+		if res.ProfileMissing {
+			r.profileNotFound(l, &resp.Diagnostics)
+			return
+		}
+		if res.RecordConflict {
+			resp.Diagnostics.AddError("Registry Record Changed Concurrently",
+				fmt.Sprintf("The record %s was changed by someone else since it was last read, so it was not overwritten (check-and-set). "+
+					"Another configuration may declare the same name. Refresh (tofu plan) to see the change, then apply again.", newKey))
+			return
+		}
+		if !res.OK {
+			needRead = true // the key moved on, or is gone: read it again
+			continue
+		}
+		if ch.Record == consul.RecordPut {
+			recordIndex, profile = res.RecordIndex, res.Profile
+		}
+		if ch.KeyOp != consul.KeyGet {
+			break
+		}
+		// The key was only read: it must already say what is declared.
+		if _, rewrite := r.keyRewrite(l, res.Key, &resp.Diagnostics); resp.Diagnostics.HasError() {
+			return
+		} else if !rewrite {
+			break
+		}
+		// It drifted since the refresh: the record is in place; now the key.
+		ch.Record, ch.ProfileKey, needRead = consul.RecordLeave, "", true
+	}
+	removeMovedRecord(ctx, client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
+	if !r.profileWarnings(l, profile, &resp.Diagnostics) {
 		return
 	}
-	removeMovedRecord(ctx, r.data.client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
-	flags := r.convergeKey(ctx, reg, l, false, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
+	plan.Flags = types.StringValue(lockmodel.FormatFlags(res.Key.Flags))
 	plan.RegistryKey = types.StringValue(newKey)
-	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, recordIndex)...)
+	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
 // Delete refuses to delete a held lock unless force_destroy, which releases
-// the holders first (a release starts no lock-delay) and then deletes the
-// key by check-and-set. Other keys under the prefix (semaphore contender
-// keys, holders' data) are left alone.
+// the holders first (a release starts no lock-delay), and then deletes the
+// record and the key in one transaction, by check-and-set on the key. When
+// the key is as the last refresh saw it, unheld, that transaction is all
+// it sends. Other keys under the prefix (semaphore contender keys,
+// holders' data) are left alone.
 func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
@@ -500,17 +646,31 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	recordKey := r.data.recordKey(state.RegistryKey, lockmodel.KindLock, l.Name)
 	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
-	recordDeleted := false
-	deleted := false
-	for attempt := 0; attempt < casAttempts && !deleted; attempt++ {
+	keyIndex, diags := unheldKeyIndex(ctx, req.Private)
+	resp.Diagnostics.Append(diags...)
+	ch := consul.LockChange{RecordKey: recordKey, Record: consul.RecordDelete, RecordIndex: index, Key: l.Key, KeyOp: consul.KeyDelete, KeyIndex: keyIndex}
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		if ch.KeyIndex != 0 || ch.KeyOp == consul.KeyLeave {
+			res, err := client.ApplyLockChange(ctx, ch)
+			if err != nil {
+				addConsulError(&resp.Diagnostics, "Cannot Delete Lock", err)
+				return
+			}
+			if res.OK {
+				return
+			}
+			if res.RecordConflict && !r.recordStillOurs(ctx, &ch, l, &resp.Diagnostics) {
+				return
+			}
+		}
 		view, err := client.ReadLock(ctx, l.Key, true)
 		if err != nil {
 			addConsulError(&resp.Diagnostics, "Cannot Read Lock Before Destroying It", err)
 			return
 		}
 		if view.Pair == nil {
-			deleted = true
-			break
+			ch.KeyOp, ch.KeyIndex = consul.KeyLeave, 0
+			continue
 		}
 		holders := lockHoldersOf(view)
 		if len(holders) > 0 && !state.ForceDestroy.ValueBool() {
@@ -521,40 +681,52 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 					l.Name, l.Key, describeHolders(holders)))
 			return
 		}
-		if !recordDeleted {
-			// The declaration goes before the key: a controller watching
-			// must not see a declared lock without its key and recreate it.
-			r.deleteRecord(ctx, recordKey, l, index, &resp.Diagnostics)
-			if resp.Diagnostics.HasError() {
+		for _, h := range holders {
+			if _, err := client.ReleaseKeyHeldBy(ctx, h.pair); err != nil {
+				addConsulError(&resp.Diagnostics, "Cannot Release Lock", err)
 				return
 			}
-			recordDeleted = true
 		}
 		if len(holders) > 0 {
-			for _, h := range holders {
-				if _, err := client.ReleaseKeyHeldBy(ctx, h.pair); err != nil {
-					addConsulError(&resp.Diagnostics, "Cannot Release Lock", err)
-					return
-				}
-			}
-			continue // read the key again for its new ModifyIndex
+			ch.KeyIndex = 0 // read the key again for its new ModifyIndex
+			continue
 		}
-		ok, err := client.DeleteKeyIfIndex(ctx, l.Key, view.Pair.ModifyIndex)
-		if err != nil {
-			addConsulError(&resp.Diagnostics, "Cannot Delete Lock Key", err)
-			return
-		}
-		deleted = ok
+		ch.KeyOp, ch.KeyIndex = consul.KeyDelete, view.Pair.ModifyIndex
 	}
-	if !deleted {
-		resp.Diagnostics.AddError("Lock Key Keeps Changing",
-			fmt.Sprintf("The key %s changed between every read and delete (holders acquiring and releasing); it was not deleted. Destroy again.", l.Key))
-		return
-	}
+	resp.Diagnostics.AddError("Lock Key Keeps Changing",
+		fmt.Sprintf("The key %s changed between every read and delete (holders acquiring and releasing); it was not deleted. Destroy again.", l.Key))
+}
 
-	if !recordDeleted {
-		r.deleteRecord(ctx, recordKey, l, index, &resp.Diagnostics)
+// recordStillOurs is called when deleting the record by check-and-set
+// failed: it reads the record and sets ch to delete it again at its new
+// index when it still declares this lock's key, or to leave it when it is
+// gone or declares another key (with a warning). It returns false after an
+// error.
+func (r *lockResource) recordStillOurs(ctx context.Context, ch *consul.LockChange, l lockmodel.Lock, diags *diag.Diagnostics) bool {
+	rec, err := r.data.client.ReadRecord(ctx, ch.RecordKey)
+	if err != nil {
+		addConsulError(diags, "Cannot Read Lock Record", err)
+		return false
 	}
+	switch decl, derr := lockmodel.DecodeLockRecord(recValue(rec)); {
+	case rec == nil:
+		ch.Record = consul.RecordLeave
+	case derr == nil && decl.Key != l.Key:
+		diags.AddWarning("Lock Record Left In Place",
+			fmt.Sprintf("The record %s now declares key %q (another configuration re-declared lock %q); it was left in place and only the lock key %s is deleted.",
+				ch.RecordKey, decl.Key, l.Name, l.Key))
+		ch.Record = consul.RecordLeave
+	default:
+		ch.RecordIndex = rec.ModifyIndex
+	}
+	return true
+}
+
+func recValue(rec *consul.StoredRecord) []byte {
+	if rec == nil {
+		return nil
+	}
+	return rec.Value
 }
 
 func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
@@ -599,44 +771,105 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
-// checkProfile verifies at apply that the named session profile exists, and
-// adds the warnings of using it for this lock.
-func (r *lockResource) checkProfile(ctx context.Context, l lockmodel.Lock, diags *diag.Diagnostics) {
+// profileKey is the record key of the lock's session profile; "" when the
+// lock names none.
+func (r *lockResource) profileKey(l lockmodel.Lock) string {
 	if l.SessionDefaults == "" {
-		return
+		return ""
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
-	rec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
-	if err != nil {
-		addConsulError(diags, "Cannot Read Session Profile", err)
-		return
+	return lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindSessionDefaults, l.SessionDefaults)
+}
+
+func (r *lockResource) profileNotFound(l lockmodel.Lock, diags *diag.Diagnostics) {
+	diags.AddAttributeError(path.Root("session_defaults"), "Session Profile Not Found",
+		fmt.Sprintf("session_defaults is %q, but no session profile of that name is recorded under registry prefix %q (key %s). "+
+			"Declare it with a consullock_session_defaults resource named %q, and set session_defaults = consullock_session_defaults.<resource name>.name "+
+			"so that the profile is created before the lock.", l.SessionDefaults, r.data.registryPrefix, r.profileKey(l), l.SessionDefaults))
+}
+
+// profileWarnings adds the warnings of using the session profile read as
+// pair for this lock; it reports false, with an error, when the profile
+// record cannot be read.
+func (r *lockResource) profileWarnings(l lockmodel.Lock, pair *api.KVPair, diags *diag.Diagnostics) bool {
+	if l.SessionDefaults == "" || pair == nil {
+		return true
 	}
-	if !found {
-		diags.AddAttributeError(path.Root("session_defaults"), "Session Profile Not Found",
-			fmt.Sprintf("session_defaults is %q, but no session profile of that name is recorded under registry prefix %q (key %s). "+
-				"Declare it with a consullock_session_defaults resource named %q, and set session_defaults = consullock_session_defaults.<resource name>.name "+
-				"so that the profile is created before the lock.", l.SessionDefaults, r.data.registryPrefix, rec.Key, l.SessionDefaults))
-		return
-	}
-	p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
+	p, err := lockmodel.DecodeSessionProfileRecord(pair.Value)
 	if err != nil {
 		diags.AddAttributeError(path.Root("session_defaults"), "Unreadable Session Profile",
 			fmt.Sprintf("The record %s of session profile %q cannot be read. Apply its consullock_session_defaults resource again to rewrite it.\n\n%s",
-				rec.Key, l.SessionDefaults, err))
-		return
+				pair.Key, l.SessionDefaults, err))
+		return false
 	}
 	addWarnings(diags, l.ProfileWarnings(p))
+	return true
+}
+
+// initialKeyValue is the value a new lock key is created with: empty for a
+// mutex, an empty holder table for a semaphore.
+func initialKeyValue(l lockmodel.Lock) []byte {
+	if l.IsSemaphore() {
+		return lockmodel.NewSemaphoreValue(l.Limit)
+	}
+	return nil
+}
+
+// keyRewrite returns the value the existing key must have (a semaphore's
+// holder table with the declared Limit; else its value as it is) and
+// whether the key must be rewritten for it or for its flags.
+func (r *lockResource) keyRewrite(l lockmodel.Lock, pair *api.KVPair, diags *diag.Diagnostics) ([]byte, bool) {
+	value := pair.Value
+	if l.IsSemaphore() {
+		var err error
+		value, err = lockmodel.SemaphoreValueWithLimit(pair.Value, l.Limit)
+		if err != nil {
+			diags.AddAttributeError(path.Root("key"), "Unusable Semaphore Key",
+				fmt.Sprintf("The key %s holds a value api.Semaphore cannot use, and consullock does not overwrite holder data. "+
+					"When no holder runs, delete the key (consul kv delete %s) and apply again.\n\n%s", l.Key, l.Key, err))
+			return nil, false
+		}
+	}
+	return value, pair.Flags != l.Flags() || !bytes.Equal(value, pair.Value)
+}
+
+// unheldKeyIndexKey is the private-state key holding the lock key's
+// ModifyIndex when the last refresh or apply saw it unheld (0 otherwise):
+// destroy then deletes by check-and-set at that index without reading the
+// key first, since any acquisition since would have changed it.
+const unheldKeyIndexKey = "unheld_key_index"
+
+func setUnheldKeyIndex(ctx context.Context, p privateState, pair *api.KVPair) diag.Diagnostics {
+	var index uint64
+	if pair != nil && pair.Session == "" {
+		index = pair.ModifyIndex
+		if pair.Flags == lockmodel.SemaphoreFlagValue {
+			if s, err := lockmodel.DecodeSemaphoreState(pair.Value); err != nil || len(s.Holders) > 0 {
+				index = 0
+			}
+		}
+	}
+	data, _ := json.Marshal(index)
+	return p.SetKey(ctx, unheldKeyIndexKey, data)
+}
+
+func unheldKeyIndex(ctx context.Context, p privateState) (uint64, diag.Diagnostics) {
+	data, diags := p.GetKey(ctx, unheldKeyIndexKey)
+	if diags.HasError() || len(data) == 0 {
+		return 0, diags
+	}
+	var index uint64
+	if err := json.Unmarshal(data, &index); err != nil {
+		return 0, diags
+	}
+	return index, diags
 }
 
 // declaration converts a fully known model into the domain lock and its
-// registry record, after checking the lock against its session profile.
-func (r *lockResource) declaration(ctx context.Context, m lockResourceModel, diags *diag.Diagnostics) (lockmodel.Lock, []byte) {
+// registry record. The session profile is checked in the transaction that
+// writes it.
+func (r *lockResource) declaration(_ context.Context, m lockResourceModel, diags *diag.Diagnostics) (lockmodel.Lock, []byte) {
 	l, ds := m.lock()
 	diags.Append(ds...)
-	if diags.HasError() {
-		return l, nil
-	}
-	r.checkProfile(ctx, l, diags)
 	if diags.HasError() {
 		return l, nil
 	}
@@ -648,16 +881,12 @@ func (r *lockResource) declaration(ctx context.Context, m lockResourceModel, dia
 	return l, data
 }
 
-// claimRecord checks that the lock's name is free in the registry, or
-// already recorded for this same key (an earlier apply, or a key deleted out
-// of band and now recreated), and returns the index to write the record at.
-func (r *lockResource) claimRecord(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, diags *diag.Diagnostics) uint64 {
-	rec, found, err := reg.Get(ctx, lockmodel.KindLock, l.Name)
-	if err != nil {
-		addConsulError(diags, "Cannot Read Lock Record", err)
-		return 0
-	}
-	if !found {
+// claimRecord checks that the lock's name is free in the registry (rec is
+// nil), or already recorded for this same key (an earlier apply, or a key
+// deleted out of band and now recreated), and returns the index to write
+// the record at.
+func (r *lockResource) claimRecord(rec *consul.StoredRecord, l lockmodel.Lock, diags *diag.Diagnostics) uint64 {
+	if rec == nil {
 		return 0
 	}
 	decl, err := lockmodel.DecodeLockRecord(rec.Value)
@@ -675,70 +904,6 @@ func (r *lockResource) claimRecord(ctx context.Context, reg *consul.Registry, l 
 				l.Name, rec.Key, decl.Key, l.Name))
 	}
 	return rec.ModifyIndex
-}
-
-// convergeKey makes the lock key exist with the declared flags (and a
-// semaphore's Limit), keeping its value, session and LockIndex, and returns
-// the flags it has. On create, an existing compatible key is adopted as it
-// is and an incompatible one is an error.
-func (r *lockResource) convergeKey(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, creating bool, diags *diag.Diagnostics) uint64 {
-	client := r.data.client
-	for attempt := 0; attempt < casAttempts; attempt++ {
-		pair, err := client.ReadKeyConsistent(ctx, l.Key)
-		if err != nil {
-			addConsulError(diags, "Cannot Read Lock Key", err)
-			return 0
-		}
-		if pair == nil {
-			var value []byte
-			if l.IsSemaphore() {
-				value = lockmodel.NewSemaphoreValue(l.Limit)
-			}
-			created, err := client.CreateKeyOnly(ctx, l.Key, l.Flags(), value)
-			if err != nil {
-				addConsulError(diags, "Cannot Create Lock Key", err)
-				return 0
-			}
-			if created {
-				return l.Flags()
-			}
-			continue // created by someone else meanwhile: look at it
-		}
-		if creating {
-			if err := lockmodel.CheckCompatible(l, pair.Flags, pair.Value); err != nil {
-				r.incompatibleKey(ctx, reg, l, pair, err, diags)
-				return 0
-			}
-			diags.AddAttributeWarning(path.Root("key"), "Existing Lock Key Adopted",
-				fmt.Sprintf("The key %s already existed as a compatible %s (flags %s). consullock adopted it as it is, without changing its value or holder.",
-					l.Key, l.LockKindText(), lockmodel.FormatFlags(pair.Flags)))
-			return pair.Flags
-		}
-		value := pair.Value
-		if l.IsSemaphore() {
-			value, err = lockmodel.SemaphoreValueWithLimit(pair.Value, l.Limit)
-			if err != nil {
-				diags.AddAttributeError(path.Root("key"), "Unusable Semaphore Key",
-					fmt.Sprintf("The key %s holds a value api.Semaphore cannot use, and consullock does not overwrite holder data. "+
-						"When no holder runs, delete the key (consul kv delete %s) and apply again.\n\n%s", l.Key, l.Key, err))
-				return 0
-			}
-		}
-		if pair.Flags == l.Flags() && bytes.Equal(value, pair.Value) {
-			return pair.Flags
-		}
-		ok, err := client.RewriteKeyKeepingHolder(ctx, pair, l.Flags(), value)
-		if err != nil {
-			addConsulError(diags, "Cannot Repair Lock Key", err)
-			return 0
-		}
-		if ok {
-			return l.Flags()
-		}
-	}
-	diags.AddError("Lock Key Keeps Changing",
-		fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
-	return 0
 }
 
 // incompatibleKey explains why an existing key cannot be adopted and what
@@ -768,41 +933,6 @@ func (r *lockResource) incompatibleKey(ctx context.Context, reg *consul.Registry
 	diags.AddAttributeError(path.Root("key"), "Incompatible Existing Lock Key",
 		fmt.Sprintf("%s. consullock adopts an existing key only when Consul's lock clients can use it as declared, and never rewrites a key it did not create. %s",
 			why, strings.Join(advice, " ")))
-}
-
-// deleteRecord deletes the lock's record by check-and-set; when the record
-// changed since it was read, it is deleted only if it still declares this
-// lock's key.
-func (r *lockResource) deleteRecord(ctx context.Context, recordKey string, l lockmodel.Lock, index uint64, diags *diag.Diagnostics) {
-	client := r.data.client
-	for attempt := 0; attempt < casAttempts; attempt++ {
-		ok, err := client.DeleteKeyIfIndex(ctx, recordKey, index)
-		if err != nil {
-			addConsulError(diags, "Cannot Delete Lock Record", err)
-			return
-		}
-		if ok {
-			return
-		}
-		pair, err := client.ReadKeyConsistent(ctx, recordKey)
-		if err != nil {
-			addConsulError(diags, "Cannot Read Lock Record", err)
-			return
-		}
-		if pair == nil {
-			return
-		}
-		if decl, err := lockmodel.DecodeLockRecord(pair.Value); err == nil && decl.Key != l.Key {
-			diags.AddWarning("Lock Record Left In Place",
-				fmt.Sprintf("The record %s now declares key %q (another configuration re-declared lock %q); it was left in place and only the lock key %s is deleted.",
-					recordKey, decl.Key, l.Name, l.Key))
-			return
-		}
-		index = pair.ModifyIndex
-	}
-	diags.AddError("Lock Record Keeps Changing",
-		fmt.Sprintf("The record %s changed between every read and delete. Delete it with consul kv delete %s, then destroy again if the lock key %s is still there.",
-			recordKey, recordKey, l.Key))
 }
 
 // lockHolder is a session holding a lock key (or a semaphore contender key)

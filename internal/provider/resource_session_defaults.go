@@ -401,17 +401,17 @@ func (r *sessionDefaultsResource) Read(ctx context.Context, req resource.ReadReq
 	// Read the record where the last apply wrote it: after a change of the
 	// provider's registry_prefix the plan then moves it (Update).
 	key := r.data.recordKey(state.RegistryKey, lockmodel.KindSessionDefaults, state.Name.ValueString())
-	pair, err := r.data.client.ReadKeyConsistent(ctx, key)
+	rec, err := r.data.client.ReadRecord(ctx, key)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Session Profile", err)
 		return
 	}
-	if pair == nil {
-		// A nil pair from a consistent read: the record is gone for certain.
+	if rec == nil {
+		// Absent from a consistent read whose results the token could all
+		// see: the record is gone for certain.
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	rec := consul.StoredRecord{Key: pair.Key, Value: pair.Value, ModifyIndex: pair.ModifyIndex}
 	p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
 	switch {
 	case errors.Is(err, lockmodel.ErrNewerSchema):
