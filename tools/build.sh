@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned test and docs tools into bin/, each only when its pin
 # changed since the last build (a stamp holds the hash of its recipe).
-#   tools/build.sh [consul] [tofu] [golangci-lint] [goreleaser] [tfplugindocs]
+#   tools/build.sh [consul] [tofu] [promtool] [prometheus] [golangci-lint] [goreleaser] [tfplugindocs]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin"
@@ -51,6 +51,8 @@ for t in "${want[@]}"; do
   case "$t" in
   consul) build_module_tool consul consul github.com/hashicorp/consul ;;
   tofu) build_module_tool tofu tofu github.com/opentofu/opentofu/cmd/tofu "-X github.com/opentofu/opentofu/version.dev=no" ;;
+  promtool) build_module_tool promtool prometheus github.com/prometheus/prometheus/cmd/promtool "-X github.com/prometheus/common/version.Version=0.316.0" ;;
+  prometheus) build_module_tool prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus "-X github.com/prometheus/common/version.Version=0.316.0" ;;
   golangci-lint) install_tool golangci-lint "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION" ;;
   goreleaser) install_tool goreleaser "github.com/goreleaser/goreleaser/v2@$GORELEASER_VERSION" ;;
   tfplugindocs) install_tool tfplugindocs "github.com/hashicorp/terraform-plugin-docs/cmd/tfplugindocs@$TFPLUGINDOCS_VERSION" ;;
