@@ -447,3 +447,5 @@ func TestStatusFixedRequests(t *testing.T) {
 func policyName(s string) string {
 	return strings.NewReplacer("/", "-").Replace(testenv.UniquePrefix("status-" + s))
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
