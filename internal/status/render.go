@@ -1,6 +1,7 @@
 package status
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -48,7 +49,8 @@ func verdict(l Lock) string {
 
 // renderTable prints one row per holder (one per lock without a holder).
 func renderTable(w io.Writer, rep *Report) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tCOMPLIANT")
 	for _, l := range rep.Locks {
 		waiting := "-"
@@ -77,6 +79,9 @@ func renderTable(w io.Writer, rep *Report) {
 		}
 	}
 	_ = tw.Flush()
+	for _, line := range strings.SplitAfter(table.String(), "\n") {
+		fmt.Fprint(w, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n")))
+	}
 	for _, u := range rep.Undeclared {
 		fmt.Fprintf(w, "undeclared lock-like key %s (session %s, flags %s)\n", u.Key, dash(u.Session), u.Flags)
 	}
@@ -84,7 +89,7 @@ func renderTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "unreadable declaration %s: %s\n", b.Key, b.Error)
 	}
 	s := rep.Summary
-	fmt.Fprintf(w, "%d locks, %d held, %d findings, %d always-held locks without a holder (%d Consul requests)\n",
+	fmt.Fprintf(w, "%d locks, %d held, findings: %d, always-held without a holder: %d (%d Consul requests)\n",
 		s.Locks, s.Held, s.Violations, s.Unheld, rep.ConsulRequests)
 }
 

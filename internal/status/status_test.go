@@ -449,3 +449,20 @@ func policyName(s string) string {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestShippedReaderRules: examples/observability/status-reader.hcl grants
+// exactly what lockmodel.ReadOnlyRules renders (the rule is written once).
+func TestShippedReaderRules(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(root + "/examples/observability/status-reader.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := lockmodel.RulesEquivalent(string(data), lockmodel.ReadOnlyRules(lockmodel.DefaultRegistryPrefix, nil))
+	if err != nil || !same {
+		t.Fatalf("status-reader.hcl differs from `consullock status -print-rules` (err %v): regenerate it", err)
+	}
+}
