@@ -146,7 +146,12 @@ func TestAlertsFireE2E(t *testing.T) {
 	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- ctrl.Run(ctx) }()
-	defer func() { cancel(); <-runDone }()
+	defer func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	}()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
