@@ -171,6 +171,20 @@ func TestAlertsFireE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	held, _, err := c.KV().Get(daemon.Key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`consullock_lock_holder_info{lock="daemon",node=%q,session=%q} 1`, agent.NodeName, s1),
+		fmt.Sprintf(`consullock_lock_fencing_token{lock="daemon"} %d`, held.ModifyIndex),
+		`consullock_lock_worst_case_gap_seconds{lock="daemon"} 20`,
+		`consullock_lock_max_hold_seconds{lock="report"} 3`,
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	lint := exec.Command(promtool, "check", "metrics")
 	lint.Stdin = bytes.NewReader(body)
 	if out, err := lint.CombinedOutput(); err != nil {
