@@ -72,7 +72,6 @@ func httpGet(url string) ([]byte, error) {
 // be seen firing through Prometheus's HTTP API. The controller's /metrics
 // also passes `promtool check metrics`.
 func TestAlertsFireE2E(t *testing.T) {
-	promBin := tool(t, "PROMETHEUS_BIN", "prometheus")
 	promtool := tool(t, "PROMTOOL_BIN", "promtool")
 	c := agent.Client()
 	base := testenv.UniquePrefix(t.Name())
@@ -192,6 +191,7 @@ func TestAlertsFireE2E(t *testing.T) {
 	}
 
 	// Prometheus: scrape and evaluate every second.
+	promBin := tool(t, "PROMETHEUS_BIN", "prometheus")
 	dir := t.TempDir()
 	promAddr := freeAddr(t)
 	cfg := fmt.Sprintf(`global:
