@@ -17,6 +17,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/provider"
 	"github.com/consullock/terraform-provider-consullock/internal/runner"
+	"github.com/consullock/terraform-provider-consullock/internal/status"
 )
 
 // version is set by the release build (goreleaser) with -ldflags.
@@ -27,6 +28,7 @@ var version = "dev"
 var commands = map[string]func(ctx context.Context, args []string) int{
 	"controller": controller.Main,
 	"run":        runner.Main,
+	"status":     status.Main,
 }
 
 func main() {

@@ -2,9 +2,10 @@
 # Builds the pinned test and docs tools into bin/, each only when its pin
 # changed since the last build (a stamp holds the hash of its recipe).
 #   tools/build.sh [consul] [tofu] [golangci-lint] [goreleaser] [tfplugindocs]
-#                  [consul-1.16.3] [tofu-1.10.6] [terraform-1.5.7] [compat]
+#                  [promtool] [prometheus] [consul-1.16.3] [tofu-1.10.6] [terraform-1.5.7] [compat]
 # consul (1.14.11) and tofu (1.12.6) are the primary pair `make test` uses;
-# the others (`compat` builds them all) are only for `make test-compat`.
+# promtool and prometheus (v0.316.0) run the rules and alert tests; the
+# others (`compat` builds them all) are only for `make test-compat`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin"
@@ -66,6 +67,8 @@ for t in "${want[@]}"; do
   tofu) build_module_tool tofu tofu github.com/opentofu/opentofu/cmd/tofu "-X github.com/opentofu/opentofu/version.dev=no" ;;
   tofu-1.10.6) build_module_tool tofu-1.10.6 tofu-1.10.6 github.com/opentofu/opentofu/cmd/tofu "-X github.com/opentofu/opentofu/version.dev=no" ;;
   terraform-1.5.7) build_module_tool terraform-1.5.7 terraform-1.5.7 github.com/hashicorp/terraform ;;
+  promtool) build_module_tool promtool prometheus github.com/prometheus/prometheus/cmd/promtool "-X github.com/prometheus/common/version.Version=0.316.0" ;;
+  prometheus) build_module_tool prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus "-X github.com/prometheus/common/version.Version=0.316.0" ;;
   golangci-lint) install_tool golangci-lint "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION" ;;
   goreleaser) install_tool goreleaser "github.com/goreleaser/goreleaser/v2@$GORELEASER_VERSION" ;;
   tfplugindocs) install_tool tfplugindocs "github.com/hashicorp/terraform-plugin-docs/cmd/tfplugindocs@$TFPLUGINDOCS_VERSION" ;;

@@ -88,12 +88,22 @@ var (
 		"1 when the declared lock has a holder, else 0.", []string{"lock"}, nil)
 	descIndex = prometheus.NewDesc("consullock_lock_index",
 		"Consul's LockIndex of a mutex key (not monotone: it restarts when the key is re-created; not a fencing token).", []string{"lock"}, nil)
-	descSinceHandover = prometheus.NewDesc("consullock_lock_seconds_since_handover",
+	descSinceHandover = prometheus.NewDesc("consullock_lock_since_handover_seconds",
 		"Seconds since this controller saw the lock pass to a new holder (absent before the first hand-over it saw).", []string{"lock"}, nil)
-	descUnheld = prometheus.NewDesc("consullock_lock_seconds_unheld",
+	descUnheld = prometheus.NewDesc("consullock_lock_unheld_seconds",
 		"Seconds the lock has been without a holder; 0 while held.", []string{"lock"}, nil)
 	descHolders = prometheus.NewDesc("consullock_lock_holders",
 		"Live holders of the lock (1 for a held mutex, up to the limit for a semaphore).", []string{"lock"}, nil)
+	descHolderInfo = prometheus.NewDesc("consullock_lock_holder_info",
+		"1 for each holder of each lock (as kube_lease_owner): the holder's node and session.", []string{"lock", "node", "session"}, nil)
+	descHeldFor = prometheus.NewDesc("consullock_lock_holder_held_seconds",
+		"Seconds this controller has seen the holder hold the lock (timed on its own clock since it first saw the hold; what max_hold is judged on).", []string{"lock", "session"}, nil)
+	descMaxHold = prometheus.NewDesc("consullock_lock_max_hold_seconds",
+		"The lock's declared max_hold (absent when it has none).", []string{"lock"}, nil)
+	descWorstCaseGap = prometheus.NewDesc("consullock_lock_worst_case_gap_seconds",
+		"The worst_case_gap of the lock's session profile, 2 x ttl + lock_delay (absent without a declared profile).", []string{"lock"}, nil)
+	descFencingToken = prometheus.NewDesc("consullock_lock_fencing_token",
+		"A held mutex's fencing token: its key's ModifyIndex, the Raft index of the hold (monotone across holders; absent while unheld and for semaphores).", []string{"lock"}, nil)
 )
 
 // lockCollector computes the per-lock gauges at scrape time, so that the
@@ -106,6 +116,11 @@ func (lc *lockCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSinceHandover
 	ch <- descUnheld
 	ch <- descHolders
+	ch <- descHolderInfo
+	ch <- descHeldFor
+	ch <- descMaxHold
+	ch <- descWorstCaseGap
+	ch <- descFencingToken
 }
 
 func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
@@ -123,6 +138,36 @@ func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHolders, prometheus.GaugeValue, float64(len(ls.holders)), name)
 		if !ls.lastHandover.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descSinceHandover, prometheus.GaugeValue, now.Sub(ls.lastHandover).Seconds(), name)
+		}
+		lc.collectDeclared(ch, name, ls, now)
+	}
+}
+
+// collectDeclared adds the holder and declaration series of one lock, for
+// alerts that compare a lock with its own declaration (c.mu held).
+func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name string, ls *lockStatus, now time.Time) {
+	c := lc.c
+	l, ok := c.locks[name]
+	if !ok {
+		return
+	}
+	if l.MaxHold > 0 {
+		ch <- prometheus.MustNewConstMetric(descMaxHold, prometheus.GaugeValue, l.MaxHold.Seconds(), name)
+	}
+	if p, ok := c.profiles[l.SessionDefaults]; ok {
+		ch <- prometheus.MustNewConstMetric(descWorstCaseGap, prometheus.GaugeValue, p.WithDefaults().WorstCaseGap().Seconds(), name)
+	}
+	for id := range ls.holders {
+		ch <- prometheus.MustNewConstMetric(descHolderInfo, prometheus.GaugeValue, 1, name, c.sessions[id].Node, id)
+		if hold, ok := c.heldSince[Holder{Lock: name, Session: id}]; ok {
+			ch <- prometheus.MustNewConstMetric(descHeldFor, prometheus.GaugeValue, now.Sub(hold.Since).Seconds(), name, id)
+		}
+	}
+	if n, err := l.Normalize(); err == nil && !n.IsSemaphore() && ls.held {
+		if g := c.groups[c.keyGroup[n.Key]]; g != nil {
+			if live, ok := g.live[n.Key]; ok && live.Session != "" {
+				ch <- prometheus.MustNewConstMetric(descFencingToken, prometheus.GaugeValue, float64(live.ModifyIndex), name)
+			}
 		}
 	}
 }

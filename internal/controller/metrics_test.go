@@ -129,7 +129,7 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 	defer srvF.Close()
 	s := &metricsScript{t: t, base: srvL.URL}
 	held, index := lockSeries("consullock_lock_held", l.Name), lockSeries("consullock_lock_index", l.Name)
-	since, unheld := lockSeries("consullock_lock_seconds_since_handover", l.Name), lockSeries("consullock_lock_seconds_unheld", l.Name)
+	since, unheld := lockSeries("consullock_lock_since_handover_seconds", l.Name), lockSeries("consullock_lock_unheld_seconds", l.Name)
 	handovers, holders := lockSeries("consullock_lock_handovers_total", l.Name), lockSeries("consullock_lock_holders", l.Name)
 	recreated := `consullock_repairs_total{kind="recreate_key"}`
 	restored := `consullock_repairs_total{kind="restore_acl_rules"}`

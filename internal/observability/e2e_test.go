@@ -1,0 +1,273 @@
+package observability
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// agent is the real Consul agent (ACLs on, default deny) of this package.
+var agent *testenv.Agent
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	a, err := testenv.Start(ctx, testenv.Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting consul:", err)
+		os.Exit(1)
+	}
+	agent = a
+	code := m.Run()
+	a.Stop()
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+func httpGet(url string) ([]byte, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, b)
+	}
+	return b, err
+}
+
+// TestAlertsFireE2E: a real Prometheus (built from the pinned module)
+// scrapes a real controller watching a real agent and evaluates the shipped
+// rules. Two faults are injected: a lock's holder goes away and nobody
+// takes over (ConsulLockUnheld once its worst_case_gap has passed), and a
+// holder keeps a lock past max_hold (ConsulLockHolderPastMaxHold). Both must
+// be seen firing through Prometheus's HTTP API. The controller's /metrics
+// also passes `promtool check metrics`.
+func TestAlertsFireE2E(t *testing.T) {
+	promtool := tool(t, "PROMTOOL_BIN", "promtool")
+	c := agent.Client()
+	base := testenv.UniquePrefix(t.Name())
+	registry, prefix := base+"/registry", base+"/locks"
+	t.Cleanup(func() { _, _ = c.KV().DeleteTree(base+"/", nil) })
+	put := func(key string, v []byte, flags uint64) {
+		t.Helper()
+		if _, err := c.KV().Put(&api.KVPair{Key: key, Value: v, Flags: flags}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// worst_case_gap = 2 x 10s + 0s = 20s, the shortest Consul allows.
+	prof, err := lockmodel.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "fast", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.RegistryKey(registry, lockmodel.KindSessionDefaults, "fast"), prof, 0)
+	var daemon, report lockmodel.Lock
+	for _, l := range []lockmodel.Lock{
+		{Name: "daemon", Prefix: prefix + "/daemon", SessionDefaults: "fast"},
+		{Name: "report", Prefix: prefix + "/report", SessionDefaults: "fast", MaxHold: 3 * time.Second},
+	} {
+		rec, err := lockmodel.EncodeLockRecord(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(lockmodel.RegistryKey(registry, lockmodel.KindLock, l.Name), rec, 0)
+		n, _ := l.Normalize()
+		put(n.Key, nil, n.Flags())
+		if l.Name == "daemon" {
+			daemon = n
+		} else {
+			report = n
+		}
+	}
+	session := func() string {
+		id, _, err := c.Session().Create(&api.SessionEntry{TTL: "10s", LockDelay: time.Nanosecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = c.Session().Destroy(id, nil) })
+		return id
+	}
+	s1, s2 := session(), session()
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: daemon.Key, Session: s1, Flags: daemon.Flags()}, nil); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	// Keep the sessions alive past their TTL for the whole test.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			for _, id := range []string{s1, s2} {
+				_, _, _ = c.Session().Renew(id, nil)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(3 * time.Second):
+			}
+		}
+	}()
+
+	// The controller, observing, with its metrics on a local port.
+	client, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := controller.New(client, controller.Config{Mode: controller.ModeObserve, RegistryPrefix: registry, DisableHA: true, ApplyGrace: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- ctrl.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: ctrl.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	metricsURL := "http://" + ln.Addr().String() + "/metrics"
+	waitFor(t, time.Minute, "the controller's initial sync", ctrl.Ready)
+	waitFor(t, 30*time.Second, "holder metrics", func() bool {
+		b, _ := httpGet(metricsURL)
+		return bytes.Contains(b, []byte(`consullock_lock_holder_info{lock="daemon"`))
+	})
+
+	// promtool check metrics on the real exposition.
+	body, err := httpGet(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := c.KV().Get(daemon.Key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`consullock_lock_holder_info{lock="daemon",node=%q,session=%q} 1`, agent.NodeName, s1),
+		fmt.Sprintf(`consullock_lock_fencing_token{lock="daemon"} %d`, held.ModifyIndex),
+		`consullock_lock_worst_case_gap_seconds{lock="daemon"} 20`,
+		`consullock_lock_max_hold_seconds{lock="report"} 3`,
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	lint := exec.Command(promtool, "check", "metrics")
+	lint.Stdin = bytes.NewReader(body)
+	if out, err := lint.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	// Prometheus: scrape and evaluate every second.
+	promBin := tool(t, "PROMETHEUS_BIN", "prometheus")
+	dir := t.TempDir()
+	promAddr := freeAddr(t)
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - %q
+scrape_configs:
+  - job_name: consullock-controller
+    static_configs:
+      - targets: [%q]
+`, repoFile(t, RulesFile), ln.Addr().String())
+	cfgFile := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var promLog bytes.Buffer
+	prom := exec.Command(promBin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr)
+	prom.Stdout, prom.Stderr = &promLog, &promLog
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = prom.Process.Kill()
+		_ = prom.Wait()
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", promLog.String())
+		}
+	}()
+	promAPI := "http://" + promAddr + "/api/v1/"
+	waitFor(t, 2*time.Minute, "Prometheus to scrape the controller", func() bool {
+		b, err := httpGet(promAPI + "query?query=consullock_lock_held")
+		return err == nil && bytes.Contains(b, []byte(`"lock":"daemon"`))
+	})
+
+	// The faults: daemon's holder releases and nobody takes over; report
+	// is taken and kept past its 3s max_hold.
+	t0 := time.Now()
+	if _, _, err := c.KV().Release(&api.KVPair{Key: daemon.Key, Session: s1, Flags: daemon.Flags()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: report.Key, Session: s2, Flags: report.Flags()}, nil); err != nil || !ok {
+		t.Fatalf("acquire report: %v %v", ok, err)
+	}
+	fired := map[string]time.Duration{}
+	want := map[string]string{"ConsulLockUnheld": "daemon", "ConsulLockHolderPastMaxHold": "report"}
+	waitFor(t, 3*time.Minute, "both alerts to fire", func() bool {
+		b, err := httpGet(promAPI + "alerts")
+		if err != nil {
+			return false
+		}
+		var r struct {
+			Data struct {
+				Alerts []struct {
+					Labels map[string]string
+					State  string
+				}
+			}
+		}
+		if json.Unmarshal(b, &r) != nil {
+			return false
+		}
+		for _, a := range r.Data.Alerts {
+			if lock, ok := want[a.Labels["alertname"]]; ok && a.State == "firing" && a.Labels["lock"] == lock {
+				if _, seen := fired[a.Labels["alertname"]]; !seen {
+					fired[a.Labels["alertname"]] = time.Since(t0)
+				}
+			}
+		}
+		return len(fired) == len(want)
+	})
+	t.Logf("fault to firing through Prometheus's API: ConsulLockUnheld %s (worst_case_gap 20s), ConsulLockHolderPastMaxHold %s (max_hold 3s); scrape and evaluation every 1s",
+		fired["ConsulLockUnheld"].Round(100*time.Millisecond), fired["ConsulLockHolderPastMaxHold"].Round(100*time.Millisecond))
+	// Neither fired before its own threshold could have passed.
+	if fired["ConsulLockUnheld"] < 20*time.Second || fired["ConsulLockHolderPastMaxHold"] < 3*time.Second {
+		t.Errorf("an alert fired before its threshold: %v", fired)
+	}
+}

@@ -1,0 +1,188 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// maxKeyLists caps the key listings of one read: lock keys are grouped by
+// prefix exactly as the controller groups its watches, so one read costs at
+// most 2 + maxKeyLists requests whatever the number of locks.
+const maxKeyLists = controller.DefaultMaxLockWatches
+
+// declarations are the registry's records, as the controller reads them.
+type declarations struct {
+	locks    map[string]lockmodel.Lock
+	profiles map[string]lockmodel.SessionProfile
+	// profileIndex is each profile record's ModifyIndex (see
+	// controller.State.ProfileIndex).
+	profileIndex map[string]uint64
+	// bad are records that do not decode: reported, never judged.
+	bad map[string]string
+}
+
+// world is what one read saw: declarations, the key listings by prefix and
+// the sessions.
+type world struct {
+	registry string
+	decl     declarations
+	groups   map[string]string // lock key -> list prefix
+	pairs    map[string][]*api.KVPair
+	sessions map[string]lockmodel.ObservedSession
+	raw      map[string]*api.SessionEntry
+}
+
+func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
+	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
+		profileIndex: map[string]uint64{}, bad: map[string]string{}}
+	for _, p := range pairs {
+		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix+"/"), "/")
+		if !ok || name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		switch kind {
+		case lockmodel.KindLock:
+			l, err := lockmodel.DecodeLockRecord(p.Value)
+			if err != nil {
+				d.bad[p.Key] = err.Error()
+				continue
+			}
+			d.locks[l.Name] = l
+		case lockmodel.KindSessionDefaults:
+			s, err := lockmodel.DecodeSessionProfileRecord(p.Value)
+			if err != nil {
+				d.bad[p.Key] = err.Error()
+				continue
+			}
+			d.profiles[s.Name] = s
+			d.profileIndex[s.Name] = p.ModifyIndex
+		}
+	}
+	return d
+}
+
+// lockKeys returns the declared lock keys, sorted.
+func (d declarations) lockKeys() []string {
+	keys := make([]string, 0, len(d.locks))
+	for _, l := range d.locks {
+		keys = append(keys, l.Key)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// listPrefixes returns the prefixes to list for the declared keys (the
+// controller's grouping) and the sorted distinct prefixes.
+func listPrefixes(d declarations) (map[string]string, []string) {
+	groups := controller.GroupKeys(d.lockKeys(), maxKeyLists)
+	seen := map[string]bool{}
+	var prefixes []string
+	for _, p := range groups {
+		if !seen[p] {
+			seen[p] = true
+			prefixes = append(prefixes, p)
+		}
+	}
+	sort.Strings(prefixes)
+	return groups, prefixes
+}
+
+// reader does the reads; each method is one Consul request.
+type reader struct {
+	c        *consul.Client
+	registry string
+}
+
+func (r *reader) q(ctx context.Context, index uint64, wait bool) *api.QueryOptions {
+	o := &api.QueryOptions{}
+	if wait {
+		o.WaitIndex = index
+	}
+	return o.WithContext(ctx)
+}
+
+func filteredErr(op, permission, resource string) error {
+	return &consul.Error{Kind: consul.KindPermissionDenied, Op: op, StatusCode: 200, Permission: permission, Resource: resource,
+		Message: "Consul filtered the results by ACLs"}
+}
+
+func (r *reader) registryList(ctx context.Context, index uint64, wait bool) (declarations, uint64, error) {
+	prefix := r.registry + "/"
+	pairs, meta, err := r.c.KV().List(prefix, r.q(ctx, index, wait))
+	if err != nil {
+		return declarations{}, 0, r.c.Classify(ctx, "list the declarations under "+prefix, err)
+	}
+	if meta.ResultsFilteredByACLs {
+		return declarations{}, 0, filteredErr("list the declarations under "+prefix, "key:read", prefix)
+	}
+	return decodeRegistry(r.registry, pairs), meta.LastIndex, nil
+}
+
+func (r *reader) keyList(ctx context.Context, prefix string, index uint64, wait bool) ([]*api.KVPair, uint64, error) {
+	op := fmt.Sprintf("list the lock keys under %q", prefix)
+	pairs, meta, err := r.c.KV().List(prefix, r.q(ctx, index, wait))
+	if err != nil {
+		return nil, 0, r.c.Classify(ctx, op, err)
+	}
+	if meta.ResultsFilteredByACLs {
+		return nil, 0, filteredErr(op, "key:read", prefix)
+	}
+	return pairs, meta.LastIndex, nil
+}
+
+func (r *reader) sessionList(ctx context.Context, index uint64, wait bool) (map[string]*api.SessionEntry, uint64, error) {
+	entries, meta, err := r.c.Session().List(r.q(ctx, index, wait))
+	if err != nil {
+		return nil, 0, r.c.Classify(ctx, "list the sessions", err)
+	}
+	if meta.ResultsFilteredByACLs {
+		// A holder hidden from the token would look like no holder.
+		return nil, 0, filteredErr("list the sessions", "session:read", `"" (session_prefix)`)
+	}
+	out := make(map[string]*api.SessionEntry, len(entries))
+	for _, e := range entries {
+		out[e.ID] = e
+	}
+	return out, meta.LastIndex, nil
+}
+
+// readOnce reads everything: 1 registry list, at most maxKeyLists key
+// lists, 1 session list.
+func (r *reader) readOnce(ctx context.Context) (*world, error) {
+	d, _, err := r.registryList(ctx, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	w := &world{registry: r.registry, decl: d, pairs: map[string][]*api.KVPair{}}
+	var prefixes []string
+	w.groups, prefixes = listPrefixes(d)
+	for _, p := range prefixes {
+		pairs, _, err := r.keyList(ctx, p, 0, false)
+		if err != nil {
+			return nil, err
+		}
+		w.pairs[p] = pairs
+	}
+	raw, _, err := r.sessionList(ctx, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	w.setSessions(raw)
+	return w, nil
+}
+
+func (w *world) setSessions(raw map[string]*api.SessionEntry) {
+	w.raw = raw
+	w.sessions = make(map[string]lockmodel.ObservedSession, len(raw))
+	for id, e := range raw {
+		w.sessions[id] = controller.ObservedSession(e)
+	}
+}

@@ -1,0 +1,149 @@
+package status
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return dash(id)
+}
+
+func kindText(l Lock) string {
+	if l.Kind == "semaphore" {
+		return fmt.Sprintf("semaphore %d", l.Limit)
+	}
+	return "mutex"
+}
+
+func verdict(l Lock) string {
+	switch {
+	case l.Compliant:
+		return "yes"
+	case l.State != "held" && l.AlwaysHeld && len(l.Findings) == 0:
+		return "NO: unheld"
+	}
+	var rs []string
+	for _, f := range l.Findings {
+		r := f.Kind
+		if len(f.Reasons) > 0 {
+			r = strings.Join(f.Reasons, ",")
+		}
+		rs = append(rs, r)
+	}
+	return "NO: " + strings.Join(rs, ";")
+}
+
+// renderTable prints one row per holder (one per lock without a holder).
+func renderTable(w io.Writer, rep *Report) {
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tCOMPLIANT")
+	for _, l := range rep.Locks {
+		waiting := "-"
+		if l.Contenders != nil {
+			waiting = fmt.Sprint(*l.Contenders)
+		}
+		since := "-"
+		if l.SinceHandover != nil {
+			since = *l.SinceHandover
+		}
+		state := l.State
+		if l.Kind == "semaphore" && l.State != "missing" {
+			state = fmt.Sprintf("%s %d/%d", l.State, len(l.Holders), l.Limit)
+		}
+		lead := fmt.Sprintf("%s\t%s\t%s\t%s", l.Name, l.Key, kindText(l), state)
+		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, verdict(l))
+		if len(l.Holders) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", lead, tail)
+			continue
+		}
+		for i, h := range l.Holders {
+			if i > 0 {
+				lead, tail = "\t\t\t", "\t\t\t\t\t"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", lead, dash(h.Node), short(h.Session), dash(h.HeldFor), h.FencingToken, tail)
+		}
+	}
+	_ = tw.Flush()
+	for _, line := range strings.SplitAfter(table.String(), "\n") {
+		fmt.Fprint(w, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n")))
+	}
+	for _, u := range rep.Undeclared {
+		fmt.Fprintf(w, "undeclared lock-like key %s (session %s, flags %s)\n", u.Key, dash(u.Session), u.Flags)
+	}
+	for _, b := range rep.BadRecords {
+		fmt.Fprintf(w, "unreadable declaration %s: %s\n", b.Key, b.Error)
+	}
+	s := rep.Summary
+	fmt.Fprintf(w, "%d locks, %d held, findings: %d, always-held without a holder: %d (%d Consul requests)\n",
+		s.Locks, s.Held, s.Violations, s.Unheld, rep.ConsulRequests)
+}
+
+// renderDetail prints one lock with its holders' sessions and findings.
+func renderDetail(w io.Writer, l Lock) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("Lock:", l.Name)
+	row("Key:", l.Key)
+	row("Kind:", kindText(l))
+	row("State:", l.State)
+	if l.FencingToken != nil {
+		row("Fencing token:", fmt.Sprint(*l.FencingToken))
+	} else {
+		row("Fencing token:", "- (no holder)")
+	}
+	row("LockIndex:", fmt.Sprint(l.LockIndex))
+	if l.Contenders != nil {
+		row("Waiting:", fmt.Sprint(*l.Contenders))
+	}
+	row("Session profile:", dash(l.SessionDefaults))
+	row("Worst-case gap:", dash(l.WorstCaseGap))
+	row("Max hold:", dash(l.MaxHold))
+	row("Always held:", fmt.Sprint(l.AlwaysHeld))
+	if l.SinceHandover != nil {
+		row("Since hand-over:", *l.SinceHandover)
+	}
+	row("Compliant:", verdict(l))
+	_ = tw.Flush()
+	for _, h := range l.Holders {
+		fmt.Fprintf(w, "\nHolder %s\n", h.Session)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+		row("Node:", dash(h.Node))
+		row("Session name:", dash(h.SessionName))
+		row("Fencing token:", fmt.Sprint(h.FencingToken))
+		row("Held for:", dash(h.HeldFor)+" (from the start time the holder wrote)")
+		row("TTL:", dash(h.TTL))
+		row("Lock delay:", dash(h.LockDelay))
+		row("Behavior:", dash(h.Behavior))
+		row("Node checks:", dash(strings.Join(h.NodeChecks, ", ")))
+		row("Service checks:", dash(strings.Join(h.ServiceCheck, ", ")))
+		row("Value:", dash(h.Value))
+		if h.Compliant {
+			row("Compliant:", "yes")
+		} else {
+			row("Compliant:", "NO: "+strings.Join(h.Violations, ", "))
+		}
+		_ = tw.Flush()
+	}
+	if len(l.Findings) > 0 {
+		fmt.Fprintln(w, "\nFindings (the controller's Decide, observe mode):")
+		for _, f := range l.Findings {
+			fmt.Fprintf(w, "  %s: %s\n", f.Kind, f.Detail)
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// SchemaVersion is the version of the -json document. Fields are only
+// added within a version; a removal or a change of meaning raises it.
+const SchemaVersion = 1
+
+// Report is the -json document.
+type Report struct {
+	SchemaVersion  int            `json:"schema_version"`
+	RegistryPrefix string         `json:"registry_prefix"`
+	Time           time.Time      `json:"time"`
+	Locks          []Lock         `json:"locks"`
+	Undeclared     []Undeclared   `json:"undeclared_keys"`
+	BadRecords     []BadRecord    `json:"bad_records"`
+	Summary        Summary        `json:"summary"`
+	ConsulRequests int            `json:"consul_requests"`
+	declared       map[string]int // lock name -> index in Locks
+}
+
+// Summary is the verdict, the same as the exit code.
+type Summary struct {
+	Locks      int  `json:"locks"`
+	Held       int  `json:"held"`
+	Violations int  `json:"violations"`
+	Unheld     int  `json:"always_held_unheld"`
+	Compliant  bool `json:"compliant"`
+	ExitCode   int  `json:"exit_code"`
+}
+
+// Lock is one declared lock.
+type Lock struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	// Kind is "mutex" or "semaphore".
+	Kind  string `json:"kind"`
+	Limit int    `json:"limit"`
+	// State is "held", "unheld" or "missing" (the key does not exist).
+	State        string   `json:"state"`
+	Holders      []Holder `json:"holders"`
+	FencingToken *uint64  `json:"fencing_token"`
+	LockIndex    uint64   `json:"lock_index"`
+	ModifyIndex  uint64   `json:"modify_index"`
+	// Contenders are semaphore contender keys whose session does not hold
+	// a slot (waiting); null for a mutex, whose waiters leave no trace.
+	Contenders      *int    `json:"contenders"`
+	SessionDefaults string  `json:"session_defaults"`
+	WorstCaseGap    string  `json:"worst_case_gap"`
+	MaxHold         string  `json:"max_hold"`
+	AlwaysHeld      bool    `json:"always_held"`
+	SinceHandover   *string `json:"since_handover"`
+	Compliant       bool    `json:"compliant"`
+	// Findings are the controller's findings about the lock, from the same
+	// Decide the controller runs (in observe mode).
+	Findings    []Finding `json:"findings"`
+	Description string    `json:"description"`
+}
+
+// Holder is one session holding a lock.
+type Holder struct {
+	Session      string `json:"session"`
+	SessionName  string `json:"session_name"`
+	Node         string `json:"node"`
+	FencingToken uint64 `json:"fencing_token"`
+	// HeldFor is measured from the start time the holder wrote into its
+	// value (the holder's clock); "" when it wrote none.
+	HeldFor      string   `json:"held_for"`
+	Started      *string  `json:"started"`
+	Value        string   `json:"value"`
+	TTL          string   `json:"session_ttl"`
+	LockDelay    string   `json:"session_lock_delay"`
+	Behavior     string   `json:"session_behavior"`
+	NodeChecks   []string `json:"session_node_checks"`
+	ServiceCheck []string `json:"session_service_checks"`
+	Compliant    bool     `json:"compliant"`
+	Violations   []string `json:"violations"`
+	started      time.Time
+}
+
+// Finding is one controller Decision, as status reports it.
+type Finding struct {
+	Kind    string   `json:"kind"`
+	Session string   `json:"session,omitempty"`
+	Reasons []string `json:"reasons,omitempty"`
+	Detail  string   `json:"detail"`
+}
+
+// Undeclared is a key that looks like a lock under a listed prefix but is
+// not declared.
+type Undeclared struct {
+	Key     string `json:"key"`
+	Session string `json:"session"`
+	Flags   string `json:"flags"`
+}
+
+// BadRecord is a declaration that does not decode; it is not judged.
+type BadRecord struct {
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+// build turns one read into a report. alwaysHeld names the locks that must
+// always have a holder ("*" = every lock).
+func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time) *Report {
+	rep := &Report{SchemaVersion: SchemaVersion, RegistryPrefix: registry, Time: now.UTC().Truncate(time.Second),
+		Locks: []Lock{}, Undeclared: []Undeclared{}, BadRecords: []BadRecord{}, declared: map[string]int{}}
+	byKey := map[string]*api.KVPair{}
+	for _, pairs := range w.pairs {
+		for _, p := range pairs {
+			byKey[p.Key] = p
+		}
+	}
+	st := controller.State{
+		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]controller.LiveKey{},
+		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[controller.Holder]time.Time{},
+		ProfileIndex: w.decl.profileIndex, Now: now,
+	}
+	names := make([]string, 0, len(w.decl.locks))
+	for n := range w.decl.locks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	contenderKeys := map[string]bool{}
+	for _, name := range names {
+		l := w.decl.locks[name]
+		out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
+			AlwaysHeld: alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []Holder{}, Findings: []Finding{}, Description: l.Description}
+		if l.IsSemaphore() {
+			out.Kind = "semaphore"
+		}
+		if l.MaxHold > 0 {
+			out.MaxHold = lockmodel.FormatDuration(l.MaxHold)
+		}
+		if p, ok := w.decl.profiles[l.SessionDefaults]; ok {
+			out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
+		}
+		p := byKey[l.Key]
+		if p == nil {
+			out.State = "missing"
+			rep.add(out)
+			continue
+		}
+		st.Keys[l.Key] = controller.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+		out.LockIndex, out.ModifyIndex = p.LockIndex, p.ModifyIndex
+		if !l.IsSemaphore() {
+			if p.Session != "" {
+				h := holder(w, p.Session, p.ModifyIndex, p.Value, now)
+				out.Holders = append(out.Holders, h)
+			}
+		} else {
+			out.Holders, out.Contenders = semaphoreHolders(w, l, p, byKey, contenderKeys, now)
+		}
+		for _, h := range out.Holders {
+			if !h.started.IsZero() {
+				st.HeldSince[controller.Holder{Lock: l.Name, Session: h.Session}] = h.started
+			}
+		}
+		out.State = "unheld"
+		if len(out.Holders) > 0 {
+			out.State = "held"
+		}
+		rep.add(out)
+	}
+	for _, d := range controller.Decide(st, controller.ModeObserve) {
+		i, ok := rep.declared[d.Lock]
+		if !ok {
+			continue
+		}
+		l := &rep.Locks[i]
+		l.Findings = append(l.Findings, Finding{Kind: string(d.Kind), Session: d.Session, Reasons: d.Reasons, Detail: d.Detail})
+		for j := range l.Holders {
+			if h := &l.Holders[j]; h.Session == d.Session && d.Kind == controller.KindHolderNonCompliant {
+				h.Compliant = false
+				h.Violations = append(h.Violations, d.Reasons...)
+			}
+		}
+	}
+	for k, v := range w.decl.bad {
+		rep.BadRecords = append(rep.BadRecords, BadRecord{Key: k, Error: v})
+	}
+	sort.Slice(rep.BadRecords, func(i, j int) bool { return rep.BadRecords[i].Key < rep.BadRecords[j].Key })
+	rep.Undeclared = undeclared(w, byKey, contenderKeys)
+	rep.summarize()
+	return rep
+}
+
+func (r *Report) add(l Lock) {
+	r.declared[l.Name] = len(r.Locks)
+	r.Locks = append(r.Locks, l)
+}
+
+// summarize sets each lock's verdict, the fencing token and the summary.
+// A finding other than holder_predates_profile (a holder left to finish by
+// design) is a violation; so is an always-held lock without a holder.
+func (r *Report) summarize() {
+	s := Summary{Locks: len(r.Locks)}
+	for i := range r.Locks {
+		l := &r.Locks[i]
+		l.Compliant = true
+		for _, f := range l.Findings {
+			if f.Kind != string(controller.KindHolderPredatesProfile) {
+				l.Compliant = false
+				s.Violations++
+			}
+		}
+		if l.State == "held" {
+			s.Held++
+		} else if l.AlwaysHeld {
+			l.Compliant = false
+			s.Unheld++
+		}
+		var newest time.Time
+		for _, h := range l.Holders {
+			if l.FencingToken == nil || h.FencingToken > *l.FencingToken {
+				t := h.FencingToken
+				l.FencingToken = &t
+			}
+			if h.started.After(newest) {
+				newest = h.started
+			}
+		}
+		if !newest.IsZero() {
+			d := lockmodel.FormatDuration(r.Time.Sub(newest.UTC().Truncate(time.Second)).Round(time.Second))
+			l.SinceHandover = &d
+		}
+	}
+	s.Compliant = s.Violations == 0 && s.Unheld == 0
+	if !s.Compliant {
+		s.ExitCode = ExitViolation
+	}
+	r.Summary = s
+}
+
+// holder describes the session id holding a key whose ModifyIndex is its
+// fencing token (the shared definition: the Raft index of the hold).
+func holder(w *world, id string, token uint64, value []byte, now time.Time) Holder {
+	h := Holder{Session: id, FencingToken: token, Compliant: true, Violations: []string{}, Value: printable(value),
+		NodeChecks: []string{}, ServiceCheck: []string{}}
+	if e := w.raw[id]; e != nil {
+		s := w.sessions[id]
+		h.SessionName, h.Node = e.Name, e.Node
+		h.TTL, h.LockDelay = lockmodel.FormatDuration(s.TTL), lockmodel.FormatDuration(s.LockDelay)
+		h.Behavior = string(s.Behavior)
+		if h.Behavior == "" {
+			h.Behavior = string(lockmodel.BehaviorRelease)
+		}
+		h.NodeChecks, h.ServiceCheck = s.NodeChecks, s.ServiceChecks
+	}
+	var hv lockmodel.HolderValue
+	if json.Unmarshal(value, &hv) == nil && !hv.Started.IsZero() {
+		h.started = hv.Started
+		t := hv.Started.UTC().Format(time.RFC3339)
+		h.Started = &t
+		if d := now.Sub(hv.Started); d >= 0 {
+			h.HeldFor = lockmodel.FormatDuration(d.Round(time.Second))
+		}
+		if h.Node == "" {
+			h.Node = hv.Node
+		}
+	}
+	return h
+}
+
+// semaphoreHolders reads api.Semaphore's table: holders are the sessions in
+// Holders that still exist (as the controller judges them), each with its
+// contender key <prefix>/<session>, whose ModifyIndex is its token.
+func semaphoreHolders(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.KVPair, contenderKeys map[string]bool, now time.Time) ([]Holder, *int) {
+	var table lockmodel.SemaphoreState
+	if s, err := lockmodel.DecodeSemaphoreState(p.Value); err == nil {
+		table = s
+	}
+	holders := []Holder{}
+	waiting := 0
+	prefix := strings.TrimSuffix(l.Key, "/"+lockmodel.LockKeyName) + "/"
+	for key, kp := range byKey {
+		if !strings.HasPrefix(key, prefix) || key == l.Key || strings.Contains(strings.TrimPrefix(key, prefix), "/") {
+			continue
+		}
+		contenderKeys[key] = true
+		if kp.Session == "" || path.Base(key) != kp.Session {
+			continue
+		}
+		if table.Holders[kp.Session] {
+			if _, live := w.sessions[kp.Session]; live {
+				holders = append(holders, holder(w, kp.Session, kp.ModifyIndex, kp.Value, now))
+			}
+			continue
+		}
+		waiting++
+	}
+	sort.Slice(holders, func(i, j int) bool { return holders[i].Session < holders[j].Session })
+	return holders, &waiting
+}
+
+// undeclared lists keys under the listed prefixes that look like locks (a
+// lock client's flags, the name .lock, or a session holding them) and are
+// neither a declared key nor a declared semaphore's contender key.
+func undeclared(w *world, byKey map[string]*api.KVPair, contenderKeys map[string]bool) []Undeclared {
+	declared := map[string]bool{}
+	for _, l := range w.decl.locks {
+		declared[l.Key] = true
+	}
+	out := []Undeclared{}
+	for key, p := range byKey {
+		if declared[key] || contenderKeys[key] || w.registryKey(key) {
+			continue
+		}
+		looks := p.Flags == lockmodel.LockFlagValue || p.Flags == lockmodel.SemaphoreFlagValue ||
+			path.Base(key) == lockmodel.LockKeyName || p.Session != ""
+		if looks {
+			out = append(out, Undeclared{Key: key, Session: p.Session, Flags: lockmodel.FormatFlags(p.Flags)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// registryKey is true for keys that belong to the registry (the
+// controller's own leader key included), which a broad list prefix covers.
+func (w *world) registryKey(key string) bool {
+	return w.registry != "" && strings.HasPrefix(key, w.registry+"/")
+}
+
+// printable returns v as text when it is UTF-8 without control bytes, and
+// a byte count otherwise.
+func printable(v []byte) string {
+	s := string(v)
+	for _, r := range s {
+		if r == 0xFFFD || (r < 0x20 && r != '\t') {
+			return fmt.Sprintf("(%d bytes of binary data)", len(v))
+		}
+	}
+	return s
+}

@@ -1,0 +1,181 @@
+// Package status is the `status` program: every declared lock, its
+// holder(s), fencing token and compliance in one table, from a fixed number
+// of Consul reads whatever the number of locks. Compliance is judged by the
+// controller's own Decide, in observe mode.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Exit codes, for monitoring scripts.
+const (
+	ExitOK          = 0 // every lock compliant
+	ExitViolation   = 1 // a finding, or an always-held lock without a holder
+	ExitUsage       = 2
+	ExitUnreachable = 3 // Consul unreachable, or the token lacks a permission
+)
+
+// Main is the `status` program:
+//
+//	status [-lock NAME] [-json] [-watch] [-always-held NAMES] [-registry-prefix P] [-print-rules]
+func Main(ctx context.Context, args []string) int {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return Run(ctx, args, os.Stdout, os.Stderr)
+}
+
+// options are the parsed flags.
+type options struct {
+	lock       string
+	json       bool
+	watch      bool
+	alwaysHeld map[string]bool
+	registry   string
+	printRules bool
+}
+
+// Run is Main with its streams, for tests.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.lock, "lock", "", "show one lock in detail: its holders' session checks, holder values and worst_case_gap")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON (schema_version 1; see the status guide)")
+	fs.BoolVar(&o.watch, "watch", false, "redraw whenever Consul reports a change (blocking queries, no polling); with -json, one document per line")
+	always := fs.String("always-held", "", "comma-separated lock names that must always have a holder (\"*\" = every lock); one without a holder exits 1")
+	fs.StringVar(&o.registry, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
+	fs.BoolVar(&o.printRules, "print-rules", false, "print the read-only ACL rules this program needs for the declared locks, and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: consullock status [flags]\n\nEvery declared lock, its holders, fencing token and compliance. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 all compliant, 1 a violation or an always-held lock without a holder, 2 usage, 3 Consul unreachable or permission denied.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "status: unexpected arguments %q\n", fs.Args())
+		return ExitUsage
+	}
+	p, err := lockmodel.ValidateRegistryPrefix(o.registry)
+	if err != nil {
+		fmt.Fprintf(stderr, "status: -registry-prefix: %v\n", err)
+		return ExitUsage
+	}
+	o.registry = p
+	o.alwaysHeld = map[string]bool{}
+	for _, n := range strings.Split(*always, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.alwaysHeld[n] = true
+		}
+	}
+	settings, err := consul.SettingsFromEnv()
+	if err != nil {
+		fmt.Fprintf(stderr, "status: reading the Consul environment: %v\n", err)
+		return ExitUsage
+	}
+	client, err := consul.New(settings)
+	if err != nil {
+		fmt.Fprintf(stderr, "status: %v\n", err)
+		return ExitUsage
+	}
+	r := &reader{c: client, registry: o.registry}
+	if o.printRules {
+		return printRules(ctx, r, stdout, stderr)
+	}
+	if o.watch {
+		return watch(ctx, r, o, stdout, stderr)
+	}
+	start := client.Requests()
+	w, err := r.readOnce(ctx)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	rep := build(w, o.registry, o.alwaysHeld, time.Now())
+	rep.ConsulRequests = int(client.Requests() - start)
+	return show(rep, o, stdout, stderr)
+}
+
+// show prints rep as o asks and returns the exit code.
+func show(rep *Report, o options, stdout, stderr io.Writer) int {
+	if o.lock != "" {
+		i, ok := rep.declared[o.lock]
+		if !ok {
+			fmt.Fprintf(stderr, "status: Lock Not Declared: no lock %q under %s/locks/; run without -lock to list the declared locks.\n", o.lock, rep.RegistryPrefix)
+			return ExitUsage
+		}
+		l := rep.Locks[i]
+		if o.json {
+			writeJSON(stdout, l)
+		} else {
+			renderDetail(stdout, l)
+		}
+		if l.Compliant {
+			return ExitOK
+		}
+		return ExitViolation
+	}
+	if o.json {
+		writeJSON(stdout, rep)
+	} else {
+		renderTable(stdout, rep)
+	}
+	return rep.Summary.ExitCode
+}
+
+func writeJSON(w io.Writer, v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+// fail reports a read error: exit 3 for an unreachable Consul or a missing
+// permission (named), 1 otherwise.
+func fail(stderr io.Writer, err error) int {
+	var ce *consul.Error
+	if errors.As(err, &ce) {
+		switch ce.Kind {
+		case consul.KindPermissionDenied:
+			fmt.Fprintf(stderr, "status: Permission Denied: %v. Grant the token the read-only rules of `consullock status -print-rules` (the token needs %q on %q).\n",
+				err, ce.Permission, ce.Resource)
+			return ExitUnreachable
+		case consul.KindInvalidToken:
+			fmt.Fprintf(stderr, "status: Invalid Token: %v. Set CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) to a valid token.\n", err)
+			return ExitUnreachable
+		case consul.KindTransient, consul.KindUnknown:
+			fmt.Fprintf(stderr, "status: Consul Unreachable: %v. Check CONSUL_HTTP_ADDR and that the agent is up.\n", err)
+			return ExitUnreachable
+		}
+	}
+	fmt.Fprintf(stderr, "status: Read Failed: %v. Check the agent's log.\n", err)
+	return ExitViolation
+}
+
+// printRules prints the read-only rules, narrowed to the prefixes status
+// lists when the registry is readable, else the broad ones.
+func printRules(ctx context.Context, r *reader, stdout, stderr io.Writer) int {
+	d, _, err := r.registryList(ctx, 0, false)
+	var prefixes []string
+	if err != nil {
+		fmt.Fprintf(stderr, "status: cannot read the declarations (%v); printing rules for every key prefix\n", err)
+	} else {
+		_, prefixes = listPrefixes(d)
+	}
+	fmt.Fprint(stdout, lockmodel.ReadOnlyRules(r.registry, prefixes))
+	return ExitOK
+}

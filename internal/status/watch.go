@@ -1,0 +1,161 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+)
+
+// update is one answer of a blocking query: how to apply it to the world,
+// or the error it failed with.
+type update struct {
+	source string // "registry", "sessions" or a list prefix
+	gen    int    // the list loop's generation; stale ones are dropped
+	apply  func(*world)
+	err    error
+}
+
+// fetch is one blocking query after index.
+type fetch func(ctx context.Context, index uint64) (uint64, func(*world), error)
+
+// loop runs f until ctx ends, sending every change (not the timeouts of
+// an unchanged wait) to ch. After an error it waits and starts again from
+// index 0, as the controller's watches do.
+func loop(ctx context.Context, source string, gen int, f fetch, ch chan<- update) {
+	var index uint64
+	failures := 0
+	for ctx.Err() == nil {
+		next, apply, err := f(ctx, index)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			select {
+			case ch <- update{source: source, gen: gen, err: err}:
+			case <-ctx.Done():
+				return
+			}
+			index = 0
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(min(time.Duration(failures)*500*time.Millisecond, 10*time.Second)):
+			}
+			continue
+		}
+		failures = 0
+		if index != 0 && next == index {
+			continue // the wait ended without a change
+		}
+		select {
+		case ch <- update{source: source, gen: gen, apply: apply}:
+		case <-ctx.Done():
+			return
+		}
+		if next < index || next == 0 {
+			next = max(1, min(next, index))
+		}
+		index = next
+	}
+}
+
+// watch redraws whenever a blocking query reports a change: one on the
+// registry, one on the sessions and one per list prefix (the same fixed
+// number of queries as a single read).
+func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan update)
+	w := &world{registry: r.registry, pairs: map[string][]*api.KVPair{}, sessions: nil}
+	synced := map[string]bool{}
+	lists := map[string]context.CancelFunc{}
+	gens := map[string]int{}
+	gen := 0
+	go loop(ctx, "registry", 0, func(ctx context.Context, index uint64) (uint64, func(*world), error) {
+		d, i, err := r.registryList(ctx, index, true)
+		return i, func(w *world) { w.decl = d }, err
+	}, ch)
+	go loop(ctx, "sessions", 0, func(ctx context.Context, index uint64) (uint64, func(*world), error) {
+		raw, i, err := r.sessionList(ctx, index, true)
+		return i, func(w *world) { w.setSessions(raw) }, err
+	}, ch)
+	var last []byte
+	code := ExitOK
+	for {
+		var u update
+		select {
+		case <-ctx.Done():
+			return code
+		case u = <-ch:
+		}
+		if g, ok := gens[u.source]; u.source != "registry" && u.source != "sessions" && (!ok || g != u.gen) {
+			continue // a list loop that was replaced
+		}
+		if u.err != nil {
+			var ce *consul.Error
+			if errors.As(u.err, &ce) && (ce.Kind == consul.KindPermissionDenied || ce.Kind == consul.KindInvalidToken) {
+				return fail(stderr, u.err)
+			}
+			fmt.Fprintf(stderr, "status: %v (retrying)\n", u.err)
+			continue
+		}
+		u.apply(w)
+		synced[u.source] = true
+		if u.source == "registry" {
+			var prefixes []string
+			w.groups, prefixes = listPrefixes(w.decl)
+			want := map[string]bool{}
+			for _, p := range prefixes {
+				want[p] = true
+				if lists[p] != nil {
+					continue
+				}
+				gen++
+				lctx, lcancel := context.WithCancel(ctx)
+				lists[p], gens[p] = lcancel, gen
+				go loop(lctx, p, gen, func(ctx context.Context, index uint64) (uint64, func(*world), error) {
+					pairs, i, err := r.keyList(ctx, p, index, true)
+					return i, func(w *world) { w.pairs[p] = pairs }, err
+				}, ch)
+			}
+			for p, stop := range lists {
+				if !want[p] {
+					stop()
+					delete(lists, p)
+					delete(gens, p)
+					delete(w.pairs, p)
+					delete(synced, p)
+				}
+			}
+		}
+		ready := synced["registry"] && synced["sessions"]
+		for p := range lists {
+			ready = ready && synced[p]
+		}
+		if !ready {
+			continue
+		}
+		rep := build(w, r.registry, o.alwaysHeld, time.Now())
+		var buf bytes.Buffer
+		code = show(rep, o, &buf, stderr)
+		if code == ExitUsage {
+			return code
+		}
+		if bytes.Equal(buf.Bytes(), last) {
+			continue
+		}
+		last = buf.Bytes()
+		if !o.json {
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J") // clear the terminal, then redraw
+		}
+		_, _ = stdout.Write(buf.Bytes())
+	}
+}
