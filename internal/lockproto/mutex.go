@@ -156,10 +156,7 @@ func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 		}
 		if err != nil {
 			failures++
-			if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify("watch lock key "+m.lock.Key, err).Error()}) {
-				return
-			}
-			if sleepCtx(ctx, backoff(failures)) != nil {
+			if !reportReadFailure(ctx, out, s, sent, err, "watch lock key "+m.lock.Key, failures) {
 				return
 			}
 			index = 0

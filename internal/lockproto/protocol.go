@@ -209,6 +209,16 @@ func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error,
 }
 
 // send delivers o unless ctx ends first; it reports whether it did.
+// reportReadFailure tells the loop a watch read of session s failed and waits
+// the backoff for the failures so far; false means ctx ended and the watch
+// must stop.
+func reportReadFailure(ctx context.Context, out chan<- Observation, s *Session, sent time.Time, err error, op string, failures int) bool {
+	if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify(op, err).Error()}) {
+		return false
+	}
+	return sleepCtx(ctx, backoff(failures)) == nil
+}
+
 func send(ctx context.Context, out chan<- Observation, o Observation) bool {
 	select {
 	case out <- o:

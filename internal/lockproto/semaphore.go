@@ -302,10 +302,7 @@ func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observatio
 		}
 		if err != nil {
 			failures++
-			if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify("watch semaphore "+m.prefix+"/", err).Error()}) {
-				return
-			}
-			if sleepCtx(ctx, backoff(failures)) != nil {
+			if !reportReadFailure(ctx, out, s, sent, err, "watch semaphore "+m.prefix+"/", failures) {
 				return
 			}
 			index = 0

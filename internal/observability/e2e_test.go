@@ -26,16 +26,7 @@ import (
 var agent *testenv.Agent
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	a, err := testenv.Start(ctx, testenv.Options{})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting consul:", err)
-		os.Exit(1)
-	}
-	agent = a
-	code := m.Run()
-	a.Stop()
+	code := testenv.RunWithAgent(m, &agent)
 	os.Exit(code)
 }
 

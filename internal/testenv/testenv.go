@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -390,4 +391,20 @@ func freePorts(n int) ([]int, error) {
 	// Serf also needs the UDP port free; TCP and UDP ranges overlap rarely
 	// enough on loopback that a collision shows as a failed start.
 	return out, nil
+}
+
+// RunWithAgent is the body of a TestMain whose package shares one agent:
+// it starts the agent into *agent, runs the tests, stops the agent and
+// returns the exit code.
+func RunWithAgent(m *testing.M, agent **Agent) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	a, err := Start(ctx, Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting consul:", err)
+		return 1
+	}
+	*agent = a
+	defer a.Stop()
+	return m.Run()
 }
