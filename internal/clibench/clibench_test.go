@@ -150,7 +150,7 @@ func BenchmarkCLI(b *testing.B) {
 			k := key{size, "consullock", phase}
 			return fmt.Sprintf("%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB", phase,
 				td.Seconds(), noop.Seconds(), cl.Seconds(), cl.Seconds()/noop.Seconds(), cl.Seconds()/td.Seconds(),
-				float64(medianInt(requests[k]))/float64(resources), float64(medianInt(writes[k]))/float64(size),
+				float64(medianInt(requests[k]))/float64(resources), float64(medianInt(writes[k]))/float64(resources),
 				float64(peakRSS[k])/1024)
 		})
 	}
@@ -164,7 +164,7 @@ func printRows(size int, header bool, row func(phase string) string) {
 	var table bytes.Buffer
 	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if header {
-		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/lock\tprovider peak RSS\t\n")
+		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/resource\tprovider peak RSS\t\n")
 	}
 	for _, phase := range phases {
 		fmt.Fprintf(w, "%d\t%s\t\n", size, row(phase))

@@ -284,3 +284,14 @@ func TestReadBatcher_sendsWhenCLIParallelismReadsWait(t *testing.T) {
 		t.Fatalf("%d transactions for %d waiting reads, want 1", n, cliParallelism)
 	}
 }
+
+// A refresh with a token Consul does not know (expired, deleted) says so:
+// the api reports a refused transaction as bare text, and a read that
+// failed for an unknown reason would not tell the user to renew the token.
+func TestReadBatcher_unknownTokenIsInvalidToken(t *testing.T) {
+	c := newClient(t, testenv.NewUUID())
+	_, err := c.Reads().Get(context.Background(), testenv.UniquePrefix(t.Name())+"/k")
+	if KindOf(err) != KindInvalidToken {
+		t.Fatalf("read with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	}
+}

@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -158,12 +159,24 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // Ping checks that the agent answers and, when ACLs are on, that the
-// caller's token is valid. It is called once when the provider is
-// configured, never per operation.
+// caller's token is valid, in one request: the token check needs an answer
+// from the agent too. It is called once when the provider is configured,
+// never per operation.
 func (c *Client) Ping(ctx context.Context) error {
+	if c.hasToken {
+		err := c.CheckToken(ctx)
+		if err == nil || KindOf(err) == KindInvalidToken {
+			return err
+		}
+		var e *Error
+		if errors.As(err, &e) {
+			err = e.Err
+		}
+		return c.wrap("reach Consul", err)
+	}
 	q := (&api.QueryOptions{}).WithContext(ctx)
 	if _, err := c.Status().LeaderWithQueryOptions(q); err != nil {
 		return c.wrap("reach Consul", err)
 	}
-	return c.CheckToken(ctx)
+	return nil
 }

@@ -173,9 +173,19 @@ func isNetworkError(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
-var statusText = regexp.MustCompile(`^Unexpected response code: (\d{3}) \((.*)\)$`)
+var (
+	statusText = regexp.MustCompile(`^Unexpected response code: (\d{3}) \((.*)\)$`)
+	// failedTxnText is how api.KV.Txn reports any answer but 200 and 409:
+	// the body without its status. A read-only transaction cannot go
+	// through writeTxn (only KV.Txn sends ?consistent), so the status is
+	// recovered from the bodies Consul sends only with 403.
+	failedTxnText = regexp.MustCompile(`^Failed request: ((?:` + aclNotFound + `|Permission denied).*)$`)
+)
 
 func parseStatusText(s string) (int, string, bool) {
+	if m := failedTxnText.FindStringSubmatch(strings.TrimSpace(s)); m != nil {
+		return http.StatusForbidden, m[1], true
+	}
 	m := statusText.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return 0, "", false

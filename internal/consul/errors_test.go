@@ -137,8 +137,13 @@ func TestClassify_againstRealAgent(t *testing.T) {
 
 func TestPing(t *testing.T) {
 	ctx := context.Background()
-	if err := newClient(t, agent.ManagementToken).Ping(ctx); err != nil {
+	withToken := newClient(t, agent.ManagementToken)
+	if err := withToken.Ping(ctx); err != nil {
 		t.Fatalf("ping with management token: %v", err)
+	}
+	// Every plan configures the provider once: the check is one request.
+	if sent := withToken.Requests(); sent != 1 {
+		t.Fatalf("ping sent %d requests, want 1", sent)
 	}
 	// The anonymous token is a valid token, even under default deny.
 	if err := newClient(t, "").Ping(ctx); err != nil {

@@ -155,7 +155,7 @@ func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, 
 		{Verb: api.KVLock, Key: pair.Key, Flags: flags, Value: value, Session: pair.Session},
 	}
 	return settleCAS(func() (bool, error) {
-		ok, resp, _, err := c.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+		ok, resp, err := c.writeTxn(ctx, ops)
 		if err != nil {
 			return false, c.Classify(ctx, op, err)
 		}

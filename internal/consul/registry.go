@@ -68,7 +68,7 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 	ops := api.KVTxnOps{{Verb: api.KVCAS, Key: key, Value: value, Index: expectIndex}}
 	var index uint64
 	ok, err := settleCAS(func() (bool, error) {
-		ok, resp, _, err := r.client.KV().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+		ok, resp, err := r.client.writeTxn(ctx, ops)
 		if err != nil {
 			return false, r.client.Classify(ctx, op, err)
 		}
@@ -78,7 +78,9 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 			}
 			return false, nil
 		}
-		index = resp.Results[0].ModifyIndex
+		if len(resp.Results) > 0 && resp.Results[0].KV != nil {
+			index = resp.Results[0].KV.ModifyIndex
+		}
 		return true, nil
 	}, func() (writeOutcome, error) {
 		pair, err := r.client.ReadKeyConsistent(ctx, key)

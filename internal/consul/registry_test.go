@@ -48,3 +48,14 @@ func TestRegistry_checkAndSetAgainstRealAgent(t *testing.T) {
 		t.Fatalf("Put with a read-only token: kind %v (%v), want permission denied", KindOf(err), err)
 	}
 }
+
+// A record write with a token Consul does not know (expired, deleted) says
+// so, as a lock change does: the provider then asks for a new token instead
+// of reporting an unknown failure.
+func TestRegistryPut_unknownTokenIsInvalidToken(t *testing.T) {
+	reg := newClient(t, testenv.NewUUID()).Registry(testenv.UniquePrefix(t.Name()))
+	_, err := reg.Put(context.Background(), lockmodel.KindSessionDefaults, "p", []byte(`{}`), 0)
+	if KindOf(err) != KindInvalidToken {
+		t.Fatalf("record write with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 
 	"github.com/hashicorp/consul/api"
@@ -16,8 +15,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
-
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 var (
@@ -63,7 +60,7 @@ func (e *aclTokenEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{
 					setvalidator.SizeAtLeast(1),
-					setvalidator.ValueStringsAre(stringvalidator.RegexMatches(regexp.MustCompile(lockmodel.NamePattern), aclPolicyNameMessage)),
+					setvalidator.ValueStringsAre(stringvalidator.RegexMatches(namePatternRE, aclPolicyNameMessage)),
 				},
 			},
 			"ttl": schema.StringAttribute{

@@ -79,8 +79,11 @@ func (w *withIdentity) Create(ctx context.Context, req resource.CreateRequest, r
 }
 
 func (w *withIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	prior := w.stateValue(ctx, req.State, &resp.Diagnostics)
 	w.inner.Read(ctx, req, resp)
+	if req.Identity != nil && !req.Identity.Raw.IsFullyNull() && resp.State.Raw.Equal(req.State.Raw) {
+		return // the usual refresh: same object, and resp.Identity starts as its identity
+	}
+	prior := w.stateValue(ctx, req.State, &resp.Diagnostics)
 	w.setIdentity(ctx, resp.Identity, resp.State, prior, &resp.Diagnostics)
 }
 

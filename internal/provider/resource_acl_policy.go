@@ -60,14 +60,15 @@ type aclPolicyModel struct {
 	RegistryKey         types.String `tfsdk:"registry_key"`
 }
 
-// aclUUID matches Consul's ACL object IDs, to tell an import ID from a name.
-// Compiled once: schemas and validators are built per provider process,
-// and requests must not pay for regular expressions again.
+// Compiled once: the framework asks for a schema more than once per
+// process, and requests must not pay for regular expressions again.
 var (
 	namePatternRE       = regexp.MustCompile(lockmodel.NamePattern)
 	datacenterPatternRE = regexp.MustCompile(lockmodel.DatacenterPattern)
+	aclRoleNameRE       = regexp.MustCompile(aclRoleNamePattern)
 )
 
+// aclUUID matches Consul's ACL object IDs, to tell an import ID from a name.
 var aclUUID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // aclPolicyNameMessage completes "Attribute name ..." in the validator's error.

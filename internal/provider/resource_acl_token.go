@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -27,7 +26,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 var (
@@ -137,14 +135,14 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Optional:            true,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(
-					stringvalidator.RegexMatches(regexp.MustCompile(lockmodel.NamePattern), aclPolicyNameMessage))},
+					stringvalidator.RegexMatches(namePatternRE, aclPolicyNameMessage))},
 			},
 			"roles": schema.SetAttribute{
 				MarkdownDescription: "Names of the ACL roles the token holds.",
 				Optional:            true,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(
-					stringvalidator.RegexMatches(regexp.MustCompile(aclRoleNamePattern), "must be 1 to 256 letters, digits, '-' or '_' (Consul's role name rule)"))},
+					stringvalidator.RegexMatches(aclRoleNameRE, "must be 1 to 256 letters, digits, '-' or '_' (Consul's role name rule)"))},
 			},
 			"service_identities": schema.SetNestedAttribute{
 				MarkdownDescription: "Service identities the token holds: the privileges to register and discover a service, " +

@@ -266,7 +266,7 @@ func (r *lockResource) ValidateConfig(ctx context.Context, req resource.Validate
 // and the registry key; and warns about limit changes that running
 // contenders must follow.
 func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() {
+	if req.Plan.Raw.IsNull() || r.planKeepsState(ctx, req) {
 		return
 	}
 	var plan, cfg lockResourceModel
@@ -315,6 +315,34 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+// planKeepsState tells whether the plan is the prior state unchanged and
+// the state already holds every value ModifyPlan computes (key, flags,
+// registry_key): the usual plan, where nothing was changed. It reads only
+// the attributes it needs, because a whole-model Get and Set per resource
+// cost more than the rest of a refresh-only plan.
+func (r *lockResource) planKeepsState(ctx context.Context, req resource.ModifyPlanRequest) bool {
+	if r.data == nil || req.State.Raw.IsNull() || !req.Plan.Raw.Equal(req.State.Raw) {
+		return false
+	}
+	var name, prefix, key, flags, registryKey types.String
+	var limit types.Int64
+	var diags diag.Diagnostics
+	diags.Append(req.State.GetAttribute(ctx, path.Root("name"), &name)...)
+	diags.Append(req.State.GetAttribute(ctx, path.Root("prefix"), &prefix)...)
+	diags.Append(req.State.GetAttribute(ctx, path.Root("key"), &key)...)
+	diags.Append(req.State.GetAttribute(ctx, path.Root("limit"), &limit)...)
+	diags.Append(req.State.GetAttribute(ctx, path.Root("flags"), &flags)...)
+	diags.Append(req.State.GetAttribute(ctx, path.Root("registry_key"), &registryKey)...)
+	if diags.HasError() {
+		return false // the full path reports it
+	}
+	normPrefix, err := lockmodel.NormalizeKeyPath("prefix", prefix.ValueString())
+	return err == nil &&
+		key.ValueString() == lockmodel.DefaultLockKey(normPrefix) &&
+		flags.ValueString() == lockmodel.FormatFlags(lockmodel.Lock{Limit: int(limit.ValueInt64())}.Flags()) &&
+		registryKey.ValueString() == lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, name.ValueString())
 }
 
 // Create writes the declaration record, creates the key create-only and
@@ -448,6 +476,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	prior := state
 	key := strings.Trim(state.Key.ValueString(), "/")
 	if key == "" {
 		key = lockmodel.DefaultLockKey(strings.Trim(state.Prefix.ValueString(), "/"))
@@ -506,7 +535,11 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		}
 	}
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, recIndex)...)
-	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	// resp.State starts as the prior state: setting an unchanged model
+	// again would only cost a conversion per resource on every refresh.
+	if state != prior {
+		resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	}
 }
 
 // Update rewrites the declaration record and, when the key needs it, the
