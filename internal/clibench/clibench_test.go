@@ -4,7 +4,7 @@
 // built-in terraform_data and with a no-op framework provider of the same
 // resource shape (./noop, the framework's floor).
 //
-//	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3 by default)
+//	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3 by default; BENCH_RUNS=3,1 = per size)
 //
 // BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
 // developing.
@@ -48,7 +48,9 @@ var phases = []string{"create", "plan", "update", "destroy"}
 
 func BenchmarkCLI(b *testing.B) {
 	sizes := envInts(b, "BENCH_SIZES", []int{200, 2000})
-	runs := envInts(b, "BENCH_RUNS", []int{3})[0]
+	// BENCH_RUNS=3,1 runs the first size 3 times and the next once (a
+	// 2,000-lock cycle of three subjects takes about 15 minutes here).
+	runsPerSize := envInts(b, "BENCH_RUNS", []int{3})
 	ctx := context.Background()
 
 	agent, err := testenv.Start(ctx, testenv.Options{})
@@ -106,7 +108,8 @@ func BenchmarkCLI(b *testing.B) {
 	requests := map[key][]int64{}
 	writes := map[key][]int64{}
 	peakRSS := map[key]int64{}
-	for _, size := range sizes {
+	for i, size := range sizes {
+		runs := runsPerSize[min(i, len(runsPerSize)-1)]
 		profiles := max(size/10, 1)
 		for _, s := range subjects {
 			work := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(s.name, " ", "-"), size))
@@ -148,14 +151,14 @@ func BenchmarkCLI(b *testing.B) {
 			noop := median(times[key{size, "noop framework", phase}])
 			cl := median(times[key{size, "consullock", phase}])
 			k := key{size, "consullock", phase}
-			return fmt.Sprintf("%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB", phase,
+			return fmt.Sprintf("%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB\t%.0f MiB", phase,
 				td.Seconds(), noop.Seconds(), cl.Seconds(), cl.Seconds()/noop.Seconds(), cl.Seconds()/td.Seconds(),
 				float64(medianInt(requests[k]))/float64(resources), float64(medianInt(writes[k]))/float64(resources),
-				float64(peakRSS[k])/1024)
+				float64(peakRSS[key{size, "noop framework", phase}])/1024, float64(peakRSS[k])/1024)
 		})
 	}
 
-	b.Logf("medians of %d runs; OpenTofu %s launching each provider binary; Consul %s", runs, tofuBin, agent.Bin)
+	b.Logf("medians of %v runs per size; OpenTofu %s launching each provider binary; Consul %s", runsPerSize, tofuBin, agent.Bin)
 }
 
 // printRows prints the table rows of one size as soon as it is measured, so
@@ -164,7 +167,7 @@ func printRows(size int, header bool, row func(phase string) string) {
 	var table bytes.Buffer
 	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if header {
-		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/resource\tprovider peak RSS\t\n")
+		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/resource\tpeak RSS noop\tpeak RSS consullock\t\n")
 	}
 	for _, phase := range phases {
 		fmt.Fprintf(w, "%d\t%s\t\n", size, row(phase))
