@@ -48,7 +48,7 @@ func (s *seqSender) send(_ context.Context, keys []string) (map[string]*api.KVPa
 func TestReadBatcher_readDuringFlightWaitsForNextTxn(t *testing.T) {
 	var seq atomic.Int64
 	s := &seqSender{seq: &seq, hold: make(chan struct{}), sent: make(chan int, 10)}
-	b := newReadBatcher(time.Millisecond, s.send)
+	b := newReadBatcher(time.Millisecond, time.Millisecond, s.send)
 	ctx := context.Background()
 
 	first := make(chan uint64, 1)
@@ -95,7 +95,7 @@ func TestReadBatcher_readDuringFlightWaitsForNextTxn(t *testing.T) {
 func TestReadBatcher_everyReadServedByLaterTxn(t *testing.T) {
 	var seq atomic.Int64
 	s := &seqSender{seq: &seq}
-	b := newReadBatcher(200*time.Microsecond, s.send)
+	b := newReadBatcher(200*time.Microsecond, 200*time.Microsecond, s.send)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for g := 0; g < 40; g++ {
@@ -131,7 +131,7 @@ func TestReadBatcher_fullBatchSentAndNeverOverfilled(t *testing.T) {
 	var seq atomic.Int64
 	s := &seqSender{seq: &seq, sent: make(chan int, 10)}
 	// A linger no test waits for: only a full batch is sent.
-	b := newReadBatcher(time.Hour, s.send)
+	b := newReadBatcher(time.Hour, time.Hour, s.send)
 	ctx := context.Background()
 	keysOf := func(name string, n int) []string {
 		var out []string
@@ -268,7 +268,7 @@ func TestReadBatcher_realAgentSeesEveryWriteBeforeTheRead(t *testing.T) {
 func TestReadBatcher_sendsWhenCLIParallelismReadsWait(t *testing.T) {
 	var seq atomic.Int64
 	s := &seqSender{seq: &seq}
-	b := newReadBatcher(time.Hour, s.send)
+	b := newReadBatcher(time.Hour, time.Hour, s.send)
 	var wg sync.WaitGroup
 	for i := 0; i < cliParallelism; i++ {
 		wg.Add(1)
@@ -293,5 +293,19 @@ func TestReadBatcher_unknownTokenIsInvalidToken(t *testing.T) {
 	_, err := c.Reads().Get(context.Background(), testenv.UniquePrefix(t.Name())+"/k")
 	if KindOf(err) != KindInvalidToken {
 		t.Fatalf("read with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	}
+}
+
+// A lone read (a small configuration, the last resource of a plan) goes
+// once no other read has joined for the idle gap, not after the whole
+// linger: here the linger is an hour, so only the idle gap can send it.
+func TestReadBatcher_loneReadSentAfterIdleGap(t *testing.T) {
+	var seq atomic.Int64
+	s := &seqSender{seq: &seq}
+	b := newReadBatcher(time.Millisecond, time.Hour, s.send)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := b.Get(ctx, "alone"); err != nil {
+		t.Fatalf("a lone read was not sent after the idle gap: %v", err)
 	}
 }
