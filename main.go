@@ -9,10 +9,11 @@ import (
 	"io"
 	"log"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6/tf6server"
 
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/provider"
@@ -64,14 +65,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Println(version)
 		return 0
 	}
-	for _, name := range quietLogEnv(os.Environ()) {
+	quiet := provider.QuietLogEnv(os.Environ())
+	for _, name := range quiet {
 		_ = os.Setenv(name, "OFF")
 	}
-	err := providerserver.Serve(ctx, provider.New(version), providerserver.ServeOpts{
-		Address:         "registry.terraform.io/consullock/consullock",
-		Debug:           *debug,
-		ProtocolVersion: 6,
-	})
+	framework := providerserver.NewProtocol6(provider.New(version)())
+	server := framework
+	if len(quiet) > 0 {
+		server = func() tfprotov6.ProviderServer { return provider.QuietServer(framework()) }
+	}
+	var opts []tf6server.ServeOpt
+	if *debug {
+		opts = append(opts, tf6server.WithManagedDebug())
+	}
+	err := tf6server.Serve("registry.terraform.io/consullock/consullock", server, opts...)
 	// The CLI shut the provider down: end any ephemeral lock or token it
 	// did not close (OpenTofu skips Close after a failure or an
 	// interrupt). It kills a provider that has not exited after 2s.
@@ -81,29 +88,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// providerLogEnv is the provider's own log level variable, derived by
-// terraform-plugin-go from the provider address.
-const providerLogEnv = "TF_LOG_PROVIDER_CONSULLOCK"
-
-// quietLogEnv returns the log level variables to set to OFF before serving.
-// Unless told otherwise by the environment, the plugin SDKs log every RPC at
-// trace level, JSON-encoded to stderr, and the CLI throws it all away when
-// the user did not set TF_LOG: a third of the provider's CPU during a plan.
-// When the user asked for any provider or SDK log, nothing is changed, so
-// everything is logged as before.
-func quietLogEnv(environ []string) []string {
-	for _, kv := range environ {
-		name, value, _ := strings.Cut(kv, "=")
-		if value == "" || name == "TF_LOG_PATH" || name == "TF_LOG_SDK_PROTO_DATA_DIR" || name == "TF_LOG_CORE" {
-			continue
-		}
-		if name == "TF_LOG" || strings.HasPrefix(name, "TF_LOG_PROVIDER") || strings.HasPrefix(name, "TF_LOG_SDK") {
-			return nil
-		}
-	}
-	return []string{"TF_LOG_SDK", "TF_LOG_SDK_PROTO", "TF_LOG_SDK_FRAMEWORK", "TF_LOG_PROVIDER", providerLogEnv}
 }
 
 func usage(w io.Writer) {

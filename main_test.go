@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,33 +41,6 @@ func TestBadFlagExits2(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(context.Background(), []string{"-no-such-flag"}, &stderr); code != 2 {
 		t.Fatalf("exit code = %d, want 2", code)
-	}
-}
-
-func TestQuietLogEnv(t *testing.T) {
-	quiet := []string{"TF_LOG_SDK", "TF_LOG_SDK_PROTO", "TF_LOG_SDK_FRAMEWORK", "TF_LOG_PROVIDER", providerLogEnv}
-	for _, tc := range []struct {
-		name    string
-		environ []string
-		want    []string
-	}{
-		{"nothing asked", []string{"HOME=/root", "PATH=/bin"}, quiet},
-		{"empty TF_LOG is not asking", []string{"TF_LOG="}, quiet},
-		{"log path alone logs nothing", []string{"TF_LOG_PATH=/tmp/x"}, quiet},
-		{"core logs only", []string{"TF_LOG_CORE=trace"}, quiet},
-		{"TF_LOG", []string{"TF_LOG=trace"}, nil},
-		{"TF_LOG json", []string{"TF_LOG=JSON"}, nil},
-		{"provider logs", []string{"TF_LOG_PROVIDER=debug"}, nil},
-		{"this provider's logs", []string{"TF_LOG_PROVIDER_CONSULLOCK=trace"}, nil},
-		{"SDK logs", []string{"TF_LOG_SDK=trace"}, nil},
-		{"framework logs", []string{"TF_LOG_SDK_FRAMEWORK=trace"}, nil},
-		{"protocol logs", []string{"TF_LOG_SDK_PROTO=trace"}, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := quietLogEnv(tc.environ); !slices.Equal(got, tc.want) {
-				t.Fatalf("quietLogEnv(%q) = %q, want %q", tc.environ, got, tc.want)
-			}
-		})
 	}
 }
 

@@ -18,9 +18,17 @@ import (
 var agent *testenv.Agent
 
 // testAccProtoV6ProviderFactories runs the provider in-process for
-// terraform-plugin-testing, which drives the real OpenTofu from bin/.
+// terraform-plugin-testing, which drives the real OpenTofu from bin/. It is
+// served as the binary serves it: through QuietServer unless the test asks
+// for logs, so that the acceptance tests run through that path too.
 var testAccProtoV6ProviderFactories = map[string]func() (tfprotov6.ProviderServer, error){
-	"consullock": providerserver.NewProtocol6WithError(New("test")()),
+	"consullock": func() (tfprotov6.ProviderServer, error) {
+		server := providerserver.NewProtocol6(New("test")())()
+		if len(QuietLogEnv(os.Environ())) > 0 {
+			server = QuietServer(server)
+		}
+		return server, nil
+	},
 }
 
 func TestMain(m *testing.M) {
