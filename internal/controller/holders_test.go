@@ -228,6 +228,7 @@ func TestEnforce_maxHoldSurvivesAControllerRestart(t *testing.T) {
 		t.Fatal("observe mode ended a session")
 	}
 
+	restarted := time.Now()
 	second := h.start(ModeEnforce)
 	eventually(t, 10*time.Second, func() error {
 		if h.sessionAlive(holder) {
@@ -235,6 +236,7 @@ func TestEnforce_maxHoldSurvivesAControllerRestart(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("the restarted controller ended the 2h-old hold (max_hold 1h) %s after it started", time.Since(restarted).Round(time.Millisecond))
 	if got := second.Metrics().ViolationsTotal(ReasonMaxHoldExceeded); got != 1 {
 		t.Errorf("violations_total{reason=max_hold_exceeded} = %v, want 1", got)
 	}
