@@ -138,10 +138,26 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 			return Decision{}, false, nil // already gone
 		}
 		st.Sessions[se.ID] = observedSession(se)
+		// The hold's value, read now: the mutex key's, or the holder's
+		// contender key's for a semaphore.
+		var value []byte
+		if !l.IsSemaphore() {
+			if pair != nil && pair.Session == d.Session {
+				value = pair.Value
+			}
+		} else {
+			cp, _, err := c.client.KV().Get(semaphoreDir(l)+d.Session, q)
+			if err != nil {
+				return Decision{}, false, consul.Classify("read semaphore contender key "+semaphoreDir(l)+d.Session, err)
+			}
+			if cp != nil && cp.Session == d.Session {
+				value = cp.Value
+			}
+		}
 		c.mu.Lock()
 		h := Holder{Lock: l.Name, Session: d.Session}
 		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
-			st.HeldSince[h] = hold.Since
+			st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
 		}
 		st.ProfileSwitched = map[string]uint64{l.Name: c.profileSwitched[l.Name]}
 		c.mu.Unlock()

@@ -89,6 +89,10 @@ type Controller struct {
 	livePolicies map[string]LivePolicy
 	policySync   bool
 	heldSince    map[Holder]Hold
+	// holdStart is when each hold began (lockmodel.HoldStart), as of the
+	// last snapshot; lastLook is when each lock's state was last known.
+	holdStart map[Holder]time.Time
+	lastLook  map[string]time.Time
 	// profileSwitched is, by lock name, the record ModifyIndex at which
 	// this controller saw the lock start naming another profile.
 	profileSwitched map[string]uint64
@@ -181,6 +185,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		groups:          map[string]*group{},
 		keyGroup:        map[string]string{},
 		heldSince:       map[Holder]Hold{},
+		holdStart:       map[Holder]time.Time{},
+		lastLook:        map[string]time.Time{},
 		profileSwitched: map[string]uint64{},
 		lockStatus:      map[string]*lockStatus{},
 		reported:        map[string]string{},
@@ -380,7 +386,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			st.Keys[key] = lk
 		}
 	}
-	current := map[Holder]uint64{}
+	looks := map[string]map[string]uint64{}
 	for name, l := range c.locks {
 		l, err := l.Normalize()
 		if err != nil || st.UnknownKeys[l.Key] {
@@ -391,20 +397,45 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 		if exists && st.Sessions != nil {
 			hs = holders(l, live, st.Sessions)
 		}
-		for _, s := range hs {
-			var acq uint64
-			if !l.IsSemaphore() {
-				acq = live.LockIndex
+		if st.Sessions != nil {
+			// A look: the key's state and its holders' sessions are known.
+			look := make(map[string]uint64, len(hs))
+			for _, s := range hs {
+				var acq uint64
+				if !l.IsSemaphore() {
+					acq = live.LockIndex
+				}
+				look[s.ID] = acq
 			}
-			current[Holder{Lock: name, Session: s.ID}] = acq
+			looks[name] = look
 		}
 		c.updateLockStatus(name, l, live, exists, hs, now)
 	}
-	c.heldSince = TrackHolds(c.heldSince, current, now)
+	c.heldSince = TrackHolds(c.heldSince, looks, c.lastLook, now)
+	for name := range looks {
+		c.lastLook[name] = now
+	}
+	for name := range c.lastLook {
+		if _, ok := c.locks[name]; !ok {
+			delete(c.lastLook, name)
+		}
+	}
+	c.holdStart = make(map[Holder]time.Time, len(c.heldSince))
 	for h, hold := range c.heldSince {
-		st.HeldSince[h] = hold.Since
-		if l := c.locks[h.Lock]; l.MaxHold > 0 {
-			if dl := hold.Since.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
+		l, declared := c.locks[h.Lock]
+		if !declared {
+			delete(c.heldSince, h)
+			continue
+		}
+		var value []byte
+		if lk, ok := c.holderKey(l, h.Session); ok {
+			value = lk.Value
+		}
+		start, _ := lockmodel.HoldStart(value, hold.Evidence(), now)
+		c.holdStart[h] = start
+		st.HeldSince[h] = start
+		if l.MaxHold > 0 {
+			if dl := start.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
 				next = dl
 			}
 		}
@@ -564,12 +595,24 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	c.declSeen = seen
 	c.registrySync = true
 	keys := make([]string, 0, len(locks))
+	var semaphores []lockmodel.Lock
 	for _, l := range locks {
 		if n, err := l.Normalize(); err == nil {
-			keys = append(keys, n.Key)
+			if n.IsSemaphore() {
+				// Watched by its directory <prefix>/: the holder table
+				// and the contender keys <prefix>/<session>, whose
+				// ModifyIndex is each holder's fencing token.
+				keys = append(keys, semaphoreDir(n))
+				semaphores = append(semaphores, n)
+			} else {
+				keys = append(keys, n.Key)
+			}
 		}
 	}
 	assign := GroupKeys(keys, c.cfg.MaxLockWatches)
+	for _, n := range semaphores {
+		assign[n.Key] = assign[semaphoreDir(n)]
+	}
 	if n, over := WatchCapExceeded(assign, c.cfg.MaxLockWatches); over && n != len(c.groups) {
 		c.log.Warn("more lock watches than -max-lock-watches",
 			"lock_watches", n, "max_lock_watches", c.cfg.MaxLockWatches,
@@ -606,6 +649,33 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	}
 	c.keyGroup = assign
 	c.metrics.lockWatches.Set(float64(len(c.groups)))
+}
+
+// semaphoreDir is the directory of a semaphore's keys, <prefix>/: a group
+// key that stands for the holder table and every contender key in it.
+func semaphoreDir(l lockmodel.Lock) string {
+	return l.Prefix + "/"
+}
+
+// holderKey returns the key whose ModifyIndex is the fencing token of
+// session's hold on l, as the last watch answer saw it: the lock key of a
+// mutex, the contender key <prefix>/<session> of a semaphore. false when
+// it is not known or not held by session (c.mu held).
+func (c *Controller) holderKey(l lockmodel.Lock, session string) (LiveKey, bool) {
+	n, err := l.Normalize()
+	if err != nil {
+		return LiveKey{}, false
+	}
+	g := c.groups[c.keyGroup[n.Key]]
+	if g == nil {
+		return LiveKey{}, false
+	}
+	key := n.Key
+	if n.IsSemaphore() {
+		key = semaphoreDir(n) + session
+	}
+	lk, ok := g.live[key]
+	return lk, ok && lk.Session == session
 }
 
 func sameSet(a, b map[string]bool) bool {

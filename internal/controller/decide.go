@@ -81,9 +81,10 @@ type State struct {
 	// watch has not answered (or the token may not read policies).
 	LivePolicies map[string]LivePolicy
 
-	// HeldSince is when this controller first saw each holder holding, on
-	// its own monotonic clock (see TrackHolds); max_hold is measured from
-	// it and from nothing a holder wrote.
+	// HeldSince is when each hold began, by lockmodel.HoldStart: the
+	// "started" the holder wrote, bounded by what this controller saw
+	// itself (TrackHolds), or its first sight when the holder wrote none.
+	// max_hold is measured from it.
 	HeldSince map[Holder]time.Time
 
 	// ProfileIndex is the ModifyIndex (a Raft index) of each session
@@ -377,7 +378,7 @@ func judgeHolder(st State, l lockmodel.Lock, s lockmodel.ObservedSession, enforc
 		if since, ok := st.HeldSince[Holder{Lock: l.Name, Session: s.ID}]; ok {
 			if held := st.Now.Sub(since); held > l.MaxHold {
 				reasons = append(reasons, ReasonMaxHoldExceeded)
-				details = append(details, fmt.Sprintf("session %s has held lock %q for at least %s (timed by this controller since it first saw the hold); max_hold is %s",
+				details = append(details, fmt.Sprintf("session %s has held lock %q for %s (from the start its holder value gives, bounded by what this controller saw, else from its first sight); max_hold is %s",
 					s.ID, l.Name, held.Round(time.Second), lockmodel.FormatDuration(l.MaxHold)))
 			}
 		}
@@ -400,33 +401,56 @@ func describeSession(s lockmodel.ObservedSession) string {
 		s.ID, s.Node, lockmodel.FormatDuration(s.TTL), lockmodel.FormatDuration(s.LockDelay), behaviorOf(s), s.NodeChecks, s.CreateIndex)
 }
 
-// Hold is one holder's hold as the controller times it.
+// Hold is what this controller has itself seen of one holder's hold, on
+// its own clock; lockmodel.HoldStart turns it and the holder's value into
+// the time the hold began.
 type Hold struct {
-	// Since is when this controller first saw the hold, on its own clock.
-	Since time.Time
+	// FirstSeen is when this controller first saw the hold.
+	FirstSeen time.Time
+	// NotBefore is when this controller last saw the lock without this
+	// hold; zero when the hold already existed at its first look at the
+	// lock (it has just started, or just got the lock's state back).
+	NotBefore time.Time
 	// Acquisition tells acquisitions by the same session apart: a mutex
 	// key's LockIndex (Consul raises it when a session acquires the
 	// unheld key, the same session again included); 0 when unknown.
 	Acquisition uint64
 }
 
-// TrackHolds returns when each current holder (with its acquisition
-// mark) was first seen holding: a hold already in prev keeps its time, a
-// new one (a new holder, or the same session with another acquisition
-// mark) starts at now, and a holder no longer current is forgotten. now is
-// the controller's own clock (time.Now, whose monotonic reading makes the
-// differences immune to wall-clock steps); nothing a holder wrote, such as
-// the "started" of its holder value (another node's clock), enters. A hold
-// is therefore never timed longer than it has lasted; it is timed shorter
-// by the time it had already lasted when this controller first saw it.
-func TrackHolds(prev map[Holder]Hold, current map[Holder]uint64, now time.Time) map[Holder]Hold {
-	out := make(map[Holder]Hold, len(current))
-	for h, acq := range current {
-		p, ok := prev[h]
-		if !ok || p.Acquisition != acq {
-			p = Hold{Since: now, Acquisition: acq}
+// Evidence is h as lockmodel.HoldStart takes it.
+func (h Hold) Evidence() lockmodel.HoldEvidence {
+	return lockmodel.HoldEvidence{FirstSeen: h.FirstSeen, NotBefore: h.NotBefore}
+}
+
+// TrackHolds returns what this controller has seen of each hold after a
+// look at the locks in looks (lock name -> the sessions holding it, each
+// with its acquisition mark), taken at now on the controller's own clock.
+// lastLook is, by lock name, when it last looked before (absent: never).
+//
+//   - A hold already in prev, with the same acquisition mark, keeps its
+//     evidence.
+//   - A new hold (a new holder, or the same session with another mark) is
+//     first seen now, and began after the last look at its lock, which
+//     did not show it (NotBefore; zero on the first look).
+//   - A hold of a looked-at lock that is no longer current is forgotten;
+//     the holds of locks not looked at this time (their state is unknown)
+//     are kept as they are.
+func TrackHolds(prev map[Holder]Hold, looks map[string]map[string]uint64, lastLook map[string]time.Time, now time.Time) map[Holder]Hold {
+	out := make(map[Holder]Hold, len(prev))
+	for h, p := range prev {
+		if _, looked := looks[h.Lock]; !looked {
+			out[h] = p
 		}
-		out[h] = p
+	}
+	for lock, sessions := range looks {
+		for session, acq := range sessions {
+			h := Holder{Lock: lock, Session: session}
+			p, ok := prev[h]
+			if !ok || p.Acquisition != acq {
+				p = Hold{FirstSeen: now, NotBefore: lastLook[lock], Acquisition: acq}
+			}
+			out[h] = p
+		}
 	}
 	return out
 }

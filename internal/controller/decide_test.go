@@ -379,20 +379,27 @@ func snapshotController(t *testing.T, value []byte) *Controller {
 	return c
 }
 
-// TestSnapshot_maxHoldIsTimedByTheControllerClock: the "started" a holder
-// writes is another node's clock; whatever it says (far in the past or the
-// future), the hold is timed from when this controller first saw it.
-func TestSnapshot_maxHoldIsTimedByTheControllerClock(t *testing.T) {
+// TestSnapshot_maxHoldIsTimedByHoldStart: max_hold is judged from
+// lockmodel.HoldStart. A controller whose first look at the lock already
+// shows the hold (it has just started, or took over) believes the start
+// the holder wrote, bounded by now: a holder that says it started 2h ago is
+// past a 1h max_hold at once, whatever controller restarts came between.
+// A start in the future, none, or the zero time is timed from first sight.
+func TestSnapshot_maxHoldIsTimedByHoldStart(t *testing.T) {
 	now := time.Now() // with a monotonic reading, as the controller's
 	holder := Holder{Lock: "report", Session: sessA}
+	started := func(at time.Time) []byte {
+		return []byte(`{"node":"n1","pid":1,"started":"` + at.UTC().Format(time.RFC3339Nano) + `"}`)
+	}
 	for _, tc := range []struct {
 		name  string
 		value []byte
+		since time.Time // want
 	}{
-		{"no holder value", nil},
-		{"started 2h in the past", []byte(`{"node":"n1","pid":1,"started":"` + now.Add(-2*time.Hour).UTC().Format(time.RFC3339Nano) + `"}`)},
-		{"started 2h in the future", []byte(`{"node":"n1","pid":1,"started":"` + now.Add(2*time.Hour).UTC().Format(time.RFC3339Nano) + `"}`)},
-		{"started at the zero time", []byte(`{"node":"n1","pid":1,"started":"0001-01-01T00:00:00Z"}`)},
+		{"no holder value", nil, now},
+		{"started 2h in the future", started(now.Add(2 * time.Hour)), now},
+		{"started at the zero time", []byte(`{"node":"n1","pid":1,"started":"0001-01-01T00:00:00Z"}`), now},
+		{"started 10m ago", started(now.Add(-10 * time.Minute)), now.Add(-10 * time.Minute)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := snapshotController(t, tc.value)
@@ -400,40 +407,78 @@ func TestSnapshot_maxHoldIsTimedByTheControllerClock(t *testing.T) {
 			if !ready {
 				t.Fatal("snapshot not ready")
 			}
-			if since := st.HeldSince[holder]; !since.Equal(now) {
-				t.Errorf("held since %s; want %s, when the controller first saw the hold", since, now)
+			if since := st.HeldSince[holder]; !since.Equal(tc.since) {
+				t.Errorf("held since %s; want %s", since, tc.since)
 			}
-			if want := now.Add(time.Hour + time.Millisecond); !next.Equal(want) {
+			if want := tc.since.Add(time.Hour + time.Millisecond); !next.Equal(want) {
 				t.Errorf("next max_hold deadline %s, want %s", next, want)
 			}
 			if ds := Decide(st, ModeEnforce); len(ds) != 0 {
 				t.Errorf("decisions on first sight: %+v", ds)
 			}
-			st, _, _ = c.snapshot(now.Add(59 * time.Minute))
+			st, _, _ = c.snapshot(tc.since.Add(59 * time.Minute))
 			if ds := Decide(st, ModeEnforce); len(ds) != 0 {
 				t.Errorf("decisions after 59m of a 1h max_hold: %+v", ds)
 			}
-			st, _, _ = c.snapshot(now.Add(61 * time.Minute))
+			st, _, _ = c.snapshot(tc.since.Add(61 * time.Minute))
 			if ds := Decide(st, ModeEnforce); len(ds) != 1 || ds[0].Kind != KindEndSession || !slices.Equal(ds[0].Reasons, []string{ReasonMaxHoldExceeded}) {
 				t.Errorf("decisions after 61m of a 1h max_hold: %+v; want one end_session for max_hold_exceeded", ds)
 			}
 		})
 	}
+
+	t.Run("started 2h ago, first seen by a controller that just started", func(t *testing.T) {
+		c := snapshotController(t, started(now.Add(-2*time.Hour)))
+		st, _, _ := c.snapshot(now)
+		if since := st.HeldSince[holder]; !since.Equal(now.Add(-2 * time.Hour)) {
+			t.Errorf("held since %s; want the holder's start %s", since, now.Add(-2*time.Hour))
+		}
+		if ds := Decide(st, ModeEnforce); len(ds) != 1 || ds[0].Kind != KindEndSession || !slices.Equal(ds[0].Reasons, []string{ReasonMaxHoldExceeded}) {
+			t.Errorf("decisions on first sight of a hold 2h old: %+v; want one end_session for max_hold_exceeded", ds)
+		}
+	})
+
+	t.Run("started 2h ago by its clock, but acquired after this controller saw the lock unheld", func(t *testing.T) {
+		c := snapshotController(t, started(now.Add(-2*time.Hour)))
+		g := c.groups[mutexKey]
+		held := g.live[mutexKey]
+		g.live = map[string]LiveKey{mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 9}}
+		unheldAt := now.Add(-time.Minute)
+		c.snapshot(unheldAt)
+		g.live = map[string]LiveKey{mutexKey: held}
+		st, _, _ := c.snapshot(now)
+		if since := st.HeldSince[holder]; !since.Equal(unheldAt) {
+			t.Errorf("held since %s; want %s, when this controller last saw the lock unheld", since, unheldAt)
+		}
+		if ds := Decide(st, ModeEnforce); len(ds) != 0 {
+			t.Errorf("decisions on a hold at most 1m old: %+v", ds)
+		}
+	})
 }
 
 func TestTrackHolds(t *testing.T) {
 	a, b := Holder{Lock: "report", Session: sessA}, Holder{Lock: "report", Session: sessB}
-	got := TrackHolds(nil, map[Holder]uint64{a: 1}, t0)
-	got = TrackHolds(got, map[Holder]uint64{a: 1, b: 0}, t0.Add(time.Minute))
-	if !got[a].Since.Equal(t0) || !got[b].Since.Equal(t0.Add(time.Minute)) {
-		t.Errorf("a holder keeps its first sighting, a new one starts now: %v", got)
+	o := Holder{Lock: "other", Session: sessB}
+	look := map[string]time.Time{}
+	got := TrackHolds(nil, map[string]map[string]uint64{"report": {sessA: 1}, "other": {sessB: 0}}, look, t0)
+	if !got[a].FirstSeen.Equal(t0) || !got[a].NotBefore.IsZero() {
+		t.Errorf("a hold present at the first look has no NotBefore: %+v", got[a])
 	}
-	got = TrackHolds(got, map[Holder]uint64{a: 2, b: 0}, t0.Add(2*time.Minute))
-	if !got[a].Since.Equal(t0.Add(2 * time.Minute)) {
+	look["report"], look["other"] = t0, t0
+	got = TrackHolds(got, map[string]map[string]uint64{"report": {sessA: 1, sessB: 0}, "other": {sessB: 0}}, look, t0.Add(time.Minute))
+	if !got[a].FirstSeen.Equal(t0) || !got[b].FirstSeen.Equal(t0.Add(time.Minute)) || !got[b].NotBefore.Equal(t0) {
+		t.Errorf("a holder keeps its first sighting, a new one starts now after the last look: %v", got)
+	}
+	look["report"] = t0.Add(time.Minute)
+	got = TrackHolds(got, map[string]map[string]uint64{"report": {sessA: 2, sessB: 0}}, look, t0.Add(2*time.Minute))
+	if !got[a].FirstSeen.Equal(t0.Add(2*time.Minute)) || !got[a].NotBefore.Equal(t0.Add(time.Minute)) {
 		t.Errorf("the same session acquiring again (LockIndex 1 -> 2) is a new hold: %v", got[a])
 	}
-	got = TrackHolds(got, map[Holder]uint64{b: 0}, t0.Add(3*time.Minute))
-	if _, ok := got[a]; ok || len(got) != 1 || !got[b].Since.Equal(t0.Add(time.Minute)) {
+	if !got[o].FirstSeen.Equal(t0) {
+		t.Errorf("the hold of a lock not looked at (state unknown) is kept: %v", got)
+	}
+	got = TrackHolds(got, map[string]map[string]uint64{"report": {sessB: 0}, "other": {}}, look, t0.Add(3*time.Minute))
+	if _, ok := got[a]; ok || len(got) != 1 || !got[b].FirstSeen.Equal(t0.Add(time.Minute)) {
 		t.Errorf("a holder that let go is forgotten, the other keeps its time: %v", got)
 	}
 }

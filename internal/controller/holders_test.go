@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -88,11 +89,13 @@ func TestEnforce_holdersThatPredateAProfileChangeAreLeftToFinish(t *testing.T) {
 	}
 }
 
-// TestEnforce_maxHoldIgnoresTheHolderClock: the "started" in a holder value
-// is the holder node's clock. A holder that claims to have started 2h ago
-// is not ended by a 1h max_hold on first sight, and one that claims to
+// TestEnforce_maxHoldBoundsTheHolderClockByWhatItSaw: the "started" in a
+// holder value is the holder node's clock, believed only within what the
+// controller saw itself (lockmodel.HoldStart). A holder that acquired
+// after the controller saw the lock unheld, claiming to have started 2h
+// ago, is not ended by a 1h max_hold on first sight; one that claims to
 // start in an hour is ended 2s after the controller saw it.
-func TestEnforce_maxHoldIgnoresTheHolderClock(t *testing.T) {
+func TestEnforce_maxHoldBoundsTheHolderClockByWhatItSaw(t *testing.T) {
 	h := newHarness(t, agent)
 	// Named so that the skewed-past lock is decided first in a round.
 	past := h.declareLock(lockmodel.Lock{Name: h.name("1past"), Prefix: h.prefix + "/past", MaxHold: time.Hour})
@@ -186,4 +189,115 @@ func TestEnforce_switchingALockToAStricterProfileLeavesItsHolder(t *testing.T) {
 	if !h.sessionAlive(old) {
 		t.Error("the released older session was ended")
 	}
+}
+
+// TestEnforce_maxHoldSurvivesAControllerRestart: a hold is timed from the
+// start its holder wrote, not from when a controller first saw it, so a
+// restart (or a take-over by another replica) does not restart the count.
+// A holder whose value says it acquired 2h ago, seen first by a controller
+// that was not running then, is past a 1h max_hold at once: the first
+// controller reports it, the next one (enforce) ends it.
+func TestEnforce_maxHoldSurvivesAControllerRestart(t *testing.T) {
+	h := newHarness(t, agent)
+	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l", MaxHold: time.Hour})
+	if _, err := h.api.KV().Put(&api.KVPair{Key: l.Key, Flags: lockmodel.LockFlagValue}, nil); err != nil {
+		t.Fatal(err)
+	}
+	value, err := json.Marshal(lockmodel.HolderValue{Node: "worker-1", PID: 1, Started: time.Now().Add(-2 * time.Hour).UTC(), Lock: l.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := h.session(api.SessionEntry{LockDelay: 15 * time.Second}, false)
+	h.acquireWith(l.Key, holder, value)
+
+	first := h.start(ModeObserve)
+	eventually(t, 10*time.Second, func() error {
+		if len(first.logs.lines(`"msg":"drift detected"`, ReasonMaxHoldExceeded, holder)) == 0 {
+			return fmt.Errorf("the controller has not reported the 2h-old hold as past its 1h max_hold")
+		}
+		return nil
+	})
+	srv := httptest.NewServer(first.Handler())
+	held := scrape(t, srv.URL)[fmt.Sprintf("consullock_lock_holder_held_seconds{lock=%q,session=%q}", l.Name, holder)]
+	srv.Close()
+	if held < (2 * time.Hour).Seconds() {
+		t.Errorf("holder_held_seconds = %v, want at least 7200 (the holder's start, 2h ago)", held)
+	}
+	first.stop()
+	if !h.sessionAlive(holder) {
+		t.Fatal("observe mode ended a session")
+	}
+
+	restarted := time.Now()
+	second := h.start(ModeEnforce)
+	eventually(t, 10*time.Second, func() error {
+		if h.sessionAlive(holder) {
+			return fmt.Errorf("the restarted controller has not ended the holder past max_hold")
+		}
+		return nil
+	})
+	t.Logf("the restarted controller ended the 2h-old hold (max_hold 1h) %s after it started", time.Since(restarted).Round(time.Millisecond))
+	if got := second.Metrics().ViolationsTotal(ReasonMaxHoldExceeded); got != 1 {
+		t.Errorf("violations_total{reason=max_hold_exceeded} = %v, want 1", got)
+	}
+}
+
+// TestMetrics_fencingTokensOfMutexAndSemaphoreHolders: every holder has a
+// consullock_lock_holder_fencing_token, the ModifyIndex of its mutex key or
+// semaphore contender key (the token status and the data source report);
+// the lock's consullock_lock_fencing_token is the highest of them, for a
+// semaphore too. consullock_lock_always_held follows the declaration.
+func TestMetrics_fencingTokensOfMutexAndSemaphoreHolders(t *testing.T) {
+	h := newHarness(t, agent)
+	mutex := h.declareLock(lockmodel.Lock{Name: h.name("daemon"), Prefix: h.prefix + "/daemon", AlwaysHeld: true})
+	sem := h.declareLock(lockmodel.Lock{Name: h.name("workers"), Prefix: h.prefix + "/workers", Limit: 3})
+	c := h.start(ModeRepair)
+	h.waitKey(mutex.Key)
+	h.waitKey(sem.Key)
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+
+	owner := h.session(api.SessionEntry{LockDelay: 15 * time.Second}, false)
+	h.acquire(mutex.Key, owner)
+	var sessions []string
+	for range 2 {
+		sm, err := h.api.SemaphorePrefix(sem.Prefix, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lost, err := sm.Acquire(nil); err != nil || lost == nil {
+			t.Fatalf("api.Semaphore acquire: %v", err)
+		}
+		t.Cleanup(func() { _ = sm.Release() })
+	}
+	table, _ := lockmodel.DecodeSemaphoreState(h.get(sem.Key).Value)
+	for id := range table.Holders {
+		sessions = append(sessions, id)
+	}
+	if len(sessions) != 2 {
+		t.Fatalf("semaphore holders %v, want 2", table.Holders)
+	}
+
+	want := map[string]float64{
+		fmt.Sprintf("consullock_lock_holder_fencing_token{lock=%q,session=%q}", mutex.Name, owner): float64(h.get(mutex.Key).ModifyIndex),
+		lockSeries("consullock_lock_fencing_token", mutex.Name):                                    float64(h.get(mutex.Key).ModifyIndex),
+		lockSeries("consullock_lock_always_held", mutex.Name):                                      1,
+		lockSeries("consullock_lock_always_held", sem.Name):                                        0,
+	}
+	var highest uint64
+	for _, id := range sessions {
+		token := h.get(sem.Prefix + "/" + id).ModifyIndex
+		highest = max(highest, token)
+		want[fmt.Sprintf("consullock_lock_holder_fencing_token{lock=%q,session=%q}", sem.Name, id)] = float64(token)
+	}
+	want[lockSeries("consullock_lock_fencing_token", sem.Name)] = float64(highest)
+	eventually(t, 10*time.Second, func() error {
+		m := scrape(t, srv.URL)
+		for series, v := range want {
+			if got, ok := m[series]; !ok || got != v {
+				return fmt.Errorf("%s = %v (exported %v), want %v", series, got, ok, v)
+			}
+		}
+		return nil
+	})
 }

@@ -97,13 +97,17 @@ var (
 	descHolderInfo = prometheus.NewDesc("consullock_lock_holder_info",
 		"1 for each holder of each lock (as kube_lease_owner): the holder's node and session.", []string{"lock", "node", "session"}, nil)
 	descHeldFor = prometheus.NewDesc("consullock_lock_holder_held_seconds",
-		"Seconds this controller has seen the holder hold the lock (timed on its own clock since it first saw the hold; what max_hold is judged on).", []string{"lock", "session"}, nil)
+		"Seconds the holder has held the lock, what max_hold is judged on: from the start its holder value gives (consullock run writes one), bounded by what this controller saw itself, else from when this controller first saw the hold.", []string{"lock", "session"}, nil)
 	descMaxHold = prometheus.NewDesc("consullock_lock_max_hold_seconds",
 		"The lock's declared max_hold (absent when it has none).", []string{"lock"}, nil)
 	descWorstCaseGap = prometheus.NewDesc("consullock_lock_worst_case_gap_seconds",
 		"The worst_case_gap of the lock's session profile, 2 x ttl + lock_delay (absent without a declared profile).", []string{"lock"}, nil)
 	descFencingToken = prometheus.NewDesc("consullock_lock_fencing_token",
-		"A held mutex's fencing token: its key's ModifyIndex, the Raft index of the hold (monotone across holders; absent while unheld and for semaphores).", []string{"lock"}, nil)
+		"The lock's newest fencing token: a held mutex's key ModifyIndex (the Raft index of the hold), a semaphore's highest holder token (monotone across holders; absent while unheld).", []string{"lock"}, nil)
+	descHolderToken = prometheus.NewDesc("consullock_lock_holder_fencing_token",
+		"Each holder's fencing token: the Raft index of its hold, the ModifyIndex of a mutex's key or of a semaphore holder's contender key <prefix>/<session>.", []string{"lock", "session"}, nil)
+	descAlwaysHeld = prometheus.NewDesc("consullock_lock_always_held",
+		"1 when the lock is declared always_held (it must always have a holder), else 0.", []string{"lock"}, nil)
 )
 
 // lockCollector computes the per-lock gauges at scrape time, so that the
@@ -121,6 +125,8 @@ func (lc *lockCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descMaxHold
 	ch <- descWorstCaseGap
 	ch <- descFencingToken
+	ch <- descHolderToken
+	ch <- descAlwaysHeld
 }
 
 func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
@@ -151,23 +157,29 @@ func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name strin
 	if !ok {
 		return
 	}
+	always := 0.0
+	if l.AlwaysHeld {
+		always = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descAlwaysHeld, prometheus.GaugeValue, always, name)
 	if l.MaxHold > 0 {
 		ch <- prometheus.MustNewConstMetric(descMaxHold, prometheus.GaugeValue, l.MaxHold.Seconds(), name)
 	}
 	if p, ok := c.profiles[l.SessionDefaults]; ok {
 		ch <- prometheus.MustNewConstMetric(descWorstCaseGap, prometheus.GaugeValue, p.WithDefaults().WorstCaseGap().Seconds(), name)
 	}
+	var newest uint64
 	for id := range ls.holders {
 		ch <- prometheus.MustNewConstMetric(descHolderInfo, prometheus.GaugeValue, 1, name, c.sessions[id].Node, id)
-		if hold, ok := c.heldSince[Holder{Lock: name, Session: id}]; ok {
-			ch <- prometheus.MustNewConstMetric(descHeldFor, prometheus.GaugeValue, now.Sub(hold.Since).Seconds(), name, id)
+		if start, ok := c.holdStart[Holder{Lock: name, Session: id}]; ok {
+			ch <- prometheus.MustNewConstMetric(descHeldFor, prometheus.GaugeValue, max(now.Sub(start).Seconds(), 0), name, id)
+		}
+		if lk, ok := c.holderKey(l, id); ok {
+			ch <- prometheus.MustNewConstMetric(descHolderToken, prometheus.GaugeValue, float64(lk.ModifyIndex), name, id)
+			newest = max(newest, lk.ModifyIndex)
 		}
 	}
-	if n, err := l.Normalize(); err == nil && !n.IsSemaphore() && ls.held {
-		if g := c.groups[c.keyGroup[n.Key]]; g != nil {
-			if live, ok := g.live[n.Key]; ok && live.Session != "" {
-				ch <- prometheus.MustNewConstMetric(descFencingToken, prometheus.GaugeValue, float64(live.ModifyIndex), name)
-			}
-		}
+	if newest > 0 {
+		ch <- prometheus.MustNewConstMetric(descFencingToken, prometheus.GaugeValue, float64(newest), name)
 	}
 }

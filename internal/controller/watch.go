@@ -159,7 +159,7 @@ func (c *Controller) reportBadRecord(p *api.KVPair, err error) {
 }
 
 // pollGroup lists the keys under one group's prefix and keeps the declared
-// lock keys among them.
+// lock keys among them, and the contender keys of declared semaphores.
 func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uint64, error) {
 	pairs, meta, err := c.watcher.KV().List(g.prefix, c.query(ctx, index))
 	if err != nil {
@@ -174,7 +174,9 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 	}
 	live := make(map[string]LiveKey, len(g.keys))
 	for _, p := range pairs {
-		if g.keys[p.Key] {
+		// A declared lock key, or a key right under a semaphore's
+		// directory (its holder table and contender keys).
+		if i := strings.LastIndexByte(p.Key, '/'); g.keys[p.Key] || (i >= 0 && g.keys[p.Key[:i+1]]) {
 			live[p.Key] = LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
 		}
 	}

@@ -26,6 +26,10 @@ type Lock struct {
 	// MaxHold is how long one holder may keep the lock; 0 means no limit.
 	MaxHold     time.Duration
 	Description string
+	// AlwaysHeld declares that the lock must always have a holder (a
+	// singleton daemon run with `consullock run`): status exits 1 and the
+	// ConsulLockUnheld alert fires when it has none.
+	AlwaysHeld bool
 }
 
 // DefaultLockKey is the key api.Lock, api.Semaphore and `consul lock` use

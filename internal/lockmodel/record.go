@@ -73,6 +73,7 @@ type LockSpec struct {
 	SessionDefaults string `json:"session_defaults"` // "" for none
 	MaxHold         string `json:"max_hold"`         // "" for no limit
 	Description     string `json:"description"`
+	AlwaysHeld      bool   `json:"always_held"` // absent (records written before it existed) = false
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
@@ -149,6 +150,7 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		Flags:           FormatFlags(n.Flags()),
 		SessionDefaults: n.SessionDefaults,
 		Description:     n.Description,
+		AlwaysHeld:      n.AlwaysHeld,
 	}
 	if n.MaxHold != 0 {
 		spec.MaxHold = FormatDuration(n.MaxHold)
@@ -174,6 +176,7 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		SessionDefaults: spec.SessionDefaults,
 		MaxHold:         maxHold,
 		Description:     spec.Description,
+		AlwaysHeld:      spec.AlwaysHeld,
 	}
 	errs = append(errs, AsFieldErrors(l.Validate())...)
 	if len(errs) == 0 && spec.Flags != "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -77,10 +78,13 @@ func TestEncodeRecords_golden(t *testing.T) {
 	}{
 		{"lock is normalised", func() ([]byte, error) {
 			return EncodeLockRecord(Lock{Name: "job", Prefix: "/svc/job/"})
-		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"","description":""},"managed_by":"consullock"}`},
+		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"","description":"","always_held":false},"managed_by":"consullock"}`},
 		{"description is not HTML-escaped", func() ([]byte, error) {
 			return EncodeLockRecord(Lock{Name: "job", Prefix: "svc/job", Limit: 2, Description: "a <b> & c"})
-		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":2,"flags":"0xe0f69a2baa414de0","session_defaults":"","max_hold":"","description":"a <b> & c"},"managed_by":"consullock"}`},
+		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":2,"flags":"0xe0f69a2baa414de0","session_defaults":"","max_hold":"","description":"a <b> & c","always_held":false},"managed_by":"consullock"}`},
+		{"always_held written", func() ([]byte, error) {
+			return EncodeLockRecord(Lock{Name: "daemon", Prefix: "svc/daemon", AlwaysHeld: true})
+		}, `{"schema_version":1,"kind":"lock","name":"daemon","spec":{"name":"daemon","prefix":"svc/daemon","key":"svc/daemon/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"","description":"","always_held":true},"managed_by":"consullock"}`},
 		{"profile defaults written out, zero lock delay explicit", func() ([]byte, error) {
 			return EncodeSessionProfileRecord(SessionProfile{Name: "p", TTL: 30 * time.Second, NodeChecks: []string{}})
 		}, `{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","ttl":"30s","lock_delay":"0s","behavior":"release","node_checks":[],"service_checks":[],"renew_every":"10s","worst_case_gap":"1m0s"},"managed_by":"consullock"}`},
@@ -208,6 +212,11 @@ func TestDecodeLockRecord(t *testing.T) {
 		want Lock
 	}{
 		{"written record", lockRecord, Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+		// lockRecord predates always_held: a record without the field
+		// declares a lock that need not always be held.
+		{"record written before always_held existed", lockRecord, Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour, AlwaysHeld: false}},
+		{"always_held read", strings.Replace(lockRecord, `"description":""`, `"description":"","always_held":true`, 1),
+			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour, AlwaysHeld: true}},
 		{"hand-written minimal record", `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"/svc/job/"}}`,
 			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1}},
 		{"unknown fields ignored", strings.Replace(lockRecord, `"limit":1`, `"limit":1,"future":{"x":[1]}`, 1),
@@ -221,6 +230,25 @@ func TestDecodeLockRecord(t *testing.T) {
 				t.Fatalf("DecodeLockRecord = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLockRecord_alwaysHeldRoundTrip: always_held survives encode and
+// decode both ways, and a record is written with it explicitly.
+func TestLockRecord_alwaysHeldRoundTrip(t *testing.T) {
+	for _, want := range []bool{false, true} {
+		l := Lock{Name: "daemon", Prefix: "svc/daemon", Key: "svc/daemon/.lock", Limit: 1, AlwaysHeld: want}
+		b, err := EncodeLockRecord(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), fmt.Sprintf(`"always_held":%t`, want)) {
+			t.Fatalf("record %s does not write always_held %t", b, want)
+		}
+		got, err := DecodeLockRecord(b)
+		if err != nil || got != l {
+			t.Fatalf("DecodeLockRecord(EncodeLockRecord(%+v)) = %+v, %v", l, got, err)
+		}
 	}
 }
 

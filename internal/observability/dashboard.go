@@ -60,20 +60,23 @@ func Dashboard() ([]byte, error) {
 								WithPanel(single("Controller leaders", "Replicas leading now: 1 is healthy, 0 means nothing repairs or enforces.", `sum(consullock_leader)`)).
 								WithPanel(single("Locks held", "Declared locks with at least one holder.", `count(max by (lock) (consullock_lock_held) == 1) or vector(0)`)).
 								WithPanel(single("Locks unheld", "Declared locks without a holder.", `count(max by (lock) (consullock_lock_held) == 0) or vector(0)`)).
-								WithPanel(single("Violations (1h)", "Holder findings in the last hour (consullock_violations_total).", `sum(max by (reason) (increase(consullock_violations_total[1h])))`)).
-								WithRow(dashboard.NewRowBuilder("Locks")).
-								WithPanel(series("Holders per lock", "Live holders: 1 for a held mutex, up to the limit for a semaphore.", "short",
+								WithPanel(single("Always-held locks unheld", "Locks declared always_held without a holder now (ConsulLockUnheld fires once that lasts longer than their worst_case_gap).",
+			`count((max by (lock) (consullock_lock_held) == 0) and on (lock) (max by (lock) (consullock_lock_always_held) == 1)) or vector(0)`)).
+		WithPanel(single("Violations (1h)", "Holder findings in the last hour (consullock_violations_total).", `sum(max by (reason) (increase(consullock_violations_total[1h])))`)).
+		WithRow(dashboard.NewRowBuilder("Locks")).
+		WithPanel(series("Holders per lock", "Live holders: 1 for a held mutex, up to the limit for a semaphore.", "short",
 			query(`max by (lock) (consullock_lock_holders`+sel+`)`, "{{lock}}"))).
 		WithPanel(series("Holder by node", "consullock_lock_holder_info: which node holds each lock.", "short",
 			query(`max by (lock, node) (consullock_lock_holder_info`+sel+`)`, "{{lock}} on {{node}}"))).
-		WithPanel(series("Fencing token", "A held mutex's fencing token (Raft index of the hold): it only grows; each step is a new holder.", "none",
-			query(`max by (lock) (consullock_lock_fencing_token`+sel+`)`, "{{lock}}"))).
+		WithPanel(series("Fencing tokens", "Each lock's newest fencing token (the Raft index of the hold; for a semaphore its highest holder's) and each holder's own: they only grow; each step is a new holder.", "none",
+			query(`max by (lock) (consullock_lock_fencing_token`+sel+`)`, "{{lock}}"),
+			query(`max by (lock, session) (consullock_lock_holder_fencing_token`+sel+`)`, "{{lock}} {{session}}"))).
 		WithPanel(series("Hand-overs", "Times each lock passed to a new holder.", "short",
 			query(`max by (lock) (increase(consullock_lock_handovers_total`+sel+`[$__rate_interval]))`, "{{lock}}"))).
 		WithPanel(series("Seconds unheld", "How long each lock has been without a holder, against its worst_case_gap.", "s",
 			query(`min by (lock) (consullock_lock_unheld_seconds`+sel+`)`, "{{lock}} unheld"),
 			query(`max by (lock) (consullock_lock_worst_case_gap_seconds`+sel+`)`, "{{lock}} worst_case_gap"))).
-		WithPanel(series("Hold time vs max_hold", "How long each holder has held (timed by the controller), against the lock's max_hold.", "s",
+		WithPanel(series("Hold time vs max_hold", "How long each holder has held (from the start its holder value gives, bounded by what the controller saw), against the lock's max_hold.", "s",
 			query(`max by (lock, session) (consullock_lock_holder_held_seconds`+sel+`)`, "{{lock}} {{session}}"),
 			query(`max by (lock) (consullock_lock_max_hold_seconds`+sel+`)`, "{{lock}} max_hold"))).
 		WithRow(dashboard.NewRowBuilder("Controller")).

@@ -57,8 +57,9 @@ func httpGet(url string) ([]byte, error) {
 
 // TestAlertsFireE2E: a real Prometheus (built from the pinned module)
 // scrapes a real controller watching a real agent and evaluates the shipped
-// rules. Two faults are injected: a lock's holder goes away and nobody
-// takes over (ConsulLockUnheld once its worst_case_gap has passed), and a
+// rules. Two faults are injected: the holder of a lock declared always_held
+// goes away and nobody takes over (ConsulLockUnheld once its worst_case_gap
+// has passed; never for a lock not declared always_held), and a
 // holder keeps a lock past max_hold (ConsulLockHolderPastMaxHold). Both must
 // be seen firing through Prometheus's HTTP API. The controller's /metrics
 // also passes `promtool check metrics`.
@@ -82,8 +83,11 @@ func TestAlertsFireE2E(t *testing.T) {
 	put(lockmodel.RegistryKey(registry, lockmodel.KindSessionDefaults, "fast"), prof, 0)
 	var daemon, report lockmodel.Lock
 	for _, l := range []lockmodel.Lock{
-		{Name: "daemon", Prefix: prefix + "/daemon", SessionDefaults: "fast"},
+		{Name: "daemon", Prefix: prefix + "/daemon", SessionDefaults: "fast", AlwaysHeld: true},
 		{Name: "report", Prefix: prefix + "/report", SessionDefaults: "fast", MaxHold: 3 * time.Second},
+		// Never held and not declared always_held: unheld longer than
+		// daemon, and ConsulLockUnheld must not fire for it.
+		{Name: "idle", Prefix: prefix + "/idle", SessionDefaults: "fast"},
 	} {
 		rec, err := lockmodel.EncodeLockRecord(l)
 		if err != nil {
@@ -92,9 +96,10 @@ func TestAlertsFireE2E(t *testing.T) {
 		put(lockmodel.RegistryKey(registry, lockmodel.KindLock, l.Name), rec, 0)
 		n, _ := l.Normalize()
 		put(n.Key, nil, n.Flags())
-		if l.Name == "daemon" {
+		switch l.Name {
+		case "daemon":
 			daemon = n
-		} else {
+		case "report":
 			report = n
 		}
 	}
@@ -168,6 +173,9 @@ func TestAlertsFireE2E(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf(`consullock_lock_holder_info{lock="daemon",node=%q,session=%q} 1`, agent.NodeName, s1),
 		fmt.Sprintf(`consullock_lock_fencing_token{lock="daemon"} %d`, held.ModifyIndex),
+		fmt.Sprintf(`consullock_lock_holder_fencing_token{lock="daemon",session=%q} %d`, s1, held.ModifyIndex),
+		`consullock_lock_always_held{lock="daemon"} 1`,
+		`consullock_lock_always_held{lock="idle"} 0`,
 		`consullock_lock_worst_case_gap_seconds{lock="daemon"} 20`,
 		`consullock_lock_max_hold_seconds{lock="report"} 3`,
 	} {
@@ -247,6 +255,9 @@ scrape_configs:
 			return false
 		}
 		for _, a := range r.Data.Alerts {
+			if a.Labels["alertname"] == "ConsulLockUnheld" && a.Labels["lock"] != "daemon" {
+				t.Errorf("ConsulLockUnheld %s for %s, which is not declared always_held", a.State, a.Labels["lock"])
+			}
 			if lock, ok := want[a.Labels["alertname"]]; ok && a.State == "firing" && a.Labels["lock"] == lock {
 				if _, seen := fired[a.Labels["alertname"]]; !seen {
 					fired[a.Labels["alertname"]] = time.Since(t0)

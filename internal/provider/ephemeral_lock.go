@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -223,24 +224,32 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 		label = l.Name
 	}
 	log := tflogSlog(ctx).With("key", l.Key)
-	started := time.Now()
-	value := func() []byte { return []byte(m.Value.ValueString()) }
-	if m.Value.IsNull() {
-		// The node is not known before the session exists; the holder
-		// value names the provider's host instead, as the runner's does.
-		host, _ := os.Hostname()
-		value = func() []byte {
-			b, _ := json.Marshal(lockmodel.HolderValue{Node: host, PID: os.Getpid(), Started: started.UTC(), Lock: l.Name})
-			return b
+	// The value written at each acquisition attempt; the one of the
+	// attempt that won is written again at release. Its "started" is that
+	// attempt, not the start of the wait: status and the controller time
+	// the hold from it (lockmodel.HoldStart).
+	var (
+		valueMu sync.Mutex
+		written []byte
+	)
+	value := func() []byte {
+		valueMu.Lock()
+		defer valueMu.Unlock()
+		written = []byte(m.Value.ValueString())
+		if m.Value.IsNull() {
+			// The node is not known before the session exists; the holder
+			// value names the provider's host instead, as the runner's does.
+			host, _ := os.Hostname()
+			written, _ = json.Marshal(lockmodel.HolderValue{Node: host, PID: os.Getpid(), Started: time.Now().UTC(), Lock: l.Name})
 		}
+		return written
 	}
-	fixed := value()
 
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	hold, err := lockproto.AcquireHold(waitCtx, e.data.client, lockproto.HoldOptions{
 		Lock: l, Profile: profile, SessionName: "consullock ephemeral " + label,
-		Value: func() []byte { return fixed }, Log: log,
+		Value: value, Log: log,
 	})
 	if err != nil {
 		e.openError(ctx, waitCtx, l, wait, err, &resp.Diagnostics)
@@ -249,6 +258,9 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	// From here on the CLI renews the session (Renew), possibly from
 	// another provider process.
 	hold.Detach()
+	valueMu.Lock()
+	fixed := written
+	valueMu.Unlock()
 	held := heldLock{Session: hold.Session.ID, Lock: l, Profile: profile, Value: fixed, LastRenewal: hold.Session.Created}
 	rule := lockmodel.NewStopRule(profile, 0)
 	resp.RenewAt = hold.Session.Created.Add(rule.RenewEvery)

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -376,6 +377,82 @@ ephemeral "consullock_lock" "l" {
 }
 `, key),
 			ExpectError: regexp.MustCompile(`(?s)Lock Not Acquired In Time.*` + sid + `.*` + agent.NodeName),
+		}},
+	})
+}
+
+// The holder value's "started" is the acquisition, not the start of the
+// wait: status and the controller time the hold from it
+// (lockmodel.HoldStart), so a wait must not count as holding. The lock is
+// held by another session when Open starts waiting and freed later; the
+// value written at acquisition (and again at release, which Close does
+// with the same value) starts after the lock was freed.
+func TestAccEphemeralLock_holderValueStartsAtAcquisitionNotWait(t *testing.T) {
+	testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
+	key := testenv.UniquePrefix(t.Name()) + "/.lock"
+	c := agent.Client()
+	sid, _, err := c.Session().Create(&api.SessionEntry{Name: "other holder", TTL: "60s", LockDelay: time.Nanosecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Session().Destroy(sid, nil) }()
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: key, Session: sid, Flags: lockmodel.LockFlagValue}, nil); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	// Free the lock once the ephemeral lock's session exists (it waits).
+	freed := make(chan time.Time, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			sessions, _, err := c.Session().List(&api.QueryOptions{RequireConsistent: true})
+			if err == nil {
+				for _, s := range sessions {
+					if s.Name == "consullock ephemeral "+key {
+						at := time.Now()
+						if _, _, err := c.KV().Release(&api.KVPair{Key: key, Session: sid, Flags: lockmodel.LockFlagValue}, nil); err == nil {
+							freed <- at
+							return
+						}
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	tfresource.Test(t, tfresource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []tfresource.TestStep{{
+			Config: fmt.Sprintf(`
+ephemeral "consullock_lock" "l" {
+  key  = %q
+  wait = "2m"
+}
+`, key),
+			Check: func(*terraform.State) error {
+				var at time.Time
+				select {
+				case at = <-freed:
+				default:
+					return fmt.Errorf("the lock was never freed: the ephemeral lock did not wait for it")
+				}
+				pair, _, err := c.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+				if err != nil || pair == nil {
+					return fmt.Errorf("reading %s: %v", key, err)
+				}
+				var hv lockmodel.HolderValue
+				if err := json.Unmarshal(pair.Value, &hv); err != nil || hv.Started.IsZero() {
+					return fmt.Errorf("value %q is not a holder value with a start: %v", pair.Value, err)
+				}
+				if hv.Started.Before(at) {
+					return fmt.Errorf("holder value says started %s, before the lock was freed at %s: the wait counted as holding",
+						hv.Started.Format(time.RFC3339Nano), at.UTC().Format(time.RFC3339Nano))
+				}
+				return nil
+			},
 		}},
 	})
 }

@@ -57,6 +57,7 @@ type lockResourceModel struct {
 	SessionDefaults types.String         `tfsdk:"session_defaults"`
 	MaxHold         timetypes.GoDuration `tfsdk:"max_hold"`
 	Description     types.String         `tfsdk:"description"`
+	AlwaysHeld      types.Bool           `tfsdk:"always_held"`
 	ForceDestroy    types.Bool           `tfsdk:"force_destroy"`
 	Flags           types.String         `tfsdk:"flags"`
 	RegistryKey     types.String         `tfsdk:"registry_key"`
@@ -131,6 +132,15 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Optional:            true,
 				Validators:          []validator.String{domainStringRule{check: lockmodel.ValidateDescription, what: fmt.Sprintf("text of at most %d characters", lockmodel.MaxDescriptionLength)}},
 			},
+			"always_held": schema.BoolAttribute{
+				MarkdownDescription: "The lock must always have a holder, as a singleton daemon run with `consullock run` does. " +
+					"`consullock status` then exits 1 when it has none, the controller exports `consullock_lock_always_held = 1`, " +
+					"and the `ConsulLockUnheld` alert fires once it has been unheld for longer than its session profile's " +
+					"`worst_case_gap`. Changing it rewrites only the declaration record: the key and its holder stay. Default `false`.",
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+			},
 			"force_destroy": schema.BoolAttribute{
 				MarkdownDescription: "Allow destroying the lock while it is held: the holders are released, then the key is " +
 					"deleted. Apply `true` before destroying. Default `false`: destroying a held lock fails and names the holder.",
@@ -198,6 +208,7 @@ func (m lockResourceModel) lock() (lockmodel.Lock, diag.Diagnostics) {
 		Limit:           int(m.Limit.ValueInt64()),
 		SessionDefaults: m.SessionDefaults.ValueString(),
 		Description:     m.Description.ValueString(),
+		AlwaysHeld:      m.AlwaysHeld.ValueBool(),
 	}
 	if !m.MaxHold.IsNull() && !m.MaxHold.IsUnknown() {
 		d, ds := m.MaxHold.ValueGoDuration()
@@ -226,6 +237,7 @@ func (m *lockResourceModel) setDeclared(l lockmodel.Lock) {
 	m.Limit = types.Int64Value(int64(l.Limit))
 	m.SessionDefaults = keepOptionalString(m.SessionDefaults, l.SessionDefaults)
 	m.Description = keepOptionalString(m.Description, l.Description)
+	m.AlwaysHeld = types.BoolValue(l.AlwaysHeld)
 	switch {
 	case l.MaxHold == 0 && (m.MaxHold.IsNull() || m.MaxHold.IsUnknown()):
 		m.MaxHold = timetypes.NewGoDurationNull()

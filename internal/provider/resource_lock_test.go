@@ -940,3 +940,90 @@ resource "consullock_lock" "test" {
 		},
 	})
 }
+
+// TestAccLock_alwaysHeldUpdatesOnlyTheRecord: always_held is recorded in
+// the declaration; changing it is an in-place update that rewrites the
+// record and leaves the key (value, session, LockIndex, ModifyIndex) and
+// its holder untouched; import reads it back.
+func TestAccLock_alwaysHeldUpdatesOnlyTheRecord(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := func(alwaysHeld string) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "daemon"
+  prefix = "%s/daemon"
+  %s
+}
+`, p, alwaysHeld)
+	}
+	addr, key, recordKey := "consullock_lock.test", p+"/daemon/.lock", reg+"/locks/daemon"
+	want := func(alwaysHeld bool) lockmodel.Lock {
+		return lockmodel.Lock{Name: "daemon", Prefix: p + "/daemon", Key: key, Limit: 1, AlwaysHeld: alwaysHeld}
+	}
+	var holder string
+	var heldKey *api.KVPair
+	var recordIndex uint64
+	keyUntouched := func(*terraform.State) error {
+		got := kvPair(t, key)
+		if got == nil || got.Session != holder || got.ModifyIndex != heldKey.ModifyIndex || got.LockIndex != heldKey.LockIndex ||
+			!bytes.Equal(got.Value, heldKey.Value) || got.Flags != heldKey.Flags {
+			return fmt.Errorf("lock key changed by an always_held update: %+v, want %+v", got, heldKey)
+		}
+		if rec := kvPair(t, recordKey); rec == nil || rec.ModifyIndex <= recordIndex {
+			return fmt.Errorf("the record %s was not rewritten", recordKey)
+		}
+		return nil
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, recordKey),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg(`always_held = true`),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("always_held"), knownvalue.Bool(true)),
+				},
+				Check: checkLockRecord(t, recordKey, want(true)),
+			},
+			{
+				// Unset: the default, false; an update in place.
+				PreConfig: func() {
+					holder = newHolderSession(t, "daemon-holder")
+					acquire(t, key, holder, `{"node":"worker-1"}`, lockmodel.LockFlagValue)
+					heldKey = kvPair(t, key)
+					recordIndex = kvPair(t, recordKey).ModifyIndex
+				},
+				Config: cfg(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("always_held"), knownvalue.Bool(false)),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(checkLockRecord(t, recordKey, want(false)), keyUntouched),
+			},
+			{
+				PreConfig: func() { recordIndex = kvPair(t, recordKey).ModifyIndex },
+				Config:    cfg(`always_held = true`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(checkLockRecord(t, recordKey, want(true)), keyUntouched),
+			},
+			{
+				PreConfig: func() {
+					if _, _, err := agent.Client().KV().Release(&api.KVPair{Key: key, Session: holder, Flags: lockmodel.LockFlagValue}, nil); err != nil {
+						t.Fatal(err)
+					}
+				},
+				ResourceName:                         addr,
+				ImportState:                          true,
+				ImportStateId:                        "daemon",
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+			},
+		},
+	})
+}

@@ -126,7 +126,11 @@ func renderDetail(w io.Writer, l Lock) {
 		row("Node:", dash(h.Node))
 		row("Session name:", dash(h.SessionName))
 		row("Fencing token:", fmt.Sprint(h.FencingToken))
-		row("Held for:", dash(h.HeldFor)+" (from the start time the holder wrote)")
+		if h.HeldFor != "" {
+			row("Held for:", h.HeldFor+" (from the start time the holder wrote, not after now)")
+		} else {
+			row("Held for:", "unknown (the holder value carries no start time, as `consul lock`'s)")
+		}
 		row("TTL:", dash(h.TTL))
 		row("Lock delay:", dash(h.LockDelay))
 		row("Behavior:", dash(h.Behavior))

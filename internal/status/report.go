@@ -76,7 +76,8 @@ type Holder struct {
 	Node         string `json:"node"`
 	FencingToken uint64 `json:"fencing_token"`
 	// HeldFor is measured from the start time the holder wrote into its
-	// value (the holder's clock); "" when it wrote none.
+	// value (the holder's clock, not after now: lockmodel.HoldStart, the
+	// controller's rule); "" (unknown) when it wrote none.
 	HeldFor      string   `json:"held_for"`
 	Started      *string  `json:"started"`
 	Value        string   `json:"value"`
@@ -112,8 +113,9 @@ type BadRecord struct {
 	Error string `json:"error"`
 }
 
-// build turns one read into a report. alwaysHeld names the locks that must
-// always have a holder ("*" = every lock).
+// build turns one read into a report. A lock must always have a holder when
+// its declaration says always_held, and also when alwaysHeld (the
+// -always-held flag) names it ("*" = every lock).
 func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time) *Report {
 	rep := &Report{SchemaVersion: SchemaVersion, RegistryPrefix: registry, Time: now.UTC().Truncate(time.Second),
 		Locks: []Lock{}, Undeclared: []Undeclared{}, BadRecords: []BadRecord{}, declared: map[string]int{}}
@@ -137,7 +139,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 	for _, name := range names {
 		l := w.decl.locks[name]
 		out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
-			AlwaysHeld: alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []Holder{}, Findings: []Finding{}, Description: l.Description}
+			AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []Holder{}, Findings: []Finding{}, Description: l.Description}
 		if l.IsSemaphore() {
 			out.Kind = "semaphore"
 		}
@@ -259,17 +261,17 @@ func holder(w *world, id string, token uint64, value []byte, now time.Time) Hold
 		}
 		h.NodeChecks, h.ServiceCheck = s.NodeChecks, s.ServiceChecks
 	}
-	var hv lockmodel.HolderValue
-	if json.Unmarshal(value, &hv) == nil && !hv.Started.IsZero() {
-		h.started = hv.Started
-		t := hv.Started.UTC().Format(time.RFC3339)
+	// The controller's rule (lockmodel.HoldStart) with no evidence of our
+	// own: the holder's start, not after now; unknown without one.
+	if start, ok := lockmodel.HoldStart(value, lockmodel.HoldEvidence{}, now); ok {
+		h.started = start
+		t := start.UTC().Format(time.RFC3339)
 		h.Started = &t
-		if d := now.Sub(hv.Started); d >= 0 {
-			h.HeldFor = lockmodel.FormatDuration(d.Round(time.Second))
-		}
-		if h.Node == "" {
-			h.Node = hv.Node
-		}
+		h.HeldFor = lockmodel.FormatDuration(now.Sub(start).Round(time.Second))
+	}
+	var hv lockmodel.HolderValue
+	if h.Node == "" && json.Unmarshal(value, &hv) == nil {
+		h.Node = hv.Node
 	}
 	return h
 }

@@ -5,7 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +242,59 @@ func TestStatusHeldUnheldSemaphore(t *testing.T) {
 	t.Logf("status output:\n%s", out)
 }
 
+// TestStatusDeclaredAlwaysHeld: a lock declared always_held without a
+// holder exits 1 with no flag; -always-held adds locks to the declared
+// ones; a held always_held lock is compliant.
+func TestStatusDeclaredAlwaysHeld(t *testing.T) {
+	f := newFixture(t)
+	daemon := f.lock(lockmodel.Lock{Name: "daemon", AlwaysHeld: true}, false)
+	f.lock(lockmodel.Lock{Name: "idle"}, false)
+
+	code, rep := f.report()
+	if code != ExitViolation || rep.Summary.Unheld != 1 || rep.Summary.Compliant {
+		t.Fatalf("exit %d summary %+v, want 1 with one always-held lock unheld", code, rep.Summary)
+	}
+	if d, i := lockByName(t, rep, "daemon"), lockByName(t, rep, "idle"); !d.AlwaysHeld || d.Compliant || i.AlwaysHeld || !i.Compliant {
+		t.Errorf("daemon always_held %v compliant %v; idle always_held %v compliant %v; want true false, false true",
+			d.AlwaysHeld, d.Compliant, i.AlwaysHeld, i.Compliant)
+	}
+	if code, rep := f.report("-always-held", "idle"); code != ExitViolation || rep.Summary.Unheld != 2 {
+		t.Errorf("-always-held idle: exit %d summary %+v, want 1 with both unheld", code, rep.Summary)
+	}
+	if _, out, _ := f.run("-lock", "daemon"); !regexp.MustCompile(`Always held:\s+true`).MatchString(out) {
+		t.Errorf("detail view of daemon does not say always held:\n%s", out)
+	}
+
+	f.acquire(daemon, f.session("15s", "15s", "release"), time.Now())
+	if code, rep := f.report(); code != ExitOK || rep.Summary.Unheld != 0 {
+		t.Errorf("daemon held: exit %d summary %+v, want 0", code, rep.Summary)
+	}
+}
+
+// TestStatusHeldForFollowsHoldStart: held_for follows the controller's
+// rule (lockmodel.HoldStart): a start in the future is not believed beyond
+// now, and a value without a start (`consul lock`'s) gives held-for unknown.
+func TestStatusHeldForFollowsHoldStart(t *testing.T) {
+	f := newFixture(t)
+	ahead := f.lock(lockmodel.Lock{Name: "ahead"}, false)
+	plain := f.lock(lockmodel.Lock{Name: "plain"}, false)
+	f.acquire(ahead, f.session("15s", "15s", "release"), time.Now().Add(time.Hour))
+	s := f.session("15s", "15s", "release")
+	if ok, _, err := f.api.KV().Acquire(&api.KVPair{Key: plain.Key, Session: s, Flags: plain.Flags(), Value: []byte("consul lock value")}, nil); err != nil || !ok {
+		t.Fatalf("acquire %s: %v %v", plain.Key, ok, err)
+	}
+	_, rep := f.report()
+	if h := lockByName(t, rep, "ahead").Holders[0]; h.HeldFor != "0s" || h.Started == nil {
+		t.Errorf("holder whose clock is an hour ahead: held_for %q started %v, want 0s and a start (now)", h.HeldFor, h.Started)
+	}
+	if h := lockByName(t, rep, "plain").Holders[0]; h.HeldFor != "" || h.Started != nil {
+		t.Errorf("holder without a start: held_for %q started %v, want unknown", h.HeldFor, h.Started)
+	}
+	if _, out, _ := f.run("-lock", "plain"); !strings.Contains(out, "Held for:") || !strings.Contains(out, "unknown") {
+		t.Errorf("detail view does not say held-for unknown:\n%s", out)
+	}
+}
+
 // TestStatusViolationAndMissingKey: a holder whose session breaks its
 // profile (the controller's Decide says so), one past max_hold, and a
 // declared lock whose key does not exist: exit 1, each finding named.
@@ -330,8 +390,13 @@ func TestStatusPermissions(t *testing.T) {
 	}
 }
 
-// TestStatusWatchSeesHandover: -watch redraws on a hand-over (blocking
-// queries, no polling), within a second.
+// TestStatusWatchSeesHandover: -watch redraws a hand-over because a
+// blocking query returned, not because it polled: between the new acquire
+// and the frame that shows the new holder, the watch sent no request that
+// was not a blocking query (?index=N, which Consul holds for up to 5
+// minutes unless the data changes), and the frame follows the return of a
+// blocking query on the lock keys. The latency is logged, not asserted (a
+// loaded machine may be slow; the mechanism is what the issue asks for).
 func TestStatusWatchSeesHandover(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
@@ -339,7 +404,10 @@ func TestStatusWatchSeesHandover(t *testing.T) {
 	s1, s2 := f.session("15s", "0s", "release"), f.session("15s", "0s", "release")
 	f.acquire(l, s1, time.Now())
 
+	rec := newRecordingProxy(t)
+	t.Setenv("CONSUL_HTTP_ADDR", rec.addr)
 	pr, pw := newLineBuffer()
+	pw.mark = func(line string) { rec.event("frame", line) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
@@ -359,19 +427,87 @@ func TestStatusWatchSeesHandover(t *testing.T) {
 	if _, _, err := f.api.KV().Release(&api.KVPair{Key: l.Key, Session: s1, Flags: l.Flags()}, nil); err != nil {
 		t.Fatal(err)
 	}
+	for holderIn(pr.next(t, 30*time.Second)) != "" { // the frame of the release
+	}
+	rec.event("acquire", "")
 	start := time.Now()
 	f.acquire(l, s2, time.Now())
-	for {
-		line := pr.next(t, 30*time.Second)
-		if holderIn(line) == s2 {
-			break
-		}
+	for holderIn(pr.next(t, 30*time.Second)) != s2 {
 	}
 	took := time.Since(start)
 	t.Logf("-watch saw the hand-over %s after the new acquire", took.Round(time.Millisecond))
-	if took > time.Second {
-		t.Errorf("-watch took %s to show the hand-over, want under 1s", took)
+
+	// From the acquire to the frame showing s2, in the order they happened.
+	evs := rec.since("acquire")
+	var cause string
+	for _, e := range evs {
+		switch {
+		case e.kind == "frame" && holderIn(e.detail) == s2:
+			if cause == "" {
+				t.Fatalf("the hand-over frame was not preceded by a blocking query's return; events: %v", evs)
+			}
+			t.Logf("redraw caused by the blocking query %s returning", cause)
+			return
+		case e.kind == "start" && !e.blocking:
+			t.Errorf("-watch sent a request that is not a blocking query during the hand-over: %s (polling)", e.detail)
+		case e.kind == "end" && e.blocking && strings.HasPrefix(e.detail, "/v1/kv/"+f.prefix):
+			cause = e.detail
+		}
 	}
+	t.Fatalf("no hand-over frame among the recorded events: %v", evs)
+}
+
+// recordingProxy forwards to the agent and records, in order, each request
+// it starts and ends (blocking: it carries ?index=N with N > 0) and the
+// events a test marks.
+type recordingProxy struct {
+	addr string
+	mu   sync.Mutex
+	evs  []proxyEvent
+}
+
+type proxyEvent struct {
+	kind     string // "start", "end", or what the test marked
+	detail   string // the request path, or the marked detail
+	blocking bool
+}
+
+func newRecordingProxy(t *testing.T) *recordingProxy {
+	t.Helper()
+	target, _ := url.Parse("http://" + agent.Addr)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	p := &recordingProxy{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		idx := r.URL.Query().Get("index")
+		blocking := idx != "" && idx != "0"
+		p.add(proxyEvent{kind: "start", detail: r.URL.Path, blocking: blocking})
+		rp.ServeHTTP(w, r)
+		p.add(proxyEvent{kind: "end", detail: r.URL.Path, blocking: blocking})
+	}))
+	t.Cleanup(srv.Close)
+	p.addr = strings.TrimPrefix(srv.URL, "http://")
+	return p
+}
+
+func (p *recordingProxy) add(e proxyEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.evs = append(p.evs, e)
+}
+
+func (p *recordingProxy) event(kind, detail string) { p.add(proxyEvent{kind: kind, detail: detail}) }
+
+// since returns the events from the last one of kind on.
+func (p *recordingProxy) since(kind string) []proxyEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.evs) - 1; i >= 0; i-- {
+		if p.evs[i].kind == kind {
+			return append([]proxyEvent(nil), p.evs[i:]...)
+		}
+	}
+	return nil
 }
 
 // lineBuffer is a writer whose lines a test reads as they come.
@@ -379,6 +515,8 @@ type lineBuffer struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer
 	lines chan string
+	// mark, when set, is called with each line as it is written.
+	mark func(line string)
 }
 
 func newLineBuffer() (*lineBuffer, *lineBuffer) {
@@ -396,6 +534,9 @@ func (b *lineBuffer) Write(p []byte) (int, error) {
 			b.buf.Reset()
 			b.buf.WriteString(line)
 			return len(p), nil
+		}
+		if b.mark != nil {
+			b.mark(strings.TrimSuffix(line, "\n"))
 		}
 		b.lines <- strings.TrimSuffix(line, "\n")
 	}

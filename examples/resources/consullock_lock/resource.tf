@@ -31,10 +31,13 @@ resource "consullock_lock" "thumbnailers" {
 }
 
 # A mutex on a raw key that an application acquires through the HTTP API.
+# Its leader must always be running somewhere: `consullock status` exits 1
+# and the ConsulLockUnheld alert fires when it has no holder.
 resource "consullock_lock" "billing_leader" {
-  name   = "billing-leader"
-  prefix = "service/billing"
-  key    = "service/billing/leader"
+  name        = "billing-leader"
+  prefix      = "service/billing"
+  key         = "service/billing/leader"
+  always_held = true
 }
 
 output "nightly_report_key" {
