@@ -46,10 +46,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		return cmd(ctx, args[1:])
 	}
-	return serve(ctx, args, stderr)
+	return serve(args, stderr)
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) int {
+func serve(args []string, stderr io.Writer) int {
 	flags := flag.NewFlagSet("consullock", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.Usage = func() { usage(stderr) }
