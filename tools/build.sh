@@ -19,7 +19,9 @@ TFPLUGINDOCS_VERSION=v0.25.0
 
 # version_line BIN: the "<Product> vX.Y.Z" line of `BIN version` (OpenTofu
 # 1.12 prints CLI configuration warnings on stdout before it).
-version_line() { "$1" version 2>/dev/null | grep -m1 -E '^[A-Za-z]+ v[0-9]' || true; }
+version_line() { # "Consul v1.14.11", "OpenTofu v1.12.6", "promtool, version 0.316.0"
+  { "$1" version 2>/dev/null || "$1" --version 2>&1; } | grep -m1 -E '^[A-Za-z]+,? v(ersion )?[0-9]' | sed 's/ (branch.*//' || true
+}
 
 stamp_ok() { # name recipe-hash
   [[ -x "$bin/$1" && -f "$bin/.$1.stamp" && "$(cat "$bin/.$1.stamp")" == "$2" ]]
