@@ -151,9 +151,10 @@ func BenchmarkCLI(b *testing.B) {
 			noop := median(times[key{size, "noop framework", phase}])
 			cl := median(times[key{size, "consullock", phase}])
 			k := key{size, "consullock", phase}
-			return fmt.Sprintf("%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2f\t%.2f\t%.0f MiB\t%.0f MiB", phase,
+			return fmt.Sprintf("%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.3f (%d)\t%.3f (%d)\t%.0f MiB\t%.0f MiB", phase,
 				td.Seconds(), noop.Seconds(), cl.Seconds(), cl.Seconds()/noop.Seconds(), cl.Seconds()/td.Seconds(),
-				float64(medianInt(requests[k]))/float64(resources), float64(medianInt(writes[k]))/float64(resources),
+				float64(medianInt(requests[k]))/float64(resources), medianInt(requests[k]),
+				float64(medianInt(writes[k]))/float64(resources), medianInt(writes[k]),
 				float64(peakRSS[key{size, "noop framework", phase}])/1024, float64(peakRSS[k])/1024)
 		})
 	}
@@ -167,7 +168,7 @@ func printRows(size int, header bool, row func(phase string) string) {
 	var table bytes.Buffer
 	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if header {
-		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource\twrite requests/resource\tpeak RSS noop\tpeak RSS consullock\t\n")
+		fmt.Fprintf(w, "locks\tphase\tterraform_data\tnoop framework\tconsullock\tvs noop\tvs terraform_data\tConsul requests/resource (count)\twrite requests/resource (count)\tpeak RSS noop\tpeak RSS consullock\t\n")
 	}
 	for _, phase := range phases {
 		fmt.Fprintf(w, "%d\t%s\t\n", size, row(phase))
