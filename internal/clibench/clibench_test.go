@@ -4,7 +4,7 @@
 // built-in terraform_data and with a no-op framework provider of the same
 // resource shape (./noop, the framework's floor).
 //
-//	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3 by default; BENCH_RUNS=3,1 = per size)
+//	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3,1 by default: runs per size)
 //
 // BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
 // developing.
@@ -49,8 +49,8 @@ var phases = []string{"create", "plan", "update", "destroy"}
 func BenchmarkCLI(b *testing.B) {
 	sizes := envInts(b, "BENCH_SIZES", []int{200, 2000})
 	// BENCH_RUNS=3,1 runs the first size 3 times and the next once (a
-	// 2,000-lock cycle of three subjects takes about 15 minutes here).
-	runsPerSize := envInts(b, "BENCH_RUNS", []int{3})
+	// 2,000-lock cycle of three subjects takes about 12 minutes here).
+	runsPerSize := envInts(b, "BENCH_RUNS", []int{3, 1})
 	ctx := context.Background()
 
 	agent, err := testenv.Start(ctx, testenv.Options{})
