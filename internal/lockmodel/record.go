@@ -104,8 +104,11 @@ type ACLPolicySpec struct {
 // lower-cases datacenter names.
 const DatacenterPattern = `^[a-z0-9_-]{1,64}$`
 
+// UUIDPattern is the form of Consul's ACL object IDs and token secrets.
+const UUIDPattern = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
+
 var (
-	uuidRE       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	uuidRE       = regexp.MustCompile(UUIDPattern)
 	datacenterRE = regexp.MustCompile(DatacenterPattern)
 )
 

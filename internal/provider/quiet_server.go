@@ -31,60 +31,45 @@ type quietServer struct{ tfprotov6.ProviderServer }
 
 var _ tfprotov6.ProviderServer = quietServer{}
 
-// detach returns a context without ctx's values that is cancelled with ctx,
-// and the function that releases it when the request is done.
-func detach(ctx context.Context) (context.Context, func()) {
+// detached serves one request with a context that has none of ctx's values
+// and is cancelled with ctx, and releases that context when it is done.
+func detached[Req, Resp any](ctx context.Context, req Req, serve func(context.Context, Req) (Resp, error)) (Resp, error) {
 	out, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
-	return out, func() { stop(); cancel() }
+	defer func() { stop(); cancel() }()
+	return serve(out, req)
 }
 
 func (s quietServer) ValidateResourceConfig(ctx context.Context, req *tfprotov6.ValidateResourceConfigRequest) (*tfprotov6.ValidateResourceConfigResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.ValidateResourceConfig(ctx, req)
+	return detached(ctx, req, s.ProviderServer.ValidateResourceConfig)
 }
 
 func (s quietServer) UpgradeResourceState(ctx context.Context, req *tfprotov6.UpgradeResourceStateRequest) (*tfprotov6.UpgradeResourceStateResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.UpgradeResourceState(ctx, req)
+	return detached(ctx, req, s.ProviderServer.UpgradeResourceState)
 }
 
 func (s quietServer) UpgradeResourceIdentity(ctx context.Context, req *tfprotov6.UpgradeResourceIdentityRequest) (*tfprotov6.UpgradeResourceIdentityResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.UpgradeResourceIdentity(ctx, req)
+	return detached(ctx, req, s.ProviderServer.UpgradeResourceIdentity)
 }
 
 func (s quietServer) ReadResource(ctx context.Context, req *tfprotov6.ReadResourceRequest) (*tfprotov6.ReadResourceResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.ReadResource(ctx, req)
+	return detached(ctx, req, s.ProviderServer.ReadResource)
 }
 
 func (s quietServer) PlanResourceChange(ctx context.Context, req *tfprotov6.PlanResourceChangeRequest) (*tfprotov6.PlanResourceChangeResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.PlanResourceChange(ctx, req)
+	return detached(ctx, req, s.ProviderServer.PlanResourceChange)
 }
 
 func (s quietServer) ApplyResourceChange(ctx context.Context, req *tfprotov6.ApplyResourceChangeRequest) (*tfprotov6.ApplyResourceChangeResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.ApplyResourceChange(ctx, req)
+	return detached(ctx, req, s.ProviderServer.ApplyResourceChange)
 }
 
 func (s quietServer) ValidateDataResourceConfig(ctx context.Context, req *tfprotov6.ValidateDataResourceConfigRequest) (*tfprotov6.ValidateDataResourceConfigResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.ValidateDataResourceConfig(ctx, req)
+	return detached(ctx, req, s.ProviderServer.ValidateDataResourceConfig)
 }
 
 func (s quietServer) ReadDataSource(ctx context.Context, req *tfprotov6.ReadDataSourceRequest) (*tfprotov6.ReadDataSourceResponse, error) {
-	ctx, done := detach(ctx)
-	defer done()
-	return s.ProviderServer.ReadDataSource(ctx, req)
+	return detached(ctx, req, s.ProviderServer.ReadDataSource)
 }
 
 // ProviderLogEnv is the provider's own log level variable, derived by

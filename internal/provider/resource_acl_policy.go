@@ -69,7 +69,7 @@ var (
 )
 
 // aclUUID matches Consul's ACL object IDs, to tell an import ID from a name.
-var aclUUID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+var aclUUID = regexp.MustCompile(lockmodel.UUIDPattern)
 
 // aclPolicyNameMessage completes "Attribute name ..." in the validator's error.
 const aclPolicyNameMessage = "must be 1 to 128 letters, digits, '-' or '_' (Consul's rule for policy names: " + lockmodel.NamePattern + ")"

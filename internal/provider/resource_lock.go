@@ -287,22 +287,11 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	key, flags, registryKey := r.computed(plan.Name, plan.Prefix, plan.Limit)
 	if cfg.Key.IsNull() {
-		plan.Key = types.StringUnknown()
-		if !plan.Prefix.IsUnknown() {
-			if prefix, err := lockmodel.NormalizeKeyPath("prefix", plan.Prefix.ValueString()); err == nil {
-				plan.Key = types.StringValue(lockmodel.DefaultLockKey(prefix))
-			}
-		}
+		plan.Key = key
 	}
-	plan.Flags = types.StringUnknown()
-	if !plan.Limit.IsUnknown() {
-		plan.Flags = types.StringValue(lockmodel.FormatFlags(lockmodel.Lock{Limit: int(plan.Limit.ValueInt64())}.Flags()))
-	}
-	plan.RegistryKey = types.StringUnknown()
-	if r.data != nil && !plan.Name.IsUnknown() {
-		plan.RegistryKey = types.StringValue(lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, plan.Name.ValueString()))
-	}
+	plan.Flags, plan.RegistryKey = flags, registryKey
 
 	if !req.State.Raw.IsNull() {
 		var state lockResourceModel
@@ -329,13 +318,32 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }
 
+// computed returns what ModifyPlan computes from a lock's inputs, unknown
+// where an input is: the default key of prefix (<prefix>/.lock), the flags
+// of limit and the registry key of name.
+func (r *lockResource) computed(name, prefix types.String, limit types.Int64) (key, flags, registryKey types.String) {
+	key, flags, registryKey = types.StringUnknown(), types.StringUnknown(), types.StringUnknown()
+	if !prefix.IsUnknown() {
+		if p, err := lockmodel.NormalizeKeyPath("prefix", prefix.ValueString()); err == nil {
+			key = types.StringValue(lockmodel.DefaultLockKey(p))
+		}
+	}
+	if !limit.IsUnknown() {
+		flags = types.StringValue(lockmodel.FormatFlags(lockmodel.Lock{Limit: int(limit.ValueInt64())}.Flags()))
+	}
+	if r.data != nil && !name.IsUnknown() {
+		registryKey = types.StringValue(lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, name.ValueString()))
+	}
+	return key, flags, registryKey
+}
+
 // planKeepsState tells whether the plan is the prior state unchanged and
 // the state already holds every value ModifyPlan computes (key, flags,
 // registry_key): the usual plan, where nothing was changed. It reads only
 // the attributes it needs, because a whole-model Get and Set per resource
 // cost more than the rest of a refresh-only plan.
 func (r *lockResource) planKeepsState(ctx context.Context, req resource.ModifyPlanRequest) bool {
-	if r.data == nil || req.State.Raw.IsNull() || !req.Plan.Raw.Equal(req.State.Raw) {
+	if req.State.Raw.IsNull() || !req.Plan.Raw.Equal(req.State.Raw) {
 		return false
 	}
 	var name, prefix, key, flags, registryKey types.String
@@ -350,11 +358,8 @@ func (r *lockResource) planKeepsState(ctx context.Context, req resource.ModifyPl
 	if diags.HasError() {
 		return false // the full path reports it
 	}
-	normPrefix, err := lockmodel.NormalizeKeyPath("prefix", prefix.ValueString())
-	return err == nil &&
-		key.ValueString() == lockmodel.DefaultLockKey(normPrefix) &&
-		flags.ValueString() == lockmodel.FormatFlags(lockmodel.Lock{Limit: int(limit.ValueInt64())}.Flags()) &&
-		registryKey.ValueString() == lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindLock, name.ValueString())
+	wantKey, wantFlags, wantRegistryKey := r.computed(name, prefix, limit)
+	return key.Equal(wantKey) && flags.Equal(wantFlags) && registryKey.Equal(wantRegistryKey)
 }
 
 // Create writes the declaration record, creates the key create-only and
