@@ -6,6 +6,10 @@
 //
 //	make bench-cli     (BENCH_SIZES=200,2000 BENCH_RUNS=3,1 by default: runs per size)
 //
+// Each run creates, plans, updates and destroys; BENCH_PLANS (default 3)
+// plans that many times per run, so that a size run once still gets a
+// median of several plans, the phase the goals are about.
+//
 // BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
 // developing.
 package clibench
@@ -51,6 +55,7 @@ func BenchmarkCLI(b *testing.B) {
 	// BENCH_RUNS=3,1 runs the first size 3 times and the next once (a
 	// 2,000-lock cycle of three subjects takes about 12 minutes here).
 	runsPerSize := envInts(b, "BENCH_RUNS", []int{3, 1})
+	plansPerRun := envInts(b, "BENCH_PLANS", []int{3})[0]
 	ctx := context.Background()
 
 	agent, err := testenv.Start(ctx, testenv.Options{})
@@ -111,7 +116,10 @@ func BenchmarkCLI(b *testing.B) {
 	for i, size := range sizes {
 		runs := runsPerSize[min(i, len(runsPerSize)-1)]
 		profiles := max(size/10, 1)
-		for _, s := range subjects {
+		// Subjects take turns phase by phase, so that the machine's drift over
+		// a long run falls on all of them alike.
+		tofus := make([]*testenv.Tofu, len(subjects))
+		for j, s := range subjects {
 			work := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(s.name, " ", "-"), size))
 			if err := os.MkdirAll(work, 0o755); err != nil {
 				b.Fatal(err)
@@ -119,9 +127,11 @@ func BenchmarkCLI(b *testing.B) {
 			if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(s.config(size, profiles)), 0o600); err != nil {
 				b.Fatal(err)
 			}
-			tf := &testenv.Tofu{Bin: tofuBin, Dir: work, CLIConfig: rc, Env: env}
-			for run := 0; run < runs; run++ {
-				for _, phase := range phases {
+			tofus[j] = &testenv.Tofu{Bin: tofuBin, Dir: work, CLIConfig: rc, Env: env}
+		}
+		for run := 0; run < runs; run++ {
+			for _, phase := range cycle(plansPerRun) {
+				for j, s := range subjects {
 					args := map[string][]string{
 						"create":  {"apply", "-auto-approve", "-var", "desc=v1"},
 						"plan":    {"plan", "-detailed-exitcode", "-var", "desc=v1"},
@@ -132,7 +142,7 @@ func BenchmarkCLI(b *testing.B) {
 					counter.reset()
 					rss := sampleRSS(s.provider)
 					start := time.Now()
-					out, err := tf.Run(ctx, args...)
+					out, err := tofus[j].Run(ctx, args...)
 					elapsed := time.Since(start)
 					k := key{size, s.name, phase}
 					peakRSS[k] = max(peakRSS[k], rss())
@@ -159,7 +169,22 @@ func BenchmarkCLI(b *testing.B) {
 		})
 	}
 
-	b.Logf("medians of %v runs per size; OpenTofu %s launching each provider binary; Consul %s", runsPerSize, tofuBin, agent.Bin)
+	b.Logf("medians of %v runs per size, %d plans per run; OpenTofu %s launching each provider binary; Consul %s", runsPerSize, plansPerRun, tofuBin, agent.Bin)
+}
+
+// cycle is the phases of one run, with the plan repeated plans times.
+func cycle(plans int) []string {
+	var out []string
+	for _, phase := range phases {
+		n := 1
+		if phase == "plan" {
+			n = max(plans, 1)
+		}
+		for range n {
+			out = append(out, phase)
+		}
+	}
+	return out
 }
 
 // printRows prints the table rows of one size as soon as it is measured, so

@@ -1,19 +1,25 @@
 // Command noop is the framework's floor for the CLI benchmark: a
 // terraform-plugin-framework provider whose resources have the shape of
 // consullock_lock and consullock_session_defaults (same attributes, same
-// defaults and computed values) and do no I/O at all. Whatever consullock
-// costs above it is consullock's own work.
+// defaults and computed values, the same resource identity) and do no I/O at
+// all. OpenTofu's own work per resource grows with that shape (it copies and
+// decodes every attribute and the identity), so the floor keeps it; whatever
+// consullock costs above it is consullock's own work.
 package main
 
 import (
 	"context"
 	"log"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	pschema "github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/identityschema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
@@ -35,9 +41,9 @@ func main() {
 }
 
 var (
-	_ provider.Provider = (*noopProvider)(nil)
-	_ resource.Resource = (*lockResource)(nil)
-	_ resource.Resource = (*profileResource)(nil)
+	_ provider.Provider             = (*noopProvider)(nil)
+	_ resource.ResourceWithIdentity = (*lockResource)(nil)
+	_ resource.ResourceWithIdentity = (*profileResource)(nil)
 )
 
 type noopProvider struct{}
@@ -66,6 +72,19 @@ func computedString() schema.StringAttribute {
 	return schema.StringAttribute{Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}}
 }
 
+// nameIdentity is consullock's identity schema: the declaration's name.
+func nameIdentity(resp *resource.IdentitySchemaResponse) {
+	resp.IdentitySchema = identityschema.Schema{Attributes: map[string]identityschema.Attribute{
+		"name": identityschema.StringAttribute{RequiredForImport: true},
+	}}
+}
+
+func setIdentity(ctx context.Context, identity interface {
+	SetAttribute(context.Context, path.Path, interface{}) diag.Diagnostics
+}, name types.String, diags *diag.Diagnostics) {
+	diags.Append(identity.SetAttribute(ctx, path.Root("name"), name)...)
+}
+
 type lockModel struct {
 	Name            types.String `tfsdk:"name"`
 	Prefix          types.String `tfsdk:"prefix"`
@@ -75,11 +94,16 @@ type lockModel struct {
 	MaxHold         types.String `tfsdk:"max_hold"`
 	Description     types.String `tfsdk:"description"`
 	ForceDestroy    types.Bool   `tfsdk:"force_destroy"`
+	AlwaysHeld      types.Bool   `tfsdk:"always_held"`
 	Flags           types.String `tfsdk:"flags"`
 	RegistryKey     types.String `tfsdk:"registry_key"`
 }
 
 type lockResource struct{}
+
+func (r *lockResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	nameIdentity(resp)
+}
 
 func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_lock"
@@ -97,6 +121,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 		"max_hold":         schema.StringAttribute{Optional: true},
 		"description":      schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("")},
 		"force_destroy":    schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false)},
+		"always_held":      schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false)},
 		"flags":            computedString(),
 		"registry_key":     computedString(),
 	}}
@@ -114,6 +139,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	m.Flags = types.StringValue("0x2ddccbc058a50c18")
 	m.RegistryKey = types.StringValue("consul-lock/locks/" + m.Name.ValueString())
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	setIdentity(ctx, resp.Identity, m.Name, &resp.Diagnostics)
 }
 
 func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -137,17 +163,22 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 func (r *lockResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}
 
 type profileModel struct {
-	Name         types.String `tfsdk:"name"`
-	TTL          types.String `tfsdk:"ttl"`
-	LockDelay    types.String `tfsdk:"lock_delay"`
-	Behavior     types.String `tfsdk:"behavior"`
-	NodeChecks   types.List   `tfsdk:"node_checks"`
-	RenewEvery   types.String `tfsdk:"renew_every"`
-	WorstCaseGap types.String `tfsdk:"worst_case_gap"`
-	RegistryKey  types.String `tfsdk:"registry_key"`
+	Name          types.String `tfsdk:"name"`
+	TTL           types.String `tfsdk:"ttl"`
+	LockDelay     types.String `tfsdk:"lock_delay"`
+	Behavior      types.String `tfsdk:"behavior"`
+	NodeChecks    types.List   `tfsdk:"node_checks"`
+	ServiceChecks types.List   `tfsdk:"service_checks"`
+	RenewEvery    types.String `tfsdk:"renew_every"`
+	WorstCaseGap  types.String `tfsdk:"worst_case_gap"`
+	RegistryKey   types.String `tfsdk:"registry_key"`
 }
 
 type profileResource struct{}
+
+func (r *profileResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	nameIdentity(resp)
+}
 
 func (r *profileResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_session_defaults"
@@ -161,7 +192,11 @@ func (r *profileResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 		"ttl":         schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("15s")},
 		"lock_delay":  schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("15s")},
 		"behavior":    schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("release")},
-		"node_checks": schema.ListAttribute{ElementType: types.StringType, Optional: true, Computed: true, Default: listdefault.StaticValue(types.ListValueMust(types.StringType, nil))},
+		"node_checks": schema.ListAttribute{ElementType: types.StringType, Optional: true, Computed: true, Default: listdefault.StaticValue(types.ListValueMust(types.StringType, []attr.Value{types.StringValue("serfHealth")}))},
+		"service_checks": schema.ListNestedAttribute{Optional: true, NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+			"id":        schema.StringAttribute{Required: true},
+			"namespace": schema.StringAttribute{Optional: true},
+		}}},
 		"renew_every": renew,
 		// Computed at plan by consullock; here the same value is known after apply.
 		"worst_case_gap": computedString(),
@@ -181,6 +216,7 @@ func (r *profileResource) Create(ctx context.Context, req resource.CreateRequest
 	m.WorstCaseGap = types.StringValue("45s")
 	m.RegistryKey = types.StringValue("consul-lock/session-defaults/" + m.Name.ValueString())
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	setIdentity(ctx, resp.Identity, m.Name, &resp.Diagnostics)
 }
 
 func (r *profileResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
