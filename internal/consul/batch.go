@@ -20,8 +20,8 @@ const MaxTxnOps = 64
 // out by the CLI's own work: measured on a 2-core machine, ten reads
 // arrive within 5 to 22 ms at 200 locks. At 2,000 locks the CLI's work per
 // resource grows and its garbage collector pauses longer: a 10 ms gap split
-// about one transaction in six there, a 20 ms gap one in 25, with no
-// difference in plan time measured at 200 locks. One request for ten reads
+// 16 to 29 of a plan's 200 lock transactions there, a 20 ms gap 5 to 13,
+// with no difference in plan time measured at 200 locks. One request for ten reads
 // costs Consul less than ten; the idle gap keeps a lone read (a small
 // configuration, the last resources of a plan) from waiting the whole linger.
 const (
