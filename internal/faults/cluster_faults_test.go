@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -237,7 +238,10 @@ func injectLeaderKill(h *harness, holder Write) Write {
 	restored := time.Duration(-1)
 	if h.canary.Key != "" {
 		kv := h.env.admin().KV()
-		if _, err := kv.Delete(h.canary.Key, nil); err != nil {
+		if _, err := testenv.RetryWhile(ctx, consul.IsTransientText, func() error {
+			_, err := kv.Delete(h.canary.Key, nil)
+			return err
+		}); err != nil {
 			t.Fatalf("deleting the canary key: %v", err)
 		}
 		deleted := time.Now()

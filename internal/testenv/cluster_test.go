@@ -2,11 +2,14 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // The cluster's helpers do what they say on a real cluster: a leader kill
@@ -42,9 +45,14 @@ func TestCluster_leaderKillCutAndFreeze(t *testing.T) {
 		t.Fatalf("the killed server %s is still reported as leader", leader.Name)
 	}
 	t.Logf("leader %s killed; %s elected after %s", leader.Name, next.Name, time.Since(start).Round(time.Millisecond))
-	if _, err := admin.KV().Put(&api.KVPair{Key: "t/after-leader-kill", Value: []byte("1")}, nil); err != nil {
-		t.Fatalf("write through a client after the election: %v", err)
+	attempts, err := RetryWhile(ctx, consul.IsTransientText, func() error {
+		_, err := admin.KV().Put(&api.KVPair{Key: "t/after-leader-kill", Value: []byte("1")}, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write through a client after the election (attempt %d): %v", attempts, err)
 	}
+	t.Logf("write through a client after the election: accepted at attempt %d", attempts)
 	if err := leader.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +109,35 @@ func waitNodeStatus(ctx context.Context, cl *api.Client, node, want string) erro
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+func TestRetryWhile(t *testing.T) {
+	transient := errors.New("Unexpected response code: 500 (rpc error making call: EOF)")
+	permanent := errors.New("Unexpected response code: 403 (Permission denied)")
+	ctx := context.Background()
+
+	calls := 0
+	attempts, err := RetryWhile(ctx, consul.IsTransientText, func() error {
+		if calls++; calls < 3 {
+			return transient
+		}
+		return nil
+	})
+	if err != nil || attempts != 3 {
+		t.Errorf("two transient failures then success: attempts %d, err %v; want 3, nil", attempts, err)
+	}
+
+	calls = 0
+	attempts, err = RetryWhile(ctx, consul.IsTransientText, func() error { calls++; return permanent })
+	if !errors.Is(err, permanent) || attempts != 1 || calls != 1 {
+		t.Errorf("a permanent error: attempts %d, calls %d, err %v; want 1, 1, the error", attempts, calls, err)
+	}
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	attempts, err = RetryWhile(ended, consul.IsTransientText, func() error { return transient })
+	if !errors.Is(err, transient) || attempts != 1 {
+		t.Errorf("an ended context: attempts %d, err %v; want 1 and the last error", attempts, err)
 	}
 }
