@@ -21,9 +21,10 @@ const MaxTxnOps = 64
 // arrive within 5 to 22 ms at 200 locks. At 2,000 locks the CLI's work per
 // resource grows and its garbage collector pauses longer: a 10 ms gap split
 // 16 to 29 of a plan's 200 lock transactions there, a 20 ms gap 5 to 13,
-// with no difference in plan time measured at 200 locks. One request for ten reads
-// costs Consul less than ten; the idle gap keeps a lone read (a small
-// configuration, the last resources of a plan) from waiting the whole linger.
+// with no difference in plan time measured at 200 locks. One request for
+// ten reads costs Consul less than ten; the idle gap keeps a lone read (a
+// small configuration, the last resources of a plan) from waiting the whole
+// linger.
 const (
 	batchIdle   = 20 * time.Millisecond
 	batchLinger = 50 * time.Millisecond

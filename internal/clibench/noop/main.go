@@ -27,6 +27,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
@@ -79,9 +80,7 @@ func nameIdentity(resp *resource.IdentitySchemaResponse) {
 	}}
 }
 
-func setIdentity(ctx context.Context, identity interface {
-	SetAttribute(context.Context, path.Path, interface{}) diag.Diagnostics
-}, name types.String, diags *diag.Diagnostics) {
+func setIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity, name types.String, diags *diag.Diagnostics) {
 	diags.Append(identity.SetAttribute(ctx, path.Root("name"), name)...)
 }
 
