@@ -40,6 +40,11 @@ var transientMessages = []string{
 	"Raft leader not found",
 	"rpc error making call: EOF",
 	"rpc error making call: i/o timeout",
+	// yamux: the agent's multiplexed connection to a server went away
+	// mid-call (a killed leader); the write may have been applied.
+	"rpc error making call: stream closed",
+	"rpc error making call: session shutdown",
+	"rpc error making call: connection reset",
 	"rpc error getting client",
 	"connection refused",
 	"i/o deadline reached",

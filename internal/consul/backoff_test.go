@@ -25,7 +25,15 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 }
 
 func TestIsTransientText(t *testing.T) {
-	for _, text := range []string{"Unexpected response code: 500 (No cluster leader)", "rpc error making call: EOF", "dial tcp: connection refused"} {
+	for _, text := range []string{
+		"Unexpected response code: 500 (No cluster leader)", "rpc error making call: EOF", "dial tcp: connection refused",
+		// A write through an agent right after the Raft leader was killed
+		// (seen in TestCluster_leaderKillCutAndFreeze): the agent's
+		// multiplexed connection to the dead server went away mid-call.
+		"Unexpected response code: 500 (rpc error making call: stream closed)",
+		"rpc error making call: session shutdown",
+		"rpc error making call: connection reset",
+	} {
 		if !IsTransientText(errors.New(text)) {
 			t.Errorf("%q: want transient", text)
 		}

@@ -534,8 +534,8 @@ func (c *Cluster) WaitLeader(ctx context.Context) (*Node, error) {
 // RetryWhile runs op until it succeeds, fails with an error that transient
 // does not accept, or ctx ends; it returns the attempts made and the last
 // error. Right after an election a client agent's first RPC may still go
-// out on its pooled connection to the dead server and fail transiently
-// ("rpc error making call: EOF"): tests that write then pass
+// out on its connection to the dead server and fail transiently ("rpc error
+// making call: EOF", or "... stream closed"): tests that write then pass
 // consul.IsTransientText, the same list consullock's client retries on.
 func RetryWhile(ctx context.Context, transient func(error) bool, op func() error) (int, error) {
 	for attempt := 1; ; attempt++ {
