@@ -164,8 +164,12 @@ show_holder() {
   tf apply -refresh-only -auto-approve -no-color >/dev/null
   tf output -no-color holder | sed 's/^/    /'
 }
+# The fencing token (the Raft index of the holder's acquisition) is what
+# the job hands to the systems it writes to; LockIndex is not one.
+fencing_token() { tf output -json holder | sed -n 's/.*"fencing_token": *\([0-9]*\).*/\1/p'; }
 step "who holds the lock? (data source consullock_lock, after $cli_name apply -refresh-only)"
 show_holder
+first_token="$(fencing_token)"
 holder_pid="$(tf output -json holder | sed -n 's/.*\\"pid\\":\([0-9]*\).*/\1/p')"
 if [[ "$holder_pid" == "$worker_1" ]]; then standby=2; else standby=1; fi
 info "holder is the runner with pid $holder_pid; worker $standby is waiting"
@@ -187,6 +191,12 @@ info "fail-over took ${took}s (declared worst_case_gap: $(tf output -raw worst_c
 sleep 0.5
 sed 's/^/    /' "$demo/worker-$standby.log" | grep 'running the nightly report' || true
 show_holder
+second_token="$(fencing_token)"
+if [[ -n "$first_token" && -n "$second_token" && "$second_token" -gt "$first_token" ]]; then
+  info "fencing token $first_token -> $second_token: the new holder's is greater, so a store that remembers the highest token refuses the old holder"
+else
+  echo "the fencing token did not grow across the fail-over ($first_token -> $second_token)" >&2; exit 1
+fi
 
 step "drift: an operator widens the workers' ACL policy out of band (consul acl policy update)"
 "$consul" acl policy update -name nightly-report-workers \
@@ -241,7 +251,7 @@ info "the controller's log:"
 grep '"msg":"repaired"' "$demo/controller.log" | sed 's/^/      /' || true
 flags="$(sed -n 's/.*"Flags": *\([0-9]*\).*/\1/p' "$demo/key.json")"
 lock_index="$(sed -n 's/.*"LockIndex": *\([0-9]*\).*/\1/p' "$demo/key.json")"
-info "jobs/nightly-report/.lock is back ${back_ms} ms after the delete: flags $(printf '0x%016x' "$flags") (api.Lock's), LockIndex $lock_index, no holder"
+info "jobs/nightly-report/.lock is back ${back_ms} ms after the delete: flags $(printf '0x%016x' "$flags") (api.Lock's), LockIndex $lock_index (Consul's counter, not a fencing token: a re-created key starts again), no holder"
 kill -TERM "$ctl_pid"
 wait "$ctl_pid" 2>/dev/null || true
 info "controller stopped (SIGTERM: it stops acting, releases its leader lock, then destroys its session)"

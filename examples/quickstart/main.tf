@@ -68,13 +68,14 @@ data "consullock_lock" "nightly_report" {
 }
 
 output "holder" {
-  description = "The current holder, and its LockIndex (the fencing token)."
+  description = "The current holder and its fencing token (the Raft index of its acquisition, which only grows)."
   value = {
-    held       = data.consullock_lock.nightly_report.held
-    node       = data.consullock_lock.nightly_report.node
-    session    = data.consullock_lock.nightly_report.session
-    lock_index = data.consullock_lock.nightly_report.lock_index
-    value      = data.consullock_lock.nightly_report.value
+    held          = data.consullock_lock.nightly_report.held
+    node          = data.consullock_lock.nightly_report.node
+    session       = data.consullock_lock.nightly_report.session
+    fencing_token = data.consullock_lock.nightly_report.fencing_token
+    lock_index    = data.consullock_lock.nightly_report.lock_index
+    value         = data.consullock_lock.nightly_report.value
   }
 }
 

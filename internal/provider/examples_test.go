@@ -99,7 +99,8 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 }
 
 // requireExampleFeatures skips, as not supported by this CLI, examples of
-// language features the CLI lacks (ephemeral resources, functions).
+// language features the CLI lacks (ephemeral resources, functions, import
+// by identity).
 func requireExampleFeatures(t *testing.T, rel string) {
 	t.Helper()
 	switch {
@@ -107,5 +108,7 @@ func requireExampleFeatures(t *testing.T, rel string) {
 		testenv.RequireCLIFeature(t, testenv.FeatureEphemeralResources)
 	case strings.HasPrefix(rel, "examples/functions/"):
 		testenv.RequireCLIFeature(t, testenv.FeatureProviderFunctions)
+	case strings.HasSuffix(rel, "/import-by-identity"):
+		testenv.RequireCLIFeature(t, testenv.FeatureIdentityImport)
 	}
 }
