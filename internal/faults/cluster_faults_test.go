@@ -583,6 +583,12 @@ func newSemaphoreFront(t *testing.T, store *Store) string {
 // Executions, Completed and Interrupted are as for a mutex; HandOvers
 // counts every acquisition after the first.
 func checkSemaphore(fault string, log []Write, limit int) Report {
+	return checkSemaphoreLimits(fault, log, func(time.Time) int { return limit })
+}
+
+// checkSemaphoreLimits is checkSemaphore for a limit that changes: an
+// execution that starts at t is held to limitAt(t).
+func checkSemaphoreLimits(fault string, log []Write, limitAt func(time.Time) int) Report {
 	rep := Report{Fault: fault}
 	type exec struct {
 		start, last time.Time
@@ -625,7 +631,7 @@ func checkSemaphore(fault string, log []Write, limit int) Report {
 				active++
 			}
 		}
-		if active >= limit {
+		if active >= limitAt(e.start) {
 			rep.Overlaps++
 		}
 	}

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,6 +100,10 @@ type phase struct {
 	// inject injects one fault into the holder whose start is holder, and
 	// returns the start of the next holder (or fails the test).
 	inject func(h *harness, holder Write) Write
+	// env, when set, is where the phase runs (the nemesis's own cluster).
+	env *consulEnv
+	// workers is the number of workers (zero: workersPerLock).
+	workers int
 }
 
 // harness runs one phase: the store, the declared lock, the supervised
@@ -149,6 +154,9 @@ func newHarness(t *testing.T, ph phase) *harness {
 	h.env = agentEnv()
 	if ph.cluster {
 		h.env = clusterEnv(t)
+	}
+	if ph.env != nil {
+		h.env = *ph.env
 	}
 	listen := "127.0.0.1:0"
 	if ph.partitioned {
@@ -208,7 +216,7 @@ func newHarness(t *testing.T, ph phase) *harness {
 		}
 		h.startController(h.env.controller(), "-mode", "repair", "-listen", "")
 	}
-	for i := range workersPerLock {
+	for i := range cmp.Or(ph.workers, workersPerLock) {
 		w := &worker{id: fmt.Sprintf("w%d", i+1), index: i, h: h, done: make(chan struct{})}
 		w.log = filepath.Join(h.dir, w.id+".log")
 		h.workers = append(h.workers, w)

@@ -1,0 +1,389 @@
+package faults
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The nemesis: a randomized fault schedule, a pure function of its seed, and
+// the checkers that read the whole history it leaves (the guarded store's
+// log, the runners' exit codes, the controller replicas' logs). The test
+// that drives it against a real cluster is nemesis_test.go.
+
+// FaultKind is one kind of fault the nemesis injects.
+type FaultKind string
+
+const (
+	FaultLeaderKill     FaultKind = "leader-kill"     // SIGKILL the Raft leader; restart it after For
+	FaultClientFreeze   FaultKind = "client-freeze"   // SIGSTOP a client agent; SIGCONT after For
+	FaultClientKill     FaultKind = "client-kill"     // SIGKILL a client agent; start it after For
+	FaultClientCut      FaultKind = "client-cut"      // cut a client node off; heal after For
+	FaultRunnerFreeze   FaultKind = "runner-freeze"   // SIGSTOP a mutex holder's runner and command; SIGCONT after For
+	FaultRunnerKill     FaultKind = "runner-kill"     // SIGKILL a holder's runner and command
+	FaultKeyDelete      FaultKind = "key-delete"      // delete the lock key (the controller restores it)
+	FaultSessionDestroy FaultKind = "session-destroy" // destroy a holder's session
+	FaultProfileChange  FaultKind = "profile-change"  // rewrite the lock's session profile (Value: the variant)
+	FaultPoolResize     FaultKind = "pool-resize"     // rewrite the semaphore's limit (Value: the new limit)
+	FaultControllerKill FaultKind = "controller-kill" // SIGKILL a controller replica; restart it after For
+)
+
+// FaultKinds lists every kind, in the order the summary prints them.
+var FaultKinds = []FaultKind{
+	FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut, FaultRunnerFreeze, FaultRunnerKill,
+	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill,
+}
+
+// Step is one fault of a schedule: at At after the start, Kind on Target,
+// undone For later (faults that are undone), with Value for the faults that
+// rewrite a declaration.
+type Step struct {
+	At     time.Duration
+	Kind   FaultKind
+	Target string
+	For    time.Duration
+	Value  int
+}
+
+func (s Step) String() string {
+	out := fmt.Sprintf("%8s %-16s %-12s", s.At.Round(time.Millisecond), s.Kind, s.Target)
+	if s.For > 0 {
+		out += " for " + s.For.Round(time.Millisecond).String()
+	}
+	if s.Value != 0 {
+		out += " value " + strconv.Itoa(s.Value)
+	}
+	return strings.TrimRight(out, " ")
+}
+
+// ScheduleConfig shapes a schedule.
+type ScheduleConfig struct {
+	Length           time.Duration // no step starts after it
+	MinGap, MaxGap   time.Duration // between two steps
+	Clients          int           // client nodes client-1..client-N
+	Controllers      int           // controller replicas controller-1..controller-N
+	Limits           []int         // the semaphore limits a resize picks from
+	ProfileVariants  int           // profile variants a profile change picks from (1..N)
+	MinFor, MaxFor   time.Duration // how long an undone fault lasts
+	Mutex, Semaphore string        // the two locks' targets
+}
+
+// NemesisConfig is TestNemesis's schedule shape for a run of length: a
+// fault every 1 to 4s (over 600 in 30 minutes), undone after 1 to 15s,
+// on 3 client nodes and 2 controller replicas, a semaphore resized
+// between limits 2 and 3.
+func NemesisConfig(length time.Duration) ScheduleConfig {
+	return ScheduleConfig{
+		Length: length, MinGap: time.Second, MaxGap: 4 * time.Second,
+		Clients: 3, Controllers: 2, Limits: []int{2, 3}, ProfileVariants: 2,
+		MinFor: time.Second, MaxFor: 15 * time.Second, Mutex: "mutex", Semaphore: "semaphore",
+	}
+}
+
+// Schedule is the nemesis's schedule for seed: a pure function of its
+// arguments, so that a failing run is replayed from its seed. Faults on
+// the servers never overlap (a second leader kill before the first
+// server is back would leave no quorum), nor do faults on client nodes (a
+// node faulted twice at once is not two faults), nor two kills of
+// controller replicas (both replicas down leaves nothing to check).
+func Schedule(seed uint64, cfg ScheduleConfig) []Step {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(r.Int64N(int64(hi-lo)))
+	}
+	// busy: when a group of targets is free again.
+	busy := map[string]time.Duration{}
+	weights := []struct {
+		kind   FaultKind
+		weight int
+		group  string
+	}{
+		{FaultLeaderKill, 2, "servers"},
+		{FaultClientFreeze, 2, "clients"},
+		{FaultClientKill, 2, "clients"},
+		{FaultClientCut, 2, "clients"},
+		{FaultRunnerFreeze, 2, ""},
+		{FaultRunnerKill, 3, ""},
+		{FaultKeyDelete, 2, ""},
+		{FaultSessionDestroy, 3, ""},
+		{FaultProfileChange, 1, ""},
+		{FaultPoolResize, 1, ""},
+		{FaultControllerKill, 2, "controllers"},
+	}
+	var steps []Step
+	limit := 0
+	if len(cfg.Limits) > 0 {
+		limit = cfg.Limits[0]
+	}
+	for at := between(cfg.MinGap, cfg.MaxGap); at <= cfg.Length; at += between(cfg.MinGap, cfg.MaxGap) {
+		total := 0
+		for _, w := range weights {
+			if busy[w.group] <= at || w.group == "" {
+				total += w.weight
+			}
+		}
+		pick := r.IntN(total)
+		var kind FaultKind
+		var group string
+		for _, w := range weights {
+			if w.group != "" && busy[w.group] > at {
+				continue
+			}
+			if pick < w.weight {
+				kind, group = w.kind, w.group
+				break
+			}
+			pick -= w.weight
+		}
+		s := Step{At: at, Kind: kind}
+		lock := cfg.Mutex
+		if r.IntN(2) == 1 {
+			lock = cfg.Semaphore
+		}
+		switch kind {
+		case FaultLeaderKill:
+			s.Target, s.For = "raft-leader", between(cfg.MinFor, cfg.MaxFor)
+		case FaultClientFreeze, FaultClientKill, FaultClientCut:
+			s.Target, s.For = fmt.Sprintf("client-%d", 1+r.IntN(cfg.Clients)), between(cfg.MinFor, cfg.MaxFor)
+		case FaultRunnerFreeze:
+			// A mutex holder only: a semaphore's slots have no fencing
+			// token the store could check, and a frozen command wakes up
+			// to write whatever it was about to.
+			s.Target, s.For = cfg.Mutex, between(cfg.MinFor, cfg.MaxFor)
+		case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
+			s.Target = lock
+		case FaultProfileChange:
+			s.Target, s.Value = lock, 1+r.IntN(max(1, cfg.ProfileVariants))
+		case FaultPoolResize:
+			next := limit
+			for len(cfg.Limits) > 1 && next == limit {
+				next = cfg.Limits[r.IntN(len(cfg.Limits))]
+			}
+			limit = next
+			s.Target, s.Value = cfg.Semaphore, next
+		case FaultControllerKill:
+			s.Target, s.For = fmt.Sprintf("controller-%d", 1+r.IntN(max(1, cfg.Controllers))), between(cfg.MinFor, cfg.MaxFor)
+		}
+		if group != "" {
+			// The group is busy until the fault is undone and a little
+			// after: a restarted server must be promoted to voter again.
+			busy[group] = at + s.For + cfg.MinGap
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+// FormatSchedule prints a schedule one step a line, with its seed.
+func FormatSchedule(seed uint64, steps []Step) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nemesis schedule, seed %d, %d steps (offset, fault, target):\n", seed, len(steps))
+	for _, s := range steps {
+		b.WriteString("  " + s.String() + "\n")
+	}
+	return b.String()
+}
+
+// UnexpectedExits counts the exits whose code is not in allowed.
+func UnexpectedExits(exits map[int]int, allowed []int) (n int, codes []int) {
+	for _, code := range slices.Sorted(maps.Keys(exits)) {
+		if !slices.Contains(allowed, code) {
+			n += exits[code]
+			codes = append(codes, code)
+		}
+	}
+	return n, codes
+}
+
+// LimitChange is a semaphore limit in force from At.
+type LimitChange struct {
+	At    time.Time
+	Limit int
+}
+
+// LimitAt returns the limit a start at t is held to: the highest limit in
+// force at any time in [t-grace, t]. A contender admitted under the old
+// limit just before a shrink writes its start a moment later; grace covers
+// that lag.
+func LimitAt(changes []LimitChange, t time.Time, grace time.Duration) int {
+	limit := 0
+	for i, c := range changes {
+		end := time.Time{}
+		if i+1 < len(changes) {
+			end = changes[i+1].At
+		}
+		if c.At.After(t) {
+			break
+		}
+		if end.IsZero() || end.After(t.Add(-grace)) {
+			limit = max(limit, c.Limit)
+		}
+	}
+	return limit
+}
+
+// SemaphoreTokenInversions counts, in a semaphore's log (children's own
+// tokens in Note as "token=N", see newSemaphoreFront), executions that
+// started after another one had ended with a higher token: a holder
+// admitted later with a lower fencing token.
+func SemaphoreTokenInversions(log []Write) (n int, examples []string) {
+	type exec struct {
+		run        string
+		token      uint64
+		start, end time.Time
+	}
+	byRun := map[string]*exec{}
+	var execs []*exec
+	for _, w := range log {
+		if w.Kind == KindFault {
+			continue
+		}
+		e := byRun[w.Run]
+		if e == nil {
+			if w.Kind != KindStart {
+				continue
+			}
+			token, _ := strconv.ParseUint(strings.TrimPrefix(w.Note, "token="), 10, 64)
+			e = &exec{run: w.Run, token: token, start: w.At}
+			byRun[w.Run] = e
+			execs = append(execs, e)
+		}
+		if w.Kind == KindEnd {
+			e.end = w.At
+		}
+	}
+	// The highest token among executions that had ended, in end order.
+	ended := slices.Clone(execs)
+	ended = slices.DeleteFunc(ended, func(e *exec) bool { return e.end.IsZero() })
+	slices.SortFunc(ended, func(a, b *exec) int { return a.end.Compare(b.end) })
+	for _, e := range execs {
+		for _, before := range ended {
+			if !before.end.Before(e.start) {
+				break
+			}
+			if before.token > e.token {
+				n++
+				examples = append(examples, fmt.Sprintf("%s started with token %d after %s had ended with token %d", e.run, e.token, before.run, before.token))
+				break
+			}
+		}
+	}
+	return n, examples
+}
+
+// ControllerEvent is one line of a controller replica's history: from its
+// JSON log (leadership gained or lost, a write begun or done) or from the
+// nemesis (the replica killed).
+type ControllerEvent struct {
+	At      time.Time
+	Replica string
+	Kind    string // one of the Ctl* kinds
+	Detail  string
+}
+
+// Controller event kinds.
+const (
+	CtlBecameLeader = "became leader"
+	CtlLostLeader   = "lost leadership"     // also "released leadership"
+	CtlKilled       = "killed"              // by the nemesis: nothing after it
+	CtlWriting      = "repair writing"      // logged right before a write
+	CtlRepaired     = "repaired"            // a write done
+	ctlReleased     = "released leadership" // read as CtlLostLeader
+)
+
+// ParseControllerLog reads a replica's JSON log lines (slog's JSON handler:
+// "time", "msg") into events; other lines are skipped.
+func ParseControllerLog(replica string, r io.Reader) ([]ControllerEvent, error) {
+	var events []ControllerEvent
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Time   time.Time `json:"time"`
+			Msg    string    `json:"msg"`
+			Kind   string    `json:"kind"`
+			Detail string    `json:"detail"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		kind := line.Msg
+		switch line.Msg {
+		case CtlBecameLeader, CtlLostLeader, CtlWriting, CtlRepaired:
+		case ctlReleased:
+			kind = CtlLostLeader
+		default:
+			continue
+		}
+		events = append(events, ControllerEvent{At: line.Time, Replica: replica, Kind: kind, Detail: strings.TrimSpace(line.Kind + " " + line.Detail)})
+	}
+	return events, sc.Err()
+}
+
+// ControllerWritesAfterLoss checks the replicas' merged history for
+// writes made without leadership: a write (begun or done) by a replica
+// that by its own log does not lead (it never became leader, or lost
+// leadership, or was killed, since), and a write begun after another
+// replica became leader later than this one did (the leader key had then
+// passed on, whatever this replica believed). A done write with no begun
+// line before it is judged by when it was done. Returns the count and one
+// line of evidence per violation.
+func ControllerWritesAfterLoss(events []ControllerEvent) (n int, evidence []string) {
+	events = slices.Clone(events)
+	slices.SortStableFunc(events, func(a, b ControllerEvent) int { return a.At.Compare(b.At) })
+	leading := map[string]bool{}
+	since := map[string]time.Time{} // replica -> start of its current term
+	begun := map[string]time.Time{} // replica -> its write in progress
+	var takeovers []ControllerEvent // every became-leader event, in order
+	check := func(e ControllerEvent, from time.Time) {
+		if !leading[e.Replica] {
+			n++
+			evidence = append(evidence, fmt.Sprintf("%s %s %q (%s) while not leading by its own log", e.At.Format(time.RFC3339Nano), e.Replica, e.Kind, e.Detail))
+			return
+		}
+		for _, t := range takeovers {
+			if t.Replica != e.Replica && t.At.After(since[e.Replica]) && t.At.Before(from) {
+				n++
+				evidence = append(evidence, fmt.Sprintf("%s %s %q (%s) begun at %s, after %s became leader at %s",
+					e.At.Format(time.RFC3339Nano), e.Replica, e.Kind, e.Detail, from.Format(time.RFC3339Nano), t.Replica, t.At.Format(time.RFC3339Nano)))
+				return
+			}
+		}
+	}
+	for _, e := range events {
+		switch e.Kind {
+		case CtlBecameLeader:
+			leading[e.Replica], since[e.Replica] = true, e.At
+			takeovers = append(takeovers, e)
+		case CtlLostLeader, CtlKilled:
+			leading[e.Replica] = false
+			delete(begun, e.Replica)
+		case CtlWriting:
+			begun[e.Replica] = e.At
+			check(e, e.At)
+		case CtlRepaired:
+			from, ok := begun[e.Replica]
+			if !ok {
+				from = e.At
+			}
+			delete(begun, e.Replica)
+			// A write begun within the term was judged when it began;
+			// judge it again only by what it began after.
+			if ok && leading[e.Replica] {
+				continue
+			}
+			check(e, from)
+		}
+	}
+	return n, evidence
+}

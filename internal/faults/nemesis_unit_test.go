@@ -1,0 +1,186 @@
+package faults
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var unitScheduleConfig = NemesisConfig(30 * time.Minute)
+
+func TestSchedule_isAPureFunctionOfTheSeed(t *testing.T) {
+	a, b := Schedule(42, unitScheduleConfig), Schedule(42, unitScheduleConfig)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two schedules from seed 42 differ: a failing run could not be replayed")
+	}
+	if c := Schedule(43, unitScheduleConfig); reflect.DeepEqual(a, c) {
+		t.Error("seeds 42 and 43 give the same schedule")
+	}
+}
+
+func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		steps := Schedule(seed, unitScheduleConfig)
+		if len(steps) < 500 {
+			t.Errorf("seed %d: %d steps in 30 minutes; the long variant needs 500 faults", seed, len(steps))
+		}
+		seen := map[FaultKind]bool{}
+		busyUntil := map[string]time.Duration{}
+		limit := unitScheduleConfig.Limits[0]
+		var last time.Duration
+		for _, s := range steps {
+			seen[s.Kind] = true
+			if s.At < last || s.At > unitScheduleConfig.Length {
+				t.Fatalf("seed %d: step %s out of order or past the end", seed, s)
+			}
+			last = s.At
+			group := map[FaultKind]string{
+				FaultLeaderKill: "servers", FaultClientFreeze: "clients", FaultClientKill: "clients",
+				FaultClientCut: "clients", FaultControllerKill: "controllers",
+			}[s.Kind]
+			if group != "" {
+				if s.At < busyUntil[group] {
+					t.Fatalf("seed %d: %s overlaps an earlier fault on the %s", seed, s, group)
+				}
+				busyUntil[group] = s.At + s.For
+			}
+			switch s.Kind {
+			case FaultRunnerFreeze:
+				if s.Target != "mutex" {
+					t.Errorf("seed %d: %s: only mutex holders are frozen", seed, s)
+				}
+			case FaultPoolResize:
+				if s.Value == limit || (s.Value != 2 && s.Value != 3) {
+					t.Errorf("seed %d: %s: a resize changes the limit (from %d) to one of 2, 3", seed, s, limit)
+				}
+				limit = s.Value
+			case FaultClientFreeze, FaultClientKill, FaultClientCut:
+				if s.Target != "client-1" && s.Target != "client-2" && s.Target != "client-3" || s.For <= 0 {
+					t.Errorf("seed %d: %s: want client-1..3 and a duration", seed, s)
+				}
+			}
+		}
+		for _, k := range FaultKinds {
+			if !seen[k] {
+				t.Errorf("seed %d: no %s in 30 minutes", seed, k)
+			}
+		}
+	}
+	if out := FormatSchedule(7, Schedule(7, unitScheduleConfig)[:2]); !strings.Contains(out, "seed 7") {
+		t.Errorf("FormatSchedule does not print the seed:\n%s", out)
+	}
+}
+
+func TestUnexpectedExits(t *testing.T) {
+	n, codes := UnexpectedExits(map[int]int{0: 10, 123: 2, 2: 1, 127: 3}, []int{0, 123})
+	if n != 4 || !reflect.DeepEqual(codes, []int{2, 127}) {
+		t.Errorf("UnexpectedExits = %d %v; want 4 [2 127]", n, codes)
+	}
+}
+
+func TestLimitAt_holdsAStartToTheHighestLimitWithinGrace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	changes := []LimitChange{{t0, 3}, {t0.Add(10 * time.Second), 2}, {t0.Add(20 * time.Second), 3}}
+	tests := []struct {
+		at   time.Duration
+		want int
+	}{
+		{5 * time.Second, 3},
+		{11 * time.Second, 3}, // within the grace after the shrink
+		{15 * time.Second, 2},
+		{21 * time.Second, 3},
+	}
+	for _, tt := range tests {
+		if got := LimitAt(changes, t0.Add(tt.at), 2*time.Second); got != tt.want {
+			t.Errorf("LimitAt(+%s) = %d; want %d", tt.at, got, tt.want)
+		}
+	}
+}
+
+func TestSemaphoreTokenInversions(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	start := func(run, token string, ms int) Write {
+		return Write{Kind: KindStart, Run: run, Note: "token=" + token, At: at(ms), Accepted: true}
+	}
+	end := func(run string, ms int) Write { return Write{Kind: KindEnd, Run: run, At: at(ms), Accepted: true} }
+	tests := []struct {
+		name string
+		log  []Write
+		want int
+	}{
+		{"in order", []Write{start("a", "10", 0), start("b", "12", 5), end("a", 100), start("c", "14", 110), end("b", 120), end("c", 200)}, 0},
+		{"concurrent admissions may start in either order", []Write{start("b", "12", 0), start("a", "10", 5), end("a", 100), end("b", 120)}, 0},
+		{"a later holder with a lower token", []Write{start("a", "10", 0), end("a", 100), start("b", "9", 110), end("b", 200)}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, ex := SemaphoreTokenInversions(tt.log); got != tt.want {
+				t.Errorf("SemaphoreTokenInversions = %d %v; want %d", got, ex, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseControllerLog(t *testing.T) {
+	log := `{"time":"2026-12-01T21:00:00.100Z","level":"INFO","msg":"controller starting"}
+{"time":"2026-12-01T21:00:01.000Z","level":"INFO","msg":"became leader","session":"s1"}
+{"time":"2026-12-01T21:00:02.000Z","level":"INFO","msg":"repair writing","kind":"restore-key"}
+{"time":"2026-12-01T21:00:02.100Z","level":"INFO","msg":"repaired","kind":"restore-key","detail":"key x"}
+not json
+{"time":"2026-12-01T21:00:03.000Z","level":"INFO","msg":"released leadership"}
+`
+	events, err := ParseControllerLog("controller-1", strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	want := []string{CtlBecameLeader, CtlWriting, CtlRepaired, CtlLostLeader}
+	if !reflect.DeepEqual(kinds, want) {
+		t.Errorf("kinds = %q; want %q", kinds, want)
+	}
+	if events[2].Detail != "restore-key key x" || events[0].Replica != "controller-1" {
+		t.Errorf("event = %+v", events[2])
+	}
+}
+
+func TestControllerWritesAfterLoss(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ev := func(s int, replica, kind string) ControllerEvent {
+		return ControllerEvent{At: t0.Add(time.Duration(s) * time.Second), Replica: replica, Kind: kind}
+	}
+	tests := []struct {
+		name   string
+		events []ControllerEvent
+		want   int
+	}{
+		{"writes within terms", []ControllerEvent{
+			ev(1, "c1", CtlBecameLeader), ev(2, "c1", CtlWriting), ev(3, "c1", CtlRepaired), ev(4, "c1", CtlLostLeader),
+			ev(5, "c2", CtlBecameLeader), ev(6, "c2", CtlWriting), ev(7, "c2", CtlRepaired),
+		}, 0},
+		{"a write in flight across a take-over, done by a fenced write", []ControllerEvent{
+			ev(1, "c1", CtlBecameLeader), ev(2, "c1", CtlWriting), ev(3, "c2", CtlBecameLeader), ev(4, "c1", CtlRepaired), ev(5, "c1", CtlLostLeader),
+		}, 0},
+		{"a write begun after another replica became leader", []ControllerEvent{
+			ev(1, "c1", CtlBecameLeader), ev(2, "c2", CtlBecameLeader), ev(3, "c1", CtlWriting), ev(4, "c1", CtlRepaired), ev(5, "c1", CtlLostLeader),
+		}, 1},
+		{"a write done after the replica logged its loss", []ControllerEvent{
+			ev(1, "c1", CtlBecameLeader), ev(2, "c1", CtlWriting), ev(3, "c1", CtlLostLeader), ev(4, "c1", CtlRepaired),
+		}, 1},
+		{"a write by a replica that never led", []ControllerEvent{ev(1, "c2", CtlWriting)}, 1},
+		{"a killed replica's earlier term does not count", []ControllerEvent{
+			ev(1, "c1", CtlBecameLeader), ev(2, "c1", CtlKilled), ev(3, "c2", CtlBecameLeader), ev(4, "c1", CtlBecameLeader), ev(5, "c1", CtlWriting), ev(6, "c1", CtlRepaired),
+		}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, evidence := ControllerWritesAfterLoss(tt.events); got != tt.want {
+				t.Errorf("ControllerWritesAfterLoss = %d %q; want %d", got, evidence, tt.want)
+			}
+		})
+	}
+}
