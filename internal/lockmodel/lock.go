@@ -268,4 +268,8 @@ type HolderValue struct {
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started"`
 	Lock    string    `json:"lock,omitempty"`
+	// LockDelay is a semaphore holder's session lock-delay (a Go duration
+	// string), written at admission for waiters that cannot read its
+	// session (WithLockDelay, DeadHolderLockDelay). Absent for a mutex.
+	LockDelay string `json:"lock_delay,omitempty"`
 }

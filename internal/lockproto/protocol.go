@@ -71,8 +71,9 @@ func lockKey(ctx context.Context, c *consul.Client, pair *api.KVPair) (entry *ap
 }
 
 // runLockTxn runs ops, whose "lock" op is on key, and returns the entry the
-// transaction wrote for key (the highest ModifyIndex among its results for
-// key). ok is false with no error when Consul refused for a reason the
+// transaction wrote for key (the last of its results for key with the
+// highest ModifyIndex: the lock op's, also after an unlock op on key in the
+// same transaction). ok is false with no error when Consul refused for a reason the
 // protocol expects (the key held by another session or in its lock-delay,
 // a stale check-and-set index, a failed session check); err is
 // ErrSessionInvalid when Consul no longer knows the session, and names any
@@ -103,7 +104,7 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 	}
 	var entry *api.KVPair
 	for _, r := range resp.Results {
-		if r.KV != nil && r.KV.Key == key && (entry == nil || r.KV.ModifyIndex > entry.ModifyIndex) {
+		if r.KV != nil && r.KV.Key == key && (entry == nil || r.KV.ModifyIndex >= entry.ModifyIndex) {
 			entry = r.KV
 		}
 	}

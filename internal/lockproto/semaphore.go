@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -27,16 +28,27 @@ import (
 //     dead and pruned by whoever writes the table next.
 //
 // It differs from api.Semaphore in when a dead holder is pruned: not at
-// once, but when its lock-delay has passed since this waiter first saw it
-// dead (lockmodel.SlotFreeAt). Consul puts no lock-delay on a slot, and a
-// holder cut off from Consul stops its command only by then (StopRule). A
-// holder that released cleanly has left the table itself and is never
-// seen dead, so a clean hand-over stays immediate.
+// once, but when the dead holder's own lock-delay has passed since this
+// waiter first saw it dead (lockmodel.SlotFreeAt). Consul puts no
+// lock-delay on a slot, and a holder cut off from Consul stops its command
+// only by then (StopRule). A holder that released cleanly has left the
+// table itself and is never seen dead, so a clean hand-over stays
+// immediate. So that waiters learn that lock-delay with the key read a
+// worker token has, each contender writes its own into its contender
+// key's value (lockmodel.WithLockDelay); a waiter that learns it neither
+// there nor from the holder's session assumes the maximum
+// (lockmodel.DeadHolderLockDelay).
+//
+// It also differs in the admission: the join re-locks the contender key
+// (unlock, then lock, in the admission's transaction), so the key's
+// ModifyIndex is the admission's Raft index even when the value is the
+// same as before: that is the holder's fencing token.
 type semaphore struct {
 	c    *consul.Client
 	lock lockmodel.Lock
-	// declaredDelay is the lock-delay of the declared profile, used for a
-	// dead holder whose own session lock-delay could not be read.
+	// declaredDelay is the lock-delay of the profile this holder's session
+	// was created with, written into its contender key for waiters. It is
+	// never applied to another holder: their profile may differ.
 	declaredDelay time.Duration
 	prefix        string
 	log           *slog.Logger
@@ -52,7 +64,8 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 	fail := func(op string, err error) error {
 		return waitAfterError(ctx, m.log, op, err, &failures)
 	}
-	contender := &api.KVPair{Key: m.contenderKey(s), Value: holder(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
+	value := func() []byte { return lockmodel.WithLockDelay(holder(), m.declaredDelay) }
+	contender := &api.KVPair{Key: m.contenderKey(s), Value: value(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
 	for {
 		_, ok, err := lockKey(ctx, m.c, contender)
 		if errors.Is(err, ErrSessionInvalid) {
@@ -74,7 +87,7 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 		waitIndex uint64
 		waitTime  = acquireWaitTime
 		lastSeen  []string
-		dead      = newDeadHolders()
+		dead      = newDeadHolders(m.prefix)
 	)
 	for {
 		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: waitTime}).WithContext(ctx))
@@ -96,10 +109,10 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 			// (behavior delete) or someone deleted the key.
 			return Grant{}, ErrSessionInvalid
 		}
-		newlyDead, freeIn := dead.prune(table, pairs, m.declaredDelay, time.Now())
+		newlyDead, freeIn := dead.prune(table, pairs, time.Now())
 		for _, h := range newlyDead {
 			m.log.Info("a holder's session ended without leaving the semaphore; its slot frees when its lock-delay has passed",
-				"holder_session", h, "lock_delay", lockmodel.FormatDuration(dead.lockDelay(h, m.declaredDelay)))
+				"holder_session", h, "lock_delay", lockmodel.FormatDuration(dead.lockDelay(h)))
 		}
 		if table.Holders[s.ID] {
 			// Listed already: an earlier join succeeded but its answer
@@ -123,12 +136,12 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 			continue
 		}
 		table.Holders[s.ID] = true
-		value, err := lockmodel.EncodeSemaphoreState(table)
+		tableValue, err := lockmodel.EncodeSemaphoreState(table)
 		if err != nil {
 			return Grant{}, err
 		}
-		contender.Value = holder() // written again by the join: "started" is the admission
-		g, ok, err := m.join(ctx, s, contender, value, tableIndex)
+		contender.Value = value() // written again by the join: "started" is the admission
+		g, ok, err := m.join(ctx, s, contender, tableValue, tableIndex)
 		if errors.Is(err, ErrSessionInvalid) {
 			return Grant{}, err
 		}
@@ -147,15 +160,26 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 }
 
 // join admits s: in one transaction it checks that s still holds its
-// contender key, locks that key again (the holder may), writing the holder
+// contender key, unlocks and locks that key again, writing the holder
 // value, and writes the holder table listing s if the table is still at
 // tableIndex (0: absent). The lock op's answer is the contender key's new
 // ModifyIndex, the Raft index of this admission: the fencing token, which
-// grows with every admission and is what the data source reports for this
-// holder. ok is false when the table or the contender key changed.
+// grows with every admission and is what the data source and status
+// report for this holder (the key's ModifyIndex). ok is false when the
+// table or the contender key changed.
+//
+// Why unlock first: Consul keeps the ModifyIndex of an entry written
+// exactly as it is, and a lock op by the holding session changes nothing
+// but the value; with a fixed value (the ephemeral lock's value) the token
+// would be the contender key's creation index, and a contender that waited
+// longer would get a lower token than one admitted before it. The unlock
+// clears the session (a release: no lock-delay) and the lock sets it again
+// with LockIndex + 1, so the entry always changes; the transaction is
+// atomic, so no reader sees the key unheld.
 func (m *semaphore) join(ctx context.Context, s *Session, contender *api.KVPair, table []byte, tableIndex uint64) (Grant, bool, error) {
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: contender.Key, Session: s.ID}},
+		{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: contender.Key, Value: contender.Value, Flags: contender.Flags, Session: s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: contender.Key, Value: contender.Value, Flags: contender.Flags, Session: s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: m.lock.Key, Value: table, Flags: lockmodel.SemaphoreFlagValue, Index: tableIndex}},
 	}
@@ -212,30 +236,57 @@ func liveSessions(pairs api.KVPairs) map[string]bool {
 }
 
 // deadHolders is a waiter's record of the holders it has seen dead: listed
-// in the holder table while their session holds no key under the prefix.
+// in the holder table while their session holds no key under the prefix;
+// and of what it learnt of each holder's lock-delay.
 type deadHolders struct {
-	seen   map[string]time.Time     // when this waiter first saw each dead
-	delays map[string]time.Duration // session lock-delays, read while alive
-	asked  map[string]bool          // sessions whose lock-delay was asked for
+	prefix  string
+	seen    map[string]time.Time     // when this waiter first saw each dead
+	delays  map[string]time.Duration // session lock-delays, read while alive
+	written map[string]time.Duration // lock-delays holders wrote into their contender key
+	asked   map[string]bool          // sessions whose lock-delay was asked for
 }
 
-func newDeadHolders() *deadHolders {
-	return &deadHolders{seen: map[string]time.Time{}, delays: map[string]time.Duration{}, asked: map[string]bool{}}
+func newDeadHolders(prefix string) *deadHolders {
+	return &deadHolders{prefix: prefix, seen: map[string]time.Time{}, delays: map[string]time.Duration{},
+		written: map[string]time.Duration{}, asked: map[string]bool{}}
 }
 
-// lockDelay is holder h's session lock-delay, or declared when unknown.
-func (d *deadHolders) lockDelay(h string, declared time.Duration) time.Duration {
-	if delay, ok := d.delays[h]; ok {
-		return delay
+// lockDelay is the lock-delay counted for dead holder h: its own, as far
+// as this waiter learnt it, else the maximum (lockmodel.DeadHolderLockDelay).
+func (d *deadHolders) lockDelay(h string) time.Duration {
+	var known []time.Duration
+	if delay, ok := d.written[h]; ok {
+		known = append(known, delay)
 	}
-	return declared
+	if delay, ok := d.delays[h]; ok {
+		known = append(known, delay)
+	}
+	return lockmodel.DeadHolderLockDelay(known...)
+}
+
+// learnWritten records the lock-delay each listed holder wrote into its
+// contender key <prefix>/<session>. It is read at every sight, because a
+// holder's key goes with its session when that has behavior delete: what
+// was read while it lived is what the waiter has once it is dead.
+func (d *deadHolders) learnWritten(table lockmodel.SemaphoreState, pairs api.KVPairs) {
+	for _, p := range pairs {
+		h := strings.TrimPrefix(p.Key, d.prefix+"/")
+		if h == p.Key || !table.Holders[h] || (p.Session != "" && p.Session != h) {
+			continue
+		}
+		if delay, ok := lockmodel.HolderLockDelay(p.Value); ok {
+			d.written[h] = delay
+		}
+	}
 }
 
 // prune drops from table the dead holders whose slot is free at now
-// (lockmodel.SlotFreeAt from when this waiter first saw each dead) and
-// keeps the others. It returns the holders seen dead for the first time,
-// and how long until the next kept one's slot frees (0: none kept).
-func (d *deadHolders) prune(table lockmodel.SemaphoreState, pairs api.KVPairs, declared time.Duration, now time.Time) (newlyDead []string, freeIn time.Duration) {
+// (lockmodel.SlotFreeAt from when this waiter first saw each dead, with
+// the holder's own lock-delay) and keeps the others. It returns the
+// holders seen dead for the first time, and how long until the next kept
+// one's slot frees (0: none kept).
+func (d *deadHolders) prune(table lockmodel.SemaphoreState, pairs api.KVPairs, now time.Time) (newlyDead []string, freeIn time.Duration) {
+	d.learnWritten(table, pairs)
 	alive := liveSessions(pairs)
 	for h := range d.seen {
 		if !table.Holders[h] || alive[h] {
@@ -252,7 +303,7 @@ func (d *deadHolders) prune(table lockmodel.SemaphoreState, pairs api.KVPairs, d
 			d.seen[h] = now
 			newlyDead = append(newlyDead, h)
 		}
-		freeAt := lockmodel.SlotFreeAt(seen, d.lockDelay(h, declared))
+		freeAt := lockmodel.SlotFreeAt(seen, d.lockDelay(h))
 		if !now.Before(freeAt) {
 			delete(table.Holders, h)
 			continue

@@ -1,6 +1,7 @@
 package lockproto
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -194,8 +195,9 @@ func TestSessionMismatches(t *testing.T) {
 }
 
 // A waiter prunes a dead semaphore holder (listed, its session holding no
-// key) only once its lock-delay has passed since the waiter first saw it
-// dead; a holder that left the table is no concern.
+// key) only once the holder's own lock-delay has passed since the waiter
+// first saw it dead, and the maximum when it could learn nothing of it; a
+// holder that left the table is no concern.
 func TestDeadHoldersPruneAfterLockDelay(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	key := func(session string) *api.KVPair { return &api.KVPair{Key: "p/" + session, Session: session} }
@@ -206,45 +208,66 @@ func TestDeadHoldersPruneAfterLockDelay(t *testing.T) {
 		}
 		return st
 	}
-	d := newDeadHolders()
+	d := newDeadHolders("p")
 	d.delays["b"] = 3 * time.Second // read while b was alive
 
 	// a and b listed, only a alive: b is newly dead and kept for its own 3s.
 	st := table("a", "b")
-	newly, freeIn := d.prune(st, api.KVPairs{key("a"), {Key: "p/b"}}, 8*time.Second, t0)
+	newly, freeIn := d.prune(st, api.KVPairs{key("a"), {Key: "p/b"}}, t0)
 	if !slices.Equal(newly, []string{"b"}) || freeIn != 3*time.Second || !st.Holders["b"] {
 		t.Fatalf("first sight: newly %v, freeIn %s, table %v; want [b], 3s, b kept", newly, freeIn, st.Holders)
 	}
 	// Later sightings count from the first.
 	st = table("a", "b")
-	newly, freeIn = d.prune(st, api.KVPairs{key("a")}, 8*time.Second, t0.Add(2*time.Second))
+	newly, freeIn = d.prune(st, api.KVPairs{key("a")}, t0.Add(2*time.Second))
 	if len(newly) != 0 || freeIn != time.Second || !st.Holders["b"] {
 		t.Fatalf("2s later: newly %v, freeIn %s, table %v; want none, 1s, b kept", newly, freeIn, st.Holders)
 	}
 	st = table("a", "b")
-	_, freeIn = d.prune(st, api.KVPairs{key("a")}, 8*time.Second, t0.Add(3*time.Second))
+	_, freeIn = d.prune(st, api.KVPairs{key("a")}, t0.Add(3*time.Second))
 	if freeIn != 0 || st.Holders["b"] || !st.Holders["a"] {
 		t.Fatalf("3s later: freeIn %s, table %v; want b pruned, a kept", freeIn, st.Holders)
 	}
 
-	// A holder whose lock-delay is unknown gets the declared one, clamped.
-	d = newDeadHolders()
+	// A holder whose lock-delay is unknown (its session was never read,
+	// its key says nothing) gets the maximum, not the waiter's own.
+	d = newDeadHolders("p")
 	st = table("c")
-	_, freeIn = d.prune(st, nil, 90*time.Second, t0)
+	_, freeIn = d.prune(st, nil, t0)
 	if freeIn != time.Minute || !st.Holders["c"] {
 		t.Fatalf("unknown lock-delay: freeIn %s, table %v; want 60s, c kept", freeIn, st.Holders)
 	}
 	// c left the table (released) and is forgotten: listed again later, it
 	// counts from then.
-	d.prune(table(), nil, 90*time.Second, t0.Add(time.Second))
+	d.prune(table(), nil, t0.Add(time.Second))
 	if _, ok := d.seen["c"]; ok {
 		t.Fatal("a holder that left the table is still remembered as dead")
 	}
 
-	// lock_delay 0: pruned at once, as api.Semaphore does.
-	d = newDeadHolders()
+	// The lock-delay a holder wrote into its contender key, read while it
+	// lived, counts once the key is gone with its session (behavior
+	// delete); a key of the same name held by another session does not.
+	hv := func(lockDelay time.Duration) []byte {
+		v, _ := json.Marshal(lockmodel.HolderValue{Node: "n", PID: 1, Started: t0})
+		return lockmodel.WithLockDelay(v, lockDelay)
+	}
+	d = newDeadHolders("p")
+	d.prune(table("f", "g"), api.KVPairs{{Key: "p/f", Session: "f", Value: hv(20 * time.Second)},
+		{Key: "p/g", Session: "x", Value: hv(0)}, key("g")}, t0)
+	st = table("f", "g")
+	_, freeIn = d.prune(st, nil, t0.Add(time.Second))
+	if freeIn != 20*time.Second || !st.Holders["f"] || !st.Holders["g"] {
+		t.Fatalf("written lock-delay 20s: freeIn %s, table %v; want 20s from the first sight, f and g kept", freeIn, st.Holders)
+	}
+	if got := d.lockDelay("g"); got != time.Minute {
+		t.Fatalf("g's lock-delay from a key another session holds: %s, want the maximum", got)
+	}
+
+	// lock_delay 0 written by the holder: pruned at once, as api.Semaphore
+	// does; the key kept with no session (behavior release) still says so.
+	d = newDeadHolders("p")
 	st = table("e")
-	if _, freeIn = d.prune(st, nil, 0, t0); freeIn != 0 || st.Holders["e"] {
+	if _, freeIn = d.prune(st, api.KVPairs{{Key: "p/e", Value: hv(0)}}, t0); freeIn != 0 || st.Holders["e"] {
 		t.Fatalf("lock_delay 0: freeIn %s, table %v; want e pruned", freeIn, st.Holders)
 	}
 }

@@ -132,7 +132,9 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 			},
 			"value": schema.StringAttribute{
 				MarkdownDescription: "Value written into the key while it is held. Default: a JSON object naming the node, the " +
-					"provider's process ID, the start time and the lock, as `consullock run` writes.",
+					"provider's process ID, the start time and the lock (and for a semaphore the session's lock_delay, " +
+					"which other holders' waiters count when this session ends without a release), as `consullock run` writes. " +
+					"A value of your own is written as given; for a semaphore, such waiters then count 60s.",
 				Optional: true,
 			},
 			"session": schema.StringAttribute{
