@@ -12,42 +12,52 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// act carries out one decision. Watches may lag behind Consul, so it first
-// reads everything the decision rests on again with ?consistent (the
-// declaration included: Terraform removes a declaration before the object),
-// decides again on that, and writes only what the fresh decision still asks
-// for, with check-and-set where Consul offers it.
-func (c *Controller) act(ctx context.Context, d Decision) {
+// act carries out one decision in term t. Watches may lag behind Consul,
+// so it first reads everything the decision rests on again with
+// ?consistent (the declaration included: Terraform removes a declaration
+// before the object), decides again on that, and writes only what the
+// fresh decision still asks for, fenced by the term (see leader.go). It
+// reports whether the write timed out, to be tried again soon.
+func (c *Controller) act(t *term, d Decision) (timedOut bool) {
 	log := c.log.With(d.logAttrs()...).With("kind", string(d.Kind))
-	fresh, ok, err := c.recheck(ctx, d)
+	fresh, ok, err := c.recheck(t.ctx, d)
+	if t.ctx.Err() != nil {
+		log.Info("repair abandoned: this replica no longer leads")
+		return false
+	}
 	if errors.Is(err, errDeclarationChanging) {
 		log.Info("repair deferred: the declaration has just changed; the apply that wrote it is given time to write the object",
 			"apply_grace", c.cfg.ApplyGrace.String())
-		return
+		return false
 	}
 	if err != nil {
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
 		log.Error("repair skipped: re-reading before acting failed", "error", err.Error())
-		return
+		return false
 	}
 	if !ok {
 		log.Info("repair skipped: a consistent read shows it is no longer needed")
-		return
+		return false
 	}
 	if !c.acting.Load() {
-		return
+		return false
 	}
-	done, err := c.execute(ctx, fresh)
+	log.Info("repair writing") // the nemesis's checker: no write begun after leadership passed on
+	done, err := c.execute(t, fresh)
 	switch {
+	case errors.Is(err, errNotLeader) || errors.Is(err, consul.ErrFenceLost) || t.ctx.Err() != nil:
+		log.Info("repair abandoned: this replica no longer leads")
 	case err != nil:
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
 		log.Error("repair failed", "error", err.Error())
+		return errors.Is(err, context.DeadlineExceeded)
 	case !done:
 		log.Info("repair skipped: the object changed while acting; the next answer of the watch decides again")
 	default:
 		c.metrics.repairs.WithLabelValues(string(d.Kind)).Inc()
 		log.Info("repaired", "detail", fresh.Detail)
 	}
+	return false
 }
 
 // errDeclarationChanging is recheck's answer when the declaration read
@@ -175,17 +185,25 @@ func pick(fresh []Decision, d Decision) (Decision, bool, error) {
 	return Decision{}, false, nil
 }
 
-// execute performs one write. done is false when a check-and-set lost.
-func (c *Controller) execute(ctx context.Context, d Decision) (bool, error) {
+// execute performs one write in term t, within LeaderGrace. done is false
+// when a check-and-set lost. Lock key writes are fenced by the term's hold
+// on the leader key; the others are preceded by a consistent read that
+// confirms it (see leader.go for what remains).
+func (c *Controller) execute(t *term, d Decision) (bool, error) {
+	ctx, cancel := context.WithTimeout(t.ctx, LeaderGrace)
+	defer cancel()
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	switch d.Kind {
 	case KindRecreateKey, KindRestoreFlags, KindRestoreLimit:
-		ok, _, err := c.client.KV().CAS(&api.KVPair{Key: d.Key, Flags: d.Flags, Value: d.Value, ModifyIndex: d.ModifyIndex}, w)
+		ok, err := c.client.FencedCAS(ctx, t.fence, &api.KVPair{Key: d.Key, Flags: d.Flags, Value: d.Value, ModifyIndex: d.ModifyIndex})
 		if err != nil {
-			return false, consul.Classify(fmt.Sprintf("write lock key %s (%s)", d.Key, d.Kind), err)
+			return false, fmt.Errorf("%s: %w", d.Kind, err)
 		}
 		return ok, nil
 	case KindRestoreACLRules:
+		if err := c.confirmLeader(ctx, t); err != nil {
+			return false, err
+		}
 		p, _, err := c.client.ACL().PolicyRead(d.PolicyID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
 			return false, c.client.Classify(ctx, "read ACL policy "+d.Policy, err)
@@ -209,6 +227,9 @@ func (c *Controller) execute(ctx context.Context, d Decision) (bool, error) {
 		}
 		return true, nil
 	case KindEndSession:
+		if err := c.confirmLeader(ctx, t); err != nil {
+			return false, err
+		}
 		if _, err := c.client.Session().Destroy(d.Session, w); err != nil {
 			return false, consul.Classify("destroy session "+d.Session, err)
 		}

@@ -69,10 +69,14 @@ type Controller struct {
 
 	kick   chan struct{}
 	leader atomic.Bool
+	// term is the leadership term this replica acts in; nil while it
+	// does not lead.
+	term atomic.Pointer[term]
 	// acting is cleared first thing on shutdown: no action starts after it.
 	acting atomic.Bool
-	// actMu is held while actions run; the election takes it before it
-	// releases the leader key, so no write outlives the leadership.
+	// actMu is held while actions run; the election ends the term (which
+	// cancels the action's requests) and takes it before it releases the
+	// leader key.
 	actMu sync.Mutex
 
 	mu           sync.Mutex
@@ -230,7 +234,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	leaderDone := make(chan struct{})
 	if c.cfg.DisableHA {
-		c.setLeader(true)
+		c.setTerm(&term{ctx: ctx})
 		close(leaderDone)
 	} else {
 		go func() { defer close(leaderDone); c.elect(ctx) }()
@@ -241,7 +245,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Shutdown: stop acting before anything else, then let the election
 	// release and destroy its session, then wait for the watches.
 	c.acting.Store(false)
-	c.setLeader(false)
+	c.setTerm(nil)
 	<-leaderDone
 	cancelGroups()
 	wg.Wait()
@@ -249,7 +253,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) setLeader(on bool) {
+// setTerm starts a leadership term, or with nil says this replica no
+// longer leads (the caller has ended the term's context).
+func (c *Controller) setTerm(t *term) {
+	c.term.Store(t)
+	on := t != nil
 	c.leader.Store(on)
 	c.metrics.setLeader(on)
 	if on {
@@ -305,15 +313,19 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 	}
 	decisions := Decide(st, c.cfg.Mode)
 	c.observe(decisions, st.Settling)
-	if c.leader.Load() && c.acting.Load() {
+	if t := c.term.Load(); t != nil && c.acting.Load() {
 		c.actMu.Lock()
 		defer c.actMu.Unlock()
 		for _, d := range decisions {
-			if !d.Act || ctx.Err() != nil || !c.acting.Load() {
+			if !d.Act || t.ctx.Err() != nil || !c.acting.Load() {
 				continue
 			}
-			if c.leader.Load() {
-				c.act(ctx, d)
+			if c.act(t, d) {
+				// Timed out: try again soon rather than at the next
+				// watch answer, which may be minutes away.
+				if retry := time.Now().Add(LeaderGrace); next.IsZero() || retry.Before(next) {
+					next = retry
+				}
 			}
 		}
 	}

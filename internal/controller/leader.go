@@ -8,6 +8,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -22,22 +25,81 @@ import (
 //     2 x TTL = 20s.
 //   - LockDelay 10s and the serfHealth node check (Consul's default): a
 //     leader whose node fails, or that is cut off from its agent, may be
-//     replaced lock_delay after its last renewal; the loss model stops it
-//     acting before then (after 10s - 1s margin - LeaderGrace = 8s
-//     without a renewal), so two replicas never act at once.
+//     replaced lock_delay after its last renewal; the loss model ends its
+//     term before then (after 10s - 1s margin - LeaderGrace = 8s without
+//     a renewal).
 //   - Behavior release. A clean shutdown releases before destroying, so
 //     no delay applies then.
 //
 // Worst case take-over after SIGKILL: 20s + 10s + one blocking-query
 // round.
+//
+// What a term fences. Each leadership term has a context (term.ctx) that
+// is cancelled the moment the term ends, before the leader key is
+// released; every action of the term runs under it, and each write under
+// a deadline of LeaderGrace on top (retries of transient errors included):
+// no request of a term is still being sent or retried once the term has
+// ended, and no write for longer than LeaderGrace. A request already
+// handed to an agent that then stalls (a frozen agent) may still reach
+// the servers later; so:
+//
+//   - Lock key writes (re-create, restore flags or limit) are one Consul
+//     transaction with a check that the term's session holds the leader
+//     key: Consul commits them only while this replica leads, however
+//     late they arrive.
+//   - Ending a session and restoring ACL rules have no such check in
+//     Consul (the HTTP transaction API takes no session or ACL ops, and
+//     policy updates have no check-and-set). Right before each, a
+//     consistent read confirms the term's session still holds the leader
+//     key (and, for a policy, that its ModifyIndex is the one decided
+//     on), and the write must be sent within the same LeaderGrace
+//     deadline. What remains: a request an agent accepted and then held
+//     (frozen) is applied when it resumes, possibly after another replica
+//     took over. A late policy write is seen by the new leader as drift
+//     and put back to the declaration (an update of a deleted policy
+//     fails); a late session end ends a session the decision found
+//     violating when it was sent.
 const (
 	LeaderSessionTTL = 10 * time.Second
 	LeaderLockDelay  = 10 * time.Second
 	LeaderRenewEvery = LeaderSessionTTL / 2
 	// LeaderGrace is how long a leader that lost its lock may take to
-	// stop acting (finish the write in flight).
+	// stop acting (finish the write in flight), and the deadline of each
+	// write the controller sends.
 	LeaderGrace = time.Second
 )
+
+// term is one leadership term of this replica.
+type term struct {
+	// ctx ends when the term ends: every action of the term runs under it.
+	ctx context.Context
+	// fence is the term's hold on the leader key, which lock key writes
+	// are committed under; zero without leader election.
+	fence consul.Fence
+}
+
+// errNotLeader: a write was refused, or not sent, because this replica's
+// term has ended.
+var errNotLeader = errors.New("this replica no longer leads")
+
+// confirmLeader reads the leader key consistently and returns errNotLeader
+// unless t's session still holds it.
+func (c *Controller) confirmLeader(ctx context.Context, t *term) error {
+	if err := t.ctx.Err(); err != nil {
+		return errNotLeader
+	}
+	if t.fence.Session == "" {
+		return nil
+	}
+	pair, _, err := c.client.KV().Get(t.fence.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return consul.Classify("read the leader key "+t.fence.Key, err)
+	}
+	if pair == nil || pair.Session != t.fence.Session {
+		return errNotLeader
+	}
+	return nil
+}
 
 // leaderProfile is the leader session's profile.
 var leaderProfile = lockmodel.SessionProfile{
@@ -94,18 +156,21 @@ func (c *Controller) leadOnce(ctx context.Context) (led bool, err error) {
 	}
 	log := c.log.With("session", h.Session.ID, "key", c.LeaderKey())
 	log.Info("became leader", "fencing_token", h.Grant.FencingToken)
-	c.setLeader(true)
+	termCtx, endTerm := context.WithCancel(ctx)
+	defer endTerm()
+	c.setTerm(&term{ctx: termCtx, fence: consul.Fence{Key: c.LeaderKey(), Session: h.Session.ID}})
 
 	select {
 	case <-h.Lost():
 	case <-ctx.Done():
 	}
-	// Stop acting, wait for an action in flight, then release and only
-	// then destroy the session: a release sets no lock-delay, so the next
-	// replica takes over at once. acting belongs to Run (shutdown); the
-	// leader flag alone says whether this replica may act, so that a later
-	// term acts again.
-	c.setLeader(false)
+	// End the term: cancel what it has in flight, wait for the action to
+	// return, then release and only then destroy the session: a release
+	// sets no lock-delay, so the next replica takes over at once. acting
+	// belongs to Run (shutdown); the term alone says whether this replica
+	// may act, so that a later term acts again.
+	endTerm()
+	c.setTerm(nil)
 	c.actMu.Lock()
 	defer c.actMu.Unlock()
 	h.Release(context.WithoutCancel(ctx))
