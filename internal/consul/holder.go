@@ -59,9 +59,11 @@ type SemaphoreHolder struct {
 	Value []byte
 	// LockIndex is the contender key's LockIndex.
 	LockIndex uint64
-	// ModifyIndex is the contender key's ModifyIndex: the Raft index at
-	// which the holder acquired it (a holder rewriting its own key only
-	// raises it), the holder's fencing token.
+	// ModifyIndex is the contender key's ModifyIndex, the holder's fencing
+	// token: for a consullock holder the Raft index of its admission, whose
+	// transaction unlocks and locks the key again so that it changes even
+	// when the value does not (lockproto's semaphore join). A `consul lock
+	// -n` holder's is its key's creation, which precedes its admission.
 	ModifyIndex uint64
 }
 
