@@ -220,6 +220,49 @@ func TestLeadership_aStalledWriteIsNotAppliedAfterAnotherReplicaTookOver(t *test
 	}
 }
 
+// Issue 22, hole 1: a write that stalls while the replica still leads is
+// given up after LeaderGrace and tried again, rather than left in flight
+// (where a later take-over would find it). Before the fix the leader
+// waited on its first write for as long as the agent held it.
+func TestLeadership_aStalledWriteIsGivenUpAndTriedAgain(t *testing.T) {
+	h := newHarness(t, agent)
+	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
+	proxy := newStallProxy(t, agent)
+	c := h.startWith(startOpts{mode: ModeRepair, ha: true, addr: proxy.addr()})
+	eventually(t, 30*time.Second, func() error {
+		if !c.IsLeader() || h.get(l.Key) == nil {
+			return fmt.Errorf("the replica does not lead, or did not create the lock key")
+		}
+		return nil
+	})
+	proxy.hold(l.Key)
+	if _, err := h.api.KV().Delete(l.Key, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		ws := proxy.writes()
+		if len(ws) < 2 {
+			return fmt.Errorf("%d write(s) re-creating %s sent; want the stalled one given up and a second", len(ws), l.Key)
+		}
+		select {
+		case <-ws[0].gaveUp:
+			return nil
+		default:
+			return fmt.Errorf("the first write is still in flight")
+		}
+	})
+	if !c.IsLeader() {
+		t.Fatal("the replica stopped leading; the test proves nothing")
+	}
+	proxy.release()
+	eventually(t, 30*time.Second, func() error {
+		if p := h.get(l.Key); p == nil || p.Flags != lockmodel.LockFlagValue {
+			return fmt.Errorf("%s not re-created with the lock flags once the agent answered again", l.Key)
+		}
+		return nil
+	})
+}
+
 // Issue 22, hole 1: ending a session and restoring ACL rules have no
 // check-and-set on leadership in Consul; the controller must confirm with
 // a consistent read, right before each, that its term still holds the
