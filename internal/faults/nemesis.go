@@ -158,8 +158,10 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 		case FaultRunnerFreeze:
 			// A mutex holder only: a semaphore's slots have no fencing
 			// token the store could check, and a frozen command wakes up
-			// to write whatever it was about to.
-			s.Target, s.For = cfg.Mutex, between(cfg.MinFor, cfg.MaxFor)
+			// to write whatever it was about to. Up to three times the
+			// longest other fault: past 2 x TTL the session is gone and
+			// another holder takes over while it sleeps.
+			s.Target, s.For = cfg.Mutex, between(cfg.MinFor, 3*cfg.MaxFor)
 		case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
 			s.Target = lock
 		case FaultProfileChange:

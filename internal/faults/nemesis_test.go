@@ -1,0 +1,683 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// nemesisAllowedExits are the runner exit codes the nemesis may see: the
+// runner's own (docs/guides/runner.md "Exit codes": 123 lock lost, 125
+// setup error, e.g. its agent down), the command's own passed through (0,
+// childFenced, childNoStore, 143 after the SIGTERM of a lock loss), and
+// 128+9 for a runner the nemesis killed. 2 (usage), 124 (no -timeout is
+// given), 126 and 127 (the command exists) and anything else are not.
+var nemesisAllowedExits = []int{0, childFenced, childNoStore, 123, 125, 128 + int(syscall.SIGKILL), childTermed}
+
+// The nemesis's profiles: variant 1 is the start, a profile change
+// switches to the other. The mutex's are fast (its safety is the guarded
+// store's fencing); the semaphore's keep the stop rule's margin (runner
+// renewal + grace < lock_delay), since no store fences its slots.
+var (
+	nemesisMutexProfiles = []lockmodel.SessionProfile{
+		{TTL: 10 * time.Second, LockDelay: time.Second},
+		{TTL: 12 * time.Second, LockDelay: 2 * time.Second},
+	}
+	nemesisSemaphoreProfiles = []lockmodel.SessionProfile{
+		{TTL: 15 * time.Second, LockDelay: 8 * time.Second, RenewEvery: 2 * time.Second},
+		{TTL: 10 * time.Second, LockDelay: 9 * time.Second, RenewEvery: 2 * time.Second},
+	}
+	nemesisLimits = NemesisConfig(0).Limits
+)
+
+// limitGrace: how long after a shrink a start may still count against the
+// older, larger limit (the contender was admitted before it).
+const limitGrace = 5 * time.Second
+
+// TestNemesis runs a randomized fault schedule (a pure function of its
+// seed: NEMESIS_SEED, else the clock) on its own cluster of 3 servers and
+// 3 client agents, under a mutex workload (3 `consullock run` workers, one
+// per client node, short jobs) and a semaphore workload (4 workers, limit
+// 2 or 3), with two `consullock controller -mode enforce` replicas, and
+// checks the whole history: mutual exclusion (at most the limit in the
+// guarded store's log), fencing tokens strictly increasing per lock, no
+// stale write accepted, every runner exit code one the runner guide
+// documents, and no controller write after its replica lost leadership.
+//
+// The short variant (make test) runs 90s of schedule; FAULTS_FULL=1 runs
+// 30 minutes (make test-faults); NEMESIS_LENGTH (a duration) overrides
+// both. The summary is logged and written to <repo>/tmp/nemesis-report.md.
+func TestNemesis(t *testing.T) {
+	full := os.Getenv("FAULTS_FULL") != ""
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("NEMESIS_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("NEMESIS_SEED=%q: want an unsigned integer", v)
+		}
+		seed = s
+	}
+	length := 90 * time.Second
+	if full {
+		length = 30 * time.Minute
+	}
+	if v := os.Getenv("NEMESIS_LENGTH"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("NEMESIS_LENGTH=%q: want a duration", v)
+		}
+		length = d
+	}
+	replay := fmt.Sprintf("NEMESIS_SEED=%d NEMESIS_LENGTH=%s go test -count=1 -timeout 60m -run TestNemesis ./internal/faults/", seed, length)
+	if full {
+		replay = "FAULTS_FULL=1 " + replay
+	}
+	t.Logf("nemesis seed %d; replay: %s", seed, replay)
+	cfg := NemesisConfig(length)
+	steps := Schedule(seed, cfg)
+	t.Log(FormatSchedule(seed, steps))
+
+	n := newNemesis(t, seed, replay)
+	n.run(steps)
+	n.check(steps)
+}
+
+// nemesis is one run: the cluster, the two workloads, the controller
+// replicas, and what the faults did.
+type nemesis struct {
+	t        *testing.T
+	seed     uint64
+	replay   string
+	cluster  *testenv.Cluster
+	mutex    *harness
+	sem      *harness
+	replicas []*replica
+
+	mu       sync.Mutex
+	injected map[FaultKind]int
+	skipped  map[FaultKind]int
+	undos    map[int]func() // pending undos by step index
+	limits   []LimitChange
+	profiles map[string]int // target -> profile variant in force (1-based)
+	events   []ControllerEvent
+}
+
+// errorf fails the test with the seed and the replay command.
+func (n *nemesis) errorf(format string, args ...any) {
+	n.t.Helper()
+	n.t.Errorf("nemesis seed %d: %s\nreplay: %s", n.seed, fmt.Sprintf(format, args...), n.replay)
+}
+
+func (n *nemesis) fatalf(format string, args ...any) {
+	n.t.Helper()
+	n.t.Fatalf("nemesis seed %d: %s\nreplay: %s", n.seed, fmt.Sprintf(format, args...), n.replay)
+}
+
+func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
+	n := &nemesis{
+		t: t, seed: seed, replay: replay,
+		injected: map[FaultKind]int{}, skipped: map[FaultKind]int{}, undos: map[int]func(){},
+		profiles: map[string]int{"mutex": 1, "semaphore": 1},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Clients: 3})
+	if err != nil {
+		n.fatalf("starting the Consul cluster: %v", err)
+	}
+	n.cluster = c
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nemesis: Consul cluster logs kept in %s", c.Dir)
+		}
+		c.Stop(t.Failed())
+	})
+	var nodes []string
+	for _, cl := range c.Clients {
+		nodes = append(nodes, cl.Name)
+	}
+	if err := createRunnerTokenOn(clusterAdmin(c), nodes...); err != nil {
+		n.fatalf("%v", err)
+	}
+	node := func(i int) *testenv.Node { return c.Clients[i%len(c.Clients)] }
+	env := &consulEnv{
+		admin:      func() *api.Client { return clusterAdmin(c) },
+		workerAddr: func(i int) string { return node(i).Addr },
+		workerNode: node,
+		controller: func() []string { return c.Clients[0].Env() },
+	}
+	// Controller replicas first: they are part of the system under test
+	// from the first acquisition.
+	dir := logDir(t, "nemesis-controllers")
+	for i := range 2 {
+		r := &replica{name: fmt.Sprintf("controller-%d", i+1), node: c.Clients[i], log: filepath.Join(dir, fmt.Sprintf("controller-%d.log", i+1))}
+		if err := r.start(); err != nil {
+			n.fatalf("starting %s: %v", r.name, err)
+		}
+		t.Cleanup(r.stop)
+		n.replicas = append(n.replicas, r)
+	}
+	n.limits = []LimitChange{{At: time.Now(), Limit: nemesisLimits[0]}}
+	n.mutex = newHarness(t, phase{name: "nemesis-mutex", work: 100 * time.Millisecond, env: env, workers: 3, profile: nemesisMutexProfiles[0]})
+	n.sem = newHarness(t, phase{name: "nemesis-semaphore", work: 300 * time.Millisecond, env: env, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]})
+	return n
+}
+
+// replica is one `consullock controller -mode enforce` process, restarted
+// after the nemesis kills it; its JSON log is appended to one file.
+type replica struct {
+	name string
+	node *testenv.Node
+	log  string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	f   *os.File
+}
+
+func (r *replica) start() error {
+	f, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(runnerBin, "controller", "-mode", "enforce", "-listen", "")
+	cmd.Env = append(cleanEnv(), r.node.Env()...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	r.mu.Lock()
+	r.cmd, r.f = cmd, f
+	r.mu.Unlock()
+	return nil
+}
+
+// kill SIGKILLs the replica and returns when it is gone.
+func (r *replica) kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	_ = r.f.Close()
+	r.cmd = nil
+}
+
+// stop ends the replica as an operator would (SIGTERM: it releases its
+// leader lock).
+func (r *replica) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = r.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-done
+	}
+	_ = r.f.Close()
+	r.cmd = nil
+}
+
+// run injects the schedule's steps at their offsets, then undoes whatever
+// is still in force and waits for the cluster to recover.
+func (n *nemesis) run(steps []Step) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, s := range steps {
+		select {
+		case <-time.After(time.Until(start.Add(s.At))):
+		case <-n.mutex.ctx.Done():
+			return
+		}
+		n.inject(i, s, &wg)
+	}
+	// The end of the schedule: undo every fault still in force.
+	n.mu.Lock()
+	pending := n.undos
+	n.undos = map[int]func(){}
+	n.mu.Unlock()
+	for _, undo := range pending {
+		undo()
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.cluster.WaitHealthy(ctx); err != nil {
+		n.errorf("the cluster did not recover after the schedule: %v", err)
+	}
+	// Liveness: both workloads hand over again once every fault is undone.
+	for _, h := range []*harness{n.mutex, n.sem} {
+		mark := h.store.Mark("", "nemesis: schedule over, every fault undone")
+		wctx, wcancel := context.WithTimeout(h.ctx, 2*time.Minute)
+		_, err := h.store.WaitFor(wctx, func(log []Write) bool {
+			for _, w := range log[mark.Seq:] {
+				if w.Kind == KindStart && w.Accepted {
+					return true
+				}
+			}
+			return false
+		})
+		wcancel()
+		if err != nil {
+			n.errorf("%s: no holder started within 2 minutes after every fault was undone", h.ph.name)
+		}
+	}
+}
+
+// inject applies one step; a fault that is undone registers its undo,
+// run after s.For (or at the end of the schedule).
+func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
+	t := n.t
+	var undo func()
+	ok := true
+	switch s.Kind {
+	case FaultLeaderKill:
+		undo, ok = n.killLeader()
+	case FaultClientFreeze, FaultClientKill, FaultClientCut:
+		undo, ok = n.clientFault(s)
+	case FaultRunnerFreeze:
+		undo, ok = n.freezeHolder()
+	case FaultRunnerKill:
+		h := n.target(s)
+		holder, p := n.holder(h)
+		if ok = p != nil; ok {
+			h.store.Mark(holder.Worker, "nemesis: SIGKILL runner and child")
+			signalHolder(p, holder, syscall.SIGKILL)
+		}
+	case FaultKeyDelete:
+		h := n.target(s)
+		h.store.Mark("", "nemesis: delete "+h.lock.Key)
+		ok = n.admin(func(c *api.Client) error { _, err := c.KV().Delete(h.lock.Key, nil); return err })
+	case FaultSessionDestroy:
+		h := n.target(s)
+		if holder, p := n.holder(h); p != nil && holder.Session != "" {
+			h.store.Mark(holder.Worker, "nemesis: destroy session "+holder.Session)
+			ok = n.admin(func(c *api.Client) error { _, err := c.Session().Destroy(holder.Session, nil); return err })
+		} else {
+			ok = false
+		}
+	case FaultProfileChange:
+		ok = n.changeProfile(s)
+	case FaultPoolResize:
+		ok = n.resize(s.Value)
+	case FaultControllerKill:
+		r := n.replicas[replicaIndex(s.Target)]
+		r.kill()
+		n.mu.Lock()
+		n.events = append(n.events, ControllerEvent{At: time.Now(), Replica: r.name, Kind: CtlKilled})
+		n.mu.Unlock()
+		undo = func() {
+			if err := r.start(); err != nil {
+				n.errorf("restarting %s: %v", r.name, err)
+			}
+		}
+	}
+	n.mu.Lock()
+	if ok {
+		n.injected[s.Kind]++
+	} else {
+		n.skipped[s.Kind]++
+	}
+	n.mu.Unlock()
+	t.Logf("nemesis step %d: %s (injected: %v)", i, s, ok)
+	if undo == nil {
+		return
+	}
+	once := sync.OnceFunc(undo)
+	n.mu.Lock()
+	n.undos[i] = once
+	n.mu.Unlock()
+	wg.Add(1)
+	time.AfterFunc(s.For, func() {
+		defer wg.Done()
+		n.mu.Lock()
+		delete(n.undos, i)
+		n.mu.Unlock()
+		once()
+	})
+}
+
+func replicaIndex(target string) int {
+	i, _ := strconv.Atoi(strings.TrimPrefix(target, "controller-"))
+	return i - 1
+}
+
+func (n *nemesis) target(s Step) *harness {
+	if s.Target == "semaphore" {
+		return n.sem
+	}
+	return n.mutex
+}
+
+// admin runs a management write on a running server, retrying Consul's
+// transient errors (a leader just killed) for up to 30s.
+func (n *nemesis) admin(op func(*api.Client) error) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := testenv.RetryWhile(ctx, consul.IsTransientText, func() error { return op(clusterAdmin(n.cluster)) })
+	if err != nil {
+		n.t.Logf("nemesis: admin write failed: %v", err)
+	}
+	return err == nil
+}
+
+// holder returns a current holder of h's lock whose runner still runs
+// (the latest accepted start with no end or abort after it), waiting up to
+// 3s for one: jobs are short, and a lock may be between holders.
+func (n *nemesis) holder(h *harness) (Write, *os.Process) {
+	var found Write
+	var p *os.Process
+	ctx, cancel := context.WithTimeout(h.ctx, 3*time.Second)
+	defer cancel()
+	_, _ = h.store.WaitFor(ctx, func(log []Write) bool {
+		ended := map[string]bool{}
+		for i := len(log) - 1; i >= 0; i-- {
+			w := log[i]
+			switch w.Kind {
+			case KindEnd, KindAbort:
+				ended[w.Run] = true
+			case KindStart:
+				if w.Accepted && !ended[w.Run] && running(w.PID) {
+					if p = h.holderRunner(w); p != nil {
+						found = w
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	return found, p
+}
+
+func (n *nemesis) markAll(note string) {
+	n.mutex.store.Mark("", note)
+	n.sem.store.Mark("", note)
+}
+
+func (n *nemesis) killLeader() (func(), bool) {
+	c := n.cluster
+	for _, s := range c.Servers {
+		if !s.Running() {
+			return nil, false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitHealthy(ctx); err != nil {
+		return nil, false // a restarted server is not a voter yet: a kill now could leave no quorum
+	}
+	leader, err := c.Leader()
+	if err != nil {
+		return nil, false
+	}
+	n.markAll("nemesis: kill Raft leader " + leader.Name)
+	leader.Kill()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := leader.Start(ctx); err != nil {
+			n.errorf("restarting %s: %v", leader.Name, err)
+		}
+	}, true
+}
+
+func (n *nemesis) clientFault(s Step) (func(), bool) {
+	var node *testenv.Node
+	for _, c := range n.cluster.Clients {
+		if c.Name == s.Target {
+			node = c
+		}
+	}
+	if node == nil {
+		i, _ := strconv.Atoi(strings.TrimPrefix(s.Target, "client-"))
+		node = n.cluster.Clients[(i-1)%len(n.cluster.Clients)]
+	}
+	n.markAll(fmt.Sprintf("nemesis: %s %s", s.Kind, node.Name))
+	switch s.Kind {
+	case FaultClientFreeze:
+		if err := node.Freeze(); err != nil {
+			n.errorf("freezing %s: %v", node.Name, err)
+			return nil, false
+		}
+		return func() { _ = node.Thaw() }, true
+	case FaultClientKill:
+		node.Kill()
+		return func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := node.Start(ctx); err != nil {
+				n.errorf("restarting %s: %v", node.Name, err)
+			}
+		}, true
+	default:
+		if err := node.Cut(); err != nil {
+			n.errorf("cutting %s off: %v", node.Name, err)
+			return nil, false
+		}
+		return func() { _ = node.Heal() }, true
+	}
+}
+
+// freezeHolder stops a mutex holder's runner and command (SIGSTOP); the
+// undo wakes the command first, which then writes at once with its old
+// token: the store must reject it if another holder started meanwhile.
+func (n *nemesis) freezeHolder() (func(), bool) {
+	holder, p := n.holder(n.mutex)
+	if p == nil {
+		return nil, false
+	}
+	n.mutex.store.Mark(holder.Worker, "nemesis: SIGSTOP runner and child")
+	signalHolder(p, holder, syscall.SIGSTOP)
+	return func() {
+		n.mutex.store.Mark(holder.Worker, "nemesis: SIGCONT runner and child")
+		_ = syscall.Kill(-holder.PID, syscall.SIGCONT)
+		_ = p.Signal(syscall.SIGCONT)
+	}, true
+}
+
+// changeProfile rewrites the target lock's session profile record to the
+// step's variant, as an apply would.
+func (n *nemesis) changeProfile(s Step) bool {
+	h := n.target(s)
+	variants := nemesisMutexProfiles
+	if h == n.sem {
+		variants = nemesisSemaphoreProfiles
+	}
+	p := variants[(s.Value-1)%len(variants)]
+	p.Name = h.profile.Name
+	rec, err := lockmodel.EncodeSessionProfileRecord(p)
+	if err != nil {
+		n.fatalf("encoding profile: %v", err)
+	}
+	h.store.Mark("", fmt.Sprintf("nemesis: profile %s -> ttl %s lock_delay %s", p.Name, p.TTL, p.LockDelay))
+	key := lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, p.Name)
+	ok := n.admin(func(c *api.Client) error { _, err := c.KV().Put(&api.KVPair{Key: key, Value: rec}, nil); return err })
+	if ok {
+		n.mu.Lock()
+		n.profiles[s.Target] = s.Value
+		n.mu.Unlock()
+	}
+	return ok
+}
+
+// resize changes the semaphore's limit as the provider does: the
+// declaration, then the Limit in the holder table by check-and-set,
+// keeping the holders. A growth counts from before the first write, a
+// shrink from after the last (the checker is never stricter than the
+// system could be).
+func (n *nemesis) resize(limit int) bool {
+	h := n.sem
+	lock := h.lock
+	lock.Limit = limit
+	rec, err := lockmodel.EncodeLockRecord(lock)
+	if err != nil {
+		n.fatalf("encoding the lock: %v", err)
+	}
+	n.mu.Lock()
+	prev := n.limits[len(n.limits)-1].Limit
+	if limit > prev {
+		n.limits = append(n.limits, LimitChange{At: time.Now(), Limit: limit})
+	}
+	n.mu.Unlock()
+	h.store.Mark("", fmt.Sprintf("nemesis: resize %s %d -> %d", lock.Name, prev, limit))
+	key := lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, lock.Name)
+	ok := n.admin(func(c *api.Client) error { _, err := c.KV().Put(&api.KVPair{Key: key, Value: rec}, nil); return err })
+	ok = ok && n.admin(func(c *api.Client) error {
+		kv := c.KV()
+		for {
+			pair, _, err := kv.Get(lock.Key, &api.QueryOptions{RequireConsistent: true})
+			if err != nil || pair == nil {
+				return err // deleted: the controller restores it from the declaration
+			}
+			value, err := lockmodel.SemaphoreValueWithLimit(pair.Value, limit)
+			if err != nil {
+				return err
+			}
+			p := *pair
+			p.Value = value
+			if done, _, err := kv.CAS(&p, nil); err != nil || done {
+				return err
+			}
+		}
+	})
+	n.mu.Lock()
+	if limit < prev {
+		n.limits = append(n.limits, LimitChange{At: time.Now(), Limit: limit})
+	}
+	n.mu.Unlock()
+	return ok
+}
+
+// check stops everything and runs the checkers on the whole history.
+func (n *nemesis) check(steps []Step) {
+	t := n.t
+	n.mutex.stop()
+	n.sem.stop()
+	for _, r := range n.replicas {
+		r.stop()
+	}
+	mutexRep := Check("nemesis mutex", n.mutex.store.Log(), nemesisMutexProfiles[1].WorstCaseGap())
+	n.mu.Lock()
+	limits := append([]LimitChange(nil), n.limits...)
+	events := append([]ControllerEvent(nil), n.events...)
+	n.mu.Unlock()
+	semLog := n.sem.store.Log()
+	semRep := checkSemaphoreLimits("nemesis semaphore", semLog, func(at time.Time) int { return LimitAt(limits, at, limitGrace) })
+	inversions, inversionExamples := SemaphoreTokenInversions(semLog)
+	exits := map[int]int{}
+	for _, h := range []*harness{n.mutex, n.sem} {
+		h.mu.Lock()
+		for code, k := range h.exits {
+			exits[code] += k
+		}
+		h.mu.Unlock()
+	}
+	unexpected, codes := UnexpectedExits(exits, nemesisAllowedExits)
+	for _, r := range n.replicas {
+		f, err := os.Open(r.log)
+		if err != nil {
+			n.fatalf("%v", err)
+		}
+		ev, err := ParseControllerLog(r.name, f)
+		_ = f.Close()
+		if err != nil {
+			n.fatalf("reading %s: %v", r.log, err)
+		}
+		events = append(events, ev...)
+	}
+	ctlWrites, writeEvidence := ControllerWritesAfterLoss(events)
+	leaderships, repairs := 0, 0
+	for _, e := range events {
+		switch e.Kind {
+		case CtlBecameLeader:
+			leaderships++
+		case CtlRepaired:
+			repairs++
+		}
+	}
+
+	checkers := []struct {
+		name  string
+		count int
+		what  string
+	}{
+		{"mutual exclusion: mutex overlaps among accepted writes", mutexRep.Overlaps, dumpLog(n.mutex.store.Log())},
+		{"mutual exclusion: semaphore holders above the limit", semRep.Overlaps, dumpLog(semLog)},
+		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, ""},
+		{"fencing: tokens used by two executions (mutex + semaphore)", mutexRep.Duplicated + semRep.Duplicated, ""},
+		{"fencing: semaphore holder admitted later with a lower token", inversions, strings.Join(inversionExamples, "\n")},
+		{"runner exits the guide does not allow", unexpected, fmt.Sprintf("codes %v in %s", codes, exitsText(exits))},
+		{"controller writes without leadership", ctlWrites, strings.Join(writeEvidence, "\n")},
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "nemesis summary, seed %d, schedule %d steps\n\n", n.seed, len(steps))
+	b.WriteString("| fault | scheduled | injected | skipped (no holder, or cluster not healthy) |\n|---|---:|---:|---:|\n")
+	scheduled := map[FaultKind]int{}
+	for _, s := range steps {
+		scheduled[s.Kind]++
+	}
+	totalInjected := 0
+	for _, k := range FaultKinds {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", k, scheduled[k], n.injected[k], n.skipped[k])
+		totalInjected += n.injected[k]
+	}
+	fmt.Fprintf(&b, "| **total** | %d | %d | |\n\n", len(steps), totalInjected)
+	b.WriteString("| workload | executions | hand-overs | completed | interrupted | stale writes rejected | longest fenced overlap |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| mutex | %d | %d | %d | %d | %d | %s |\n", mutexRep.Executions, mutexRep.HandOvers, mutexRep.Completed, mutexRep.Interrupted, mutexRep.StaleRejected, mutexRep.MaxFencedOverlap.Round(time.Millisecond))
+	fmt.Fprintf(&b, "| semaphore (limit %v) | %d | %d | %d | %d | | |\n", nemesisLimits, semRep.Executions, semRep.HandOvers, semRep.Completed, semRep.Interrupted)
+	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions, mutexRep.HandOvers+semRep.HandOvers)
+	b.WriteString("| checker | violations |\n|---|---:|\n")
+	for _, c := range checkers {
+		fmt.Fprintf(&b, "| %s | %d |\n", c.name, c.count)
+	}
+	fmt.Fprintf(&b, "\nrunner exits: %s; controller: %d leaderships, %d repairs\nreplay: %s\n", exitsText(exits), leaderships, repairs, n.replay)
+	t.Log(b.String())
+	if root, err := testenv.RepoRoot(); err == nil {
+		_ = os.WriteFile(filepath.Join(root, "tmp", "nemesis-report.md"), []byte(b.String()), 0o644)
+	}
+	for _, c := range checkers {
+		if c.count != 0 {
+			n.errorf("%s: %d (must be 0)\n%s", c.name, c.count, c.what)
+		}
+	}
+	if os.Getenv("FAULTS_FULL") != "" && os.Getenv("NEMESIS_LENGTH") == "" {
+		if h := mutexRep.HandOvers + semRep.HandOvers; h < 10000 {
+			n.errorf("%d hand-overs; the long schedule must reach 10,000", h)
+		}
+		if totalInjected < 500 {
+			n.errorf("%d faults injected; the long schedule must reach 500", totalInjected)
+		}
+	}
+}
+
+func exitsText(m map[int]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	return exits(m)
+}
