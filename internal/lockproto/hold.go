@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
@@ -17,89 +18,142 @@ type HoldOptions struct {
 	Lock        lockmodel.Lock           // normalised
 	Profile     lockmodel.SessionProfile // defaults applied
 	SessionName string
+	// Session, when set, is a session the caller created from Profile (so
+	// that its errors came with the caller's other setup errors): the hold
+	// uses it instead of creating one, and owns it from then on.
+	Session *Session
 	// Grace is how long the holder needs, after Lost, to stop what it
 	// does under the lock; the stop rule decides loss that much earlier.
 	Grace time.Duration
-	// Value gives the value to write at acquisition.
+	// RuleWarned: the caller has already warned that the stop rule is not
+	// feasible (the runner, with its own numbers); AcquireHold then does
+	// not warn again.
+	RuleWarned bool
+	// Value gives the value to write at acquisition. It is called for
+	// every attempt; the winning attempt's value is written again at
+	// release.
 	Value func() []byte
-	Log   *slog.Logger
+	// Log gets the hold's events; the hold adds the key to each line.
+	Log *slog.Logger
+	// Observed, when set, is called with every observation of the renewer
+	// and the watcher, whether the lock was held then, and the time the
+	// lock counts as lost if no renewal succeeds before. It replaces the
+	// hold's own logging of failed requests (for a caller that logs them
+	// its own way) and must not block.
+	Observed func(o Observation, held bool, lostIfNoRenewalBy time.Time)
 }
 
-// Hold is a lock held by a session of its own, for a holder that has no
-// command to run (the controller's leader election): the session is
-// renewed, the key watched, and the loss judge (the runner's, with the same
-// stop rule) closes Lost when the holder must stop.
+// Hold is a lock held by a session of its own: the session is renewed,
+// the key watched, and the loss judge (with the stop rule for the holder's
+// grace) closes Lost when the holder must stop. `consullock run`, the
+// controller's leader election and the ephemeral lock all hold their locks
+// with it, so the stop rule, the loss judge and release-before-destroy are
+// written once.
 type Hold struct {
 	Session *Session
 	Grant   Grant
+	// Value is what the winning acquisition attempt wrote; Release writes
+	// it again.
+	Value []byte
 
 	c      *consul.Client
 	opts   HoldOptions
+	log    *slog.Logger
 	proto  Protocol
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// contact is the judge's last confirmed contact (Unix nanoseconds),
+	// kept for LastContact while the judge runs in its goroutine.
+	contact atomic.Int64
 
 	lost   chan struct{}
 	reason string // set before lost is closed
 }
 
-// AcquireHold creates a session and waits until it holds the lock. It
-// returns ctx's error when ctx ends first, and ErrSessionInvalid when the
-// session ends while waiting; either way the session is destroyed, and
-// the caller may start over.
+// LostError is AcquireHold's error when the loss judge finds the lock lost
+// the moment it was acquired (no renewal for too long while waiting). Its
+// text is the judge's reason.
+type LostError struct{ Reason string }
+
+func (e *LostError) Error() string { return e.Reason }
+
+// AcquireHold creates a session (or takes o.Session) and waits until it
+// holds the lock. It returns ctx's error when ctx ends first, an error
+// wrapping ErrSessionInvalid when the session ends while waiting, and a
+// *LostError when the lock was lost by the time it was acquired. On every
+// error the lock is released if the session got it (unless the session is
+// gone) and the session destroyed, and the caller may start over.
 func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, error) {
+	log := o.Log.With("key", o.Lock.Key)
 	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
-	if problem := rule.Problem("its grace"); problem != "" {
-		o.Log.Warn("this holder cannot be sure to stop before another takes over", "key", o.Lock.Key, "detail", problem)
+	if problem := rule.Problem("its grace"); problem != "" && !o.RuleWarned {
+		log.Warn("this holder cannot be sure to stop before another takes over", "detail", problem)
 	}
-	s, err := CreateSession(ctx, c, o.SessionName, "", o.Profile)
-	if err != nil {
-		return nil, err
+	s := o.Session
+	if s == nil {
+		var err error
+		if s, err = CreateSession(ctx, c, o.SessionName, "", o.Profile); err != nil {
+			return nil, err
+		}
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h := &Hold{Session: s, c: c, opts: o, proto: New(c, o.Lock, o.Profile.LockDelay, o.Log), cancel: cancel, lost: make(chan struct{})}
+	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, o.Lock, o.Profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
 	obs := make(chan Observation, 16)
 	h.goFn(wctx, func(ctx context.Context) { RenewLoop(ctx, c, s.ID, rule.RenewEvery, rule.RenewTimeout, obs) })
 
-	type result struct {
-		g   Grant
-		err error
-	}
 	acqCtx, acqCancel := context.WithCancel(ctx)
 	defer acqCancel()
-	done := make(chan result, 1)
+	done := make(chan error, 1)
 	go func() {
-		g, err := h.proto.Acquire(acqCtx, s, o.Value)
-		done <- result{g, err}
+		var err error
+		h.Grant, err = h.proto.Acquire(acqCtx, s, func() []byte {
+			h.Value = o.Value()
+			return h.Value
+		})
+		done <- err
 	}()
 	judge := NewLossJudge(rule, s.Created)
 	for {
 		select {
-		case r := <-done:
-			if r.err == nil {
+		case err := <-done:
+			if err == nil {
 				if v := judge.Check(time.Now()); v.Lost {
-					r.err = errors.New(v.Reason)
+					err = &LostError{Reason: v.Reason}
 				}
 			}
-			if r.err != nil {
-				h.end(context.WithoutCancel(ctx), false)
-				return nil, r.err
+			h.contact.Store(judge.LastContact().UnixNano())
+			if err != nil {
+				h.end(context.WithoutCancel(ctx), !errors.Is(err, ErrSessionInvalid))
+				return nil, err
 			}
-			h.Grant = r.g
 			h.goFn(wctx, func(ctx context.Context) { h.proto.Watch(ctx, s, obs) })
 			h.goFn(wctx, func(ctx context.Context) { h.judge(ctx, judge, obs) })
 			return h, nil
 		case ob := <-obs:
 			judge.Observe(ob)
+			h.observed(ob, false, judge.Deadline())
 			if ob.Kind == ObsSessionGone {
 				acqCancel()
 				<-done
 				h.end(context.WithoutCancel(ctx), false)
-				return nil, ErrSessionInvalid
+				return nil, fmtSessionGone(ob.Detail)
 			}
 		}
 	}
 }
+
+func fmtSessionGone(detail string) error {
+	if detail == "" {
+		return ErrSessionInvalid
+	}
+	return &sessionGoneError{detail: detail}
+}
+
+// sessionGoneError is ErrSessionInvalid with what the renewer saw.
+type sessionGoneError struct{ detail string }
+
+func (e *sessionGoneError) Error() string { return ErrSessionInvalid.Error() + " (" + e.detail + ")" }
+func (e *sessionGoneError) Unwrap() error { return ErrSessionInvalid }
 
 func (h *Hold) goFn(ctx context.Context, f func(ctx context.Context)) {
 	h.wg.Add(1)
@@ -107,6 +161,19 @@ func (h *Hold) goFn(ctx context.Context, f func(ctx context.Context)) {
 		defer h.wg.Done()
 		f(ctx)
 	}()
+}
+
+// observed hands o to the Observed hook, or else logs a failed request
+// while the lock is held.
+func (h *Hold) observed(o Observation, held bool, deadline time.Time) {
+	if h.opts.Observed != nil {
+		h.opts.Observed(o, held, deadline)
+		return
+	}
+	if held && (o.Kind == ObsRenewFailed || o.Kind == ObsReadFailed) {
+		h.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail,
+			"lost_if_no_renewal_by", deadline.Format(time.RFC3339Nano))
+	}
 }
 
 // judge applies the loss judge to the renewer's and watcher's observations
@@ -122,11 +189,9 @@ func (h *Hold) judge(ctx context.Context, j *LossJudge, obs <-chan Observation) 
 		case <-ctx.Done():
 			return
 		case o := <-obs:
-			if o.Kind == ObsRenewFailed || o.Kind == ObsReadFailed {
-				h.opts.Log.Warn("request to the cluster failed", "key", h.opts.Lock.Key, "observed", o.Kind.String(), "error", o.Detail,
-					"lost_if_no_renewal_by", j.Deadline().Format(time.RFC3339Nano))
-			}
 			v = j.Observe(o)
+			h.contact.Store(j.LastContact().UnixNano())
+			h.observed(o, true, j.Deadline())
 		case <-deadline.C:
 			v = j.Check(time.Now())
 		}
@@ -152,6 +217,15 @@ func (h *Hold) Reason() string {
 	}
 }
 
+// LastContact is the hold's last confirmed contact with the cluster: the
+// send time of the latest renewal Consul answered, while waiting or since
+// (the session's creation when none has been answered yet). A holder that
+// takes the session over (Detach) counts its contact deadline from here.
+// An acquisition is not contact: it does not restart the session's TTL.
+func (h *Hold) LastContact() time.Time {
+	return time.Unix(0, h.contact.Load())
+}
+
 // Release stops renewing and watching, releases the lock if the session
 // still holds it (a release sets no lock-delay, so the next holder starts
 // at once), then destroys the session. Each step is bounded by
@@ -163,13 +237,24 @@ func (h *Hold) Release(ctx context.Context) {
 func (h *Hold) end(ctx context.Context, release bool) {
 	h.cancel()
 	h.wg.Wait()
-	log := h.opts.Log.With("key", h.opts.Lock.Key, "session", h.Session.ID)
+	log := h.log.With("session", h.Session.ID)
 	if release {
-		if _, err := h.proto.Release(ctx, h.Session, h.opts.Value()); err != nil {
+		value := h.Value
+		if value == nil {
+			value = h.opts.Value()
+		}
+		switch released, err := h.proto.Release(ctx, h.Session, value); {
+		case err != nil:
 			log.Warn("release failed; the lock frees when the session ends", "error", err.Error())
+		case released:
+			log.Info("lock released")
+		default:
+			log.Debug("nothing to release: the session did not hold the lock")
 		}
 	}
 	if err := DestroySession(ctx, h.c, h.Session.ID); err != nil {
 		log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "error", err.Error())
+	} else {
+		log.Info("session destroyed")
 	}
 }

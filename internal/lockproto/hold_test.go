@@ -88,3 +88,51 @@ func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
 	}
 	next.Release(ctx)
 }
+
+// A hold that waited longer than the stop rule lets a holder go without
+// contact counts its contact from the renewals made while it waited, not
+// from the session's creation: the ephemeral lock, which takes the session
+// over, would otherwise report "Lock May Be Lost" on its first transient
+// renewal failure after a long wait (issue 22).
+func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := testenv.UniquePrefix(t.Name()) + "/.lock"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// Another session holds the key for longer than LossAfter.
+	other, _, err := agent.Client().Session().Create(&api.SessionEntry{TTL: "30s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Client().Session().Destroy(other, nil) //nolint:errcheck // the test's own session
+	pair := &api.KVPair{Key: key, Session: other, Flags: lockmodel.LockFlagValue}
+	if ok, _, err := agent.Client().KV().Acquire(pair, nil); err != nil || !ok {
+		t.Fatalf("the other session's acquisition: %v %v", ok, err)
+	}
+
+	o := holdOptions(t, key)
+	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: time.Second, RenewEvery: time.Second}.WithDefaults()
+	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
+	heldFor := rule.LossAfter() + 3*time.Second
+	go func() {
+		time.Sleep(heldFor)
+		agent.Client().KV().Release(pair, nil) //nolint:errcheck // the hold below fails the test if the key stays held
+	}()
+
+	h, err := AcquireHold(ctx, c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	if waited := time.Since(h.Session.Created); waited < heldFor {
+		t.Fatalf("acquired after %s, before the other session released (%s)", waited, heldFor)
+	}
+	if since := time.Since(h.LastContact()); since > rule.LossAfter() {
+		t.Fatalf("last contact %s ago (session created %s ago): a renewal failing now would count as loss after %s",
+			since.Round(time.Millisecond), time.Since(h.Session.Created).Round(time.Millisecond), rule.LossAfter())
+	}
+}

@@ -152,3 +152,7 @@ func suffix(detail string) string {
 	}
 	return " (" + detail + ")"
 }
+
+// LastContact is the send time of the latest renewal Consul answered (or
+// the contact the judge started from).
+func (j *LossJudge) LastContact() time.Time { return j.lastContact }

@@ -263,9 +263,11 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	valueMu.Lock()
 	fixed := written
 	valueMu.Unlock()
-	held := heldLock{Session: hold.Session.ID, Lock: l, Profile: profile, Value: fixed, LastRenewal: hold.Session.Created}
+	// The contact deadline runs from the hold's latest renewal, which may
+	// be long after the session's creation when Open waited.
+	held := heldLock{Session: hold.Session.ID, Lock: l, Profile: profile, Value: fixed, LastRenewal: hold.LastContact()}
 	rule := lockmodel.NewStopRule(profile, 0)
-	resp.RenewAt = hold.Session.Created.Add(rule.RenewEvery)
+	resp.RenewAt = held.LastRenewal.Add(rule.RenewEvery)
 	data, _ := json.Marshal(held) // plain struct: cannot fail
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, heldLockKey, data)...)
 	client := e.data.client
