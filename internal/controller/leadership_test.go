@@ -197,10 +197,12 @@ func TestLeadership_aStalledWriteIsNotAppliedAfterAnotherReplicaTookOver(t *test
 		}
 		return nil
 	})
+	// The old leader's requests were cancelled when its term ended; the
+	// proxy hears of it when the connection closes, hence the wait.
 	for i, w := range proxy.writes() {
 		select {
 		case <-w.gaveUp:
-		default:
+		case <-time.After(5 * time.Second):
 			t.Errorf("write %d (%s %s) of the old leader is still in flight after another replica took over", i, w.method, w.uri)
 		}
 	}
@@ -319,5 +321,8 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	}
 	if p := h.get(key); p == nil || p.Flags != lockmodel.LockFlagValue {
 		t.Errorf("the leader's fenced write did not create %s with the lock flags: %+v", key, p)
+	}
+	if done, err := c.execute(current, rec); err != nil || done {
+		t.Errorf("re-creating an existing lock key as the leader: done %v, error %v; want a lost check-and-set", done, err)
 	}
 }
