@@ -118,14 +118,22 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
 	}
 
+	err = cfg.resolveLock(set, *ttl, *lockDelay, *behavior, *renewEvery)
+	return cfg, err
+}
+
+// resolveLock checks the choice between -lock and -key and, for -key, the
+// key, -limit and the session flags, and builds the profile from them. set
+// names the flags given.
+func (cfg *config) resolveLock(set map[string]bool, ttl, lockDelay time.Duration, behavior string, renewEvery time.Duration) error {
 	switch {
 	case cfg.lockName == "" && cfg.key == "":
-		return cfg, usageErrorf("name the lock with -lock NAME (a declared lock) or -key KEY (an undeclared key)")
+		return usageErrorf("name the lock with -lock NAME (a declared lock) or -key KEY (an undeclared key)")
 	case cfg.lockName != "" && cfg.key != "":
-		return cfg, usageErrorf("-lock and -key exclude each other: -lock reads the key from the declaration")
+		return usageErrorf("-lock and -key exclude each other: -lock reads the key from the declaration")
 	case cfg.lockName != "":
 		if err := lockmodel.ValidateName("-lock", cfg.lockName); err != nil {
-			return cfg, usageErrorf("%v", err)
+			return usageErrorf("%v", err)
 		}
 		var keyOnly []string
 		for _, name := range []string{"limit", "ttl", "lock-delay", "behavior", "renew-every"} {
@@ -134,37 +142,37 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 		if len(keyOnly) > 0 {
-			return cfg, usageErrorf("%s only apply with -key: a declared lock takes its limit and session settings from its declaration",
+			return usageErrorf("%s only apply with -key: a declared lock takes its limit and session settings from its declaration",
 				strings.Join(keyOnly, ", "))
 		}
-		return cfg, nil
+		return nil
 	}
 
 	// -key: an undeclared lock with session settings from the flags.
 	key, err := lockmodel.NormalizeKeyPath("-key", cfg.key)
 	if err != nil {
-		return cfg, usageErrorf("%v", err)
+		return usageErrorf("%v", err)
 	}
 	cfg.key = key
 	if err := lockmodel.ValidateLimit("-limit", cfg.limit); err != nil {
-		return cfg, usageErrorf("%v", err)
+		return usageErrorf("%v", err)
 	}
 	if _, err := cfg.undeclaredLock(); err != nil {
-		return cfg, usageErrorf("%v", flagNames(err))
+		return usageErrorf("%v", flagNames(err))
 	}
-	b := lockmodel.Behavior(*behavior)
+	b := lockmodel.Behavior(behavior)
 	if b == "" {
 		b = lockmodel.BehaviorRelease
 		if cfg.limit > 1 {
 			b = lockmodel.BehaviorDelete
 		}
 	}
-	cfg.profile = lockmodel.SessionProfile{Name: "flags", TTL: *ttl, LockDelay: *lockDelay, Behavior: b, RenewEvery: *renewEvery}
+	cfg.profile = lockmodel.SessionProfile{Name: "flags", TTL: ttl, LockDelay: lockDelay, Behavior: b, RenewEvery: renewEvery}
 	if err := cfg.profile.Validate(); err != nil {
-		return cfg, usageErrorf("%v", flagNames(err))
+		return usageErrorf("%v", flagNames(err))
 	}
 	cfg.profile = cfg.profile.WithDefaults()
-	return cfg, nil
+	return nil
 }
 
 // undeclaredLock is the lock -key and -limit describe: a mutex on the key

@@ -5,9 +5,11 @@
 // lost, and on exit releases the lock before it destroys the session.
 //
 // Observe, decide, act: the renewer and the watcher observe, the loss
-// judge decides (all three in package lockproto, shared with the
-// controller's leader election), and the event loop in this file acts. Every goroutine belongs to the loop and is stopped
-// and waited for before Main returns.
+// judge decides (all three held together by lockproto.Hold, shared with
+// the controller's leader election and the ephemeral lock), and the
+// supervisor (supervisor.go) acts on the command. Every goroutine belongs
+// to the hold or the supervisor and is stopped and waited for before Main
+// returns.
 package runner
 
 import (
@@ -21,7 +23,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
@@ -57,19 +58,18 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 
 // runner is one run of `consullock run`.
 type runner struct {
-	cfg     config
+	cfg config
+	// log names the lock and its key; holdLog only the lock (the hold
+	// adds the key).
 	log     *slog.Logger
+	holdLog *slog.Logger
 	started time.Time
-	// acquired is when the lock was taken, as written in the holder value
-	// (zero before); the release writes it again.
-	acquired time.Time
 
 	client  *consul.Client
 	lock    lockmodel.Lock           // normalised
 	profile lockmodel.SessionProfile // defaults applied
 	// stop says when a holder without contact must stop its command.
-	stop  lockmodel.StopRule
-	proto lockproto.Protocol
+	stop lockmodel.StopRule
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -113,7 +113,7 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 		r.log.Error("setup failed", "error", err.Error())
 		return ExitSetup
 	}
-	return r.loop(ctx, sigCh, first)
+	return newSupervisor(r).run(ctx, sigCh, first)
 }
 
 // setup builds the client and resolves the lock and its session profile.
@@ -135,8 +135,8 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		r.profile = r.cfg.profile
 	}
-	r.log = r.log.With("lock", r.lockLabel(), "key", r.lock.Key)
-	r.proto = lockproto.New(r.client, r.lock, r.profile.LockDelay, r.log)
+	r.holdLog = r.log.With("lock", r.lockLabel())
+	r.log = r.holdLog.With("key", r.lock.Key)
 
 	for _, w := range append(r.lock.ProfileWarnings(r.profile), r.profile.Warnings()...) {
 		r.log.Warn(w.Summary, "detail", w.Detail)
@@ -201,374 +201,50 @@ func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 	return b
 }
 
-// workers are the goroutines of one session (renewer, acquisition,
-// watcher). stop cancels them and waits until all have returned.
-type workers struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func newWorkers(ctx context.Context) *workers {
-	w := &workers{}
-	w.ctx, w.cancel = context.WithCancel(ctx)
-	return w
-}
-
-func (w *workers) goFn(f func(ctx context.Context)) {
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		f(w.ctx)
-	}()
-}
-
-func (w *workers) stop() {
-	w.cancel()
-	w.wg.Wait()
-}
-
-// acquisition is the result of lockproto.Protocol.Acquire.
-type acquisition struct {
-	grant   lockproto.Grant
-	err     error
-	started time.Time // the successful attempt, as written in the value
-}
-
-type phase int
-
-const (
-	waiting     phase = iota // for the lock
-	holding                  // the child runs under the lock
-	terminating              // the lock is lost; the child is being stopped
-	draining                 // the child exited; what it left in its group is being ended
-)
-
-// drainPoll is how often the runner checks whether the processes the
-// command left in its process group are gone. Nothing signals the end of
-// a process that is not the runner's child, so this polls.
-const drainPoll = 20 * time.Millisecond
-
-// killWait bounds the wait for SIGKILLed processes to be gone.
-const killWait = 5 * time.Second
-
-// loop is the event loop: it owns the session (first, already created), its
-// workers and the child, and returns the exit code after cleaning up.
-func (r *runner) loop(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) int {
-	var (
-		obs        = make(chan lockproto.Observation, 16)
-		sess       *lockproto.Session
-		work       *workers
-		judge      *lockproto.LossJudge
-		acqDone    chan acquisition
-		attempted  bool // an acquisition was started for sess: release on exit
-		ph         = waiting
-		ch         *child
-		granted    lockproto.Grant
-		lossWhy    string
-		acquiredAt time.Time
-		exited     bool // the child has exited and been reaped
-		exitCode   int  // the child's, kept while draining
-		drainC     <-chan time.Time
-		killedAt   time.Time // when the group was sent SIGKILL while draining
-	)
-	deadline := time.NewTimer(time.Hour) // contact deadline while holding
-	deadline.Stop()
-	defer deadline.Stop()
-	grace := time.NewTimer(time.Hour) // SIGTERM -> SIGKILL while terminating
-	grace.Stop()
-	defer grace.Stop()
-	var timeoutC <-chan time.Time
-	if r.cfg.timeout > 0 {
-		t := time.NewTimer(r.cfg.timeout)
-		defer t.Stop()
-		timeoutC = t.C
-	}
-
-	// Cleanup on every path: stop the workers, release, then destroy.
-	defer func() {
-		if work != nil {
-			work.stop()
-		}
-		if sess == nil {
-			return
-		}
-		cctx := context.WithoutCancel(ctx)
-		if attempted {
-			switch released, err := r.proto.Release(cctx, sess, r.holderValue(sess, r.acquired)); {
-			case err != nil:
-				r.log.Warn("release failed; the lock frees when the session ends", "session", sess.ID, "error", err.Error())
-			case released:
-				r.log.Info("lock released", "session", sess.ID)
-			default:
-				r.log.Debug("nothing to release: the session did not hold the lock", "session", sess.ID)
-			}
-		}
-		if err := lockproto.DestroySession(cctx, r.client, sess.ID); err != nil {
-			r.log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "session", sess.ID, "error", err.Error())
-		} else {
-			r.log.Info("session destroyed", "session", sess.ID)
-		}
-	}()
-
-	// startSession starts the workers of session s, creating it when nil.
-	startSession := func(s *lockproto.Session) error {
-		if s == nil {
-			var err error
-			if s, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
-				return err
-			}
-		}
-		sess, attempted = s, false
-		judge = lockproto.NewLossJudge(r.stop, s.Created)
-		work = newWorkers(ctx)
-		work.goFn(func(ctx context.Context) {
-			lockproto.RenewLoop(ctx, r.client, s.ID, r.stop.RenewEvery, r.stop.RenewTimeout, obs)
-		})
+// acquire waits for the lock with session first and, each time a session
+// ends while waiting, with a new one. The hold logs its observations
+// through logObservation.
+func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockproto.Hold, error) {
+	s := first
+	for {
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
 			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
-
-		done := make(chan acquisition, 1)
-		acqDone, attempted = done, true
-		work.goFn(func(ctx context.Context) {
-			var attempt time.Time
-			g, err := r.proto.Acquire(ctx, s, func() []byte {
-				attempt = time.Now()
-				return r.holderValue(s, attempt)
-			})
-			done <- acquisition{grant: g, err: err, started: attempt}
+		sess := s
+		h, err := lockproto.AcquireHold(ctx, r.client, lockproto.HoldOptions{
+			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s,
+			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
+			Value: func() []byte { return r.holderValue(sess, time.Now()) },
+			Log:   r.holdLog, Observed: r.logObservation,
 		})
-		return nil
-	}
-	// replaceSession is for a session that ended while waiting: wait on
-	// with a new one.
-	replaceSession := func(why string) error {
-		r.log.Warn("session ended while waiting for the lock; creating a new one", "session", sess.ID, "reason", why)
-		work.stop()
-		_ = lockproto.DestroySession(ctx, r.client, sess.ID)
-		sess, work = nil, nil
-		return startSession(nil)
-	}
-	startTermination := func(reason string) {
-		ph, lossWhy = terminating, reason
-		deadline.Stop()
-		r.log.Error("lock lost; stopping the command", "reason", reason, "pid", ch.pid(), "signal", "SIGTERM",
-			"grace", r.cfg.grace)
-		if err := ch.signal(sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			r.log.Warn("could not signal the command", "error", err.Error())
+		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {
+			return h, err
 		}
-		grace.Reset(r.cfg.grace)
-	}
-	// lose acts on a lost lock: the running command is stopped; processes
-	// it left behind are killed at once (they had the command's grace).
-	lose := func(reason string) {
-		if ph == holding {
-			startTermination(reason)
-			return
-		}
-		if lossWhy == "" {
-			lossWhy = reason
-			deadline.Stop()
-			r.log.Error("lock lost while ending the processes the command left; killing them", "reason", reason, "pgid", ch.pid())
-			_ = ch.signal(sigKill)
-			killedAt = time.Now()
+		r.log.Warn("session ended while waiting for the lock; creating a new one", "session", s.ID, "reason", err.Error())
+		if s, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
+			return nil, setupError{err}
 		}
 	}
-	armDeadline := func() {
-		deadline.Reset(max(time.Until(judge.Deadline()), 0) + time.Millisecond)
-	}
+}
 
-	if err := startSession(first); err != nil {
-		r.log.Error("setup failed", "error", err.Error())
-		return ExitSetup
-	}
-	waitStart := time.Now()
-	ctxDone := ctx.Done()
+// setupError is a failure to create a session: the runner reports it as
+// setup failing, not as the acquisition failing.
+type setupError struct{ error }
 
-	// killLeftovers SIGKILLs the command's process group and waits, with
-	// a bound, until it is empty.
-	killLeftovers := func() {
-		if !ch.ownGroup {
-			return
-		}
-		_ = ch.signal(sigKill)
-		for end := time.Now().Add(killWait); ch.groupLeft() && time.Now().Before(end); {
-			time.Sleep(drainPoll)
-		}
-		if ch.groupLeft() {
-			r.log.Warn("processes of the command's process group survived SIGKILL", "pgid", ch.pid(), "waited", killWait)
-		}
-	}
-	var drainTicker *time.Ticker
-	defer func() {
-		if drainTicker != nil {
-			drainTicker.Stop()
-		}
-	}()
+func (e setupError) Unwrap() error { return e.error }
 
-	for {
-		var childDone chan struct{}
-		if ch != nil && !exited {
-			childDone = ch.done
-		}
-		select {
-		case <-ctxDone:
-			ctxDone = nil
-			if ph == waiting {
-				r.log.Error("cancelled while waiting for the lock", "error", context.Cause(ctx))
-				return ExitSetup
-			}
-			if ph == holding {
-				r.log.Warn("cancelled; stopping the command", "pid", ch.pid())
-				_ = ch.signal(sigTerm)
-				grace.Reset(r.cfg.grace)
-			}
-
-		case sig := <-sigCh:
-			if ph == waiting {
-				if abortsWaiting(sig) {
-					r.log.Warn("interrupted while waiting for the lock", "signal", sig.String())
-					return signalExitCode(sig)
-				}
-				continue
-			}
-			r.log.Info("forwarding signal to the command", "signal", sig.String(), "pid", ch.pid())
-			if err := ch.signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				r.log.Warn("could not forward signal", "signal", sig.String(), "error", err.Error())
-			}
-
-		case <-timeoutC:
-			if ph == waiting {
-				r.log.Error("timed out waiting for the lock", "timeout", r.cfg.timeout)
-				return ExitTimeout
-			}
-
-		case res := <-acqDone:
-			acqDone = nil
-			if res.err != nil {
-				if errors.Is(res.err, lockproto.ErrSessionInvalid) {
-					if err := replaceSession(res.err.Error()); err != nil {
-						r.log.Error("setup failed", "error", err.Error())
-						return ExitSetup
-					}
-					continue
-				}
-				r.log.Error("cannot acquire the lock", "error", res.err.Error())
-				return ExitSetup
-			}
-			granted, acquiredAt, r.acquired = res.grant, time.Now(), res.started
-			timeoutC = nil
-			if v := judge.Check(acquiredAt); v.Lost {
-				r.log.Error("lock lost right after acquiring it; the command was not started", "reason", v.Reason)
-				return ExitLockLost
-			}
-			r.log.Info("lock acquired", "session", sess.ID, "fencing_token", granted.FencingToken, "lock_index", granted.LockIndex,
-				"waited", time.Since(waitStart).Round(time.Millisecond))
-			c, err := startChild(r.cfg.command, childEnv(os.Environ(), r.proto.Key(), sess.ID, granted))
-			if err != nil {
-				r.log.Error("cannot start the command", "command", r.cfg.command[0], "error", err.Error())
-				return startErrorExitCode(err)
-			}
-			ch, ph = c, holding
-			r.log.Info("command started", "pid", ch.pid(), "own_process_group", ch.ownGroup)
-			s := sess
-			work.goFn(func(ctx context.Context) { r.proto.Watch(ctx, s, obs) })
-			armDeadline()
-
-		case o := <-obs:
-			if sess == nil || o.Session != sess.ID {
-				continue // about a replaced session
-			}
-			v := judge.Observe(o)
-			switch {
-			case (o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed) && ph == holding:
-				r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail,
-					"lost_if_no_renewal_by", judge.Deadline().Format(time.RFC3339Nano))
-			case o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed:
-				r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail)
-			default:
-				r.log.Debug("observed", "observed", o.Kind.String(), "detail", o.Detail)
-			}
-			switch ph {
-			case waiting:
-				if o.Kind == lockproto.ObsSessionGone {
-					acqDone = nil
-					if err := replaceSession(o.Detail); err != nil {
-						r.log.Error("setup failed", "error", err.Error())
-						return ExitSetup
-					}
-				}
-			case holding, draining:
-				if v.Lost {
-					lose(v.Reason)
-				} else {
-					armDeadline()
-				}
-			}
-
-		case <-deadline.C:
-			if ph != holding && ph != draining {
-				continue
-			}
-			if v := judge.Check(time.Now()); v.Lost {
-				lose(v.Reason)
-			} else {
-				armDeadline()
-			}
-
-		case <-grace.C:
-			switch {
-			case ph == draining:
-				r.log.Warn("processes left by the command did not exit within the grace period; killing them", "pgid", ch.pid(), "grace", r.cfg.grace)
-				_ = ch.signal(sigKill)
-				killedAt = time.Now()
-			case ph == terminating || ctxDone == nil:
-				r.log.Error("command did not exit within the grace period; killing it", "pid", ch.pid(), "grace", r.cfg.grace)
-				_ = ch.signal(sigKill)
-			}
-
-		case <-drainC:
-			if !ch.groupLeft() {
-				r.log.Info("the processes the command left have ended", "pgid", ch.pid())
-				if lossWhy != "" {
-					return ExitLockLost
-				}
-				return exitCode
-			}
-			if !killedAt.IsZero() && time.Since(killedAt) > killWait {
-				r.log.Warn("processes of the command's process group survived SIGKILL; releasing the lock anyway", "pgid", ch.pid(), "waited", killWait)
-				if lossWhy != "" {
-					return ExitLockLost
-				}
-				return exitCode
-			}
-
-		case <-childDone:
-			exited = true
-			held := time.Since(acquiredAt).Round(time.Millisecond)
-			if ph == terminating {
-				// The lock is lost: nothing the command started may go
-				// on, and the group had its grace with the command.
-				killLeftovers()
-				r.log.Error("lock lost: the command was stopped", "reason", lossWhy, "exit_code", ExitLockLost, "held", held)
-				return ExitLockLost
-			}
-			exitCode = childExitCode(ch.state, r.cfg.childExitCode)
-			r.log.Info("command exited", "status", ch.state.String(), "exit_code", exitCode, "held", held)
-			if !ch.groupLeft() {
-				return exitCode
-			}
-			// The lock is released only when nothing the command
-			// started still works under it.
-			ph = draining
-			r.log.Warn("the command left processes in its process group; ending them before releasing the lock",
-				"pgid", ch.pid(), "signal", "SIGTERM", "grace", r.cfg.grace)
-			_ = ch.signal(sigTerm)
-			grace.Reset(r.cfg.grace)
-			drainTicker = time.NewTicker(drainPoll)
-			drainC = drainTicker.C
-		}
+// logObservation logs what the renewer and the watcher saw: a failed
+// request as a warning (with the contact deadline once the lock is held),
+// anything else at debug level.
+func (r *runner) logObservation(o lockproto.Observation, held bool, lostIfNoRenewalBy time.Time) {
+	switch {
+	case (o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed) && held:
+		r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail,
+			"lost_if_no_renewal_by", lostIfNoRenewalBy.Format(time.RFC3339Nano))
+	case o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed:
+		r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail)
+	default:
+		r.log.Debug("observed", "observed", o.Kind.String(), "detail", o.Detail)
 	}
 }
