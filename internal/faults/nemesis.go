@@ -314,6 +314,8 @@ func ParseControllerLog(replica string, r io.Reader) ([]ControllerEvent, error) 
 			Time   time.Time `json:"time"`
 			Msg    string    `json:"msg"`
 			Kind   string    `json:"kind"`
+			Reason string    `json:"reason"`
+			Lock   string    `json:"lock"`
 			Detail string    `json:"detail"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
@@ -327,7 +329,7 @@ func ParseControllerLog(replica string, r io.Reader) ([]ControllerEvent, error) 
 		default:
 			continue
 		}
-		events = append(events, ControllerEvent{At: line.Time, Replica: replica, Kind: kind, Detail: strings.TrimSpace(line.Kind + " " + line.Detail)})
+		events = append(events, ControllerEvent{At: line.Time, Replica: replica, Kind: kind, Detail: strings.Join(strings.Fields(strings.Join([]string{line.Kind, line.Reason, line.Lock, line.Detail}, " ")), " ")})
 	}
 	return events, sc.Err()
 }

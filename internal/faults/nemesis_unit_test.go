@@ -127,7 +127,7 @@ func TestParseControllerLog(t *testing.T) {
 	log := `{"time":"2026-12-01T21:00:00.100Z","level":"INFO","msg":"controller starting"}
 {"time":"2026-12-01T21:00:01.000Z","level":"INFO","msg":"became leader","session":"s1"}
 {"time":"2026-12-01T21:00:02.000Z","level":"INFO","msg":"repair writing","kind":"restore-key"}
-{"time":"2026-12-01T21:00:02.100Z","level":"INFO","msg":"repaired","kind":"restore-key","detail":"key x"}
+{"time":"2026-12-01T21:00:02.100Z","level":"INFO","msg":"repaired","kind":"restore-key","reason":"recreate_key","lock":"l","detail":"key x"}
 not json
 {"time":"2026-12-01T21:00:03.000Z","level":"INFO","msg":"released leadership"}
 `
@@ -143,7 +143,7 @@ not json
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kinds = %q; want %q", kinds, want)
 	}
-	if events[2].Detail != "restore-key key x" || events[0].Replica != "controller-1" {
+	if events[2].Detail != "restore-key recreate_key l key x" || events[0].Replica != "controller-1" {
 		t.Errorf("event = %+v", events[2])
 	}
 }
