@@ -234,3 +234,55 @@ func txnError(op string, errs api.TxnErrors) *Error {
 	}
 	return out
 }
+
+// EndHolderSessions destroys the holders' sessions, one by one, and returns
+// those it ended (with their lock-delay, read first when unknown). Ending a
+// session, unlike releasing its key, puts every key it held under its
+// lock-delay: Consul keys the delay by key name, so it holds even when the
+// key is deleted next, and no one acquires the key until the holder's
+// runner has had lock_delay to stop its command. A session already gone is
+// skipped.
+//
+// Destroying a session needs 'session:write' on its node: a denial stops
+// at that holder, with an error naming the rule to grant and the sessions
+// already ended, so that the caller deletes nothing.
+func (c *Client) EndHolderSessions(ctx context.Context, holders []LockHolder) ([]LockHolder, error) {
+	var ended []LockHolder
+	for _, h := range holders {
+		op := fmt.Sprintf("end session %s on node %q holding the lock", h.Session, h.Node)
+		if h.LockDelay < 0 {
+			entry, _, err := c.Session().Info(h.Session, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if err != nil {
+				return ended, c.Classify(ctx, op, err)
+			}
+			if entry == nil {
+				continue
+			}
+			h.LockDelay = entry.LockDelay
+		}
+		if _, err := c.Session().Destroy(h.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			e := c.Classify(ctx, op, err)
+			if e.Kind == KindNotFound {
+				continue
+			}
+			if e.Kind == KindPermissionDenied {
+				e.Message = fmt.Sprintf("%s. Ending a holder's session needs permission 'session:write' on its node: "+
+					"session_prefix %q { policy = \"write\" } (or session %q) in the provider token's policy. %s",
+					e.Message, h.Node, h.Node, endedSoFar(ended))
+				e.Permission, e.Resource = "", ""
+			}
+			return ended, e
+		}
+		ended = append(ended, h)
+	}
+	return ended, nil
+}
+
+// endedSoFar says which sessions were ended before a failure, and that
+// nothing was deleted.
+func endedSoFar(ended []LockHolder) string {
+	if len(ended) == 0 {
+		return "No session was ended and nothing was deleted."
+	}
+	return fmt.Sprintf("Already ended: %s; nothing was deleted.", DescribeHolders(ended))
+}

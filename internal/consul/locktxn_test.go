@@ -2,8 +2,11 @@ package consul
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -108,5 +111,199 @@ func TestApplyLockChange_unknownTokenIsInvalidToken(t *testing.T) {
 	})
 	if KindOf(err) != KindInvalidToken {
 		t.Fatalf("lock change with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	}
+}
+
+// holdLock creates a mutex lock at <p>/job/.lock through ApplyLock and has
+// a session with lockDelay hold it, as a job's runner would.
+func holdLock(t *testing.T, c *Client, p string, lockDelay time.Duration) (lockmodel.Lock, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	l := lockmodel.Lock{Name: "job", Prefix: p + "/job", Key: p + "/job/.lock", Limit: 1}
+	recordKey := p + "/registry/locks/job"
+	data, err := lockmodel.EncodeLockRecord(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyLock(ctx, LockApply{Op: LockCreate, Lock: l, RecordKey: recordKey, Record: data}); err != nil {
+		t.Fatalf("creating the lock: %v", err)
+	}
+	mgmt := agent.Client()
+	holder, _, err := mgmt.Session().Create(&api.SessionEntry{
+		Name: "job-runner", Node: agent.NodeName, Behavior: api.SessionBehaviorRelease, LockDelay: lockDelay,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = mgmt.Session().Destroy(holder, nil) })
+	if ok, _, err := mgmt.KV().Acquire(&api.KVPair{Key: l.Key, Session: holder, Flags: lockmodel.LockFlagValue, Value: []byte("running")}, nil); err != nil || !ok {
+		t.Fatalf("acquiring: %v %v", ok, err)
+	}
+	return l, recordKey, holder
+}
+
+// A forced delete ends the holder's session instead of releasing its key:
+// Consul keeps the key (by name) under the session's lock-delay even after
+// the key is deleted, so a waiter cannot start while the old command stops.
+func TestApplyLock_forceDeleteEndsHolderSessionKeepingLockDelay(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, agent.ManagementToken)
+	p := testenv.UniquePrefix(t.Name())
+	l, recordKey, holder := holdLock(t, c, p, 30*time.Second)
+
+	_, err := c.ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey})
+	var held *LockHeldError
+	if !errors.As(err, &held) || len(held.Holders) != 1 || held.Holders[0].Session != holder || held.Holders[0].Name != "job-runner" {
+		t.Fatalf("deleting a held lock without Force: %v, want LockHeldError naming session %s", err, holder)
+	}
+
+	res, err := c.ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey, Force: true})
+	if err != nil {
+		t.Fatalf("forced delete: %v", err)
+	}
+	if len(res.Ended) != 1 || res.Ended[0].Session != holder {
+		t.Fatalf("forced delete ended %+v, want session %s", res.Ended, holder)
+	}
+	for _, k := range []string{l.Key, recordKey} {
+		if pair, _, err := c.KV().Get(k, &api.QueryOptions{RequireConsistent: true}); err != nil || pair != nil {
+			t.Fatalf("%s after the forced delete: %+v %v, want it gone", k, pair, err)
+		}
+	}
+	if s, _, err := c.Session().Info(holder, &api.QueryOptions{RequireConsistent: true}); err != nil || s != nil {
+		t.Fatalf("holder session after the forced delete: %+v %v, want it ended", s, err)
+	}
+	waiter, _, err := c.Session().Create(&api.SessionEntry{Node: agent.NodeName, Behavior: api.SessionBehaviorRelease}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Session().Destroy(waiter, nil) })
+	ok, _, err := c.KV().Acquire(&api.KVPair{Key: l.Key, Session: waiter, Flags: lockmodel.LockFlagValue}, nil)
+	if err != nil || ok {
+		t.Fatalf("a waiter acquiring the deleted key within the ended holder's 30s lock-delay: ok=%v err=%v, want false", ok, err)
+	}
+}
+
+// Ending another node's session needs 'session:write' on that node: without
+// it the forced delete stops, says which rule is missing, and deletes
+// nothing.
+func TestApplyLock_forceDeleteWithoutSessionWriteDeletesNothing(t *testing.T) {
+	ctx := context.Background()
+	p := testenv.UniquePrefix(t.Name())
+	l, recordKey, holder := holdLock(t, newClient(t, agent.ManagementToken), p, time.Second)
+	tok, err := agent.MintToken("force-no-session-write-"+testenv.NewUUID()[:8], fmt.Sprintf(`
+key_prefix %q { policy = "write" }
+session_prefix "" { policy = "read" }
+`, p+"/"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newClient(t, tok.SecretID).ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey, Force: true})
+	if KindOf(err) != KindPermissionDenied {
+		t.Fatalf("forced delete without session write: %v (kind %s), want permission denied", err, KindOf(err))
+	}
+	for _, want := range []string{"session:write", fmt.Sprintf(`session_prefix %q { policy = "write" }`, agent.NodeName), "nothing was deleted"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if pair := readKey(t, l.Key); pair == nil || pair.Session != holder {
+		t.Fatalf("lock key after the refused forced delete: %+v, want it still held by %s", pair, holder)
+	}
+	if readKey(t, recordKey) == nil {
+		t.Fatalf("record %s deleted by a forced delete that could not end the holder's session", recordKey)
+	}
+}
+
+func readKey(t *testing.T, key string) *api.KVPair {
+	t.Helper()
+	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+// A forced delete of a semaphore ends the holders' sessions and keeps the
+// holder table until their lock-delay has passed: Consul puts none on a
+// slot, and a waiting `consullock run` honours a dead holder's lock-delay
+// only while the table lists it.
+func TestApplyLock_forceDeleteOfSemaphoreKeepsTableForHoldersLockDelay(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, agent.ManagementToken)
+	p := testenv.UniquePrefix(t.Name())
+	l := lockmodel.Lock{Name: "pool", Prefix: p + "/pool", Key: p + "/pool/.lock", Limit: 2}
+	recordKey := p + "/registry/locks/pool"
+	data, err := lockmodel.EncodeLockRecord(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyLock(ctx, LockApply{Op: LockCreate, Lock: l, RecordKey: recordKey, Record: data}); err != nil {
+		t.Fatalf("creating the semaphore: %v", err)
+	}
+	const lockDelay = 10 * time.Second
+	holder, _, err := c.Session().Create(&api.SessionEntry{Node: agent.NodeName, Behavior: api.SessionBehaviorDelete, LockDelay: lockDelay}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Session().Destroy(holder, nil) })
+	contender := l.Prefix + "/" + holder
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: contender, Session: holder, Flags: lockmodel.SemaphoreFlagValue}, nil); err != nil || !ok {
+		t.Fatalf("acquiring the contender key: %v %v", ok, err)
+	}
+	table := readKey(t, l.Key)
+	table.Value = []byte(fmt.Sprintf(`{"Limit":2,"Holders":{%q:true}}`, holder))
+	if ok, _, err := c.KV().CAS(table, nil); err != nil || !ok {
+		t.Fatalf("joining the holder table: %v %v", ok, err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey, Force: true})
+		done <- err
+	}()
+	for {
+		s, _, err := c.Session().Info(holder, &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("forced delete returned (%v) with the holder's session still alive", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if pair := readKey(t, l.Key); pair == nil || !strings.Contains(string(pair.Value), holder) {
+		t.Fatalf("holder table right after the holder's session ended: %+v, want it kept, listing %s, for its %s lock-delay", pair, holder, lockDelay)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("forced delete: %v", err)
+	}
+	for _, k := range []string{l.Key, recordKey, contender} {
+		if pair := readKey(t, k); pair != nil {
+			t.Fatalf("%s after the forced delete: %+v, want it gone", k, pair)
+		}
+	}
+}
+
+func TestHoldersTakeOverDelay(t *testing.T) {
+	for _, tc := range []struct {
+		delays []time.Duration
+		want   time.Duration
+	}{
+		{nil, 0},
+		{[]time.Duration{time.Second, 5 * time.Second}, 5 * time.Second},
+		{[]time.Duration{2 * time.Minute}, lockmodel.MaxLockDelay},
+		{[]time.Duration{time.Second, -1}, lockmodel.MaxLockDelay},
+	} {
+		hs := make([]LockHolder, 0, len(tc.delays))
+		for _, d := range tc.delays {
+			hs = append(hs, LockHolder{LockDelay: d})
+		}
+		if got := holdersTakeOverDelay(hs); got != tc.want {
+			t.Errorf("holdersTakeOverDelay(%v) = %s, want %s", tc.delays, got, tc.want)
+		}
 	}
 }

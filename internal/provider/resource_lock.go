@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,10 +61,6 @@ type lockResourceModel struct {
 	Flags           types.String         `tfsdk:"flags"`
 	RegistryKey     types.String         `tfsdk:"registry_key"`
 }
-
-// casAttempts bounds the read-modify-write loops on a lock key, which lose
-// only when a holder writes the key at the same moment.
-const casAttempts = 5
 
 func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_lock"
@@ -142,8 +137,10 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Default:  booldefault.StaticBool(false),
 			},
 			"force_destroy": schema.BoolAttribute{
-				MarkdownDescription: "Allow destroying the lock while it is held: the holders are released, then the key is " +
-					"deleted. Apply `true` before destroying. Default `false`: destroying a held lock fails and names the holder.",
+				MarkdownDescription: "Allow destroying the lock while it is held: the holders' sessions are ended (so that their " +
+					"lock-delay keeps the next holder out while their commands stop), then the key is deleted. The provider's token " +
+					"then needs `session` write on the holders' nodes. Apply `true` before destroying. Default `false`: destroying a " +
+					"held lock fails and names the holder.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
@@ -362,12 +359,11 @@ func (r *lockResource) planKeepsState(ctx context.Context, req resource.ModifyPl
 	return key.Equal(wantKey) && flags.Equal(wantFlags) && registryKey.Equal(wantRegistryKey)
 }
 
-// Create writes the declaration record, creates the key create-only and
-// checks that the session profile exists, all in one Consul transaction: a
-// lock is either fully declared or not at all, in one request. When the
-// record or the key already exists, it reads them and decides (take over a
-// record of the same lock, adopt a compatible key, refuse the rest) before
-// writing again in one transaction.
+// Create declares the lock: consul.ApplyLock writes the record, creates
+// the key create-only and checks that the session profile exists, all in
+// one Consul transaction, so a lock is either fully declared or not at all;
+// an existing record of the same lock is taken over and a compatible key
+// adopted as it is.
 func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
@@ -381,100 +377,95 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	client := r.data.client
-	reg := client.Registry(r.data.registryPrefix)
-	recordKey := reg.Key(lockmodel.KindLock, l.Name)
-	ch := consul.LockChange{
-		ProfileKey: r.profileKey(l),
-		RecordKey:  recordKey, Record: consul.RecordPut, RecordValue: data,
-		Key: l.Key, KeyOp: consul.KeyCreate, Flags: l.Flags(), Value: initialKeyValue(l),
+	recordKey := r.data.client.Registry(r.data.registryPrefix).Key(lockmodel.KindLock, l.Name)
+	res, err := r.data.client.ApplyLock(ctx, consul.LockApply{
+		Op: consul.LockCreate, Lock: l, ProfileKey: r.profileKey(l), RecordKey: recordKey, Record: data,
+	})
+	if res != nil && res.ReplacedRecord != nil {
+		resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Unreadable Lock Record Replaced",
+			fmt.Sprintf("The record %s could not be read and is replaced by this declaration.\n\n%s", recordKey, res.ReplacedRecord))
 	}
-	var (
-		res     *consul.LockChangeResult
-		adopted *api.KVPair
-	)
-	for attempt := 0; ; attempt++ {
-		var err error
-		res, err = client.ApplyLockChange(ctx, ch)
-		if err != nil {
-			if res != nil && res.OK {
-				r.undoCreate(ctx, ch, res, adopted, &resp.Diagnostics)
-			}
-			addConsulError(&resp.Diagnostics, "Cannot Create Lock", err)
-			return
+	if err != nil {
+		if res != nil && res.LeftBehind {
+			resp.Diagnostics.AddWarning("Lock Left Behind",
+				fmt.Sprintf("The record %s and the key %s were written before the lock was found unusable, and could not be removed again. "+
+					"Delete them with consul kv delete, or fix the problem below and apply again.", recordKey, l.Key))
 		}
-		if res.ProfileMissing {
-			r.profileNotFound(l, &resp.Diagnostics)
-			return
-		}
-		if res.OK {
-			break
-		}
-		if attempt > 0 && res.RecordConflict {
-			resp.Diagnostics.AddError("Registry Record Changed Concurrently",
-				fmt.Sprintf("The record %s was written by someone else at the same moment, so it was not overwritten (check-and-set) and the lock key %s was not created. "+
-					"Another configuration may declare lock %q. Run apply again.", recordKey, l.Key, l.Name))
-			return
-		}
-		if attempt == casAttempts-1 {
-			resp.Diagnostics.AddError("Lock Key Keeps Changing",
-				fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
-			return
-		}
-		// The record or the key exists: look at both, then decide.
-		got, err := client.ReadLockAndRecord(ctx, l.Key, recordKey)
-		if err != nil {
-			addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
-			return
-		}
-		ch.RecordIndex = r.claimRecord(got.Record, l, &resp.Diagnostics)
-		if resp.Diagnostics.HasError() {
-			return
-		}
-		adopted = nil
-		ch.KeyOp = consul.KeyCreate
-		if got.Key != nil {
-			if err := lockmodel.CheckCompatible(l, got.Key.Flags, got.Key.Value); err != nil {
-				r.incompatibleKey(ctx, reg, l, got.Key, err, &resp.Diagnostics)
-				return
-			}
-			adopted, ch.KeyOp = got.Key, consul.KeyLeave
-		}
-	}
-	if !r.profileWarnings(l, res.Profile, &resp.Diagnostics) {
-		r.undoCreate(ctx, ch, res, adopted, &resp.Diagnostics)
+		r.lockApplyError(ctx, consul.LockCreate, l, recordKey, err, &resp.Diagnostics)
 		return
 	}
-	flags, key := l.Flags(), res.Key
-	if adopted != nil {
-		flags, key = adopted.Flags, adopted
+	r.profileWarnings(l, res.Profile, &resp.Diagnostics)
+	if res.Adopted {
 		resp.Diagnostics.AddAttributeWarning(path.Root("key"), "Existing Lock Key Adopted",
 			fmt.Sprintf("The key %s already existed as a compatible %s (flags %s). consullock adopted it as it is, without changing its value or holder.",
-				l.Key, l.LockKindText(), lockmodel.FormatFlags(adopted.Flags)))
+				l.Key, l.LockKindText(), lockmodel.FormatFlags(res.Key.Flags)))
+	}
+	flags := l.Flags()
+	if res.Adopted {
+		flags = res.Key.Flags
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
 	plan.RegistryKey = types.StringValue(recordKey)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
-	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, key)...)
+	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
-// undoCreate takes back what a creation's transaction wrote when the lock
-// must not stay declared after all (its session profile is unusable or
-// hidden from the token): the key it created and the record, if the record
-// is new, each only as long as nobody changed it since.
-func (r *lockResource) undoCreate(ctx context.Context, ch consul.LockChange, res *consul.LockChangeResult, adopted *api.KVPair, diags *diag.Diagnostics) {
-	undo := consul.LockChange{RecordKey: ch.RecordKey, Key: ch.Key}
-	if ch.RecordIndex == 0 {
-		undo.Record, undo.RecordIndex = consul.RecordDelete, res.RecordIndex
-	}
-	if adopted == nil && res.Key != nil {
-		undo.KeyOp, undo.KeyIndex = consul.KeyDelete, res.Key.ModifyIndex
-	}
-	if u, err := r.data.client.ApplyLockChange(ctx, undo); err != nil || !u.OK {
-		diags.AddWarning("Lock Left Behind",
-			fmt.Sprintf("The record %s and the key %s were written before the lock was found unusable, and could not be removed again. "+
-				"Delete them with consul kv delete, or fix the problem below and apply again.", ch.RecordKey, ch.Key))
+// lockApplyError turns what consul.ApplyLock refused or failed with, in
+// operation op, into its diagnostic.
+func (r *lockResource) lockApplyError(ctx context.Context, op consul.LockOp, l lockmodel.Lock, recordKey string, err error, diags *diag.Diagnostics) {
+	summary := map[consul.LockOp]string{consul.LockCreate: "Cannot Create Lock", consul.LockUpdate: "Cannot Update Lock", consul.LockDelete: "Cannot Delete Lock"}[op]
+	var (
+		claimed    *consul.RecordClaimedError
+		newer      *consul.NewerRecordError
+		bad        *consul.IncompatibleKeyError
+		unusable   *consul.UnusableSemaphoreKeyError
+		badProfile *consul.UnreadableProfileError
+		held       *consul.LockHeldError
+	)
+	switch {
+	case errors.Is(err, consul.ErrProfileMissing):
+		r.profileNotFound(l, diags)
+	case errors.Is(err, consul.ErrRecordChanged) && op == consul.LockCreate:
+		diags.AddError("Registry Record Changed Concurrently",
+			fmt.Sprintf("The record %s was written by someone else at the same moment, so it was not overwritten (check-and-set) and the lock key %s was not created. "+
+				"Another configuration may declare lock %q. Run apply again.", recordKey, l.Key, l.Name))
+	case errors.Is(err, consul.ErrRecordChanged):
+		diags.AddError("Registry Record Changed Concurrently",
+			fmt.Sprintf("The record %s was changed by someone else since it was last read, so it was not overwritten (check-and-set). "+
+				"Another configuration may declare the same name. Refresh (tofu plan) to see the change, then apply again.", recordKey))
+	case errors.Is(err, consul.ErrKeyKeepsChanging) && op == consul.LockDelete:
+		diags.AddError("Lock Key Keeps Changing",
+			fmt.Sprintf("The key %s changed between every read and delete (holders acquiring and releasing); it was not deleted. Destroy again.", l.Key))
+	case errors.Is(err, consul.ErrKeyKeepsChanging):
+		diags.AddError("Lock Key Keeps Changing",
+			fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
+	case errors.As(err, &newer):
+		diags.AddError("Registry Record From A Newer consullock",
+			fmt.Sprintf("The record %s was written by a newer consullock and this provider will not overwrite it. Upgrade the provider.\n\n%s", newer.RecordKey, newer.Err))
+	case errors.As(err, &claimed):
+		diags.AddAttributeError(path.Root("name"), "Lock Name Already Declared",
+			fmt.Sprintf("A lock named %q is already recorded at %s, for key %q, by another configuration or an earlier apply whose state was lost. "+
+				"Lock names are unique per registry prefix. Import it to manage it here (tofu import consullock_lock.<resource name> %s), or choose another name.",
+				l.Name, claimed.RecordKey, claimed.DeclaredKey, l.Name))
+	case errors.As(err, &bad):
+		r.incompatibleKey(ctx, r.data.client.Registry(r.data.registryPrefix), l, bad.Pair, bad.Err, diags)
+	case errors.As(err, &unusable):
+		diags.AddAttributeError(path.Root("key"), "Unusable Semaphore Key",
+			fmt.Sprintf("The key %s holds a value api.Semaphore cannot use, and consullock does not overwrite holder data. "+
+				"When no holder runs, delete the key (consul kv delete %s) and apply again.\n\n%s", l.Key, l.Key, unusable.Err))
+	case errors.As(err, &badProfile):
+		diags.AddAttributeError(path.Root("session_defaults"), "Unreadable Session Profile",
+			fmt.Sprintf("The record %s of session profile %q cannot be read. Apply its consullock_session_defaults resource again to rewrite it.\n\n%s",
+				badProfile.Key, l.SessionDefaults, badProfile.Err))
+	case errors.As(err, &held):
+		diags.AddError("Lock Is Held",
+			fmt.Sprintf("Lock %q (key %s) is held by %s. Destroying it would pull the key from under a running job. "+
+				"Wait until the holder releases it, or set force_destroy = true, apply, and destroy again: consullock then "+
+				"ends the holders' sessions (their lock-delay keeps the next holder out while they stop) and deletes the key.",
+				l.Name, l.Key, consul.DescribeHolders(held.Holders)))
+	default:
+		addConsulError(diags, summary, err)
 	}
 }
 
@@ -560,9 +551,9 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 }
 
 // Update rewrites the declaration record and, when the key needs it, the
-// key (keeping its holder), in one transaction. The usual change touches
-// only the record: then the transaction reads the key to see it still
-// matches, and nothing else is sent.
+// key (keeping its holder), in one transaction (consul.ApplyLock). The
+// usual change touches only the record: then the transaction reads the key
+// to see it still matches, and nothing else is sent.
 func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
@@ -578,106 +569,40 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		return
 	}
 	client := r.data.client
-	reg := client.Registry(r.data.registryPrefix)
-	newKey := reg.Key(lockmodel.KindLock, l.Name)
+	newKey := client.Registry(r.data.registryPrefix).Key(lockmodel.KindLock, l.Name)
 	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
 	// Check-and-set against the record the last refresh saw, so that a
 	// concurrent apply elsewhere is reported instead of overwritten; when
 	// that index is unknown, or the record moves, against the one read now.
-	knownIndex := index != 0 && state.RegistryKey.ValueString() == newKey
-	ch := consul.LockChange{
-		ProfileKey: r.profileKey(l),
-		RecordKey:  newKey, Record: consul.RecordPut, RecordValue: data, RecordIndex: index,
-		Key: l.Key, KeyOp: consul.KeyGet, Flags: l.Flags(),
+	if state.RegistryKey.ValueString() != newKey {
+		index = 0
 	}
-	var (
-		res         *consul.LockChangeResult
-		profile     *api.KVPair
-		recordIndex uint64
-	)
-	needRead := !knownIndex
-	for attempt := 0; ; attempt++ {
-		if attempt == casAttempts {
-			resp.Diagnostics.AddError("Lock Key Keeps Changing",
-				fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
-			return
-		}
-		if needRead {
-			got, err := client.ReadLockAndRecord(ctx, l.Key, newKey)
-			if err != nil {
-				addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
-				return
-			}
-			if !knownIndex && got.Record != nil {
-				ch.RecordIndex = got.Record.ModifyIndex
-			} else if !knownIndex {
-				ch.RecordIndex = 0
-			}
-			ch.KeyOp, ch.KeyPair, ch.Value = consul.KeyCreate, nil, initialKeyValue(l)
-			if got.Key != nil {
-				value, rewrite := r.keyRewrite(l, got.Key, &resp.Diagnostics)
-				if resp.Diagnostics.HasError() {
-					return
-				}
-				ch.KeyOp, ch.KeyPair, ch.Value = consul.KeyGet, nil, nil
-				if rewrite {
-					ch.KeyOp, ch.KeyPair, ch.Value = consul.KeyRewrite, got.Key, value
-				}
-			}
-		}
-		var err error
-		res, err = client.ApplyLockChange(ctx, ch)
-		if err != nil {
-			addConsulError(&resp.Diagnostics, "Cannot Update Lock", err)
-			return
-		}
-		if res.ProfileMissing {
-			r.profileNotFound(l, &resp.Diagnostics)
-			return
-		}
-		if res.RecordConflict {
-			resp.Diagnostics.AddError("Registry Record Changed Concurrently",
-				fmt.Sprintf("The record %s was changed by someone else since it was last read, so it was not overwritten (check-and-set). "+
-					"Another configuration may declare the same name. Refresh (tofu plan) to see the change, then apply again.", newKey))
-			return
-		}
-		if !res.OK {
-			needRead = true // the key moved on, or is gone: read it again
-			continue
-		}
-		if ch.Record == consul.RecordPut {
-			recordIndex, profile = res.RecordIndex, res.Profile
-		}
-		if ch.KeyOp != consul.KeyGet {
-			break
-		}
-		// The key was only read: it must already say what is declared.
-		if _, rewrite := r.keyRewrite(l, res.Key, &resp.Diagnostics); resp.Diagnostics.HasError() {
-			return
-		} else if !rewrite {
-			break
-		}
-		// It drifted since the refresh: the record is in place; now the key.
-		ch.Record, ch.ProfileKey, needRead = consul.RecordLeave, "", true
+	res, err := client.ApplyLock(ctx, consul.LockApply{
+		Op: consul.LockUpdate, Lock: l, ProfileKey: r.profileKey(l), RecordKey: newKey, Record: data, RecordIndex: index,
+	})
+	if err != nil {
+		r.lockApplyError(ctx, consul.LockUpdate, l, newKey, err, &resp.Diagnostics)
+		return
 	}
 	removeMovedRecord(ctx, client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
-	if !r.profileWarnings(l, profile, &resp.Diagnostics) {
+	if !r.profileWarnings(l, res.Profile, &resp.Diagnostics) {
 		return
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(res.Key.Flags))
 	plan.RegistryKey = types.StringValue(newKey)
-	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, recordIndex)...)
+	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
-// Delete refuses to delete a held lock unless force_destroy, which releases
-// the holders first (a release starts no lock-delay), and then deletes the
-// record and the key in one transaction, by check-and-set on the key. When
-// the key is as the last refresh saw it, unheld, that transaction is all
-// it sends. Other keys under the prefix (semaphore contender keys,
-// holders' data) are left alone.
+// Delete deletes the record and the key in one transaction
+// (consul.ApplyLock), by check-and-set on the key; when the key is as the
+// last refresh saw it, unheld, that transaction is all it sends. A held
+// lock is refused unless force_destroy, which ends the holders' sessions
+// first: Consul then keeps the key under their lock-delay, even once it is
+// deleted, so no one takes over while their commands stop (a release would
+// hand over at once). Other keys under the prefix are left alone.
 func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	if !resourceConfigured(r.data, &resp.Diagnostics) {
 		return
@@ -692,91 +617,22 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	client := r.data.client
 	recordKey := r.data.recordKey(state.RegistryKey, lockmodel.KindLock, l.Name)
 	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
 	keyIndex, diags := unheldKeyIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
-	ch := consul.LockChange{RecordKey: recordKey, Record: consul.RecordDelete, RecordIndex: index, Key: l.Key, KeyOp: consul.KeyDelete, KeyIndex: keyIndex}
-	for attempt := 0; attempt < casAttempts; attempt++ {
-		if ch.KeyIndex != 0 || ch.KeyOp == consul.KeyLeave {
-			res, err := client.ApplyLockChange(ctx, ch)
-			if err != nil {
-				addConsulError(&resp.Diagnostics, "Cannot Delete Lock", err)
-				return
-			}
-			if res.OK {
-				return
-			}
-			if res.RecordConflict && !r.recordStillOurs(ctx, &ch, l, &resp.Diagnostics) {
-				return
-			}
-		}
-		view, err := client.ReadLock(ctx, l.Key, true)
-		if err != nil {
-			addConsulError(&resp.Diagnostics, "Cannot Read Lock Before Destroying It", err)
-			return
-		}
-		if view.Pair == nil {
-			ch.KeyOp, ch.KeyIndex = consul.KeyLeave, 0
-			continue
-		}
-		holders := lockHoldersOf(view)
-		if len(holders) > 0 && !state.ForceDestroy.ValueBool() {
-			resp.Diagnostics.AddError("Lock Is Held",
-				fmt.Sprintf("Lock %q (key %s) is held by %s. Destroying it would pull the key from under a running job. "+
-					"Wait until the holder releases it, or set force_destroy = true, apply, and destroy again: consullock then "+
-					"releases the lock (a release starts no lock-delay) and deletes the key.",
-					l.Name, l.Key, describeHolders(holders)))
-			return
-		}
-		for _, h := range holders {
-			if _, err := client.ReleaseKeyHeldBy(ctx, h.pair); err != nil {
-				addConsulError(&resp.Diagnostics, "Cannot Release Lock", err)
-				return
-			}
-		}
-		if len(holders) > 0 {
-			ch.KeyIndex = 0 // read the key again for its new ModifyIndex
-			continue
-		}
-		ch.KeyOp, ch.KeyIndex = consul.KeyDelete, view.Pair.ModifyIndex
-	}
-	resp.Diagnostics.AddError("Lock Key Keeps Changing",
-		fmt.Sprintf("The key %s changed between every read and delete (holders acquiring and releasing); it was not deleted. Destroy again.", l.Key))
-}
-
-// recordStillOurs is called when deleting the record by check-and-set
-// failed: it reads the record and sets ch to delete it again at its new
-// index when it still declares this lock's key, or to leave it when it is
-// gone or declares another key (with a warning). It returns false after an
-// error.
-func (r *lockResource) recordStillOurs(ctx context.Context, ch *consul.LockChange, l lockmodel.Lock, diags *diag.Diagnostics) bool {
-	rec, err := r.data.client.ReadRecord(ctx, ch.RecordKey)
-	if err != nil {
-		addConsulError(diags, "Cannot Read Lock Record", err)
-		return false
-	}
-	switch decl, derr := lockmodel.DecodeLockRecord(recValue(rec)); {
-	case rec == nil:
-		ch.Record = consul.RecordLeave
-	case derr == nil && decl.Key != l.Key:
-		diags.AddWarning("Lock Record Left In Place",
+	res, err := r.data.client.ApplyLock(ctx, consul.LockApply{
+		Op: consul.LockDelete, Lock: l, RecordKey: recordKey, RecordIndex: index, KeyIndex: keyIndex, Force: state.ForceDestroy.ValueBool(),
+	})
+	if res != nil && res.RecordLeftFor != "" {
+		resp.Diagnostics.AddWarning("Lock Record Left In Place",
 			fmt.Sprintf("The record %s now declares key %q (another configuration re-declared lock %q); it was left in place and only the lock key %s is deleted.",
-				ch.RecordKey, decl.Key, l.Name, l.Key))
-		ch.Record = consul.RecordLeave
-	default:
-		ch.RecordIndex = rec.ModifyIndex
+				recordKey, res.RecordLeftFor, l.Name, l.Key))
 	}
-	return true
-}
-
-func recValue(rec *consul.StoredRecord) []byte {
-	if rec == nil {
-		return nil
+	if err != nil {
+		r.lockApplyError(ctx, consul.LockDelete, l, recordKey, err, &resp.Diagnostics)
 	}
-	return rec.Value
 }
 
 func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
@@ -855,33 +711,6 @@ func (r *lockResource) profileWarnings(l lockmodel.Lock, pair *api.KVPair, diags
 	return true
 }
 
-// initialKeyValue is the value a new lock key is created with: empty for a
-// mutex, an empty holder table for a semaphore.
-func initialKeyValue(l lockmodel.Lock) []byte {
-	if l.IsSemaphore() {
-		return lockmodel.NewSemaphoreValue(l.Limit)
-	}
-	return nil
-}
-
-// keyRewrite returns the value the existing key must have (a semaphore's
-// holder table with the declared Limit; else its value as it is) and
-// whether the key must be rewritten for it or for its flags.
-func (r *lockResource) keyRewrite(l lockmodel.Lock, pair *api.KVPair, diags *diag.Diagnostics) ([]byte, bool) {
-	value := pair.Value
-	if l.IsSemaphore() {
-		var err error
-		value, err = lockmodel.SemaphoreValueWithLimit(pair.Value, l.Limit)
-		if err != nil {
-			diags.AddAttributeError(path.Root("key"), "Unusable Semaphore Key",
-				fmt.Sprintf("The key %s holds a value api.Semaphore cannot use, and consullock does not overwrite holder data. "+
-					"When no holder runs, delete the key (consul kv delete %s) and apply again.\n\n%s", l.Key, l.Key, err))
-			return nil, false
-		}
-	}
-	return value, pair.Flags != l.Flags() || !bytes.Equal(value, pair.Value)
-}
-
 // unheldKeyIndexKey is the private-state key holding the lock key's
 // ModifyIndex when the last refresh or apply saw it unheld (0 otherwise):
 // destroy then deletes by check-and-set at that index without reading the
@@ -931,31 +760,6 @@ func (r *lockResource) declaration(_ context.Context, m lockResourceModel, diags
 	return l, data
 }
 
-// claimRecord checks that the lock's name is free in the registry (rec is
-// nil), or already recorded for this same key (an earlier apply, or a key
-// deleted out of band and now recreated), and returns the index to write
-// the record at.
-func (r *lockResource) claimRecord(rec *consul.StoredRecord, l lockmodel.Lock, diags *diag.Diagnostics) uint64 {
-	if rec == nil {
-		return 0
-	}
-	decl, err := lockmodel.DecodeLockRecord(rec.Value)
-	switch {
-	case errors.Is(err, lockmodel.ErrNewerSchema):
-		diags.AddError("Registry Record From A Newer consullock",
-			fmt.Sprintf("The record %s was written by a newer consullock and this provider will not overwrite it. Upgrade the provider.\n\n%s", rec.Key, err))
-	case err != nil:
-		diags.AddAttributeWarning(path.Root("registry_key"), "Unreadable Lock Record Replaced",
-			fmt.Sprintf("The record %s could not be read and is replaced by this declaration.\n\n%s", rec.Key, err))
-	case decl.Key != l.Key:
-		diags.AddAttributeError(path.Root("name"), "Lock Name Already Declared",
-			fmt.Sprintf("A lock named %q is already recorded at %s, for key %q, by another configuration or an earlier apply whose state was lost. "+
-				"Lock names are unique per registry prefix. Import it to manage it here (tofu import consullock_lock.<resource name> %s), or choose another name.",
-				l.Name, rec.Key, decl.Key, l.Name))
-	}
-	return rec.ModifyIndex
-}
-
 // incompatibleKey explains why an existing key cannot be adopted and what
 // to do, naming the lock that declares it when the registry knows one.
 func (r *lockResource) incompatibleKey(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, pair *api.KVPair, why error, diags *diag.Diagnostics) {
@@ -983,47 +787,4 @@ func (r *lockResource) incompatibleKey(ctx context.Context, reg *consul.Registry
 	diags.AddAttributeError(path.Root("key"), "Incompatible Existing Lock Key",
 		fmt.Sprintf("%s. consullock adopts an existing key only when Consul's lock clients can use it as declared, and never rewrites a key it did not create. %s",
 			why, strings.Join(advice, " ")))
-}
-
-// lockHolder is a session holding a lock key (or a semaphore contender key)
-// and the key it holds.
-type lockHolder struct {
-	session, name, node string
-	pair                *api.KVPair
-}
-
-// lockHoldersOf lists the live holders in a lock view: the mutex's session,
-// or the semaphore's holders whose sessions still exist.
-func lockHoldersOf(view *consul.LockView) []lockHolder {
-	var out []lockHolder
-	if view.Semaphore != nil {
-		for _, h := range view.Semaphore.Holders {
-			if h.SessionGone {
-				continue
-			}
-			out = append(out, lockHolder{session: h.Session, node: h.Node, pair: &api.KVPair{
-				Key: h.Key, Session: h.Session, Value: h.Value, Flags: lockmodel.SemaphoreFlagValue,
-			}})
-		}
-		return out
-	}
-	if view.Session != nil {
-		out = append(out, lockHolder{session: view.Session.ID, name: view.Session.Name, node: view.Session.Node, pair: view.Pair})
-	}
-	return out
-}
-
-func describeHolders(hs []lockHolder) string {
-	parts := make([]string, 0, len(hs))
-	for _, h := range hs {
-		name := ""
-		if h.name != "" {
-			name = fmt.Sprintf(" (%q)", h.name)
-		}
-		parts = append(parts, fmt.Sprintf("session %s%s on node %q", h.session, name, h.node))
-	}
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return fmt.Sprintf("%d holders: %s", len(parts), strings.Join(parts, ", "))
 }

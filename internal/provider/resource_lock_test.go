@@ -317,10 +317,11 @@ resource "consullock_lock" "test" {
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
 			checkKeysGone(key, reg+"/locks/held"),
 			func(*terraform.State) error {
-				// Nothing else is lost: the holder's session survives.
-				s, _, err := agent.Client().Session().Info(session, nil)
-				if err != nil || s == nil {
-					return fmt.Errorf("holder session %s is gone after force_destroy (err %v)", session, err)
+				// force_destroy ends the holder's session, so that its
+				// lock-delay applies (TestAccLock_forceDestroyKeepsHoldersLockDelay).
+				s, _, err := agent.Client().Session().Info(session, &api.QueryOptions{RequireConsistent: true})
+				if err != nil || s != nil {
+					return fmt.Errorf("holder session %s after force_destroy: %+v (err %v), want it ended", session, s, err)
 				}
 				return nil
 			},
@@ -355,6 +356,58 @@ resource "consullock_lock" "test" {
 	})
 }
 
+// force_destroy ends the holders' sessions instead of releasing their keys
+// (hole 4 of issue 22): a release sets no lock-delay, so a waiter would
+// start at once while the old command still stops within its -grace. An
+// ended session's lock-delay, which Consul keys by key name, holds even
+// after the key is deleted.
+func TestAccLock_forceDestroyKeepsHoldersLockDelay(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	key := p + "/job/.lock"
+	const lockDelay = 30 * time.Second
+	holder, _, err := agent.Client().Session().Create(&api.SessionEntry{
+		Name: "job-runner", Node: agent.NodeName, Behavior: api.SessionBehaviorRelease, LockDelay: lockDelay,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = agent.Client().Session().Destroy(holder, nil) })
+	waiter := newHolderSession(t, "job-waiter")
+	t.Cleanup(func() { _, _ = agent.Client().KV().DeleteTree(p+"/", nil) })
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
+			checkKeysGone(key, reg+"/locks/job"),
+			func(*terraform.State) error {
+				// A waiter trying right after the destroy, within the
+				// holder's lock-delay, on the deleted key: refused.
+				ok, _, err := agent.Client().KV().Acquire(&api.KVPair{Key: key, Session: waiter, Flags: lockmodel.LockFlagValue}, nil)
+				if err != nil || ok {
+					return fmt.Errorf("a waiter acquired %s right after force_destroy (ok=%v err=%v): the holder's %s lock-delay did not apply", key, ok, err, lockDelay)
+				}
+				if s, _, err := agent.Client().Session().Info(holder, &api.QueryOptions{RequireConsistent: true}); err != nil || s != nil {
+					return fmt.Errorf("holder session %s after force_destroy: %+v (err %v), want it ended", holder, s, err)
+				}
+				return nil
+			},
+		),
+		Steps: []resource.TestStep{{
+			Config: lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name          = "job"
+  prefix        = "%s/job"
+  force_destroy = true
+}
+`, p),
+			Check: func(*terraform.State) error {
+				acquire(t, key, holder, "running", lockmodel.LockFlagValue)
+				return nil
+			},
+		}},
+	})
+}
+
 func TestAccLock_changesSemaphoreLimitKeepingHolders(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
@@ -380,9 +433,14 @@ resource "consullock_lock" "test" {
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
 			checkKeysGone(key, reg+"/locks/workers"),
 			func(*terraform.State) error {
-				// Nothing else is lost: the released contender key stays.
-				if pair := kvPair(t, prefix+"/"+holder); pair == nil || pair.Session != "" {
-					return fmt.Errorf("contender key %s/%s: want it kept and released, got %+v", prefix, holder, pair)
+				// force_destroy ended the holder's session; api.Semaphore's
+				// sessions have Behavior delete, so its contender key went
+				// with it.
+				if s, _, err := agent.Client().Session().Info(holder, &api.QueryOptions{RequireConsistent: true}); err != nil || s != nil {
+					return fmt.Errorf("semaphore holder session %s after force_destroy: %+v (err %v), want it ended", holder, s, err)
+				}
+				if pair := kvPair(t, prefix+"/"+holder); pair != nil {
+					return fmt.Errorf("contender key %s/%s after its session ended: %+v, want it deleted (Behavior delete)", prefix, holder, pair)
 				}
 				return nil
 			},
@@ -481,7 +539,7 @@ resource "consullock_lock" "test" {
 			{Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 5, true)},
 			{
 				// Changing between mutex and semaphore replaces the lock;
-				// force_destroy releases the holder's slot first.
+				// force_destroy ends the holder's session first.
 				Config: lockTestProvider(reg) + fmt.Sprintf(body, p, 1, true),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
