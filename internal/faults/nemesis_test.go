@@ -353,17 +353,23 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 		return
 	}
 	once := sync.OnceFunc(undo)
-	n.mu.Lock()
-	n.undos[i] = once
-	n.mu.Unlock()
 	wg.Add(1)
-	time.AfterFunc(s.For, func() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	timer := time.AfterFunc(s.For, func() {
 		defer wg.Done()
 		n.mu.Lock()
 		delete(n.undos, i)
 		n.mu.Unlock()
 		once()
 	})
+	// At the end of the schedule: undone at once, the timer stopped.
+	n.undos[i] = func() {
+		if timer.Stop() {
+			wg.Done()
+		}
+		once()
+	}
 }
 
 func replicaIndex(target string) int {
