@@ -312,6 +312,7 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 		return next
 	}
 	decisions := Decide(st, c.cfg.Mode)
+	decisions, st.Settling, next = c.confirmDrift(ctx, decisions, st.Settling, next, start)
 	c.observe(decisions, st.Settling)
 	if t := c.term.Load(); t != nil && c.acting.Load() {
 		c.actMu.Lock()
@@ -358,13 +359,10 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 	}
 	var next time.Time
 	for id, v := range c.declSeen {
-		if v.changed.IsZero() {
+		if !Pending(v.index, v.index, v.changed, now, c.cfg.ApplyGrace) {
 			continue
 		}
 		end := v.changed.Add(c.cfg.ApplyGrace)
-		if !end.After(now) {
-			continue
-		}
 		if st.Settling == nil {
 			st.Settling = map[string]bool{}
 		}
@@ -509,11 +507,12 @@ func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live LiveKe
 }
 
 // observe logs and counts each finding once, while it lasts. Findings
-// about a settling declaration (which Decide skips) are not forgotten: a
+// about a pending declaration (which Decide skips) are not forgotten: a
 // holder still in violation after an apply is not counted twice.
 func (c *Controller) observe(ds []Decision, settling map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.metrics.pending.Set(float64(len(settling)))
 	current := map[string]bool{}
 	for _, d := range ds {
 		id := d.ID()
@@ -524,6 +523,9 @@ func (c *Controller) observe(ds []Decision, settling map[string]bool) {
 		c.reported[id] = d.declID()
 		for _, r := range d.Reasons {
 			c.metrics.violations.WithLabelValues(r).Inc()
+		}
+		if d.IsDrift() {
+			c.metrics.drift.WithLabelValues(string(d.Kind)).Inc()
 		}
 		attrs := []any{"kind", string(d.Kind), "act", d.Act && c.leader.Load(), "detail", d.Detail}
 		attrs = append(attrs, d.logAttrs()...)
@@ -709,7 +711,7 @@ func (c *Controller) declarationSettled(id string, index uint64, now time.Time) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.declSeen[id]
-	return ok && v.index == index && (v.changed.IsZero() || !now.Before(v.changed.Add(c.cfg.ApplyGrace)))
+	return ok && !Pending(v.index, index, v.changed, now, c.cfg.ApplyGrace)
 }
 
 // LockWatches returns the number of lock key watches now open.

@@ -98,10 +98,11 @@ type State struct {
 	// that happen; it moves the line the same way.
 	ProfileSwitched map[string]uint64
 
-	// Settling are declarations (by declID: "locks/<name>",
-	// "acl-policies/<name>") that changed within the apply grace: the
-	// apply that wrote them may not have written the live object yet, so
-	// they are neither judged nor acted on until the grace has passed.
+	// Settling are the pending declarations (by declID: "locks/<name>",
+	// "acl-policies/<name>"; see Pending): the apply that wrote them may
+	// not have written the live object yet, or this observer has seen the
+	// live write before the declaration write. Their objects are neither
+	// judged nor acted on until Pending no longer holds.
 	Settling map[string]bool
 
 	Now time.Time
@@ -136,6 +137,52 @@ const (
 	// finish (max_hold still applies), in every mode.
 	KindHolderPredatesProfile Kind = "holder_predates_profile"
 )
+
+// IsDrift reports whether the decision is about a declared object itself
+// (a lock key or an ACL policy) differing from its declaration, rather than
+// about a holder: what Pending applies to, what consullock_drift_total counts.
+func (d Decision) IsDrift() bool { return d.Kind.IsDrift() }
+
+// IsDrift reports whether findings of kind k are drift (see Decision.IsDrift).
+func (k Kind) IsDrift() bool {
+	switch k {
+	case KindRecreateKey, KindRestoreFlags, KindRestoreLimit, KindRestoreACLRules,
+		KindHeldKeyDrift, KindUnusableKey, KindACLPolicyMissing:
+		return true
+	}
+	return false
+}
+
+// Pending is the one rule that tells an apply in progress from drift; the
+// controller (its logs, metrics and repairs) and `consullock status` both
+// apply it. The provider writes a declaration first and its live object
+// right after, so for a moment the two differ, and an observer that reads
+// them apart (two watches, or one read after the other) can see either
+// write first:
+//
+//   - the new declaration with the old live object: pending while the
+//     declaration changed within the apply grace (changed is when this
+//     observer saw it change; zero when it has not seen it change);
+//   - the old declaration with the new live object: pending when the
+//     declaration read consistently now (current; 0 when it is gone) is
+//     not the version the observer judged with (judged): it has not seen
+//     the apply's first write yet.
+//
+// A pending difference is not reported, counted or repaired. One still
+// there when neither holds is drift: reported once, counted, and repaired
+// in repair mode. Grace bounds how long an apply may take between its two
+// writes; out-of-band changes to an object whose declaration did not
+// change are drift at once.
+func Pending(judged, current uint64, changed, now time.Time, grace time.Duration) bool {
+	if current != judged {
+		return true
+	}
+	return !changed.IsZero() && now.Before(changed.Add(grace))
+}
+
+// SettlingKey is the State.Settling key of the declaration kind/name
+// (kind lockmodel.KindLock or lockmodel.KindACLPolicy).
+func SettlingKey(kind, name string) string { return declID(kind, name) }
 
 // ReasonMaxHoldExceeded is the violation reason of a holder that has held
 // longer than its lock's max_hold (the others are lockmodel.Violation*).
@@ -201,10 +248,10 @@ func (d Decision) ID() string {
 //     of the new profile: it is reported as holder_predates_profile and
 //     left to finish in every mode; max_hold still ends it.
 //
-// A lock or policy whose declaration changed within the apply grace
-// (State.Settling) is skipped: the provider writes the declaration just
-// before the live object, and acting in between would take the apply's
-// write from it. Nothing is acted on in observe mode.
+// A lock or policy whose declaration is pending (State.Settling, by
+// Pending) is skipped: the provider writes the declaration just before the
+// live object, and acting in between would take the apply's write from it.
+// Nothing is acted on in observe mode.
 func Decide(st State, mode Mode) []Decision {
 	repair := mode == ModeRepair || mode == ModeEnforce
 	enforce := mode == ModeEnforce

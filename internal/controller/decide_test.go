@@ -482,3 +482,58 @@ func TestTrackHolds(t *testing.T) {
 		t.Errorf("a holder that let go is forgotten, the other keeps its time: %v", got)
 	}
 }
+
+func TestPending(t *testing.T) {
+	const grace = 5 * time.Second
+	cases := []struct {
+		name            string
+		judged, current uint64
+		changed         time.Time
+		want            bool
+	}{
+		{"a declaration unchanged since start: a difference is drift", 7, 7, time.Time{}, false},
+		{"changed just now: the apply has not written the object yet", 7, 7, t0, true},
+		{"changed within the grace", 7, 7, t0.Add(-grace + time.Millisecond), true},
+		{"changed exactly one grace ago: drift", 7, 7, t0.Add(-grace), false},
+		{"changed long ago: drift", 7, 7, t0.Add(-time.Hour), false},
+		{"a newer declaration than the one judged: the live write was seen first", 7, 9, time.Time{}, true},
+		{"the declaration is gone: a destroy in progress", 7, 0, time.Time{}, true},
+		{"an older declaration than judged (Consul restored): not the judged one either", 9, 7, t0.Add(-time.Hour), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Pending(c.judged, c.current, c.changed, t0, grace); got != c.want {
+				t.Errorf("Pending(judged %d, current %d, changed %v) = %v, want %v", c.judged, c.current, c.changed, got, c.want)
+			}
+			// Invariant: without an apply grace, only a declaration other
+			// than the judged one is pending.
+			if got := Pending(c.judged, c.current, c.changed, t0, 0); got != (c.judged != c.current) {
+				t.Errorf("with no grace: Pending = %v, want %v", got, c.judged != c.current)
+			}
+		})
+	}
+}
+
+func TestDecision_IsDrift(t *testing.T) {
+	st := baseState()
+	st.Keys = map[string]LiveKey{semKey: {Flags: 0, ModifyIndex: 11}}
+	st.LivePolicies[policyID] = LivePolicy{ID: policyID, Name: "holder", Rules: `key_prefix "" { policy = "write" }`}
+	bad := compliant(sessA)
+	bad.TTL = time.Minute
+	st.Sessions[sessA] = bad
+	st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true}}`), ModifyIndex: 11}
+	var drift, other []Kind
+	for _, d := range Decide(st, ModeRepair) {
+		if d.IsDrift() {
+			drift = append(drift, d.Kind)
+		} else {
+			other = append(other, d.Kind)
+		}
+	}
+	if want := []Kind{KindRecreateKey, KindRestoreACLRules}; !slices.Equal(drift, want) {
+		t.Errorf("drift kinds = %v, want %v", drift, want)
+	}
+	if want := []Kind{KindHolderNonCompliant}; !slices.Equal(other, want) {
+		t.Errorf("other kinds = %v, want %v", other, want)
+	}
+}

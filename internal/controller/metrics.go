@@ -16,6 +16,8 @@ type Metrics struct {
 	lockWatches       prometheus.Gauge
 	handovers         *prometheus.CounterVec
 	violations        *prometheus.CounterVec
+	drift             *prometheus.CounterVec
+	pending           prometheus.Gauge
 	repairs           *prometheus.CounterVec
 	repairErrors      *prometheus.CounterVec
 	watchErrors       *prometheus.CounterVec
@@ -37,6 +39,12 @@ func newMetrics(c *Controller) *Metrics {
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_violations_total", Help: "Holder sessions found violating their declared profile or max_hold, by reason (counted once per finding; predates_profile_change marks holders left to finish).",
 		}, []string{"reason"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_drift_total", Help: "Declared objects (lock keys, ACL policies) found differing from their declarations, by kind (counted once per finding; a difference pending an apply is not drift and is not counted).",
+		}, []string{"kind"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consullock_declarations_pending", Help: "Declarations whose objects are left to the apply that changed them (changed within the apply grace, or newer than the version the watches showed): neither reported as drift nor repaired until the grace has passed.",
+		}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_repairs_total", Help: "Writes the controller made to put live Consul back to the declarations, by kind.",
 		}, []string{"kind"}),
@@ -51,7 +59,7 @@ func newMetrics(c *Controller) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	m.Registry.MustRegister(m.leader, m.lockWatches, m.handovers, m.violations, m.repairs, m.repairErrors,
+	m.Registry.MustRegister(m.leader, m.lockWatches, m.handovers, m.violations, m.drift, m.pending, m.repairs, m.repairErrors,
 		m.watchErrors, m.reconcileDuration, &lockCollector{c: c},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -68,6 +76,11 @@ func (m *Metrics) setLeader(on bool) {
 // RepairsTotal returns consullock_repairs_total for kind (for tests).
 func (m *Metrics) RepairsTotal(kind Kind) float64 {
 	return counterValue(m.repairs.WithLabelValues(string(kind)))
+}
+
+// DriftTotal returns consullock_drift_total for kind (for tests).
+func (m *Metrics) DriftTotal(kind Kind) float64 {
+	return counterValue(m.drift.WithLabelValues(string(kind)))
 }
 
 // ViolationsTotal returns consullock_violations_total for reason.

@@ -3,6 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,8 +129,41 @@ resource "consullock_acl_policy" "workers" {
 `, h.registry, h.name("job"), h.prefix, h.name("pool"), h.prefix, semLimit, h.name("workers"), strings.Join(quoted, ", "))
 }
 
+// registryLag is how late the controller's registry watch hears of a
+// declaration change in the Terraform tests: later than its other watches
+// hear of the live write that follows it, as seen on Consul 1.16 (the
+// watches answer independently, in any order).
+const registryLag = 1500 * time.Millisecond
+
+// newLaggingProxy returns the address of a proxy to addr that holds every
+// changed answer of a blocking query on the KV prefix for lag before
+// passing it on, so the watch on prefix hears of each change after the
+// other watches do.
+func newLaggingProxy(t *testing.T, addr, prefix string, lag time.Duration) string {
+	t.Helper()
+	target, _ := url.Parse("http://" + addr)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		r := resp.Request
+		index := r.URL.Query().Get("index")
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/kv/"+prefix) && index != "" && index != "0" &&
+			resp.Header.Get("X-Consul-Index") != index {
+			select {
+			case <-time.After(lag):
+			case <-r.Context().Done():
+			}
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
 // tfWorld is a controller and a tofu workspace on the metered agent, each
-// behind its own counting proxy.
+// behind its own counting proxy; the controller's registry watch lags
+// (registryLag) so that it may see an apply's writes in either order.
 type tfWorld struct {
 	h          *harness
 	c          *running
@@ -139,7 +178,8 @@ func newTFWorld(t *testing.T) *tfWorld {
 	a := metered(t)
 	h := newHarness(t, a)
 	w := &tfWorld{h: h, ctrl: newCountingProxy(t, a), tf: newCountingProxy(t, a)}
-	w.c = h.startWith(startOpts{mode: ModeRepair, addr: w.ctrl.Addr()})
+	w.c = h.startWith(startOpts{mode: ModeRepair, addr: w.ctrl.Addr(),
+		watchAddr: newLaggingProxy(t, w.ctrl.Addr(), h.registry+"/", registryLag)})
 	w.grace = w.c.cfg.ApplyGrace
 	w.ws = newTofuWorkspace(t, w.tf.Addr(), a.ManagementToken)
 	w.job, _ = lockmodel.Lock{Name: h.name("job"), Prefix: h.prefix + "/job"}.Normalize()
@@ -155,22 +195,43 @@ func (w *tfWorld) settle() {
 }
 
 // controllerQuiet fails unless the controller has made no write and no
-// repair, and logged no repair attempt.
+// repair, logged no repair attempt and reported no drift: an apply in
+// progress is pending, not drift (Pending).
 func (w *tfWorld) controllerQuiet(when string) {
 	t := w.h.t
 	t.Helper()
-	if writes := w.ctrl.Writes(); len(writes) != 0 {
+	quiet(t, when, w.c, w.ctrl)
+}
+
+// quiet is controllerQuiet for any controller c whose requests go through
+// proxy.
+func quiet(t *testing.T, when string, c *running, proxy *countingProxy) {
+	t.Helper()
+	if writes := proxy.Writes(); len(writes) != 0 {
 		t.Errorf("%s: the controller wrote to Consul: %s", when, formatCounts(writes))
 	}
-	for _, k := range []Kind{KindRecreateKey, KindRestoreFlags, KindRestoreLimit, KindRestoreACLRules, KindEndSession} {
-		if n := w.c.Metrics().RepairsTotal(k); n != 0 {
+	for _, k := range driftKinds {
+		if n := c.Metrics().RepairsTotal(k); n != 0 {
 			t.Errorf("%s: consullock_repairs_total{kind=%s} = %v, want 0", when, k, n)
 		}
+		if n := c.Metrics().DriftTotal(k); n != 0 {
+			t.Errorf("%s: consullock_drift_total{kind=%s} = %v, want 0", when, k, n)
+		}
 	}
-	if l := w.c.logs.lines(`"msg":"repair`); len(l) != 0 {
+	if n := c.Metrics().RepairsTotal(KindEndSession); n != 0 {
+		t.Errorf("%s: consullock_repairs_total{kind=%s} = %v, want 0", when, KindEndSession, n)
+	}
+	if l := c.logs.lines(`"msg":"repair`); len(l) != 0 {
 		t.Errorf("%s: the controller tried to repair:\n%s", when, strings.Join(l, "\n"))
 	}
+	if l := c.logs.lines(`"msg":"drift detected"`); len(l) != 0 {
+		t.Errorf("%s: the controller reported drift:\n%s", when, strings.Join(l, "\n"))
+	}
 }
+
+// driftKinds are the kinds Decision.IsDrift counts.
+var driftKinds = []Kind{KindRecreateKey, KindRestoreFlags, KindRestoreLimit, KindRestoreACLRules,
+	KindHeldKeyDrift, KindUnusableKey, KindACLPolicyMissing}
 
 func (w *tfWorld) policy() *api.ACLPolicy {
 	w.h.t.Helper()
@@ -429,5 +490,120 @@ func TestApplyGrace_aHolderStillInViolationAfterAnApplyIsNotCountedTwice(t *test
 	}
 	if n := reported(); n != 1 {
 		t.Errorf("violation reported %d times, want once", n)
+	}
+}
+
+// An apply that wrote its declarations and stopped before the live writes
+// (killed, or its Consul call failed): the difference is pending for the
+// apply grace, then it is drift, reported once, counted and repaired.
+func TestTerraform_anApplyThatStopsAfterItsDeclarationsIsDriftAfterTheGrace(t *testing.T) {
+	w := newTFWorld(t)
+	h := w.h
+	w.ws.write(tfConfig(h, []string{"worker-"}, 3))
+	w.ws.run("apply", "-auto-approve", "-no-color", "-input=false")
+	w.settle()
+	w.controllerQuiet("after the apply")
+	before := w.policy()
+
+	// The declarations the next apply would write, written as it does
+	// (declaration first), and no live write after them.
+	policyKey := lockmodel.RegistryKey(h.registry, lockmodel.KindACLPolicy, w.policyName)
+	spec, err := lockmodel.DecodeACLPolicyRecord(h.get(policyKey).Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Rules = lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{w.job.Key},
+		SemaphorePrefixes: []string{w.pool.Prefix}, SessionNodePrefixes: []string{"batch-"}})
+	declared := time.Now()
+	h.declarePolicy(spec)
+	pool := w.pool
+	pool.Limit = 5
+	h.declareLock(pool)
+
+	time.Sleep(w.grace / 2)
+	if time.Since(declared) < w.grace {
+		w.controllerQuiet("within the apply grace")
+	}
+
+	eventually(t, w.grace+15*time.Second, func() error {
+		if same, _ := lockmodel.RulesEquivalent(spec.Rules, w.policy().Rules); !same {
+			return fmt.Errorf("policy rules not repaired to the declaration")
+		}
+		if s, _ := lockmodel.DecodeSemaphoreState(h.get(pool.Key).Value); s.Limit != pool.Limit {
+			return fmt.Errorf("semaphore Limit %d, want %d", s.Limit, pool.Limit)
+		}
+		if w.c.Metrics().RepairsTotal(KindRestoreACLRules) != 1 || w.c.Metrics().RepairsTotal(KindRestoreLimit) != 1 {
+			return fmt.Errorf("repairs not counted yet")
+		}
+		return nil
+	})
+	if took := time.Since(declared); took < w.grace {
+		t.Errorf("repaired %s after the declarations, within the apply grace of %s", took.Round(time.Millisecond), w.grace)
+	}
+	for _, c := range []struct {
+		kind  Kind
+		field string
+	}{{KindRestoreACLRules, `"policy":"` + w.policyName + `"`}, {KindRestoreLimit, `"lock":"` + pool.Name + `"`}} {
+		if n := len(w.c.logs.lines(`"level":"WARN"`, `"msg":"drift detected"`, `"kind":"`+string(c.kind)+`"`, c.field)); n != 1 {
+			t.Errorf("drift %s reported %d times at WARN, want once", c.kind, n)
+		}
+		if n := w.c.Metrics().DriftTotal(c.kind); n != 1 {
+			t.Errorf("consullock_drift_total{kind=%s} = %v, want 1", c.kind, n)
+		}
+	}
+	if after := w.policy(); after.ModifyIndex == before.ModifyIndex {
+		t.Errorf("the policy was not written (ModifyIndex %d)", after.ModifyIndex)
+	}
+}
+
+// The controller's watches answer independently: here the registry watch
+// hears of a declaration change after the other watches hear of the live
+// write that followed it (as on Consul 1.16). The old declaration then
+// looks violated by the new object: that is an apply in progress, pending,
+// and neither reported, counted nor repaired.
+func TestApplyGrace_aLiveWriteSeenBeforeItsDeclarationIsPending(t *testing.T) {
+	a := metered(t)
+	h := newHarness(t, a)
+	proxy := newCountingProxy(t, a)
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
+	p := h.createPolicy(h.name("workers"), rules)
+	sem := h.declareLock(lockmodel.Lock{Name: h.name("sem"), Prefix: h.prefix + "/sem", Limit: 3})
+	if _, err := h.api.KV().Put(&api.KVPair{Key: sem.Key, Flags: sem.Flags(), Value: lockmodel.NewSemaphoreValue(3)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := h.startWith(startOpts{mode: ModeRepair, addr: proxy.Addr(),
+		watchAddr: newLaggingProxy(t, proxy.Addr(), h.registry+"/", registryLag)})
+	eventually(t, 10*time.Second, func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.ready.Load() || c.livePolicies[p.ID].ID == "" {
+			return fmt.Errorf("controller not synced yet")
+		}
+		return nil
+	})
+
+	// What an apply does: each declaration, then its live object.
+	newRules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
+	h.declarePolicy(lockmodel.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
+	p.Rules = newRules
+	upd, _, err := h.api.ACL().PolicyUpdate(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem.Limit = 5
+	h.declareLock(sem)
+	if _, err := h.api.KV().Put(&api.KVPair{Key: sem.Key, Flags: sem.Flags(), Value: lockmodel.NewSemaphoreValue(5)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	semIndex := h.get(sem.Key).ModifyIndex
+
+	// Past the registry watch's lag and the apply grace.
+	time.Sleep(registryLag + c.cfg.ApplyGrace + 2*time.Second)
+	quiet(t, "after the apply", c, proxy)
+	if live := h.livePolicy(p.ID); live.ModifyIndex != upd.ModifyIndex {
+		t.Errorf("the policy changed after the apply: ModifyIndex %d -> %d", upd.ModifyIndex, live.ModifyIndex)
+	}
+	if now := h.get(sem.Key).ModifyIndex; now != semIndex {
+		t.Errorf("the semaphore key changed after the apply: ModifyIndex %d -> %d", semIndex, now)
 	}
 }

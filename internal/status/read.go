@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -25,6 +26,9 @@ type declarations struct {
 	// profileIndex is each profile record's ModifyIndex (see
 	// controller.State.ProfileIndex).
 	profileIndex map[string]uint64
+	// lockIndex is each lock record's ModifyIndex: the version judged
+	// (controller.Pending).
+	lockIndex map[string]uint64
 	// bad are records that do not decode: reported, never judged.
 	bad map[string]string
 }
@@ -38,11 +42,14 @@ type world struct {
 	pairs    map[string][]*api.KVPair
 	sessions map[string]lockmodel.ObservedSession
 	raw      map[string]*api.SessionEntry
+	// pending are the locks whose declaration is pending
+	// (controller.Pending): not judged, reported as pending.
+	pending map[string]bool
 }
 
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
-		profileIndex: map[string]uint64{}, bad: map[string]string{}}
+		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}}
 	for _, p := range pairs {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix+"/"), "/")
 		if !ok || name == "" || strings.Contains(name, "/") {
@@ -56,6 +63,7 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 				continue
 			}
 			d.locks[l.Name] = l
+			d.lockIndex[l.Name] = p.ModifyIndex
 		case lockmodel.KindSessionDefaults:
 			s, err := lockmodel.DecodeSessionProfileRecord(p.Value)
 			if err != nil {
@@ -185,4 +193,46 @@ func (w *world) setSessions(raw map[string]*api.SessionEntry) {
 	for id, e := range raw {
 		w.sessions[id] = controller.ObservedSession(e)
 	}
+}
+
+// applyGrace is how long after a declaration changes status leaves its
+// lock key to the apply that changed it: the controller's default.
+const applyGrace = controller.DefaultApplyGrace
+
+// pendingLocks applies controller.Pending, the controller's rule, to the
+// locks of rep (built from w): a lock whose declaration this program saw
+// change within the apply grace (changed, by lock name; nil for a single
+// read) is pending; and a lock that shows drift is pending when its
+// declaration, read again now, is not the version w judged (the apply
+// wrote it and then the key between this program's reads). The second
+// read (one request) happens only when some lock shows drift.
+func (r *reader) pendingLocks(ctx context.Context, w *world, rep *Report, changed map[string]time.Time, now time.Time) (map[string]bool, error) {
+	pending := map[string]bool{}
+	for name, idx := range w.decl.lockIndex {
+		if controller.Pending(idx, idx, changed[name], now, applyGrace) {
+			pending[name] = true
+		}
+	}
+	var drifted []string
+	for _, l := range rep.Locks {
+		for _, f := range l.Findings {
+			if controller.Kind(f.Kind).IsDrift() && !pending[l.Name] {
+				drifted = append(drifted, l.Name)
+				break
+			}
+		}
+	}
+	if len(drifted) == 0 {
+		return pending, nil
+	}
+	again, _, err := r.registryList(ctx, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range drifted {
+		if controller.Pending(w.decl.lockIndex[name], again.lockIndex[name], time.Time{}, now, applyGrace) {
+			pending[name] = true
+		}
+	}
+	return pending, nil
 }

@@ -31,6 +31,8 @@ func kindText(l Lock) string {
 
 func verdict(l Lock) string {
 	switch {
+	case l.Pending && l.Compliant:
+		return "pending"
 	case l.Compliant:
 		return "yes"
 	case l.State != "held" && l.AlwaysHeld && len(l.Findings) == 0:
@@ -89,8 +91,12 @@ func renderTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "unreadable declaration %s: %s\n", b.Key, b.Error)
 	}
 	s := rep.Summary
-	fmt.Fprintf(w, "%d locks, %d held, findings: %d, always-held without a holder: %d (%d Consul requests)\n",
-		s.Locks, s.Held, s.Violations, s.Unheld, rep.ConsulRequests)
+	pending := ""
+	if s.Pending > 0 {
+		pending = fmt.Sprintf(", pending an apply: %d", s.Pending)
+	}
+	fmt.Fprintf(w, "%d locks, %d held, findings: %d, always-held without a holder: %d%s (%d Consul requests)\n",
+		s.Locks, s.Held, s.Violations, s.Unheld, pending, rep.ConsulRequests)
 }
 
 // renderDetail prints one lock with its holders' sessions and findings.

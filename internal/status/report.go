@@ -35,6 +35,7 @@ type Report struct {
 type Summary struct {
 	Locks      int  `json:"locks"`
 	Held       int  `json:"held"`
+	Pending    int  `json:"pending"`
 	Violations int  `json:"violations"`
 	Unheld     int  `json:"always_held_unheld"`
 	Compliant  bool `json:"compliant"`
@@ -62,7 +63,12 @@ type Lock struct {
 	MaxHold         string  `json:"max_hold"`
 	AlwaysHeld      bool    `json:"always_held"`
 	SinceHandover   *string `json:"since_handover"`
-	Compliant       bool    `json:"compliant"`
+	// Pending is true while the lock's declaration has just changed
+	// (controller.Pending): its key is left to the apply that changed it
+	// and not judged, as the controller does; a difference still there
+	// after the apply grace is drift.
+	Pending   bool `json:"pending"`
+	Compliant bool `json:"compliant"`
 	// Findings are the controller's findings about the lock, from the same
 	// Decide the controller runs (in observe mode).
 	Findings    []Finding `json:"findings"`
@@ -128,7 +134,10 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 	st := controller.State{
 		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]controller.LiveKey{},
 		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[controller.Holder]time.Time{},
-		ProfileIndex: w.decl.profileIndex, Now: now,
+		ProfileIndex: w.decl.profileIndex, Now: now, Settling: map[string]bool{},
+	}
+	for name := range w.pending {
+		st.Settling[controller.SettlingKey(lockmodel.KindLock, name)] = true
 	}
 	names := make([]string, 0, len(w.decl.locks))
 	for n := range w.decl.locks {
@@ -139,7 +148,8 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 	for _, name := range names {
 		l := w.decl.locks[name]
 		out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
-			AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []Holder{}, Findings: []Finding{}, Description: l.Description}
+			AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []Holder{}, Findings: []Finding{}, Description: l.Description,
+			Pending: w.pending[name]}
 		if l.IsSemaphore() {
 			out.Kind = "semaphore"
 		}
@@ -217,6 +227,9 @@ func (r *Report) summarize() {
 				l.Compliant = false
 				s.Violations++
 			}
+		}
+		if l.Pending {
+			s.Pending++
 		}
 		if l.State == "held" {
 			s.Held++

@@ -107,7 +107,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	rep := build(w, o.registry, o.alwaysHeld, time.Now())
+	now := time.Now()
+	rep := build(w, o.registry, o.alwaysHeld, now)
+	if w.pending, err = r.pendingLocks(ctx, w, rep, nil, now); err != nil {
+		return fail(stderr, err)
+	}
+	if len(w.pending) > 0 {
+		rep = build(w, o.registry, o.alwaysHeld, now)
+	}
 	rep.ConsulRequests = int(client.Requests() - start)
 	return show(rep, o, stdout, stderr)
 }

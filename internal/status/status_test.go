@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -596,5 +597,86 @@ func TestShippedReaderRules(t *testing.T) {
 	same, err := lockmodel.RulesEquivalent(string(data), lockmodel.ReadOnlyRules(lockmodel.DefaultRegistryPrefix, nil))
 	if err != nil || !same {
 		t.Fatalf("status-reader.hcl differs from `consullock status -print-rules` (err %v): regenerate it", err)
+	}
+}
+
+// TestStatusPendingApplyIsNotDrift: status applies the controller's rule
+// (controller.Pending). An apply that wrote a declaration and then its key
+// between status's reads of the two makes the old declaration look
+// violated: pending, not a finding; so is a lock whose declaration this
+// program saw change within the apply grace. A key changed with no change
+// of its declaration is drift.
+func TestStatusPendingApplyIsNotDrift(t *testing.T) {
+	f := newFixture(t)
+	sem := f.lock(lockmodel.Lock{Name: "sem", Limit: 3}, false)
+	other := f.lock(lockmodel.Lock{Name: "other", Limit: 3}, false)
+	settings, err := consul.SettingsFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := consul.New(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{c: client, registry: f.registry}
+	ctx := context.Background()
+	old, err := r.readOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The apply: declaration, then key. Out of band: the other key.
+	sem.Limit = 5
+	rec, _ := lockmodel.EncodeLockRecord(sem)
+	f.put(lockmodel.RegistryKey(f.registry, lockmodel.KindLock, sem.Name), rec)
+	for _, k := range []struct {
+		l     lockmodel.Lock
+		limit int
+	}{{sem, 5}, {other, 4}} {
+		if _, err := f.api.KV().Put(&api.KVPair{Key: k.l.Key, Flags: k.l.Flags(), Value: lockmodel.NewSemaphoreValue(k.limit)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, err := r.readOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What status saw: the declarations before the apply, the keys after.
+	w := &world{registry: old.registry, decl: old.decl, groups: old.groups, pairs: cur.pairs, sessions: cur.sessions, raw: cur.raw}
+	now := time.Now()
+	rep := build(w, f.registry, nil, now)
+	if l := lockByName(t, *rep, "sem"); len(l.Findings) != 1 || l.Findings[0].Kind != "restore_semaphore_limit" {
+		t.Fatalf("sem before the rule: %+v", l.Findings)
+	}
+	if w.pending, err = r.pendingLocks(ctx, w, rep, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	rep = build(w, f.registry, nil, now)
+	s := lockByName(t, *rep, "sem")
+	if !s.Pending || len(s.Findings) != 0 || !s.Compliant {
+		t.Errorf("sem: pending %v, findings %+v, compliant %v; want pending, none, compliant", s.Pending, s.Findings, s.Compliant)
+	}
+	o := lockByName(t, *rep, "other")
+	if o.Pending || len(o.Findings) != 1 || o.Findings[0].Kind != "restore_semaphore_limit" || o.Compliant {
+		t.Errorf("other: pending %v, findings %+v; want drift restore_semaphore_limit", o.Pending, o.Findings)
+	}
+	if rep.Summary.Pending != 1 || rep.Summary.Violations != 1 {
+		t.Errorf("summary %+v, want 1 pending, 1 violation", rep.Summary)
+	}
+
+	// Seen to change within the grace: pending with no second read;
+	// after the grace, judged.
+	w = cur
+	w.pending = nil
+	changed := map[string]time.Time{"sem": now, "other": now.Add(-applyGrace)}
+	before := client.Requests()
+	if w.pending, err = r.pendingLocks(ctx, w, build(w, f.registry, nil, now), changed, now); err != nil {
+		t.Fatal(err)
+	}
+	if !w.pending["sem"] || w.pending["other"] {
+		t.Errorf("pending %v, want sem only", w.pending)
+	}
+	if n := client.Requests() - before; n != 1 {
+		t.Errorf("%d requests, want 1 (the second read, for the drifted lock other)", n)
 	}
 }

@@ -89,14 +89,21 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 	}, ch)
 	var last []byte
 	code := ExitOK
+	// changed is when this program saw each lock's declaration change
+	// (controller.Pending); wake redraws when the apply grace of one ends.
+	changed := map[string]time.Time{}
+	var wake <-chan time.Time
 	for {
 		var u update
 		select {
 		case <-ctx.Done():
 			return code
 		case u = <-ch:
+		case <-wake:
+			wake = nil
+			u = update{source: "grace", apply: func(*world) {}}
 		}
-		if g, ok := gens[u.source]; u.source != "registry" && u.source != "sessions" && (!ok || g != u.gen) {
+		if g, ok := gens[u.source]; u.source != "registry" && u.source != "sessions" && u.source != "grace" && (!ok || g != u.gen) {
 			continue // a list loop that was replaced
 		}
 		if u.err != nil {
@@ -107,8 +114,19 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "status: %v (retrying)\n", u.err)
 			continue
 		}
+		before, listed := w.decl.lockIndex, synced["registry"]
 		u.apply(w)
+		if u.source == "grace" {
+			u.source = "registry" // nothing new: just redraw
+		}
 		synced[u.source] = true
+		if u.source == "registry" && listed {
+			for name, idx := range w.decl.lockIndex {
+				if old, ok := before[name]; !ok || old != idx {
+					changed[name] = time.Now()
+				}
+			}
+		}
 		if u.source == "registry" {
 			var prefixes []string
 			w.groups, prefixes = listPrefixes(w.decl)
@@ -143,7 +161,29 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 		if !ready {
 			continue
 		}
-		rep := build(w, r.registry, o.alwaysHeld, time.Now())
+		now := time.Now()
+		w.pending = nil
+		rep := build(w, r.registry, o.alwaysHeld, now)
+		pending, err := r.pendingLocks(ctx, w, rep, changed, now)
+		if err != nil {
+			fmt.Fprintf(stderr, "status: %v (retrying)\n", err)
+			continue
+		}
+		if len(pending) > 0 {
+			w.pending = pending
+			rep = build(w, r.registry, o.alwaysHeld, now)
+		}
+		var next time.Time
+		for name, at := range changed {
+			if end := at.Add(applyGrace); !end.After(now) {
+				delete(changed, name)
+			} else if next.IsZero() || end.Before(next) {
+				next = end
+			}
+		}
+		if !next.IsZero() {
+			wake = time.After(time.Until(next))
+		}
 		var buf bytes.Buffer
 		code = show(rep, o, &buf, stderr)
 		if code == ExitUsage {

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// confirmDrift applies Pending to the drift findings of one reconcile that
+// are not reported yet. The watches answer independently, so this replica
+// may see an apply's live write (the policy watch) before the declaration
+// write that preceded it (the registry watch): the old declaration then
+// looks violated by the new object. Before such a finding is logged,
+// counted or acted on, its declaration is read once with ?consistent; one
+// newer than the version judged makes the object pending, and the apply
+// grace starts from now, as if the registry watch had just listed it.
+//
+// It returns the findings left, the pending declarations (settling plus
+// those found here) and the next time a grace ends (next, or earlier).
+// A finding whose declaration cannot be read is kept: the read failing
+// proves nothing about an apply.
+func (c *Controller) confirmDrift(ctx context.Context, ds []Decision, settling map[string]bool, next, now time.Time) ([]Decision, map[string]bool, time.Time) {
+	var check []string
+	judged := map[string]uint64{}
+	c.mu.Lock()
+	for _, d := range ds {
+		id := d.declID()
+		if !d.IsDrift() || settling[id] {
+			continue
+		}
+		if _, reported := c.reported[d.ID()]; reported {
+			continue
+		}
+		if _, ok := judged[id]; !ok {
+			judged[id] = c.declSeen[id].index
+			check = append(check, id)
+		}
+	}
+	c.mu.Unlock()
+	if len(check) == 0 {
+		return ds, settling, next
+	}
+	reg := c.client.Registry(c.cfg.RegistryPrefix)
+	pending := map[string]bool{}
+	for _, id := range check {
+		kind, name := lockmodel.KindLock, ""
+		if d := findDecl(ds, id); d.Lock != "" {
+			name = d.Lock
+		} else {
+			kind, name = lockmodel.KindACLPolicy, d.Policy
+		}
+		rec, found, err := reg.Get(ctx, kind, name)
+		if err != nil {
+			c.log.Error("reading a declaration before reporting drift failed; reported as drift", "declaration", id, "error", err.Error())
+			continue
+		}
+		var current uint64
+		if found {
+			current = rec.ModifyIndex
+		}
+		if !Pending(judged[id], current, time.Time{}, now, c.cfg.ApplyGrace) {
+			continue
+		}
+		pending[id] = true
+		c.mu.Lock()
+		if v, ok := c.declSeen[id]; !ok || v.index == judged[id] {
+			c.declSeen[id] = declVersion{index: current, changed: now}
+		}
+		c.mu.Unlock()
+		c.log.Debug("difference pending: the declaration changed after the version judged; the apply that wrote it is given time to write the object",
+			"declaration", id, "judged_index", judged[id], "current_index", current, "apply_grace", c.cfg.ApplyGrace.String())
+	}
+	if len(pending) == 0 {
+		return ds, settling, next
+	}
+	kept := ds[:0:0]
+	for _, d := range ds {
+		if !pending[d.declID()] {
+			kept = append(kept, d)
+		}
+	}
+	all := maps.Clone(settling)
+	if all == nil {
+		all = map[string]bool{}
+	}
+	maps.Copy(all, pending)
+	if end := now.Add(c.cfg.ApplyGrace); next.IsZero() || end.Before(next) {
+		next = end
+	}
+	return kept, all, next
+}
+
+// findDecl returns the first decision about the declaration id.
+func findDecl(ds []Decision, id string) Decision {
+	for _, d := range ds {
+		if d.declID() == id {
+			return d
+		}
+	}
+	return Decision{}
+}
