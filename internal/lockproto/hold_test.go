@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -134,5 +135,59 @@ func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
 	if since := time.Since(h.LastContact()); since > rule.LossAfter() {
 		t.Fatalf("last contact %s ago (session created %s ago): a renewal failing now would count as loss after %s",
 			since.Round(time.Millisecond), time.Since(h.Session.Created).Round(time.Millisecond), rule.LossAfter())
+	}
+}
+
+// A hold takes a session its caller created, hands every observation to
+// the caller's hook, and writes at release the value its winning attempt
+// wrote, not a new one: what `consullock run` relies on.
+func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := testenv.UniquePrefix(t.Name()) + "/.lock"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	o := holdOptions(t, key)
+	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second, RenewEvery: 500 * time.Millisecond}.WithDefaults()
+	s, err := CreateSession(ctx, c, t.Name(), "", o.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Session = s
+	var calls int
+	o.Value = func() []byte { calls++; return []byte(fmt.Sprintf("attempt %d", calls)) }
+	seen := make(chan Observation, 64)
+	o.Observed = func(ob Observation, held bool, _ time.Time) {
+		select {
+		case seen <- ob:
+		default:
+		}
+	}
+
+	h, err := AcquireHold(ctx, c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Session != s {
+		t.Fatalf("hold session %+v, not the caller's %+v", h.Session, s)
+	}
+	select {
+	case ob := <-seen:
+		if ob.Session != s.ID {
+			t.Fatalf("observation about session %q, want %q", ob.Session, s.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Observed hook got nothing within 10s (renewal every 500ms)")
+	}
+	h.Release(ctx)
+	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || pair == nil || pair.Session != "" || string(pair.Value) != string(h.Value) || string(h.Value) != "attempt 1" {
+		t.Fatalf("key after Release: %+v (%v); want it released with the winning value %q", pair, err, h.Value)
+	}
+	if info, _, _ := agent.Client().Session().Info(s.ID, &api.QueryOptions{RequireConsistent: true}); info != nil {
+		t.Fatalf("the caller's session %s survived Release", s.ID)
 	}
 }

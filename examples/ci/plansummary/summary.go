@@ -330,7 +330,7 @@ func writeNotes(b *strings.Builder, rc resourceChange, a action) {
 		if a == actDelete || a == actReplace {
 			fd := c.beforeValue("force_destroy")
 			if fd.state == stateKnown && fd.v == true {
-				notes = append(notes, "`force_destroy = true`: a current holder is released and the key deleted.")
+				notes = append(notes, "`force_destroy = true`: the current holders' sessions are ended (their lock-delay applies) and the key deleted.")
 			} else {
 				notes = append(notes, "`force_destroy = false`: the apply fails, naming the holder, if the lock is held at that moment.")
 			}
