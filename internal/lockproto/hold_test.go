@@ -34,18 +34,24 @@ func holdOptions(t *testing.T, key string) HoldOptions {
 	}
 }
 
+// holdTest is a client with the management token, a key of the test's own
+// and a context bounded to a minute.
+func holdTest(t *testing.T) (*consul.Client, string, context.Context) {
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c, testenv.UniquePrefix(t.Name()) + "/.lock", ctx
+}
+
 // A hold is the lock acquired with a txn lock op (its fencing token is the
 // key's ModifyIndex), Lost closes when the key is taken away, and Release
 // releases the key before it destroys the session, so the next holder
 // does not wait for the lock-delay.
 func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
-	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := testenv.UniquePrefix(t.Name()) + "/.lock"
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	c, key, ctx := holdTest(t)
 
 	h, err := AcquireHold(ctx, c, holdOptions(t, key))
 	if err != nil {
@@ -96,13 +102,7 @@ func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
 // over, would otherwise report "Lock May Be Lost" on its first transient
 // renewal failure after a long wait (issue 22).
 func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
-	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := testenv.UniquePrefix(t.Name()) + "/.lock"
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	c, key, ctx := holdTest(t)
 
 	// Another session holds the key for longer than LossAfter.
 	other, _, err := agent.Client().Session().Create(&api.SessionEntry{TTL: "30s"}, nil)
@@ -142,13 +142,7 @@ func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
 // the caller's hook, and writes at release the value its winning attempt
 // wrote, not a new one: what `consullock run` relies on.
 func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
-	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := testenv.UniquePrefix(t.Name()) + "/.lock"
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	c, key, ctx := holdTest(t)
 
 	o := holdOptions(t, key)
 	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second, RenewEvery: 500 * time.Millisecond}.WithDefaults()
