@@ -192,6 +192,17 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitFor(restored, 1)
+	// Found once, as drift (its declaration did not change), by every
+	// replica; nothing is pending.
+	s.want("repairs", `consullock_drift_total{kind="restore_acl_rules"}`, 1)
+	s.want("repairs", "consullock_declarations_pending", 0)
+	eventually(t, 10*time.Second, func() error {
+		if f := scrape(t, srvF.URL); f[`consullock_drift_total{kind="restore_acl_rules"}`] != 1 || f[restored] != 0 {
+			return fmt.Errorf("follower: drift_total{restore_acl_rules} = %v, repairs = %v; want 1, 0",
+				f[`consullock_drift_total{kind="restore_acl_rules"}`], f[restored])
+		}
+		return nil
+	})
 	if _, _, err := h.api.KV().Release(&api.KVPair{Key: l.Key, Session: s2, Flags: lockmodel.LockFlagValue}, nil); err != nil {
 		t.Fatal(err)
 	}
