@@ -181,6 +181,15 @@ func TestApplyLock_forceDeleteEndsHolderSessionKeepingLockDelay(t *testing.T) {
 	if err != nil || ok {
 		t.Fatalf("a waiter acquiring the deleted key within the ended holder's 30s lock-delay: ok=%v err=%v, want false", ok, err)
 	}
+	// Created again (as a replacement's create does, create-only), the key
+	// is still under the delay: Consul keys it by name.
+	if created, err := c.CreateKeyOnly(ctx, l.Key, lockmodel.LockFlagValue, nil); err != nil || !created {
+		t.Fatalf("creating the key again: %v %v", created, err)
+	}
+	ok, _, err = c.KV().Acquire(&api.KVPair{Key: l.Key, Session: waiter, Flags: lockmodel.LockFlagValue}, nil)
+	if err != nil || ok {
+		t.Fatalf("a waiter acquiring the re-created key within the ended holder's 30s lock-delay: ok=%v err=%v, want false", ok, err)
+	}
 }
 
 // Ending another node's session needs 'session:write' on that node: without

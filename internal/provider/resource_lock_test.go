@@ -408,6 +408,67 @@ resource "consullock_lock" "test" {
 	})
 }
 
+// force_destroy needs 'session:write' on the holders' nodes: without it,
+// destroy says which rule is missing and deletes nothing.
+func TestAccLock_forceDestroyWithoutSessionWriteDeletesNothing(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	key := p + "/job/.lock"
+	token, err := agent.MintToken("lock-no-session-write-"+strings.ReplaceAll(p, "/", "-"), fmt.Sprintf(`
+key_prefix %q { policy = "write" }
+session_prefix "" { policy = "read" }
+`, p+"/"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name          = "job"
+  prefix        = "%s/job"
+  force_destroy = true
+}
+`, p)
+	cfg := lockTestProvider(reg) + body
+	limited := fmt.Sprintf(`
+provider "consullock" {
+  registry_prefix = %q
+  token           = %q
+}
+`, reg, token.SecretID) + body
+	holder := newHolderSession(t, "job-runner")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, reg+"/locks/job"),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				Check: func(*terraform.State) error {
+					acquire(t, key, holder, "running", lockmodel.LockFlagValue)
+					return nil
+				},
+			},
+			{
+				Config:  limited,
+				Destroy: true,
+				ExpectError: diagRE(fmt.Sprintf(`lacks permission 'session:write' on %q`, agent.NodeName),
+					fmt.Sprintf(`session_prefix %q { policy = "write" }`, agent.NodeName), "No session was ended and nothing was deleted."),
+			},
+			{
+				Config: cfg,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkLockKey(t, key, lockmodel.LockFlagValue, func(pair *api.KVPair) error {
+						if pair.Session != holder {
+							return fmt.Errorf("key %s lost its holder after a refused force_destroy: session %q", key, pair.Session)
+						}
+						return nil
+					}),
+					checkLockRecord(t, reg+"/locks/job", lockmodel.Lock{Name: "job", Prefix: p + "/job", Key: key, Limit: 1}),
+				),
+			},
+		},
+	})
+}
+
 func TestAccLock_changesSemaphoreLimitKeepingHolders(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
