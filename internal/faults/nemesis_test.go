@@ -31,7 +31,10 @@ var nemesisAllowedExits = []int{0, childFenced, childNoStore, 123, 125, 128 + in
 // The nemesis's profiles: variant 1 is the start, a profile change
 // switches to the other. The mutex's are fast (its safety is the guarded
 // store's fencing); the semaphore's keep the stop rule's margin (runner
-// renewal + grace < lock_delay), since no store fences its slots.
+// renewal + grace < lock_delay), since no store fences its slots, and
+// differ widely in lock_delay: after a change back to 8s, a waiter must
+// still count 14s for a holder of the older profile whose node froze
+// (issue 22, hole 2).
 var (
 	nemesisMutexProfiles = []lockmodel.SessionProfile{
 		{TTL: 10 * time.Second, LockDelay: time.Second},
@@ -39,7 +42,7 @@ var (
 	}
 	nemesisSemaphoreProfiles = []lockmodel.SessionProfile{
 		{TTL: 15 * time.Second, LockDelay: 8 * time.Second, RenewEvery: 2 * time.Second},
-		{TTL: 10 * time.Second, LockDelay: 9 * time.Second, RenewEvery: 2 * time.Second},
+		{TTL: 10 * time.Second, LockDelay: 14 * time.Second, RenewEvery: 2 * time.Second},
 	}
 	nemesisLimits = NemesisConfig(0).Limits
 )
