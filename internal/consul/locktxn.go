@@ -664,8 +664,10 @@ func (c *Client) deleteLock(ctx context.Context, a LockApply) (*LockApplied, err
 			// (lockmodel.SlotFreeAt), but only while the holder table lists
 			// it. Deleting the table at once would let a waiter start on a
 			// fresh one while the ended holders' commands still stop.
-			if err := sleepCtx(ctx, holdersTakeOverDelay(ended)); err != nil {
-				return out, err
+			select {
+			case <-ctx.Done():
+				return out, ctx.Err()
+			case <-time.After(holdersTakeOverDelay(ended)):
 			}
 		}
 		ch.KeyOp, ch.KeyIndex = KeyDelete, 0 // read the key again for its new ModifyIndex
@@ -684,17 +686,6 @@ func holdersTakeOverDelay(holders []LockHolder) time.Duration {
 		d = max(d, lockmodel.TakeOverDelay(h.LockDelay))
 	}
 	return d
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // recordStillOurs is called when deleting the record by check-and-set
