@@ -680,3 +680,52 @@ func TestStatusPendingApplyIsNotDrift(t *testing.T) {
 		t.Errorf("%d requests, want 1 (the second read, for the drifted lock other)", n)
 	}
 }
+
+// TestStatusWatchShowsAPendingApplyThenDrift: -watch shows a lock whose
+// declaration it saw change as pending for the apply grace (no finding),
+// then, the key still not written, as drift, redrawn without any other
+// change in Consul.
+func TestStatusWatchShowsAPendingApplyThenDrift(t *testing.T) {
+	f := newFixture(t)
+	sem := f.lock(lockmodel.Lock{Name: "sem", Limit: 3}, false)
+	pr, pw := newLineBuffer()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, pw, &bytes.Buffer{})
+	}()
+	defer func() { cancel(); <-done }()
+	frame := func() Lock {
+		line := pr.next(t, 30*time.Second)
+		var rep Report
+		if err := json.Unmarshal([]byte(line), &rep); err != nil || len(rep.Locks) != 1 {
+			t.Fatalf("frame %q: %v", line, err)
+		}
+		return rep.Locks[0]
+	}
+	if l := frame(); l.Pending || len(l.Findings) != 0 {
+		t.Fatalf("first frame: pending %v, findings %+v", l.Pending, l.Findings)
+	}
+
+	// An apply writes the declaration and never the key.
+	sem.Limit = 5
+	rec, _ := lockmodel.EncodeLockRecord(sem)
+	declared := time.Now()
+	f.put(lockmodel.RegistryKey(f.registry, lockmodel.KindLock, sem.Name), rec)
+	l := frame()
+	if !l.Pending || len(l.Findings) != 0 || !l.Compliant {
+		t.Fatalf("frame after the declaration: pending %v, findings %+v, compliant %v; want pending, none, compliant", l.Pending, l.Findings, l.Compliant)
+	}
+	for l.Pending {
+		if len(l.Findings) != 0 {
+			t.Fatalf("a pending lock with findings: %+v", l.Findings)
+		}
+		l = frame()
+	}
+	if took := time.Since(declared); took < applyGrace {
+		t.Errorf("pending ended %s after the declaration, within the apply grace of %s", took.Round(time.Millisecond), applyGrace)
+	}
+	if len(l.Findings) != 1 || l.Findings[0].Kind != "restore_semaphore_limit" || l.Compliant {
+		t.Errorf("after the grace: findings %+v, compliant %v; want restore_semaphore_limit, not compliant", l.Findings, l.Compliant)
+	}
+}
