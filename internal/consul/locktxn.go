@@ -492,7 +492,7 @@ func (c *Client) createLock(ctx context.Context, a LockApply) (*LockApplied, err
 // nil), or already recorded for this same key (an earlier apply, or a key
 // deleted out of band and now recreated), and returns the index to write
 // the record at, and why an unreadable record is overwritten.
-func claimRecord(rec *StoredRecord, l lockmodel.Lock) (uint64, error, error) {
+func claimRecord(rec *StoredRecord, l lockmodel.Lock) (index uint64, replaced, err error) {
 	if rec == nil {
 		return 0, nil, nil
 	}
