@@ -47,7 +47,7 @@ var (
 	nemesisLimits = NemesisConfig(0).Limits
 )
 
-// nemesisMaxHold is the mutex's max_hold: its jobs last 100ms, so only a
+// nemesisMaxHold is the mutex's max_hold: its jobs last 50ms, so only a
 // holder the nemesis froze (or cut off) exceeds it, and the enforcing
 // controller then ends its session: a controller write under faults.
 const nemesisMaxHold = 5 * time.Second
@@ -180,8 +180,8 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 		n.replicas = append(n.replicas, r)
 	}
 	n.limits = []LimitChange{{At: time.Now(), Limit: nemesisLimits[0]}}
-	n.mutex = newHarness(t, phase{name: "nemesis-mutex", work: 100 * time.Millisecond, maxHold: nemesisMaxHold, env: env, workers: 3, profile: nemesisMutexProfiles[0]})
-	n.sem = newHarness(t, phase{name: "nemesis-semaphore", work: 300 * time.Millisecond, env: env, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]})
+	n.mutex = newHarness(t, phase{name: "nemesis-mutex", work: 50 * time.Millisecond, maxHold: nemesisMaxHold, env: env, workers: 3, profile: nemesisMutexProfiles[0]})
+	n.sem = newHarness(t, phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, env: env, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]})
 	return n
 }
 
