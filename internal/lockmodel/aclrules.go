@@ -9,7 +9,7 @@ import (
 // ACL rules, rendering: the least-privilege rules of consullock_acl_policy
 // from its inputs, validated with messages that name the attribute. The
 // output is in the canonical form that NormalizeRules (aclrules_parse.go)
-// also emits, so RenderRules emits key write (lock_keys), key_prefix write
+// also emits, so RenderRules emits key write (lock_keys, run ledger keys), key_prefix write
 // (semaphore_prefixes), key read (read_keys), session_prefix write and
 // agent_prefix "" read, in that order, and its output is already canonical:
 // NormalizeRules(RenderRules(in)) == RenderRules(in).
@@ -29,6 +29,10 @@ type RulesInput struct {
 	SessionNodePrefixes []string // session_prefix write on each; "" means any node
 	ReadKeys            []string // key read on each (write wins over read)
 	AgentRead           bool     // agent_prefix "" read, needed by `consul lock`
+	// RunLedgerKeys are run ledger keys (RunLedgerKey): key write on each,
+	// rendered as lock keys are. A run-once holder records its attempts
+	// there.
+	RunLedgerKeys []string
 }
 
 // Attribute names of consullock_acl_policy used in errors and warnings.
@@ -37,6 +41,7 @@ const (
 	attrSemaphorePrefixes   = "semaphore_prefixes"
 	attrSessionNodePrefixes = "session_node_prefixes"
 	attrReadKeys            = "read_keys"
+	attrRunLedgerKeys       = "run_ledger_keys"
 	attrRules               = "rules"
 )
 
@@ -58,6 +63,7 @@ func (in RulesInput) Validate() error {
 		{attrLockKeys, in.LockKeys},
 		{attrSemaphorePrefixes, in.SemaphorePrefixes},
 		{attrReadKeys, in.ReadKeys},
+		{attrRunLedgerKeys, in.RunLedgerKeys},
 	} {
 		for _, v := range group.values {
 			if _, err := NormalizeKeyPath(group.field, v); err != nil {
@@ -182,6 +188,9 @@ func SessionRuleWarnings(rulesText string) []Warning {
 func RenderRules(in RulesInput) string {
 	var raw []rawRule
 	for _, k := range in.LockKeys {
+		raw = append(raw, rawRule{resource: "key", name: normRulePath(k), policy: ACLPolicyWrite})
+	}
+	for _, k := range in.RunLedgerKeys {
 		raw = append(raw, rawRule{resource: "key", name: normRulePath(k), policy: ACLPolicyWrite})
 	}
 	for _, p := range in.SemaphorePrefixes {

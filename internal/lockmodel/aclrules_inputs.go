@@ -65,12 +65,33 @@ func (in RulesInput) validOnly() RulesInput {
 		ReadKeys:            keep(attrReadKeys, in.ReadKeys),
 		SessionNodePrefixes: keep(attrSessionNodePrefixes, in.SessionNodePrefixes),
 		AgentRead:           in.AgentRead,
+		RunLedgerKeys:       keep(attrRunLedgerKeys, in.RunLedgerKeys),
 	}
 }
 
+// SplitRunLedgers moves the lock keys of in that are run ledger keys under
+// registryPrefix (<registryPrefix>/runs/<lock name>) to RunLedgerKeys, for
+// import: RulesInputFromRules cannot tell a ledger's key write from a lock
+// key's, the registry prefix can.
+func (in RulesInput) SplitRunLedgers(registryPrefix string) RulesInput {
+	folder := RegistryFolder(registryPrefix, KindRuns)
+	out := in
+	out.LockKeys = nil
+	out.RunLedgerKeys = append([]string(nil), in.RunLedgerKeys...)
+	for _, k := range in.LockKeys {
+		name, ok := strings.CutPrefix(normRulePath(k), folder)
+		if ok && ValidateName("", name) == nil {
+			out.RunLedgerKeys = append(out.RunLedgerKeys, k)
+			continue
+		}
+		out.LockKeys = append(out.LockKeys, k)
+	}
+	return out
+}
+
 // ValidateRulesValue checks one value of the list attribute field
-// ("lock_keys", "semaphore_prefixes", "read_keys" or
-// "session_node_prefixes") as RulesInput.Validate does, so a provider
+// ("lock_keys", "semaphore_prefixes", "read_keys", "session_node_prefixes"
+// or "run_ledger_keys") as RulesInput.Validate does, so a provider
 // validator can judge each element on its own and name it. The error is a
 // *FieldError.
 func ValidateRulesValue(field, value string) error {
@@ -84,6 +105,8 @@ func ValidateRulesValue(field, value string) error {
 		in.ReadKeys = []string{value}
 	case attrSessionNodePrefixes:
 		in.SessionNodePrefixes = []string{value}
+	case attrRunLedgerKeys:
+		in.RunLedgerKeys = []string{value}
 	default:
 		return fmt.Errorf("lockmodel: %q is not a rules input attribute", field)
 	}

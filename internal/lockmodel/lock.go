@@ -30,6 +30,9 @@ type Lock struct {
 	// singleton daemon run with `consullock run`): status exits 1 and the
 	// ConsulLockUnheld alert fires when it has none.
 	AlwaysHeld bool
+	// RunOnce, for a mutex, makes `consullock run` run its command once per
+	// run ID (runonce.go, ledger.go); nil for none.
+	RunOnce *RunOnce
 }
 
 // DefaultLockKey is the key api.Lock, api.Semaphore and `consul lock` use
@@ -62,6 +65,10 @@ func (l Lock) Normalize() (Lock, error) {
 	}
 	if n.Limit == 0 {
 		n.Limit = 1
+	}
+	if l.RunOnce != nil {
+		r := l.RunOnce.WithDefaults()
+		n.RunOnce = &r
 	}
 	return n, nil
 }
@@ -103,6 +110,13 @@ func (l Lock) Validate() error {
 	}
 	if l.MaxHold < 0 || (l.MaxHold > 0 && l.MaxHold < MinMaxHold) {
 		errs = append(errs, &FieldError{Field: "max_hold", Value: FormatDuration(l.MaxHold), Allowed: maxHoldAllowed})
+	}
+	if l.RunOnce != nil {
+		add(l.RunOnce.Validate())
+		if l.Limit > 1 {
+			errs = append(errs, &FieldError{Field: FieldRunOnce, Value: fmt.Sprintf("run_once with limit %d", l.Limit), Allowed: "run_once only on a mutex (limit 1): " +
+				"once per run means one holder, and a semaphore admits several at a time"})
+		}
 	}
 	if c := utf8.RuneCountInString(l.Description); c > MaxDescriptionLength || !utf8.ValidString(l.Description) {
 		errs = append(errs, &FieldError{Field: "description", Value: truncate(l.Description, 40), Allowed: fmt.Sprintf(

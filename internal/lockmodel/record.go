@@ -11,7 +11,8 @@ package lockmodel
 //
 // Record kinds are "lock" (LockSpec, under locks/), "session_defaults"
 // (SessionProfileSpec, under session-defaults/) and "acl_policy"
-// (ACLPolicySpec, under acl-policies/). Durations are Go duration strings
+// (ACLPolicySpec, under acl-policies/), and, not a declaration, a lock's
+// run ledger "run_ledger" (LedgerSpec, under runs/, ledger_record.go). Durations are Go duration strings
 // ("15s", "1m30s"), KV flags are hex strings ("0x2ddccbc058a50c18") because
 // they exceed the integers JSON numbers carry exactly. Writers always write
 // every field; readers ignore fields they do not know, so adding a field does
@@ -46,6 +47,8 @@ func RegistryKindOf(recordKind string) string {
 		return KindSessionDefaults
 	case RecordKindACLPolicy:
 		return KindACLPolicy
+	case RecordKindRunLedger:
+		return KindRuns
 	}
 	return ""
 }
@@ -74,6 +77,17 @@ type LockSpec struct {
 	MaxHold         string `json:"max_hold"`         // "" for no limit
 	Description     string `json:"description"`
 	AlwaysHeld      bool   `json:"always_held"` // absent (records written before it existed) = false
+	// RunOnce is absent for a lock without run_once, so such a lock's
+	// record is byte for byte what earlier versions wrote.
+	RunOnce *RunOnceSpec `json:"run_once,omitempty"`
+}
+
+// RunOnceSpec is the run_once of a LockSpec, with defaults applied.
+type RunOnceSpec struct {
+	Period      string `json:"period"`
+	Offset      string `json:"offset"`       // absent = "0s"
+	MaxAttempts int    `json:"max_attempts"` // absent (0) = DefaultMaxAttempts
+	Keep        int    `json:"keep"`         // absent (0) = DefaultRunKeep
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
@@ -155,6 +169,9 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		Description:     n.Description,
 		AlwaysHeld:      n.AlwaysHeld,
 	}
+	if r := n.RunOnce; r != nil {
+		spec.RunOnce = &RunOnceSpec{Period: FormatDuration(r.Period), Offset: FormatDuration(r.Offset), MaxAttempts: r.MaxAttempts, Keep: r.Keep}
+	}
 	if n.MaxHold != 0 {
 		spec.MaxHold = FormatDuration(n.MaxHold)
 	}
@@ -181,7 +198,20 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		Description:     spec.Description,
 		AlwaysHeld:      spec.AlwaysHeld,
 	}
-	errs = append(errs, AsFieldErrors(l.Validate())...)
+	judged := l
+	if r := spec.RunOnce; r != nil {
+		period, perr := parseRecordDuration(FieldRunOncePeriod, r.Period, 0)
+		offset, oerr := parseRecordDuration(FieldRunOnceOffset, r.Offset, 0)
+		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep}
+		judged = l
+		if perr != nil || oerr != nil {
+			// Judge the rest without the unreadable durations: one error
+			// per field.
+			errs = append(errs, append(AsFieldErrors(perr), AsFieldErrors(oerr)...)...)
+			judged.RunOnce = nil
+		}
+	}
+	errs = append(errs, AsFieldErrors(judged.Validate())...)
 	if len(errs) == 0 && spec.Flags != "" {
 		f, err := ParseFlags(spec.Flags)
 		if err != nil || f != l.Flags() {
@@ -298,8 +328,8 @@ func DecodeRecord(data []byte) (Record, error) {
 		return Record{}, fmt.Errorf("registry record %q has schema_version %d; a consullock record has schema_version 1 to %d",
 			r.Name, r.SchemaVersion, RecordSchemaVersion)
 	case RegistryKindOf(r.Kind) == "":
-		return Record{}, fmt.Errorf("registry record %q has kind %q; want one of %q, %q, %q",
-			r.Name, r.Kind, RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy)
+		return Record{}, fmt.Errorf("registry record %q has kind %q; want one of %q, %q, %q, %q",
+			r.Name, r.Kind, RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy, RecordKindRunLedger)
 	case len(bytes.TrimSpace(r.Spec)) == 0 || bytes.Equal(bytes.TrimSpace(r.Spec), []byte("null")):
 		return Record{}, fmt.Errorf("%s record %q has no spec", r.Kind, r.Name)
 	}

@@ -40,7 +40,7 @@ func TestRecordsMarkdownExamples(t *testing.T) {
 			t.Errorf("%s example is not what consullock writes:\n got %s\nwant %s", r.Kind, got, want.Bytes())
 		}
 	}
-	if want := map[string]int{RecordKindLock: 2, RecordKindSessionDefaults: 1, RecordKindACLPolicy: 1}; !reflect.DeepEqual(kinds, want) {
+	if want := map[string]int{RecordKindLock: 3, RecordKindSessionDefaults: 1, RecordKindACLPolicy: 1, RecordKindRunLedger: 1}; !reflect.DeepEqual(kinds, want) {
 		t.Fatalf("RECORDS.md has examples %v, want %v", kinds, want)
 	}
 }
@@ -66,6 +66,12 @@ func reencode(kind string, b []byte) ([]byte, error) {
 			return nil, err
 		}
 		return EncodeACLPolicyRecord(s)
+	case RecordKindRunLedger:
+		l, err := DecodeLedger(b)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeLedger(l)
 	}
 	return nil, errors.New("unknown kind " + kind)
 }
@@ -322,7 +328,7 @@ func TestACLPolicySpec_Validate(t *testing.T) {
 func TestRegistryKindOf(t *testing.T) {
 	for kind, want := range map[string]string{
 		RecordKindLock: KindLock, RecordKindSessionDefaults: KindSessionDefaults, RecordKindACLPolicy: KindACLPolicy,
-		"locks": "", "": "",
+		RecordKindRunLedger: KindRuns, "locks": "", "runs": "", "": "",
 	} {
 		if got := RegistryKindOf(kind); got != want {
 			t.Errorf("RegistryKindOf(%q) = %q, want %q", kind, got, want)
@@ -344,7 +350,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte(`{"schema_version":2}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, _ := DecodeRecord(data)
-		for _, kind := range []string{RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy} {
+		for _, kind := range []string{RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy, RecordKindRunLedger} {
 			first, err := reencode(kind, data)
 			if err != nil {
 				continue

@@ -1,0 +1,328 @@
+package lockmodel
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The run ledger: per lock, the runs of a run-once job and their attempts,
+// one JSON record at <registry_prefix>/runs/<lock name> (RECORDS.md). The
+// holder writes it twice per attempt, each time in a Consul transaction
+// guarded by its session holding the lock key: the attempt's start before
+// the command starts (Begin), and its outcome in the transaction that
+// releases the lock (Finish), so that no later holder acquires without
+// seeing it. Everyone else only reads it.
+
+// RunOutcome is the outcome of an attempt, or of a run (its latest
+// attempt's, or RunExhausted).
+type RunOutcome string
+
+const (
+	// RunRunning: the attempt started and has not finished.
+	RunRunning RunOutcome = "running"
+	// RunSucceeded: the command exited 0. The run is done; no other
+	// attempt starts.
+	RunSucceeded RunOutcome = "succeeded"
+	// RunFailed: the command exited non-zero (or could not start).
+	RunFailed RunOutcome = "failed"
+	// RunLost: the lock was lost while the command ran; its runner stopped
+	// it and recorded that it did.
+	RunLost RunOutcome = "lost"
+	// RunCrashed: the holder vanished without recording an outcome; the
+	// next holder found its attempt still running under another session.
+	RunCrashed RunOutcome = "crashed"
+	// RunExhausted (runs only): max_attempts attempts were made and none
+	// succeeded; no further attempt starts unless max_attempts is raised.
+	RunExhausted RunOutcome = "exhausted"
+)
+
+// attemptOutcomes are the outcomes an attempt may have.
+var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed}
+
+// runOutcomes are the outcomes a run may have.
+var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
+
+// Retried reports whether a run whose latest attempt ended with o gets
+// another attempt (while attempts remain).
+func (o RunOutcome) Retried() bool {
+	return o == RunFailed || o == RunLost || o == RunCrashed
+}
+
+// Exit codes of `consullock run` for a run it does not execute.
+const (
+	// ExitRunAlreadySucceeded: the run ID already succeeded (on this node
+	// or another); the command was not started. 0, because the job is done.
+	ExitRunAlreadySucceeded = 0
+	// ExitRunAlreadySucceededDistinct: the same, for a caller that asked to
+	// tell it apart from running the command itself (the runner's flag).
+	ExitRunAlreadySucceededDistinct = 122
+	// ExitRunExhausted: the run ID used up max_attempts without a success;
+	// the command was not started and the ledger's run says "exhausted".
+	ExitRunExhausted = 121
+)
+
+// Attempt is one attempt of a run: one holder running the command.
+type Attempt struct {
+	// Number counts a run's attempts from 1.
+	Number int
+	// Node and Session are the holder's; FencingToken its acquisition's
+	// Raft index (CONSUL_LOCK_FENCING_TOKEN).
+	Node         string
+	Session      string
+	FencingToken uint64
+	// Started is when the holder recorded the start, on its clock.
+	Started time.Time
+	// Finished is when the outcome was recorded (for a crashed attempt:
+	// when the next holder found it); zero while running.
+	Finished time.Time
+	// ExitCode is the command's exit code; nil while running and when
+	// there is none (crashed, or lost before the command exited).
+	ExitCode *int
+	Outcome  RunOutcome
+}
+
+// Run is one run ID's history.
+type Run struct {
+	ID       string
+	Outcome  RunOutcome
+	Attempts []Attempt // oldest first, numbered 1, 2, ...
+}
+
+// Succeeded returns the run's succeeded attempt, if any.
+func (r Run) Succeeded() (Attempt, bool) {
+	for _, a := range r.Attempts {
+		if a.Outcome == RunSucceeded {
+			return a, true
+		}
+	}
+	return Attempt{}, false
+}
+
+// Ledger is a lock's run history.
+type Ledger struct {
+	Lock string
+	Runs []Run // most recently begun first
+}
+
+// Find returns the index of run id in l.Runs, or -1.
+func (l Ledger) Find(id string) int {
+	for i, r := range l.Runs {
+		if r.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// LastRun is the most recently begun run; ok is false for an empty ledger.
+func (l Ledger) LastRun() (Run, bool) {
+	if len(l.Runs) == 0 {
+		return Run{}, false
+	}
+	return l.Runs[0], true
+}
+
+// clone copies l deeply enough that editing a copy's runs and attempts
+// leaves l as it was.
+func (l Ledger) clone() Ledger {
+	out := Ledger{Lock: l.Lock, Runs: make([]Run, len(l.Runs))}
+	for i, r := range l.Runs {
+		r.Attempts = slices.Clone(r.Attempts)
+		out.Runs[i] = r
+	}
+	return out
+}
+
+// RunHolder is the holder that asks to begin a run: its node, session and
+// fencing token.
+type RunHolder struct {
+	Node         string
+	Session      string
+	FencingToken uint64
+}
+
+// BeginKind is what Begin decided.
+type BeginKind int
+
+const (
+	// BeginRun: run the command as attempt Attempt, after writing Ledger.
+	BeginRun BeginKind = iota + 1
+	// BeginAlreadySucceeded: do not run; Succeeded ran it. Release, exit
+	// ExitRunAlreadySucceeded.
+	BeginAlreadySucceeded
+	// BeginExhausted: do not run; the run used up its attempts (Attempts).
+	// Write Ledger when Changed, release, exit ExitRunExhausted.
+	BeginExhausted
+)
+
+func (k BeginKind) String() string {
+	switch k {
+	case BeginRun:
+		return "run"
+	case BeginAlreadySucceeded:
+		return "already succeeded"
+	case BeginExhausted:
+		return "attempts exhausted"
+	}
+	return fmt.Sprintf("BeginKind(%d)", int(k))
+}
+
+// BeginDecision is Begin's answer.
+type BeginDecision struct {
+	Kind BeginKind
+	// Attempt is the attempt to run (BeginRun).
+	Attempt int
+	// Ledger is the ledger to write: with the attempt running (BeginRun),
+	// or with a crashed attempt recorded and the run exhausted
+	// (BeginExhausted with Changed).
+	Ledger Ledger
+	// Changed is false when Ledger is the ledger Begin was given: nothing
+	// to write (the holder's own attempt already recorded, or a run
+	// already marked exhausted).
+	Changed bool
+	// Succeeded is the attempt that succeeded (BeginAlreadySucceeded).
+	Succeeded Attempt
+	// Attempts are the run's attempts (BeginExhausted).
+	Attempts []Attempt
+}
+
+// Begin decides what holder h, which holds the lock, does with run id. The
+// rules, in order:
+//
+//   - a run that succeeded is not run again: AlreadySucceeded;
+//   - an attempt still "running" under h's own session is h's own (its
+//     start was recorded, then asked again): Run it, nothing to write;
+//   - an attempt still "running" under another session is "crashed": h
+//     acquired the lock, so that holder is gone without recording an
+//     outcome (its release would have);
+//   - a run with maxAttempts attempts (crashed ones count) is Exhausted,
+//     and says so ("exhausted");
+//   - else h runs attempt n+1, recorded "running" before the command
+//     starts. Failed, lost and crashed runs are thus retried until
+//     maxAttempts, and raising max_attempts gives an exhausted run more.
+//
+// A new run goes first in the ledger. Begin never prunes (see Prune). It
+// refuses an invalid run ID or maxAttempts, and a holder without session.
+func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (BeginDecision, error) {
+	if err := ValidateRunID(id); err != nil {
+		return BeginDecision{}, err
+	}
+	if maxAttempts < 1 || maxAttempts > MaxMaxAttempts {
+		return BeginDecision{}, &FieldError{Field: FieldRunOnceMaxAttempts, Value: fmt.Sprint(maxAttempts), Allowed: maxAttemptsAllowed}
+	}
+	if h.Session == "" {
+		return BeginDecision{}, errors.New("lockmodel: Begin needs the holder's session")
+	}
+	out := l.clone()
+	i := out.Find(id)
+	if i < 0 {
+		out.Runs = slices.Insert(out.Runs, 0, Run{ID: id, Outcome: RunRunning})
+		i = 0
+	}
+	run := &out.Runs[i]
+	if a, ok := run.Succeeded(); ok {
+		return BeginDecision{Kind: BeginAlreadySucceeded, Ledger: l, Succeeded: a}, nil
+	}
+	changed := false
+	if n := len(run.Attempts); n > 0 && run.Attempts[n-1].Outcome == RunRunning {
+		last := &run.Attempts[n-1]
+		if last.Session == h.Session {
+			return BeginDecision{Kind: BeginRun, Attempt: last.Number, Ledger: l}, nil
+		}
+		last.Outcome, last.Finished, last.ExitCode = RunCrashed, now.UTC(), nil
+		run.Outcome = RunCrashed
+		changed = true
+	}
+	if len(run.Attempts) >= maxAttempts {
+		if run.Outcome != RunExhausted {
+			run.Outcome, changed = RunExhausted, true
+		}
+		d := BeginDecision{Kind: BeginExhausted, Ledger: l, Changed: changed, Attempts: slices.Clone(run.Attempts)}
+		if changed {
+			d.Ledger = out
+		}
+		return d, nil
+	}
+	n := len(run.Attempts) + 1
+	run.Attempts = append(run.Attempts, Attempt{
+		Number: n, Node: h.Node, Session: h.Session, FencingToken: h.FencingToken,
+		Started: now.UTC(), Outcome: RunRunning,
+	})
+	run.Outcome = RunRunning
+	return BeginDecision{Kind: BeginRun, Attempt: n, Ledger: out, Changed: true}, nil
+}
+
+// ErrAttemptNotRunning: Finish was asked to record the outcome of an
+// attempt that is not running (another holder marked it crashed, or it
+// already has another outcome).
+var ErrAttemptNotRunning = errors.New("the attempt is not running in the ledger")
+
+// Finish records the outcome of attempt n of run id: succeeded, failed or
+// lost, with the command's exit code (nil when it has none) and the time.
+// The run takes the attempt's outcome. Recording the outcome the attempt
+// already has, with the same exit code, changes nothing (a retried
+// transaction); anything else on an attempt that is not running is
+// ErrAttemptNotRunning.
+func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now time.Time) (Ledger, error) {
+	switch outcome {
+	case RunSucceeded, RunFailed, RunLost:
+	default:
+		return l, fmt.Errorf("lockmodel: an attempt finishes %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, outcome)
+	}
+	switch {
+	case outcome == RunSucceeded && (exitCode == nil || *exitCode != 0):
+		return l, errors.New("lockmodel: a succeeded attempt has exit code 0")
+	case outcome == RunFailed && (exitCode == nil || *exitCode == 0):
+		return l, errors.New("lockmodel: a failed attempt has a non-zero exit code")
+	}
+	i := l.Find(id)
+	if i < 0 {
+		return l, fmt.Errorf("run %q is not in the ledger of lock %q", id, l.Lock)
+	}
+	j := slices.IndexFunc(l.Runs[i].Attempts, func(a Attempt) bool { return a.Number == n })
+	if j < 0 {
+		return l, fmt.Errorf("run %q has no attempt %d in the ledger of lock %q", id, n, l.Lock)
+	}
+	a := l.Runs[i].Attempts[j]
+	if a.Outcome != RunRunning {
+		if a.Outcome == outcome && equalExitCodes(a.ExitCode, exitCode) {
+			return l, nil
+		}
+		return l, fmt.Errorf("%w: run %q attempt %d is %q", ErrAttemptNotRunning, id, n, a.Outcome)
+	}
+	out := l.clone()
+	run := &out.Runs[i]
+	at := &run.Attempts[j]
+	at.Outcome, at.Finished = outcome, now.UTC()
+	if exitCode != nil {
+		c := *exitCode
+		at.ExitCode = &c
+	}
+	if j == len(run.Attempts)-1 {
+		run.Outcome = outcome
+	}
+	return out, nil
+}
+
+func equalExitCodes(a, b *int) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// Prune keeps the keep most recently begun runs, and run current (the one
+// being written) wherever it is: the ledger stays bounded, and the holder
+// that writes it never drops its own run.
+func (l Ledger) Prune(keep int, current string) Ledger {
+	if keep < 1 {
+		keep = 1
+	}
+	if len(l.Runs) <= keep {
+		return l
+	}
+	out := Ledger{Lock: l.Lock, Runs: slices.Clone(l.Runs[:keep])}
+	if i := l.Find(current); i >= keep {
+		out.Runs[keep-1] = l.Runs[i]
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package lockmodel
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// RecordKindRunLedger is the kind of a run ledger record, stored at
+// RegistryKey(registry, KindRuns, lock name). It is not a declaration: the
+// holders of the lock write it, the provider, the controller and status
+// only read it.
+const RecordKindRunLedger = "run_ledger"
+
+// KindRuns is the registry folder of run ledgers.
+const KindRuns = "runs"
+
+// RunLedgerKey is the KV key of lock's run ledger:
+// <registryPrefix>/runs/<lock>.
+func RunLedgerKey(registryPrefix, lock string) string {
+	return RegistryKey(registryPrefix, KindRuns, lock)
+}
+
+// LedgerSpec is the spec of a "run_ledger" record.
+type LedgerSpec struct {
+	Lock string    `json:"lock"`
+	Runs []RunSpec `json:"runs"`
+}
+
+// RunSpec is one run in a LedgerSpec.
+type RunSpec struct {
+	RunID    string        `json:"run_id"`
+	Outcome  string        `json:"outcome"`
+	Attempts []AttemptSpec `json:"attempts"`
+}
+
+// AttemptSpec is one attempt in a RunSpec. Times are RFC 3339 in UTC;
+// finished is null while running; exit_code is null when there is none.
+type AttemptSpec struct {
+	Attempt      int     `json:"attempt"`
+	Node         string  `json:"node"`
+	Session      string  `json:"session"`
+	FencingToken uint64  `json:"fencing_token"`
+	Started      string  `json:"started"`
+	Finished     *string `json:"finished"`
+	ExitCode     *int    `json:"exit_code"`
+	Outcome      string  `json:"outcome"`
+}
+
+// maxLedgerRuns bounds what a decoder accepts: a ledger pruned to the
+// largest keep, plus the run being written.
+const maxLedgerRuns = MaxRunKeep + 1
+
+// EncodeLedger renders l as a "run_ledger" record. It refuses a ledger
+// that DecodeLedger would refuse.
+func EncodeLedger(l Ledger) ([]byte, error) {
+	spec := LedgerSpec{Lock: l.Lock, Runs: make([]RunSpec, 0, len(l.Runs))}
+	for _, r := range l.Runs {
+		rs := RunSpec{RunID: r.ID, Outcome: string(r.Outcome), Attempts: make([]AttemptSpec, 0, len(r.Attempts))}
+		for _, a := range r.Attempts {
+			as := AttemptSpec{
+				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
+				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
+			}
+			if !a.Finished.IsZero() {
+				f := a.Finished.UTC().Format(time.RFC3339Nano)
+				as.Finished = &f
+			}
+			rs.Attempts = append(rs.Attempts, as)
+		}
+		spec.Runs = append(spec.Runs, rs)
+	}
+	if _, err := ledgerFromSpec(spec); err != nil {
+		return nil, err
+	}
+	return encodeRecord(RecordKindRunLedger, l.Lock, spec)
+}
+
+// DecodeLedger parses and validates a "run_ledger" record. Every field is
+// checked: a corrupted or hand-written ledger is an error naming the field
+// (runs[2].attempts[0].outcome), never a guess, because a runner decides
+// from it whether to run a command.
+func DecodeLedger(data []byte) (Ledger, error) {
+	var spec LedgerSpec
+	if err := decodeRecord(data, RecordKindRunLedger, &spec, func() string { return spec.Lock }); err != nil {
+		return Ledger{}, err
+	}
+	return ledgerFromSpec(spec)
+}
+
+func ledgerFromSpec(spec LedgerSpec) (Ledger, error) {
+	var errs FieldErrors
+	add := func(err error) { errs = append(errs, AsFieldErrors(err)...) }
+	bad := func(field, value, allowed string) {
+		errs = append(errs, &FieldError{Field: field, Value: value, Allowed: allowed})
+	}
+	add(ValidateName("lock", spec.Lock))
+	if len(spec.Runs) > maxLedgerRuns {
+		bad("runs", fmt.Sprintf("%d runs", len(spec.Runs)), fmt.Sprintf("at most %d runs (keep is at most %d)", maxLedgerRuns, MaxRunKeep))
+	}
+	l := Ledger{Lock: spec.Lock, Runs: make([]Run, 0, len(spec.Runs))}
+	seen := map[string]bool{}
+	for i, rs := range spec.Runs {
+		rf := fmt.Sprintf("runs[%d]", i)
+		add(validateRunID(rf+".run_id", rs.RunID))
+		if seen[rs.RunID] {
+			bad(rf+".run_id", rs.RunID, "each run ID at most once")
+		}
+		seen[rs.RunID] = true
+		run := Run{ID: rs.RunID, Outcome: RunOutcome(rs.Outcome)}
+		if !slices.Contains(runOutcomes, run.Outcome) {
+			bad(rf+".outcome", rs.Outcome, outcomesAllowed(runOutcomes))
+		}
+		if len(rs.Attempts) == 0 || len(rs.Attempts) > MaxMaxAttempts {
+			bad(rf+".attempts", fmt.Sprintf("%d attempts", len(rs.Attempts)), fmt.Sprintf("1 to %d attempts", MaxMaxAttempts))
+		}
+		succeeded := 0
+		for j, as := range rs.Attempts {
+			af := fmt.Sprintf("%s.attempts[%d]", rf, j)
+			a, aerrs := attemptFromSpec(af, as)
+			errs = append(errs, aerrs...)
+			if as.Attempt != j+1 {
+				bad(af+".attempt", fmt.Sprint(as.Attempt), fmt.Sprintf("%d: attempts are numbered from 1 in order", j+1))
+			}
+			if a.Outcome == RunRunning && j != len(rs.Attempts)-1 {
+				bad(af+".outcome", as.Outcome, "an outcome other than \"running\": only the latest attempt may still run")
+			}
+			if a.Outcome == RunSucceeded {
+				succeeded++
+				if j != len(rs.Attempts)-1 {
+					bad(af+".outcome", as.Outcome, "\"succeeded\" only on the latest attempt: no attempt starts after a success")
+				}
+			}
+			run.Attempts = append(run.Attempts, a)
+		}
+		if n := len(rs.Attempts); n > 0 && n <= MaxMaxAttempts {
+			last := RunOutcome(rs.Attempts[n-1].Outcome)
+			want := last
+			if last.Retried() && run.Outcome == RunExhausted {
+				want = RunExhausted
+			}
+			if run.Outcome != want && slices.Contains(runOutcomes, run.Outcome) {
+				allowed := fmt.Sprintf("%q, the latest attempt's outcome", last)
+				if last.Retried() {
+					allowed += fmt.Sprintf(", or %q", RunExhausted)
+				}
+				bad(rf+".outcome", rs.Outcome, allowed)
+			}
+		}
+		l.Runs = append(l.Runs, run)
+	}
+	if len(errs) > 0 {
+		return Ledger{}, recordError(RecordKindRunLedger, spec.Lock, errs)
+	}
+	return l, nil
+}
+
+func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
+	var errs FieldErrors
+	bad := func(f, value, allowed string) {
+		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
+	}
+	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome)}
+	if as.Node == "" || len(as.Node) > 256 {
+		bad("node", truncate(as.Node, 40), "the holder's node name, 1 to 256 bytes")
+	}
+	if !uuidRE.MatchString(as.Session) {
+		bad("session", truncate(as.Session, 40), "the holder's session ID (a UUID)")
+	}
+	if as.FencingToken == 0 {
+		bad("fencing_token", "0", "the holder's fencing token, a Raft index above 0")
+	}
+	var err error
+	if a.Started, err = time.Parse(time.RFC3339Nano, as.Started); err != nil {
+		bad("started", truncate(as.Started, 40), "an RFC 3339 time such as \"2026-12-01T00:05:00Z\"")
+	}
+	if !slices.Contains(attemptOutcomes, a.Outcome) {
+		bad("outcome", as.Outcome, outcomesAllowed(attemptOutcomes))
+	}
+	switch {
+	case a.Outcome == RunRunning && as.Finished != nil:
+		bad("finished", *as.Finished, "null while the attempt is running")
+	case a.Outcome != RunRunning && as.Finished == nil:
+		bad("finished", "null", "the time the outcome was recorded, once it is not running")
+	case as.Finished != nil:
+		if a.Finished, err = time.Parse(time.RFC3339Nano, *as.Finished); err != nil {
+			bad("finished", truncate(*as.Finished, 40), "an RFC 3339 time such as \"2026-12-01T00:05:00Z\"")
+		}
+	}
+	switch {
+	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed):
+		bad("exit_code", fmt.Sprint(*as.ExitCode), fmt.Sprintf("null for a %q attempt", a.Outcome))
+	case as.ExitCode == nil && (a.Outcome == RunSucceeded || a.Outcome == RunFailed):
+		bad("exit_code", "null", fmt.Sprintf("the command's exit code for a %q attempt", a.Outcome))
+	case as.ExitCode != nil && a.Outcome == RunSucceeded && *as.ExitCode != 0:
+		bad("exit_code", fmt.Sprint(*as.ExitCode), "0 for a \"succeeded\" attempt")
+	case as.ExitCode != nil && a.Outcome == RunFailed && *as.ExitCode == 0:
+		bad("exit_code", "0", "a non-zero exit code for a \"failed\" attempt")
+	case as.ExitCode != nil && (*as.ExitCode < 0 || *as.ExitCode > 255):
+		bad("exit_code", fmt.Sprint(*as.ExitCode), "an exit code from 0 to 255")
+	}
+	if as.ExitCode != nil {
+		c := *as.ExitCode
+		a.ExitCode = &c
+	}
+	return a, errs
+}
+
+func outcomesAllowed(os []RunOutcome) string {
+	s := "one of"
+	for i, o := range os {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprintf(" %q", o)
+	}
+	return s
+}

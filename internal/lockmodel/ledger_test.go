@@ -1,0 +1,245 @@
+package lockmodel
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+var (
+	t0    = time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	nodeA = RunHolder{Node: "worker-1", Session: "11111111-1111-1111-1111-111111111111", FencingToken: 100}
+	nodeB = RunHolder{Node: "worker-2", Session: "22222222-2222-2222-2222-222222222222", FencingToken: 200}
+	nodeC = RunHolder{Node: "worker-3", Session: "33333333-3333-3333-3333-333333333333", FencingToken: 300}
+)
+
+func code(c int) *int { return &c }
+
+// begin runs Begin and fails the test on an error.
+func begin(t *testing.T, l Ledger, id string, h RunHolder, maxAttempts int, now time.Time) BeginDecision {
+	t.Helper()
+	d, err := l.Begin(id, h, maxAttempts, now)
+	if err != nil {
+		t.Fatalf("Begin(%q, %s): %v", id, h.Node, err)
+	}
+	return d
+}
+
+func finish(t *testing.T, l Ledger, id string, n int, o RunOutcome, exit *int, now time.Time) Ledger {
+	t.Helper()
+	out, err := l.Finish(id, n, o, exit, now)
+	if err != nil {
+		t.Fatalf("Finish(%q, %d, %s): %v", id, n, o, err)
+	}
+	return out
+}
+
+// checkLedger asserts what every ledger the rules produce must satisfy: it
+// encodes and decodes to itself.
+func checkLedger(t *testing.T, l Ledger) {
+	t.Helper()
+	b, err := EncodeLedger(l)
+	if err != nil {
+		t.Fatalf("the rules produced a ledger the decoder refuses: %v", err)
+	}
+	back, err := DecodeLedger(b)
+	if err != nil {
+		t.Fatalf("DecodeLedger(EncodeLedger(l)): %v", err)
+	}
+	if !reflect.DeepEqual(back, l) {
+		t.Fatalf("round trip changed the ledger:\n got %+v\nwant %+v", back, l)
+	}
+}
+
+func TestBegin_aNewRunIsAttempt1RecordedRunningBeforeTheCommand(t *testing.T) {
+	l := Ledger{Lock: "nightly"}
+	d := begin(t, l, "2026-12-01T00:00:00Z", nodeA, 3, t0)
+	if d.Kind != BeginRun || d.Attempt != 1 || !d.Changed {
+		t.Fatalf("decision %v attempt %d changed %v, want run attempt 1 with a write", d.Kind, d.Attempt, d.Changed)
+	}
+	want := Run{ID: "2026-12-01T00:00:00Z", Outcome: RunRunning, Attempts: []Attempt{{
+		Number: 1, Node: "worker-1", Session: nodeA.Session, FencingToken: 100, Started: t0, Outcome: RunRunning,
+	}}}
+	if !reflect.DeepEqual(d.Ledger.Runs, []Run{want}) {
+		t.Fatalf("ledger %+v, want %+v", d.Ledger.Runs, want)
+	}
+	if len(l.Runs) != 0 {
+		t.Fatal("Begin changed the ledger it was given")
+	}
+	checkLedger(t, d.Ledger)
+}
+
+func TestBegin_aSucceededRunIsNotRunAgain(t *testing.T) {
+	l := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
+	l = finish(t, l, "r1", 1, RunSucceeded, code(0), t0.Add(time.Minute))
+	for _, h := range []RunHolder{nodeB, nodeA} { // another node, and the same node again later
+		d := begin(t, l, "r1", h, 3, t0.Add(time.Hour))
+		if d.Kind != BeginAlreadySucceeded || d.Changed || d.Succeeded.Node != "worker-1" || d.Succeeded.FencingToken != 100 {
+			t.Fatalf("%s: decision %v %+v, want already succeeded by worker-1 with token 100, nothing written", h.Node, d.Kind, d.Succeeded)
+		}
+	}
+}
+
+func TestBegin_aRunningAttemptOfAnotherSessionCrashed(t *testing.T) {
+	l := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
+	// worker-1 vanished without recording an outcome; worker-2 acquired.
+	d := begin(t, l, "r1", nodeB, 3, t0.Add(time.Minute))
+	if d.Kind != BeginRun || d.Attempt != 2 {
+		t.Fatalf("decision %v attempt %d, want run attempt 2", d.Kind, d.Attempt)
+	}
+	first := d.Ledger.Runs[0].Attempts[0]
+	if first.Outcome != RunCrashed || !first.Finished.Equal(t0.Add(time.Minute)) || first.ExitCode != nil {
+		t.Fatalf("attempt 1 = %+v, want crashed when worker-2 found it, with no exit code", first)
+	}
+	if r := d.Ledger.Runs[0]; r.Outcome != RunRunning || r.Attempts[1].Node != "worker-2" {
+		t.Fatalf("run = %+v, want running attempt 2 on worker-2", r)
+	}
+	checkLedger(t, d.Ledger)
+}
+
+func TestBegin_ourOwnRunningAttemptIsRunWithoutAWrite(t *testing.T) {
+	l := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
+	d := begin(t, l, "r1", nodeA, 3, t0.Add(time.Second))
+	if d.Kind != BeginRun || d.Attempt != 1 || d.Changed || !reflect.DeepEqual(d.Ledger, l) {
+		t.Fatalf("decision %v attempt %d changed %v, want attempt 1 again with nothing to write", d.Kind, d.Attempt, d.Changed)
+	}
+}
+
+func TestBegin_failedLostAndCrashedAreRetriedUntilMaxAttempts(t *testing.T) {
+	for _, o := range []RunOutcome{RunFailed, RunLost, RunCrashed} {
+		t.Run(string(o), func(t *testing.T) {
+			l := Ledger{Lock: "nightly"}
+			for i, h := range []RunHolder{nodeA, nodeB, nodeC} {
+				d := begin(t, l, "r1", h, 3, t0.Add(time.Duration(i)*time.Minute))
+				if d.Kind != BeginRun || d.Attempt != i+1 {
+					t.Fatalf("holder %s: decision %v attempt %d, want run attempt %d", h.Node, d.Kind, d.Attempt, i+1)
+				}
+				l = d.Ledger
+				switch o {
+				case RunFailed:
+					l = finish(t, l, "r1", i+1, RunFailed, code(1), t0.Add(time.Duration(i)*time.Minute+time.Second))
+				case RunLost:
+					l = finish(t, l, "r1", i+1, RunLost, nil, t0.Add(time.Duration(i)*time.Minute+time.Second))
+				case RunCrashed: // the next Begin finds it running
+				}
+			}
+			d := begin(t, l, "r1", nodeA, 3, t0.Add(time.Hour))
+			if d.Kind != BeginExhausted || len(d.Attempts) != 3 || d.Ledger.Runs[0].Outcome != RunExhausted || !d.Changed {
+				t.Fatalf("4th begin: decision %v, %d attempts, run %q, changed %v; want exhausted after 3, recorded",
+					d.Kind, len(d.Attempts), d.Ledger.Runs[0].Outcome, d.Changed)
+			}
+			if last := d.Attempts[2]; last.Outcome != o {
+				t.Fatalf("attempt 3 = %q, want %q", last.Outcome, o)
+			}
+			checkLedger(t, d.Ledger)
+			// Once recorded, exhausted stays so without another write...
+			again := begin(t, d.Ledger, "r1", nodeB, 3, t0.Add(2*time.Hour))
+			if again.Kind != BeginExhausted || again.Changed {
+				t.Fatalf("again: %v changed %v, want exhausted with nothing to write", again.Kind, again.Changed)
+			}
+			// ...until max_attempts is raised.
+			more := begin(t, d.Ledger, "r1", nodeB, 4, t0.Add(2*time.Hour))
+			if more.Kind != BeginRun || more.Attempt != 4 || more.Ledger.Runs[0].Outcome != RunRunning {
+				t.Fatalf("max_attempts 4: %v attempt %d, want run attempt 4", more.Kind, more.Attempt)
+			}
+			checkLedger(t, more.Ledger)
+		})
+	}
+}
+
+func TestBegin_refusesBadInput(t *testing.T) {
+	l := Ledger{Lock: "nightly"}
+	if _, err := l.Begin("a b", nodeA, 3, t0); AsFieldErrors(err) == nil || AsFieldErrors(err)[0].Field != "-run-id" {
+		t.Errorf("bad run ID: %v, want a -run-id error", err)
+	}
+	for _, m := range []int{0, 101} {
+		if _, err := l.Begin("r1", nodeA, m, t0); AsFieldErrors(err) == nil {
+			t.Errorf("max attempts %d: %v, want a field error", m, err)
+		}
+	}
+	if _, err := l.Begin("r1", RunHolder{Node: "n"}, 3, t0); err == nil {
+		t.Error("a holder without session was accepted")
+	}
+}
+
+func TestFinish(t *testing.T) {
+	started := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
+	t.Run("records the outcome, the exit code and the time", func(t *testing.T) {
+		l := finish(t, started, "r1", 1, RunFailed, code(2), t0.Add(time.Minute))
+		a := l.Runs[0].Attempts[0]
+		if a.Outcome != RunFailed || *a.ExitCode != 2 || !a.Finished.Equal(t0.Add(time.Minute)) || l.Runs[0].Outcome != RunFailed {
+			t.Fatalf("attempt %+v run %q, want failed with exit 2", a, l.Runs[0].Outcome)
+		}
+		if started.Runs[0].Attempts[0].Outcome != RunRunning {
+			t.Fatal("Finish changed the ledger it was given")
+		}
+		checkLedger(t, l)
+	})
+	t.Run("the same outcome again changes nothing", func(t *testing.T) {
+		l := finish(t, started, "r1", 1, RunSucceeded, code(0), t0.Add(time.Minute))
+		again := finish(t, l, "r1", 1, RunSucceeded, code(0), t0.Add(2*time.Minute))
+		if !reflect.DeepEqual(again, l) {
+			t.Fatal("recording the same outcome twice changed the ledger")
+		}
+	})
+	t.Run("an attempt another holder marked crashed is not finished", func(t *testing.T) {
+		l := begin(t, started, "r1", nodeB, 3, t0.Add(time.Minute)).Ledger
+		_, err := l.Finish("r1", 1, RunSucceeded, code(0), t0.Add(2*time.Minute))
+		if !errors.Is(err, ErrAttemptNotRunning) {
+			t.Fatalf("Finish of a crashed attempt = %v, want ErrAttemptNotRunning", err)
+		}
+	})
+	for _, tc := range []struct {
+		name    string
+		id      string
+		n       int
+		outcome RunOutcome
+		exit    *int
+	}{
+		{"unknown run", "r2", 1, RunSucceeded, code(0)},
+		{"unknown attempt", "r1", 2, RunSucceeded, code(0)},
+		{"crashed is not a finish", "r1", 1, RunCrashed, nil},
+		{"running is not a finish", "r1", 1, RunRunning, nil},
+		{"exhausted is a run's outcome", "r1", 1, RunExhausted, nil},
+		{"succeeded with a non-zero exit", "r1", 1, RunSucceeded, code(1)},
+		{"failed with exit 0", "r1", 1, RunFailed, code(0)},
+		{"failed without an exit code", "r1", 1, RunFailed, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := started.Finish(tc.id, tc.n, tc.outcome, tc.exit, t0); err == nil {
+				t.Fatal("Finish accepted it")
+			}
+		})
+	}
+}
+
+func TestPrune_keepsTheNewestAndNeverTheCurrentRun(t *testing.T) {
+	l := Ledger{Lock: "nightly"}
+	for i := range 5 {
+		id := fmt.Sprintf("r%d", i)
+		l = finish(t, begin(t, l, id, nodeA, 3, t0).Ledger, id, 1, RunSucceeded, code(0), t0)
+	}
+	ids := func(l Ledger) (out []string) {
+		for _, r := range l.Runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	if got := ids(l.Prune(3, "r4")); !reflect.DeepEqual(got, []string{"r4", "r3", "r2"}) {
+		t.Errorf("Prune(3, newest) = %v", got)
+	}
+	if got := ids(l.Prune(3, "r0")); !reflect.DeepEqual(got, []string{"r4", "r3", "r0"}) {
+		t.Errorf("Prune(3, oldest) = %v, want the oldest kept as the current run", got)
+	}
+	if got := ids(l.Prune(10, "r0")); len(got) != 5 {
+		t.Errorf("Prune(10) = %v, want all 5", got)
+	}
+	if got := ids(l.Prune(1, "r2")); !reflect.DeepEqual(got, []string{"r2"}) {
+		t.Errorf("Prune(1, r2) = %v", got)
+	}
+	if len(l.Runs) != 5 {
+		t.Error("Prune changed the ledger it was given")
+	}
+}

@@ -1,0 +1,185 @@
+package lockmodel
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Run once: a lock whose command must run once per run, not merely one at
+// a time. A run is named by a run ID, the same on every node for one firing
+// of the schedule: given explicitly (`consullock run -run-id ID`) or derived
+// from the lock's run_once period (RunSlot). The run ledger (ledger.go)
+// records each run's attempts.
+
+// Run-once limits and defaults.
+const (
+	// MinRunPeriod is the shortest run_once period. A run ID is the period
+	// slot a trigger falls in, so every node's trigger for one firing must
+	// land in the same slot: the slot must be much wider than clock skew
+	// plus trigger jitter (timers, schedulers), and a crashed attempt must
+	// be taken over (worst_case_gap, at least 20s with Consul's minimum
+	// TTL) well within it. A minute is the finest schedule cron offers.
+	MinRunPeriod = time.Minute
+
+	// MaxRunPeriod is the longest run_once period: a leap year.
+	MaxRunPeriod = 366 * 24 * time.Hour
+
+	// DefaultMaxAttempts is how many attempts a run gets when run_once
+	// does not say.
+	DefaultMaxAttempts = 3
+
+	// MaxMaxAttempts is the largest max_attempts.
+	MaxMaxAttempts = 100
+
+	// DefaultRunKeep is how many runs the ledger keeps when run_once does
+	// not say.
+	DefaultRunKeep = 20
+
+	// MaxRunKeep is the largest keep: the ledger is one KV value, which
+	// Consul limits to 512 KiB by default (kv_max_value_size).
+	MaxRunKeep = 1000
+
+	// MaxRunIDLength is the longest run ID, in bytes.
+	MaxRunIDLength = 128
+)
+
+// RunOnce is a lock's run_once block.
+type RunOnce struct {
+	// Period is the width of a run slot; with no explicit run ID, the run
+	// ID is the slot containing the runner's start (RunSlot).
+	Period time.Duration
+	// Offset moves the slot boundaries: slots start at the Unix epoch plus
+	// Offset plus a whole number of periods. 0 <= Offset < Period.
+	Offset time.Duration
+	// MaxAttempts is how many attempts one run gets; 0 means
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// Keep is how many runs the ledger keeps; 0 means DefaultRunKeep.
+	Keep int
+}
+
+// WithDefaults returns r with MaxAttempts and Keep defaulted.
+func (r RunOnce) WithDefaults() RunOnce {
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = DefaultMaxAttempts
+	}
+	if r.Keep == 0 {
+		r.Keep = DefaultRunKeep
+	}
+	return r
+}
+
+// Field names of the run_once block, as users write them.
+const (
+	FieldRunOnce            = "run_once"
+	FieldRunOncePeriod      = "run_once.period"
+	FieldRunOnceOffset      = "run_once.offset"
+	FieldRunOnceMaxAttempts = "run_once.max_attempts"
+	FieldRunOnceKeep        = "run_once.keep"
+)
+
+var (
+	runPeriodAllowed   = fmt.Sprintf("a duration from %s to %s (a leap year)", MinRunPeriod, MaxRunPeriod)
+	maxAttemptsAllowed = fmt.Sprintf("an integer from 1 to %d", MaxMaxAttempts)
+	runKeepAllowed     = fmt.Sprintf("an integer from 1 to %d", MaxRunKeep)
+)
+
+// Validate reports every problem of r as FieldErrors named
+// "run_once.period" and so on. Zero MaxAttempts and Keep mean their
+// defaults.
+func (r RunOnce) Validate() error {
+	var errs FieldErrors
+	if r.Period < MinRunPeriod || r.Period > MaxRunPeriod {
+		errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: runPeriodAllowed})
+	}
+	if r.Offset < 0 || (r.Period > 0 && r.Offset >= r.Period) {
+		errs = append(errs, &FieldError{Field: FieldRunOnceOffset, Value: FormatDuration(r.Offset), Allowed: fmt.Sprintf(
+			"a duration from 0s to less than the period (%s)", FormatDuration(r.Period))})
+	}
+	if r.MaxAttempts < 0 || r.MaxAttempts > MaxMaxAttempts {
+		errs = append(errs, &FieldError{Field: FieldRunOnceMaxAttempts, Value: strconv.Itoa(r.MaxAttempts), Allowed: maxAttemptsAllowed})
+	}
+	if r.Keep < 0 || r.Keep > MaxRunKeep {
+		errs = append(errs, &FieldError{Field: FieldRunOnceKeep, Value: strconv.Itoa(r.Keep), Allowed: runKeepAllowed})
+	}
+	return errs.Err()
+}
+
+// PeriodWarnings advises on a period shorter than the session profile's
+// worst_case_gap: a holder that vanishes is replaced only after up to
+// worst_case_gap, so a crashed run may not be taken over within its own
+// period.
+func (r RunOnce) PeriodWarnings(p SessionProfile) []Warning {
+	gap := p.WithDefaults().WorstCaseGap()
+	if r.Period <= 0 || r.Period >= gap {
+		return nil
+	}
+	return []Warning{{
+		Field:   FieldRunOncePeriod,
+		Summary: "Run period shorter than the worst-case gap",
+		Detail: fmt.Sprintf("run_once.period is %s but the session profile %q has worst_case_gap %s: when a holder "+
+			"vanishes mid-run, the next node may acquire only after up to %s, so a crashed run may not be "+
+			"taken over within its period. Use a longer period or a profile with a shorter ttl and lock_delay.",
+			FormatDuration(r.Period), p.Name, FormatDuration(gap), FormatDuration(gap)),
+	}}
+}
+
+// ValidateRunID checks an explicit run ID (`consullock run -run-id`):
+// 1 to MaxRunIDLength bytes of letters, digits and . _ : @ + -, so that it
+// is safe in logs, environment variables and file names, and the same bytes
+// on every node. The error is a *FieldError for "-run-id".
+func ValidateRunID(id string) error {
+	return validateRunID("-run-id", id)
+}
+
+// RunIDAllowed describes a valid run ID.
+var RunIDAllowed = fmt.Sprintf("1 to %d bytes of letters, digits, '.', '_', ':', '@', '+' or '-' "+
+	"(the same on every node for one run, e.g. a scheduler's job ID or a date)", MaxRunIDLength)
+
+func validateRunID(field, id string) error {
+	ok := len(id) >= 1 && len(id) <= MaxRunIDLength
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '@' || c == '+' || c == '-'
+	}
+	if ok {
+		return nil
+	}
+	return &FieldError{Field: field, Value: truncate(id, MaxRunIDLength+8), Allowed: RunIDAllowed}
+}
+
+// RunSlot is the run of a run_once lock that a runner started at t belongs
+// to: the UTC period slot containing t, where slots start at the Unix epoch
+// plus offset plus whole periods. id is the slot's start in RFC 3339
+// ("2026-12-01T00:00:00Z"; a fraction of a second only when offset has
+// one), a valid run ID.
+//
+// Clock skew: every node computes the slot on its own clock. Nodes whose
+// clocks differ by k agree on the slot only when the trigger fires more
+// than k away from a slot boundary: a trigger at 00:00:00 with a 24h
+// period puts a node whose clock is slow in yesterday's slot, and the job
+// runs twice (once per slot). Fire triggers well inside the slot (e.g.
+// period 24h, trigger at 00:05 UTC, clocks kept by NTP), or set offset so
+// that boundaries fall far from the triggers; when that cannot be
+// guaranteed, pass an explicit -run-id from the scheduler instead.
+func RunSlot(t time.Time, period, offset time.Duration) (id string, start time.Time) {
+	if period <= 0 {
+		panic("lockmodel.RunSlot: period must be positive")
+	}
+	origin := time.Unix(0, 0).UTC().Add(offset)
+	// t.Sub saturates outside the years 1678..2262; a runner's clock is
+	// well inside them.
+	n := floorDiv(int64(t.Sub(origin)), int64(period))
+	start = origin.Add(time.Duration(n) * period)
+	return start.Format(time.RFC3339Nano), start
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,152 @@
+package lockmodel
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunOnce_Validate(t *testing.T) {
+	h := time.Hour
+	for _, tc := range []struct {
+		name   string
+		r      RunOnce
+		fields []string // wanted error fields, in order; none = valid
+		value  string   // the first error's value
+	}{
+		{name: "daily with defaults", r: RunOnce{Period: 24 * h}},
+		{name: "hourly with an offset and explicit counts", r: RunOnce{Period: h, Offset: 5 * time.Minute, MaxAttempts: 100, Keep: 1000}},
+		{name: "the shortest period", r: RunOnce{Period: time.Minute}},
+		{name: "the longest period", r: RunOnce{Period: 366 * 24 * h, Offset: 365 * 24 * h}},
+		{name: "period below a minute", r: RunOnce{Period: 59 * time.Second}, fields: []string{FieldRunOncePeriod}, value: "59s"},
+		{name: "no period", r: RunOnce{}, fields: []string{FieldRunOncePeriod}, value: "0s"},
+		{name: "period above a leap year", r: RunOnce{Period: 367 * 24 * h}, fields: []string{FieldRunOncePeriod}, value: "8808h0m0s"},
+		{name: "offset equal to the period", r: RunOnce{Period: h, Offset: h}, fields: []string{FieldRunOnceOffset}, value: "1h0m0s"},
+		{name: "negative offset", r: RunOnce{Period: h, Offset: -time.Second}, fields: []string{FieldRunOnceOffset}, value: "-1s"},
+		{name: "max_attempts above 100", r: RunOnce{Period: h, MaxAttempts: 101}, fields: []string{FieldRunOnceMaxAttempts}, value: "101"},
+		{name: "negative max_attempts", r: RunOnce{Period: h, MaxAttempts: -1}, fields: []string{FieldRunOnceMaxAttempts}, value: "-1"},
+		{name: "keep above 1000", r: RunOnce{Period: h, Keep: 1001}, fields: []string{FieldRunOnceKeep}, value: "1001"},
+		{name: "every problem at once", r: RunOnce{Period: time.Second, Offset: -1, MaxAttempts: 500, Keep: -3},
+			fields: []string{FieldRunOncePeriod, FieldRunOnceOffset, FieldRunOnceMaxAttempts, FieldRunOnceKeep}, value: "1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := AsFieldErrors(tc.r.Validate())
+			if len(errs) != len(tc.fields) {
+				t.Fatalf("Validate() = %v, want errors for %v", errs, tc.fields)
+			}
+			for i, e := range errs {
+				if e.Field != tc.fields[i] || e.Allowed == "" {
+					t.Errorf("error %d = %+v, want field %s with the allowed range", i, e, tc.fields[i])
+				}
+			}
+			if len(errs) > 0 && errs[0].Value != tc.value {
+				t.Errorf("value = %q, want %q", errs[0].Value, tc.value)
+			}
+		})
+	}
+}
+
+func TestRunOnce_defaults(t *testing.T) {
+	got := RunOnce{Period: time.Hour}.WithDefaults()
+	if got.MaxAttempts != 3 || got.Keep != 20 {
+		t.Fatalf("WithDefaults() = %+v, want max_attempts 3 and keep 20", got)
+	}
+	n, err := Lock{Name: "job", Prefix: "svc/job", RunOnce: &RunOnce{Period: time.Hour}}.Normalize()
+	if err != nil || n.RunOnce.MaxAttempts != 3 || n.RunOnce.Keep != 20 {
+		t.Fatalf("Normalize() = %+v, %v; want run_once with defaults", n.RunOnce, err)
+	}
+}
+
+func TestLock_runOnceNeedsAMutex(t *testing.T) {
+	err := Lock{Name: "pool", Prefix: "svc/pool", Limit: 3, RunOnce: &RunOnce{Period: time.Hour}}.Validate()
+	errs := AsFieldErrors(err)
+	if len(errs) != 1 || errs[0].Field != "run_once" || !strings.Contains(errs[0].Error(), "limit 3") {
+		t.Fatalf("Validate() = %v, want one run_once error naming the limit", err)
+	}
+	if err := (Lock{Name: "job", Prefix: "svc/job", RunOnce: &RunOnce{Period: time.Hour}}).Validate(); err != nil {
+		t.Fatalf("a mutex with run_once: %v", err)
+	}
+	errs = AsFieldErrors(Lock{Name: "job", Prefix: "svc/job", RunOnce: &RunOnce{Period: time.Second}}.Validate())
+	if len(errs) != 1 || errs[0].Field != "run_once.period" {
+		t.Fatalf("Lock.Validate does not judge run_once: %v", errs)
+	}
+}
+
+func TestValidateRunID(t *testing.T) {
+	for _, ok := range []string{
+		"a", "2026-12-01T00:00:00Z", "periodic-1733011200", "pipeline:4711", "job@host+1.2_3",
+		strings.Repeat("x", 128),
+	} {
+		if err := ValidateRunID(ok); err != nil {
+			t.Errorf("ValidateRunID(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"", strings.Repeat("x", 129), "a b", "a/b", "a\nb", "ä", "$(rm)", "a;b", "a=b", "run\x00id",
+	} {
+		err := ValidateRunID(bad)
+		fes := AsFieldErrors(err)
+		if len(fes) != 1 || fes[0].Field != "-run-id" || !strings.Contains(fes[0].Allowed, "128 bytes") {
+			t.Errorf("ValidateRunID(%q) = %v, want a -run-id error with the allowed form", bad, err)
+		}
+	}
+}
+
+func TestRunSlot(t *testing.T) {
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	h := time.Hour
+	for _, tc := range []struct {
+		name           string
+		t              string
+		period, offset time.Duration
+		id             string
+	}{
+		{"daily: the UTC day", "2026-12-01T13:45:00Z", 24 * h, 0, "2026-12-01T00:00:00Z"},
+		{"daily: exactly on the boundary belongs to the new slot", "2026-12-01T00:00:00Z", 24 * h, 0, "2026-12-01T00:00:00Z"},
+		{"daily: a nanosecond before belongs to the old", "2026-11-30T23:59:59.999999999Z", 24 * h, 0, "2026-11-30T00:00:00Z"},
+		{"local time zones do not matter", "2026-12-01T01:30:00+02:00", 24 * h, 0, "2026-11-30T00:00:00Z"},
+		{"daily with a 2h offset: slots start at 02:00 UTC", "2026-12-01T01:59:00Z", 24 * h, 2 * h, "2026-11-30T02:00:00Z"},
+		{"daily with a 2h offset, after 02:00", "2026-12-01T02:00:01Z", 24 * h, 2 * h, "2026-12-01T02:00:00Z"},
+		{"hourly", "2026-12-01T13:45:10Z", h, 0, "2026-12-01T13:00:00Z"},
+		{"every 15 minutes offset 5m", "2026-12-01T13:04:59Z", 15 * time.Minute, 5 * time.Minute, "2026-12-01T12:50:00Z"},
+		{"a sub-second offset shows in the ID", "2026-12-01T13:45:10Z", h, 500 * time.Millisecond, "2026-12-01T13:00:00.5Z"},
+		{"before the epoch", "1969-12-31T23:30:00Z", h, 0, "1969-12-31T23:00:00Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, start := RunSlot(at(tc.t), tc.period, tc.offset)
+			if id != tc.id {
+				t.Fatalf("RunSlot(%s, %s, %s) = %q, want %q", tc.t, tc.period, tc.offset, id, tc.id)
+			}
+			// Invariants: the ID is the start, a valid run ID, and the
+			// slot contains t.
+			if !start.Equal(at(tc.id)) || start.Location() != time.UTC {
+				t.Errorf("start = %v, want %s in UTC", start, tc.id)
+			}
+			if err := ValidateRunID(id); err != nil {
+				t.Errorf("slot ID is not a valid run ID: %v", err)
+			}
+			if tt := at(tc.t); tt.Before(start) || !tt.Before(start.Add(tc.period)) {
+				t.Errorf("%s is not in [%v, %v)", tc.t, start, start.Add(tc.period))
+			}
+		})
+	}
+}
+
+func TestRunOnce_PeriodWarnings(t *testing.T) {
+	fast := SessionProfile{Name: "fast"} // worst_case_gap 2 x 15s + 15s = 45s
+	slow := SessionProfile{Name: "slow", TTL: time.Hour, LockDelay: time.Minute}
+	if ws := (RunOnce{Period: time.Minute}).PeriodWarnings(fast); len(ws) != 0 {
+		t.Errorf("1m period with a 45s gap: %v, want no warning", ws)
+	}
+	ws := RunOnce{Period: time.Hour}.PeriodWarnings(slow)
+	if len(ws) != 1 || ws[0].Field != "run_once.period" || !strings.Contains(ws[0].Detail, "2h1m0s") {
+		t.Errorf("1h period with a 2h1m gap: %v, want one warning naming the gap", ws)
+	}
+}
