@@ -95,6 +95,11 @@ func TestNemesis(t *testing.T) {
 		replay = "FAULTS_FULL=1 " + replay
 	}
 	t.Logf("nemesis seed %d; replay: %s", seed, replay)
+	t.Cleanup(func() {
+		if t.Failed() { // also after a failure raised by the harness
+			t.Logf("nemesis seed %d failed; replay: %s", seed, replay)
+		}
+	})
 	cfg := NemesisConfig(length)
 	steps := Schedule(seed, cfg)
 	t.Log(FormatSchedule(seed, steps))
