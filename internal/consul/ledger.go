@@ -1,0 +1,172 @@
+package consul
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// The run ledger in Consul (lockmodel ledger.go decides, this file writes):
+// one record per lock at <registry>/runs/<lock>, read consistently and
+// written only by the lock's holder, in transactions that check the
+// holder's session on the lock key. Two writes per attempt: BeginRun
+// before the command starts, FinishRunAndRelease with the release.
+
+// ErrLedgerChanged: the ledger was written by someone else since it was
+// read (its check-and-set lost). Nothing was written; read it again and
+// decide again.
+var ErrLedgerChanged = errors.New("run ledger changed since it was read")
+
+// ReadLedger reads lock's ledger at key with ?consistent, and its
+// ModifyIndex for the next write. An absent ledger is an empty one at
+// index 0. A ledger that does not decode, or belongs to another lock, is an
+// error naming the field: a runner must not run a command on a guess.
+func (c *Client) ReadLedger(ctx context.Context, key, lock string) (lockmodel.Ledger, uint64, error) {
+	pair, err := c.ReadKeyConsistent(ctx, key)
+	if err != nil {
+		return lockmodel.Ledger{}, 0, err
+	}
+	return decodeLedgerPair(key, lock, pair)
+}
+
+func decodeLedgerPair(key, lock string, pair *api.KVPair) (lockmodel.Ledger, uint64, error) {
+	if pair == nil {
+		return lockmodel.Ledger{Lock: lock}, 0, nil
+	}
+	l, err := lockmodel.DecodeLedger(pair.Value)
+	if err != nil {
+		return lockmodel.Ledger{}, 0, fmt.Errorf("run ledger %s: %w", key, err)
+	}
+	if l.Lock != lock {
+		return lockmodel.Ledger{}, 0, fmt.Errorf("run ledger %s belongs to lock %q, not %q", key, l.Lock, lock)
+	}
+	return l, pair.ModifyIndex, nil
+}
+
+// LedgerWrite is one guarded write of a lock's ledger by its holder.
+type LedgerWrite struct {
+	// LockKey and Session: the write commits only while Session holds
+	// LockKey (a check-session op in the same transaction).
+	LockKey, Session string
+	// LedgerKey is the ledger's key; Index its ModifyIndex as read
+	// (ReadLedger; 0 when it was absent): the write is a check-and-set.
+	LedgerKey string
+	Index     uint64
+	// Ledger is what to write (lockmodel Begin/Finish, pruned).
+	Ledger lockmodel.Ledger
+}
+
+// BeginRun records an attempt's start: one transaction with a check-session
+// on the lock key and a check-and-set of the ledger. It returns the
+// ledger's new ModifyIndex, for FinishRunAndRelease. Errors: ErrFenceLost
+// (the session no longer holds the lock: do not run the command),
+// ErrLedgerChanged, a permission denial (*Error).
+//
+// A write whose answer is lost is settled by a consistent read, never sent
+// blindly again: the ledger as written at a higher index is done; the
+// ledger unchanged while the session still holds the lock is sent again;
+// anything else is a conflict or a lost fence.
+func (c *Client) BeginRun(ctx context.Context, w LedgerWrite) (uint64, error) {
+	value, err := lockmodel.EncodeLedger(w.Ledger)
+	if err != nil {
+		return 0, err
+	}
+	ops := api.KVTxnOps{
+		{Verb: api.KVCheckSession, Key: w.LockKey, Session: w.Session},
+		{Verb: api.KVCAS, Key: w.LedgerKey, Value: value, Index: w.Index},
+	}
+	return c.ledgerTxn(ctx, "record the start of a run in "+w.LedgerKey, w, value, ops, false)
+}
+
+// RunRelease is the last write of an attempt: its outcome and the release.
+type RunRelease struct {
+	LedgerWrite
+	// Flags and Value are written to the lock key by the release (Consul
+	// writes a release's body and flags like any PUT): the key's current
+	// ones, to keep them.
+	Flags uint64
+	Value []byte
+}
+
+// FinishRunAndRelease records an attempt's outcome and releases the lock in
+// one transaction: check-session on the lock key, check-and-set of the
+// ledger, unlock of the lock key with its value and flags. No later holder
+// can therefore acquire without seeing the outcome, and the release sets no
+// lock-delay. It returns the ledger's new ModifyIndex. Errors as BeginRun's;
+// on any error the lock was not released by this call.
+func (c *Client) FinishRunAndRelease(ctx context.Context, r RunRelease) (uint64, error) {
+	value, err := lockmodel.EncodeLedger(r.Ledger)
+	if err != nil {
+		return 0, err
+	}
+	ops := api.KVTxnOps{
+		{Verb: api.KVCheckSession, Key: r.LockKey, Session: r.Session},
+		{Verb: api.KVCAS, Key: r.LedgerKey, Value: value, Index: r.Index},
+		{Verb: api.KVUnlock, Key: r.LockKey, Session: r.Session, Flags: r.Flags, Value: r.Value},
+	}
+	return c.ledgerTxn(ctx, "record the outcome of a run in "+r.LedgerKey+" and release "+r.LockKey, r.LedgerWrite, value, ops, true)
+}
+
+// ledgerTxn runs a guarded ledger write (ops: check-session first, the
+// ledger's check-and-set second) and settles a lost answer.
+func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value []byte, ops api.KVTxnOps, releases bool) (uint64, error) {
+	var index uint64
+	var refused error // why Consul rolled the transaction back
+	ok, err := settleCAS(func() (bool, error) {
+		ok, resp, err := c.writeTxn(ctx, ops)
+		if err != nil {
+			return false, c.Classify(ctx, op, err)
+		}
+		if !ok {
+			if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+				return false, e
+			}
+			refused = ErrLedgerChanged
+			for _, e := range resp.Errors {
+				if e.OpIndex != 1 { // the check-session or the unlock
+					refused = fmt.Errorf("%s: %w (%s held by session %s: %s)", op, ErrFenceLost, w.LockKey, w.Session, e.What)
+				}
+			}
+			return false, nil
+		}
+		for _, r := range resp.Results {
+			if r != nil && r.KV != nil && r.KV.Key == w.LedgerKey {
+				index = r.KV.ModifyIndex
+			}
+		}
+		return true, nil
+	}, func() (writeOutcome, error) {
+		got, err := c.readKeys(ctx, op, "settling a ledger write needs permission 'key:read' on the ledger and the lock key", w.LedgerKey, w.LockKey)
+		if err != nil {
+			return 0, err
+		}
+		ledger, lock := got[w.LedgerKey], got[w.LockKey]
+		held := lock != nil && lock.Session == w.Session
+		written := ledger != nil && ledger.ModifyIndex > w.Index && bytes.Equal(ledger.Value, value)
+		switch {
+		case written && (!releases || !held):
+			index = ledger.ModifyIndex
+			return outcomeApplied, nil
+		case !held:
+			refused = fmt.Errorf("%s: %w (%s is no longer held by session %s)", op, ErrFenceLost, w.LockKey, w.Session)
+			return outcomeOverwritten, nil
+		}
+		refused = ErrLedgerChanged
+		return casOutcome(ledger, w.Index, func(*api.KVPair) bool { return false }), nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		if refused == nil {
+			refused = ErrLedgerChanged
+		}
+		return 0, refused
+	}
+	return index, nil
+}
