@@ -643,15 +643,15 @@ func (n *nemesis) check(steps []Step) {
 	checkers := []struct {
 		name  string
 		count int
-		what  string
+		what  func() string // the evidence, rendered only for a violation
 	}{
-		{"mutual exclusion: mutex overlaps among accepted writes", mutexRep.Overlaps, dumpLog(n.mutex.store.Log())},
-		{"mutual exclusion: semaphore holders above the limit", semRep.Overlaps, dumpLog(semLog)},
-		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, ""},
-		{"fencing: tokens used by two executions (mutex + semaphore)", mutexRep.Duplicated + semRep.Duplicated, ""},
-		{"fencing: semaphore holder admitted later with a lower token", inversions, strings.Join(inversionExamples, "\n")},
-		{"runner exits the guide does not allow", unexpected, fmt.Sprintf("codes %v in %s", codes, exitsText(exits))},
-		{"controller writes without leadership", ctlWrites, strings.Join(writeEvidence, "\n")},
+		{"mutual exclusion: mutex overlaps among accepted writes", mutexRep.Overlaps, func() string { return dumpLog(n.mutex.store.Log()) }},
+		{"mutual exclusion: semaphore holders above the limit", semRep.Overlaps, func() string { return dumpLog(semLog) }},
+		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, func() string { return dumpLog(n.mutex.store.Log()) }},
+		{"fencing: tokens used by two executions (mutex + semaphore)", mutexRep.Duplicated + semRep.Duplicated, func() string { return dumpLog(n.mutex.store.Log()) + dumpLog(semLog) }},
+		{"fencing: semaphore holder admitted later with a lower token", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
+		{"runner exits the guide does not allow", unexpected, func() string { return fmt.Sprintf("codes %v in %s", codes, exitsText(exits)) }},
+		{"controller writes without leadership", ctlWrites, func() string { return strings.Join(writeEvidence, "\n") }},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "nemesis summary, seed %d, schedule %d steps\n\n", n.seed, len(steps))
@@ -681,7 +681,7 @@ func (n *nemesis) check(steps []Step) {
 	}
 	for _, c := range checkers {
 		if c.count != 0 {
-			n.errorf("%s: %d (must be 0)\n%s", c.name, c.count, c.what)
+			n.errorf("%s: %d (must be 0)\n%s", c.name, c.count, c.what())
 		}
 	}
 	if os.Getenv("FAULTS_FULL") != "" && os.Getenv("NEMESIS_LENGTH") == "" {
