@@ -184,3 +184,26 @@ func TestControllerWritesAfterLoss(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckSemaphoreLimits_followsTheLimitInForce(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	start := func(run, token string, ms int) Write {
+		return Write{Kind: KindStart, Run: run, Note: "token=" + token, At: at(ms), Accepted: true}
+	}
+	end := func(run string, ms int) Write { return Write{Kind: KindEnd, Run: run, At: at(ms), Accepted: true} }
+	// Three holders at once from 10s, a fourth at 20s; the limit grows to 3
+	// at 5s and shrinks to 2 at 15s.
+	log := []Write{
+		start("a", "1", 10000), start("b", "2", 10010), start("c", "3", 10020),
+		start("d", "4", 20000), end("a", 30000), end("b", 30000), end("c", 30000), end("d", 30000),
+	}
+	changes := []LimitChange{{t0, 2}, {at(5000), 3}, {at(15000), 2}}
+	rep := checkSemaphoreLimits("x", log, func(s time.Time) int { return LimitAt(changes, s, limitGrace) })
+	if rep.Overlaps != 1 {
+		t.Errorf("overlaps = %d; want 1: the third holder joined under limit 3, the fourth under limit 2", rep.Overlaps)
+	}
+	if rep := checkSemaphore("x", log, 2); rep.Overlaps != 2 {
+		t.Errorf("with limit 2 throughout, overlaps = %d; want 2", rep.Overlaps)
+	}
+}
