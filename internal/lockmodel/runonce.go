@@ -117,7 +117,7 @@ func (r RunOnce) PeriodWarnings(p SessionProfile) []Warning {
 	}
 	return []Warning{{
 		Field:   FieldRunOncePeriod,
-		Summary: "Run period shorter than the worst-case gap",
+		Summary: "Run Period Shorter Than Worst-Case Gap",
 		Detail: fmt.Sprintf("run_once.period is %s but the session profile %q has worst_case_gap %s: when a holder "+
 			"vanishes mid-run, the next node may acquire only after up to %s, so a crashed run may not be "+
 			"taken over within its period. Use a longer period or a profile with a shorter ttl and lock_delay.",
@@ -182,4 +182,17 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// ValidateRunPeriod checks a run_once period on its own, as a *FieldError
+// for field, for a validator that judges one attribute.
+func ValidateRunPeriod(field string, d time.Duration) error {
+	for _, fe := range AsFieldErrors(RunOnce{Period: d}.Validate()) {
+		if fe.Field == FieldRunOncePeriod {
+			c := *fe
+			c.Field = field
+			return &c
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -53,8 +54,14 @@ func addWarnings(diags *diag.Diagnostics, warnings []lockmodel.Warning) {
 	}
 }
 
-// attributePath maps a lockmodel field name ("ttl", "lock_keys[2]" is not
-// used; fields are top-level names) to a root attribute path.
+// attributePath maps a lockmodel field name ("ttl", or a nested
+// attribute's "run_once.period"; "lock_keys[2]" is not used) to its
+// attribute path.
 func attributePath(field string) path.Path {
-	return path.Root(field)
+	parts := strings.Split(field, ".")
+	p := path.Root(parts[0])
+	for _, name := range parts[1:] {
+		p = p.AtName(name)
+	}
+	return p
 }

@@ -57,6 +57,7 @@ type lockResourceModel struct {
 	MaxHold         timetypes.GoDuration `tfsdk:"max_hold"`
 	Description     types.String         `tfsdk:"description"`
 	AlwaysHeld      types.Bool           `tfsdk:"always_held"`
+	RunOnce         *lockRunOnceModel    `tfsdk:"run_once"`
 	ForceDestroy    types.Bool           `tfsdk:"force_destroy"`
 	Flags           types.String         `tfsdk:"flags"`
 	RegistryKey     types.String         `tfsdk:"registry_key"`
@@ -136,6 +137,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
+			"run_once": runOnceSchemaAttribute(),
 			"force_destroy": schema.BoolAttribute{
 				MarkdownDescription: "Allow destroying the lock while it is held: the holders' sessions are ended (so that their " +
 					"lock-delay keeps the next holder out while their commands stop), then the key is deleted. The provider's token " +
@@ -206,6 +208,7 @@ func (m lockResourceModel) lock() (lockmodel.Lock, diag.Diagnostics) {
 		SessionDefaults: m.SessionDefaults.ValueString(),
 		Description:     m.Description.ValueString(),
 		AlwaysHeld:      m.AlwaysHeld.ValueBool(),
+		RunOnce:         m.RunOnce.runOnce(&diags),
 	}
 	if !m.MaxHold.IsNull() && !m.MaxHold.IsUnknown() {
 		d, ds := m.MaxHold.ValueGoDuration()
@@ -235,6 +238,7 @@ func (m *lockResourceModel) setDeclared(l lockmodel.Lock) {
 	m.SessionDefaults = keepOptionalString(m.SessionDefaults, l.SessionDefaults)
 	m.Description = keepOptionalString(m.Description, l.Description)
 	m.AlwaysHeld = types.BoolValue(l.AlwaysHeld)
+	m.RunOnce = runOnceState(m.RunOnce, l.RunOnce)
 	switch {
 	case l.MaxHold == 0 && (m.MaxHold.IsNull() || m.MaxHold.IsUnknown()):
 		m.MaxHold = timetypes.NewGoDurationNull()
@@ -259,6 +263,7 @@ func (r *lockResource) ValidateConfig(ctx context.Context, req resource.Validate
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	validateRunOnceConfig(cfg, &resp.Diagnostics)
 	if cfg.Prefix.IsUnknown() || cfg.Key.IsUnknown() || cfg.Limit.IsUnknown() {
 		return
 	}
@@ -289,6 +294,7 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		plan.Key = key
 	}
 	plan.Flags, plan.RegistryKey = flags, registryKey
+	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
 
 	if !req.State.Raw.IsNull() {
 		var state lockResourceModel
@@ -708,6 +714,9 @@ func (r *lockResource) profileWarnings(l lockmodel.Lock, pair *api.KVPair, diags
 		return false
 	}
 	addWarnings(diags, l.ProfileWarnings(p))
+	if l.RunOnce != nil {
+		addWarnings(diags, l.RunOnce.PeriodWarnings(p))
+	}
 	return true
 }
 

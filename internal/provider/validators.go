@@ -159,7 +159,7 @@ func allowedText(err error) string {
 // attributeTitle turns an attribute path ("lock_delay") into a title ("Lock
 // Delay") for diagnostic summaries.
 func attributeTitle(p path.Path) string {
-	words := strings.Split(strings.ReplaceAll(p.String(), "_", " "), " ")
+	words := strings.Split(strings.NewReplacer("_", " ", ".", " ").Replace(p.String()), " ")
 	for i, w := range words {
 		switch w {
 		case "ttl":

@@ -1,0 +1,176 @@
+package provider
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// checkRunOnceRecord asserts the run_once the lock's record declares (nil:
+// none).
+func checkRunOnceRecord(t *testing.T, recordKey string, want *lockmodel.RunOnce) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		pair := kvPair(t, recordKey)
+		if pair == nil {
+			return fmt.Errorf("registry record %s does not exist", recordKey)
+		}
+		got, err := lockmodel.DecodeLockRecord(pair.Value)
+		if err != nil {
+			return fmt.Errorf("registry record %s: %w", recordKey, err)
+		}
+		if !reflect.DeepEqual(got.RunOnce, want) {
+			return fmt.Errorf("registry record %s declares run_once %+v, want %+v", recordKey, got.RunOnce, want)
+		}
+		if want == nil && strings.Contains(string(pair.Value), "run_once") {
+			return fmt.Errorf("registry record %s mentions run_once: %s", recordKey, pair.Value)
+		}
+		return nil
+	}
+}
+
+func TestAccLock_runOnceIsRecordedUpdatedInPlaceAndImported(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := func(runOnce string) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "nightly"
+  prefix = "%s/nightly"
+  %s
+}
+`, p, runOnce)
+	}
+	addr, key, recordKey := "consullock_lock.test", p+"/nightly/.lock", reg+"/locks/nightly"
+	h := time.Hour
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, recordKey),
+		Steps: []resource.TestStep{
+			{
+				// Written as the record writes them, so that the import
+				// below reads back the same strings.
+				Config: cfg(`run_once = { period = "24h0m0s", offset = "2h0m0s" }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once"), knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"period": knownvalue.StringExact("24h0m0s"), "offset": knownvalue.StringExact("2h0m0s"),
+						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
+					})),
+				},
+				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: 24 * h, Offset: 2 * h, MaxAttempts: 3, Keep: 20}),
+			},
+			{
+				ResourceName:                         addr,
+				ImportState:                          true,
+				ImportStateId:                        "nightly",
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+			},
+			{
+				Config: cfg(`run_once = { period = "1h", max_attempts = 5, keep = 50 }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("offset"), knownvalue.Null()),
+				},
+				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: h, MaxAttempts: 5, Keep: 50}),
+			},
+			{
+				Config: cfg(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once"), knownvalue.Null()),
+				},
+				Check: checkRunOnceRecord(t, recordKey, nil),
+			},
+		},
+	})
+}
+
+func TestAccLock_runOnceRejectsBadInputAtPlan(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := func(extra string) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "nightly"
+  prefix = "%s/nightly"
+  %s
+}
+`, p, extra)
+	}
+	step := func(extra string, want *regexp.Regexp) resource.TestStep {
+		return resource.TestStep{Config: cfg(extra), PlanOnly: true, ExpectError: want}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			step(`run_once = { period = "30s" }`, diagRE(`run_once.period: "30s" is not allowed; a duration from 1m0s to 8784h0m0s`)),
+			step(`run_once = { period = "1h", offset = "1h" }`, diagRE(`run_once.offset: "1h" is not allowed; a duration from 0s to less than the period (1h0m0s)`)),
+			step(`run_once = { period = "1h", max_attempts = 0 }`, regexp.MustCompile(`(?s)run_once.max_attempts.*between 1 and 100`)),
+			step(`run_once = { period = "1h", keep = 1001 }`, regexp.MustCompile(`(?s)run_once.keep.*between 1 and 1000`)),
+			step("limit = 3\n  run_once = { period = \"1h\" }", diagRE("Run Once On A Semaphore", `run_once: "run_once with limit 3" is not allowed; run_once only on a mutex (limit 1)`)),
+		},
+	})
+}
+
+// A period shorter than the session profile's worst_case_gap is a plan
+// warning naming both: a crashed run may not be taken over within it.
+func TestAccLock_runOncePeriodShorterThanTheWorstCaseGapWarnsAtPlan(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	profile := lockTestProvider(reg) + `
+resource "consullock_session_defaults" "slow" {
+  name       = "slow"
+  ttl        = "1h"
+  lock_delay = "1m"
+}
+`
+	w := newTofuWorkdir(t, reattachTerraformBlock+profile)
+	w.mustRun(t, "apply", "-input=false", "-no-color", "-auto-approve")
+	t.Cleanup(func() { _, _ = w.run(t, "destroy", "-input=false", "-no-color", "-auto-approve") })
+	w.setConfig(t, reattachTerraformBlock+profile+fmt.Sprintf(`
+resource "consullock_lock" "short" {
+  name             = "short"
+  prefix           = "%s/short"
+  session_defaults = consullock_session_defaults.slow.name
+  run_once         = { period = "1h" }
+}
+
+resource "consullock_lock" "long" {
+  name             = "long"
+  prefix           = "%s/long"
+  session_defaults = consullock_session_defaults.slow.name
+  run_once         = { period = "24h" }
+}
+`, p, p))
+	out := w.mustRun(t, "plan", "-input=false", "-no-color")
+	assertOutputHas(t, out,
+		"Warning: Run Period Shorter Than Worst-Case Gap",
+		"with consullock_lock.short",
+		`run_once.period is 1h0m0s but the session profile "slow" has worst_case_gap 2h1m0s`,
+	)
+	if n := strings.Count(out, "Warning: Run Period Shorter Than Worst-Case Gap"); n != 1 {
+		t.Errorf("%d such warnings, want 1 (for the 1h period only):\n%s", n, out)
+	}
+}
