@@ -24,24 +24,26 @@ const (
 	EnvLockKey     = "CONSUL_LOCK_KEY"     // the lock key
 )
 
-// childEnv is base without any CONSUL_LOCK_* variable of ours, plus ours.
-func childEnv(base []string, key, sessionID string, g lockproto.Grant) []string {
-	out := make([]string, 0, len(base)+5)
+// childEnv is base without any CONSUL_LOCK_* variable of ours, plus ours
+// and extra (the run-once variables).
+func childEnv(base []string, key, sessionID string, g lockproto.Grant, extra ...string) []string {
+	out := make([]string, 0, len(base)+5+len(extra))
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case EnvLockHeld, EnvFencingToken, EnvLockIndex, EnvLockSession, EnvLockKey:
+		case EnvLockHeld, EnvFencingToken, EnvLockIndex, EnvLockSession, EnvLockKey, EnvRunID, EnvAttempt:
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out,
+	out = append(out,
 		EnvLockHeld+"=true",
 		EnvFencingToken+"="+strconv.FormatUint(g.FencingToken, 10),
 		EnvLockIndex+"="+strconv.FormatUint(g.LockIndex, 10),
 		EnvLockSession+"="+sessionID,
 		EnvLockKey+"="+key,
 	)
+	return append(out, extra...)
 }
 
 // child is the command run under the lock.

@@ -24,6 +24,11 @@ type config struct {
 	node           string
 	childExitCode  bool
 	logLevel       slog.Level
+	// runID (-run-id) names the run of a run-once job; "" derives it from
+	// the lock's run_once period, or runs without the ledger.
+	runID string
+	// exitIfDone is the exit code when the run already succeeded.
+	exitIfDone int
 	// Session settings for -key (the profile of an undeclared key).
 	profile lockmodel.SessionProfile
 	command []string
@@ -51,9 +56,19 @@ holder starts without lock-delay.
 Consul is reached with the CLI's environment: CONSUL_HTTP_ADDR,
 CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...
 
-Exit codes: the command's own; 2 usage error; 123 lock lost; 124 -timeout
-passed before the lock was acquired; 125 setup error; 126 command not
-executable; 127 command not found; 128+N interrupted by signal N.
+Run once: with -run-id ID (or a lock declaring run_once, whose period slot
+names the run), the holder reads the lock's run ledger
+<registry-prefix>/runs/NAME and runs the command only if run ID has not
+succeeded and has attempts left; it records the attempt's start before the
+command starts and its outcome in the transaction that releases the lock.
+A waiter leaves as soon as the ledger shows the run succeeded. The command
+gets CONSUL_LOCK_RUN_ID and CONSUL_LOCK_ATTEMPT.
+
+Exit codes: the command's own; 0 (or -exit-code-if-done) the run already
+succeeded; 2 usage error; 121 the run used up its attempts; 123 lock lost;
+124 -timeout passed before the lock was acquired; 125 setup error (also an
+unreadable or invalid run ledger); 126 command not executable; 127 command
+not found; 128+N interrupted by signal N.
 
 Options:
 `
@@ -84,6 +99,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
 	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR)")
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
+	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z)")
+	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
 	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
@@ -118,8 +135,27 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
 	}
 
-	err = cfg.resolveLock(set, *ttl, *lockDelay, *behavior, *renewEvery)
-	return cfg, err
+	if err := cfg.resolveLock(set, *ttl, *lockDelay, *behavior, *renewEvery); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.checkRunOnce(set)
+}
+
+// checkRunOnce checks -run-id and -exit-code-if-done. A run ID needs a
+// declared lock: the ledger is the lock's, <registry-prefix>/runs/NAME.
+func (cfg *config) checkRunOnce(set map[string]bool) error {
+	if set["run-id"] {
+		if err := lockmodel.ValidateRunID(cfg.runID); err != nil {
+			return usageErrorf("%v", err)
+		}
+		if cfg.lockName == "" {
+			return usageErrorf("-run-id needs -lock NAME: the run ledger is a declared lock's")
+		}
+	}
+	if cfg.exitIfDone < 0 || cfg.exitIfDone > 255 {
+		return usageErrorf("-exit-code-if-done %d: want an exit code from 0 to 255", cfg.exitIfDone)
+	}
+	return nil
 }
 
 // resolveLock checks the choice between -lock and -key and, for -key, the

@@ -119,7 +119,8 @@ func helperMain(args []string) int {
 	}
 	write("start",
 		"index="+os.Getenv(EnvLockIndex), "token="+os.Getenv(EnvFencingToken), "session="+os.Getenv(EnvLockSession),
-		"held="+os.Getenv(EnvLockHeld), "key="+os.Getenv(EnvLockKey), "pid="+strconv.Itoa(os.Getpid()))
+		"held="+os.Getenv(EnvLockHeld), "key="+os.Getenv(EnvLockKey), "pid="+strconv.Itoa(os.Getpid()),
+		"run="+os.Getenv(EnvRunID), "attempt="+os.Getenv(EnvAttempt))
 	done := make(chan struct{})
 	go func() {
 		if *waitStdin {
@@ -153,6 +154,8 @@ type childRun struct {
 	session, key  string
 	held          string
 	pid           int
+	runID         string // CONSUL_LOCK_RUN_ID
+	attempt       string // CONSUL_LOCK_ATTEMPT
 }
 
 // readRuns parses a record file into one childRun per tag, in start order.
@@ -190,6 +193,7 @@ func readRuns(t testing.TB, path string) []*childRun {
 			r.token, _ = strconv.ParseUint(kv["token"], 10, 64)
 			r.session, r.key, r.held = kv["session"], kv["key"], kv["held"]
 			r.pid, _ = strconv.Atoi(kv["pid"])
+			r.runID, r.attempt = kv["run"], kv["attempt"]
 		case "end":
 			r.end, r.ended = at, true
 		case "term":

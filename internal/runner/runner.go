@@ -70,6 +70,8 @@ type runner struct {
 	profile lockmodel.SessionProfile // defaults applied
 	// stop says when a holder without contact must stop its command.
 	stop lockmodel.StopRule
+	// once is the run of a run-once job; nil without -run-id or run_once.
+	once *runOnce
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -154,7 +156,7 @@ func (r *runner) setup(ctx context.Context) error {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
 			"max_hold", lockmodel.FormatDuration(r.lock.MaxHold))
 	}
-	return nil
+	return r.resolveRun()
 }
 
 func (r *runner) lockLabel() string {

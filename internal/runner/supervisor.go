@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
@@ -22,6 +24,7 @@ type state int
 
 const (
 	waiting     state = iota // for the lock
+	deciding                 // run once: the holder reads and writes the run ledger
 	holding                  // the command runs under the lock
 	terminating              // the lock is lost; the command is being stopped
 	draining                 // the command exited; what it left in its group is being ended
@@ -50,7 +53,26 @@ const (
 //	                                       ▼   the command's code (123 if lost)
 //	                                      exit
 //
-// Outside waiting a signal is forwarded to the command. A cancelled context
+// Run once (runonce.go), with a run ID: while waiting, the run ledger is
+// watched too, and acquiring leads to deciding instead of holding:
+//
+//	        ledger: the run succeeded: -exit-code-if-done
+//	waiting ledger: attempts used up: 121
+//	   │ acquired: read the ledger, decide, record the attempt (in a goroutine)
+//	   ▼
+//	deciding ── decided, run: start the command ──▶ holding
+//	   │     ── decided, succeeded already: -exit-code-if-done; attempts used up: 121
+//	   │     ── decided, ledger unreadable or invalid: 125
+//	   │ lost, signal, cancelled: abandon the decision, wait for it
+//	   ▼
+//	  exit (123 if lost, 128+n on a signal, 125 if cancelled)
+//
+// On exit a holder that recorded its attempt records the outcome in the
+// transaction that releases the lock: succeeded or failed by the
+// command's own exit code, lost when the lock was lost before it exited,
+// failed with the runner's code when it never started.
+//
+// Outside waiting and deciding a signal is forwarded to the command. A cancelled context
 // while holding sends SIGTERM and arms grace (SIGKILL when it passes)
 // without leaving holding: the command's own exit code still counts. On
 // every exit the hold is released, or the acquisition abandoned.
@@ -62,6 +84,15 @@ type supervisor struct {
 	stopWait  context.CancelFunc // abandons the acquisition
 	waitStart time.Time
 	timeout   *time.Timer // -timeout while waiting; nil without one
+
+	// Run once: the waiter's watch of the ledger, and the decision.
+	ledgerDone chan runDone // nil without a watch, or once received
+	stopLedger context.CancelFunc
+	ledgerExit chan struct{} // closed when the watch has returned
+	decided    chan decision // nil unless deciding
+	stopDecide context.CancelFunc
+	abortCode  int  // a signal or cancellation ended deciding
+	childCode  *int // the command's own exit code, when it exited by itself
 
 	hold       *lockproto.Hold
 	acquiredAt time.Time
@@ -82,15 +113,15 @@ type acquireResult struct {
 }
 
 func newSupervisor(r *runner) *supervisor {
-	s := &supervisor{r: r, grace: time.NewTimer(time.Hour)}
+	s := &supervisor{r: r, grace: time.NewTimer(time.Hour), stopLedger: func() {}, stopDecide: func() {}}
 	s.grace.Stop()
 	return s
 }
 
 // run waits for the lock with session first (already created), runs the
 // command, and returns the exit code once the hold is released.
-func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) int {
-	defer s.cleanup(context.WithoutCancel(ctx))
+func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) (code int) {
+	defer func() { s.cleanup(context.WithoutCancel(ctx), code) }()
 	s.startWaiting(ctx, first)
 	ctxDone := ctx.Done()
 	for {
@@ -108,6 +139,10 @@ func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *loc
 			code, done = s.onTimeout()
 		case res := <-s.acq:
 			code, done = s.onAcquired(ctx, res)
+		case d := <-s.ledgerC():
+			code, done = s.onLedger(d)
+		case d := <-s.decided:
+			code, done = s.onDecided(d)
 		case <-s.lostC():
 			s.onLost()
 		case <-s.grace.C:
@@ -133,8 +168,15 @@ func (s *supervisor) timeoutC() <-chan time.Time {
 	return s.timeout.C
 }
 
+func (s *supervisor) ledgerC() <-chan runDone {
+	if s.state != waiting {
+		return nil
+	}
+	return s.ledgerDone
+}
+
 func (s *supervisor) lostC() <-chan struct{} {
-	if s.hold == nil || s.lossWhy != "" || (s.state != holding && s.state != draining) {
+	if s.hold == nil || s.lossWhy != "" || s.state == waiting || s.state == terminating {
 		return nil
 	}
 	return s.hold.Lost()
@@ -166,11 +208,20 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 	if s.r.cfg.timeout > 0 {
 		s.timeout = time.NewTimer(s.r.cfg.timeout)
 	}
+	if s.r.once != nil {
+		lctx, stop := context.WithCancel(ctx)
+		s.stopLedger, s.ledgerDone, s.ledgerExit = stop, make(chan runDone, 1), make(chan struct{})
+		go func() {
+			defer close(s.ledgerExit)
+			s.r.watchLedger(lctx, s.ledgerDone)
+		}()
+	}
 }
 
 // cleanup stops the timers, abandons an acquisition still waiting, and
-// releases the hold (release, then destroy the session).
-func (s *supervisor) cleanup(ctx context.Context) {
+// releases the hold (release, then destroy the session); a run-once
+// attempt's outcome is recorded with the release. code is the exit code.
+func (s *supervisor) cleanup(ctx context.Context, code int) {
 	s.grace.Stop()
 	if s.timeout != nil {
 		s.timeout.Stop()
@@ -179,14 +230,38 @@ func (s *supervisor) cleanup(ctx context.Context) {
 		s.drain.Stop()
 	}
 	s.stopWait()
+	s.stopLedger()
+	if s.ledgerExit != nil {
+		<-s.ledgerExit
+	}
 	if s.acq != nil {
 		if res := <-s.acq; res.hold != nil {
 			res.hold.Release(ctx)
 		}
 	}
 	if s.hold != nil {
+		if s.r.once != nil && s.r.once.attempt > 0 {
+			outcome, exitCode := s.outcome(code)
+			s.r.finishRun(ctx, s.hold, outcome, exitCode)
+		}
 		s.hold.Release(ctx)
 	}
+}
+
+// outcome is the outcome of this holder's attempt: the command's own exit
+// code when it exited by itself (also if the lock was lost afterwards,
+// while its leftovers were ended), lost when the lock was lost before,
+// failed with the runner's code when the command never started.
+func (s *supervisor) outcome(code int) (lockmodel.RunOutcome, *int) {
+	switch {
+	case s.childCode != nil && *s.childCode == 0:
+		return lockmodel.RunSucceeded, s.childCode
+	case s.childCode != nil:
+		return lockmodel.RunFailed, s.childCode
+	case s.lossWhy != "":
+		return lockmodel.RunLost, nil
+	}
+	return lockmodel.RunFailed, &code
 }
 
 // onAcquired: waiting ends; the command starts under the lock.
@@ -211,7 +286,17 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 	g, id := s.hold.Grant, s.hold.Session.ID
 	log.Info("lock acquired", "session", id, "fencing_token", g.FencingToken, "lock_index", g.LockIndex,
 		"waited", time.Since(s.waitStart).Round(time.Millisecond))
-	c, err := startChild(s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g))
+	if s.r.once != nil {
+		s.startDeciding(ctx)
+		return 0, false
+	}
+	return s.startCommand()
+}
+
+// startCommand starts the command under the lock: holding.
+func (s *supervisor) startCommand() (int, bool) {
+	log, g, id := s.r.log, s.hold.Grant, s.hold.Session.ID
+	c, err := startChild(s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...))
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true
@@ -221,12 +306,16 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 	return 0, false
 }
 
-// onCancel: the context ended. Waiting ends; a held command is stopped.
+// onCancel: the context ended. Waiting and deciding end; a held command
+// is stopped.
 func (s *supervisor) onCancel(ctx context.Context) (int, bool) {
 	switch s.state {
 	case waiting:
 		s.r.log.Error("cancelled while waiting for the lock", "error", context.Cause(ctx))
 		return ExitSetup, true
+	case deciding:
+		s.r.log.Error("cancelled while reading the run ledger; the command will not start", "error", context.Cause(ctx))
+		s.abortDeciding(ExitSetup)
 	case holding:
 		s.cancelled = true
 		s.r.log.Warn("cancelled; stopping the command", "pid", s.ch.pid())
@@ -244,6 +333,13 @@ func (s *supervisor) onSignal(sig os.Signal) (int, bool) {
 		if abortsWaiting(sig) {
 			log.Warn("interrupted while waiting for the lock", "signal", sig.String())
 			return signalExitCode(sig), true
+		}
+		return 0, false
+	}
+	if s.state == deciding {
+		if abortsWaiting(sig) {
+			log.Warn("interrupted while reading the run ledger; the command will not start", "signal", sig.String())
+			s.abortDeciding(signalExitCode(sig))
 		}
 		return 0, false
 	}
@@ -265,6 +361,11 @@ func (s *supervisor) onTimeout() (int, bool) {
 func (s *supervisor) onLost() {
 	s.lossWhy = s.hold.Reason()
 	log := s.r.log
+	if s.state == deciding {
+		log.Error("lock lost while reading the run ledger; the command will not start", "reason", s.lossWhy)
+		s.stopDecide()
+		return
+	}
 	if s.state == draining {
 		log.Error("lock lost while ending the processes the command left; killing them", "reason", s.lossWhy, "pgid", s.ch.pid())
 		_ = s.ch.signal(sigKill)
@@ -326,6 +427,8 @@ func (s *supervisor) onChildExit() (int, bool) {
 		return ExitLockLost, true
 	}
 	s.exitCode = childExitCode(ch.state, s.r.cfg.childExitCode)
+	own := childExitCode(ch.state, true)
+	s.childCode = &own
 	log.Info("command exited", "status", ch.state.String(), "exit_code", s.exitCode, "held", held)
 	if !ch.groupLeft() {
 		return s.exitCode, true
@@ -353,4 +456,61 @@ func (s *supervisor) killLeftovers() {
 	if ch.groupLeft() {
 		s.r.log.Warn("processes of the command's process group survived SIGKILL", "pgid", ch.pid(), "waited", killWait)
 	}
+}
+
+// startDeciding: the holder of a run-once lock reads the ledger and
+// decides in a goroutine (its requests may wait on Consul); events that
+// end deciding abandon it (abortDeciding) and wait for its answer.
+func (s *supervisor) startDeciding(ctx context.Context) {
+	s.stopLedger()
+	s.state = deciding
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopDecide, s.decided = cancel, make(chan decision, 1)
+	h := s.hold
+	go func() { s.decided <- s.r.decide(dctx, h) }()
+}
+
+// abortDeciding: a signal or cancellation ends deciding with code once the
+// decision has answered.
+func (s *supervisor) abortDeciding(code int) {
+	if s.abortCode == 0 {
+		s.abortCode = code
+	}
+	s.stopDecide()
+}
+
+// onLedger: while waiting, the ledger shows the run done; the waiter
+// leaves without acquiring.
+func (s *supervisor) onLedger(d runDone) (int, bool) {
+	s.ledgerDone = nil
+	return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true
+}
+
+// onDecided: the holder's decision. Run starts the command as the
+// recorded attempt; anything else exits without starting it.
+func (s *supervisor) onDecided(d decision) (int, bool) {
+	s.decided = nil
+	s.stopDecide()
+	run, log := s.r.once, s.r.log
+	if d.err == nil && d.begin.Kind == lockmodel.BeginRun {
+		run.attempt, run.ledger, run.index = d.begin.Attempt, d.ledger, d.index
+	}
+	switch {
+	case s.lossWhy != "":
+		return ExitLockLost, true
+	case s.abortCode != 0:
+		return s.abortCode, true
+	case errors.Is(d.err, consul.ErrFenceLost):
+		log.Error("lock lost while recording the run's start; the command was not started", "error", d.err.Error())
+		return ExitLockLost, true
+	case d.err != nil:
+		log.Error("cannot use the run ledger; the command was not started", "ledger", run.ledgerKey, "error", d.err.Error())
+		return ExitSetup, true
+	case d.begin.Kind == lockmodel.BeginAlreadySucceeded:
+		return s.r.reportDone(d.begin.Kind, []lockmodel.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
+	case d.begin.Kind == lockmodel.BeginExhausted:
+		return s.r.reportDone(d.begin.Kind, d.begin.Attempts, "after acquiring the lock"), true
+	}
+	log.Info("run attempt recorded; starting the command", "run_id", run.id, "attempt", run.attempt, "max_attempts", run.maxAttempts)
+	return s.startCommand()
 }

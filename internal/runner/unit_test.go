@@ -60,7 +60,8 @@ func TestStartErrorExitCode(t *testing.T) {
 
 func TestExitCodesAreDistinct(t *testing.T) {
 	codes := []int{ExitOK, ExitUsage, ExitLockLost, ExitTimeout, ExitSetup, ExitCannotExecute, ExitNotFound,
-		signalExitCode(syscall.SIGINT), signalExitCode(syscall.SIGTERM)}
+		signalExitCode(syscall.SIGINT), signalExitCode(syscall.SIGTERM),
+		lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct}
 	if got := slices.Compact(slices.Sorted(slices.Values(codes))); len(got) != len(codes) {
 		t.Fatalf("exit codes collide: %v", codes)
 	}
@@ -76,6 +77,14 @@ func TestChildEnv(t *testing.T) {
 		"CONSUL_LOCK_SESSION=sess-1", "CONSUL_LOCK_KEY=jobs/a/.lock"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("childEnv = %q\nwant %q", got, want)
+	}
+	// A run-once attempt's variables replace any the runner inherited.
+	base = append(base, "CONSUL_LOCK_RUN_ID=old", "CONSUL_LOCK_ATTEMPT=9")
+	got = childEnv(base, "jobs/a/.lock", "sess-1", lockproto.Grant{FencingToken: 1042, LockIndex: 42},
+		"CONSUL_LOCK_RUN_ID=2026-12-01T00:00:00Z", "CONSUL_LOCK_ATTEMPT=2")
+	want = append(want, "CONSUL_LOCK_RUN_ID=2026-12-01T00:00:00Z", "CONSUL_LOCK_ATTEMPT=2")
+	if !slices.Equal(got, want) {
+		t.Fatalf("childEnv with a run = %q\nwant %q", got, want)
 	}
 }
 
@@ -112,6 +121,13 @@ func TestParseArgs(t *testing.T) {
 		{"negative timeout", []string{"-lock", "a", "-timeout", "-1s", "--", "job"}, "-timeout", nil},
 		{"unknown flag", []string{"-frobnicate", "--", "job"}, "frobnicate", nil},
 		{"bad log level", []string{"-lock", "a", "-log-level", "loud", "--", "job"}, "-log-level", nil},
+		{"run ID", []string{"-lock", "a", "-run-id", "nightly@2026-12-01", "-exit-code-if-done", "122", "--", "job"}, "",
+			func(c config) bool { return c.runID == "nightly@2026-12-01" && c.exitIfDone == 122 }},
+		{"run ID with a space", []string{"-lock", "a", "-run-id", "nightly 1", "--", "job"}, `-run-id: "nightly 1" is not allowed`, nil},
+		{"empty run ID", []string{"-lock", "a", "-run-id", "", "--", "job"}, "-run-id", nil},
+		{"run ID over 128 bytes", []string{"-lock", "a", "-run-id", strings.Repeat("x", 129), "--", "job"}, "-run-id", nil},
+		{"run ID without a declared lock", []string{"-key", "k", "-run-id", "r1", "--", "job"}, "-run-id needs -lock", nil},
+		{"exit code if done out of range", []string{"-lock", "a", "-exit-code-if-done", "256", "--", "job"}, "-exit-code-if-done", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

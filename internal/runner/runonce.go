@@ -1,0 +1,300 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+)
+
+// Run once: the runner's side of the run ledger (lockmodel ledger.go
+// decides, consul ledger.go writes). A holder with a run ID reads the
+// ledger consistently and decides (deciding state): the run already
+// succeeded, it used up its attempts, or this holder runs the next
+// attempt, recorded "running" (BeginRun, guarded by the session) before the
+// command starts. The outcome is written in the transaction that releases
+// the lock (FinishRunAndRelease); after a loss it is written afterwards,
+// with a check-and-set, if the attempt is still ours. A waiter watches the
+// ledger and leaves as soon as the run is done.
+
+// Environment the child of a run-once job receives.
+const (
+	EnvRunID   = "CONSUL_LOCK_RUN_ID"  // the run's ID
+	EnvAttempt = "CONSUL_LOCK_ATTEMPT" // the attempt's number, from 1
+)
+
+// ledgerTries bounds how often a ledger write is decided again after its
+// check-and-set lost (someone else wrote the ledger in between: only a
+// holder that lost the lock recording its outcome, or a hand edit).
+const ledgerTries = 5
+
+// ledgerWaitTime is the longest wait of a waiter's blocking query on the
+// ledger.
+const ledgerWaitTime = 5 * time.Minute
+
+// runOnce is the run this runner is part of.
+type runOnce struct {
+	id          string
+	maxAttempts int
+	keep        int
+	ledgerKey   string
+	// Set once this holder has recorded its attempt (BeginRun): the
+	// attempt's number and the ledger as written, at index.
+	attempt int
+	ledger  lockmodel.Ledger
+	index   uint64
+}
+
+// resolveRun decides whether this is a run-once run and its run ID: the
+// -run-id, else the lock's run_once period slot of the runner's start.
+func (r *runner) resolveRun() error {
+	ro := r.lock.RunOnce
+	if r.cfg.runID == "" && ro == nil {
+		return nil
+	}
+	if r.lock.IsSemaphore() {
+		return fmt.Errorf("-run-id: lock %q is a semaphore (limit %d); run once needs a mutex", r.cfg.lockName, r.lock.Limit)
+	}
+	spec, from := lockmodel.RunOnce{}, "-run-id"
+	if ro != nil {
+		spec = *ro
+	}
+	spec = spec.WithDefaults()
+	id := r.cfg.runID
+	if id == "" {
+		id, _ = lockmodel.RunSlot(r.started, spec.Period, spec.Offset)
+		from = "run_once.period slot of the start"
+	}
+	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep,
+		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName)}
+	r.log.Info("run once", "run_id", id, "from", from, "max_attempts", spec.MaxAttempts, "ledger", r.once.ledgerKey)
+	return nil
+}
+
+// decision is what a holder decided about its run, and the ledger as
+// written (or as read, when nothing was written).
+type decision struct {
+	begin  lockmodel.BeginDecision
+	ledger lockmodel.Ledger
+	index  uint64
+	err    error
+}
+
+// decide reads the ledger, decides (lockmodel Begin) and writes the
+// decision when it changes the ledger, guarded by h's session. A lost
+// check-and-set is decided again on a fresh read.
+func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
+	run := r.once
+	holder := lockmodel.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
+	for try := 1; ; try++ {
+		l, index, err := r.client.ReadLedger(ctx, run.ledgerKey, r.cfg.lockName)
+		if err != nil {
+			return decision{err: err}
+		}
+		d, err := l.Begin(run.id, holder, run.maxAttempts, time.Now())
+		if err != nil || !d.Changed {
+			return decision{begin: d, ledger: l, index: index, err: err}
+		}
+		written := d.Ledger.Prune(run.keep, run.id)
+		index, err = r.client.BeginRun(ctx, consul.LedgerWrite{
+			LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey, Index: index, Ledger: written,
+		})
+		if errors.Is(err, consul.ErrLedgerChanged) && try < ledgerTries {
+			continue
+		}
+		return decision{begin: d, ledger: written, index: index, err: err}
+	}
+}
+
+// finishRun records the outcome of this holder's attempt and releases the
+// lock in one transaction. When the session no longer holds the lock, the
+// outcome is recorded afterwards with a check-and-set (recordAfterLoss).
+func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) {
+	run := r.once
+	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
+	ledger, index := run.ledger, run.index
+	for try := 1; ; try++ {
+		next, err := ledger.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
+		if err != nil {
+			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+		_, err = r.client.FinishRunAndRelease(wctx, consul.RunRelease{
+			LedgerWrite: consul.LedgerWrite{LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey,
+				Index: index, Ledger: next.Prune(run.keep, run.id)},
+			Flags: r.lock.Flags(), Value: h.Value,
+		})
+		cancel()
+		switch {
+		case err == nil:
+			log.Info("run outcome recorded; lock released", "exit_code", exitCodeText(exitCode))
+			return
+		case errors.Is(err, consul.ErrLedgerChanged) && try < ledgerTries:
+			if ledger, index, err = r.readLedger(ctx); err != nil {
+				log.Error("cannot read the run ledger again to record the run's outcome", "error", err.Error())
+				return
+			}
+		case errors.Is(err, consul.ErrFenceLost):
+			r.recordAfterLoss(ctx, log, outcome, exitCode)
+			return
+		default:
+			log.Error("cannot record the run's outcome; the next holder will find the attempt running and record it crashed",
+				"error", err.Error())
+			return
+		}
+	}
+}
+
+// recordAfterLoss records the outcome of an attempt whose holder no longer
+// holds the lock: best effort, with a check-and-set of the ledger as read,
+// and only while the attempt is still "running" (a next holder that found
+// it so has recorded it crashed, and that stands).
+func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome lockmodel.RunOutcome, exitCode *int) {
+	run := r.once
+	for try := 1; try <= ledgerTries; try++ {
+		l, index, err := r.readLedger(ctx)
+		if err != nil {
+			log.Warn("lock lost: cannot read the run ledger to record the outcome", "error", err.Error())
+			return
+		}
+		next, err := l.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
+		if err != nil {
+			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
+			return
+		}
+		value, err := lockmodel.EncodeLedger(next.Prune(run.keep, run.id))
+		if err != nil {
+			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+		ok, _, err := r.client.KV().CAS(&api.KVPair{Key: run.ledgerKey, Value: value, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(wctx))
+		cancel()
+		switch {
+		case err != nil:
+			// Not sent again: the answer may be lost, not the write.
+			log.Warn("lock lost: recording the outcome failed; the next holder records the attempt crashed", "error", err.Error())
+			return
+		case ok:
+			log.Info("lock lost: outcome recorded in the run ledger after the loss")
+			return
+		}
+	}
+	log.Warn("lock lost: the run ledger kept changing; the outcome is not recorded")
+}
+
+func (r *runner) readLedger(ctx context.Context) (lockmodel.Ledger, uint64, error) {
+	rctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+	defer cancel()
+	return r.client.ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
+}
+
+// runDone is what a waiter saw in the ledger: its run is done.
+type runDone struct {
+	kind lockmodel.BeginKind // BeginAlreadySucceeded or BeginExhausted
+	run  lockmodel.Run
+}
+
+// watchLedger follows the ledger with blocking queries while the runner
+// waits for the lock, and sends on out once the run succeeded or used up
+// its attempts. A ledger that does not decode is left to the holder to
+// report (the waiter then decides after acquiring, and refuses to run).
+func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
+	var index uint64
+	kv := r.client.KV()
+	for {
+		pair, meta, err := kv.Get(r.once.ledgerKey, (&api.QueryOptions{WaitIndex: index, WaitTime: ledgerWaitTime}).WithContext(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.log.Debug("reading the run ledger failed", "error", err.Error())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if done, ok := r.runIsDone(pair); ok {
+			out <- done
+			return
+		}
+		index = lockproto.NextIndex(index, meta.LastIndex)
+	}
+}
+
+// runIsDone reports whether the ledger in pair shows this run succeeded,
+// or exhausted with no attempt left under the declared max_attempts.
+func (r *runner) runIsDone(pair *api.KVPair) (runDone, bool) {
+	if pair == nil {
+		return runDone{}, false
+	}
+	l, err := lockmodel.DecodeLedger(pair.Value)
+	if err != nil || l.Lock != r.cfg.lockName {
+		return runDone{}, false
+	}
+	i := l.Find(r.once.id)
+	if i < 0 {
+		return runDone{}, false
+	}
+	run := l.Runs[i]
+	if _, ok := run.Succeeded(); ok {
+		return runDone{kind: lockmodel.BeginAlreadySucceeded, run: run}, true
+	}
+	if run.Outcome == lockmodel.RunExhausted && len(run.Attempts) >= r.once.maxAttempts {
+		return runDone{kind: lockmodel.BeginExhausted, run: run}, true
+	}
+	return runDone{}, false
+}
+
+// reportDone logs why the command is not started and returns the exit
+// code: -exit-code-if-done when the run succeeded, 121 when it used up its
+// attempts.
+func (r *runner) reportDone(kind lockmodel.BeginKind, attempts []lockmodel.Attempt, seen string) int {
+	if kind == lockmodel.BeginAlreadySucceeded {
+		var a lockmodel.Attempt
+		for _, at := range attempts {
+			if at.Outcome == lockmodel.RunSucceeded {
+				a = at
+			}
+		}
+		r.log.Info("run already succeeded; the command was not started", "run_id", r.once.id, "seen", seen,
+			"ran_on", a.Node, "attempt", a.Number, "fencing_token", a.FencingToken, "session", a.Session,
+			"started", a.Started.Format(time.RFC3339Nano), "finished", a.Finished.Format(time.RFC3339Nano),
+			"exit_code", r.cfg.exitIfDone)
+		return r.cfg.exitIfDone
+	}
+	var last lockmodel.Attempt
+	if len(attempts) > 0 {
+		last = attempts[len(attempts)-1]
+	}
+	r.log.Error("run used up its attempts; the command was not started (raise run_once.max_attempts for more)",
+		"run_id", r.once.id, "seen", seen, "attempts", len(attempts), "max_attempts", r.once.maxAttempts,
+		"last_outcome", string(last.Outcome), "last_node", last.Node, "exit_code", lockmodel.ExitRunExhausted)
+	return lockmodel.ExitRunExhausted
+}
+
+// runEnv is the environment of a run-once attempt's command.
+func (r *runner) runEnv() []string {
+	if r.once == nil {
+		return nil
+	}
+	return []string{EnvRunID + "=" + r.once.id, EnvAttempt + "=" + strconv.Itoa(r.once.attempt)}
+}
+
+func exitCodeText(c *int) string {
+	if c == nil {
+		return "none"
+	}
+	return strconv.Itoa(*c)
+}

@@ -1,0 +1,341 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// declareRunOnce declares a run-once lock under a fresh prefix with the
+// fast profile (lock-delay 1s) and returns it with a worker token: the
+// runner's rules plus key write on the lock's ledger only.
+func declareRunOnce(t testing.TB, ro lockmodel.RunOnce) (lockmodel.Lock, string) {
+	t.Helper()
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, RunOnce: &ro}, fastProfile(t, time.Second))
+	rules := fmt.Sprintf(`key_prefix %q { policy = "write" }
+key_prefix "%s/" { policy = "read" }
+key %q { policy = "write" }
+session %q { policy = "write" }
+`, prefix, lockmodel.DefaultRegistryPrefix, ledgerKey(l), agent.NodeName)
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, tok.SecretID
+}
+
+func ledgerKey(l lockmodel.Lock) string {
+	return lockmodel.RunLedgerKey(lockmodel.DefaultRegistryPrefix, l.Name)
+}
+
+// readLedger reads the lock's ledger consistently; ok is false when there
+// is none.
+func readLedger(t testing.TB, l lockmodel.Lock) (lockmodel.Ledger, *api.KVPair) {
+	t.Helper()
+	pair, _, err := agent.Client().KV().Get(ledgerKey(l), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair == nil {
+		return lockmodel.Ledger{}, nil
+	}
+	ledger, err := lockmodel.DecodeLedger(pair.Value)
+	if err != nil {
+		t.Fatalf("ledger: %v", err)
+	}
+	return ledger, pair
+}
+
+// ledgerRun is run id of the ledger; it fails the test when it is absent.
+func ledgerRun(t testing.TB, l lockmodel.Lock, id string) lockmodel.Run {
+	t.Helper()
+	ledger, _ := readLedger(t, l)
+	i := ledger.Find(id)
+	if i < 0 {
+		t.Fatalf("run %q is not in the ledger: %+v", id, ledger)
+	}
+	return ledger.Runs[i]
+}
+
+func runIDCount() int {
+	if os.Getenv("FAULTS_FULL") != "" {
+		return 200
+	}
+	return 50
+}
+
+// Five runners triggered together on one run ID, for many run IDs: the
+// command runs exactly once per run ID, as attempt 1, with the run ID in
+// its environment; the ledger records that execution (its fencing token)
+// as the run's one succeeded attempt; the four others exit 0 saying who
+// ran it, and no command runs after a success was recorded.
+func TestRunOnce_runnersTriggeredTogetherRunEachRunIDOnce(t *testing.T) {
+	const n = 5
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	ids := runIDCount()
+	for i := range ids {
+		id := fmt.Sprintf("batch-%03d", i)
+		var procs []*proc
+		for j := range n {
+			tag := fmt.Sprintf("%s.%d", id, j)
+			procs = append(procs, startRun(t, "runner "+tag, token, []string{"-lock", l.Name, "-run-id", id},
+				childArgs(record, tag, "-sleep", "30ms")...))
+		}
+		skipped := 0
+		for _, p := range procs {
+			if code := p.wait(60 * time.Second); code != 0 {
+				t.Fatalf("%s exited %d, want 0:\n%s", p.name, code, p.out.String())
+			}
+			if strings.Contains(p.out.String(), "run already succeeded; the command was not started") {
+				skipped++
+			}
+		}
+		if skipped != n-1 {
+			t.Fatalf("run %s: %d runners said the run already succeeded, want %d", id, skipped, n-1)
+		}
+		run := ledgerRun(t, l, id)
+		var ran []*childRun
+		for _, r := range readRuns(t, record) {
+			if r.runID == id {
+				ran = append(ran, r)
+			}
+		}
+		if len(ran) != 1 || ran[0].attempt != "1" || !ran[0].ended {
+			t.Fatalf("run %s: %d executions (%+v), want exactly one, attempt 1", id, len(ran), ran)
+		}
+		if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 || run.Attempts[0].FencingToken != ran[0].token ||
+			run.Attempts[0].Session != ran[0].session {
+			t.Fatalf("run %s in the ledger: %+v; want one succeeded attempt with the execution's token %d", id, run, ran[0].token)
+		}
+	}
+	runs := readRuns(t, record)
+	if len(runs) != ids {
+		t.Fatalf("%d executions for %d run IDs", len(runs), ids)
+	}
+	if maxConcurrent(runs) != 1 {
+		t.Fatalf("up to %d commands ran at once", maxConcurrent(runs))
+	}
+	ledger, _ := readLedger(t, l)
+	if len(ledger.Runs) != lockmodel.DefaultRunKeep {
+		t.Fatalf("the ledger keeps %d runs, want keep's default %d", len(ledger.Runs), lockmodel.DefaultRunKeep)
+	}
+	t.Logf("MEASURED %d run IDs x %d runners triggered together: %d executions, %d runners skipped after a recorded success",
+		ids, n, len(runs), ids*(n-1))
+}
+
+// Without -run-id, a run_once lock's run ID is the period slot of the
+// start (RunSlot): three runners triggered together run the command once.
+func TestRunOnce_runIDIsThePeriodSlotWithoutRunID(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: 24 * time.Hour, Offset: 12 * time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	before, _ := lockmodel.RunSlot(time.Now(), 24*time.Hour, 12*time.Hour)
+	var procs []*proc
+	for _, tag := range []string{"a", "b", "c"} {
+		procs = append(procs, startRun(t, "runner "+tag, token, []string{"-lock", l.Name}, childArgs(record, tag, "-sleep", "50ms")...))
+	}
+	for _, p := range procs {
+		if code := p.wait(60 * time.Second); code != 0 {
+			t.Fatalf("%s exited %d, want 0", p.name, code)
+		}
+	}
+	after, _ := lockmodel.RunSlot(time.Now(), 24*time.Hour, 12*time.Hour)
+	runs := readRuns(t, record)
+	if len(runs) != 1 || (runs[0].runID != before && runs[0].runID != after) {
+		t.Fatalf("executions %+v; want one, with %s=%s", runs, EnvRunID, before)
+	}
+	if run := ledgerRun(t, l, runs[0].runID); run.Outcome != lockmodel.RunSucceeded {
+		t.Fatalf("ledger run %+v", run)
+	}
+}
+
+// A holder SIGKILLed mid-run (its command dies with it) leaves its attempt
+// "running"; the next holder records it crashed and runs attempt 2.
+func TestRunOnce_holderKilledMidRunIsRecordedCrashedAndRetried(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
+	waitStarted(t, record, "a")
+	b := startRun(t, "runner b", token, args, childArgs(record, "b", "-sleep", "50ms")...)
+	waitForTwoSessions(t, "consullock run "+l.Name)
+	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunRunning || len(run.Attempts) != 1 {
+		t.Fatalf("while a runs, the ledger says %+v; want attempt 1 running", run)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(10 * time.Second)
+	// The servers invalidate a dead node's session; destroying it is the
+	// same end without waiting for the TTL.
+	if _, err := agent.Client().Session().Destroy(readRuns(t, record)[0].session, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0", code)
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 2 || runs[1].tag != "b" || runs[1].attempt != "2" {
+		t.Fatalf("executions %+v; want b as attempt 2", runs)
+	}
+	run := ledgerRun(t, l, "r1")
+	if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 2 ||
+		run.Attempts[0].Outcome != lockmodel.RunCrashed || run.Attempts[0].Session != runs[0].session ||
+		run.Attempts[1].Outcome != lockmodel.RunSucceeded || run.Attempts[1].Session != runs[1].session {
+		t.Fatalf("ledger run %+v; want attempt 1 crashed (a), attempt 2 succeeded (b)", run)
+	}
+}
+
+// A holder whose session is ended out of band stops its command, exits
+// 123 and records the attempt "lost" afterwards (check-and-set, the
+// session no longer holding the lock); the next runner runs attempt 2.
+func TestRunOnce_lostAttemptIsRecordedLostAndRetried(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
+	waitStarted(t, record, "a")
+	if _, err := agent.Client().Session().Destroy(readRuns(t, record)[0].session, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(time.Minute); code != ExitLockLost {
+		t.Fatalf("runner a exited %d, want %d", code, ExitLockLost)
+	}
+	run := ledgerRun(t, l, "r1")
+	if len(run.Attempts) != 1 || run.Attempts[0].Outcome != lockmodel.RunLost || run.Outcome != lockmodel.RunLost {
+		t.Fatalf("ledger run %+v; want attempt 1 lost", run)
+	}
+	b := startRun(t, "runner b", token, args, childArgs(record, "b", "-sleep", "50ms")...)
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0", code)
+	}
+	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 2 {
+		t.Fatalf("ledger run %+v; want attempt 2 succeeded", run)
+	}
+}
+
+// A run whose command fails max_attempts times is exhausted: the next
+// runner does not start the command and exits 121, and one after it
+// writes nothing more.
+func TestRunOnce_maxAttemptsReachedExits121WithoutRunning(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 2})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	for i, want := range []int{3, 3, lockmodel.ExitRunExhausted} {
+		p := startRun(t, fmt.Sprintf("runner %d", i), token, args, childArgs(record, strconv.Itoa(i), "-exit", "3")...)
+		if code := p.wait(time.Minute); code != want {
+			t.Fatalf("runner %d exited %d, want %d:\n%s", i, code, want, p.out.String())
+		}
+	}
+	if runs := readRuns(t, record); len(runs) != 2 {
+		t.Fatalf("%d executions, want 2 (max_attempts)", len(runs))
+	}
+	run := ledgerRun(t, l, "r1")
+	if run.Outcome != lockmodel.RunExhausted || len(run.Attempts) != 2 || run.Attempts[1].Outcome != lockmodel.RunFailed ||
+		run.Attempts[1].ExitCode == nil || *run.Attempts[1].ExitCode != 3 {
+		t.Fatalf("ledger run %+v; want exhausted after 2 failed attempts (exit 3)", run)
+	}
+	_, before := readLedger(t, l)
+	p := startRun(t, "runner after", token, args, childArgs(record, "after")...)
+	if code := p.wait(time.Minute); code != lockmodel.ExitRunExhausted {
+		t.Fatalf("runner after exited %d, want %d", code, lockmodel.ExitRunExhausted)
+	}
+	if !strings.Contains(p.out.String(), "run used up its attempts") {
+		t.Fatalf("runner after does not say why:\n%s", p.out.String())
+	}
+	if _, after := readLedger(t, l); after.ModifyIndex != before.ModifyIndex {
+		t.Fatalf("an exhausted run was written again (index %d -> %d)", before.ModifyIndex, after.ModifyIndex)
+	}
+}
+
+// Waiters leave as soon as the ledger shows the run succeeded, without
+// acquiring: exit 0 naming the node that ran it, or -exit-code-if-done.
+func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	b := startRun(t, "runner b", token, append(args, "-exit-code-if-done", "122"), childArgs(record, "b")...)
+	c := startRun(t, "runner c", token, args, childArgs(record, "c")...)
+	waitForSessionsMatching(t, func(s string) bool { return s == "consullock run "+l.Name }, 3)
+	waitOutput(t, b, "waiting for the lock")
+	waitOutput(t, c, "waiting for the lock")
+	a.closeStdin()
+	for p, want := range map[*proc]int{a: 0, b: lockmodel.ExitRunAlreadySucceededDistinct, c: 0} {
+		if code := p.wait(time.Minute); code != want {
+			t.Fatalf("%s exited %d, want %d:\n%s", p.name, code, want, p.out.String())
+		}
+	}
+	for _, p := range []*proc{b, c} {
+		out := p.out.String()
+		if !strings.Contains(out, "run already succeeded") || !strings.Contains(out, `seen="while waiting for the lock"`) ||
+			!strings.Contains(out, "ran_on="+agent.NodeName) {
+			t.Fatalf("%s does not say it saw the success while waiting, and who ran it:\n%s", p.name, out)
+		}
+		if strings.Contains(out, "lock acquired") {
+			t.Fatalf("%s acquired the lock; it should have left while waiting:\n%s", p.name, out)
+		}
+	}
+	if runs := readRuns(t, record); len(runs) != 1 {
+		t.Fatalf("%d executions, want 1", len(runs))
+	}
+}
+
+// A ledger that does not decode, or that has a field no runner writes, is
+// a clear error naming the ledger and the field: exit 125, nothing run,
+// nothing written.
+func TestRunOnce_corruptLedgerIsAnErrorAndNothingRuns(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	good, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: l.Name, Runs: []lockmodel.Run{{ID: "r0", Outcome: lockmodel.RunSucceeded,
+		Attempts: []lockmodel.Attempt{{Number: 1, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7, Started: time.Now(), Finished: time.Now(),
+			ExitCode: new(int), Outcome: lockmodel.RunSucceeded}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handWritten := bytes.Replace(good, []byte(`"outcome":"succeeded"`), []byte(`"outcome":"done"`), 1)
+	kv := agent.Client().KV()
+	for _, tc := range []struct {
+		name, want string
+		value      []byte
+	}{
+		{"not JSON", ledgerKey(l), []byte(`{"kind":"run_ledger",`)},
+		{"hand-written outcome", "runs[0].outcome", handWritten},
+	} {
+		if _, err := kv.Put(&api.KVPair{Key: ledgerKey(l), Value: tc.value}, nil); err != nil {
+			t.Fatal(err)
+		}
+		p := startRun(t, "runner "+tc.name, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, tc.name)...)
+		if code := p.wait(time.Minute); code != ExitSetup {
+			t.Fatalf("%s: exited %d, want %d:\n%s", tc.name, code, ExitSetup, p.out.String())
+		}
+		if out := p.out.String(); !strings.Contains(out, "cannot use the run ledger; the command was not started") || !strings.Contains(out, tc.want) {
+			t.Fatalf("%s: the error does not name %q:\n%s", tc.name, tc.want, out)
+		}
+		if pair, _, _ := kv.Get(ledgerKey(l), &api.QueryOptions{RequireConsistent: true}); !bytes.Equal(pair.Value, tc.value) {
+			t.Fatalf("%s: the ledger was rewritten: %s", tc.name, pair.Value)
+		}
+	}
+	if runs := readRuns(t, record); len(runs) != 0 {
+		t.Fatalf("%d executions on a corrupt ledger, want 0", len(runs))
+	}
+}
