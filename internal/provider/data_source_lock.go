@@ -61,6 +61,7 @@ type lockDataSourceModel struct {
 	Holders              types.List           `tfsdk:"holders"`
 	KnownLeader          types.Bool           `tfsdk:"known_leader"`
 	LastContact          timetypes.GoDuration `tfsdk:"last_contact"`
+	LastRun              types.Object         `tfsdk:"last_run"`
 }
 
 // lockHolderModel is one element of holders.
@@ -99,7 +100,7 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 		MarkdownDescription: "Who holds a Consul lock key right now: the holder's session and node, the value it wrote, " +
 			"its `fencing_token` and Consul's `lock_index`. Works on keys of `consullock_lock`, `api.Lock`, `api.Semaphore`, " +
 			"`consul lock` and raw `?acquire=` users alike. Reads only: one KV read, one session read when the key is held " +
-			"(and, for a semaphore, one KV list and one session list).",
+			"(and, for a semaphore, one KV list and one session list), and for `last_run` one list of the lock records and one ledger read.",
 		Attributes: map[string]schema.Attribute{
 			"key": schema.StringAttribute{
 				MarkdownDescription: "The lock key, e.g. `jobs/nightly/.lock` (a `consullock_lock`'s `key`) or a raw key such as `service/job/leader`. " +
@@ -237,6 +238,7 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 				CustomType:          timetypes.GoDurationType{},
 			},
+			"last_run": lastRunSchemaAttribute(),
 		},
 	}
 }
@@ -267,6 +269,7 @@ func (d *lockDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 		return
 	}
 	state := lockStateFromView(ctx, cfg.Key, consistent, view, &resp.Diagnostics)
+	state.LastRun = d.lastRun(ctx, key, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}

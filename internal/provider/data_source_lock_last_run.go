@@ -1,0 +1,133 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// The data source's last_run: the latest run in the run ledger of the
+// declared lock whose key this is (lockmodel ledger.go).
+
+var lastRunAttrTypes = map[string]attr.Type{
+	"run_id":        types.StringType,
+	"outcome":       types.StringType,
+	"node":          types.StringType,
+	"fencing_token": types.Int64Type,
+	"started":       timetypes.RFC3339Type{},
+	"finished":      timetypes.RFC3339Type{},
+	"exit_code":     types.Int64Type,
+	"attempts":      types.Int64Type,
+}
+
+func lastRunSchemaAttribute() schema.SingleNestedAttribute {
+	return schema.SingleNestedAttribute{
+		MarkdownDescription: "The most recently begun run of the lock's run ledger (`consullock_lock.run_once`, or " +
+			"`consullock run -run-id`), read from `<registry_prefix>/runs/<lock name>` of the declared lock whose key this is. " +
+			"`node`, `fencing_token`, `started`, `finished` and `exit_code` are those of the run's latest attempt. Null when " +
+			"the key is not declared as a `consullock_lock` under the provider's `registry_prefix`, or the lock has no ledger yet. " +
+			"The token needs `key:read` on the registry's `locks/` and `runs/` records; without it, a warning and null.",
+		Computed: true,
+		Attributes: map[string]schema.Attribute{
+			"run_id": schema.StringAttribute{MarkdownDescription: "The run ID, e.g. `2026-12-01T00:00:00Z` (a `run_once` period slot).", Computed: true},
+			"outcome": schema.StringAttribute{
+				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (the lock was lost while the command ran), " +
+					"`crashed` (a holder vanished without recording an outcome) or `exhausted` (`max_attempts` made without a success).",
+				Computed: true,
+			},
+			"node":          schema.StringAttribute{MarkdownDescription: "Node of the latest attempt's holder.", Computed: true},
+			"fencing_token": schema.Int64Attribute{MarkdownDescription: "Fencing token of the latest attempt's holder.", Computed: true},
+			"started": schema.StringAttribute{
+				MarkdownDescription: "When the latest attempt started (RFC 3339, the holder's clock).",
+				Computed:            true, CustomType: timetypes.RFC3339Type{},
+			},
+			"finished": schema.StringAttribute{
+				MarkdownDescription: "When the latest attempt's outcome was recorded; null while it runs.",
+				Computed:            true, CustomType: timetypes.RFC3339Type{},
+			},
+			"exit_code": schema.Int64Attribute{
+				MarkdownDescription: "The command's exit code in the latest attempt; null while it runs and when there is none (`crashed`).",
+				Computed:            true,
+			},
+			"attempts": schema.Int64Attribute{MarkdownDescription: "How many attempts the run has had.", Computed: true},
+		},
+	}
+}
+
+// lastRun reads the last run of the declared lock whose key is key: one
+// consistent list of the lock records, then, for a declared lock, one
+// consistent read of its ledger. Null when no lock declares key or its
+// ledger is empty. A ledger that does not decode is an error; Consul errors
+// are a warning, so that the holder is still reported.
+func (d *lockDataSource) lastRun(ctx context.Context, key string, diags *diag.Diagnostics) types.Object {
+	null := types.ObjectNull(lastRunAttrTypes)
+	reg := d.data.client.Registry(d.data.registryPrefix)
+	recs, _, err := reg.List(ctx, lockmodel.KindLock)
+	if err != nil {
+		addLastRunWarning(diags, lockmodel.RegistryFolder(d.data.registryPrefix, lockmodel.KindLock), err)
+		return null
+	}
+	name := ""
+	for _, rec := range recs {
+		if l, err := lockmodel.DecodeLockRecord(rec.Value); err == nil && l.Key == key {
+			name = l.Name
+			break
+		}
+	}
+	if name == "" {
+		return null
+	}
+	ledgerKey := lockmodel.RunLedgerKey(d.data.registryPrefix, name)
+	ledger, _, err := d.data.client.ReadLedger(ctx, ledgerKey, name)
+	var ce *consul.Error
+	switch {
+	case errors.As(err, &ce):
+		addLastRunWarning(diags, ledgerKey, err)
+		return null
+	case err != nil:
+		diags.AddAttributeError(path.Root("last_run"), "Unreadable Run Ledger",
+			fmt.Sprintf("The run ledger of lock %q cannot be read, and runners of the lock refuse it too. Repair or delete the key %s "+
+				"(deleting it forgets the lock's run history: a run that already succeeded may run again).\n\n%s", name, ledgerKey, err))
+		return null
+	}
+	run, ok := ledger.LastRun()
+	if !ok {
+		return null
+	}
+	a := run.Attempts[len(run.Attempts)-1]
+	finished, exit := timetypes.NewRFC3339Null(), types.Int64Null()
+	if !a.Finished.IsZero() {
+		finished = timetypes.NewRFC3339TimeValue(a.Finished)
+	}
+	if a.ExitCode != nil {
+		exit = types.Int64Value(int64(*a.ExitCode))
+	}
+	obj, ds := types.ObjectValue(lastRunAttrTypes, map[string]attr.Value{
+		"run_id":        types.StringValue(run.ID),
+		"outcome":       types.StringValue(string(run.Outcome)),
+		"node":          types.StringValue(a.Node),
+		"fencing_token": indexValue(a.FencingToken),
+		"started":       timetypes.NewRFC3339TimeValue(a.Started),
+		"finished":      finished,
+		"exit_code":     exit,
+		"attempts":      types.Int64Value(int64(len(run.Attempts))),
+	})
+	diags.Append(ds...)
+	return obj
+}
+
+func addLastRunWarning(diags *diag.Diagnostics, what string, err error) {
+	diags.AddAttributeWarning(path.Root("last_run"), "Run History Not Read",
+		fmt.Sprintf("last_run is null because %s could not be read; the holder attributes are unaffected. A token needs key:read on "+
+			"the registry's locks/ and runs/ records for last_run.\n\n%s", what, err))
+}

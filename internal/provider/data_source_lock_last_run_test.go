@@ -1,0 +1,139 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// TestAccLockDataSource_lastRunFromTheLedger: last_run follows the ledger
+// that holders write through the consul package (BeginRun, then
+// FinishRunAndRelease); it is null for a lock without a ledger and for a
+// key no lock declares, and a corrupted ledger is an error naming the field.
+func TestAccLockDataSource_lastRunFromTheLedger(t *testing.T) {
+	ctx := context.Background()
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	key, ledgerKey, rawKey := p+"/nightly/.lock", reg+"/runs/nightly", p+"/raw/leader"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name     = "nightly"
+  prefix   = "%s/nightly"
+  run_once = { period = "24h" }
+}
+
+data "consullock_lock" "test" {
+  key = consullock_lock.test.key
+}
+
+data "consullock_lock" "raw" {
+  key = %q
+}
+`, p, rawKey)
+	client, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Client().KV().Put(&api.KVPair{Key: rawKey, Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = agent.Client().KV().Delete(rawKey, nil) })
+	lastRun := func(check knownvalue.Check) statecheck.StateCheck {
+		return statecheck.ExpectKnownValue("data.consullock_lock.test", tfjsonpath.New("last_run"), check)
+	}
+	var session string
+	var token, index uint64
+	var started lockmodel.Ledger
+	started1 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, reg+"/locks/nightly"),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				ConfigStateChecks: []statecheck.StateCheck{
+					lastRun(knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.consullock_lock.raw", tfjsonpath.New("last_run"), knownvalue.Null()),
+				},
+			},
+			{
+				// A holder records attempt 1 before its command starts.
+				PreConfig: func() {
+					session = newHolderSession(t, "nightly-holder")
+					acquire(t, key, session, `{"node":"worker-1"}`, lockmodel.LockFlagValue)
+					token = kvPair(t, key).ModifyIndex
+					d, err := lockmodel.Ledger{Lock: "nightly"}.Begin("2026-12-01T00:00:00Z",
+						lockmodel.RunHolder{Node: "worker-1", Session: session, FencingToken: token}, 3, started1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					started = d.Ledger
+					if index, err = client.BeginRun(ctx, consul.LedgerWrite{LockKey: key, Session: session, LedgerKey: ledgerKey, Ledger: started}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigStateChecks: []statecheck.StateCheck{
+					lastRun(knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"run_id": knownvalue.StringExact("2026-12-01T00:00:00Z"), "outcome": knownvalue.StringExact("running"),
+						"node": knownvalue.StringExact("worker-1"), "fencing_token": knownvalue.NotNull(),
+						"started": knownvalue.StringExact("2026-12-01T00:05:00Z"), "finished": knownvalue.Null(),
+						"exit_code": knownvalue.Null(), "attempts": knownvalue.Int64Exact(1),
+					})),
+				},
+			},
+			{
+				// It fails with exit 3; the outcome is recorded with the release.
+				PreConfig: func() {
+					done, err := started.Finish("2026-12-01T00:00:00Z", 1, lockmodel.RunFailed, func() *int { c := 3; return &c }(), started1.Add(time.Minute))
+					if err != nil {
+						t.Fatal(err)
+					}
+					held := kvPair(t, key)
+					if _, err := client.FinishRunAndRelease(ctx, consul.RunRelease{
+						LedgerWrite: consul.LedgerWrite{LockKey: key, Session: session, LedgerKey: ledgerKey, Index: index, Ledger: done},
+						Flags:       held.Flags, Value: held.Value,
+					}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigStateChecks: []statecheck.StateCheck{
+					lastRun(knownvalue.ObjectPartial(map[string]knownvalue.Check{
+						"outcome": knownvalue.StringExact("failed"), "exit_code": knownvalue.Int64Exact(3),
+						"finished": knownvalue.StringExact("2026-12-01T00:06:00Z"), "attempts": knownvalue.Int64Exact(1),
+					})),
+					statecheck.ExpectKnownValue("data.consullock_lock.test", tfjsonpath.New("held"), knownvalue.Bool(false)),
+				},
+			},
+			{
+				// A hand-edited ledger is refused, naming the field.
+				PreConfig: func() {
+					pair := kvPair(t, ledgerKey)
+					bad := regexp.MustCompile(`"exit_code":3`).ReplaceAll(pair.Value, []byte(`"exit_code":0`))
+					if _, err := agent.Client().KV().Put(&api.KVPair{Key: ledgerKey, Value: bad}, nil); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:      cfg,
+				ExpectError: diagRE("Unreadable Run Ledger", `runs[0].attempts[0].exit_code: "0" is not allowed`),
+			},
+			{
+				PreConfig: func() { _, _ = agent.Client().KV().Delete(ledgerKey, nil) },
+				Config:    cfg,
+			},
+		},
+	})
+}
