@@ -266,36 +266,53 @@ func TestRunOnce_maxAttemptsReachedExits121WithoutRunning(t *testing.T) {
 
 // Waiters leave as soon as the ledger shows the run succeeded, without
 // acquiring: exit 0 naming the node that ran it, or -exit-code-if-done.
+// The lock stays held by a runner of another run, and the success is
+// written by hand, so the waiters can only have seen it in their watch of
+// the ledger (TestRunOnce_runnersTriggeredTogether... covers the hand-over
+// itself, where a waiter may also acquire the released lock first).
 func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
+	holder := startRun(t, "holder of another run", token, []string{"-lock", l.Name, "-run-id", "other"}, childArgs(record, "holder", "-wait-stdin")...)
+	waitStarted(t, record, "holder")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
-	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
-	waitStarted(t, record, "a")
 	b := startRun(t, "runner b", token, append(args, "-exit-code-if-done", "122"), childArgs(record, "b")...)
 	c := startRun(t, "runner c", token, args, childArgs(record, "c")...)
-	waitForSessionsMatching(t, func(s string) bool { return s == "consullock run "+l.Name }, 3)
-	waitOutput(t, b, "waiting for the lock")
-	waitOutput(t, c, "waiting for the lock")
-	a.closeStdin()
-	for p, want := range map[*proc]int{a: 0, b: lockmodel.ExitRunAlreadySucceededDistinct, c: 0} {
+	waitOutput(t, b, "holder_session=")
+	waitOutput(t, c, "holder_session=")
+
+	ledger, pair := readLedger(t, l)
+	finished := time.Now().UTC()
+	ledger.Runs = append(ledger.Runs, lockmodel.Run{ID: "r1", Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{{
+		Number: 1, Node: "node-that-ran-it", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
+		Started: finished.Add(-time.Second), Finished: finished, ExitCode: new(int), Outcome: lockmodel.RunSucceeded}}})
+	value, err := lockmodel.EncodeLedger(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := agent.Client().KV().CAS(&api.KVPair{Key: ledgerKey(l), Value: value, ModifyIndex: pair.ModifyIndex}, nil); err != nil || !ok {
+		t.Fatalf("write the success: ok=%v err=%v", ok, err)
+	}
+	for p, want := range map[*proc]int{b: lockmodel.ExitRunAlreadySucceededDistinct, c: 0} {
 		if code := p.wait(time.Minute); code != want {
 			t.Fatalf("%s exited %d, want %d:\n%s", p.name, code, want, p.out.String())
 		}
-	}
-	for _, p := range []*proc{b, c} {
 		out := p.out.String()
 		if !strings.Contains(out, "run already succeeded") || !strings.Contains(out, `seen="while waiting for the lock"`) ||
-			!strings.Contains(out, "ran_on="+agent.NodeName) {
+			!strings.Contains(out, "ran_on=node-that-ran-it") || !strings.Contains(out, "fencing_token=7") {
 			t.Fatalf("%s does not say it saw the success while waiting, and who ran it:\n%s", p.name, out)
 		}
-		if strings.Contains(out, "lock acquired") {
-			t.Fatalf("%s acquired the lock; it should have left while waiting:\n%s", p.name, out)
-		}
+	}
+	if pair := waitKey(t, l.Key, time.Second, heldByOther("")); pair.Session != readRuns(t, record)[0].session {
+		t.Fatalf("the holder lost the lock: %+v", pair)
+	}
+	holder.closeStdin()
+	if code := holder.wait(time.Minute); code != 0 {
+		t.Fatalf("holder exited %d", code)
 	}
 	if runs := readRuns(t, record); len(runs) != 1 {
-		t.Fatalf("%d executions, want 1", len(runs))
+		t.Fatalf("%d executions, want only the holder's", len(runs))
 	}
 }
 

@@ -1,0 +1,96 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+)
+
+// BenchmarkRunOnceWaiterExit measures how fast waiters leave once a run
+// succeeded: per iteration a holder runs a run ID's command while four
+// runners wait. The release and the success are one transaction, so a
+// waiter either sees the success in its watch of the ledger, or acquires
+// the released lock first and reads it then; both are counted; the figures are from the moment this benchmark's own
+// blocking query sees the success in the ledger (the release transaction
+// committed) to each waiter's exit, p50, p99 and max over all waiters.
+// No timed assertion: the figures are printed.
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench RunOnceWaiterExit -benchtime 50x ./internal/runner/
+func BenchmarkRunOnceWaiterExit(b *testing.B) {
+	const waiters = 4
+	l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(b.TempDir(), "record")
+	var lat []time.Duration
+	i, whileWaiting := 0, 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprintf("bench-%d", i)
+		args := []string{"-lock", l.Name, "-run-id", id}
+		holder := startRun(b, "holder "+id, token, args, childArgs(record, id+".h", "-wait-stdin")...)
+		waitStarted(b, record, id+".h")
+		var ws []*proc
+		for j := range waiters {
+			ws = append(ws, startRun(b, fmt.Sprintf("waiter %s.%d", id, j), token, args, childArgs(record, fmt.Sprintf("%s.%d", id, j))...))
+		}
+		for _, w := range ws {
+			waitOutput(b, w, "holder_session=")
+		}
+		seen := make(chan time.Time, 1)
+		go func() { seen <- waitSucceeded(b, l, id) }()
+		holder.closeStdin()
+		at := <-seen
+		for _, w := range ws {
+			if code := w.wait(time.Minute); code != 0 || !strings.Contains(w.out.String(), "run already succeeded") {
+				b.Fatalf("%s exited %d without seeing the success:\n%s", w.name, code, w.out.String())
+			}
+			if strings.Contains(w.out.String(), `seen="while waiting for the lock"`) {
+				whileWaiting++
+			}
+			lat = append(lat, w.exited.Sub(at))
+		}
+		holder.wait(time.Minute)
+	}
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(pct(0.5))/float64(time.Millisecond), "p50_ms")
+	b.ReportMetric(float64(pct(0.99))/float64(time.Millisecond), "p99_ms")
+	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "max_ms")
+	b.Logf("MEASURED success recorded -> waiter exited over %d waiters: p50 %s, p99 %s, max %s; %d saw it in the ledger while "+
+		"waiting, %d acquired the released lock first and read it then",
+		len(lat), pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond),
+		whileWaiting, len(lat)-whileWaiting)
+}
+
+// waitSucceeded returns when a blocking query first shows run id
+// succeeded in l's ledger.
+func waitSucceeded(b testing.TB, l lockmodel.Lock, id string) time.Time {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var index uint64
+	for {
+		pair, meta, err := agent.Client().KV().Get(ledgerKey(l), (&api.QueryOptions{WaitIndex: index}).WithContext(ctx))
+		now := time.Now()
+		if err != nil {
+			b.Error(err)
+			return now
+		}
+		if pair != nil {
+			if ledger, err := lockmodel.DecodeLedger(pair.Value); err == nil {
+				if i := ledger.Find(id); i >= 0 && ledger.Runs[i].Outcome == lockmodel.RunSucceeded {
+					return now
+				}
+			}
+		}
+		index = lockproto.NextIndex(index, meta.LastIndex)
+	}
+}
