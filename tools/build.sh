@@ -4,8 +4,10 @@
 #   tools/build.sh [consul] [tofu] [golangci-lint] [goreleaser] [tfplugindocs]
 #                  [promtool] [prometheus] [consul-1.16.3] [tofu-1.10.6] [terraform-1.5.7] [compat]
 # consul (1.14.11) and tofu (1.12.6) are the primary pair `make test` uses;
-# promtool and prometheus (v0.316.0) run the rules and alert tests; the
-# others (`compat` builds them all) are only for `make test-compat`.
+# promtool and prometheus (v0.316.0) run the rules and alert tests;
+# consul-1.16.3, the newest supported Consul, runs the controller's
+# CLI-driven tests again in `make test`; the others (`compat` builds them
+# all) are only for `make test-compat`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin"
