@@ -56,6 +56,7 @@ type aclPolicyModel struct {
 	SessionNodePrefixes types.Set    `tfsdk:"session_node_prefixes"`
 	ReadKeys            types.Set    `tfsdk:"read_keys"`
 	AgentRead           types.Bool   `tfsdk:"agent_read"`
+	RunLedgers          types.Set    `tfsdk:"run_ledgers"`
 	Rules               aclRules     `tfsdk:"rules"`
 	RegistryKey         types.String `tfsdk:"registry_key"`
 }
@@ -143,6 +144,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 					setvalidator.ValueStringsAre(rulesValueValidator{field: "session_node_prefixes"}),
 				},
 			},
+			"run_ledgers": runLedgersSchemaAttribute(),
 			"agent_read": schema.BoolAttribute{
 				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which `consul lock` needs to learn its agent's node name. " +
 					"Holders that use the HTTP API directly do not need it. Default `false`.",
@@ -239,7 +241,7 @@ func (r *aclPolicyResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		}
 	}
 
-	in, known := plan.rulesInput(ctx, &resp.Diagnostics)
+	in, known := r.rulesInput(ctx, plan, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -354,6 +356,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	state.Datacenters = liveDatacenters(state.Datacenters, live.Datacenters)
 	if importing {
 		in, exact, err := lockmodel.RulesInputFromRules(live.Rules)
+		in = in.SplitRunLedgers(r.data.registryPrefix)
 		if err != nil || !exact {
 			resp.Diagnostics.AddWarning("Imported Rules Not Expressible",
 				fmt.Sprintf("The rules of ACL policy %q grant more or other than consullock_acl_policy renders "+
@@ -361,6 +364,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 					"The inputs were read back as far as possible; the next plan shows the rules being replaced by those the configuration renders.", live.Name))
 		}
 		state.setRulesInput(in)
+		state.RunLedgers = runLedgerNames(r.data.registryPrefix, in)
 	}
 	// Same grants in other words is not drift: keep the text in state.
 	if state.Rules.IsNull() || state.Rules.IsUnknown() || !rulesEquivalent(state.Rules.ValueString(), live.Rules) {
@@ -370,7 +374,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	// The declaration record must say what this policy is meant to be; if it
 	// is missing or says something else, a null registry_key makes the plan
 	// rewrite it.
-	in, _ := state.rulesInput(ctx, &resp.Diagnostics)
+	in, _ := r.rulesInput(ctx, state, &resp.Diagnostics)
 	desired := state.spec(ctx, lockmodel.RenderRules(in), &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
@@ -484,7 +488,7 @@ func (r *aclPolicyResource) ImportState(ctx context.Context, req resource.Import
 
 // canonicalRules renders the rules of m, which are known at apply.
 func (r *aclPolicyResource) canonicalRules(ctx context.Context, m aclPolicyModel, diags *diag.Diagnostics) string {
-	in, known := m.rulesInput(ctx, diags)
+	in, known := r.rulesInput(ctx, m, diags)
 	if !known {
 		diags.AddError("Unknown ACL Policy Input", "An input that shapes the rules is still unknown at apply. This is a bug in the provider; please report it.")
 		return ""
