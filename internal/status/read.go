@@ -31,6 +31,9 @@ type declarations struct {
 	lockIndex map[string]uint64
 	// bad are records that do not decode: reported, never judged.
 	bad map[string]string
+	// ledgers are the locks' run ledgers (<registry>/runs/<lock>), by
+	// lock name; they are in the same registry listing.
+	ledgers map[string]lockmodel.Ledger
 }
 
 // world is what one read saw: declarations, the key listings by prefix and
@@ -49,7 +52,7 @@ type world struct {
 
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
-		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}}
+		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]lockmodel.Ledger{}}
 	for _, p := range pairs {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix+"/"), "/")
 		if !ok || name == "" || strings.Contains(name, "/") {
@@ -72,6 +75,16 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 			}
 			d.profiles[s.Name] = s
 			d.profileIndex[s.Name] = p.ModifyIndex
+		case lockmodel.KindRuns:
+			l, err := lockmodel.DecodeLedger(p.Value)
+			if err == nil && l.Lock != name {
+				err = fmt.Errorf("run ledger of lock %q stored under the name %q", l.Lock, name)
+			}
+			if err != nil {
+				d.bad[p.Key] = err.Error()
+				continue
+			}
+			d.ledgers[name] = l
 		}
 	}
 	return d

@@ -53,7 +53,7 @@ func verdict(l Lock) string {
 func renderTable(w io.Writer, rep *Report) {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tCOMPLIANT")
+	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tLAST RUN\tCOMPLIANT")
 	for _, l := range rep.Locks {
 		waiting := "-"
 		if l.Contenders != nil {
@@ -68,14 +68,14 @@ func renderTable(w io.Writer, rep *Report) {
 			state = fmt.Sprintf("%s %d/%d", l.State, len(l.Holders), l.Limit)
 		}
 		lead := fmt.Sprintf("%s\t%s\t%s\t%s", l.Name, l.Key, kindText(l), state)
-		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, verdict(l))
+		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, lastRunText(l.LastRun), verdict(l))
 		if len(l.Holders) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", lead, tail)
 			continue
 		}
 		for i, h := range l.Holders {
 			if i > 0 {
-				lead, tail = "\t\t\t", "\t\t\t\t\t"
+				lead, tail = "\t\t\t", "\t\t\t\t\t\t"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", lead, dash(h.Node), short(h.Session), dash(h.HeldFor), h.FencingToken, tail)
 		}
@@ -88,7 +88,7 @@ func renderTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "undeclared lock-like key %s (session %s, flags %s)\n", u.Key, dash(u.Session), u.Flags)
 	}
 	for _, b := range rep.BadRecords {
-		fmt.Fprintf(w, "unreadable declaration %s: %s\n", b.Key, b.Error)
+		fmt.Fprintf(w, "unreadable record %s: %s\n", b.Key, b.Error)
 	}
 	s := rep.Summary
 	pending := ""
@@ -150,10 +150,48 @@ func renderDetail(w io.Writer, l Lock) {
 		}
 		_ = tw.Flush()
 	}
+	renderRuns(w, l.Runs)
 	if len(l.Findings) > 0 {
 		fmt.Fprintln(w, "\nFindings (the controller's Decide, observe mode):")
 		for _, f := range l.Findings {
 			fmt.Fprintf(w, "  %s: %s\n", f.Kind, f.Detail)
 		}
 	}
+}
+
+// lastRunText is the LAST RUN column: run ID, outcome, attempts/max.
+func lastRunText(r *LockRun) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s %s %d/%d", r.RunID, r.Outcome, r.Attempts, r.MaxAttempts)
+}
+
+// renderRuns prints the run history of -lock NAME, newest first, one line
+// per attempt.
+func renderRuns(w io.Writer, runs []LockRun) {
+	if len(runs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nRuns (the run ledger, newest first):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RUN ID\tOUTCOME\tATTEMPT\tNODE\tTOKEN\tSTARTED\tFINISHED\tEXIT")
+	for _, r := range runs {
+		for i, a := range r.AttemptList {
+			id, outcome := r.RunID, r.Outcome
+			if i > 0 {
+				id, outcome = "", ""
+			}
+			finished, exit := "-", "-"
+			if a.Finished != nil {
+				finished = *a.Finished
+			}
+			if a.ExitCode != nil {
+				exit = fmt.Sprint(*a.ExitCode)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
+				dash(a.Node), a.FencingToken, a.Started, finished, exit)
+		}
+	}
+	_ = tw.Flush()
 }

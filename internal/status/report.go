@@ -73,6 +73,63 @@ type Lock struct {
 	// Decide the controller runs (in observe mode).
 	Findings    []Finding `json:"findings"`
 	Description string    `json:"description"`
+	// LastRun is the most recently begun run of the lock's run ledger
+	// (run once); null when the lock has no ledger.
+	LastRun *LockRun `json:"last_run"`
+	// Runs is the ledger's history, newest first, each run with its
+	// attempts: only in `status -lock NAME -json`.
+	Runs []LockRun `json:"runs,omitempty"`
+	runs []LockRun
+}
+
+// LockRun is one run of a run-once lock, as its ledger records it. Node,
+// fencing token, times and exit code are its latest attempt's.
+type LockRun struct {
+	RunID   string `json:"run_id"`
+	Outcome string `json:"outcome"`
+	// Attempts is how many attempts the run had; MaxAttempts the
+	// declaration's max_attempts (3 when it declares no run_once).
+	Attempts     int     `json:"attempts"`
+	MaxAttempts  int     `json:"max_attempts"`
+	Node         string  `json:"node"`
+	FencingToken uint64  `json:"fencing_token"`
+	Started      string  `json:"started"`
+	Finished     *string `json:"finished"`
+	ExitCode     *int    `json:"exit_code"`
+	// AttemptList is every attempt, oldest first (only with -lock).
+	AttemptList []LockRunAttempt `json:"attempt_list,omitempty"`
+}
+
+// LockRunAttempt is one attempt of a run.
+type LockRunAttempt struct {
+	Attempt      int     `json:"attempt"`
+	Outcome      string  `json:"outcome"`
+	Node         string  `json:"node"`
+	Session      string  `json:"session"`
+	FencingToken uint64  `json:"fencing_token"`
+	Started      string  `json:"started"`
+	Finished     *string `json:"finished"`
+	ExitCode     *int    `json:"exit_code"`
+}
+
+// runsOf turns a ledger into Runs, newest first, with their attempts.
+func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
+	out := make([]LockRun, 0, len(l.Runs))
+	for _, r := range l.Runs {
+		run := LockRun{RunID: r.ID, Outcome: string(r.Outcome), Attempts: len(r.Attempts), MaxAttempts: maxAttempts}
+		for _, a := range r.Attempts {
+			ra := LockRunAttempt{Attempt: a.Number, Outcome: string(a.Outcome), Node: a.Node, Session: a.Session,
+				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode}
+			if !a.Finished.IsZero() {
+				f := a.Finished.UTC().Format(time.RFC3339Nano)
+				ra.Finished = &f
+			}
+			run.AttemptList = append(run.AttemptList, ra)
+			run.Node, run.FencingToken, run.Started, run.Finished, run.ExitCode = ra.Node, ra.FencingToken, ra.Started, ra.Finished, ra.ExitCode
+		}
+		out = append(out, run)
+	}
+	return out
 }
 
 // Holder is one session holding a lock.
@@ -158,6 +215,16 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 		if p, ok := w.decl.profiles[l.SessionDefaults]; ok {
 			out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
+		}
+		if ledger, ok := w.decl.ledgers[l.Name]; ok && len(ledger.Runs) > 0 {
+			ro := lockmodel.RunOnce{}
+			if l.RunOnce != nil {
+				ro = *l.RunOnce
+			}
+			out.runs = runsOf(ledger, ro.WithDefaults().MaxAttempts)
+			last := out.runs[0]
+			last.AttemptList = nil
+			out.LastRun = &last
 		}
 		p := byKey[l.Key]
 		if p == nil {

@@ -128,6 +128,7 @@ func show(rep *Report, o options, stdout, stderr io.Writer) int {
 			return ExitUsage
 		}
 		l := rep.Locks[i]
+		l.Runs = l.runs
 		if o.json {
 			writeJSON(stdout, l)
 		} else {

@@ -1,0 +1,86 @@
+package status
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// TestStatusLastRunAndHistory: a run-once lock's ledger shows as the LAST
+// RUN column (run ID, outcome, attempts/max) and last_run in -json, and
+// -lock NAME gives the history with every attempt; a lock without a ledger
+// has last_run null; a corrupted ledger is an unreadable record, named,
+// and the request count does not grow (the ledgers are in the registry
+// listing).
+func TestStatusLastRunAndHistory(t *testing.T) {
+	f := newFixture(t)
+	f.profile(strict)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 4}}, false)
+	f.lock(lockmodel.Lock{Name: "plain", SessionDefaults: "strict"}, false)
+	_, before := f.report()
+
+	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	one, three := 1, 0
+	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{
+		{ID: "2026-12-01T00:00:00Z", Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+			{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: t0,
+				Finished: t0.Add(time.Minute), ExitCode: &one, Outcome: lockmodel.RunFailed},
+			{Number: 2, Node: "node-b", Session: "1b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 42, Started: t0.Add(2 * time.Minute),
+				Finished: t0.Add(3 * time.Minute), ExitCode: &three, Outcome: lockmodel.RunSucceeded},
+		}},
+		{ID: "2026-11-30T00:00:00Z", Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+			{Number: 1, Node: "node-c", Session: "2b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 30, Started: t0.Add(-24 * time.Hour),
+				Finished: t0.Add(-23 * time.Hour), ExitCode: &three, Outcome: lockmodel.RunSucceeded},
+		}},
+	}}
+	rec, err := lockmodel.EncodeLedger(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), rec)
+
+	code, rep := f.report()
+	if code != ExitOK || len(rep.BadRecords) != 0 {
+		t.Fatalf("exit %d, bad records %+v", code, rep.BadRecords)
+	}
+	n := lockByName(t, rep, "nightly")
+	if n.LastRun == nil || n.LastRun.RunID != "2026-12-01T00:00:00Z" || n.LastRun.Outcome != "succeeded" || n.LastRun.Attempts != 2 ||
+		n.LastRun.MaxAttempts != 4 || n.LastRun.Node != "node-b" || n.LastRun.FencingToken != 42 || n.LastRun.ExitCode == nil ||
+		n.LastRun.Finished == nil || len(n.LastRun.AttemptList) != 0 || len(n.Runs) != 0 {
+		t.Fatalf("nightly last_run %+v runs %+v", n.LastRun, n.Runs)
+	}
+	if p := lockByName(t, rep, "plain"); p.LastRun != nil {
+		t.Fatalf("plain has last_run %+v, want null", p.LastRun)
+	}
+	if rep.ConsulRequests != before.ConsulRequests {
+		t.Fatalf("%d requests with a ledger, %d without: the ledgers must come with the registry listing", rep.ConsulRequests, before.ConsulRequests)
+	}
+	_, out, _ := f.run()
+	if !strings.Contains(out, "LAST RUN") || !strings.Contains(out, "2026-12-01T00:00:00Z succeeded 2/4") {
+		t.Fatalf("table lacks the last run:\n%s", out)
+	}
+
+	code, out, _ = f.run("-lock", "nightly")
+	if code != ExitOK || !strings.Contains(out, "Runs (the run ledger, newest first):") ||
+		!strings.Contains(out, "1/4 failed") || !strings.Contains(out, "2/4 succeeded") || !strings.Contains(out, "node-c") {
+		t.Fatalf("-lock nightly (exit %d) lacks the history:\n%s", code, out)
+	}
+	t.Logf("status -lock nightly:\n%s", out)
+	var detail Lock
+	_, js, _ := f.run("-json", "-lock", "nightly")
+	if err := jsonUnmarshal([]byte(js), &detail); err != nil {
+		t.Fatal(err)
+	}
+	if len(detail.Runs) != 2 || len(detail.Runs[0].AttemptList) != 2 || detail.Runs[0].AttemptList[0].Outcome != "failed" ||
+		detail.Runs[0].AttemptList[0].FencingToken != 40 || detail.Runs[1].RunID != "2026-11-30T00:00:00Z" {
+		t.Fatalf("-json -lock runs %+v", detail.Runs)
+	}
+
+	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), []byte(`{"kind":"run_ledger"`))
+	_, rep = f.report()
+	if len(rep.BadRecords) != 1 || !strings.Contains(rep.BadRecords[0].Key, "/runs/nightly") || lockByName(t, rep, "nightly").LastRun != nil {
+		t.Fatalf("a corrupted ledger: bad records %+v", rep.BadRecords)
+	}
+}
