@@ -22,7 +22,7 @@ type lockRulesFunction struct{}
 
 // lockRulesFields are the attributes lock_rules accepts: the rule-shaping
 // inputs of consullock_acl_policy, under the same names.
-var lockRulesFields = []string{"lock_keys", "semaphore_prefixes", "session_node_prefixes", "read_keys", "agent_read"}
+var lockRulesFields = []string{"lock_keys", "semaphore_prefixes", "session_node_prefixes", "read_keys", "agent_read", "run_ledgers", "registry_prefix"}
 
 func (f *lockRulesFunction) Metadata(_ context.Context, _ function.MetadataRequest, resp *function.MetadataResponse) {
 	resp.Name = "lock_rules"
@@ -34,8 +34,10 @@ func (f *lockRulesFunction) Definition(_ context.Context, _ function.DefinitionR
 		MarkdownDescription: "Returns the canonical ACL rules text that `consullock_acl_policy` renders for the same inputs " +
 			"(one implementation), for use with `consul_acl_policy`, Vault's Consul secrets engine roles or Nomad. " +
 			"The object takes the attributes " + "`lock_keys`, `semaphore_prefixes`, `session_node_prefixes` (required, at least one), " +
-			"`read_keys` (lists of strings) and `agent_read` (bool), with the meaning they have on `consullock_acl_policy`; " +
-			"omitted ones are empty (`agent_read` false).",
+			"`read_keys`, `run_ledgers` (lists of strings) and `agent_read` (bool), with the meaning they have on `consullock_acl_policy`; " +
+			"omitted ones are empty (`agent_read` false). `run_ledgers` names locks whose run ledger " +
+			"`<registry_prefix>/runs/<name>` gets key write; a function cannot see the provider's configuration, so give " +
+			"`registry_prefix` when it is not the default `consul-lock`.",
 		Parameters: []function.Parameter{
 			function.DynamicParameter{
 				Name:                "inputs",
@@ -53,20 +55,51 @@ func (f *lockRulesFunction) Run(ctx context.Context, req function.RunRequest, re
 		return
 	}
 	in, err := rulesInputFromDynamic(arg)
+	if err == nil {
+		err = in.ledgerKeys()
+	}
 	if err != nil {
 		resp.Error = function.NewArgumentFuncError(0, "inputs: "+err.Error())
 		return
 	}
-	if err := in.Validate(); err != nil {
+	if err := in.RulesInput.Validate(); err != nil {
 		resp.Error = function.NewArgumentFuncError(0, "inputs: "+err.Error())
 		return
 	}
-	resp.Error = resp.Result.Set(ctx, lockmodel.RenderRules(in))
+	resp.Error = resp.Result.Set(ctx, lockmodel.RenderRules(in.RulesInput))
+}
+
+// lockRulesInput is lock_rules' argument: the rules input, and the run
+// ledgers by lock name under a registry prefix.
+type lockRulesInput struct {
+	lockmodel.RulesInput
+	runLedgers     []string
+	registryPrefix string
+}
+
+// ledgerKeys validates run_ledgers and registry_prefix and adds the
+// ledgers' keys to the rules input.
+func (in *lockRulesInput) ledgerKeys() error {
+	prefix := lockmodel.DefaultRegistryPrefix
+	if in.registryPrefix != "" {
+		p, err := lockmodel.ValidateRegistryPrefix(in.registryPrefix)
+		if err != nil {
+			return err
+		}
+		prefix = p
+	}
+	for _, n := range in.runLedgers {
+		if err := lockmodel.ValidateName("run_ledgers", n); err != nil {
+			return err
+		}
+		in.RunLedgerKeys = append(in.RunLedgerKeys, lockmodel.RunLedgerKey(prefix, n))
+	}
+	return nil
 }
 
 // rulesInputFromDynamic reads an object (or map) of lockRulesFields.
-func rulesInputFromDynamic(arg types.Dynamic) (lockmodel.RulesInput, error) {
-	var in lockmodel.RulesInput
+func rulesInputFromDynamic(arg types.Dynamic) (lockRulesInput, error) {
+	var in lockRulesInput
 	if arg.IsNull() || arg.IsUnderlyingValueNull() {
 		return in, fmt.Errorf("must be an object, not null")
 	}
@@ -93,6 +126,15 @@ func rulesInputFromDynamic(arg types.Dynamic) (lockmodel.RulesInput, error) {
 			in.SessionNodePrefixes, err = stringsOf(name, v)
 		case "read_keys":
 			in.ReadKeys, err = stringsOf(name, v)
+		case "run_ledgers":
+			in.runLedgers, err = stringsOf(name, v)
+		case "registry_prefix":
+			s, ok := v.(types.String)
+			if !ok {
+				err = fmt.Errorf("registry_prefix must be a string, got %s", v.Type(context.Background()))
+			} else {
+				in.registryPrefix = s.ValueString()
+			}
 		case "agent_read":
 			b, ok := v.(types.Bool)
 			if !ok {
