@@ -22,11 +22,13 @@ type Metrics struct {
 	repairErrors      *prometheus.CounterVec
 	watchErrors       *prometheus.CounterVec
 	reconcileDuration prometheus.Histogram
+	runMeter          *runMeter // the run ledgers (runs.go)
 }
 
 func newMetrics(c *Controller) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		runMeter: newRunMeter(),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "consullock_leader", Help: "1 when this controller replica holds the leader lock and acts, else 0.",
 		}),
@@ -60,7 +62,7 @@ func newMetrics(c *Controller) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.leader, m.lockWatches, m.handovers, m.violations, m.drift, m.pending, m.repairs, m.repairErrors,
-		m.watchErrors, m.reconcileDuration, &lockCollector{c: c},
+		m.watchErrors, m.reconcileDuration, &lockCollector{c: c}, m.runMeter,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -108,6 +108,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 	profiles := map[string]lockmodel.SessionProfile{}
 	policies := map[string]lockmodel.ACLPolicySpec{}
 	versions := map[string]uint64{}
+	ledgers := map[string]lockmodel.Ledger{}
 	for _, p := range pairs {
 		rest := strings.TrimPrefix(p.Key, prefix)
 		kind, name, ok := strings.Cut(rest, "/")
@@ -134,6 +135,12 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 				policies[s.Name] = s
 				versions[declID(kind, s.Name)] = p.ModifyIndex
 			}
+		case lockmodel.KindRuns:
+			// A run ledger: read only, for the run metrics (runs.go).
+			var l lockmodel.Ledger
+			if l, derr = lockmodel.DecodeLedger(p.Value); derr == nil {
+				ledgers[name] = l
+			}
 		default:
 			continue
 		}
@@ -142,6 +149,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		}
 	}
 	c.setDeclarations(locks, profiles, policies, versions)
+	c.metrics.runMeter.observe(ledgers, locks)
 	c.trigger()
 	return meta.LastIndex, nil
 }

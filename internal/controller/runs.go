@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// The run ledgers of run-once locks, read only: they come with the
+// registry watch (<registry>/runs/<lock> is under the registry prefix, so
+// no watch is added), and the controller never writes them.
+
+// runOutcomeLabels are the outcome label values of
+// consullock_lock_runs_total: the attempts' outcomes, and "exhausted" for a
+// run that used up its attempts without a success.
+var runOutcomeLabels = []string{
+	string(lockmodel.RunSucceeded), string(lockmodel.RunFailed), string(lockmodel.RunLost),
+	string(lockmodel.RunCrashed), string(lockmodel.RunExhausted),
+}
+
+var (
+	descLastSuccess = prometheus.NewDesc("consullock_lock_last_success_timestamp_seconds",
+		"Unix time at which the lock's newest succeeded run finished, from its run ledger (absent before the first success the ledger keeps).", []string{"lock"}, nil)
+	descRunPeriod = prometheus.NewDesc("consullock_lock_run_period_seconds",
+		"The lock's declared run_once.period (absent without run_once).", []string{"lock"}, nil)
+)
+
+// runKey names an attempt (attempt >= 1) or a run's exhaustion (attempt 0).
+type runKey struct {
+	run     string
+	attempt int
+}
+
+// runMeter derives the run metrics from the ledgers each registry watch
+// answer brings. consullock_lock_runs_total counts every attempt the
+// first time this controller sees it finished (succeeded, failed, lost,
+// crashed), and every run the first time it sees it exhausted: at start,
+// what the ledgers keep; afterwards, each change once.
+type runMeter struct {
+	runs *prometheus.CounterVec
+
+	mu          sync.Mutex
+	seen        map[string]map[runKey]lockmodel.RunOutcome // lock -> what was counted
+	lastSuccess map[string]time.Time
+	period      map[string]time.Duration
+}
+
+func newRunMeter() *runMeter {
+	return &runMeter{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_lock_runs_total",
+			Help: "Attempts of run-once runs seen finished in the lock's run ledger, by outcome (succeeded, failed, lost, crashed), and runs seen using up max_attempts without a success (exhausted). Derived from the ledgers; each counted once per controller.",
+		}, []string{"lock", "outcome"}),
+		seen: map[string]map[runKey]lockmodel.RunOutcome{}, lastSuccess: map[string]time.Time{}, period: map[string]time.Duration{},
+	}
+}
+
+// observe takes the ledgers and the declared locks of one registry
+// answer. Series of a lock that has neither a ledger nor run_once any
+// more are dropped.
+func (m *runMeter) observe(ledgers map[string]lockmodel.Ledger, locks map[string]lockmodel.Lock) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.period = map[string]time.Duration{}
+	for name, l := range locks {
+		if l.RunOnce != nil {
+			m.period[name] = l.RunOnce.Period
+			m.initSeries(name)
+		}
+	}
+	for name, ledger := range ledgers {
+		m.initSeries(name)
+		maxAttempts := lockmodel.DefaultMaxAttempts
+		if l, ok := locks[name]; ok && l.RunOnce != nil {
+			maxAttempts = l.RunOnce.WithDefaults().MaxAttempts
+		}
+		m.count(name, ledger, maxAttempts)
+	}
+	for name := range m.seen {
+		if _, ok := ledgers[name]; ok {
+			continue
+		}
+		delete(m.seen, name)
+		delete(m.lastSuccess, name)
+		if _, declared := m.period[name]; !declared {
+			for _, o := range runOutcomeLabels {
+				m.runs.DeleteLabelValues(name, o)
+			}
+		}
+	}
+}
+
+// initSeries creates a lock's counters at 0, so that the first increase is
+// seen by increase() and rate().
+func (m *runMeter) initSeries(name string) {
+	if _, ok := m.seen[name]; ok {
+		return
+	}
+	m.seen[name] = map[runKey]lockmodel.RunOutcome{}
+	for _, o := range runOutcomeLabels {
+		m.runs.WithLabelValues(name, o)
+	}
+}
+
+// count adds what is new in ledger and keeps, as seen, only what it
+// holds (the ledger is pruned to keep runs, so this stays bounded).
+func (m *runMeter) count(name string, ledger lockmodel.Ledger, maxAttempts int) {
+	before, now := m.seen[name], map[runKey]lockmodel.RunOutcome{}
+	for _, r := range ledger.Runs {
+		for _, a := range r.Attempts {
+			k := runKey{run: r.ID, attempt: a.Number}
+			now[k] = a.Outcome
+			if a.Outcome != lockmodel.RunRunning && before[k] != a.Outcome {
+				m.runs.WithLabelValues(name, string(a.Outcome)).Inc()
+			}
+			if a.Outcome == lockmodel.RunSucceeded && a.Finished.After(m.lastSuccess[name]) {
+				m.lastSuccess[name] = a.Finished
+			}
+		}
+		if exhausted(r, maxAttempts) {
+			k := runKey{run: r.ID}
+			now[k] = lockmodel.RunExhausted
+			if before[k] != lockmodel.RunExhausted {
+				m.runs.WithLabelValues(name, string(lockmodel.RunExhausted)).Inc()
+			}
+		}
+	}
+	m.seen[name] = now
+}
+
+// exhausted: the run says so, or its last attempt failed, was lost or
+// crashed and it had max_attempts attempts (no runner starts another;
+// the next one to try writes "exhausted").
+func exhausted(r lockmodel.Run, maxAttempts int) bool {
+	if r.Outcome == lockmodel.RunExhausted {
+		return true
+	}
+	if _, ok := r.Succeeded(); ok || len(r.Attempts) < maxAttempts {
+		return false
+	}
+	return r.Attempts[len(r.Attempts)-1].Outcome.Retried()
+}
+
+func (m *runMeter) Describe(ch chan<- *prometheus.Desc) {
+	m.runs.Describe(ch)
+	ch <- descLastSuccess
+	ch <- descRunPeriod
+}
+
+func (m *runMeter) Collect(ch chan<- prometheus.Metric) {
+	m.runs.Collect(ch)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, t := range m.lastSuccess {
+		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, float64(t.UnixNano())/1e9, name)
+	}
+	for name, p := range m.period {
+		ch <- prometheus.MustNewConstMetric(descRunPeriod, prometheus.GaugeValue, p.Seconds(), name)
+	}
+}
+
+// RunsTotal returns consullock_lock_runs_total for lock and outcome (for
+// tests).
+func (m *Metrics) RunsTotal(lock, outcome string) float64 {
+	return counterValue(m.runMeter.runs.WithLabelValues(lock, outcome))
+}

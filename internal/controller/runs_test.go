@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+func attempt(n int, o lockmodel.RunOutcome, finished time.Time) lockmodel.Attempt {
+	a := lockmodel.Attempt{Number: n, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: uint64(10 + n),
+		Started: finished.Add(-time.Minute), Outcome: o}
+	if o != lockmodel.RunRunning {
+		a.Finished = finished
+	}
+	switch o {
+	case lockmodel.RunSucceeded:
+		a.ExitCode = new(int)
+	case lockmodel.RunFailed:
+		one := 1
+		a.ExitCode = &one
+	}
+	return a
+}
+
+// The rules of consullock_lock_runs_total: an attempt is counted once,
+// when first seen finished; a running one is not; a run is counted
+// exhausted once when it used up max_attempts without a success (before
+// a runner writes "exhausted"); a lock's last success is its newest
+// succeeded attempt.
+func TestRunMeter_countsEachOutcomeOnce(t *testing.T) {
+	m := newRunMeter()
+	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	ro := &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}
+	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: ro}}
+	ledger := func(runs ...lockmodel.Run) map[string]lockmodel.Ledger {
+		return map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: runs}}
+	}
+	want := func(step string, counts map[lockmodel.RunOutcome]float64, lastSuccess time.Time) {
+		t.Helper()
+		for _, o := range runOutcomeLabels {
+			if got := counterValue(m.runs.WithLabelValues("nightly", o)); got != counts[lockmodel.RunOutcome(o)] {
+				t.Errorf("%s: runs_total{outcome=%q} = %v, want %v", step, o, got, counts[lockmodel.RunOutcome(o)])
+			}
+		}
+		if got := m.lastSuccess["nightly"]; !got.Equal(lastSuccess) {
+			t.Errorf("%s: last success %v, want %v", step, got, lastSuccess)
+		}
+	}
+
+	m.observe(nil, locks)
+	want("declared, no ledger yet", nil, time.Time{})
+	if m.period["nightly"] != 24*time.Hour {
+		t.Errorf("period %v", m.period["nightly"])
+	}
+	day1 := lockmodel.Run{ID: "d1", Outcome: lockmodel.RunRunning, Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunRunning, t0)}}
+	m.observe(ledger(day1), locks)
+	want("attempt 1 running", nil, time.Time{})
+	day1.Attempts = []lockmodel.Attempt{attempt(1, lockmodel.RunFailed, t0)}
+	day1.Outcome = lockmodel.RunFailed
+	m.observe(ledger(day1), locks)
+	m.observe(ledger(day1), locks)
+	want("attempt 1 failed, seen twice", map[lockmodel.RunOutcome]float64{lockmodel.RunFailed: 1}, time.Time{})
+	day1.Attempts = append(day1.Attempts, attempt(2, lockmodel.RunSucceeded, t0.Add(time.Hour)))
+	day1.Outcome = lockmodel.RunSucceeded
+	m.observe(ledger(day1), locks)
+	want("attempt 2 succeeded", map[lockmodel.RunOutcome]float64{lockmodel.RunFailed: 1, lockmodel.RunSucceeded: 1}, t0.Add(time.Hour))
+
+	day2 := lockmodel.Run{ID: "d2", Outcome: lockmodel.RunLost, Attempts: []lockmodel.Attempt{
+		attempt(1, lockmodel.RunCrashed, t0.Add(24*time.Hour)), attempt(2, lockmodel.RunLost, t0.Add(25*time.Hour))}}
+	m.observe(ledger(day2, day1), locks)
+	done := map[lockmodel.RunOutcome]float64{lockmodel.RunFailed: 1, lockmodel.RunSucceeded: 1, lockmodel.RunCrashed: 1, lockmodel.RunLost: 1, lockmodel.RunExhausted: 1}
+	want("day 2 used up its 2 attempts", done, t0.Add(time.Hour))
+	day2.Outcome = lockmodel.RunExhausted
+	m.observe(ledger(day2, day1), locks)
+	want("a runner wrote exhausted: counted already", done, t0.Add(time.Hour))
+
+	m.observe(ledger(day2), locks)
+	want("day 1 pruned", done, t0.Add(time.Hour))
+	m.observe(nil, nil)
+	if _, ok := m.period["nightly"]; ok || len(m.seen) != 0 {
+		t.Errorf("lock and ledger gone: period %v seen %v", m.period, m.seen)
+	}
+}
+
+// The controller exports the run metrics from the ledgers that come with
+// its registry watch (no new watch), and writes nothing.
+func TestMetrics_runLedgers(t *testing.T) {
+	h := newHarness(t, agent)
+	profile := h.name("strict")
+	h.declareProfile(lockmodel.SessionProfile{Name: profile, TTL: 15 * time.Second, LockDelay: 15 * time.Second})
+	l := h.declareLock(lockmodel.Lock{Name: h.name("nightly"), Prefix: h.prefix + "/nightly", SessionDefaults: profile,
+		RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}})
+	if _, err := h.api.KV().Put(&api.KVPair{Key: l.Key, Flags: l.Flags()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := h.startWith(startOpts{mode: ModeObserve})
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	s := &metricsScript{t: t, base: srv.URL}
+	s.waitFor(lockSeries("consullock_lock_run_period_seconds", l.Name), 86400)
+	watches := s.m["consullock_lock_watches"]
+	succeeded := `consullock_lock_runs_total{lock="` + l.Name + `",outcome="succeeded"}`
+	s.want("declared", succeeded, 0)
+	s.absent("declared", lockSeries("consullock_lock_last_success_timestamp_seconds", l.Name))
+
+	finished := time.Date(2026, 12, 1, 0, 6, 0, 0, time.UTC)
+	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: l.Name, Runs: []lockmodel.Run{{ID: "2026-12-01T00:00:00Z",
+		Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunSucceeded, finished)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgerKey := lockmodel.RunLedgerKey(h.registry, l.Name)
+	h.put(ledgerKey, rec)
+	s.waitFor(succeeded, 1)
+	s.want("succeeded", lockSeries("consullock_lock_last_success_timestamp_seconds", l.Name), float64(finished.Unix()))
+	s.want("succeeded", "consullock_lock_watches", watches)
+	pair, _, err := h.api.KV().Get(ledgerKey, nil)
+	if err != nil || pair == nil || string(pair.Value) != string(rec) {
+		t.Fatalf("the ledger changed: %v %v", pair, err)
+	}
+}
