@@ -14,6 +14,16 @@ output "nightly_report_holder" {
   } : null
 }
 
+# The last run of a run_once lock: who ran it, with which fencing token, and
+# how it ended.
+data "consullock_lock" "nightly_ingest" {
+  key = "jobs/nightly-ingest/.lock"
+}
+
+output "nightly_ingest_last_run" {
+  value = data.consullock_lock.nightly_ingest.last_run # null before the first run
+}
+
 # A semaphore (`consul lock -n 3 jobs/reindex ...`): its holders.
 data "consullock_lock" "reindex" {
   key = "jobs/reindex/.lock"

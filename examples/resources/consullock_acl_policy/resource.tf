@@ -21,6 +21,17 @@ resource "consullock_acl_policy" "nightly_report" {
   agent_read = true
 }
 
+# Workers of a run_once lock: they hold the lock, read its declaration and
+# profile, and record their runs in its run ledger
+# (key write on consul-lock/runs/nightly-ingest, and no other ledger).
+resource "consullock_acl_policy" "nightly_ingest" {
+  name                  = "nightly-ingest-workers"
+  lock_keys             = ["jobs/nightly-ingest/.lock"]
+  read_keys             = ["consul-lock/locks/nightly-ingest", "consul-lock/session-defaults/fast"]
+  run_ledgers           = ["nightly-ingest"]
+  session_node_prefixes = ["worker-"]
+}
+
 output "granted_rules" {
   value = consullock_acl_policy.nightly_report.rules
 }

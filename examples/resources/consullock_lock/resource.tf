@@ -40,6 +40,22 @@ resource "consullock_lock" "billing_leader" {
   always_held = true
 }
 
+# Run once per day, however many workers are triggered: each worker's timer
+# runs `consullock run -lock nightly-ingest -- ./ingest.sh` at 02:05 UTC; one
+# runs the job, the others find the day's run succeeded and exit 0. A failed
+# or crashed run is attempted again by the next worker, three times at most.
+resource "consullock_lock" "nightly_ingest" {
+  name             = "nightly-ingest"
+  prefix           = "jobs/nightly-ingest"
+  session_defaults = consullock_session_defaults.fast.name
+  run_once = {
+    period       = "24h"
+    offset       = "2h" # run IDs are 02:00 UTC each day: triggers fire well inside the slot
+    max_attempts = 3
+    keep         = 30
+  }
+}
+
 output "nightly_report_key" {
   value = consullock_lock.nightly_report.key # "jobs/nightly-report/.lock"
 }
