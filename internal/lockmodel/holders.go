@@ -1,0 +1,159 @@
+package lockmodel
+
+import (
+	"slices"
+	"strings"
+)
+
+// KeyEntry is a KV entry as Consul returned it: the fields a lock is
+// decided from.
+type KeyEntry struct {
+	Flags       uint64
+	Value       []byte
+	Session     string
+	LockIndex   uint64
+	ModifyIndex uint64
+}
+
+// LockState is a plain description of what an observer read of one lock.
+type LockState struct {
+	// Key is the lock key: a mutex's key, or a semaphore's holder table
+	// <prefix>/.lock.
+	Key string
+	// Entry is the lock key's entry; nil when the key does not exist.
+	Entry *KeyEntry
+	// Semaphore selects api.Semaphore's rule: Entry is the holder table.
+	Semaphore bool
+	// Keys are the other keys read, by key; a semaphore's contender keys
+	// <prefix>/<session> are looked up here, nothing else is.
+	Keys map[string]KeyEntry
+	// Sessions are the sessions the observer's own session read lists, by
+	// ID; nil when it made none.
+	Sessions map[string]ObservedSession
+}
+
+// LockHolder is one session holding a lock, with the key it holds.
+type LockHolder struct {
+	Session string
+	// Key is the key the session holds: the mutex's key, or the
+	// semaphore holder's contender key <prefix>/<session>.
+	Key string
+	// Entry is that key as read: Value is the holder value and
+	// ModifyIndex the holder's fencing token.
+	Entry KeyEntry
+}
+
+// Holders is the one rule for who holds a lock, which the data source
+// (consul.ReadLock), status, the controller (judging, max_hold,
+// consullock_lock_holder_info) and the protocol (lockproto, a holder
+// watching for loss) share. The holders come sorted by session ID.
+//
+// A mutex is held by the session its key names.
+//
+// A semaphore slot is held, as api.Semaphore's monitor judges it, by a
+// session that both
+//
+//   - is listed in the holder table <prefix>/.lock ({"Limit":N,
+//     "Holders":{...}}), and
+//   - holds its own contender key <prefix>/<session>.
+//
+// The table alone is not proof: api.Semaphore prunes a dead holder from it
+// only when someone writes it next, and a holder that lost its contender
+// key (released, deleted, or taken by another session) is listed until
+// then while it holds nothing; its own monitor already says it lost. A
+// contender key alone is not proof either: a waiter holds its key before
+// it gets into the table. The table's Limit does not count: a resize keeps
+// every listed holder its slot. A table that does not decode has no
+// holders.
+//
+// When the observer read the sessions too (Sessions non-nil), a holder
+// whose session that read does not list is left out. In one Consul state
+// this never happens: ending a session releases or deletes its keys in the
+// same Raft write. It happens when the two reads are not the same moment,
+// and bounds the error: a session read newer than the key read (status
+// reads keys first) drops a holder that has ended since, correctly; one
+// older (the controller's separate watches) leaves out a holder whose
+// session it has not seen yet, for at most one round of its session watch,
+// and never reports a session that had ended by the newer read as holding.
+// An observer without a session read (the data source, which reports the
+// key read's moment and flags a holder that ended a moment later; the
+// protocol, whose own session is alive while it renews) passes nil.
+func Holders(st LockState) []LockHolder {
+	var candidates []string
+	switch {
+	case st.Entry == nil:
+	case !st.Semaphore:
+		candidates = []string{st.Entry.Session}
+	default:
+		if table, err := DecodeSemaphoreState(st.Entry.Value); err == nil {
+			for id, listed := range table.Holders {
+				if listed {
+					candidates = append(candidates, id)
+				}
+			}
+			slices.Sort(candidates)
+		}
+	}
+	var out []LockHolder
+	for _, id := range candidates {
+		if h, why := holderOf(st, id); why == "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// NotHolding says why session does not hold the lock by Holders' rule, or
+// "" when it does.
+func NotHolding(st LockState, session string) string {
+	_, why := holderOf(st, session)
+	return why
+}
+
+// SemaphorePrefix is the prefix of the semaphore whose holder table is key
+// <prefix>/.lock: its contender keys are <prefix>/<session>.
+func SemaphorePrefix(key string) string {
+	return strings.TrimSuffix(key, "/"+LockKeyName)
+}
+
+// holderOf applies Holders' rule to one session.
+func holderOf(st LockState, session string) (LockHolder, string) {
+	if session == "" {
+		return LockHolder{}, "no session"
+	}
+	var h LockHolder
+	if !st.Semaphore {
+		switch {
+		case st.Entry == nil:
+			return LockHolder{}, "key " + st.Key + " does not exist"
+		case st.Entry.Session == "":
+			return LockHolder{}, "key " + st.Key + " is not held"
+		case st.Entry.Session != session:
+			return LockHolder{}, "key " + st.Key + " is held by session " + st.Entry.Session
+		}
+		h = LockHolder{Session: session, Key: st.Key, Entry: *st.Entry}
+	} else {
+		contender := SemaphorePrefix(st.Key) + "/" + session
+		e, ok := st.Keys[contender]
+		if !ok || e.Session != session {
+			return LockHolder{}, "contender key " + contender + " is not held by session " + session
+		}
+		if st.Entry == nil {
+			return LockHolder{}, "holder table " + st.Key + " does not exist"
+		}
+		table, err := DecodeSemaphoreState(st.Entry.Value)
+		if err != nil {
+			return LockHolder{}, "holder table " + st.Key + " is unusable: " + err.Error()
+		}
+		if !table.Holders[session] {
+			return LockHolder{}, "holder table " + st.Key + " does not list session " + session
+		}
+		h = LockHolder{Session: session, Key: contender, Entry: e}
+	}
+	if st.Sessions != nil {
+		if _, alive := st.Sessions[session]; !alive {
+			return LockHolder{}, "session " + session + " no longer exists"
+		}
+	}
+	return h, ""
+}
