@@ -61,7 +61,8 @@ type LedgerWrite struct {
 	Ledger lockmodel.Ledger
 }
 
-// BeginRun records an attempt's start: one transaction with a check-session
+// BeginRun records an attempt's start (or, for lockmodel.BeginExhausted
+// with Changed, a crashed attempt and the run exhausted): one transaction with a check-session
 // on the lock key and a check-and-set of the ledger. It returns the
 // ledger's new ModifyIndex, for FinishRunAndRelease. Errors: ErrFenceLost
 // (the session no longer holds the lock: do not run the command),

@@ -47,6 +47,12 @@ type AttemptSpec struct {
 	Outcome      string  `json:"outcome"`
 }
 
+// MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
+// KV value (kv_max_value_size, 512 KiB; agent/config/default.go). A ledger
+// grows by about 300 bytes per attempt, so keep x attempts stays far below
+// it in practice; past it, Consul would refuse the write.
+const MaxLedgerBytes = 512 * 1024
+
 // maxLedgerRuns bounds what a decoder accepts: a ledger pruned to the
 // largest keep, plus the run being written.
 const maxLedgerRuns = MaxRunKeep + 1
@@ -73,7 +79,12 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 	if _, err := ledgerFromSpec(spec); err != nil {
 		return nil, err
 	}
-	return encodeRecord(RecordKindRunLedger, l.Lock, spec)
+	b, err := encodeRecord(RecordKindRunLedger, l.Lock, spec)
+	if err == nil && len(b) > MaxLedgerBytes {
+		return nil, &FieldError{Field: FieldRunOnceKeep, Value: fmt.Sprintf("%d runs (%d bytes)", len(l.Runs), len(b)),
+			Allowed: fmt.Sprintf("a ledger of at most %d bytes, Consul's limit on a KV value: lower run_once.keep", MaxLedgerBytes)}
+	}
+	return b, err
 }
 
 // DecodeLedger parses and validates a "run_ledger" record. Every field is

@@ -3,6 +3,7 @@ package lockmodel
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -188,4 +189,26 @@ func FuzzDecodeLedger(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestEncodeLedger_refusesALedgerConsulWouldRefuse(t *testing.T) {
+	l := Ledger{Lock: "nightly"}
+	for i := range MaxRunKeep {
+		id := fmt.Sprintf("run-%04d", i)
+		for _, h := range []RunHolder{nodeA, nodeB, nodeC} { // three attempts, two crashed
+			h.Node = strings.Repeat("n", 200)
+			d, err := l.Begin(id, h, 3, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l = d.Ledger
+		}
+	}
+	_, err := EncodeLedger(l)
+	if fes := AsFieldErrors(err); len(fes) != 1 || fes[0].Field != "run_once.keep" || !strings.Contains(fes[0].Allowed, "524288 bytes") {
+		t.Fatalf("EncodeLedger of %d runs with long node names = %v, want a run_once.keep error naming Consul's limit", len(l.Runs), err)
+	}
+	if _, err := EncodeLedger(l.Prune(100, "run-0999")); err != nil {
+		t.Fatalf("a pruned ledger: %v", err)
+	}
 }
