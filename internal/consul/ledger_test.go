@@ -242,3 +242,42 @@ func TestLedgerWrites_permissionDenied(t *testing.T) {
 		t.Fatal("a denied BeginRun wrote the ledger")
 	}
 }
+
+// A waiter blocked on the ledger hears of the holder's write at once, not
+// when its wait ends.
+func TestWaitLedger_answersWhenTheLedgerChanges(t *testing.T) {
+	ctx := context.Background()
+	f := newLedgerFixture(t)
+	_, index, err := f.c.ReadLedger(ctx, f.ledgerKey, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An absent key still answers with an index to wait on.
+	_, waitIndex, err := f.c.WaitLedger(ctx, f.ledgerKey, "job", index, time.Millisecond)
+	if err != nil || waitIndex == 0 {
+		t.Fatalf("WaitLedger on an absent ledger: index %d, %v", waitIndex, err)
+	}
+	type answer struct {
+		l     lockmodel.Ledger
+		index uint64
+		err   error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		l, i, err := f.c.WaitLedger(ctx, f.ledgerKey, "job", waitIndex, time.Minute)
+		got <- answer{l, i, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // let the query block
+	_, written, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-got:
+		if a.err != nil || a.index != written || len(a.l.Runs) != 1 || a.l.Runs[0].Outcome != lockmodel.RunRunning {
+			t.Fatalf("WaitLedger = %+v at %d, %v; want the running run at index %d", a.l, a.index, a.err, written)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WaitLedger did not answer after the ledger changed")
+	}
+}
