@@ -1,10 +1,16 @@
-# Nomad job: the nightly report on every worker node at 02:00 UTC, run on
-# exactly one of them by the consullock lock "nightly-report" (declared in
-# examples/quickstart). `sysbatch` places one allocation per eligible node,
-# which is the "deployed on several nodes" half of the pattern; the lock is
-# the "runs on exactly one" half, and it also holds across Nomad regions and
-# against a disconnected node's allocation that is still running while Nomad
+# Nomad job: the nightly report on every worker node at 02:00 UTC, run once
+# per launch by the consullock lock "nightly-report" (declared with run_once,
+# README.md). `sysbatch` places one allocation per eligible node, which is
+# the "deployed on several nodes" half of the pattern; the lock and its run
+# ledger are the "runs exactly once" half: one allocation runs the report,
+# the others exit 0 as soon as it has succeeded, and take over the run if it
+# fails or its node dies. It also holds across Nomad regions and against a
+# disconnected node's allocation that is still running while Nomad
 # reschedules it.
+#
+# The run ID is the periodic launch's own ID (NOMAD_JOB_ID is
+# "nightly-report/periodic-<launch time>", the same in every allocation of
+# one launch), so no node computes it from its own clock.
 #
 #   nomad var put nomad/jobs/nightly-report consul_token=<worker_token>
 #   nomad job run nightly-report.nomad.hcl
@@ -28,8 +34,9 @@ job "nightly-report" {
   }
 
   group "report" {
-    # One attempt per node and night: a node that lost the race (exit 124)
-    # or failed must not try again; the lock already gave the run to one.
+    # One runner per node and launch: the run ledger retries a failed
+    # attempt on the nodes still waiting (up to run_once.max_attempts), so
+    # Nomad must not restart or reschedule on top of it.
     restart {
       attempts = 0
       mode     = "fail"
@@ -47,21 +54,20 @@ job "nightly-report" {
         command = "/bin/sh"
         # The runner runs as the shell's child. A non-interactive shell does
         # not pass SIGTERM on, so the trap does: on `nomad alloc stop` or a
-        # drain the runner forwards it to the job, releases the lock and
-        # destroys its session. Exit 124 means another node held the lock
-        # longer than -timeout and this node skipped the run: success.
-        # Every other code is the runner's or the job's (README.md) and
-        # fails the allocation.
+        # drain the runner forwards it to the job, records the outcome with
+        # the release and destroys its session. Exit 0: this node ran the
+        # report, or another did (the log names it). Every other code is
+        # the runner's or the job's (README.md) and fails the allocation.
+        # -timeout is the period (the -timeout rule with run once).
         args = ["-c", <<-EOT
-          /usr/local/bin/consullock run -lock nightly-report -timeout 2m -grace 10s -- \
-            /usr/local/bin/nightly-report --since yesterday &
+          /usr/local/bin/consullock run -lock nightly-report -run-id "$${NOMAD_JOB_ID##*/}" \
+            -timeout 24h -grace 10s -- /usr/local/bin/nightly-report --since yesterday &
           runner=$!
           trap 'kill -TERM "$runner" 2>/dev/null' TERM INT
           while :; do
             wait "$runner"; rc=$?
             kill -0 "$runner" 2>/dev/null || break
           done
-          [ "$rc" -eq 124 ] && { echo "another node ran nightly-report"; exit 0; }
           exit "$rc"
         EOT
         ]
