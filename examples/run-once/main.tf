@@ -1,0 +1,54 @@
+# Run once: the nightly report runs exactly once per UTC day on one of the
+# workers, and records its own completion under the fencing token so that
+# not even the one window the run ledger leaves open (README.md) repeats it.
+#
+#   tofu apply
+#   # on every worker, at 02:00 UTC:
+#   consullock run -lock nightly-report -- ./nightly-report.sh
+
+terraform {
+  required_providers {
+    consullock = {
+      source = "consullock/consullock"
+    }
+  }
+}
+
+provider "consullock" {}
+
+resource "consullock_session_defaults" "nightly_report" {
+  name       = "nightly-report"
+  ttl        = "10s"
+  lock_delay = "5s"
+}
+
+resource "consullock_lock" "nightly_report" {
+  name             = "nightly-report"
+  prefix           = "jobs/nightly-report"
+  session_defaults = consullock_session_defaults.nightly_report.name
+  description      = "Nightly report: once per UTC day, on one worker."
+  run_once = {
+    period       = "24h" # the run ID is the UTC day, e.g. 2026-12-01T00:00:00Z
+    max_attempts = 3
+    keep         = 30 # a month of history in `consullock status -lock nightly-report`
+  }
+}
+
+# The workers may hold the lock, write its run ledger and nothing else.
+resource "consullock_acl_policy" "workers" {
+  name                  = "nightly-report-workers"
+  lock_keys             = [consullock_lock.nightly_report.key]
+  run_ledgers           = [consullock_lock.nightly_report.name]
+  read_keys             = [consullock_lock.nightly_report.registry_key, consullock_session_defaults.nightly_report.registry_key]
+  session_node_prefixes = ["worker-"]
+}
+
+resource "consullock_acl_token" "workers" {
+  description = "nightly-report workers"
+  policies    = [consullock_acl_policy.workers.name]
+}
+
+output "worker_token" {
+  value     = consullock_acl_token.workers.secret_id
+  sensitive = true
+}
