@@ -160,8 +160,13 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 			if err != nil {
 				return Decision{}, false, consul.Classify("read semaphore contender key "+semaphoreDir(l)+d.Session, err)
 			}
-			if cp != nil && cp.Session == d.Session {
-				value = cp.Value
+			if cp != nil {
+				// Decide's holders (lockmodel.Holders) need it too: a
+				// listed session holds a slot only while it holds it.
+				st.Keys[cp.Key] = LiveKey{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
+				if cp.Session == d.Session {
+					value = cp.Value
+				}
 			}
 		}
 		c.mu.Lock()

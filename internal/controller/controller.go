@@ -387,13 +387,16 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 		}
 	}
 	for key, prefix := range c.keyGroup {
-		g := c.groups[prefix]
-		if g == nil || !g.synced {
+		if g := c.groups[prefix]; g == nil || !g.synced {
 			st.UnknownKeys[key] = true
-			continue
 		}
-		if lk, ok := g.live[key]; ok {
-			st.Keys[key] = lk
+	}
+	for _, g := range c.groups {
+		if g.synced {
+			// The declared lock keys, and the keys right under a
+			// semaphore's prefix: its contender keys, which tell its
+			// holders (lockmodel.Holders).
+			maps.Copy(st.Keys, g.live)
 		}
 	}
 	looks := map[string]map[string]uint64{}
@@ -405,7 +408,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 		live, exists := st.Keys[l.Key]
 		var hs []lockmodel.ObservedSession
 		if exists && st.Sessions != nil {
-			hs = holders(l, live, st.Sessions)
+			hs = holders(l, st.Keys, st.Sessions)
 		}
 		if st.Sessions != nil {
 			// A look: the key's state and its holders' sessions are known.

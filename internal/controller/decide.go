@@ -35,13 +35,7 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // LiveKey is a lock key as a KV read returned it.
-type LiveKey struct {
-	Flags       uint64
-	Value       []byte
-	Session     string
-	LockIndex   uint64
-	ModifyIndex uint64
-}
+type LiveKey = lockmodel.KeyEntry
 
 // LivePolicy is an ACL policy as Consul returned it.
 type LivePolicy struct {
@@ -66,8 +60,10 @@ type State struct {
 	Profiles map[string]lockmodel.SessionProfile
 	Policies map[string]lockmodel.ACLPolicySpec
 
-	// Keys holds the live lock keys by key; a declared key that is absent
-	// here does not exist, unless it is in UnknownKeys.
+	// Keys holds the live lock keys by key, and the keys right under a
+	// semaphore's prefix (its contender keys <prefix>/<session>); a
+	// declared key that is absent here does not exist, unless it is in
+	// UnknownKeys.
 	Keys map[string]LiveKey
 	// UnknownKeys are keys whose watch has not answered yet (or failed):
 	// their absence from Keys proves nothing.
@@ -272,7 +268,7 @@ func Decide(st State, mode Mode) []Decision {
 			continue
 		}
 		out = append(out, keyDrift(l, live, repair)...)
-		for _, h := range holders(l, live, st.Sessions) {
+		for _, h := range holders(l, st.Keys, st.Sessions) {
 			for _, d := range judgeHolder(st, l, h, enforce) {
 				if d.Kind == KindEndSession {
 					if ended[h.ID] {
@@ -356,29 +352,23 @@ func keyDrift(l lockmodel.Lock, live LiveKey, repair bool) []Decision {
 	}}
 }
 
-// holders returns the live sessions holding l: the key's session for a
-// mutex, the Holders of the table whose sessions still exist for a
-// semaphore (api.Semaphore prunes dead ones lazily). Sessions the session
-// watch has not seen are left out: nothing is judged on a guess.
-func holders(l lockmodel.Lock, live LiveKey, sessions map[string]lockmodel.ObservedSession) []lockmodel.ObservedSession {
-	var ids []string
-	if !l.IsSemaphore() {
-		if live.Session != "" {
-			ids = append(ids, live.Session)
-		}
-	} else if s, err := lockmodel.DecodeSemaphoreState(live.Value); err == nil {
-		for id, held := range s.Holders {
-			if held {
-				ids = append(ids, id)
-			}
-		}
-		sort.Strings(ids)
+// holders returns the sessions holding l by lockmodel.Holders (the rule
+// status, the data source and the protocol apply too), as the session
+// watch last saw them: the key's session for a mutex; for a semaphore a
+// session the holder table lists that also holds its contender key in
+// keys. Sessions the session watch has not seen are left out: nothing is
+// judged on a guess; without a session watch answer (nil) there are none.
+func holders(l lockmodel.Lock, keys map[string]LiveKey, sessions map[string]lockmodel.ObservedSession) []lockmodel.ObservedSession {
+	if sessions == nil {
+		return nil
+	}
+	st := lockmodel.LockState{Key: l.Key, Semaphore: l.IsSemaphore(), Keys: keys, Sessions: sessions}
+	if e, ok := keys[l.Key]; ok {
+		st.Entry = &e
 	}
 	var out []lockmodel.ObservedSession
-	for _, id := range ids {
-		if s, ok := sessions[id]; ok {
-			out = append(out, s)
-		}
+	for _, h := range lockmodel.Holders(st) {
+		out = append(out, sessions[h.Session])
 	}
 	return out
 }

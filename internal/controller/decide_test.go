@@ -60,6 +60,15 @@ func holdMutex(st *State, s lockmodel.ObservedSession, since time.Time) {
 	st.HeldSince[Holder{Lock: "report", Session: s.ID}] = since
 }
 
+// holdSlots makes sessions hold their contender keys of the semaphore
+// "thumbs": a listed session holds a slot only with its key
+// (lockmodel.Holders).
+func holdSlots(st *State, sessions ...string) {
+	for _, id := range sessions {
+		st.Keys["jobs/thumbs/"+id] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Session: id, LockIndex: 1, ModifyIndex: 29}
+	}
+}
+
 type want struct {
 	kind    Kind
 	act     bool
@@ -203,6 +212,7 @@ func TestDecide(t *testing.T) {
 			st.Sessions[sessA], st.Sessions[sessB] = compliant(sessA), bad
 			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
 				Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true,"` + sessB + `":true}}`)}
+			holdSlots(st, sessA, sessB)
 		}, []want{{kind: KindEndSession, act: true, lock: "thumbs", reasons: []string{lockmodel.ViolationTTLTooLong}}}},
 		{"a session holding two locks is ended once", ModeEnforce, func(st *State) {
 			bad := compliant(sessA)
@@ -210,6 +220,7 @@ func TestDecide(t *testing.T) {
 			holdMutex(st, bad, t0)
 			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
 				Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true}}`)}
+			holdSlots(st, sessA)
 		}, []want{{kind: KindEndSession, act: true, lock: "report", reasons: []string{lockmodel.ViolationTTLTooLong}}}},
 	}
 	for _, tt := range tests {
@@ -341,6 +352,7 @@ func TestDecide_holdersThatPredateTheirProfile(t *testing.T) {
 			st.Sessions[sessB] = tooLong(sessB, 99)
 			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
 				Value: []byte(`{"Limit":3,"Holders":{"` + sessB + `":true}}`)}
+			holdSlots(st, sessB)
 		}, []want{{kind: KindHolderPredatesProfile, act: false, lock: "thumbs", reasons: predates}}},
 	}
 	for _, tt := range tests {
@@ -522,6 +534,7 @@ func TestDecision_IsDrift(t *testing.T) {
 	bad.TTL = time.Minute
 	st.Sessions[sessA] = bad
 	st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true}}`), ModifyIndex: 11}
+	holdSlots(&st, sessA)
 	var drift, other []Kind
 	for _, d := range Decide(st, ModeRepair) {
 		if d.IsDrift() {

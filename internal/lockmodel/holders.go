@@ -110,6 +110,29 @@ func NotHolding(st LockState, session string) string {
 	return why
 }
 
+// Waiters are a semaphore's contenders waiting for a slot, sorted: the
+// sessions that hold their own contender key <prefix>/<session> while the
+// holder table does not list them (all of them when the table does not
+// decode). A mutex has none.
+func Waiters(st LockState) []string {
+	if !st.Semaphore {
+		return nil
+	}
+	var table SemaphoreState
+	if st.Entry != nil {
+		table, _ = DecodeSemaphoreState(st.Entry.Value)
+	}
+	prefix := SemaphorePrefix(st.Key) + "/"
+	var out []string
+	for key, e := range st.Keys {
+		if e.Session != "" && key == prefix+e.Session && !table.Holders[e.Session] {
+			out = append(out, e.Session)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // SemaphorePrefix is the prefix of the semaphore whose holder table is key
 // <prefix>/.lock: its contender keys are <prefix>/<session>.
 func SemaphorePrefix(key string) string {

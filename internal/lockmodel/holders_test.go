@@ -111,3 +111,25 @@ func TestHolders_whereTheCopiesDiffered(t *testing.T) {
 		})
 	}
 }
+
+func TestWaiters(t *testing.T) {
+	table := &lockmodel.KeyEntry{Value: []byte(`{"Limit":1,"Holders":{"a":true}}`)}
+	keys := map[string]lockmodel.KeyEntry{
+		"jobs/x/a": {Session: "a"}, // the holder
+		"jobs/x/b": {Session: "b"}, // waiting
+		"jobs/x/c": {},             // not held: nobody
+		"jobs/x/d": {Session: "e"}, // another session's key: not its own
+	}
+	st := lockmodel.LockState{Key: "jobs/x/.lock", Entry: table, Semaphore: true, Keys: keys}
+	if got := lockmodel.Waiters(st); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("Waiters = %q, want [b]", got)
+	}
+	st.Entry = &lockmodel.KeyEntry{Value: []byte("{")}
+	if got := lockmodel.Waiters(st); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("Waiters with a table that does not decode = %q, want [a b]", got)
+	}
+	st.Semaphore = false
+	if got := lockmodel.Waiters(st); got != nil {
+		t.Errorf("a mutex's Waiters = %q, want none", got)
+	}
+}

@@ -3,6 +3,7 @@ package status
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"sort"
 	"strings"
@@ -232,15 +233,16 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			rep.add(out)
 			continue
 		}
-		st.Keys[l.Key] = controller.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+		ls := lockState(w, l, p, byKey, contenderKeys)
+		st.Keys[l.Key] = *ls.Entry
+		maps.Copy(st.Keys, ls.Keys)
 		out.LockIndex, out.ModifyIndex = p.LockIndex, p.ModifyIndex
-		if !l.IsSemaphore() {
-			if p.Session != "" {
-				h := holder(w, p.Session, p.ModifyIndex, p.Value, now)
-				out.Holders = append(out.Holders, h)
-			}
-		} else {
-			out.Holders, out.Contenders = semaphoreHolders(w, l, p, byKey, contenderKeys, now)
+		for _, h := range lockmodel.Holders(ls) {
+			out.Holders = append(out.Holders, holder(w, h.Session, h.Entry.ModifyIndex, h.Entry.Value, now))
+		}
+		if l.IsSemaphore() {
+			waiting := len(lockmodel.Waiters(ls))
+			out.Contenders = &waiting
 		}
 		for _, h := range out.Holders {
 			if !h.started.IsZero() {
@@ -356,35 +358,26 @@ func holder(w *world, id string, token uint64, value []byte, now time.Time) Hold
 	return h
 }
 
-// semaphoreHolders reads api.Semaphore's table: holders are the sessions in
-// Holders that still exist (as the controller judges them), each with its
-// contender key <prefix>/<session>, whose ModifyIndex is its token.
-func semaphoreHolders(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.KVPair, contenderKeys map[string]bool, now time.Time) ([]Holder, *int) {
-	var table lockmodel.SemaphoreState
-	if s, err := lockmodel.DecodeSemaphoreState(p.Value); err == nil {
-		table = s
+// lockState describes lock l whose key is p for lockmodel.Holders, the
+// rule the controller, the data source and the protocol apply too: for a
+// semaphore with the keys right under its prefix (its contender keys
+// <prefix>/<session>, whose ModifyIndex is each holder's token), which it
+// marks in contenderKeys; with the sessions status read after the keys.
+func lockState(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.KVPair, contenderKeys map[string]bool) lockmodel.LockState {
+	ls := lockmodel.LockState{Key: l.Key, Semaphore: l.IsSemaphore(), Keys: map[string]lockmodel.KeyEntry{}, Sessions: w.sessions,
+		Entry: &lockmodel.KeyEntry{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}}
+	if !ls.Semaphore {
+		return ls
 	}
-	holders := []Holder{}
-	waiting := 0
-	prefix := strings.TrimSuffix(l.Key, "/"+lockmodel.LockKeyName) + "/"
+	prefix := lockmodel.SemaphorePrefix(l.Key) + "/"
 	for key, kp := range byKey {
 		if !strings.HasPrefix(key, prefix) || key == l.Key || strings.Contains(strings.TrimPrefix(key, prefix), "/") {
 			continue
 		}
 		contenderKeys[key] = true
-		if kp.Session == "" || path.Base(key) != kp.Session {
-			continue
-		}
-		if table.Holders[kp.Session] {
-			if _, live := w.sessions[kp.Session]; live {
-				holders = append(holders, holder(w, kp.Session, kp.ModifyIndex, kp.Value, now))
-			}
-			continue
-		}
-		waiting++
+		ls.Keys[key] = lockmodel.KeyEntry{Flags: kp.Flags, Value: kp.Value, Session: kp.Session, LockIndex: kp.LockIndex, ModifyIndex: kp.ModifyIndex}
 	}
-	sort.Slice(holders, func(i, j int) bool { return holders[i].Session < holders[j].Session })
-	return holders, &waiting
+	return ls
 }
 
 // undeclared lists keys under the listed prefixes that look like locks (a
