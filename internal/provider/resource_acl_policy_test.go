@@ -572,6 +572,7 @@ func aclTestPolicyModel(id string) aclPolicyModel {
 		SessionNodePrefixes: aclStringSet([]string{"web-"}),
 		ReadKeys:            types.SetNull(types.StringType),
 		AgentRead:           types.BoolValue(false),
+		RunLedgers:          types.SetNull(types.StringType),
 		Rules:               newACLRulesValue(lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{"a/.lock"}, SessionNodePrefixes: []string{"web-"}})),
 		RegistryKey:         types.StringValue("consul-lock/acl-policies/p-direct"),
 	}
