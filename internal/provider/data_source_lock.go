@@ -301,6 +301,7 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 	m := lockDataSourceModel{
 		Key:                  key,
 		Consistent:           types.BoolValue(consistent),
+		LastRun:              types.ObjectNull(lastRunAttrTypes),
 		Exists:               types.BoolValue(view.Pair != nil),
 		Held:                 types.BoolValue(false),
 		Session:              types.StringNull(),
