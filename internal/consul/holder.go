@@ -91,23 +91,29 @@ func (c *Client) ReadLock(ctx context.Context, key string, consistent bool) (*Lo
 	if state, ok, err := semaphoreState(key, pair); err != nil {
 		return nil, err
 	} else if ok {
-		view.Semaphore, err = c.readSemaphore(key, state, query)
+		view.Semaphore, err = c.readSemaphore(key, pair, state, query)
 		if err != nil {
 			return nil, err
 		}
 		return view, nil
 	}
 
-	if pair.Session == "" {
+	// The key's session holds it (lockmodel.Holders); the session read
+	// comes after, so a holder that ended in between is still reported,
+	// with SessionGone.
+	lockKey := KeyEntry(pair)
+	held := lockmodel.Holders(lockmodel.LockState{Key: key, Entry: &lockKey})
+	if len(held) == 0 {
 		return view, nil
 	}
-	entry, smeta, err := c.Session().Info(pair.Session, query())
+	session := held[0].Session
+	entry, smeta, err := c.Session().Info(session, query())
 	if err != nil {
-		return nil, c.wrap(fmt.Sprintf("read session %s holding %s", pair.Session, key), err)
+		return nil, c.wrap(fmt.Sprintf("read session %s holding %s", session, key), err)
 	}
 	if entry == nil {
 		if smeta.ResultsFilteredByACLs {
-			return nil, hiddenSession(key, pair.Session)
+			return nil, hiddenSession(key, session)
 		}
 		view.SessionGone = true
 		return view, nil
@@ -143,8 +149,13 @@ func semaphoreState(key string, pair *api.KVPair) (lockmodel.SemaphoreState, boo
 	}
 }
 
-func (c *Client) readSemaphore(key string, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
-	prefix := strings.TrimSuffix(key, "/"+lockmodel.LockKeyName)
+// readSemaphore reads the holders of the semaphore whose holder table is
+// pair: by lockmodel.Holders, the rule status, the controller and the
+// protocol apply too, from one list of the keys under its prefix. The
+// session list comes after it: a holder whose session ended in between is
+// still reported, with SessionGone.
+func (c *Client) readSemaphore(key string, pair *api.KVPair, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
+	prefix := lockmodel.SemaphorePrefix(key)
 	view := &SemaphoreView{Prefix: prefix, Limit: state.Limit, Holders: []SemaphoreHolder{}}
 	if len(state.Holders) == 0 {
 		return view, nil
@@ -162,16 +173,17 @@ func (c *Client) readSemaphore(key string, state lockmodel.SemaphoreState, query
 				prefix+"/", prefix+"/"),
 		}
 	}
+	table := KeyEntry(pair)
+	st := lockmodel.LockState{Key: key, Entry: &table, Semaphore: true, Keys: make(map[string]lockmodel.KeyEntry, len(pairs))}
 	for _, p := range pairs {
-		if p.Session == "" || !state.Holders[p.Session] || p.Key != prefix+"/"+p.Session {
-			continue
-		}
-		view.Holders = append(view.Holders, SemaphoreHolder{Session: p.Session, Key: p.Key, Value: p.Value, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex})
+		st.Keys[p.Key] = KeyEntry(p)
+	}
+	for _, h := range lockmodel.Holders(st) {
+		view.Holders = append(view.Holders, SemaphoreHolder{Session: h.Session, Key: h.Key, Value: h.Entry.Value, LockIndex: h.Entry.LockIndex, ModifyIndex: h.Entry.ModifyIndex})
 	}
 	if len(view.Holders) == 0 {
 		return view, nil
 	}
-	slices.SortFunc(view.Holders, func(a, b SemaphoreHolder) int { return strings.Compare(a.Session, b.Session) })
 
 	// One list for all holders' nodes rather than one read per holder.
 	sessions, smeta, err := c.Session().List(query())
@@ -195,6 +207,11 @@ func (c *Client) readSemaphore(key string, state lockmodel.SemaphoreState, query
 		}
 	}
 	return view, nil
+}
+
+// KeyEntry is a KV pair as lockmodel decides locks from it.
+func KeyEntry(p *api.KVPair) lockmodel.KeyEntry {
+	return lockmodel.KeyEntry{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
 }
 
 // hiddenSession is the error for a holder session that Consul filtered out

@@ -371,32 +371,24 @@ func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observatio
 	}
 }
 
-// lostBecause says why pairs show that s no longer holds a slot, or "".
-// Only the slot counts, as in api.Semaphore's monitor: the contender key
-// held by s and s listed in the holder table. The table's Limit does not:
-// a resize (the provider rewrites Limit by check-and-set and keeps
-// Holders) leaves every holder its slot.
+// lostBecause says why pairs show that s no longer holds a slot, or "",
+// by lockmodel.Holders, the rule status, the controller and the data source
+// apply too: as in api.Semaphore's monitor, s holds a slot while it holds
+// its contender key and the holder table lists it. The table's Limit does
+// not count: a resize (the provider rewrites Limit by check-and-set and
+// keeps Holders) leaves every holder its slot. No session read: this
+// holder's own session lives while it renews.
 func (m *semaphore) lostBecause(pairs api.KVPairs, s *Session) string {
-	if !heldBy(pairs, m.contenderKey(s), s.ID) {
-		return "contender key " + m.contenderKey(s) + " is no longer held by this session"
-	}
-	var table *api.KVPair
+	st := lockmodel.LockState{Key: m.lock.Key, Semaphore: true, Keys: make(map[string]lockmodel.KeyEntry, len(pairs))}
 	for _, p := range pairs {
 		if p.Key == m.lock.Key {
-			table = p
+			table := consul.KeyEntry(p)
+			st.Entry = &table
+			continue
 		}
+		st.Keys[p.Key] = consul.KeyEntry(p)
 	}
-	if table == nil {
-		return "holder table " + m.lock.Key + " was deleted"
-	}
-	state, err := lockmodel.DecodeSemaphoreState(table.Value)
-	if err != nil {
-		return "holder table " + m.lock.Key + " is unusable: " + err.Error()
-	}
-	if !state.Holders[s.ID] {
-		return "holder table " + m.lock.Key + " no longer lists this session"
-	}
-	return ""
+	return lockmodel.NotHolding(st, s.ID)
 }
 
 func (m *semaphore) Release(ctx context.Context, s *Session, _ []byte) (bool, error) {
