@@ -2,8 +2,10 @@
 # make demo: a local Consul dev agent (ACLs on, default deny), the quickstart
 # applied with OpenTofu, two `consullock run` workers competing for the lock,
 # the holder shown through the data source, a crash fail-over measured, an
-# out-of-band ACL edit caught by plan, and a deleted lock key put back by the
-# controller. Cleans up after itself.
+# out-of-band ACL edit caught by plan, run once (three workers triggered
+# together: exactly one runs the job; then a holder killed mid-run and the
+# run completed by another worker as attempt 2), and a deleted lock key put
+# back by the controller. Cleans up after itself.
 #
 # It uses the consul and tofu (or terraform) found on PATH when they are
 # recent enough (Consul >= 1.14, OpenTofu >= 1.10, Terraform >= 1.5), and
@@ -212,6 +214,108 @@ grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | grep -v 'consulloc
 tf apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
 info "after apply the rules are the declared ones again:"
 "$consul" acl policy read -name nightly-report-workers | sed -n '/^Rules:/,$p' | sed 's/^/      /'
+
+step "run once: lock report-once declares run_once (period 24h); its workers' token may write its run ledger"
+mkdir -p "$demo/run-once"
+cat >"$demo/run-once/main.tf" <<'TF'
+terraform {
+  required_providers {
+    consullock = { source = "consullock/consullock" }
+  }
+}
+provider "consullock" {}
+resource "consullock_session_defaults" "once" {
+  name       = "report-once"
+  ttl        = "10s"
+  lock_delay = "1s"
+}
+resource "consullock_lock" "once" {
+  name             = "report-once"
+  prefix           = "jobs/report-once"
+  session_defaults = consullock_session_defaults.once.name
+  run_once         = { period = "24h", max_attempts = 3 }
+}
+resource "consullock_acl_policy" "once" {
+  name                  = "report-once-workers"
+  lock_keys             = [consullock_lock.once.key]
+  run_ledgers           = [consullock_lock.once.name]
+  read_keys             = [consullock_lock.once.registry_key, consullock_session_defaults.once.registry_key]
+  session_node_prefixes = ["worker-"]
+}
+resource "consullock_acl_token" "once" {
+  description = "report-once workers"
+  policies    = [consullock_acl_policy.once.name]
+}
+output "token" {
+  value     = consullock_acl_token.once.secret_id
+  sensitive = true
+}
+TF
+tf_once() { (cd "$demo/run-once" && "$cli" "$@" 2> >(grep -v -e 'Provider development overrides' -e 'dev_overrides' >&2)); }
+tf_once apply -auto-approve -no-color | grep -E 'Apply complete' | sed 's/^/    /'
+once_token="$(tf_once output -raw token)"
+
+# once_workers TAG ARGS...: starts three workers of report-once at once;
+# the job prints its run ID and attempt, sleeps 300s as attempt 1 of run
+# "crash" (to be killed), else 2s.
+once_workers() {
+  local tag=$1 i
+  shift
+  once=()
+  for i in 1 2 3; do
+    CONSUL_HTTP_TOKEN="$once_token" "$bin/consullock" run -lock report-once "$@" -- sh -c \
+      "echo \"worker $i: running report-once, run \$CONSUL_LOCK_RUN_ID attempt \$CONSUL_LOCK_ATTEMPT\"
+       if [ \"\$CONSUL_LOCK_RUN_ID\" = crash ] && [ \"\$CONSUL_LOCK_ATTEMPT\" = 1 ]; then exec sleep 300; fi; sleep 2" \
+      >"$demo/once-$tag-$i.log" 2>&1 &
+    once+=($!)
+    pids+=($!)
+    disown $!
+  done
+}
+# once_report TAG: each worker's exit code and what it did.
+once_report() {
+  local tag=$1 i rc ran=0
+  for i in 1 2 3; do
+    rc=0
+    while kill -0 "${once[i - 1]}" 2>/dev/null; do sleep 0.05; done
+    rc="$(sed -n 's/.*exit_code=\([0-9]*\).*/\1/p' "$demo/once-$tag-$i.log" | tail -n 1)"
+    if grep -q 'running report-once' "$demo/once-$tag-$i.log"; then
+      ran=$((ran + 1))
+      info "$(grep 'running report-once' "$demo/once-$tag-$i.log")"
+    elif grep -q 'run already succeeded' "$demo/once-$tag-$i.log"; then
+      info "worker $i: exit ${rc:-0}, did not run it: $(grep -o 'run already succeeded.*' "$demo/once-$tag-$i.log" |
+        sed -n 's/.*\(run_id=[^ ]*\).*\(seen="[^"]*"\).*\(ran_on=[^ ]*\) \(attempt=[0-9]*\) \(fencing_token=[0-9]*\).*/\1 \2 \3 \4 \5/p')"
+    else
+      info "worker $i: $(tail -n 1 "$demo/once-$tag-$i.log")"
+    fi
+  done
+  once_ran=$ran
+}
+
+step "run once: three workers triggered together (no -run-id: the run ID is today's UTC slot), a 2s job"
+once_workers together
+once_report together
+[[ $once_ran -eq 1 ]] || { tail -n 5 "$demo"/once-together-*.log; echo "run once: $once_ran workers ran the job, want exactly 1" >&2; exit 1; }
+info "exactly one worker ran the job; the others left as soon as its success was recorded"
+
+step "run once, a holder killed mid-run: run \"crash\"; kill -9 the runner of attempt 1 (its job dies with it)"
+once_workers crash -run-id crash
+holder_log=
+for _ in $(seq 1 200); do
+  holder_log="$(grep -l 'attempt 1' "$demo"/once-crash-*.log 2>/dev/null | head -n 1)" && [[ -n "$holder_log" ]] && break
+  sleep 0.05
+done
+[[ -n "$holder_log" ]] || { tail -n 5 "$demo"/once-crash-*.log; echo "no worker started attempt 1" >&2; exit 1; }
+victim="${holder_log##*-}" victim="${victim%.log}"
+victim_pid="${once[victim - 1]}"
+# The runner only: its job dies with it (Linux parent-death signal), as when
+# its machine dies. Killing the job first would let the runner record it.
+kill -KILL "$victim_pid"
+info "killed worker $victim (pid $victim_pid) running attempt 1; its session ends after about 2 x ttl (10s), then lock_delay (1s)"
+once_report crash
+grep -q 'attempt 2' "$demo"/once-crash-*.log || { tail -n 5 "$demo"/once-crash-*.log; echo "no worker ran attempt 2" >&2; exit 1; }
+info "the run ledger, as consullock status -lock report-once shows it:"
+{ "$bin/consullock" status -lock report-once || true; } | sed -n '/^Runs/,$p' | sed 's/^/    /'
 
 step "an operator deletes the lock key by mistake; consullock controller -mode repair puts it back"
 # The workers go first (SIGTERM: the runner stops its command, releases the
