@@ -63,12 +63,7 @@ func TestReadLockHolders_agreeWithTheOneRule(t *testing.T) {
 			if tc.Semaphore != (view.Semaphore != nil) {
 				t.Errorf("read as a semaphore: %v, want %v", view.Semaphore != nil, tc.Semaphore)
 			}
-			want := []string{}
-			for _, s := range tc.Want {
-				want = append(want, id(s))
-			}
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
+			if want := tc.WantIDs(id); !slices.Equal(got, want) {
 				t.Errorf("ReadLock holders = %q, want %q", got, want)
 			}
 		})

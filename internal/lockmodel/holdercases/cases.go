@@ -115,3 +115,30 @@ func (c Case) Everyone() []string {
 	slices.Sort(all)
 	return slices.DeleteFunc(slices.Compact(all), func(s string) bool { return s == "" })
 }
+
+// ID is the session ID a letter stands for in tests without an agent.
+func ID(letter string) string { return "session-" + letter }
+
+// Lock is the declared lock of a case: "job" on prefix jobs/job, limit 2
+// for a semaphore.
+func (c Case) Lock() lockmodel.Lock {
+	l := lockmodel.Lock{Name: "job", Prefix: "jobs/job", Limit: 1}
+	if c.Semaphore {
+		l.Limit = 2
+	}
+	l, err := l.Normalize()
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// WantIDs are the case's holders named by id, never nil.
+func (c Case) WantIDs(id func(string) string) []string {
+	out := []string{}
+	for _, s := range c.Want {
+		out = append(out, id(s))
+	}
+	slices.Sort(out)
+	return out
+}
