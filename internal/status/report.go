@@ -113,6 +113,23 @@ type LockRunAttempt struct {
 	ExitCode     *int    `json:"exit_code"`
 }
 
+// setRuns fills LastRun (and the history -lock shows) from the lock's run
+// ledger, when it has one.
+func (out *Lock) setRuns(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger) {
+	ledger, ok := ledgers[l.Name]
+	if !ok || len(ledger.Runs) == 0 {
+		return
+	}
+	ro := lockmodel.RunOnce{}
+	if l.RunOnce != nil {
+		ro = *l.RunOnce
+	}
+	out.runs = runsOf(ledger, ro.WithDefaults().MaxAttempts)
+	last := out.runs[0]
+	last.AttemptList = nil
+	out.LastRun = &last
+}
+
 // runsOf turns a ledger into Runs, newest first, with their attempts.
 func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 	out := make([]LockRun, 0, len(l.Runs))
@@ -217,16 +234,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		if p, ok := w.decl.profiles[l.SessionDefaults]; ok {
 			out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
 		}
-		if ledger, ok := w.decl.ledgers[l.Name]; ok && len(ledger.Runs) > 0 {
-			ro := lockmodel.RunOnce{}
-			if l.RunOnce != nil {
-				ro = *l.RunOnce
-			}
-			out.runs = runsOf(ledger, ro.WithDefaults().MaxAttempts)
-			last := out.runs[0]
-			last.AttemptList = nil
-			out.LastRun = &last
-		}
+		out.setRuns(l, w.decl.ledgers)
 		p := byKey[l.Key]
 		if p == nil {
 			out.State = "missing"
