@@ -60,8 +60,11 @@ func httpGet(url string) ([]byte, error) {
 // rules. Two faults are injected: the holder of a lock declared always_held
 // goes away and nobody takes over (ConsulLockUnheld once its worst_case_gap
 // has passed; never for a lock not declared always_held), and a
-// holder keeps a lock past max_hold (ConsulLockHolderPastMaxHold). Both must
-// be seen firing through Prometheus's HTTP API. The controller's /metrics
+// holder keeps a lock past max_hold (ConsulLockHolderPastMaxHold); and, for
+// run-once locks, a ledger whose last success is older than the period plus
+// grace (ConsulLockRunMissed) and a run that used up its attempts
+// (ConsulLockRunAttemptsExhausted). All must be seen firing through
+// Prometheus's HTTP API. The controller's /metrics
 // also passes `promtool check metrics`.
 func TestAlertsFireE2E(t *testing.T) {
 	promtool := tool(t, "PROMTOOL_BIN", "promtool")
@@ -88,6 +91,9 @@ func TestAlertsFireE2E(t *testing.T) {
 		// Never held and not declared always_held: unheld longer than
 		// daemon, and ConsulLockUnheld must not fire for it.
 		{Name: "idle", Prefix: prefix + "/idle", SessionDefaults: "fast"},
+		// Run once: their ledgers are written with the faults.
+		{Name: "nightly", Prefix: prefix + "/nightly", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Minute}},
+		{Name: "flaky", Prefix: prefix + "/flaky", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1}},
 	} {
 		rec, err := lockmodel.EncodeLockRecord(l)
 		if err != nil {
@@ -178,6 +184,8 @@ func TestAlertsFireE2E(t *testing.T) {
 		`consullock_lock_always_held{lock="idle"} 0`,
 		`consullock_lock_worst_case_gap_seconds{lock="daemon"} 20`,
 		`consullock_lock_max_hold_seconds{lock="report"} 3`,
+		`consullock_lock_run_period_seconds{lock="nightly"} 60`,
+		`consullock_lock_runs_total{lock="flaky",outcome="exhausted"} 0`,
 	} {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
@@ -236,9 +244,14 @@ scrape_configs:
 	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: report.Key, Session: s2, Flags: report.Flags()}, nil); err != nil || !ok {
 		t.Fatalf("acquire report: %v %v", ok, err)
 	}
+	// nightly's last success finished 2m ago: more than its 1m period plus
+	// 30s of grace. flaky's one allowed attempt failed.
+	writeLedger(t, put, registry, "nightly", lockmodel.RunSucceeded, t0.Add(-2*time.Minute))
+	writeLedger(t, put, registry, "flaky", lockmodel.RunFailed, t0)
 	fired := map[string]time.Duration{}
-	want := map[string]string{"ConsulLockUnheld": "daemon", "ConsulLockHolderPastMaxHold": "report"}
-	waitFor(t, 3*time.Minute, "both alerts to fire", func() bool {
+	want := map[string]string{"ConsulLockUnheld": "daemon", "ConsulLockHolderPastMaxHold": "report",
+		"ConsulLockRunMissed": "nightly", "ConsulLockRunAttemptsExhausted": "flaky"}
+	waitFor(t, 3*time.Minute, "the alerts to fire", func() bool {
 		b, err := httpGet(promAPI + "alerts")
 		if err != nil {
 			return false
@@ -266,10 +279,29 @@ scrape_configs:
 		}
 		return len(fired) == len(want)
 	})
-	t.Logf("fault to firing through Prometheus's API: ConsulLockUnheld %s (worst_case_gap 20s), ConsulLockHolderPastMaxHold %s (max_hold 3s); scrape and evaluation every 1s",
-		fired["ConsulLockUnheld"].Round(100*time.Millisecond), fired["ConsulLockHolderPastMaxHold"].Round(100*time.Millisecond))
+	t.Logf("fault to firing through Prometheus's API: ConsulLockUnheld %s (worst_case_gap 20s), ConsulLockHolderPastMaxHold %s (max_hold 3s), "+
+		"ConsulLockRunMissed %s, ConsulLockRunAttemptsExhausted %s; scrape and evaluation every 1s",
+		fired["ConsulLockUnheld"].Round(100*time.Millisecond), fired["ConsulLockHolderPastMaxHold"].Round(100*time.Millisecond),
+		fired["ConsulLockRunMissed"].Round(100*time.Millisecond), fired["ConsulLockRunAttemptsExhausted"].Round(100*time.Millisecond))
 	// Neither fired before its own threshold could have passed.
 	if fired["ConsulLockUnheld"] < 20*time.Second || fired["ConsulLockHolderPastMaxHold"] < 3*time.Second {
 		t.Errorf("an alert fired before its threshold: %v", fired)
 	}
+}
+
+// writeLedger writes lock's run ledger with one run of one attempt that
+// finished at finished with outcome (succeeded or failed).
+func writeLedger(t *testing.T, put func(string, []byte, uint64), registry, lock string, outcome lockmodel.RunOutcome, finished time.Time) {
+	t.Helper()
+	code := 0
+	if outcome == lockmodel.RunFailed {
+		code = 1
+	}
+	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: lock, Runs: []lockmodel.Run{{ID: "r1", Outcome: outcome,
+		Attempts: []lockmodel.Attempt{{Number: 1, Node: "n1", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
+			Started: finished.Add(-time.Second), Finished: finished, ExitCode: &code, Outcome: outcome}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.RunLedgerKey(registry, lock), rec, 0)
 }
