@@ -356,3 +356,47 @@ func TestRunOnce_corruptLedgerIsAnErrorAndNothingRuns(t *testing.T) {
 		t.Fatalf("%d executions on a corrupt ledger, want 0", len(runs))
 	}
 }
+
+// -run-id on a lock without run_once uses the defaults (max_attempts 3);
+// on a semaphore it is a setup error naming the lock; a token that may not
+// write the ledger is refused before the command starts (exit 125 naming
+// the permission), and nothing runs.
+func TestRunOnce_runIDOnAPlainLockASemaphoreAndWithoutLedgerPermission(t *testing.T) {
+	t.Parallel()
+	record := filepath.Join(t.TempDir(), "record")
+
+	prefix := testenv.UniquePrefix(t.Name())
+	plain := declare(t, lockmodel.Lock{Name: uniqueName(t, "plain"), Prefix: prefix + "/plain"}, fastProfile(t, time.Second))
+	rules := fmt.Sprintf(`key_prefix %q { policy = "write" }
+key_prefix "%s/" { policy = "read" }
+key %q { policy = "write" }
+session %q { policy = "write" }
+`, prefix, lockmodel.DefaultRegistryPrefix, ledgerKey(plain), agent.NodeName)
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startRun(t, "plain", tok.SecretID, []string{"-lock", plain.Name, "-run-id", "r1"}, childArgs(record, "plain")...)
+	if code := p.wait(time.Minute); code != 0 {
+		t.Fatalf("plain lock with -run-id exited %d:\n%s", code, p.out.String())
+	}
+	if !strings.Contains(p.out.String(), "max_attempts=3") || ledgerRun(t, plain, "r1").Outcome != lockmodel.RunSucceeded {
+		t.Fatalf("plain lock with -run-id: no run recorded with the default max_attempts:\n%s", p.out.String())
+	}
+
+	sem := declare(t, lockmodel.Lock{Name: uniqueName(t, "sem"), Prefix: prefix + "/sem", Limit: 2}, fastProfile(t, time.Second))
+	p = startRun(t, "semaphore", tok.SecretID, []string{"-lock", sem.Name, "-run-id", "r1"}, childArgs(record, "semaphore")...)
+	if code := p.wait(time.Minute); code != ExitSetup || !strings.Contains(p.out.String(), "is a semaphore (limit 2); run once needs a mutex") {
+		t.Fatalf("semaphore with -run-id exited %d:\n%s", code, p.out.String())
+	}
+
+	noLedger := declare(t, lockmodel.Lock{Name: uniqueName(t, "noledger"), Prefix: prefix + "/noledger"}, fastProfile(t, time.Second))
+	p = startRun(t, "no ledger permission", runnerToken(t, prefix), []string{"-lock", noLedger.Name, "-run-id", "r1"}, childArgs(record, "noledger")...)
+	if code := p.wait(time.Minute); code != ExitSetup || !strings.Contains(p.out.String(), "cannot use the run ledger; the command was not started") ||
+		!strings.Contains(p.out.String(), "key:write") {
+		t.Fatalf("without ledger permission exited %d:\n%s", code, p.out.String())
+	}
+	if runs := readRuns(t, record); len(runs) != 1 || runs[0].tag != "plain" {
+		t.Fatalf("executions %+v, want only the plain lock's", runs)
+	}
+}
