@@ -115,13 +115,17 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 }
 
 // finishRun records the outcome of this holder's attempt and releases the
-// lock in one transaction. When the session no longer holds the lock, the
-// outcome is recorded afterwards with a check-and-set (recordAfterLoss).
+// lock in one transaction. A transient failure (no cluster leader, the
+// agent unreachable) is sent again, after a read of the ledger, for as
+// long as the hold is not lost: releasing without the outcome would make
+// the next holder run a command that succeeded again. When the session no
+// longer holds the lock, the outcome is recorded afterwards with a
+// check-and-set (recordAfterLoss).
 func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) {
 	run := r.once
 	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
 	ledger, index := run.ledger, run.index
-	for try := 1; ; try++ {
+	for changed, failures := 0, 0; ; {
 		next, err := ledger.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
 		if err != nil {
 			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
@@ -138,20 +142,42 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 		case err == nil:
 			log.Info("run outcome recorded; lock released", "exit_code", exitCodeText(exitCode))
 			return
-		case errors.Is(err, consul.ErrLedgerChanged) && try < ledgerTries:
-			if ledger, index, err = r.readLedger(ctx); err != nil {
-				log.Error("cannot read the run ledger again to record the run's outcome", "error", err.Error())
-				return
-			}
 		case errors.Is(err, consul.ErrFenceLost):
 			r.recordAfterLoss(ctx, log, outcome, exitCode)
 			return
+		case errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries:
+			changed++
+		case retryable(err) && h.Reason() == "":
+			failures++
+			log.Warn("cannot record the run's outcome yet; trying again while the lock is held", "error", err.Error())
+			select {
+			case <-h.Lost():
+			case <-time.After(consul.Backoff(100*time.Millisecond, 2*time.Second, failures)):
+			}
 		default:
 			log.Error("cannot record the run's outcome; the next holder will find the attempt running and record it crashed",
-				"error", err.Error())
+				"error", err.Error(), "lock_lost", h.Reason())
+			return
+		}
+		// Decided again on the ledger as it is now (a lost answer may have
+		// committed, or another writer changed it); kept as it was when
+		// the read fails for now.
+		switch l, i, err := r.readLedger(ctx); {
+		case err == nil:
+			ledger, index = l, i
+		case !retryable(err):
+			log.Error("cannot read the run ledger again to record the run's outcome", "error", err.Error())
 			return
 		}
 	}
+}
+
+// retryable: a failure to record an outcome that is worth sending again
+// while the lock is held (no cluster leader, agent unreachable, a request
+// that timed out).
+func retryable(err error) bool {
+	var ce *consul.Error
+	return errors.As(err, &ce) && ce.Kind == consul.KindTransient || errors.Is(err, context.DeadlineExceeded)
 }
 
 // recordAfterLoss records the outcome of an attempt whose holder no longer
@@ -169,6 +195,10 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 		next, err := l.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
 		if err != nil {
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
+			return
+		}
+		if attemptOutcome(l, run.id, run.attempt) == outcome {
+			log.Info("the outcome is already recorded in the run ledger")
 			return
 		}
 		value, err := lockmodel.EncodeLedger(next.Prune(run.keep, run.id))
@@ -190,6 +220,19 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 		}
 	}
 	log.Warn("lock lost: the run ledger kept changing; the outcome is not recorded")
+}
+
+// attemptOutcome is the outcome ledger l records for attempt n of run id
+// ("" when it has none).
+func attemptOutcome(l lockmodel.Ledger, id string, n int) lockmodel.RunOutcome {
+	if i := l.Find(id); i >= 0 {
+		for _, a := range l.Runs[i].Attempts {
+			if a.Number == n {
+				return a.Outcome
+			}
+		}
+	}
+	return ""
 }
 
 func (r *runner) readLedger(ctx context.Context) (lockmodel.Ledger, uint64, error) {

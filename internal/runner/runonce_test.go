@@ -3,10 +3,15 @@ package runner
 import (
 	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +19,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -398,5 +404,70 @@ session %q { policy = "write" }
 	}
 	if runs := readRuns(t, record); len(runs) != 1 || runs[0].tag != "plain" {
 		t.Fatalf("executions %+v, want only the plain lock's", runs)
+	}
+}
+
+// txnOutageProxy forwards to the agent and, while failing is set, answers
+// every transaction (PUT /v1/txn) with Consul's "No cluster leader", as
+// during a Raft election; reads, renewals and everything else pass.
+type txnOutageProxy struct {
+	addr    string
+	failing atomic.Bool
+	failed  atomic.Int64
+}
+
+func newTxnOutageProxy(t *testing.T) *txnOutageProxy {
+	t.Helper()
+	target, err := url.Parse("http://" + agent.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &txnOutageProxy{}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.failing.Load() && r.Method == http.MethodPut && r.URL.Path == "/v1/txn" {
+			p.failed.Add(1)
+			http.Error(w, "No cluster leader", http.StatusInternalServerError)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.addr = strings.TrimPrefix(srv.URL, "http://")
+	return p
+}
+
+// A command that succeeded while Consul could not commit transactions (no
+// leader for longer than one attempt of the release transaction): the
+// runner keeps the lock and sends the outcome again until it is recorded,
+// instead of releasing without it (the next holder would then find the
+// attempt running, record it crashed and run the command a second time).
+func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	proxy := newTxnOutageProxy(t)
+	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	proxy.failing.Store(true)
+	a.closeStdin()
+	waitOutput(t, a, "command exited")
+	outage := 2*lockproto.CleanupTimeout + time.Second // longer than one try of the release transaction
+	time.Sleep(outage)
+	proxy.failing.Store(false)
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d:\n%s", code, a.out.String())
+	}
+	run := ledgerRun(t, l, "r1")
+	if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		t.Fatalf("after a %s transaction outage (%d transactions refused) the ledger says %+v; want attempt 1 succeeded",
+			outage, proxy.failed.Load(), run)
+	}
+	if !strings.Contains(a.out.String(), "cannot record the run's outcome yet; trying again while the lock is held") {
+		t.Fatalf("the runner does not say it tried again:\n%s", a.out.String())
+	}
+	b := startRun(t, "runner b", token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "b")...)
+	if code := b.wait(time.Minute); code != 0 || len(readRuns(t, record)) != 1 {
+		t.Fatalf("runner b exited %d, executions %d; want 0 and the one execution", code, len(readRuns(t, record)))
 	}
 }
