@@ -1,0 +1,130 @@
+package deploycheck
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// agentlessProfile is the session profile docs/guides/agentless.md
+// recommends: the defaults, without node checks.
+var agentlessProfile = lockmodel.SessionProfile{
+	Name: "agentless", TTL: lockmodel.DefaultSessionTTL, LockDelay: lockmodel.DefaultLockDelay, NodeChecks: []string{},
+}
+
+// TestAgentlessProfile_stopRule pins the numbers the agentless guide
+// states: with no checks only the TTL ends a silent holder's session, so a
+// take-over waits 2 x ttl + lock_delay, and the runner stops its command a
+// ttl after its last confirmed contact.
+func TestAgentlessProfile_stopRule(t *testing.T) {
+	cases := []struct {
+		name                           string
+		profile                        lockmodel.SessionProfile
+		takeOver, lossAfter, deadBy    time.Duration
+		healthChecks, feasible, warned bool
+	}{
+		{name: "agentless: node_checks = [], ttl 15s, lock_delay 15s", profile: agentlessProfile,
+			takeOver: 45 * time.Second, lossAfter: 15 * time.Second, deadBy: 20 * time.Second, feasible: true},
+		{name: "default serfHealth, for comparison", profile: lockmodel.SessionProfile{Name: "default", TTL: 15 * time.Second, LockDelay: 15 * time.Second},
+			takeOver: 15 * time.Second, lossAfter: 9 * time.Second, deadBy: 14 * time.Second, healthChecks: true, feasible: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := lockmodel.NewStopRule(tc.profile, lockmodel.DefaultRunnerGrace)
+			if r.HealthChecks != tc.healthChecks {
+				t.Errorf("HealthChecks %v, want %v", r.HealthChecks, tc.healthChecks)
+			}
+			if got := r.TakeOverAfter(); got != tc.takeOver {
+				t.Errorf("TakeOverAfter %s, want %s", got, tc.takeOver)
+			}
+			if got := r.LossAfter(); got != tc.lossAfter {
+				t.Errorf("LossAfter %s, want %s", got, tc.lossAfter)
+			}
+			if got := r.DeadBy(); got != tc.deadBy {
+				t.Errorf("DeadBy %s, want %s", got, tc.deadBy)
+			}
+			if r.Feasible() != tc.feasible || (tc.profile.StopWarning() != nil) != tc.warned {
+				t.Errorf("Feasible %v (warning %v), want %v", r.Feasible(), tc.profile.StopWarning(), tc.feasible)
+			}
+			if r.DeadBy()+r.Margin > r.TakeOverAfter() {
+				t.Errorf("the command is dead at %s, after the take-over at %s", r.DeadBy(), r.TakeOverAfter())
+			}
+		})
+	}
+}
+
+// TestAgentless_sessionOnTheServersNode: a runner pointed at a server (no
+// local client agent) that names no node gets its session on the server's
+// node, so the workers' session_node_prefixes must name the servers; the
+// agentless profile's session carries no checks.
+func TestAgentless_sessionOnTheServersNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const serverNode = "consul-server-0"
+	agent, err := testenv.Start(ctx, testenv.Options{NodeName: serverNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Stop()
+	self, err := agent.Client().Agent().Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self["Config"]["Server"] != true {
+		t.Fatalf("the test agent is not a server: %v", self["Config"])
+	}
+	const key = "agentless/job/.lock"
+	client := func(rules string) *consul.Client {
+		t.Helper()
+		tok, err := agent.MintToken("agentless-"+testenv.NewUUID()[:8], rules, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := consul.New(consul.Settings{Address: agent.Addr, Token: tok.SecretID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	servers := client(`key "` + key + `" { policy = "write" }
+session_prefix "consul-server-" { policy = "write" }`)
+	s, err := lockproto.CreateSession(ctx, servers, "agentless", "", agentlessProfile.WithDefaults())
+	if err != nil {
+		t.Fatalf("session with session_prefix naming the servers: %v", err)
+	}
+	if s.Node != serverNode {
+		t.Errorf("session on node %q, want the server's node %q", s.Node, serverNode)
+	}
+	info, _, err := agent.Client().Session().Info(s.ID, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || info == nil {
+		t.Fatalf("session info: %v %v", info, err)
+	}
+	if len(info.NodeChecks) != 0 || len(info.Checks) != 0 || info.TTL != "15s" {
+		t.Errorf("session NodeChecks %v Checks %v TTL %s: want no checks, TTL 15s", info.NodeChecks, info.Checks, info.TTL)
+	}
+	ok, _, err := servers.KV().Acquire(&api.KVPair{Key: key, Session: s.ID}, nil)
+	if err != nil || !ok {
+		t.Errorf("acquire with the server-node session: %v %v", ok, err)
+	}
+	if err := lockproto.DestroySession(ctx, servers, s.ID); err != nil {
+		t.Error(err)
+	}
+
+	workers := client(`key "` + key + `" { policy = "write" }
+session_prefix "worker-" { policy = "write" }`)
+	if s, err := lockproto.CreateSession(ctx, workers, "agentless", "", agentlessProfile.WithDefaults()); err == nil {
+		t.Errorf("session %s on %s created with session_prefix \"worker-\" only, want permission denied", s.ID, s.Node)
+	} else if consul.KindOf(err) != consul.KindPermissionDenied {
+		t.Errorf("with session_prefix \"worker-\" only: %v (kind %s), want permission denied", err, consul.KindOf(err))
+	} else {
+		t.Logf("with session_prefix \"worker-\" only: %v", err)
+	}
+}
