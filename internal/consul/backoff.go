@@ -45,6 +45,11 @@ var transientMessages = []string{
 	"rpc error making call: stream closed",
 	"rpc error making call: session shutdown",
 	"rpc error making call: connection reset",
+	// The agent's connection to the server reset while it wrote a nested
+	// RPC (seen in TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills
+	// right after the leader was killed): "rpc error making call: rpc
+	// error making call: write tcp ...: write: connection reset by peer".
+	"connection reset by peer",
 	"rpc error getting client",
 	"connection refused",
 	"i/o deadline reached",

@@ -33,6 +33,7 @@ func TestIsTransientText(t *testing.T) {
 		"Unexpected response code: 500 (rpc error making call: stream closed)",
 		"rpc error making call: session shutdown",
 		"rpc error making call: connection reset",
+		"Unexpected response code: 500 (rpc error making call: rpc error making call: write tcp 127.148.118.5:49885->127.148.118.2:37863: write: connection reset by peer)",
 	} {
 		if !IsTransientText(errors.New(text)) {
 			t.Errorf("%q: want transient", text)
