@@ -118,6 +118,13 @@ session_prefix "consul-server-" { policy = "write" }`)
 		t.Error(err)
 	}
 
+	// -node names another node: Consul accepts only a node in its catalog.
+	if s, err := lockproto.CreateSession(ctx, agentClient(t, agent), "agentless", "pod-not-in-catalog", agentlessProfile.WithDefaults()); err == nil {
+		t.Errorf("session %s created on a node missing from the catalog", s.ID)
+	} else {
+		t.Logf("on a node missing from the catalog: %v", err)
+	}
+
 	workers := client(`key "` + key + `" { policy = "write" }
 session_prefix "worker-" { policy = "write" }`)
 	if s, err := lockproto.CreateSession(ctx, workers, "agentless", "", agentlessProfile.WithDefaults()); err == nil {
@@ -127,4 +134,14 @@ session_prefix "worker-" { policy = "write" }`)
 	} else {
 		t.Logf("with session_prefix \"worker-\" only: %v", err)
 	}
+}
+
+// agentClient is a consullock client with the management token.
+func agentClient(t *testing.T, agent *testenv.Agent) *consul.Client {
+	t.Helper()
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -8,6 +8,7 @@ package deploycheck
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 const examplesDir = "../../examples"
@@ -379,4 +382,20 @@ func exprText(t *testing.T, b *hclsyntax.Body, name string) string {
 		t.Fatal(err)
 	}
 	return string(r.SliceBytes(src))
+}
+
+// TestPrometheusScrapeConfigs_promtool: the scrape configurations the
+// deployment guides show are valid Prometheus configuration (promtool
+// check config, the pinned Prometheus).
+func TestPrometheusScrapeConfigs_promtool(t *testing.T) {
+	promtool, err := testenv.ToolPath("PROMTOOL_BIN", "promtool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"kubernetes/prometheus.yml", "nomad/prometheus.yml"} {
+		out, err := exec.Command(promtool, "check", "config", filepath.Join(examplesDir, f)).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool check config %s: %v\n%s", f, err, out)
+		}
+	}
 }
