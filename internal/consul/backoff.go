@@ -48,8 +48,11 @@ var transientMessages = []string{
 	// The agent's connection to the server reset while it wrote a nested
 	// RPC (seen in TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills
 	// right after the leader was killed): "rpc error making call: rpc
-	// error making call: write tcp ...: write: connection reset by peer".
+	// error making call: write tcp ...: write: connection reset by peer"
+	// (or "write: broken pipe").
 	"connection reset by peer",
+	// The same write on a connection the server had already closed.
+	"broken pipe",
 	"rpc error getting client",
 	"connection refused",
 	"i/o deadline reached",
