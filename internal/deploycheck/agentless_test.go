@@ -145,3 +145,107 @@ func agentClient(t *testing.T, agent *testenv.Agent) *consul.Client {
 	}
 	return c
 }
+
+// TestAgentless_serverKilled: on a cluster of three servers, sessions
+// created through one server (no client agent) and that server is killed.
+// Autopilot removes the dead server and its node leaves the catalog, which
+// ends every session on that node, with or without checks: the TTL-only
+// session on the server's node ends like the serfHealth one. A TTL-only
+// session on a node registered in the catalog for the runners (-node)
+// outlives the kill while its renewals reach another server, and keeps its
+// lock.
+func TestAgentless_serverKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cluster := testenv.StartClusterT(t, testenv.ClusterOptions{Servers: 3, Clients: 1})
+	leader, err := cluster.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim, survivor *testenv.Node
+	for _, s := range cluster.Servers {
+		switch {
+		case s == leader:
+		case victim == nil:
+			victim = s
+		default:
+			survivor = s
+		}
+	}
+	newClient := func(n *testenv.Node) *consul.Client {
+		t.Helper()
+		c, err := consul.New(consul.Settings{Address: n.Addr, Token: cluster.ManagementToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	through, other := newClient(victim), newClient(survivor)
+	const runnersNode = "consul-lock-runners"
+	if _, err := through.Catalog().Register(&api.CatalogRegistration{Node: runnersNode, Address: "127.0.0.1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	type session struct {
+		what, node, key string
+		profile         lockmodel.SessionProfile
+		survives        bool
+		s               *lockproto.Session
+		endedAfter      time.Duration
+	}
+	sessions := []*session{
+		{what: "TTL-only on the server's node", key: "agentless/server-ttl/.lock", profile: agentlessProfile},
+		{what: "serfHealth on the server's node", key: "agentless/server-serf/.lock",
+			profile: lockmodel.SessionProfile{Name: "default", TTL: 15 * time.Second, LockDelay: 15 * time.Second}},
+		{what: "TTL-only on the runners' catalog node", node: runnersNode, key: "agentless/runners-ttl/.lock", profile: agentlessProfile, survives: true},
+	}
+	for _, x := range sessions {
+		if x.s, err = lockproto.CreateSession(ctx, through, "agentless", x.node, x.profile.WithDefaults()); err != nil {
+			t.Fatalf("%s: %v", x.what, err)
+		}
+		want := x.node
+		if want == "" {
+			want = victim.Name
+		}
+		if x.s.Node != want {
+			t.Fatalf("%s: session on node %q, want %q", x.what, x.s.Node, want)
+		}
+		if ok, _, err := through.KV().Acquire(&api.KVPair{Key: x.key, Session: x.s.ID}, nil); err != nil || !ok {
+			t.Fatalf("%s: acquire %s: %v %v", x.what, x.key, ok, err)
+		}
+	}
+
+	victim.Kill()
+	killed := time.Now()
+	t.Logf("killed server %s, through which every session was created", victim.Name)
+	// Renew every live session through the survivor, as a runner whose
+	// requests now reach another server would, for longer than 2 x ttl.
+	for time.Since(killed) < 2*lockmodel.DefaultSessionTTL+5*time.Second {
+		for _, x := range sessions {
+			if x.endedAfter > 0 {
+				continue
+			}
+			entry, _, err := other.Session().Renew(x.s.ID, nil)
+			if err != nil {
+				t.Fatalf("%s: renewing through %s: %v", x.what, survivor.Name, err)
+			}
+			if entry == nil {
+				x.endedAfter = time.Since(killed)
+				t.Logf("%s: the session ended %s after the kill", x.what, x.endedAfter.Round(100*time.Millisecond))
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	for _, x := range sessions {
+		if ended := x.endedAfter > 0; ended == x.survives {
+			t.Errorf("%s: session ended %v, want %v", x.what, ended, !x.survives)
+		}
+		kv, _, err := other.KV().Get(x.key, &api.QueryOptions{RequireConsistent: true})
+		if err != nil || kv == nil {
+			t.Fatalf("read %s: %v %v", x.key, kv, err)
+		}
+		if held := kv.Session == x.s.ID; held != x.survives {
+			t.Errorf("%s: %s held by its session %v, want %v", x.what, x.key, held, x.survives)
+		}
+	}
+}
