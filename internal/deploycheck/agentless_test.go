@@ -125,6 +125,24 @@ session_prefix "consul-server-" { policy = "write" }`)
 		t.Logf("on a node missing from the catalog: %v", err)
 	}
 
+	// A node registered in the catalog has no serfHealth: a session bound to
+	// it is refused, the agentless profile's is accepted.
+	mgmt := agentClient(t, agent)
+	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: "consul-lock-runners", Address: "127.0.0.1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	defaults := lockmodel.SessionProfile{Name: "default", TTL: 15 * time.Second, LockDelay: 15 * time.Second}.WithDefaults()
+	if s, err := lockproto.CreateSession(ctx, mgmt, "agentless", "consul-lock-runners", defaults); err == nil {
+		t.Errorf("session %s bound to serfHealth on a catalog node without it was created", s.ID)
+	} else {
+		t.Logf("serfHealth on the catalog node: %v", err)
+	}
+	if s, err := lockproto.CreateSession(ctx, mgmt, "agentless", "consul-lock-runners", agentlessProfile.WithDefaults()); err != nil {
+		t.Errorf("TTL-only session on the catalog node: %v", err)
+	} else if s.Node != "consul-lock-runners" {
+		t.Errorf("session on %q, want consul-lock-runners", s.Node)
+	}
+
 	workers := client(`key "` + key + `" { policy = "write" }
 session_prefix "worker-" { policy = "write" }`)
 	if s, err := lockproto.CreateSession(ctx, workers, "agentless", "", agentlessProfile.WithDefaults()); err == nil {
