@@ -49,10 +49,12 @@ var transientMessages = []string{
 	// RPC (seen in TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills
 	// right after the leader was killed): "rpc error making call: rpc
 	// error making call: write tcp ...: write: connection reset by peer"
-	// (or "write: broken pipe").
+	// (or "write: broken pipe", "use of closed network connection").
 	"connection reset by peer",
-	// The same write on a connection the server had already closed.
+	// The same write on a connection the server had already closed, or
+	// that the agent had closed.
 	"broken pipe",
+	"use of closed network connection",
 	"rpc error getting client",
 	"connection refused",
 	"i/o deadline reached",
