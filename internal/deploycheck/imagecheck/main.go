@@ -56,6 +56,10 @@ const checkVersion = "0.0.0-imagecheck"
 // import path>.
 const entrypoint = "/ko-app/terraform-provider-consullock"
 
+// nonRootUID is the user the image runs as: the nonroot user of the
+// distroless and Chainguard bases, which the Kubernetes examples name.
+const nonRootUID = "65532"
+
 // requiredLabels must be present in every platform's image config.
 var requiredLabels = []string{
 	"org.opencontainers.image.source",
@@ -319,6 +323,9 @@ func checkImage(img v1.Image, plat string, ko koConfig) (int64, error) {
 	var problems []error
 	if cf.Config.User != ko.User {
 		problems = append(problems, fmt.Errorf("user %q, want %q", cf.Config.User, ko.User))
+	}
+	if uid, _, _ := strings.Cut(cf.Config.User, ":"); uid != nonRootUID {
+		problems = append(problems, fmt.Errorf("user %q: want the non-root uid %s (distroless nonroot)", cf.Config.User, nonRootUID))
 	}
 	if !slices.Equal(cf.Config.Entrypoint, []string{entrypoint}) {
 		problems = append(problems, fmt.Errorf("entrypoint %q, want [%s]", cf.Config.Entrypoint, entrypoint))
