@@ -407,25 +407,29 @@ session %q { policy = "write" }
 	}
 }
 
-// txnOutageProxy forwards to the agent and, while failing is set, answers
-// every transaction (PUT /v1/txn) with Consul's "No cluster leader", as
-// during a Raft election; reads, renewals and everything else pass.
-type txnOutageProxy struct {
+// outageProxy forwards to the agent and, while failing is set, answers the
+// requests fails selects with Consul's "No cluster leader", as during a
+// Raft election; everything else passes.
+type outageProxy struct {
 	addr    string
+	fails   func(*http.Request) bool
 	failing atomic.Bool
 	failed  atomic.Int64
 }
 
-func newTxnOutageProxy(t *testing.T) *txnOutageProxy {
+// failsTxn selects transactions (PUT /v1/txn).
+func failsTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == "/v1/txn" }
+
+func newOutageProxy(t *testing.T, fails func(*http.Request) bool) *outageProxy {
 	t.Helper()
 	target, err := url.Parse("http://" + agent.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &txnOutageProxy{}
+	p := &outageProxy{fails: fails}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.failing.Load() && r.Method == http.MethodPut && r.URL.Path == "/v1/txn" {
+		if p.failing.Load() && p.fails(r) {
 			p.failed.Add(1)
 			http.Error(w, "No cluster leader", http.StatusInternalServerError)
 			return
@@ -446,7 +450,7 @@ func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
-	proxy := newTxnOutageProxy(t)
+	proxy := newOutageProxy(t, failsTxn)
 	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
 	waitStarted(t, record, "a")
 	proxy.failing.Store(true)
@@ -469,5 +473,42 @@ func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
 	b := startRun(t, "runner b", token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "b")...)
 	if code := b.wait(time.Minute); code != 0 || len(readRuns(t, record)) != 1 {
 		t.Fatalf("runner b exited %d, executions %d; want 0 and the one execution", code, len(readRuns(t, record)))
+	}
+}
+
+// A run-once waiter that could not renew its session while it waited (as
+// during an election) must count the lock lost the moment it acquires it;
+// when the run has succeeded meanwhile, that is its answer: exit 0, "run
+// already succeeded", not 123. Its renewals and its watch of the ledger
+// fail through a proxy, so it acquires before it can see the success.
+func TestRunOnce_waiterLostAtAcquisitionAfterTheSuccessExits0(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	proxy := newOutageProxy(t, func(r *http.Request) bool {
+		return strings.HasPrefix(r.URL.Path, "/v1/session/renew/") ||
+			r.URL.Path == "/v1/kv/"+ledgerKey(l) && r.URL.Query().Has("index")
+	})
+	proxy.failing.Store(true)
+	b := startRunAt(t, "runner b", proxy.addr, token, args, childArgs(record, "b")...)
+	waitOutput(t, b, "holder_session=")
+	// Past the stop rule's no-contact budget (5.3s for ttl 10s), well within
+	// the TTL the server counts (about 2 x 10s).
+	time.Sleep(7 * time.Second)
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d", code)
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0 (the run succeeded):\n%s", code, b.out.String())
+	}
+	if out := b.out.String(); !strings.Contains(out, "run already succeeded") || !strings.Contains(out, `seen="after acquiring the lock"`) {
+		t.Fatalf("runner b does not say the run already succeeded:\n%s", out)
+	}
+	if runs := readRuns(t, record); len(runs) != 1 {
+		t.Fatalf("%d executions, want 1", len(runs))
 	}
 }

@@ -58,6 +58,7 @@ const (
 //
 //	        ledger: the run succeeded: -exit-code-if-done
 //	waiting ledger: attempts used up: 121
+//	   │    lost at once, the run succeeded meanwhile: -exit-code-if-done
 //	   │ acquired: read the ledger, decide, record the attempt (in a goroutine)
 //	   ▼
 //	deciding ── decided, run: start the command ──▶ holding
@@ -270,6 +271,8 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 	log := s.r.log
 	var lost *lockproto.LostError
 	switch {
+	case errors.As(res.err, &lost) && s.r.once != nil:
+		return s.lostAtOnce(ctx, lost)
 	case errors.As(res.err, &lost):
 		log.Error("lock lost right after acquiring it; the command was not started", "reason", lost.Reason)
 		return ExitLockLost, true
@@ -513,4 +516,25 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	}
 	log.Info("run attempt recorded; starting the command", "run_id", run.id, "attempt", run.attempt, "max_attempts", run.maxAttempts)
 	return s.startCommand()
+}
+
+// lostAtOnce: a run-once waiter acquired a lock it had to count lost at
+// once (no renewal for too long while it waited, as during an election).
+// It would not have run the command anyway when the run has succeeded
+// meanwhile: that is then its answer (exit 0), not a lost lock.
+func (s *supervisor) lostAtOnce(ctx context.Context, lost *lockproto.LostError) (int, bool) {
+	select {
+	case d := <-s.ledgerDone:
+		s.ledgerDone = nil
+		return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true
+	default:
+	}
+	rctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+	defer cancel()
+	pair, err := s.r.client.ReadKeyConsistent(rctx, s.r.once.ledgerKey)
+	if d, done := s.r.runIsDone(pair); err == nil && done {
+		return s.r.reportDone(d.kind, d.run.Attempts, "after acquiring the lock"), true
+	}
+	s.r.log.Error("lock lost right after acquiring it; the command was not started", "reason", lost.Reason)
+	return ExitLockLost, true
 }

@@ -1,0 +1,152 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// On a 3-server cluster, two runners on each of three client agents (six
+// nodes' worth of runners, sessions on three nodes) are triggered together
+// per run ID; for every third run ID the Raft leader is killed while the
+// holder's command ends, so that the transaction recording its success and
+// releasing the lock meets the election. Each run ID ends "succeeded" with
+// exactly one execution, the attempts the ledger says, and every other
+// runner exits 0. 9 run IDs in `make test`, 30 with FAULTS_FULL=1.
+func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
+	ids := 9
+	if os.Getenv("FAULTS_FULL") != "" {
+		ids = 30
+	}
+	c := testenv.StartClusterT(t, testenv.ClusterOptions{Servers: 3, Clients: 3})
+	kv := c.Clients[0].Client().KV()
+	put := func(key string, value []byte, flags uint64) {
+		t.Helper()
+		if _, err := kv.Put(&api.KVPair{Key: key, Value: value, Flags: flags}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	profile := lockmodel.SessionProfile{Name: "cluster-once", TTL: 10 * time.Second, LockDelay: time.Second}
+	rec, err := lockmodel.EncodeSessionProfileRecord(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, profile.Name), rec, 0)
+	l := lockmodel.Lock{Name: "cluster-once", Prefix: "jobs/cluster-once", SessionDefaults: profile.Name,
+		RunOnce: &lockmodel.RunOnce{Period: time.Hour}}
+	if rec, err = lockmodel.EncodeLockRecord(l); err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, l.Name), rec, 0)
+	n, _ := l.Normalize()
+	put(n.Key, nil, n.Flags())
+
+	record := filepath.Join(t.TempDir(), "record")
+	kills := 0
+	for i := range ids {
+		id := fmt.Sprintf("cluster-%02d", i)
+		var procs []*proc
+		for j := range 6 {
+			node := c.Clients[j%3]
+			tag := fmt.Sprintf("%s.%d", id, j)
+			procs = append(procs, startRunAt(t, "runner "+tag+" on "+node.Name, node.Addr, c.ManagementToken,
+				[]string{"-lock", l.Name, "-run-id", id}, childArgs(record, tag, "-sleep", "700ms")...))
+		}
+		if i%3 == 2 {
+			killLeaderAsTheCommandEnds(t, c, record, id)
+			kills++
+		}
+		for _, p := range procs {
+			if code := p.wait(2 * time.Minute); code != 0 {
+				t.Fatalf("%s exited %d:\n%s", p.name, code, p.out.String())
+			}
+		}
+		var ran []*childRun
+		for _, r := range readRuns(t, record) {
+			if r.runID == id {
+				ran = append(ran, r)
+			}
+		}
+		run := clusterLedgerRun(t, c, l.Name, id)
+		if len(ran) != 1 || run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+			t.Fatalf("run %s: %d executions, ledger %+v; want one execution, recorded succeeded as attempt 1", id, len(ran), run)
+		}
+		if i%3 == 2 {
+			restartKilledServers(t, c)
+		}
+	}
+	t.Logf("MEASURED %d run IDs x 6 runners on 3 client agents, %d with the Raft leader killed as the command ended: one execution and one succeeded attempt each",
+		ids, kills)
+}
+
+// killLeaderAsTheCommandEnds kills the Raft leader 100ms before the
+// holder's 700ms command of run id ends.
+func killLeaderAsTheCommandEnds(t *testing.T, c *testenv.Cluster, record, id string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		for _, r := range readRuns(t, record) {
+			if r.runID == id && !r.start.IsZero() {
+				time.Sleep(time.Until(r.start.Add(600 * time.Millisecond)))
+				leader, err := c.Leader()
+				if err != nil {
+					t.Fatal(err)
+				}
+				leader.Kill()
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("run %s: no command started within a minute", id)
+}
+
+func restartKilledServers(t *testing.T, c *testenv.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, s := range c.Servers {
+		if !s.Running() {
+			if err := s.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clusterLedgerRun(t *testing.T, c *testenv.Cluster, lock, id string) lockmodel.Run {
+	t.Helper()
+	var pair *api.KVPair
+	_, err := testenv.RetryWhile(context.Background(), func(err error) bool {
+		return strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "leader")
+	},
+		func() error {
+			var err error
+			pair, _, err = c.Clients[1].Client().KV().Get(lockmodel.RunLedgerKey(lockmodel.DefaultRegistryPrefix, lock), &api.QueryOptions{RequireConsistent: true})
+			return err
+		})
+	if err != nil || pair == nil {
+		t.Fatalf("read the ledger: %v (pair %v)", err, pair)
+	}
+	ledger, err := lockmodel.DecodeLedger(pair.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := ledger.Find(id)
+	if i < 0 {
+		t.Fatalf("run %s not in the ledger", id)
+	}
+	return ledger.Runs[i]
+}
