@@ -56,13 +56,15 @@ func (f *ledgerFixture) holderInfo() lockmodel.RunHolder {
 	return lockmodel.RunHolder{Node: "worker-1", Session: f.holder, FencingToken: f.token}
 }
 
-func (f *ledgerFixture) begin(t *testing.T, c *Client, l lockmodel.Ledger, index uint64) (lockmodel.Ledger, uint64, error) {
+// begin records the first start of run r1 on a ledger not yet written
+// (check-and-set index 0).
+func (f *ledgerFixture) begin(t *testing.T, c *Client, l lockmodel.Ledger) (lockmodel.Ledger, uint64, error) {
 	t.Helper()
 	d, err := l.Begin("r1", f.holderInfo(), 3, time.Now())
 	if err != nil || d.Kind != lockmodel.BeginRun {
 		t.Fatalf("Begin: %v %v", d.Kind, err)
 	}
-	next, err := c.BeginRun(context.Background(), LedgerWrite{LockKey: f.lockKey, Session: f.holder, LedgerKey: f.ledgerKey, Index: index, Ledger: d.Ledger})
+	next, err := c.BeginRun(context.Background(), LedgerWrite{LockKey: f.lockKey, Session: f.holder, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
 	return d.Ledger, next, err
 }
 
@@ -113,7 +115,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 	}
 
 	before := f.c.Requests()
-	_, index, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}, 0)
+	_, index, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatalf("BeginRun by the holder: %v", err)
 	}
@@ -126,7 +128,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 	}
 
 	// A stale index: the check-and-set loses, nothing is overwritten.
-	if _, _, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}, 0); !errors.Is(err, ErrLedgerChanged) {
+	if _, _, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}); !errors.Is(err, ErrLedgerChanged) {
 		t.Fatalf("BeginRun at a stale index: %v; want ErrLedgerChanged", err)
 	}
 	if f.live(t, f.ledgerKey).ModifyIndex != index {
@@ -140,7 +142,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	f := newLedgerFixture(t)
-	started, index, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}, 0)
+	started, index, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestLedgerWrites_lostAnswerIsSettledByARead(t *testing.T) {
 	f := newLedgerFixture(t)
 	txn := putTo("/v1/txn")
 	lossy := lossyClient(t, txn)
-	started, index, err := f.begin(t, lossy, lockmodel.Ledger{Lock: "job"}, 0)
+	started, index, err := f.begin(t, lossy, lockmodel.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatalf("BeginRun with a lost answer: %v; want success", err)
 	}
@@ -235,7 +237,7 @@ func TestLedgerWrites_permissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	worker := newClient(t, tok.SecretID)
-	if _, _, err := f.begin(t, worker, lockmodel.Ledger{Lock: "job"}, 0); KindOf(err) != KindPermissionDenied || !strings.Contains(err.Error(), "key:write") {
+	if _, _, err := f.begin(t, worker, lockmodel.Ledger{Lock: "job"}); KindOf(err) != KindPermissionDenied || !strings.Contains(err.Error(), "key:write") {
 		t.Fatalf("BeginRun without key write on the ledger: %v (kind %s); want permission denied naming key:write", err, KindOf(err))
 	}
 	if f.live(t, f.ledgerKey) != nil {
@@ -268,7 +270,7 @@ func TestWaitLedger_answersWhenTheLedgerChanges(t *testing.T) {
 		got <- answer{l, i, err}
 	}()
 	time.Sleep(100 * time.Millisecond) // let the query block
-	_, written, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}, 0)
+	_, written, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -292,7 +292,10 @@ func TestNomadControllerJob_parses(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags.Error())
 	}
-	body := f.Body.(*hclsyntax.Body)
+	body, ok := f.Body.(*hclsyntax.Body)
+	if !ok {
+		t.Fatalf("%s: not native HCL syntax (%T)", path, f.Body)
+	}
 	job := only(t, blocks(body, "job"), "job")
 	if attrString(t, job.Body, "type") != "service" {
 		t.Error(`job type: want "service"`)

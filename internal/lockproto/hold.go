@@ -134,7 +134,9 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 			h.observed(ob, false, judge.Deadline())
 			if ob.Kind == ObsSessionGone {
 				acqCancel()
-				<-done
+				if err := <-done; err != nil { // the session is gone: its error is only detail
+					h.opts.Log.Debug("acquisition stopped", "key", h.opts.Lock.Key, "error", err.Error())
+				}
 				h.end(context.WithoutCancel(ctx), false)
 				return nil, fmtSessionGone(ob.Detail)
 			}

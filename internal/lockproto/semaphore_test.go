@@ -58,7 +58,10 @@ func TestSemaphore_tokenIsTheAdmissionsOwnWriteWithAFixedValue(t *testing.T) {
 	c, l := semaphoreFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m := New(c, l, time.Second, discardLog()).(*semaphore)
+	m, ok := New(c, l, time.Second, discardLog()).(*semaphore)
+	if !ok {
+		t.Fatal("New did not return the semaphore protocol for a lock with limit > 1")
+	}
 	fixed := func() []byte { return []byte("deploy from CI") }
 	a := newSession(ctx, t, c, "", semaphoreProfile(time.Second))
 	b := newSession(ctx, t, c, "", semaphoreProfile(time.Second))

@@ -422,18 +422,18 @@ func TestStatusWatchSeesHandover(t *testing.T) {
 		}
 		return rep.Locks[0].Holders[0].Session
 	}
-	if got := holderIn(pr.next(t, 30*time.Second)); got != s1 {
+	if got := holderIn(pr.next(t)); got != s1 {
 		t.Fatalf("first frame holder %q, want %s", got, s1)
 	}
 	if _, _, err := f.api.KV().Release(&api.KVPair{Key: l.Key, Session: s1, Flags: l.Flags()}, nil); err != nil {
 		t.Fatal(err)
 	}
-	for holderIn(pr.next(t, 30*time.Second)) != "" { // the frame of the release
+	for holderIn(pr.next(t)) != "" { // the frame of the release
 	}
 	rec.event("acquire", "")
 	start := time.Now()
 	f.acquire(l, s2, time.Now())
-	for holderIn(pr.next(t, 30*time.Second)) != s2 {
+	for holderIn(pr.next(t)) != s2 {
 	}
 	took := time.Since(start)
 	t.Logf("-watch saw the hand-over %s after the new acquire", took.Round(time.Millisecond))
@@ -543,12 +543,14 @@ func (b *lineBuffer) Write(p []byte) (int, error) {
 	}
 }
 
-func (b *lineBuffer) next(t *testing.T, d time.Duration) string {
+// next waits up to 30s (a -watch frame follows a change within a blocking
+// query's round) for the next line.
+func (b *lineBuffer) next(t *testing.T) string {
 	t.Helper()
 	select {
 	case l := <-b.lines:
 		return l
-	case <-time.After(d):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no output from -watch")
 		return ""
 	}
@@ -696,7 +698,7 @@ func TestStatusWatchShowsAPendingApplyThenDrift(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	frame := func() Lock {
-		line := pr.next(t, 30*time.Second)
+		line := pr.next(t)
 		var rep Report
 		if err := json.Unmarshal([]byte(line), &rep); err != nil || len(rep.Locks) != 1 {
 			t.Fatalf("frame %q: %v", line, err)
