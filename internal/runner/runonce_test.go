@@ -9,8 +9,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -415,6 +417,9 @@ type outageProxy struct {
 	fails   func(*http.Request) bool
 	failing atomic.Bool
 	failed  atomic.Int64
+
+	mu     sync.Mutex
+	writes []string // PUT and DELETE requests passed on, renewals left out
 }
 
 // failsTxn selects transactions (PUT /v1/txn).
@@ -433,6 +438,11 @@ func newOutageProxy(t *testing.T, fails func(*http.Request) bool) *outageProxy {
 			p.failed.Add(1)
 			http.Error(w, "No cluster leader", http.StatusInternalServerError)
 			return
+		}
+		if (r.Method == http.MethodPut || r.Method == http.MethodDelete) && !strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
+			p.mu.Lock()
+			p.writes = append(p.writes, r.Method+" "+r.URL.Path)
+			p.mu.Unlock()
 		}
 		rp.ServeHTTP(w, r)
 	}))
@@ -510,5 +520,40 @@ func TestRunOnce_waiterLostAtAcquisitionAfterTheSuccessExits0(t *testing.T) {
 	}
 	if runs := readRuns(t, record); len(runs) != 1 {
 		t.Fatalf("%d executions, want 1", len(runs))
+	}
+}
+
+// The cost of run once: a runner that runs the command makes at most 2
+// Consul writes more than a plain run of the same lock (the attempt's
+// start; the outcome rides on the release transaction), and a runner that
+// finds the run done makes no ledger write. Renewals are left out.
+func TestRunOnce_costsAtMostTwoWritesBeyondAPlainRun(t *testing.T) {
+	t.Parallel()
+	once, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	prefix := testenv.UniquePrefix(t.Name())
+	plainLock := declare(t, lockmodel.Lock{Name: uniqueName(t, "plain"), Prefix: prefix}, fastProfile(t, time.Second))
+	plainToken := runnerToken(t, prefix)
+	record := filepath.Join(t.TempDir(), "record")
+	run := func(name string, l lockmodel.Lock, token string, args ...string) []string {
+		t.Helper()
+		proxy := newOutageProxy(t, func(*http.Request) bool { return false })
+		p := startRunAt(t, name, proxy.addr, token, append([]string{"-lock", l.Name}, args...), childArgs(record, name)...)
+		if code := p.wait(time.Minute); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", name, code, p.out.String())
+		}
+		proxy.mu.Lock()
+		defer proxy.mu.Unlock()
+		return slices.Clone(proxy.writes)
+	}
+	plain := run("plain", plainLock, plainToken)
+	executing := run("once", once, token, "-run-id", "r1")
+	done := run("done", once, token, "-run-id", "r1")
+	t.Logf("MEASURED Consul writes (renewals left out): plain run %d %q; run once, executing %d %q; run once, already done %d %q",
+		len(plain), plain, len(executing), executing, len(done), done)
+	if len(executing) > len(plain)+2 {
+		t.Fatalf("run once made %d writes, a plain run %d: more than 2 extra", len(executing), len(plain))
+	}
+	if len(done) > len(plain) {
+		t.Fatalf("a runner that found the run done made %d writes, a plain run %d", len(done), len(plain))
 	}
 }
