@@ -69,12 +69,14 @@ const (
 //	  exit (123 if lost, 128+n on a signal, 125 if cancelled)
 //
 // On exit a holder that recorded its attempt records the outcome in the
-// transaction that releases the lock: succeeded or failed by the
+// transaction that releases the lock (runner.finishRun, sent again while
+// Consul cannot commit and the lock is held): succeeded or failed by the
 // command's own exit code, lost when the lock was lost before it exited,
 // failed with the runner's code when it never started.
 //
-// Outside waiting and deciding a signal is forwarded to the command. A cancelled context
-// while holding sends SIGTERM and arms grace (SIGKILL when it passes)
+// Outside waiting and deciding a signal is forwarded to the command. A
+// cancelled context while holding sends SIGTERM and arms grace (SIGKILL
+// when it passes)
 // without leaving holding: the command's own exit code still counts. On
 // every exit the hold is released, or the acquisition abandoned.
 type supervisor struct {
