@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -171,27 +170,4 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 		return 0, refused
 	}
 	return index, nil
-}
-
-// WaitLedger is ReadLedger as a blocking query: it answers once the
-// ledger's key changes after index (its ModifyIndex, or the index a
-// previous call returned), or after wait, with the ledger and the index to
-// wait on next. Waiters of a run-once lock use it to learn within
-// milliseconds that their run succeeded, instead of when they next acquire.
-// The answer comes from the servers' consistent view (?consistent).
-func (c *Client) WaitLedger(ctx context.Context, key, lock string, index uint64, wait time.Duration) (lockmodel.Ledger, uint64, error) {
-	q := (&api.QueryOptions{RequireConsistent: true, WaitIndex: index, WaitTime: wait}).WithContext(ctx)
-	pair, meta, err := c.KV().Get(key, q)
-	if err != nil {
-		return lockmodel.Ledger{}, 0, c.Classify(ctx, "watch run ledger "+key, err)
-	}
-	l, _, err := decodeLedgerPair(key, lock, pair)
-	if err != nil {
-		return lockmodel.Ledger{}, 0, err
-	}
-	next := meta.LastIndex
-	if next < index {
-		next = 0 // the index went backwards (a snapshot restore): start over
-	}
-	return l, next, nil
 }
