@@ -170,18 +170,6 @@ func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, 
 	}, look)
 }
 
-// ReleaseKeyHeldBy releases pair's key if pair.Session holds it
-// (?release=). Consul writes a release's body and flags like any PUT, so
-// pass the key's current Value and Flags to keep them. A release keeps
-// LockIndex and starts no lock-delay.
-func (c *Client) ReleaseKeyHeldBy(ctx context.Context, pair *api.KVPair) (ok bool, err error) {
-	ok, _, err = c.KV().Release(&api.KVPair{Key: pair.Key, Session: pair.Session, Flags: pair.Flags, Value: pair.Value}, (&api.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		return false, c.Classify(ctx, fmt.Sprintf("release key %s held by session %s", pair.Key, pair.Session), err)
-	}
-	return ok, nil
-}
-
 // DeleteKeyIfIndex deletes key if its ModifyIndex is still index; index 0
 // deletes unconditionally. Deleting a missing key succeeds.
 func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64) (ok bool, err error) {

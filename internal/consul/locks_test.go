@@ -105,7 +105,9 @@ func TestRewriteKeyKeepingHolder_keepsSessionValueAndLockIndex(t *testing.T) {
 	}
 }
 
-func TestReleaseAndDeleteKeyIfIndex(t *testing.T) {
+// TestDeleteKeyIfIndex: a stale index deletes nothing; the current one
+// deletes the (released) key.
+func TestDeleteKeyIfIndex(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, agent.ManagementToken)
 	key := testenv.UniquePrefix(t.Name()) + "/.lock"
@@ -118,7 +120,7 @@ func TestReleaseAndDeleteKeyIfIndex(t *testing.T) {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 	pair, _ := c.ReadKeyConsistent(ctx, key)
-	if ok, err := c.ReleaseKeyHeldBy(ctx, pair); err != nil || !ok {
+	if ok, _, err := c.KV().Release(&api.KVPair{Key: key, Session: session, Flags: pair.Flags, Value: pair.Value}, nil); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	released, _ := c.ReadKeyConsistent(ctx, key)
