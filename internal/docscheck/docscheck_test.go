@@ -109,6 +109,11 @@ func TestDocs_everyGuideIsLinkedFromTheIndex(t *testing.T) {
 			t.Errorf("docs/index.md does not link %s; add it to templates/index.md.tmpl", g)
 		}
 	}
+	for _, m := range regexp.MustCompile(`\]\((guides/[^)#]+\.md)`).FindAllStringSubmatch(string(index), -1) {
+		if _, err := os.Stat(filepath.Join("docs", m[1])); err != nil {
+			t.Errorf("docs/index.md links %s, which does not exist: add templates/%s.tmpl and run make generate", m[1], m[1])
+		}
+	}
 	pages, err := filepath.Glob("docs/*.md")
 	if err != nil {
 		t.Fatal(err)
