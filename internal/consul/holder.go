@@ -244,3 +244,15 @@ func SessionChecks(e *api.SessionEntry) (nodeChecks, serviceChecks []string) {
 	}
 	return nodeChecks, serviceChecks
 }
+
+// ObservedSession is a session entry as the controller and `consullock
+// status` judge it (compliance.Decide, lockmodel.SessionProfile.Violations):
+// one conversion, so both judge the same values.
+func ObservedSession(e *api.SessionEntry) lockmodel.ObservedSession {
+	ttl, _ := lockmodel.ParseConsulTTL(e.TTL)
+	node, svc := SessionChecks(e)
+	return lockmodel.ObservedSession{
+		ID: e.ID, Name: e.Name, Node: e.Node, TTL: ttl, LockDelay: e.LockDelay,
+		Behavior: lockmodel.Behavior(e.Behavior), NodeChecks: node, ServiceChecks: svc, CreateIndex: e.CreateIndex,
+	}
+}

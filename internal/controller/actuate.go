@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -18,8 +19,8 @@ import (
 // before the object), decides again on that, and writes only what the
 // fresh decision still asks for, fenced by the term (see leader.go). It
 // reports whether the write timed out, to be tried again soon.
-func (c *Controller) act(t *term, d Decision) (timedOut bool) {
-	log := c.log.With(d.logAttrs()...).With("kind", string(d.Kind))
+func (c *Controller) act(t *term, d compliance.Decision) (timedOut bool) {
+	log := c.log.With(logAttrs(d)...).With("kind", string(d.Kind))
 	fresh, ok, err := c.recheck(t.ctx, d)
 	if t.ctx.Err() != nil {
 		log.Info("repair abandoned: this replica no longer leads")
@@ -67,74 +68,74 @@ var errDeclarationChanging = errors.New("the declaration is being changed")
 // recheck re-reads the inputs of d consistently and decides again. A
 // declaration newer than the one the watch listed, or listed within the
 // apply grace, belongs to an apply in progress: errDeclarationChanging.
-func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, error) {
+func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compliance.Decision, bool, error) {
 	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
 	reg := c.client.Registry(c.cfg.RegistryPrefix)
-	st := State{
+	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
-		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]LiveKey{},
-		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[Holder]time.Time{}, Now: time.Now(),
+		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]compliance.LiveKey{},
+		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.Holder]time.Time{}, Now: time.Now(),
 	}
 	if d.Policy != "" {
 		rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, d.Policy)
 		if err != nil || !found {
-			return Decision{}, false, err
+			return compliance.Decision{}, false, err
 		}
-		if !c.declarationSettled(declID(lockmodel.KindACLPolicy, d.Policy), rec.ModifyIndex, st.Now) {
-			return Decision{}, false, errDeclarationChanging
+		if !c.declarationSettled(compliance.SettlingKey(lockmodel.KindACLPolicy, d.Policy), rec.ModifyIndex, st.Now) {
+			return compliance.Decision{}, false, errDeclarationChanging
 		}
 		spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
 		if err != nil {
-			return Decision{}, false, err
+			return compliance.Decision{}, false, err
 		}
 		st.Policies[spec.Name] = spec
-		st.LivePolicies = map[string]LivePolicy{}
+		st.LivePolicies = map[string]compliance.LivePolicy{}
 		if spec.ID != "" {
 			p, _, err := c.client.ACL().PolicyRead(spec.ID, q)
 			if err != nil {
 				if e := c.client.Classify(ctx, "read ACL policy "+spec.Name, err); e.Kind != consul.KindNotFound {
-					return Decision{}, false, e
+					return compliance.Decision{}, false, e
 				}
 			} else if p != nil {
-				st.LivePolicies[p.ID] = LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
+				st.LivePolicies[p.ID] = compliance.LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
 					Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex}
 			}
 		}
-		return pick(Decide(st, c.cfg.Mode), d)
+		return pick(compliance.Decide(st, c.cfg.Mode), d)
 	}
 
 	rec, found, err := reg.Get(ctx, lockmodel.KindLock, d.Lock)
 	if err != nil || !found {
-		return Decision{}, false, err
+		return compliance.Decision{}, false, err
 	}
-	if !c.declarationSettled(declID(lockmodel.KindLock, d.Lock), rec.ModifyIndex, st.Now) {
-		return Decision{}, false, errDeclarationChanging
+	if !c.declarationSettled(compliance.SettlingKey(lockmodel.KindLock, d.Lock), rec.ModifyIndex, st.Now) {
+		return compliance.Decision{}, false, errDeclarationChanging
 	}
 	l, err := lockmodel.DecodeLockRecord(rec.Value)
 	if err != nil {
-		return Decision{}, false, err
+		return compliance.Decision{}, false, err
 	}
 	if l, err = l.Normalize(); err != nil {
-		return Decision{}, false, err
+		return compliance.Decision{}, false, err
 	}
 	st.Locks[l.Name] = l
 	pair, _, err := c.client.KV().Get(l.Key, q)
 	if err != nil {
-		return Decision{}, false, consul.Classify("read lock key "+l.Key, err)
+		return compliance.Decision{}, false, consul.Classify("read lock key "+l.Key, err)
 	}
 	if pair != nil {
-		st.Keys[l.Key] = LiveKey{Flags: pair.Flags, Value: pair.Value, Session: pair.Session, LockIndex: pair.LockIndex, ModifyIndex: pair.ModifyIndex}
+		st.Keys[l.Key] = compliance.LiveKey{Flags: pair.Flags, Value: pair.Value, Session: pair.Session, LockIndex: pair.LockIndex, ModifyIndex: pair.ModifyIndex}
 	}
 	if d.Session != "" {
 		if l.SessionDefaults != "" {
 			prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
 			if err != nil {
-				return Decision{}, false, err
+				return compliance.Decision{}, false, err
 			}
 			if found {
 				p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
 				if err != nil {
-					return Decision{}, false, err
+					return compliance.Decision{}, false, err
 				}
 				st.Profiles[p.Name] = p
 				st.ProfileIndex = map[string]uint64{p.Name: prec.ModifyIndex}
@@ -142,12 +143,12 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 		}
 		se, _, err := c.client.Session().Info(d.Session, q)
 		if err != nil {
-			return Decision{}, false, consul.Classify("read session "+d.Session, err)
+			return compliance.Decision{}, false, consul.Classify("read session "+d.Session, err)
 		}
 		if se == nil {
-			return Decision{}, false, nil // already gone
+			return compliance.Decision{}, false, nil // already gone
 		}
-		st.Sessions[se.ID] = observedSession(se)
+		st.Sessions[se.ID] = consul.ObservedSession(se)
 		// The hold's value, read now: the mutex key's, or the holder's
 		// contender key's for a semaphore.
 		var value []byte
@@ -158,54 +159,54 @@ func (c *Controller) recheck(ctx context.Context, d Decision) (Decision, bool, e
 		} else {
 			cp, _, err := c.client.KV().Get(semaphoreDir(l)+d.Session, q)
 			if err != nil {
-				return Decision{}, false, consul.Classify("read semaphore contender key "+semaphoreDir(l)+d.Session, err)
+				return compliance.Decision{}, false, consul.Classify("read semaphore contender key "+semaphoreDir(l)+d.Session, err)
 			}
 			if cp != nil {
 				// Decide's holders (lockmodel.Holders) need it too: a
 				// listed session holds a slot only while it holds it.
-				st.Keys[cp.Key] = LiveKey{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
+				st.Keys[cp.Key] = compliance.LiveKey{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
 				if cp.Session == d.Session {
 					value = cp.Value
 				}
 			}
 		}
 		c.mu.Lock()
-		h := Holder{Lock: l.Name, Session: d.Session}
+		h := compliance.Holder{Lock: l.Name, Session: d.Session}
 		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
 			st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
 		}
 		st.ProfileSwitched = map[string]uint64{l.Name: c.profileSwitched[l.Name]}
 		c.mu.Unlock()
 	}
-	return pick(Decide(st, c.cfg.Mode), d)
+	return pick(compliance.Decide(st, c.cfg.Mode), d)
 }
 
 // pick finds the fresh decision that corresponds to d.
-func pick(fresh []Decision, d Decision) (Decision, bool, error) {
+func pick(fresh []compliance.Decision, d compliance.Decision) (compliance.Decision, bool, error) {
 	for _, f := range fresh {
 		if f.Kind == d.Kind && f.Act && f.Session == d.Session {
 			return f, true, nil
 		}
 	}
-	return Decision{}, false, nil
+	return compliance.Decision{}, false, nil
 }
 
 // execute performs one write in term t, within LeaderGrace. done is false
 // when a check-and-set lost. Lock key writes are fenced by the term's hold
 // on the leader key; the others are preceded by a consistent read that
 // confirms it (see leader.go for what remains).
-func (c *Controller) execute(t *term, d Decision) (bool, error) {
+func (c *Controller) execute(t *term, d compliance.Decision) (bool, error) {
 	ctx, cancel := context.WithTimeout(t.ctx, LeaderGrace)
 	defer cancel()
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	switch d.Kind {
-	case KindRecreateKey, KindRestoreFlags, KindRestoreLimit:
+	case compliance.KindRecreateKey, compliance.KindRestoreFlags, compliance.KindRestoreLimit:
 		ok, err := c.client.FencedCAS(ctx, t.fence, &api.KVPair{Key: d.Key, Flags: d.Flags, Value: d.Value, ModifyIndex: d.ModifyIndex})
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", d.Kind, err)
 		}
 		return ok, nil
-	case KindRestoreACLRules:
+	case compliance.KindRestoreACLRules:
 		if err := c.confirmLeader(ctx, t); err != nil {
 			return false, err
 		}
@@ -231,7 +232,7 @@ func (c *Controller) execute(t *term, d Decision) (bool, error) {
 			return false, e
 		}
 		return true, nil
-	case KindEndSession:
+	case compliance.KindEndSession:
 		if err := c.confirmLeader(ctx, t); err != nil {
 			return false, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -64,7 +65,7 @@ func benchHarness(b *testing.B) *harness {
 	return h
 }
 
-func startBench(b *testing.B, h *harness, mode Mode) (*Controller, func()) {
+func startBench(b *testing.B, h *harness, mode compliance.Mode) (*Controller, func()) {
 	b.Helper()
 	client, err := consul.New(consul.Settings{Address: h.a.Addr, Token: h.a.ManagementToken})
 	if err != nil {
@@ -116,7 +117,7 @@ func BenchmarkDriftToRepair(b *testing.B) {
 func benchDriftToRepair(b *testing.B, n int) {
 	h := benchHarness(b)
 	locks := seed(b, h, n, 1)
-	c, stop := startBench(b, h, ModeRepair)
+	c, stop := startBench(b, h, compliance.ModeRepair)
 	defer stop()
 	waitUntil(b, 60*time.Second, c.Ready)
 	waitUntil(b, 60*time.Second, func() bool {
@@ -161,7 +162,7 @@ func BenchmarkWatchConnections(b *testing.B) {
 		b.Run(fmt.Sprintf("locks=%d/segments=%d", tc.locks, tc.segments), func(b *testing.B) {
 			h := benchHarness(b)
 			seed(b, h, tc.locks, tc.segments)
-			c, stop := startBench(b, h, ModeObserve)
+			c, stop := startBench(b, h, compliance.ModeObserve)
 			defer stop()
 			waitUntil(b, 120*time.Second, c.Ready)
 			for i := 0; i < b.N; i++ {
@@ -183,7 +184,7 @@ func BenchmarkInitialSync(b *testing.B) {
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		c, stop := startBench(b, h, ModeObserve)
+		c, stop := startBench(b, h, compliance.ModeObserve)
 		waitUntil(b, 120*time.Second, c.Ready)
 		total += time.Since(start)
 		stop()

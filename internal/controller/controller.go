@@ -14,13 +14,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // Config is what a controller needs besides its Consul client.
 type Config struct {
-	Mode           Mode
+	Mode           compliance.Mode
 	RegistryPrefix string
 	Logger         *slog.Logger
 	// MaxLockWatches caps the number of blocking queries on lock keys; lock
@@ -83,25 +84,25 @@ type Controller struct {
 	locks        map[string]lockmodel.Lock
 	profiles     map[string]lockmodel.SessionProfile
 	policies     map[string]lockmodel.ACLPolicySpec
-	declSeen     map[string]declVersion // declID -> version last listed
+	declSeen     map[string]declVersion // compliance.SettlingKey -> version last listed
 	badRecords   map[string]uint64      // key -> ModifyIndex already reported
 	registrySync bool
 	groups       map[string]*group // by watch prefix
 	keyGroup     map[string]string // lock key -> watch prefix
 	sessions     map[string]lockmodel.ObservedSession
 	policyHashes map[string]string // live policy ID -> Hash from the list
-	livePolicies map[string]LivePolicy
+	livePolicies map[string]compliance.LivePolicy
 	policySync   bool
-	heldSince    map[Holder]Hold
+	heldSince    map[compliance.Holder]compliance.Hold
 	// holdStart is when each hold began (lockmodel.HoldStart), as of the
 	// last snapshot; lastLook is when each lock's state was last known.
-	holdStart map[Holder]time.Time
+	holdStart map[compliance.Holder]time.Time
 	lastLook  map[string]time.Time
 	// profileSwitched is, by lock name, the record ModifyIndex at which
 	// this controller saw the lock start naming another profile.
 	profileSwitched map[string]uint64
 	lockStatus      map[string]*lockStatus
-	reported        map[string]string // Decision.ID of findings already logged -> declID of their object
+	reported        map[string]string // Decision.ID of findings already logged -> SettlingKey of their object
 	groupCtx        context.Context
 	groupWG         *sync.WaitGroup
 
@@ -118,14 +119,11 @@ type declVersion struct {
 	changed time.Time
 }
 
-// declID names a declaration across kinds: "<kind>/<name>".
-func declID(kind, name string) string { return kind + "/" + name }
-
 // group is one blocking query on a prefix covering a set of lock keys.
 type group struct {
 	prefix string
 	keys   map[string]bool
-	live   map[string]LiveKey
+	live   map[string]compliance.LiveKey
 	synced bool
 	gen    uint64
 	cancel context.CancelFunc
@@ -147,9 +145,9 @@ var groupGen atomic.Uint64
 // New returns a controller; Run starts it.
 func New(client *consul.Client, cfg Config) (*Controller, error) {
 	if cfg.Mode == "" {
-		cfg.Mode = ModeRepair
+		cfg.Mode = compliance.ModeRepair
 	}
-	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+	if _, err := compliance.ParseMode(string(cfg.Mode)); err != nil {
 		return nil, err
 	}
 	if cfg.RegistryPrefix == "" {
@@ -161,14 +159,14 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 	}
 	cfg.RegistryPrefix = p
 	if cfg.MaxLockWatches <= 0 {
-		cfg.MaxLockWatches = DefaultMaxLockWatches
+		cfg.MaxLockWatches = compliance.DefaultMaxLockWatches
 	}
 	if cfg.WaitTime <= 0 {
 		cfg.WaitTime = 5 * time.Minute
 	}
 	switch {
 	case cfg.ApplyGrace == 0:
-		cfg.ApplyGrace = DefaultApplyGrace
+		cfg.ApplyGrace = compliance.DefaultApplyGrace
 	case cfg.ApplyGrace < 0:
 		cfg.ApplyGrace = 0
 	}
@@ -188,8 +186,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		badRecords:      map[string]uint64{},
 		groups:          map[string]*group{},
 		keyGroup:        map[string]string{},
-		heldSince:       map[Holder]Hold{},
-		holdStart:       map[Holder]time.Time{},
+		heldSince:       map[compliance.Holder]compliance.Hold{},
+		holdStart:       map[compliance.Holder]time.Time{},
 		lastLook:        map[string]time.Time{},
 		profileSwitched: map[string]uint64{},
 		lockStatus:      map[string]*lockStatus{},
@@ -311,7 +309,7 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 	if !ready {
 		return next
 	}
-	decisions := Decide(st, c.cfg.Mode)
+	decisions := compliance.Decide(st, c.cfg.Mode)
 	decisions, st.Settling, next = c.confirmDrift(ctx, decisions, st.Settling, next, start)
 	c.observe(decisions, st.Settling)
 	if t := c.term.Load(); t != nil && c.acting.Load() {
@@ -337,7 +335,7 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 // snapshot copies the watched state into a State for Decide, updates the
 // holder bookkeeping and lock metrics, and reports whether every watch has
 // answered.
-func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
+func (c *Controller) snapshot(now time.Time) (compliance.State, bool, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ready := c.registrySync && c.sessions != nil
@@ -350,16 +348,16 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			"acl_policies", len(c.policies), "lock_watches", len(c.groups))
 	}
 	if !c.registrySync {
-		return State{}, false, time.Time{}
+		return compliance.State{}, false, time.Time{}
 	}
-	st := State{
+	st := compliance.State{
 		Locks: c.locks, Profiles: c.profiles, Policies: c.policies,
-		Keys: map[string]LiveKey{}, UnknownKeys: map[string]bool{},
-		Sessions: c.sessions, HeldSince: map[Holder]time.Time{}, Now: now,
+		Keys: map[string]compliance.LiveKey{}, UnknownKeys: map[string]bool{},
+		Sessions: c.sessions, HeldSince: map[compliance.Holder]time.Time{}, Now: now,
 	}
 	var next time.Time
 	for id, v := range c.declSeen {
-		if !Pending(v.index, v.index, v.changed, now, c.cfg.ApplyGrace) {
+		if !compliance.Pending(v.index, v.index, v.changed, now, c.cfg.ApplyGrace) {
 			continue
 		}
 		end := v.changed.Add(c.cfg.ApplyGrace)
@@ -408,7 +406,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 		live, exists := st.Keys[l.Key]
 		var hs []lockmodel.ObservedSession
 		if exists && st.Sessions != nil {
-			hs = holders(l, st.Keys, st.Sessions)
+			hs = compliance.HolderSessions(l, st.Keys, st.Sessions)
 		}
 		if st.Sessions != nil {
 			// A look: the key's state and its holders' sessions are known.
@@ -424,7 +422,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 		}
 		c.updateLockStatus(name, l, live, exists, hs, now)
 	}
-	c.heldSince = TrackHolds(c.heldSince, looks, c.lastLook, now)
+	c.heldSince = compliance.TrackHolds(c.heldSince, looks, c.lastLook, now)
 	for name := range looks {
 		c.lastLook[name] = now
 	}
@@ -433,7 +431,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 			delete(c.lastLook, name)
 		}
 	}
-	c.holdStart = make(map[Holder]time.Time, len(c.heldSince))
+	c.holdStart = make(map[compliance.Holder]time.Time, len(c.heldSince))
 	for h, hold := range c.heldSince {
 		l, declared := c.locks[h.Lock]
 		if !declared {
@@ -455,7 +453,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 	}
 	st.ProfileIndex = map[string]uint64{}
 	for name := range c.profiles {
-		st.ProfileIndex[name] = c.declSeen[declID(lockmodel.KindSessionDefaults, name)].index
+		st.ProfileIndex[name] = c.declSeen[compliance.SettlingKey(lockmodel.KindSessionDefaults, name)].index
 	}
 	st.ProfileSwitched = c.profileSwitched
 	for name := range c.lockStatus {
@@ -466,7 +464,7 @@ func (c *Controller) snapshot(now time.Time) (State, bool, time.Time) {
 	return st, true, next
 }
 
-func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
+func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live compliance.LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
 	ls := c.lockStatus[name]
 	if ls == nil {
 		ls = &lockStatus{holders: map[string]bool{}}
@@ -512,7 +510,7 @@ func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live LiveKe
 // observe logs and counts each finding once, while it lasts. Findings
 // about a pending declaration (which Decide skips) are not forgotten: a
 // holder still in violation after an apply is not counted twice.
-func (c *Controller) observe(ds []Decision, settling map[string]bool) {
+func (c *Controller) observe(ds []compliance.Decision, settling map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.metrics.pending.Set(float64(len(settling)))
@@ -523,7 +521,7 @@ func (c *Controller) observe(ds []Decision, settling map[string]bool) {
 		if _, ok := c.reported[id]; ok {
 			continue
 		}
-		c.reported[id] = d.declID()
+		c.reported[id] = d.SettlingKey()
 		for _, r := range d.Reasons {
 			c.metrics.violations.WithLabelValues(r).Inc()
 		}
@@ -531,7 +529,7 @@ func (c *Controller) observe(ds []Decision, settling map[string]bool) {
 			c.metrics.drift.WithLabelValues(string(d.Kind)).Inc()
 		}
 		attrs := []any{"kind", string(d.Kind), "act", d.Act && c.leader.Load(), "detail", d.Detail}
-		attrs = append(attrs, d.logAttrs()...)
+		attrs = append(attrs, logAttrs(d)...)
 		c.log.Warn("drift detected", attrs...)
 	}
 	for id, decl := range c.reported {
@@ -541,15 +539,8 @@ func (c *Controller) observe(ds []Decision, settling map[string]bool) {
 	}
 }
 
-// declID names the declaration a decision is about.
-func (d Decision) declID() string {
-	if d.Lock != "" {
-		return declID(lockmodel.KindLock, d.Lock)
-	}
-	return declID(lockmodel.KindACLPolicy, d.Policy)
-}
-
-func (d Decision) logAttrs() []any {
+// logAttrs are the log attributes of d besides its kind and detail.
+func logAttrs(d compliance.Decision) []any {
 	var a []any
 	if d.Lock != "" {
 		a = append(a, "lock", d.Lock)
@@ -578,7 +569,7 @@ func (d Decision) logAttrs() []any {
 }
 
 // setDeclarations replaces the declarations from one registry listing
-// (versions: the ModifyIndex of each record by declID), notes which
+// (versions: the ModifyIndex of each record by compliance.SettlingKey), notes which
 // declarations changed, and regroups the lock key watches.
 func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile,
 	policies map[string]lockmodel.ACLPolicySpec, versions map[string]uint64) {
@@ -588,7 +579,7 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	for name, l := range locks {
 		switch old, ok := c.locks[name]; {
 		case ok && old.SessionDefaults != l.SessionDefaults && c.registrySync:
-			switched[name] = versions[declID(lockmodel.KindLock, name)]
+			switched[name] = versions[compliance.SettlingKey(lockmodel.KindLock, name)]
 		case ok && c.profileSwitched[name] != 0:
 			switched[name] = c.profileSwitched[name]
 		}
@@ -626,11 +617,11 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 			}
 		}
 	}
-	assign := GroupKeys(keys, c.cfg.MaxLockWatches)
+	assign := compliance.GroupKeys(keys, c.cfg.MaxLockWatches)
 	for _, n := range semaphores {
 		assign[n.Key] = assign[semaphoreDir(n)]
 	}
-	if n, over := WatchCapExceeded(assign, c.cfg.MaxLockWatches); over && n != len(c.groups) {
+	if n, over := compliance.WatchCapExceeded(assign, c.cfg.MaxLockWatches); over && n != len(c.groups) {
 		c.log.Warn("more lock watches than -max-lock-watches",
 			"lock_watches", n, "max_lock_watches", c.cfg.MaxLockWatches,
 			"detail", "the declared lock keys begin with more different characters than -max-lock-watches, and merging them would watch the whole KV store",
@@ -678,14 +669,14 @@ func semaphoreDir(l lockmodel.Lock) string {
 // session's hold on l, as the last watch answer saw it: the lock key of a
 // mutex, the contender key <prefix>/<session> of a semaphore. false when
 // it is not known or not held by session (c.mu held).
-func (c *Controller) holderKey(l lockmodel.Lock, session string) (LiveKey, bool) {
+func (c *Controller) holderKey(l lockmodel.Lock, session string) (compliance.LiveKey, bool) {
 	n, err := l.Normalize()
 	if err != nil {
-		return LiveKey{}, false
+		return compliance.LiveKey{}, false
 	}
 	g := c.groups[c.keyGroup[n.Key]]
 	if g == nil {
-		return LiveKey{}, false
+		return compliance.LiveKey{}, false
 	}
 	key := n.Key
 	if n.IsSemaphore() {
@@ -714,7 +705,7 @@ func (c *Controller) declarationSettled(id string, index uint64, now time.Time) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.declSeen[id]
-	return ok && !Pending(v.index, index, v.changed, now, c.cfg.ApplyGrace)
+	return ok && !compliance.Pending(v.index, index, v.changed, now, c.cfg.ApplyGrace)
 }
 
 // LockWatches returns the number of lock key watches now open.

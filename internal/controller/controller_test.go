@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -101,7 +102,7 @@ type running struct {
 
 // start runs a controller (no leader election: it acts at once) with the
 // management token unless token is given, and waits for its initial sync.
-func (h *harness) start(mode Mode, token ...string) *running {
+func (h *harness) start(mode compliance.Mode, token ...string) *running {
 	h.t.Helper()
 	o := startOpts{mode: mode}
 	if len(token) > 0 {
@@ -112,7 +113,7 @@ func (h *harness) start(mode Mode, token ...string) *running {
 
 // startOpts tune startWith; the zero value (with a mode) is start's.
 type startOpts struct {
-	mode  Mode
+	mode  compliance.Mode
 	token string // "" = the management token
 	addr  string // "" = the agent; e.g. a countingProxy
 	// watchAddr serves the blocking queries; "" = addr.
@@ -314,7 +315,7 @@ func TestRepair_recreatesDeletedLockKeysWithTheRightFlags(t *testing.T) {
 	h := newHarness(t, agent)
 	mutex := h.declareLock(lockmodel.Lock{Name: h.name("mutex"), Prefix: h.prefix + "/mutex"})
 	sem := h.declareLock(lockmodel.Lock{Name: h.name("sem"), Prefix: h.prefix + "/sem", Limit: 3})
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 
 	// Missing at start: created create-only.
 	h.waitKey(mutex.Key)
@@ -336,7 +337,7 @@ func TestRepair_recreatesDeletedLockKeysWithTheRightFlags(t *testing.T) {
 	}
 	// Counted and logged once Consul confirmed the write: wait for it.
 	eventually(t, 5*time.Second, func() error {
-		if got := c.Metrics().RepairsTotal(KindRecreateKey); got != 4 {
+		if got := c.Metrics().RepairsTotal(compliance.KindRecreateKey); got != 4 {
 			return fmt.Errorf("consullock_repairs_total{kind=recreate_key} = %v, want 4", got)
 		}
 		if len(c.logs.lines(`"msg":"repaired"`, `"lock":"`+mutex.Name+`"`, `"reason":"recreate_key"`, `"before":"absent"`)) == 0 {
@@ -367,7 +368,7 @@ func TestRepair_recreatesDeletedLockKeysWithTheRightFlags(t *testing.T) {
 func TestRepair_restoresSemaphoreLimitKeepingHolders(t *testing.T) {
 	h := newHarness(t, agent)
 	sem := h.declareLock(lockmodel.Lock{Name: h.name("sem"), Prefix: h.prefix + "/sem", Limit: 3})
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 	h.waitKey(sem.Key)
 
 	sm, err := h.api.SemaphorePrefix(sem.Prefix, 3)
@@ -407,7 +408,7 @@ func TestRepair_restoresSemaphoreLimitKeepingHolders(t *testing.T) {
 		t.Error("the semaphore holder lost its slot")
 	case <-time.After(300 * time.Millisecond):
 	}
-	if got := c.Metrics().RepairsTotal(KindRestoreLimit); got != 1 {
+	if got := c.Metrics().RepairsTotal(compliance.KindRestoreLimit); got != 1 {
 		t.Errorf("repairs{restore_semaphore_limit} = %v", got)
 	}
 }
@@ -416,7 +417,7 @@ func TestRepair_restoresWidenedACLRules(t *testing.T) {
 	h := newHarness(t, agent)
 	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("holder"), rules)
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 
 	p.Rules = widened
 	if _, _, err := h.api.ACL().PolicyUpdate(p, nil); err != nil {
@@ -430,7 +431,7 @@ func TestRepair_restoresWidenedACLRules(t *testing.T) {
 		return nil
 	})
 	eventually(t, 5*time.Second, func() error {
-		if got := c.Metrics().RepairsTotal(KindRestoreACLRules); got != 1 {
+		if got := c.Metrics().RepairsTotal(compliance.KindRestoreACLRules); got != 1 {
 			return fmt.Errorf("repairs{restore_acl_rules} = %v", got)
 		}
 		if len(c.logs.lines(`"msg":"repaired"`, `"policy":"`+p.Name+`"`, `"before":"key_prefix`)) == 0 {
@@ -445,7 +446,7 @@ func TestRepair_doesNotRewriteReformattedRules(t *testing.T) {
 	key := h.prefix + "/a/.lock"
 	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{key}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("holder"), rules)
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 
 	p.Rules = fmt.Sprintf(`session_prefix "worker-" { policy = "write" }
 key %q { policy = "write" }`, key)
@@ -468,7 +469,7 @@ key %q { policy = "write" }`, key)
 	if live.ModifyIndex != upd.ModifyIndex || live.Rules != p.Rules {
 		t.Errorf("policy rewritten: index %d -> %d, rules %q", upd.ModifyIndex, live.ModifyIndex, live.Rules)
 	}
-	if got := c.Metrics().RepairsTotal(KindRestoreACLRules); got != 0 {
+	if got := c.Metrics().RepairsTotal(compliance.KindRestoreACLRules); got != 0 {
 		t.Errorf("repairs{restore_acl_rules} = %v, want 0", got)
 	}
 }
@@ -487,7 +488,7 @@ func TestEnforce_endsSessionsThatViolateTheirProfile(t *testing.T) {
 		{lockmodel.ViolationLockDelayTooShort, api.SessionEntry{LockDelay: time.Second}, false, 0},
 		{lockmodel.ViolationBehaviorMismatch, api.SessionEntry{LockDelay: 15 * time.Second, Behavior: "delete"}, false, 0},
 		{lockmodel.ViolationNodeCheckMissing, api.SessionEntry{LockDelay: 15 * time.Second}, true, 0},
-		{ReasonMaxHoldExceeded, api.SessionEntry{LockDelay: 15 * time.Second}, false, 2 * time.Second},
+		{compliance.ReasonMaxHoldExceeded, api.SessionEntry{LockDelay: 15 * time.Second}, false, 2 * time.Second},
 	}
 	locks := map[string]lockmodel.Lock{}
 	for _, tc := range cases {
@@ -496,7 +497,7 @@ func TestEnforce_endsSessionsThatViolateTheirProfile(t *testing.T) {
 	}
 	// A compliant holder, held throughout, must survive.
 	good := h.declareLock(lockmodel.Lock{Name: h.name("good"), Prefix: h.prefix + "/good", SessionDefaults: h.name("strict")})
-	c := h.start(ModeEnforce)
+	c := h.start(compliance.ModeEnforce)
 	h.waitKey(good.Key)
 	goodSession := h.session(api.SessionEntry{LockDelay: 15 * time.Second}, false)
 	h.acquire(good.Key, goodSession)
@@ -552,9 +553,9 @@ func TestObserve_onlyReports(t *testing.T) {
 	}
 	before := h.livePolicy(p.ID).ModifyIndex
 
-	c := h.start(ModeObserve)
+	c := h.start(compliance.ModeObserve)
 	eventually(t, 10*time.Second, func() error {
-		for _, kind := range []Kind{KindRecreateKey, KindRestoreACLRules, KindHolderNonCompliant} {
+		for _, kind := range []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreACLRules, compliance.KindHolderNonCompliant} {
 			if len(c.logs.lines(`"msg":"drift detected"`, `"kind":"`+string(kind)+`"`, `"act":false`)) == 0 {
 				return fmt.Errorf("no report of %s yet", kind)
 			}
@@ -571,7 +572,7 @@ func TestObserve_onlyReports(t *testing.T) {
 	if h.livePolicy(p.ID).ModifyIndex != before {
 		t.Error("observe mode rewrote a policy")
 	}
-	for _, k := range []Kind{KindRecreateKey, KindRestoreACLRules, KindEndSession} {
+	for _, k := range []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreACLRules, compliance.KindEndSession} {
 		if got := c.Metrics().RepairsTotal(k); got != 0 {
 			t.Errorf("repairs{%s} = %v in observe mode", k, got)
 		}
@@ -585,12 +586,12 @@ func TestRepair_leavesANonCompliantHolderAlone(t *testing.T) {
 	h := newHarness(t, agent)
 	h.declareProfile(lockmodel.SessionProfile{Name: h.name("strict"), TTL: 15 * time.Second, LockDelay: 15 * time.Second})
 	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l", SessionDefaults: h.name("strict"), MaxHold: time.Second})
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 	h.waitKey(l.Key)
 	bad := h.session(api.SessionEntry{TTL: "60s", LockDelay: time.Second, Behavior: "delete"}, true)
 	h.acquire(l.Key, bad)
 	eventually(t, 10*time.Second, func() error {
-		if len(c.logs.lines(`"kind":"holder_non_compliant"`, bad, ReasonMaxHoldExceeded)) == 0 {
+		if len(c.logs.lines(`"kind":"holder_non_compliant"`, bad, compliance.ReasonMaxHoldExceeded)) == 0 {
 			return fmt.Errorf("max_hold not reported yet")
 		}
 		return nil
@@ -612,7 +613,7 @@ func TestRepair_leavesANonCompliantHolderAlone(t *testing.T) {
 func TestRepair_neverFightsTerraform(t *testing.T) {
 	h := newHarness(t, agent)
 	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 	h.waitKey(l.Key)
 	// What the provider does on destroy: the declaration goes first, then
 	// the key. The key must stay gone.
@@ -626,7 +627,7 @@ func TestRepair_neverFightsTerraform(t *testing.T) {
 	if h.get(l.Key) != nil {
 		t.Error("the controller resurrected the key of a destroyed lock")
 	}
-	if got := c.Metrics().RepairsTotal(KindRecreateKey); got != 1 {
+	if got := c.Metrics().RepairsTotal(compliance.KindRecreateKey); got != 1 {
 		t.Errorf("repairs{recreate_key} = %v, want 1 (the initial create only)", got)
 	}
 }
@@ -639,7 +640,7 @@ session_prefix "" { policy = "read" }`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := h.start(ModeRepair, tok.SecretID)
+	c := h.start(compliance.ModeRepair, tok.SecretID)
 	eventually(t, 10*time.Second, func() error {
 		if len(c.logs.lines(`"msg":"repair failed"`, `\"key:write\"`, l.Key)) == 0 {
 			return fmt.Errorf("no repair failure naming key:write on %s", l.Key)
@@ -667,7 +668,7 @@ func TestAgentRestart_controllerRecoversWithoutRestart(t *testing.T) {
 		return h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
 	}
 	l := declare()
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 	h.waitKey(l.Key)
 
 	if err := own.Restart(ctx); err != nil {
@@ -692,33 +693,6 @@ func TestAgentRestart_controllerRecoversWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitKey(l.Key)
-}
-
-func TestGroupKeys_capsTheNumberOfWatches(t *testing.T) {
-	var keys []string
-	for i := range 1000 {
-		keys = append(keys, fmt.Sprintf("svc%03d/job/.lock", i))
-	}
-	keys = append(keys, "a/x/.lock", "a/y/.lock", "top")
-	got := GroupKeys(keys, 8)
-	prefixes := map[string]bool{}
-	for k, p := range got {
-		if !strings.HasPrefix(k, p) {
-			t.Errorf("key %s assigned to prefix %q that does not cover it", k, p)
-		}
-		prefixes[p] = true
-	}
-	if len(got) != len(keys) || len(prefixes) > 8 {
-		t.Errorf("%d keys in %d groups", len(got), len(prefixes))
-	}
-	// A key alone in its first segment is watched by itself, not with
-	// whatever else lives beside it.
-	if g := GroupKeys([]string{"a/x/.lock", "a/y/.lock", "b/z"}, 2); g["a/x/.lock"] != "a/" || g["b/z"] != "b/z" {
-		t.Errorf("grouping by first segment: %v", g)
-	}
-	if g := GroupKeys([]string{"t/1/locks/a/.lock", "t/1/locks/b/.lock"}, 8); g["t/1/locks/a/.lock"] != "t/1/locks/" {
-		t.Errorf("grouping as deep as the cap allows: %v", g)
-	}
 }
 
 var (
@@ -765,7 +739,7 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func (h *harness) replica(name string, mode Mode) *replica {
+func (h *harness) replica(name string, mode compliance.Mode) *replica {
 	h.t.Helper()
 	r := &replica{name: name, listen: freeAddr(h.t), logs: &logBuffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(binary(h.t), "controller", "-mode", string(mode), "-listen", r.listen, "-registry-prefix", h.registry)
@@ -862,7 +836,7 @@ func repairsLogged(rs ...*replica) (total int, by map[string]int) {
 func TestHA_exactlyOneReplicaActsAndHandsOver(t *testing.T) {
 	h := newHarness(t, agent)
 	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
-	a, b := h.replica("a", ModeRepair), h.replica("b", ModeRepair)
+	a, b := h.replica("a", compliance.ModeRepair), h.replica("b", compliance.ModeRepair)
 	eventually(t, 60*time.Second, func() error {
 		if !a.ready() || !b.ready() {
 			return fmt.Errorf("replicas not ready")
@@ -921,7 +895,7 @@ func TestHA_exactlyOneReplicaActsAndHandsOver(t *testing.T) {
 
 	// SIGKILL: a third replica takes over once Consul invalidates the dead
 	// leader's session (about 2 x TTL) and its lock-delay passes.
-	c := h.replica("c", ModeRepair)
+	c := h.replica("c", compliance.ModeRepair)
 	eventually(t, 60*time.Second, func() error {
 		if !c.ready() {
 			return fmt.Errorf("replica c not ready")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel/holdercases"
 )
@@ -21,12 +22,12 @@ import (
 func TestHolders_agreeWithTheOneRule(t *testing.T) {
 	for _, c := range holdercases.Cases {
 		l := c.Lock()
-		keys := map[string]LiveKey{}
+		keys := map[string]compliance.LiveKey{}
 		for _, e := range c.Entries(l.Prefix, holdercases.ID) {
 			keys[e.Key] = e.KeyEntry
 		}
 		got := []string{}
-		for _, s := range holders(l, keys, c.Sessions(holdercases.ID)) {
+		for _, s := range compliance.HolderSessions(l, keys, c.Sessions(holdercases.ID)) {
 			got = append(got, s.ID)
 		}
 		if want := c.WantIDs(holdercases.ID); !slices.Equal(got, want) {
@@ -39,13 +40,13 @@ func TestHolders_agreeWithTheOneRule(t *testing.T) {
 // 15s, starts a controller in mode and makes three sessions listed in its
 // holder table: compliant holds its contender key, violating (ttl 60s)
 // holds its contender key, released (ttl 60s) released it.
-func listedWithoutKey(t *testing.T, mode Mode) (h *harness, c *running, sem lockmodel.Lock, compliant, violating, released string) {
+func listedWithoutKey(t *testing.T, mode compliance.Mode) (h *harness, c *running, sem lockmodel.Lock, compliant, violating, released string) {
 	h = newHarness(t, agent)
 	profile := lockmodel.SessionProfile{Name: h.name("p"), TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorDelete}
 	h.declareProfile(profile)
 	sem = h.declareLock(lockmodel.Lock{Name: h.name("workers"), Prefix: h.prefix + "/workers", Limit: 3, SessionDefaults: profile.Name})
 	c = h.start(mode)
-	if mode != ModeObserve {
+	if mode != compliance.ModeObserve {
 		h.waitKey(sem.Key) // recreated by the controller; written below in observe mode
 	}
 
@@ -94,7 +95,7 @@ func holderInfo(t *testing.T, url, lock string, sessions ...string) map[string]b
 // that holds its key and breaks the profile is ended (enforce acts on
 // semaphore holders, through the fresh read before acting).
 func TestEnforce_aListedSessionWithoutItsContenderKeyHoldsNoSlot(t *testing.T) {
-	h, c, _, _, violating, released := listedWithoutKey(t, ModeEnforce)
+	h, c, _, _, violating, released := listedWithoutKey(t, compliance.ModeEnforce)
 	eventually(t, 15*time.Second, func() error {
 		if h.sessionAlive(violating) {
 			return fmt.Errorf("the violating holder %s is still alive", violating)
@@ -114,7 +115,7 @@ func TestEnforce_aListedSessionWithoutItsContenderKeyHoldsNoSlot(t *testing.T) {
 // the sessions status lists, not a listed session without its contender
 // key.
 func TestMetrics_holderInfoListsOnlySessionsHoldingASlot(t *testing.T) {
-	_, c, sem, compliant, violating, released := listedWithoutKey(t, ModeObserve)
+	_, c, sem, compliant, violating, released := listedWithoutKey(t, compliance.ModeObserve)
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 	eventually(t, 10*time.Second, func() error {

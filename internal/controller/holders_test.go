@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -39,7 +40,7 @@ func TestEnforce_holdersThatPredateAProfileChangeAreLeftToFinish(t *testing.T) {
 	h.declareProfile(profile)
 	before := h.declareLock(lockmodel.Lock{Name: h.name("1before"), Prefix: h.prefix + "/before", SessionDefaults: profile.Name})
 	after := h.declareLock(lockmodel.Lock{Name: h.name("2after"), Prefix: h.prefix + "/after", SessionDefaults: profile.Name})
-	c := h.start(ModeEnforce)
+	c := h.start(compliance.ModeEnforce)
 	h.waitKey(before.Key)
 	h.waitKey(after.Key)
 
@@ -72,8 +73,8 @@ func TestEnforce_holdersThatPredateAProfileChangeAreLeftToFinish(t *testing.T) {
 	})
 	reports := c.logs.lines(`"msg":"drift detected"`, old)
 	if len(reports) != 1 || !strings.Contains(reports[0], `"kind":"holder_predates_profile"`) ||
-		!strings.Contains(reports[0], ReasonPredatesProfile) || !strings.Contains(reports[0], `"act":false`) {
-		t.Errorf("reports of the older holder:\n%s\nwant one holder_predates_profile, act false, reason %s", strings.Join(reports, "\n"), ReasonPredatesProfile)
+		!strings.Contains(reports[0], compliance.ReasonPredatesProfile) || !strings.Contains(reports[0], `"act":false`) {
+		t.Errorf("reports of the older holder:\n%s\nwant one holder_predates_profile, act false, reason %s", strings.Join(reports, "\n"), compliance.ReasonPredatesProfile)
 	}
 	if !h.sessionAlive(old) {
 		t.Fatal("the holder whose session predates the profile change was ended")
@@ -81,10 +82,10 @@ func TestEnforce_holdersThatPredateAProfileChangeAreLeftToFinish(t *testing.T) {
 	if p := h.get(before.Key); p == nil || p.Session != old {
 		t.Errorf("the older holder lost its lock: %+v", p)
 	}
-	if got := c.Metrics().ViolationsTotal(ReasonPredatesProfile); got != 1 {
-		t.Errorf("violations_total{reason=%q} = %v, want 1", ReasonPredatesProfile, got)
+	if got := c.Metrics().ViolationsTotal(compliance.ReasonPredatesProfile); got != 1 {
+		t.Errorf("violations_total{reason=%q} = %v, want 1", compliance.ReasonPredatesProfile, got)
 	}
-	if got := c.Metrics().RepairsTotal(KindEndSession); got != 1 {
+	if got := c.Metrics().RepairsTotal(compliance.KindEndSession); got != 1 {
 		t.Errorf("repairs_total{kind=end_session} = %v, want 1 (the younger session only)", got)
 	}
 }
@@ -100,7 +101,7 @@ func TestEnforce_maxHoldBoundsTheHolderClockByWhatItSaw(t *testing.T) {
 	// Named so that the skewed-past lock is decided first in a round.
 	past := h.declareLock(lockmodel.Lock{Name: h.name("1past"), Prefix: h.prefix + "/past", MaxHold: time.Hour})
 	future := h.declareLock(lockmodel.Lock{Name: h.name("2future"), Prefix: h.prefix + "/future", MaxHold: 2 * time.Second})
-	c := h.start(ModeEnforce)
+	c := h.start(compliance.ModeEnforce)
 	h.waitKey(past.Key)
 	h.waitKey(future.Key)
 
@@ -134,7 +135,7 @@ func TestEnforce_maxHoldBoundsTheHolderClockByWhatItSaw(t *testing.T) {
 	if n := len(c.logs.lines(`"msg":"drift detected"`, early)); n != 0 {
 		t.Errorf("the holder within max_hold was reported: %s", strings.Join(c.logs.lines(early), "\n"))
 	}
-	if got := c.Metrics().ViolationsTotal(ReasonMaxHoldExceeded); got != 1 {
+	if got := c.Metrics().ViolationsTotal(compliance.ReasonMaxHoldExceeded); got != 1 {
 		t.Errorf("violations_total{reason=max_hold_exceeded} = %v, want 1", got)
 	}
 }
@@ -151,7 +152,7 @@ func TestEnforce_switchingALockToAStricterProfileLeavesItsHolder(t *testing.T) {
 	h.declareProfile(loose)
 	h.declareProfile(strict)
 	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l", SessionDefaults: loose.Name})
-	c := h.startWith(startOpts{mode: ModeEnforce, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
+	c := h.startWith(startOpts{mode: compliance.ModeEnforce, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
 	h.waitKey(l.Key)
 	old := h.session(api.SessionEntry{TTL: "60s", LockDelay: 15 * time.Second}, false)
 	h.acquire(l.Key, old)
@@ -210,9 +211,9 @@ func TestEnforce_maxHoldSurvivesAControllerRestart(t *testing.T) {
 	holder := h.session(api.SessionEntry{LockDelay: 15 * time.Second}, false)
 	h.acquireWith(l.Key, holder, value)
 
-	first := h.start(ModeObserve)
+	first := h.start(compliance.ModeObserve)
 	eventually(t, 10*time.Second, func() error {
-		if len(first.logs.lines(`"msg":"drift detected"`, ReasonMaxHoldExceeded, holder)) == 0 {
+		if len(first.logs.lines(`"msg":"drift detected"`, compliance.ReasonMaxHoldExceeded, holder)) == 0 {
 			return fmt.Errorf("the controller has not reported the 2h-old hold as past its 1h max_hold")
 		}
 		return nil
@@ -229,7 +230,7 @@ func TestEnforce_maxHoldSurvivesAControllerRestart(t *testing.T) {
 	}
 
 	restarted := time.Now()
-	second := h.start(ModeEnforce)
+	second := h.start(compliance.ModeEnforce)
 	eventually(t, 10*time.Second, func() error {
 		if h.sessionAlive(holder) {
 			return fmt.Errorf("the restarted controller has not ended the holder past max_hold")
@@ -237,7 +238,7 @@ func TestEnforce_maxHoldSurvivesAControllerRestart(t *testing.T) {
 		return nil
 	})
 	t.Logf("the restarted controller ended the 2h-old hold (max_hold 1h) %s after it started", time.Since(restarted).Round(time.Millisecond))
-	if got := second.Metrics().ViolationsTotal(ReasonMaxHoldExceeded); got != 1 {
+	if got := second.Metrics().ViolationsTotal(compliance.ReasonMaxHoldExceeded); got != 1 {
 		t.Errorf("violations_total{reason=max_hold_exceeded} = %v, want 1", got)
 	}
 }
@@ -251,7 +252,7 @@ func TestMetrics_fencingTokensOfMutexAndSemaphoreHolders(t *testing.T) {
 	h := newHarness(t, agent)
 	mutex := h.declareLock(lockmodel.Lock{Name: h.name("daemon"), Prefix: h.prefix + "/daemon", AlwaysHeld: true})
 	sem := h.declareLock(lockmodel.Lock{Name: h.name("workers"), Prefix: h.prefix + "/workers", Limit: 3})
-	c := h.start(ModeRepair)
+	c := h.start(compliance.ModeRepair)
 	h.waitKey(mutex.Key)
 	h.waitKey(sem.Key)
 	srv := httptest.NewServer(c.Handler())

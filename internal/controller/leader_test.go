@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -94,7 +95,7 @@ func TestLeader_actsAgainAfterItsSessionCouldNotBeRenewedForLongerThanTheTTL(t *
 	}
 	l := declare()
 	proxy := newOutageProxy(t, own)
-	c := h.startWith(startOpts{mode: ModeRepair, ha: true, addr: proxy.addr()})
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true, addr: proxy.addr()})
 	actsAgain := func(after string) {
 		t.Helper()
 		eventually(t, 90*time.Second, func() error {

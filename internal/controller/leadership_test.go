@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -158,7 +159,7 @@ func TestLeadership_aStalledWriteIsNotAppliedAfterAnotherReplicaTookOver(t *test
 	h := newHarness(t, agent)
 	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
 	proxy := newStallProxy(t, agent)
-	c1 := h.startWith(startOpts{mode: ModeRepair, ha: true, addr: proxy.addr()})
+	c1 := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true, addr: proxy.addr()})
 	eventually(t, 30*time.Second, func() error {
 		if !c1.IsLeader() {
 			return fmt.Errorf("the first replica does not lead")
@@ -168,7 +169,7 @@ func TestLeadership_aStalledWriteIsNotAppliedAfterAnotherReplicaTookOver(t *test
 		}
 		return nil
 	})
-	c2 := h.startWith(startOpts{mode: ModeRepair, ha: true})
+	c2 := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true})
 
 	// The leader's write re-creating the deleted key stalls.
 	proxy.hold(l.Key)
@@ -230,7 +231,7 @@ func TestLeadership_aStalledWriteIsGivenUpAndTriedAgain(t *testing.T) {
 	h := newHarness(t, agent)
 	l := h.declareLock(lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l"})
 	proxy := newStallProxy(t, agent)
-	c := h.startWith(startOpts{mode: ModeRepair, ha: true, addr: proxy.addr()})
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true, addr: proxy.addr()})
 	eventually(t, 30*time.Second, func() error {
 		if !c.IsLeader() || h.get(l.Key) == nil {
 			return fmt.Errorf("the replica does not lead, or did not create the lock key")
@@ -271,7 +272,7 @@ func TestLeadership_aStalledWriteIsGivenUpAndTriedAgain(t *testing.T) {
 // leader key. Before the fix a replica whose term had ended sent both.
 func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	h := newHarness(t, agent)
-	c, err := New(h.clientAt(agent.Addr, agent.ManagementToken, 1), Config{Mode: ModeEnforce, RegistryPrefix: h.registry})
+	c, err := New(h.clientAt(agent.Addr, agent.ManagementToken, 1), Config{Mode: compliance.ModeEnforce, RegistryPrefix: h.registry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	stale := &term{ctx: context.Background(), fence: consul.Fence{Key: c.LeaderKey(), Session: ours}}
 
 	victim := h.session(api.SessionEntry{Name: "victim"}, true)
-	if _, err := c.execute(stale, Decision{Kind: KindEndSession, Session: victim}); !errors.Is(err, errNotLeader) {
+	if _, err := c.execute(stale, compliance.Decision{Kind: compliance.KindEndSession, Session: victim}); !errors.Is(err, errNotLeader) {
 		t.Errorf("ending a session from an ended term: error %v, want errNotLeader", err)
 	}
 	if !h.sessionAlive(victim) {
@@ -291,7 +292,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	}
 
 	p := h.createPolicy(h.name("p"), `key "a" { policy = "read" }`)
-	d := Decision{Kind: KindRestoreACLRules, Policy: p.Name, PolicyID: p.ID, ModifyIndex: h.livePolicy(p.ID).ModifyIndex, Rules: widened}
+	d := compliance.Decision{Kind: compliance.KindRestoreACLRules, Policy: p.Name, PolicyID: p.ID, ModifyIndex: h.livePolicy(p.ID).ModifyIndex, Rules: widened}
 	if _, err := c.execute(stale, d); !errors.Is(err, errNotLeader) {
 		t.Errorf("restoring ACL rules from an ended term: error %v, want errNotLeader", err)
 	}
@@ -300,7 +301,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	}
 
 	key := h.prefix + "/fenced/.lock"
-	rec := Decision{Kind: KindRecreateKey, Key: key, Flags: lockmodel.LockFlagValue}
+	rec := compliance.Decision{Kind: compliance.KindRecreateKey, Key: key, Flags: lockmodel.LockFlagValue}
 	if _, err := c.execute(stale, rec); !errors.Is(err, consul.ErrFenceLost) {
 		t.Errorf("re-creating a lock key from an ended term: error %v, want ErrFenceLost", err)
 	}
@@ -310,7 +311,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 
 	// The same writes from the term that holds the key go through.
 	current := &term{ctx: context.Background(), fence: consul.Fence{Key: c.LeaderKey(), Session: theirs}}
-	if done, err := c.execute(current, Decision{Kind: KindEndSession, Session: victim}); err != nil || !done {
+	if done, err := c.execute(current, compliance.Decision{Kind: compliance.KindEndSession, Session: victim}); err != nil || !done {
 		t.Fatalf("ending a session as the leader: done %v, error %v", done, err)
 	}
 	if h.sessionAlive(victim) {

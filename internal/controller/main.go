@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -34,11 +35,11 @@ func Main(ctx context.Context, args []string) int {
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", string(ModeRepair), "observe (report only), repair (fix config drift, never touch holders) or enforce (also end violating holder sessions)")
+	mode := fs.String("mode", string(compliance.ModeRepair), "observe (report only), repair (fix config drift, never touch holders) or enforce (also end violating holder sessions)")
 	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz; empty disables")
 	prefix := fs.String("registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
-	maxWatches := fs.Int("max-lock-watches", DefaultMaxLockWatches, "most blocking queries on lock keys; keys are grouped by prefix, never into the whole KV store (more only when the keys begin with more different characters)")
-	grace := fs.Duration("apply-grace", DefaultApplyGrace, "how long after a declaration changes its object is left to the apply that wrote it (0 = none)")
+	maxWatches := fs.Int("max-lock-watches", compliance.DefaultMaxLockWatches, "most blocking queries on lock keys; keys are grouped by prefix, never into the whole KV store (more only when the keys begin with more different characters)")
+	grace := fs.Duration("apply-grace", compliance.DefaultApplyGrace, "how long after a declaration changes its object is left to the apply that wrote it (0 = none)")
 	noHA := fs.Bool("no-leader-election", false, "act without electing a leader: only for a single replica")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
@@ -55,7 +56,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "controller: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	m, err := ParseMode(*mode)
+	m, err := compliance.ParseMode(*mode)
 	if err != nil {
 		fmt.Fprintf(stderr, "controller: %v\n", err)
 		return 2

@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 )
 
 // Metrics are the controller's Prometheus metrics, all named consullock_*.
@@ -76,12 +78,12 @@ func (m *Metrics) setLeader(on bool) {
 }
 
 // RepairsTotal returns consullock_repairs_total for kind (for tests).
-func (m *Metrics) RepairsTotal(kind Kind) float64 {
+func (m *Metrics) RepairsTotal(kind compliance.Kind) float64 {
 	return counterValue(m.repairs.WithLabelValues(string(kind)))
 }
 
 // DriftTotal returns consullock_drift_total for kind (for tests).
-func (m *Metrics) DriftTotal(kind Kind) float64 {
+func (m *Metrics) DriftTotal(kind compliance.Kind) float64 {
 	return counterValue(m.drift.WithLabelValues(string(kind)))
 }
 
@@ -186,7 +188,7 @@ func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name strin
 	var newest uint64
 	for id := range ls.holders {
 		ch <- prometheus.MustNewConstMetric(descHolderInfo, prometheus.GaugeValue, 1, name, c.sessions[id].Node, id)
-		if start, ok := c.holdStart[Holder{Lock: name, Session: id}]; ok {
+		if start, ok := c.holdStart[compliance.Holder{Lock: name, Session: id}]; ok {
 			ch <- prometheus.MustNewConstMetric(descHeldFor, prometheus.GaugeValue, max(now.Sub(start).Seconds(), 0), name, id)
 		}
 		if lk, ok := c.holderKey(l, id); ok {

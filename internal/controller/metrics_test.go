@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -115,14 +116,14 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 	// The leader's blocking queries go through a proxy that can cut them;
 	// everything else (its election included) goes straight to the agent.
 	watches := newCountingProxy(t, h.a)
-	leader := h.startWith(startOpts{mode: ModeRepair, ha: true, watchAddr: watches.Addr()})
+	leader := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true, watchAddr: watches.Addr()})
 	eventually(t, 15*time.Second, func() error {
 		if !leader.IsLeader() {
 			return fmt.Errorf("not leader yet")
 		}
 		return nil
 	})
-	follower := h.startWith(startOpts{mode: ModeRepair, ha: true})
+	follower := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true})
 	srvL := httptest.NewServer(leader.Handler())
 	defer srvL.Close()
 	srvF := httptest.NewServer(follower.Handler())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -102,7 +103,7 @@ func (w *observeWorld) untouched(when string) {
 func reportsAll(t *testing.T, c *running) {
 	t.Helper()
 	eventually(t, 15*time.Second, func() error {
-		for _, kind := range []Kind{KindRecreateKey, KindRestoreACLRules, KindHolderNonCompliant} {
+		for _, kind := range []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreACLRules, compliance.KindHolderNonCompliant} {
 			if len(c.logs.lines(`"msg":"drift detected"`, `"kind":"`+string(kind)+`"`, `"act":false`)) == 0 {
 				return fmt.Errorf("no report of %s yet", kind)
 			}
@@ -118,7 +119,7 @@ func TestObserve_shippedReadOnlyRulesReportDriftAndWriteNothing(t *testing.T) {
 	t.Run("with leader election", func(t *testing.T) {
 		proxy := newCountingProxy(t, h.a)
 		before := readAgentCounters(t, h.a)
-		c := h.startWith(startOpts{mode: ModeObserve, token: w.token, addr: proxy.Addr(), ha: true})
+		c := h.startWith(startOpts{mode: compliance.ModeObserve, token: w.token, addr: proxy.Addr(), ha: true})
 		eventually(t, 15*time.Second, func() error {
 			if !c.IsLeader() {
 				return fmt.Errorf("not leader: the shipped rules must allow the election on node %s", meteredNode)
@@ -139,7 +140,7 @@ func TestObserve_shippedReadOnlyRulesReportDriftAndWriteNothing(t *testing.T) {
 		}
 		t.Logf("observe mode with leader election: controller writes %s; agent writes %s", formatCounts(writes), formatCounts(agentWrites))
 		w.untouched("observe")
-		for _, k := range []Kind{KindRecreateKey, KindRestoreACLRules, KindEndSession} {
+		for _, k := range []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreACLRules, compliance.KindEndSession} {
 			if n := c.Metrics().RepairsTotal(k); n != 0 {
 				t.Errorf("repairs{%s} = %v in observe mode", k, n)
 			}
@@ -158,7 +159,7 @@ func TestObserve_shippedReadOnlyRulesReportDriftAndWriteNothing(t *testing.T) {
 	t.Run("without leader election no write at all", func(t *testing.T) {
 		proxy := newCountingProxy(t, h.a)
 		before := readAgentCounters(t, h.a)
-		c := h.startWith(startOpts{mode: ModeObserve, token: w.token, addr: proxy.Addr()})
+		c := h.startWith(startOpts{mode: compliance.ModeObserve, token: w.token, addr: proxy.Addr()})
 		reportsAll(t, c)
 		time.Sleep(time.Second)
 		c.stop()
@@ -172,7 +173,7 @@ func TestObserve_shippedReadOnlyRulesReportDriftAndWriteNothing(t *testing.T) {
 	})
 
 	t.Run("repair mode with the same token names the missing permissions", func(t *testing.T) {
-		c := h.startWith(startOpts{mode: ModeRepair, token: w.token, ha: true})
+		c := h.startWith(startOpts{mode: compliance.ModeRepair, token: w.token, ha: true})
 		eventually(t, 15*time.Second, func() error {
 			if len(c.logs.lines(`"msg":"repair failed"`, `"kind":"recreate_key"`, `\"key:write\"`, w.gone.Key)) == 0 {
 				return fmt.Errorf("no repair failure naming key:write on %s", w.gone.Key)
@@ -182,7 +183,7 @@ func TestObserve_shippedReadOnlyRulesReportDriftAndWriteNothing(t *testing.T) {
 			}
 			return nil
 		})
-		for _, k := range []Kind{KindRecreateKey, KindRestoreACLRules} {
+		for _, k := range []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreACLRules} {
 			if n := counterValue(c.metrics.repairErrors.WithLabelValues(string(k))); n < 1 {
 				t.Errorf("consullock_repair_errors_total{kind=%s} = %v", k, n)
 			}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -21,12 +22,12 @@ import (
 // those found here) and the next time a grace ends (next, or earlier).
 // A finding whose declaration cannot be read is kept: the read failing
 // proves nothing about an apply.
-func (c *Controller) confirmDrift(ctx context.Context, ds []Decision, settling map[string]bool, next, now time.Time) ([]Decision, map[string]bool, time.Time) {
+func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision, settling map[string]bool, next, now time.Time) ([]compliance.Decision, map[string]bool, time.Time) {
 	var check []string
 	judged := map[string]uint64{}
 	c.mu.Lock()
 	for _, d := range ds {
-		id := d.declID()
+		id := d.SettlingKey()
 		if !d.IsDrift() || settling[id] {
 			continue
 		}
@@ -60,7 +61,7 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []Decision, settling m
 		if found {
 			current = rec.ModifyIndex
 		}
-		if !Pending(judged[id], current, time.Time{}, now, c.cfg.ApplyGrace) {
+		if !compliance.Pending(judged[id], current, time.Time{}, now, c.cfg.ApplyGrace) {
 			continue
 		}
 		pending[id] = true
@@ -77,7 +78,7 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []Decision, settling m
 	}
 	kept := ds[:0:0]
 	for _, d := range ds {
-		if !pending[d.declID()] {
+		if !pending[d.SettlingKey()] {
 			kept = append(kept, d)
 		}
 	}
@@ -93,11 +94,11 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []Decision, settling m
 }
 
 // findDecl returns the first decision about the declaration id.
-func findDecl(ds []Decision, id string) Decision {
+func findDecl(ds []compliance.Decision, id string) compliance.Decision {
 	for _, d := range ds {
-		if d.declID() == id {
+		if d.SettlingKey() == id {
 			return d
 		}
 	}
-	return Decision{}
+	return compliance.Decision{}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -97,7 +98,7 @@ func TestMetrics_runLedgers(t *testing.T) {
 	if _, err := h.api.KV().Put(&api.KVPair{Key: l.Key, Flags: l.Flags()}, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := h.startWith(startOpts{mode: ModeObserve})
+	c := h.startWith(startOpts{mode: compliance.ModeObserve})
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 	s := &metricsScript{t: t, base: srv.URL}

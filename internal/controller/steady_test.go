@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -119,7 +120,7 @@ func measureSteadyState(tb testing.TB, locks int, window time.Duration) steadyRe
 		tb.Fatal(err)
 	}
 	logs := &logBuffer{}
-	c, err := New(client, Config{Mode: ModeRepair, RegistryPrefix: registry, WatchClient: watcher,
+	c, err := New(client, Config{Mode: compliance.ModeRepair, RegistryPrefix: registry, WatchClient: watcher,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		tb.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -178,7 +179,7 @@ func newTFWorld(t *testing.T) *tfWorld {
 	a := metered(t)
 	h := newHarness(t, a)
 	w := &tfWorld{h: h, ctrl: newCountingProxy(t, a), tf: newCountingProxy(t, a)}
-	w.c = h.startWith(startOpts{mode: ModeRepair, addr: w.ctrl.Addr(),
+	w.c = h.startWith(startOpts{mode: compliance.ModeRepair, addr: w.ctrl.Addr(),
 		watchAddr: newLaggingProxy(t, w.ctrl.Addr(), h.registry+"/", registryLag)})
 	w.grace = w.c.cfg.ApplyGrace
 	w.ws = newTofuWorkspace(t, w.tf.Addr(), a.ManagementToken)
@@ -218,8 +219,8 @@ func quiet(t *testing.T, when string, c *running, proxy *countingProxy) {
 			t.Errorf("%s: consullock_drift_total{kind=%s} = %v, want 0", when, k, n)
 		}
 	}
-	if n := c.Metrics().RepairsTotal(KindEndSession); n != 0 {
-		t.Errorf("%s: consullock_repairs_total{kind=%s} = %v, want 0", when, KindEndSession, n)
+	if n := c.Metrics().RepairsTotal(compliance.KindEndSession); n != 0 {
+		t.Errorf("%s: consullock_repairs_total{kind=%s} = %v, want 0", when, compliance.KindEndSession, n)
 	}
 	if l := c.logs.lines(`"msg":"repair`); len(l) != 0 {
 		t.Errorf("%s: the controller tried to repair:\n%s", when, strings.Join(l, "\n"))
@@ -230,8 +231,8 @@ func quiet(t *testing.T, when string, c *running, proxy *countingProxy) {
 }
 
 // driftKinds are the kinds Decision.IsDrift counts.
-var driftKinds = []Kind{KindRecreateKey, KindRestoreFlags, KindRestoreLimit, KindRestoreACLRules,
-	KindHeldKeyDrift, KindUnusableKey, KindACLPolicyMissing}
+var driftKinds = []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreFlags, compliance.KindRestoreLimit, compliance.KindRestoreACLRules,
+	compliance.KindHeldKeyDrift, compliance.KindUnusableKey, compliance.KindACLPolicyMissing}
 
 func (w *tfWorld) policy() *api.ACLPolicy {
 	w.h.t.Helper()
@@ -410,7 +411,7 @@ func TestTerraform_destroyLeavesNoOrphanAndNothingResurrected(t *testing.T) {
 			return
 		}
 	}
-	if n := w.c.Metrics().ViolationsTotal(ReasonMaxHoldExceeded); n != 0 {
+	if n := w.c.Metrics().ViolationsTotal(compliance.ReasonMaxHoldExceeded); n != 0 {
 		t.Errorf("violations = %v", n)
 	}
 }
@@ -424,7 +425,7 @@ func TestApplyGrace_aChangedDeclarationIsLeftToItsApplyThenConverged(t *testing.
 	h := newHarness(t, agent)
 	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("workers"), rules)
-	c := h.startWith(startOpts{mode: ModeRepair, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
 
 	// A new lock and new rules are declared; the "apply" then fails to
 	// write either live object.
@@ -455,9 +456,9 @@ func TestApplyGrace_aChangedDeclarationIsLeftToItsApplyThenConverged(t *testing.
 	if took := time.Since(declared); took < grace {
 		t.Errorf("converged after %s, within the apply grace of %s", took, grace)
 	}
-	if c.Metrics().RepairsTotal(KindRecreateKey) != 1 || c.Metrics().RepairsTotal(KindRestoreACLRules) != 1 {
+	if c.Metrics().RepairsTotal(compliance.KindRecreateKey) != 1 || c.Metrics().RepairsTotal(compliance.KindRestoreACLRules) != 1 {
 		t.Errorf("repairs: recreate_key %v, restore_acl_rules %v; want 1, 1",
-			c.Metrics().RepairsTotal(KindRecreateKey), c.Metrics().RepairsTotal(KindRestoreACLRules))
+			c.Metrics().RepairsTotal(compliance.KindRecreateKey), c.Metrics().RepairsTotal(compliance.KindRestoreACLRules))
 	}
 }
 
@@ -467,7 +468,7 @@ func TestApplyGrace_aHolderStillInViolationAfterAnApplyIsNotCountedTwice(t *test
 	h.declareProfile(lockmodel.SessionProfile{Name: h.name("strict"), TTL: 15 * time.Second, LockDelay: 15 * time.Second})
 	l := lockmodel.Lock{Name: h.name("l"), Prefix: h.prefix + "/l", SessionDefaults: h.name("strict")}
 	l = h.declareLock(l)
-	c := h.startWith(startOpts{mode: ModeRepair, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
 	h.waitKey(l.Key)
 	bad := h.session(api.SessionEntry{TTL: "60s", LockDelay: 15 * time.Second}, false)
 	h.acquire(l.Key, bad)
@@ -532,7 +533,7 @@ func TestTerraform_anApplyThatStopsAfterItsDeclarationsIsDriftAfterTheGrace(t *t
 		if s, _ := lockmodel.DecodeSemaphoreState(h.get(pool.Key).Value); s.Limit != pool.Limit {
 			return fmt.Errorf("semaphore Limit %d, want %d", s.Limit, pool.Limit)
 		}
-		if w.c.Metrics().RepairsTotal(KindRestoreACLRules) != 1 || w.c.Metrics().RepairsTotal(KindRestoreLimit) != 1 {
+		if w.c.Metrics().RepairsTotal(compliance.KindRestoreACLRules) != 1 || w.c.Metrics().RepairsTotal(compliance.KindRestoreLimit) != 1 {
 			return fmt.Errorf("repairs not counted yet")
 		}
 		return nil
@@ -541,9 +542,9 @@ func TestTerraform_anApplyThatStopsAfterItsDeclarationsIsDriftAfterTheGrace(t *t
 		t.Errorf("repaired %s after the declarations, within the apply grace of %s", took.Round(time.Millisecond), w.grace)
 	}
 	for _, c := range []struct {
-		kind  Kind
+		kind  compliance.Kind
 		field string
-	}{{KindRestoreACLRules, `"policy":"` + w.policyName + `"`}, {KindRestoreLimit, `"lock":"` + pool.Name + `"`}} {
+	}{{compliance.KindRestoreACLRules, `"policy":"` + w.policyName + `"`}, {compliance.KindRestoreLimit, `"lock":"` + pool.Name + `"`}} {
 		if n := len(w.c.logs.lines(`"level":"WARN"`, `"msg":"drift detected"`, `"kind":"`+string(c.kind)+`"`, c.field)); n != 1 {
 			t.Errorf("drift %s reported %d times at WARN, want once", c.kind, n)
 		}
@@ -571,7 +572,7 @@ func TestApplyGrace_aLiveWriteSeenBeforeItsDeclarationIsPending(t *testing.T) {
 	if _, err := h.api.KV().Put(&api.KVPair{Key: sem.Key, Flags: sem.Flags(), Value: lockmodel.NewSemaphoreValue(3)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := h.startWith(startOpts{mode: ModeRepair, addr: proxy.Addr(),
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, addr: proxy.Addr(),
 		watchAddr: newLaggingProxy(t, proxy.Addr(), h.registry+"/", registryLag)})
 	eventually(t, 10*time.Second, func() error {
 		c.mu.Lock()

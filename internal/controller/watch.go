@@ -6,10 +6,10 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -121,19 +121,19 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 			var l lockmodel.Lock
 			if l, derr = lockmodel.DecodeLockRecord(p.Value); derr == nil {
 				locks[l.Name] = l
-				versions[declID(kind, l.Name)] = p.ModifyIndex
+				versions[compliance.SettlingKey(kind, l.Name)] = p.ModifyIndex
 			}
 		case lockmodel.KindSessionDefaults:
 			var s lockmodel.SessionProfile
 			if s, derr = lockmodel.DecodeSessionProfileRecord(p.Value); derr == nil {
 				profiles[s.Name] = s
-				versions[declID(kind, s.Name)] = p.ModifyIndex
+				versions[compliance.SettlingKey(kind, s.Name)] = p.ModifyIndex
 			}
 		case lockmodel.KindACLPolicy:
 			var s lockmodel.ACLPolicySpec
 			if s, derr = lockmodel.DecodeACLPolicyRecord(p.Value); derr == nil {
 				policies[s.Name] = s
-				versions[declID(kind, s.Name)] = p.ModifyIndex
+				versions[compliance.SettlingKey(kind, s.Name)] = p.ModifyIndex
 			}
 		case lockmodel.KindRuns:
 			// A run ledger: read only, for the run metrics (runs.go).
@@ -180,12 +180,12 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 	if index != 0 && meta.LastIndex == index {
 		return index, nil
 	}
-	live := make(map[string]LiveKey, len(g.keys))
+	live := make(map[string]compliance.LiveKey, len(g.keys))
 	for _, p := range pairs {
 		// A declared lock key, or a key right under a semaphore's
 		// directory (its holder table and contender keys).
 		if i := strings.LastIndexByte(p.Key, '/'); g.keys[p.Key] || (i >= 0 && g.keys[p.Key[:i+1]]) {
-			live[p.Key] = LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+			live[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
 		}
 	}
 	c.markGroup(g, live, true)
@@ -193,7 +193,7 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 	return meta.LastIndex, nil
 }
 
-func (c *Controller) markGroup(g *group, live map[string]LiveKey, synced bool) {
+func (c *Controller) markGroup(g *group, live map[string]compliance.LiveKey, synced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.groups[g.prefix] != g {
@@ -219,22 +219,13 @@ func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, er
 	}
 	sessions := make(map[string]lockmodel.ObservedSession, len(entries))
 	for _, e := range entries {
-		sessions[e.ID] = observedSession(e)
+		sessions[e.ID] = consul.ObservedSession(e)
 	}
 	c.mu.Lock()
 	c.sessions = sessions
 	c.mu.Unlock()
 	c.trigger()
 	return meta.LastIndex, nil
-}
-
-func observedSession(e *api.SessionEntry) lockmodel.ObservedSession {
-	ttl, _ := lockmodel.ParseConsulTTL(e.TTL)
-	node, svc := consul.SessionChecks(e)
-	return lockmodel.ObservedSession{
-		ID: e.ID, Name: e.Name, Node: e.Node, TTL: ttl, LockDelay: e.LockDelay,
-		Behavior: lockmodel.Behavior(e.Behavior), NodeChecks: node, ServiceChecks: svc, CreateIndex: e.CreateIndex,
-	}
 }
 
 // pollPolicies lists the ACL policies and reads only the declared ones
@@ -296,14 +287,14 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 	var todo []string
 	for _, spec := range c.policies {
 		if h, ok := hashes[spec.ID]; ok && spec.ID != "" {
-			if lp, have := cur[spec.ID]; !have || lp.hash != h {
+			if lp, have := cur[spec.ID]; !have || lp.Hash != h {
 				todo = append(todo, spec.ID)
 			}
 		}
 	}
 	c.mu.Unlock()
 	sort.Strings(todo)
-	fetched := map[string]LivePolicy{}
+	fetched := map[string]compliance.LivePolicy{}
 	for _, id := range todo {
 		p, _, err := c.client.ACL().PolicyRead(id, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
@@ -316,11 +307,11 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 		if p == nil {
 			continue
 		}
-		fetched[id] = LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
-			Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex, hash: fmt.Sprintf("%x", p.Hash)}
+		fetched[id] = compliance.LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
+			Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex, Hash: fmt.Sprintf("%x", p.Hash)}
 	}
 	c.mu.Lock()
-	next := make(map[string]LivePolicy, len(c.policyHashes))
+	next := make(map[string]compliance.LivePolicy, len(c.policyHashes))
 	for id, lp := range c.livePolicies {
 		if _, listed := c.policyHashes[id]; listed {
 			next[id] = lp
@@ -332,140 +323,4 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 	c.livePolicies = next
 	c.mu.Unlock()
 	return nil
-}
-
-// GroupKeys assigns each lock key to the prefix of the blocking query that
-// watches it. Such a query lists every key under its prefix, values
-// included, and answers again on every write there, so a prefix must cover
-// its locks and as little else as possible:
-//
-//   - keys that share a first path segment share one watch, on the deepest
-//     path they all share ("t/1/locks/a/.lock" and "t/1/locks/b/.lock" ->
-//     "t/1/locks/"); a key alone in its first segment is watched by itself
-//     ("svc/job/.lock" lists that key only, not the semaphore contenders
-//     or application keys beside it);
-//   - only when that gives more than maxGroups watches are groups merged,
-//     into watches on the longest prefix their keys share: groups are
-//     first taken together by their first character and then split again
-//     (largest first) as long as the count stays within maxGroups. Groups
-//     whose keys begin with different characters share no prefix but ""
-//     (the whole KV store) and are never merged: with more distinct first
-//     characters than maxGroups there is one watch per first character,
-//     more than maxGroups (see WatchCapExceeded).
-//
-// The number of watches therefore does not grow with the number of locks.
-func GroupKeys(keys []string, maxGroups int) map[string]string {
-	maxGroups = max(maxGroups, 1)
-	bySegment := map[string][]string{}
-	for _, k := range keys {
-		seg := k
-		if i := strings.IndexByte(k, '/'); i >= 0 {
-			seg = k[:i+1]
-		}
-		bySegment[seg] = append(bySegment[seg], k)
-	}
-	base := make(map[string][]string, len(bySegment)) // watch prefix -> keys
-	for _, ks := range bySegment {
-		p := ks[0]
-		if len(ks) > 1 {
-			p = commonPrefix(ks)
-			p = p[:strings.LastIndexByte(p, '/')+1] // they share the first segment
-		}
-		base[p] = append(base[p], ks...)
-	}
-	var watches [][]string // each: the sorted base prefixes one watch covers
-	if len(base) > maxGroups {
-		watches = mergeGroups(sortedKeys(base), maxGroups)
-	} else {
-		for _, p := range sortedKeys(base) {
-			watches = append(watches, []string{p})
-		}
-	}
-	out := make(map[string]string, len(keys))
-	for _, members := range watches {
-		prefix := commonPrefix(members)
-		for _, m := range members {
-			for _, k := range base[m] {
-				out[k] = prefix
-			}
-		}
-	}
-	return out
-}
-
-// mergeGroups partitions sorted, distinct prefixes into at most maxGroups
-// runs with a non-empty common prefix each, splitting the coarsest such
-// partition (by first character) while the count allows; see GroupKeys.
-func mergeGroups(prefixes []string, maxGroups int) [][]string {
-	out := splitAt(prefixes, 0)
-	for {
-		split := false
-		// Split the largest run first: it covers the most besides its locks.
-		order := make([]int, len(out))
-		for i := range order {
-			order[i] = i
-		}
-		sort.SliceStable(order, func(a, b int) bool { return len(out[order[a]]) > len(out[order[b]]) })
-		for _, i := range order {
-			run := out[i]
-			if len(run) < 2 {
-				continue
-			}
-			at := len(commonPrefix(run))
-			if len(run[0]) == at {
-				continue // one member is the common prefix itself and covers the rest
-			}
-			parts := splitAt(run, at)
-			if len(out)-1+len(parts) > maxGroups {
-				continue
-			}
-			out = append(out[:i], append(parts, out[i+1:]...)...)
-			split = true
-			break
-		}
-		if !split {
-			return out
-		}
-	}
-}
-
-// splitAt groups sorted prefixes (each longer than at) by their byte at at.
-func splitAt(sorted []string, at int) [][]string {
-	var out [][]string
-	for i := 0; i < len(sorted); {
-		j := i + 1
-		for j < len(sorted) && sorted[j][at] == sorted[i][at] {
-			j++
-		}
-		out = append(out, sorted[i:j])
-		i = j
-	}
-	return out
-}
-
-// WatchCapExceeded reports, for a grouping by GroupKeys, how many watches it
-// opens and whether that is more than maxGroups (lock keys beginning with
-// more distinct characters than maxGroups).
-func WatchCapExceeded(assign map[string]string, maxGroups int) (int, bool) {
-	prefixes := map[string]bool{}
-	for _, p := range assign {
-		prefixes[p] = true
-	}
-	return len(prefixes), len(prefixes) > max(maxGroups, 1)
-}
-
-func commonPrefix(ss []string) string {
-	if len(ss) == 0 {
-		return ""
-	}
-	p := ss[0]
-	for _, s := range ss[1:] {
-		for !strings.HasPrefix(s, p) {
-			p = p[:len(p)-1]
-		}
-	}
-	for !utf8.ValidString(p) { // never cut a character in two
-		p = p[:len(p)-1]
-	}
-	return p
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -141,7 +142,7 @@ func TestAlertsFireE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := controller.New(client, controller.Config{Mode: controller.ModeObserve, RegistryPrefix: registry, DisableHA: true, ApplyGrace: -1})
+	ctrl, err := controller.New(client, controller.Config{Mode: compliance.ModeObserve, RegistryPrefix: registry, DisableHA: true, ApplyGrace: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

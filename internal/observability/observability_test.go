@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -56,7 +57,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := controller.New(client, controller.Config{Mode: controller.ModeObserve})
+	c, err := controller.New(client, controller.Config{Mode: compliance.ModeObserve})
 	if err != nil {
 		t.Fatal(err)
 	}

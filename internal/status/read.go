@@ -9,25 +9,25 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // maxKeyLists caps the key listings of one read: lock keys are grouped by
 // prefix exactly as the controller groups its watches, so one read costs at
 // most 2 + maxKeyLists requests whatever the number of locks.
-const maxKeyLists = controller.DefaultMaxLockWatches
+const maxKeyLists = compliance.DefaultMaxLockWatches
 
 // declarations are the registry's records, as the controller reads them.
 type declarations struct {
 	locks    map[string]lockmodel.Lock
 	profiles map[string]lockmodel.SessionProfile
 	// profileIndex is each profile record's ModifyIndex (see
-	// controller.State.ProfileIndex).
+	// compliance.State.ProfileIndex).
 	profileIndex map[string]uint64
 	// lockIndex is each lock record's ModifyIndex: the version judged
-	// (controller.Pending).
+	// (compliance.Pending).
 	lockIndex map[string]uint64
 	// bad are records that do not decode: reported, never judged.
 	bad map[string]string
@@ -46,7 +46,7 @@ type world struct {
 	sessions map[string]lockmodel.ObservedSession
 	raw      map[string]*api.SessionEntry
 	// pending are the locks whose declaration is pending
-	// (controller.Pending): not judged, reported as pending.
+	// (compliance.Pending): not judged, reported as pending.
 	pending map[string]bool
 }
 
@@ -103,7 +103,7 @@ func (d declarations) lockKeys() []string {
 // listPrefixes returns the prefixes to list for the declared keys (the
 // controller's grouping) and the sorted distinct prefixes.
 func listPrefixes(d declarations) (map[string]string, []string) {
-	groups := controller.GroupKeys(d.lockKeys(), maxKeyLists)
+	groups := compliance.GroupKeys(d.lockKeys(), maxKeyLists)
 	seen := map[string]bool{}
 	var prefixes []string
 	for _, p := range groups {
@@ -204,15 +204,15 @@ func (w *world) setSessions(raw map[string]*api.SessionEntry) {
 	w.raw = raw
 	w.sessions = make(map[string]lockmodel.ObservedSession, len(raw))
 	for id, e := range raw {
-		w.sessions[id] = controller.ObservedSession(e)
+		w.sessions[id] = consul.ObservedSession(e)
 	}
 }
 
 // applyGrace is how long after a declaration changes status leaves its
 // lock key to the apply that changed it: the controller's default.
-const applyGrace = controller.DefaultApplyGrace
+const applyGrace = compliance.DefaultApplyGrace
 
-// pendingLocks applies controller.Pending, the controller's rule, to the
+// pendingLocks applies compliance.Pending, the controller's rule, to the
 // locks of rep (built from w): a lock whose declaration this program saw
 // change within the apply grace (changed, by lock name; nil for a single
 // read) is pending; and a lock that shows drift is pending when its
@@ -222,14 +222,14 @@ const applyGrace = controller.DefaultApplyGrace
 func (r *reader) pendingLocks(ctx context.Context, w *world, rep *Report, changed map[string]time.Time, now time.Time) (map[string]bool, error) {
 	pending := map[string]bool{}
 	for name, idx := range w.decl.lockIndex {
-		if controller.Pending(idx, idx, changed[name], now, applyGrace) {
+		if compliance.Pending(idx, idx, changed[name], now, applyGrace) {
 			pending[name] = true
 		}
 	}
 	var drifted []string
 	for _, l := range rep.Locks {
 		for _, f := range l.Findings {
-			if controller.Kind(f.Kind).IsDrift() && !pending[l.Name] {
+			if compliance.Kind(f.Kind).IsDrift() && !pending[l.Name] {
 				drifted = append(drifted, l.Name)
 				break
 			}
@@ -243,7 +243,7 @@ func (r *reader) pendingLocks(ctx context.Context, w *world, rep *Report, change
 		return nil, err
 	}
 	for _, name := range drifted {
-		if controller.Pending(w.decl.lockIndex[name], again.lockIndex[name], time.Time{}, now, applyGrace) {
+		if compliance.Pending(w.decl.lockIndex[name], again.lockIndex[name], time.Time{}, now, applyGrace) {
 			pending[name] = true
 		}
 	}

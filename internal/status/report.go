@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -65,7 +65,7 @@ type Lock struct {
 	AlwaysHeld      bool    `json:"always_held"`
 	SinceHandover   *string `json:"since_handover"`
 	// Pending is true while the lock's declaration has just changed
-	// (controller.Pending): its key is left to the apply that changed it
+	// (compliance.Pending): its key is left to the apply that changed it
 	// and not judged, as the controller does; a difference still there
 	// after the apply grace is drift.
 	Pending   bool `json:"pending"`
@@ -206,13 +206,13 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			byKey[p.Key] = p
 		}
 	}
-	st := controller.State{
-		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]controller.LiveKey{},
-		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[controller.Holder]time.Time{},
+	st := compliance.State{
+		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]compliance.LiveKey{},
+		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.Holder]time.Time{},
 		ProfileIndex: w.decl.profileIndex, Now: now, Settling: map[string]bool{},
 	}
 	for name := range w.pending {
-		st.Settling[controller.SettlingKey(lockmodel.KindLock, name)] = true
+		st.Settling[compliance.SettlingKey(lockmodel.KindLock, name)] = true
 	}
 	names := make([]string, 0, len(w.decl.locks))
 	for n := range w.decl.locks {
@@ -254,7 +254,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 		for _, h := range out.Holders {
 			if !h.started.IsZero() {
-				st.HeldSince[controller.Holder{Lock: l.Name, Session: h.Session}] = h.started
+				st.HeldSince[compliance.Holder{Lock: l.Name, Session: h.Session}] = h.started
 			}
 		}
 		out.State = "unheld"
@@ -263,7 +263,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 		rep.add(out)
 	}
-	for _, d := range controller.Decide(st, controller.ModeObserve) {
+	for _, d := range compliance.Decide(st, compliance.ModeObserve) {
 		i, ok := rep.declared[d.Lock]
 		if !ok {
 			continue
@@ -271,7 +271,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		l := &rep.Locks[i]
 		l.Findings = append(l.Findings, Finding{Kind: string(d.Kind), Session: d.Session, Reasons: d.Reasons, Detail: d.Detail})
 		for j := range l.Holders {
-			if h := &l.Holders[j]; h.Session == d.Session && d.Kind == controller.KindHolderNonCompliant {
+			if h := &l.Holders[j]; h.Session == d.Session && d.Kind == compliance.KindHolderNonCompliant {
 				h.Compliant = false
 				h.Violations = append(h.Violations, d.Reasons...)
 			}
@@ -300,7 +300,7 @@ func (r *Report) summarize() {
 		l := &r.Locks[i]
 		l.Compliant = true
 		for _, f := range l.Findings {
-			if f.Kind != string(controller.KindHolderPredatesProfile) {
+			if f.Kind != string(compliance.KindHolderPredatesProfile) {
 				l.Compliant = false
 				s.Violations++
 			}

@@ -603,7 +603,7 @@ func TestShippedReaderRules(t *testing.T) {
 }
 
 // TestStatusPendingApplyIsNotDrift: status applies the controller's rule
-// (controller.Pending). An apply that wrote a declaration and then its key
+// (compliance.Pending). An apply that wrote a declaration and then its key
 // between status's reads of the two makes the old declaration look
 // violated: pending, not a finding; so is a lock whose declaration this
 // program saw change within the apply grace. A key changed with no change

@@ -90,7 +90,7 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 	var last []byte
 	code := ExitOK
 	// changed is when this program saw each lock's declaration change
-	// (controller.Pending); wake redraws when the apply grace of one ends.
+	// (compliance.Pending); wake redraws when the apply grace of one ends.
 	changed := map[string]time.Time{}
 	var wake <-chan time.Time
 	for {
