@@ -28,27 +28,8 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 		ids = 30
 	}
 	c := testenv.StartClusterT(t, testenv.ClusterOptions{Servers: 3, Clients: 3})
-	kv := c.Clients[0].Client().KV()
-	put := func(key string, value []byte, flags uint64) {
-		t.Helper()
-		if _, err := kv.Put(&api.KVPair{Key: key, Value: value, Flags: flags}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	profile := lockmodel.SessionProfile{Name: "cluster-once", TTL: 10 * time.Second, LockDelay: time.Second}
-	rec, err := lockmodel.EncodeSessionProfileRecord(profile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, profile.Name), rec, 0)
-	l := lockmodel.Lock{Name: "cluster-once", Prefix: "jobs/cluster-once", SessionDefaults: profile.Name,
-		RunOnce: &lockmodel.RunOnce{Period: time.Hour}}
-	if rec, err = lockmodel.EncodeLockRecord(l); err != nil {
-		t.Fatal(err)
-	}
-	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, l.Name), rec, 0)
-	n, _ := l.Normalize()
-	put(n.Key, nil, n.Flags())
+	l := declareClusterRunOnce(t, c, lockmodel.SessionProfile{Name: "cluster-once", TTL: 10 * time.Second, LockDelay: time.Second},
+		lockmodel.Lock{Name: "cluster-once", Prefix: "jobs/cluster-once", RunOnce: &lockmodel.RunOnce{Period: time.Hour}})
 
 	record := filepath.Join(t.TempDir(), "record")
 	kills := 0
@@ -86,6 +67,33 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 	}
 	t.Logf("MEASURED %d run IDs x 6 runners on 3 client agents, %d with the Raft leader killed as the command ended: one execution and one succeeded attempt each",
 		ids, kills)
+}
+
+// declareClusterRunOnce writes profile and lock l (with profile as its
+// session defaults) to the cluster's registry, and creates the lock's key,
+// as consullock_lock would. It returns l as declared.
+func declareClusterRunOnce(t *testing.T, c *testenv.Cluster, profile lockmodel.SessionProfile, l lockmodel.Lock) lockmodel.Lock {
+	t.Helper()
+	kv := c.Clients[0].Client().KV()
+	put := func(key string, value []byte, flags uint64) {
+		t.Helper()
+		if _, err := kv.Put(&api.KVPair{Key: key, Value: value, Flags: flags}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := lockmodel.EncodeSessionProfileRecord(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, profile.Name), rec, 0)
+	l.SessionDefaults = profile.Name
+	if rec, err = lockmodel.EncodeLockRecord(l); err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, l.Name), rec, 0)
+	n, _ := l.Normalize()
+	put(n.Key, nil, n.Flags())
+	return l
 }
 
 // killLeaderAsTheCommandEnds kills the Raft leader 100ms before the
@@ -128,6 +136,18 @@ func restartKilledServers(t *testing.T, c *testenv.Cluster) {
 
 func clusterLedgerRun(t *testing.T, c *testenv.Cluster, lock, id string) lockmodel.Run {
 	t.Helper()
+	ledger, _ := clusterLedger(t, c, lock)
+	i := ledger.Find(id)
+	if i < 0 {
+		t.Fatalf("run %s not in the ledger", id)
+	}
+	return ledger.Runs[i]
+}
+
+// clusterLedger reads lock's ledger consistently through the second client
+// agent, riding out an election, and decodes it.
+func clusterLedger(t *testing.T, c *testenv.Cluster, lock string) (lockmodel.Ledger, *api.KVPair) {
+	t.Helper()
 	var pair *api.KVPair
 	_, err := testenv.RetryWhile(context.Background(), func(err error) bool {
 		return strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "leader")
@@ -144,9 +164,5 @@ func clusterLedgerRun(t *testing.T, c *testenv.Cluster, lock, id string) lockmod
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := ledger.Find(id)
-	if i < 0 {
-		t.Fatalf("run %s not in the ledger", id)
-	}
-	return ledger.Runs[i]
+	return ledger, pair
 }
