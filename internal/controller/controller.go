@@ -1,6 +1,6 @@
 // Package controller keeps live Consul matching the declared lock policy
 // between applies: it watches the registry, the lock keys, the sessions and
-// the ACL policies with blocking queries, decides with the pure Decide, and
+// the ACL policies with blocking queries, decides with the pure compliance.Decide, and
 // (when this replica is the leader) acts through a thin actuator.
 package controller
 
@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,181 +329,6 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 	}
 	c.metrics.reconcileDuration.Observe(time.Since(start).Seconds())
 	return next
-}
-
-// snapshot copies the watched state into a State for Decide, updates the
-// holder bookkeeping and lock metrics, and reports whether every watch has
-// answered.
-func (c *Controller) snapshot(now time.Time) (compliance.State, bool, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ready := c.registrySync && c.sessions != nil
-	for _, g := range c.groups {
-		ready = ready && g.synced
-	}
-	if ready && !c.ready.Load() {
-		c.ready.Store(true)
-		c.log.Info("initial sync done", "locks", len(c.locks), "session_defaults", len(c.profiles),
-			"acl_policies", len(c.policies), "lock_watches", len(c.groups))
-	}
-	if !c.registrySync {
-		return compliance.State{}, false, time.Time{}
-	}
-	st := compliance.State{
-		Locks: c.locks, Profiles: c.profiles, Policies: c.policies,
-		Keys: map[string]compliance.LiveKey{}, UnknownKeys: map[string]bool{},
-		Sessions: c.sessions, HeldSince: map[compliance.Holder]time.Time{}, Now: now,
-	}
-	var next time.Time
-	for id, v := range c.declSeen {
-		if !compliance.Pending(v.index, v.index, v.changed, now, c.cfg.ApplyGrace) {
-			continue
-		}
-		end := v.changed.Add(c.cfg.ApplyGrace)
-		if st.Settling == nil {
-			st.Settling = map[string]bool{}
-		}
-		st.Settling[id] = true
-		if next.IsZero() || end.Before(next) {
-			next = end
-		}
-	}
-	if c.policySync {
-		st.LivePolicies = c.livePolicies
-		// A declared policy that is listed but not read yet is unknown,
-		// not missing: leave it out of this round.
-		copied := false
-		for name, spec := range c.policies {
-			_, listed := c.policyHashes[spec.ID]
-			if _, read := c.livePolicies[spec.ID]; listed && !read {
-				if !copied {
-					st.Policies, copied = maps.Clone(c.policies), true
-				}
-				delete(st.Policies, name)
-			}
-		}
-	}
-	for key, prefix := range c.keyGroup {
-		if g := c.groups[prefix]; g == nil || !g.synced {
-			st.UnknownKeys[key] = true
-		}
-	}
-	for _, g := range c.groups {
-		if g.synced {
-			// The declared lock keys, and the keys right under a
-			// semaphore's prefix: its contender keys, which tell its
-			// holders (lockmodel.Holders).
-			maps.Copy(st.Keys, g.live)
-		}
-	}
-	looks := map[string]map[string]uint64{}
-	for name, l := range c.locks {
-		l, err := l.Normalize()
-		if err != nil || st.UnknownKeys[l.Key] {
-			continue
-		}
-		live, exists := st.Keys[l.Key]
-		var hs []lockmodel.ObservedSession
-		if exists && st.Sessions != nil {
-			hs = compliance.HolderSessions(l, st.Keys, st.Sessions)
-		}
-		if st.Sessions != nil {
-			// A look: the key's state and its holders' sessions are known.
-			look := make(map[string]uint64, len(hs))
-			for _, s := range hs {
-				var acq uint64
-				if !l.IsSemaphore() {
-					acq = live.LockIndex
-				}
-				look[s.ID] = acq
-			}
-			looks[name] = look
-		}
-		c.updateLockStatus(name, l, live, exists, hs, now)
-	}
-	c.heldSince = compliance.TrackHolds(c.heldSince, looks, c.lastLook, now)
-	for name := range looks {
-		c.lastLook[name] = now
-	}
-	for name := range c.lastLook {
-		if _, ok := c.locks[name]; !ok {
-			delete(c.lastLook, name)
-		}
-	}
-	c.holdStart = make(map[compliance.Holder]time.Time, len(c.heldSince))
-	for h, hold := range c.heldSince {
-		l, declared := c.locks[h.Lock]
-		if !declared {
-			delete(c.heldSince, h)
-			continue
-		}
-		var value []byte
-		if lk, ok := c.holderKey(l, h.Session); ok {
-			value = lk.Value
-		}
-		start, _ := lockmodel.HoldStart(value, hold.Evidence(), now)
-		c.holdStart[h] = start
-		st.HeldSince[h] = start
-		if l.MaxHold > 0 {
-			if dl := start.Add(l.MaxHold).Add(time.Millisecond); next.IsZero() || dl.Before(next) {
-				next = dl
-			}
-		}
-	}
-	st.ProfileIndex = map[string]uint64{}
-	for name := range c.profiles {
-		st.ProfileIndex[name] = c.declSeen[compliance.SettlingKey(lockmodel.KindSessionDefaults, name)].index
-	}
-	st.ProfileSwitched = c.profileSwitched
-	for name := range c.lockStatus {
-		if _, ok := c.locks[name]; !ok {
-			delete(c.lockStatus, name)
-		}
-	}
-	return st, true, next
-}
-
-func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live compliance.LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
-	ls := c.lockStatus[name]
-	if ls == nil {
-		ls = &lockStatus{holders: map[string]bool{}}
-		c.lockStatus[name] = ls
-	}
-	held := exists && (live.Session != "" || len(hs) > 0)
-	cur := map[string]bool{}
-	if !l.IsSemaphore() {
-		if exists && live.Session != "" {
-			cur[live.Session] = true
-		}
-	} else {
-		for _, s := range hs {
-			cur[s.ID] = true
-		}
-	}
-	if ls.seen {
-		handover := false
-		if !l.IsSemaphore() {
-			handover = exists && live.Session != "" && live.LockIndex > ls.lockIndex
-		} else {
-			for id := range cur {
-				if !ls.holders[id] {
-					handover = true
-				}
-			}
-		}
-		if handover {
-			ls.handovers++
-			ls.lastHandover = now
-			c.metrics.handovers.WithLabelValues(name).Inc()
-		}
-	}
-	if !held && (ls.held || !ls.seen) {
-		ls.unheldSince = now
-	}
-	ls.seen, ls.held, ls.holders = true, held, cur
-	if exists && !l.IsSemaphore() {
-		ls.lockIndex = live.LockIndex
-	}
 }
 
 // observe logs and counts each finding once, while it lasts. Findings
