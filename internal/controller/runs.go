@@ -150,10 +150,13 @@ func (m *runMeter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRunPeriod
 }
 
+// Collect takes the lock before the counters too: observe increments a
+// counter and then sets the last success, and a scrape in between would
+// show a success counted with no last-success time.
 func (m *runMeter) Collect(ch chan<- prometheus.Metric) {
-	m.runs.Collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.runs.Collect(ch)
 	for name, t := range m.lastSuccess {
 		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, float64(t.UnixNano())/1e9, name)
 	}
