@@ -49,8 +49,8 @@ at_least() {
   return 0
 }
 
-# find_on_path NAME PRODUCT MIN: sets found/found_version to a suitable NAME
-# on PATH, and says why one found is not used.
+# find_on_path NAME PRODUCT MIN [MAX]: sets found/found_version to a
+# suitable NAME on PATH, and says why one found is not used.
 find_on_path() {
   found= found_version=
   [[ "${DEMO_PINNED:-}" == 1 ]] && return 1
@@ -63,6 +63,10 @@ find_on_path() {
   fi
   if ! at_least "$v" "$3"; then
     info "not using $p: $2 $v is older than $3" >&2
+    return 1
+  fi
+  if [[ -n "${4:-}" && "$v" != "$4" ]] && at_least "$v" "$4"; then
+    info "not using $p: $2 $v is newer than $4${5:+ ($5)}" >&2
     return 1
   fi
   found=$p found_version=$v
@@ -79,7 +83,7 @@ select_tools() {
   fi
   if find_on_path tofu OpenTofu 1.10.0; then
     cli=$found cli_name=tofu cli_label="OpenTofu $found_version ($found, from PATH)"
-  elif find_on_path terraform Terraform 1.5.0; then
+  elif find_on_path terraform Terraform 1.5.0 1.5.7 "the last open-source Terraform; later releases are not used"; then
     cli=$found cli_name=terraform cli_label="Terraform $found_version ($found, from PATH)"
   else
     cli="$bin/tofu" cli_name=tofu cli_label="OpenTofu 1.12.6 (pinned, bin/tofu)" build+=(tofu)

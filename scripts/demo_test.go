@@ -84,8 +84,15 @@ func TestDemoSelect(t *testing.T) {
 		want:  []string{"consul: Consul 1.14.11 (pinned, bin/consul)", "cli: OpenTofu 1.12.6 (pinned, bin/tofu)", "build: consul tofu"},
 	}, {
 		name:  "versions compare as numbers, not strings",
-		fakes: map[string]string{"tofu": "OpenTofu v1.9.10", "terraform": "Terraform v1.10.0", "consul": "Consul v1.100.0"},
-		want:  []string{"OpenTofu 1.9.10 is older than 1.10.0", "cli: Terraform 1.10.0 (", "consul: Consul 1.100.0 (", "build: nothing"},
+		fakes: map[string]string{"tofu": "OpenTofu v1.9.10", "terraform": "Terraform v1.5.10", "consul": "Consul v1.100.0"},
+		want: []string{"OpenTofu 1.9.10 is older than 1.10.0", "/terraform: Terraform 1.5.10 is newer than 1.5.7",
+			"cli: OpenTofu 1.12.6 (pinned, bin/tofu)", "consul: Consul 1.100.0 (", "build: tofu"},
+	}, {
+		// HashiCorp Terraform after 1.5.7 is not open source: never used.
+		name:  "a Terraform newer than 1.5.7 is not used; the pinned OpenTofu is built",
+		fakes: map[string]string{"terraform": "Terraform v1.11.4", "consul": "Consul v1.14.11"},
+		want: []string{"/terraform: Terraform 1.11.4 is newer than 1.5.7 (the last open-source Terraform",
+			"cli: OpenTofu 1.12.6 (pinned, bin/tofu)", "build: tofu"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := selectTools(t, tc.fakes, tc.env...)
