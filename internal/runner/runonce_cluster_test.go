@@ -17,15 +17,16 @@ import (
 
 // On a 3-server cluster, two runners on each of three client agents (six
 // nodes' worth of runners, sessions on three nodes) are triggered together
-// per run ID; for every third run ID the Raft leader is killed while the
+// per run ID; for every third (tenth) run ID the Raft leader is killed while the
 // holder's command ends, so that the transaction recording its success and
 // releasing the lock meets the election. Each run ID ends "succeeded" with
 // exactly one execution, the attempts the ledger says, and every other
-// runner exits 0. 9 run IDs in `make test`, 30 with FAULTS_FULL=1.
+// runner exits 0. 9 run IDs (3 leader kills) in `make test`; 200 run IDs
+// (20 leader kills, every tenth) with FAULTS_FULL=1.
 func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
-	ids := 9
+	ids, killEvery := 9, 3
 	if os.Getenv("FAULTS_FULL") != "" {
-		ids = 30
+		ids, killEvery = 200, 10
 	}
 	c := testenv.StartClusterT(t, testenv.ClusterOptions{Servers: 3, Clients: 3})
 	l := declareClusterRunOnce(t, c, lockmodel.SessionProfile{Name: "cluster-once", TTL: 10 * time.Second, LockDelay: time.Second},
@@ -42,7 +43,7 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 			procs = append(procs, startRunAt(t, "runner "+tag+" on "+node.Name, node.Addr, c.ManagementToken,
 				[]string{"-lock", l.Name, "-run-id", id}, childArgs(record, tag, "-sleep", "700ms")...))
 		}
-		if i%3 == 2 {
+		if i%killEvery == killEvery-1 {
 			killLeaderAsTheCommandEnds(t, c, record, id)
 			kills++
 		}
@@ -61,7 +62,7 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 		if len(ran) != 1 || run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
 			t.Fatalf("run %s: %d executions, ledger %+v; want one execution, recorded succeeded as attempt 1", id, len(ran), run)
 		}
-		if i%3 == 2 {
+		if i%killEvery == killEvery-1 {
 			restartKilledServers(t, c)
 		}
 	}
