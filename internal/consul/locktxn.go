@@ -675,15 +675,17 @@ func (c *Client) deleteLock(ctx context.Context, a LockApply) (*LockApplied, err
 	return out, ErrKeyKeepsChanging
 }
 
-// holdersTakeOverDelay is the longest TakeOverDelay of holders; the most
+// holdersTakeOverDelay is the longest lock-delay a waiter counts for the
+// ended holders (lockmodel.DeadHolderLockDelay each): the most
 // Consul allows for a holder whose lock-delay is unknown.
 func holdersTakeOverDelay(holders []LockHolder) time.Duration {
 	var d time.Duration
 	for _, h := range holders {
-		if h.LockDelay < 0 {
-			return lockmodel.MaxLockDelay
+		var known []time.Duration // a negative LockDelay: not known
+		if h.LockDelay >= 0 {
+			known = append(known, h.LockDelay)
 		}
-		d = max(d, lockmodel.TakeOverDelay(h.LockDelay))
+		d = max(d, lockmodel.DeadHolderLockDelay(known...))
 	}
 	return d
 }
