@@ -236,6 +236,13 @@ func (h *Hold) Release(ctx context.Context) {
 	h.end(ctx, true)
 }
 
+// Destroy stops renewing and watching and destroys the session without a
+// release of its own: for a holder whose transaction already released the
+// lock (the runner's FinishRunAndRelease), so that nothing is sent twice.
+func (h *Hold) Destroy(ctx context.Context) {
+	h.end(ctx, false)
+}
+
 func (h *Hold) end(ctx context.Context, release bool) {
 	h.cancel()
 	h.wg.Wait()

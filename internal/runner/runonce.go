@@ -115,13 +115,13 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 }
 
 // finishRun records the outcome of this holder's attempt and releases the
-// lock in one transaction. A transient failure (no cluster leader, the
+// lock in one transaction; released says whether that transaction did. A transient failure (no cluster leader, the
 // agent unreachable) is sent again, after a read of the ledger, for as
 // long as the hold is not lost: releasing without the outcome would make
 // the next holder run a command that succeeded again. When the session no
 // longer holds the lock, the outcome is recorded afterwards with a
 // check-and-set (recordAfterLoss).
-func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) {
+func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) (released bool) {
 	run := r.once
 	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
 	ledger, index := run.ledger, run.index
@@ -129,7 +129,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 		next, err := ledger.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
 		if err != nil {
 			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
-			return
+			return false
 		}
 		wctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
 		_, err = r.client.FinishRunAndRelease(wctx, consul.RunRelease{
@@ -141,10 +141,10 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 		switch {
 		case err == nil:
 			log.Info("run outcome recorded; lock released", "exit_code", exitCodeText(exitCode))
-			return
+			return true
 		case errors.Is(err, consul.ErrFenceLost):
 			r.recordAfterLoss(ctx, log, outcome, exitCode)
-			return
+			return false
 		case errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries:
 			changed++
 		case retryable(err) && h.Reason() == "":
@@ -157,7 +157,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 		default:
 			log.Error("cannot record the run's outcome; the next holder will find the attempt running and record it crashed",
 				"error", err.Error(), "lock_lost", h.Reason())
-			return
+			return false
 		}
 		// Decided again on the ledger as it is now (a lost answer may have
 		// committed, or another writer changed it); kept as it was when
@@ -167,7 +167,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 			ledger, index = l, i
 		case !retryable(err):
 			log.Error("cannot read the run ledger again to record the run's outcome", "error", err.Error())
-			return
+			return false
 		}
 	}
 }

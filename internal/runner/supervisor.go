@@ -223,7 +223,8 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 
 // cleanup stops the timers, abandons an acquisition still waiting, and
 // releases the hold (release, then destroy the session); a run-once
-// attempt's outcome is recorded with the release. code is the exit code.
+// attempt's outcome is recorded in the release's own transaction, and the
+// hold then only destroys its session. code is the exit code.
 func (s *supervisor) cleanup(ctx context.Context, code int) {
 	s.grace.Stop()
 	if s.timeout != nil {
@@ -245,7 +246,10 @@ func (s *supervisor) cleanup(ctx context.Context, code int) {
 	if s.hold != nil {
 		if s.r.once != nil && s.r.once.attempt > 0 {
 			outcome, exitCode := s.outcome(code)
-			s.r.finishRun(ctx, s.hold, outcome, exitCode)
+			if s.r.finishRun(ctx, s.hold, outcome, exitCode) {
+				s.hold.Destroy(ctx) // the outcome's transaction released the lock
+				return
+			}
 		}
 		s.hold.Release(ctx)
 	}
