@@ -31,10 +31,13 @@ func (c *Client) ReadLedger(ctx context.Context, key, lock string) (lockmodel.Le
 	if err != nil {
 		return lockmodel.Ledger{}, 0, err
 	}
-	return decodeLedgerPair(key, lock, pair)
+	return DecodeLedgerPair(key, lock, pair)
 }
 
-func decodeLedgerPair(key, lock string, pair *api.KVPair) (lockmodel.Ledger, uint64, error) {
+// DecodeLedgerPair is lock's ledger in pair, as read from key by a plain
+// or blocking query, and its ModifyIndex: ReadLedger's rule for a read the
+// caller made (nil is an empty ledger at index 0).
+func DecodeLedgerPair(key, lock string, pair *api.KVPair) (lockmodel.Ledger, uint64, error) {
 	if pair == nil {
 		return lockmodel.Ledger{Lock: lock}, 0, nil
 	}

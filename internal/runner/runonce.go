@@ -268,7 +268,9 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 			}
 			continue
 		}
-		if done, ok := r.runIsDone(pair); ok {
+		if l, _, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair); err != nil {
+			r.log.Debug("the run ledger does not decode; the holder reports it", "error", err.Error())
+		} else if done, ok := r.runIsDone(l); ok {
 			out <- done
 			return
 		}
@@ -276,16 +278,9 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 	}
 }
 
-// runIsDone reports whether the ledger in pair shows this run succeeded,
-// or exhausted with no attempt left under the declared max_attempts.
-func (r *runner) runIsDone(pair *api.KVPair) (runDone, bool) {
-	if pair == nil {
-		return runDone{}, false
-	}
-	l, err := lockmodel.DecodeLedger(pair.Value)
-	if err != nil || l.Lock != r.cfg.lockName {
-		return runDone{}, false
-	}
+// runIsDone reports whether ledger l shows this run succeeded, or
+// exhausted with no attempt left under the declared max_attempts.
+func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
 	i := l.Find(r.once.id)
 	if i < 0 {
 		return runDone{}, false

@@ -535,11 +535,10 @@ func (s *supervisor) lostAtOnce(ctx context.Context, lost *lockproto.LostError) 
 		return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true
 	default:
 	}
-	rctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
-	defer cancel()
-	pair, err := s.r.client.ReadKeyConsistent(rctx, s.r.once.ledgerKey)
-	if d, done := s.r.runIsDone(pair); err == nil && done {
-		return s.r.reportDone(d.kind, d.run.Attempts, "after acquiring the lock"), true
+	if l, _, err := s.r.readLedger(ctx); err == nil {
+		if d, done := s.r.runIsDone(l); done {
+			return s.r.reportDone(d.kind, d.run.Attempts, "after acquiring the lock"), true
+		}
 	}
 	s.r.log.Error("lock lost right after acquiring it; the command was not started", "reason", lost.Reason)
 	return ExitLockLost, true
