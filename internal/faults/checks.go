@@ -188,3 +188,39 @@ func exits(m map[int]int) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// semaphoreExecution is one run in a semaphore workload's store log (its
+// writes are not fenced, so none is refused): the child's note (its own
+// "token=N", see newSemaphoreFront), its first and last write, and when it
+// completed (zero when it did not).
+type semaphoreExecution struct {
+	run, note   string
+	start, last time.Time
+	end         time.Time
+}
+
+// semaphoreExecutions rebuilds the executions of a semaphore's log, in
+// the order they started writing.
+func semaphoreExecutions(log []Write) []*semaphoreExecution {
+	byRun := map[string]*semaphoreExecution{}
+	var execs []*semaphoreExecution
+	for _, w := range log {
+		if w.Kind == KindFault {
+			continue
+		}
+		e := byRun[w.Run]
+		if e == nil {
+			if w.Kind != KindStart {
+				continue
+			}
+			e = &semaphoreExecution{run: w.Run, note: w.Note, start: w.At}
+			byRun[w.Run] = e
+			execs = append(execs, e)
+		}
+		e.last = w.At
+		if w.Kind == KindEnd {
+			e.end = w.At
+		}
+	}
+	return execs
+}

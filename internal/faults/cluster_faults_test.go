@@ -590,37 +590,16 @@ func checkSemaphore(fault string, log []Write, limit int) Report {
 // execution that starts at t is held to limitAt(t).
 func checkSemaphoreLimits(fault string, log []Write, limitAt func(time.Time) int) Report {
 	rep := Report{Fault: fault}
-	type exec struct {
-		start, last time.Time
-		completed   bool
-	}
-	byRun := map[string]*exec{}
-	var execs []*exec
+	execs := semaphoreExecutions(log)
 	tokens := map[string]int{} // the children's own tokens (see newSemaphoreFront)
-	for _, w := range log {
-		if w.Kind == KindFault {
-			continue
-		}
-		e := byRun[w.Run]
-		if e == nil {
-			if w.Kind != KindStart {
-				continue
-			}
-			e = &exec{start: w.At}
-			byRun[w.Run] = e
-			execs = append(execs, e)
-			tokens[w.Note]++
-		}
-		e.last = w.At
-		if w.Kind == KindEnd {
-			e.completed = true
-		}
+	for _, e := range execs {
+		tokens[e.note]++
 	}
-	slices.SortFunc(execs, func(a, b *exec) int { return a.start.Compare(b.start) })
+	slices.SortFunc(execs, func(a, b *semaphoreExecution) int { return a.start.Compare(b.start) })
 	rep.Executions = len(execs)
 	rep.HandOvers = max(0, len(execs)-1)
 	for i, e := range execs {
-		if e.completed {
+		if !e.end.IsZero() {
 			rep.Completed++
 		} else {
 			rep.Interrupted++

@@ -239,43 +239,22 @@ func LimitAt(changes []LimitChange, t time.Time, grace time.Duration) int {
 // started after another one had ended with a higher token: a holder
 // admitted later with a lower fencing token.
 func SemaphoreTokenInversions(log []Write) (n int, examples []string) {
-	type exec struct {
-		run        string
-		token      uint64
-		start, end time.Time
+	execs := semaphoreExecutions(log)
+	token := func(e *semaphoreExecution) uint64 {
+		t, _ := strconv.ParseUint(strings.TrimPrefix(e.note, "token="), 10, 64)
+		return t
 	}
-	byRun := map[string]*exec{}
-	var execs []*exec
-	for _, w := range log {
-		if w.Kind == KindFault {
-			continue
-		}
-		e := byRun[w.Run]
-		if e == nil {
-			if w.Kind != KindStart {
-				continue
-			}
-			token, _ := strconv.ParseUint(strings.TrimPrefix(w.Note, "token="), 10, 64)
-			e = &exec{run: w.Run, token: token, start: w.At}
-			byRun[w.Run] = e
-			execs = append(execs, e)
-		}
-		if w.Kind == KindEnd {
-			e.end = w.At
-		}
-	}
-	// The highest token among executions that had ended, in end order.
-	ended := slices.Clone(execs)
-	ended = slices.DeleteFunc(ended, func(e *exec) bool { return e.end.IsZero() })
-	slices.SortFunc(ended, func(a, b *exec) int { return a.end.Compare(b.end) })
+	// The executions that had ended, in end order.
+	ended := slices.DeleteFunc(slices.Clone(execs), func(e *semaphoreExecution) bool { return e.end.IsZero() })
+	slices.SortFunc(ended, func(a, b *semaphoreExecution) int { return a.end.Compare(b.end) })
 	for _, e := range execs {
 		for _, before := range ended {
 			if !before.end.Before(e.start) {
 				break
 			}
-			if before.token > e.token {
+			if token(before) > token(e) {
 				n++
-				examples = append(examples, fmt.Sprintf("%s started with token %d after %s had ended with token %d", e.run, e.token, before.run, before.token))
+				examples = append(examples, fmt.Sprintf("%s started with token %d after %s had ended with token %d", e.run, token(e), before.run, token(before)))
 				break
 			}
 		}
