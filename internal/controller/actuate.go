@@ -74,7 +74,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
 		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]compliance.LiveKey{},
-		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.Holder]time.Time{}, Now: time.Now(),
+		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.Holder]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
 		rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, d.Policy)

@@ -49,6 +49,9 @@ type Config struct {
 	// lower one, and a query blocking on the old index would hang for the
 	// whole wait time). nil means the main client.
 	WatchClient *consul.Client
+	// Clock is the wall clock (lockmodel.EnvClockOffset: fault injection);
+	// the zero Clock is the system's.
+	Clock lockmodel.Clock
 }
 
 // DefaultMaxLockWatches is the default cap on lock key watches.
@@ -291,7 +294,7 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 		}
 		d := time.Hour
 		if !next.IsZero() {
-			d = max(time.Until(next), 10*time.Millisecond)
+			d = max(next.Sub(c.cfg.Clock.Now()), 10*time.Millisecond)
 		}
 		timer.Reset(d)
 	}
@@ -300,7 +303,7 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 // reconcile decides once and, if this replica leads, acts. It returns the
 // next time a max_hold deadline or an apply grace passes (zero when none).
 func (c *Controller) reconcile(ctx context.Context) time.Time {
-	start := time.Now()
+	start := c.cfg.Clock.Now()
 	if err := c.fetchPolicies(ctx); err != nil && ctx.Err() == nil {
 		c.log.Error("reading declared ACL policies failed", "error", err.Error())
 	}
@@ -321,13 +324,13 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 			if c.act(t, d) {
 				// Timed out: try again soon rather than at the next
 				// watch answer, which may be minutes away.
-				if retry := time.Now().Add(LeaderGrace); next.IsZero() || retry.Before(next) {
+				if retry := c.cfg.Clock.Now().Add(LeaderGrace); next.IsZero() || retry.Before(next) {
 					next = retry
 				}
 			}
 		}
 	}
-	c.metrics.reconcileDuration.Observe(time.Since(start).Seconds())
+	c.metrics.reconcileDuration.Observe(c.cfg.Clock.Now().Sub(start).Seconds())
 	return next
 }
 
@@ -410,7 +413,7 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	}
 	c.profileSwitched = switched
 	c.locks, c.profiles, c.policies = locks, profiles, policies
-	now := time.Now()
+	now := c.cfg.Clock.Now()
 	seen := make(map[string]declVersion, len(versions))
 	for id, index := range versions {
 		v, ok := c.declSeen[id]

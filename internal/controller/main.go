@@ -93,8 +93,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if applyGrace == 0 {
 		applyGrace = -1 // Config: negative means none, 0 the default
 	}
+	clock, err := lockmodel.ClockFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "controller: %v\n", err)
+		return 2
+	}
 	c, err := New(client, Config{Mode: m, RegistryPrefix: *prefix, Logger: log, MaxLockWatches: *maxWatches,
-		DisableHA: *noHA, WatchClient: watcher, ApplyGrace: applyGrace})
+		DisableHA: *noHA, WatchClient: watcher, ApplyGrace: applyGrace, Clock: clock})
 	if err != nil {
 		fmt.Fprintf(stderr, "controller: %v\n", err)
 		return 2

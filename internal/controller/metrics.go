@@ -147,7 +147,7 @@ func (lc *lockCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
-	now := time.Now()
+	now := lc.c.cfg.Clock.Now()
 	lc.c.mu.Lock()
 	defer lc.c.mu.Unlock()
 	for name, ls := range lc.c.lockStatus {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -32,6 +33,8 @@ type config struct {
 	// Session settings for -key (the profile of an undeclared key).
 	profile lockmodel.SessionProfile
 	command []string
+	// clock is the wall clock (lockmodel.EnvClockOffset: fault injection).
+	clock lockmodel.Clock
 }
 
 // Defaults of the flags.
@@ -128,6 +131,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageErrorf("-registry-prefix: %v", flagNames(err))
 	}
 	cfg.registryPrefix = prefix
+	if cfg.clock, err = lockmodel.ClockFromEnv(os.Getenv); err != nil {
+		return cfg, usageErrorf("%v", err)
+	}
 	if cfg.timeout < 0 {
 		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)
 	}

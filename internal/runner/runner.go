@@ -52,7 +52,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	becomeSubreaper()
-	r := &runner{cfg: cfg, log: log, started: time.Now()}
+	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now()}
 	return r.run(ctx, sigCh)
 }
 
@@ -217,7 +217,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 		h, err := lockproto.AcquireHold(ctx, r.client, lockproto.HoldOptions{
 			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s,
 			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
-			Value: func() []byte { return r.holderValue(sess, time.Now()) },
+			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
 			Log:   r.holdLog, Observed: r.logObservation,
 		})
 		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {

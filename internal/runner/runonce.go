@@ -99,7 +99,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		if err != nil {
 			return decision{err: err}
 		}
-		d, err := l.Begin(run.id, holder, run.maxAttempts, time.Now())
+		d, err := l.Begin(run.id, holder, run.maxAttempts, r.cfg.clock.Now())
 		if err != nil || !d.Changed {
 			return decision{begin: d, ledger: l, index: index, err: err}
 		}
@@ -126,7 +126,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
 	ledger, index := run.ledger, run.index
 	for changed, failures := 0, 0; ; {
-		next, err := ledger.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
+		next, err := ledger.Finish(run.id, run.attempt, outcome, exitCode, r.cfg.clock.Now())
 		if err != nil {
 			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
 			return false
@@ -192,7 +192,7 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 			log.Warn("lock lost: cannot read the run ledger to record the outcome", "error", err.Error())
 			return
 		}
-		next, err := l.Finish(run.id, run.attempt, outcome, exitCode, time.Now())
+		next, err := l.Finish(run.id, run.attempt, outcome, exitCode, r.cfg.clock.Now())
 		if err != nil {
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
 			return
