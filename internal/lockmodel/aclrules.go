@@ -33,6 +33,12 @@ type RulesInput struct {
 	// rendered as lock keys are. A run-once holder records its attempts
 	// there.
 	RunLedgerKeys []string
+	// HolderServices are holder service names (consullock_lock's
+	// holder_service.name): service write on each, which is all a holder
+	// needs to register its instance on its agent, pass its TTL check and
+	// deregister it (consul agent/acl.go vetServiceRegister and
+	// vetCheckUpdate, verified on a 1.14 agent).
+	HolderServices []string
 }
 
 // Attribute names of consullock_acl_policy used in errors and warnings.
@@ -42,6 +48,7 @@ const (
 	attrSessionNodePrefixes = "session_node_prefixes"
 	attrReadKeys            = "read_keys"
 	attrRunLedgerKeys       = "run_ledger_keys"
+	attrHolderServices      = "holder_services"
 	attrRules               = "rules"
 )
 
@@ -70,6 +77,9 @@ func (in RulesInput) Validate() error {
 				errs = append(errs, AsFieldErrors(err)...)
 			}
 		}
+	}
+	for _, v := range in.HolderServices {
+		errs = append(errs, AsFieldErrors(ValidateHolderServiceName(attrHolderServices, v))...)
 	}
 	if len(in.SessionNodePrefixes) == 0 {
 		errs = append(errs, &FieldError{Field: attrSessionNodePrefixes, Value: "[]", Allowed: allowedNodePrefixes})
@@ -204,6 +214,9 @@ func RenderRules(in RulesInput) string {
 	}
 	if in.AgentRead {
 		raw = append(raw, rawRule{resource: "agent_prefix", name: "", policy: ACLPolicyRead})
+	}
+	for _, n := range in.HolderServices {
+		raw = append(raw, rawRule{resource: "service", name: n, policy: ACLPolicyWrite})
 	}
 	p := ParsedRules{Rules: mergeRules(raw)}
 	return p.Canonical()

@@ -30,6 +30,8 @@ func RulesInputFromRules(text string) (in RulesInput, exact bool, err error) {
 			in.SessionNodePrefixes = append(in.SessionNodePrefixes, r.Name)
 		case r.Resource == "agent_prefix" && r.Policy == ACLPolicyRead && r.Name == "":
 			in.AgentRead = true
+		case r.Resource == "service" && r.Policy == ACLPolicyWrite && r.Intentions == "":
+			in.HolderServices = append(in.HolderServices, r.Name)
 		default:
 			exact = false
 		}
@@ -66,6 +68,7 @@ func (in RulesInput) validOnly() RulesInput {
 		SessionNodePrefixes: keep(attrSessionNodePrefixes, in.SessionNodePrefixes),
 		AgentRead:           in.AgentRead,
 		RunLedgerKeys:       keep(attrRunLedgerKeys, in.RunLedgerKeys),
+		HolderServices:      keep(attrHolderServices, in.HolderServices),
 	}
 }
 
@@ -107,6 +110,8 @@ func ValidateRulesValue(field, value string) error {
 		in.SessionNodePrefixes = []string{value}
 	case attrRunLedgerKeys:
 		in.RunLedgerKeys = []string{value}
+	case attrHolderServices:
+		in.HolderServices = []string{value}
 	default:
 		return fmt.Errorf("lockmodel: %q is not a rules input attribute", field)
 	}

@@ -33,6 +33,9 @@ type Lock struct {
 	// RunOnce, for a mutex, makes `consullock run` run its command once per
 	// run ID (runonce.go, ledger.go); nil for none.
 	RunOnce *RunOnce
+	// HolderService, when set, puts each holder into Consul's catalog and
+	// DNS while it holds (holderservice.go); nil for none.
+	HolderService *HolderService
 }
 
 // DefaultLockKey is the key api.Lock, api.Semaphore and `consul lock` use
@@ -117,6 +120,9 @@ func (l Lock) Validate() error {
 			errs = append(errs, &FieldError{Field: FieldRunOnce, Value: fmt.Sprintf("run_once with limit %d", l.Limit), Allowed: "run_once only on a mutex (limit 1): " +
 				"once per run means one holder, and a semaphore admits several at a time"})
 		}
+	}
+	if l.HolderService != nil {
+		add(l.HolderService.Validate())
 	}
 	if c := utf8.RuneCountInString(l.Description); c > MaxDescriptionLength || !utf8.ValidString(l.Description) {
 		errs = append(errs, &FieldError{Field: "description", Value: truncate(l.Description, 40), Allowed: fmt.Sprintf(

@@ -80,6 +80,17 @@ type LockSpec struct {
 	// RunOnce is absent for a lock without run_once, so such a lock's
 	// record is byte for byte what earlier versions wrote.
 	RunOnce *RunOnceSpec `json:"run_once,omitempty"`
+	// HolderService is absent for a lock without holder_service, as
+	// RunOnce.
+	HolderService *HolderServiceSpec `json:"holder_service,omitempty"`
+}
+
+// HolderServiceSpec is the holder_service of a LockSpec.
+type HolderServiceSpec struct {
+	Name string            `json:"name"`
+	Tags []string          `json:"tags"` // [] for none
+	Port int               `json:"port"` // 0 for none
+	Meta map[string]string `json:"meta"` // {} for none
 }
 
 // RunOnceSpec is the run_once of a LockSpec, with defaults applied.
@@ -172,6 +183,12 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 	if r := n.RunOnce; r != nil {
 		spec.RunOnce = &RunOnceSpec{Period: FormatDuration(r.Period), Offset: FormatDuration(r.Offset), MaxAttempts: r.MaxAttempts, Keep: r.Keep}
 	}
+	if h := n.HolderService; h != nil {
+		spec.HolderService = &HolderServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
+		for k, v := range h.Meta {
+			spec.HolderService.Meta[k] = v
+		}
+	}
 	if n.MaxHold != 0 {
 		spec.MaxHold = FormatDuration(n.MaxHold)
 	}
@@ -197,6 +214,9 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		MaxHold:         maxHold,
 		Description:     spec.Description,
 		AlwaysHeld:      spec.AlwaysHeld,
+	}
+	if h := spec.HolderService; h != nil {
+		l.HolderService = &HolderService{Name: h.Name, Tags: h.Tags, Port: h.Port, Meta: h.Meta}
 	}
 	judged := l
 	if r := spec.RunOnce; r != nil {

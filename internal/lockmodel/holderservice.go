@@ -1,0 +1,298 @@
+package lockmodel
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Holder service: a lock's holder_service puts each holder into Consul's
+// catalog (and DNS, `<name>.service.consul`) while, and only while, it
+// holds. The rules live here once: what a valid declaration is, the
+// instance a holder registers (its ID, the meta the runner writes), and the
+// TTL of the check that takes the instance out of DNS when its holder stops
+// renewing (HolderCheck). Registering it is internal/consul's
+// (RegisterHolderService); the runner and the agentless registration build
+// the same HolderInstance.
+
+// Consul's limits on service metadata (consul agent/structs/structs.go,
+// metaMaxKeyPairs, metaKeyMaxLength, metaValueMaxLength,
+// MetaKeyReservedPrefix, metaKeyFormat).
+const (
+	MaxServiceMetaPairs     = 64
+	MaxServiceMetaKeyLength = 128
+	MaxServiceMetaValueLen  = 512
+	ServiceMetaReservedPfx  = "consul-"
+	// MaxServicePort is the largest TCP port.
+	MaxServicePort = 65535
+	// MaxHolderServiceTags bounds tags: each is a DNS label, and a holder
+	// service is looked up by name, rarely by more than a few tags.
+	MaxHolderServiceTags = 32
+	// HolderDeregisterCriticalAfter is the instance's
+	// DeregisterCriticalServiceAfter: the agent removes an instance whose
+	// check stayed critical that long (its runner was killed and could not
+	// deregister it). One minute is the least Consul honours.
+	HolderDeregisterCriticalAfter = time.Minute
+	// HolderCheckMargin is kept between a holder check's expiry and the
+	// earliest take-over: time for the agent to sync the critical status
+	// to the servers, which answer DNS and catalog queries.
+	HolderCheckMargin = time.Second
+)
+
+// The meta keys the runner writes on a holder's instance; a declaration's
+// meta may not use them.
+const (
+	HolderMetaLock         = "lock"          // the lock's name
+	HolderMetaSession      = "session"       // the holder's session ID
+	HolderMetaFencingToken = "fencing_token" // the holder's fencing token (decimal)
+	HolderMetaHolder       = "holder"        // the holder's node and process, "<node>/<pid>"
+)
+
+// HolderMetaKeys lists the meta keys the runner writes, sorted.
+var HolderMetaKeys = []string{HolderMetaFencingToken, HolderMetaHolder, HolderMetaLock, HolderMetaSession}
+
+// Field names of the holder_service block, as users write them.
+const (
+	FieldHolderService     = "holder_service"
+	FieldHolderServiceName = "holder_service.name"
+	FieldHolderServiceTags = "holder_service.tags"
+	FieldHolderServicePort = "holder_service.port"
+	FieldHolderServiceMeta = "holder_service.meta"
+)
+
+// HolderService is a lock's holder_service block.
+type HolderService struct {
+	// Name is the service name: a DNS label, so that
+	// <name>.service.consul resolves.
+	Name string
+	// Tags are DNS labels too (<tag>.<name>.service.consul).
+	Tags []string
+	// Port is the holder's port; 0 for none.
+	Port int
+	// Meta is added to the runner's own meta (HolderMetaKeys).
+	Meta map[string]string
+}
+
+// dnsLabelRE is an RFC 1123 label in lower case: what Consul serves under
+// .service.consul without rewriting.
+var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// metaKeyRE is Consul's metaKeyFormat.
+var metaKeyRE = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+const dnsLabelAllowed = "1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit (a DNS label, so that %s resolves)"
+
+// ValidateHolderServiceName checks a holder service name on its own, as a
+// *FieldError for field.
+func ValidateHolderServiceName(field, name string) error {
+	if dnsLabelRE.MatchString(name) {
+		return nil
+	}
+	return &FieldError{Field: field, Value: truncate(name, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<name>.service.consul")}
+}
+
+// ValidateHolderServiceTag checks one tag, as a *FieldError for field.
+func ValidateHolderServiceTag(field, tag string) error {
+	if dnsLabelRE.MatchString(tag) {
+		return nil
+	}
+	return &FieldError{Field: field, Value: truncate(tag, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<tag>.<name>.service.consul")}
+}
+
+// ValidateHolderServiceMetaKey checks one meta key, as a *FieldError for
+// field: Consul's rule, and none of the keys the runner writes.
+func ValidateHolderServiceMetaKey(field, key string) error {
+	switch {
+	case !metaKeyRE.MatchString(key) || len(key) > MaxServiceMetaKeyLength:
+		return &FieldError{Field: field, Value: truncate(key, 140), Allowed: fmt.Sprintf(
+			"a key of 1 to %d letters, digits, '-' or '_' (Consul's rule for service meta)", MaxServiceMetaKeyLength)}
+	case len(key) >= len(ServiceMetaReservedPfx) && key[:len(ServiceMetaReservedPfx)] == ServiceMetaReservedPfx:
+		return &FieldError{Field: field, Value: key, Allowed: fmt.Sprintf("a key not starting with %q (Consul reserves it)", ServiceMetaReservedPfx)}
+	}
+	for _, k := range HolderMetaKeys {
+		if key == k {
+			return &FieldError{Field: field, Value: key, Allowed: fmt.Sprintf(
+				"a key other than %q: the runner writes them (lock, session, fencing token, holder)", HolderMetaKeys)}
+		}
+	}
+	return nil
+}
+
+// Validate reports every problem of s as FieldErrors named
+// "holder_service.name" and so on.
+func (s HolderService) Validate() error {
+	var errs FieldErrors
+	add := func(err error) { errs = append(errs, AsFieldErrors(err)...) }
+	add(ValidateHolderServiceName(FieldHolderServiceName, s.Name))
+	if len(s.Tags) > MaxHolderServiceTags {
+		errs = append(errs, &FieldError{Field: FieldHolderServiceTags, Value: strconv.Itoa(len(s.Tags)) + " tags",
+			Allowed: fmt.Sprintf("at most %d tags", MaxHolderServiceTags)})
+	}
+	seen := map[string]bool{}
+	for _, t := range s.Tags {
+		add(ValidateHolderServiceTag(FieldHolderServiceTags, t))
+		if seen[t] {
+			errs = append(errs, &FieldError{Field: FieldHolderServiceTags, Value: t, Allowed: "each tag at most once"})
+		}
+		seen[t] = true
+	}
+	if s.Port < 0 || s.Port > MaxServicePort {
+		errs = append(errs, &FieldError{Field: FieldHolderServicePort, Value: strconv.Itoa(s.Port),
+			Allowed: fmt.Sprintf("a port from 1 to %d (unset: no port)", MaxServicePort)})
+	}
+	if most := MaxServiceMetaPairs - len(HolderMetaKeys); len(s.Meta) > most {
+		errs = append(errs, &FieldError{Field: FieldHolderServiceMeta, Value: strconv.Itoa(len(s.Meta)) + " pairs", Allowed: fmt.Sprintf(
+			"at most %d pairs (Consul allows %d, the runner writes %d)", most, MaxServiceMetaPairs, len(HolderMetaKeys))})
+	}
+	for _, k := range sortedKeys(s.Meta) {
+		add(ValidateHolderServiceMetaKey(FieldHolderServiceMeta, k))
+		if v := s.Meta[k]; len(v) > MaxServiceMetaValueLen {
+			errs = append(errs, &FieldError{Field: FieldHolderServiceMeta, Value: k + "=" + truncate(v, 40),
+				Allowed: fmt.Sprintf("a value of at most %d bytes (Consul's limit)", MaxServiceMetaValueLen)})
+		}
+	}
+	return errs.Err()
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// HolderServiceID is the service ID of a holder's instance: the service
+// name and the holder's session ID, unique per holder (a semaphore's
+// holders register one instance each) and recognisable in the catalog.
+func HolderServiceID(name, session string) string {
+	return name + "-" + session
+}
+
+// HolderCheckID is the ID of the TTL check of instance serviceID, the one
+// Consul would give a service's only check.
+func HolderCheckID(serviceID string) string {
+	return "service:" + serviceID
+}
+
+// Holder is who registers an instance: the lock, the holder's session, its
+// fencing token, node and process.
+type Holder struct {
+	Lock         string
+	Session      string
+	FencingToken uint64
+	Node         string
+	PID          int
+}
+
+// HolderInstance is the service instance a holder registers: what
+// consul.RegisterHolderService sends.
+type HolderInstance struct {
+	ID      string
+	Name    string
+	Tags    []string
+	Port    int
+	Address string // "" for the node's address
+	Meta    map[string]string
+	CheckID string
+	Check   HolderCheck
+	// Passing: the check starts passing (else critical, until the first
+	// pass): HolderCheck.PassAllowed at registration.
+	Passing bool
+}
+
+// Instance is h's instance of s. address and port, when set, override
+// the node's address and the declared port (a runner's -service-address
+// and -service-port, e.g. several holders on one host).
+func (s HolderService) Instance(h Holder, check HolderCheck, address string, port int) HolderInstance {
+	id := HolderServiceID(s.Name, h.Session)
+	meta := make(map[string]string, len(s.Meta)+len(HolderMetaKeys))
+	for k, v := range s.Meta {
+		meta[k] = v
+	}
+	meta[HolderMetaLock] = h.Lock
+	meta[HolderMetaSession] = h.Session
+	meta[HolderMetaFencingToken] = strconv.FormatUint(h.FencingToken, 10)
+	meta[HolderMetaHolder] = h.Node + "/" + strconv.Itoa(h.PID)
+	if port == 0 {
+		port = s.Port
+	}
+	return HolderInstance{
+		ID: id, Name: s.Name, Tags: append([]string(nil), s.Tags...), Port: port, Address: address,
+		Meta: meta, CheckID: HolderCheckID(id), Check: check,
+	}
+}
+
+// HolderCheck is the TTL check of a holder's instance. The holder passes it
+// after each renewal of its session that Consul answered, so it goes
+// critical when the holder stops renewing; it must then be critical (and
+// the instance out of DNS and health-filtered catalog answers) before
+// anyone else can acquire.
+//
+// The earliest take-over after a holder's last confirmed contact c (the
+// send time of its last answered renewal) whose process died or froze
+// while its node lives: the session outlives c by its TTL (the servers
+// wait SessionTTLMultiplier x TTL; one TTL is the bound kept here), then the
+// key is under lock-delay: Bound = ttl + min(lock_delay, 60s). (When the
+// node itself fails, serfHealth turns critical at once, which takes the
+// node's instances out of DNS before its sessions end.)
+//
+// A pass sent at c + s lands at the latest s + PassTimeout after c and
+// keeps the check passing for TTL, so it is safe exactly when
+// s + PassTimeout + TTL + HolderCheckMargin <= Bound (PassAllowed:
+// the check is critical at least the margin before the take-over). Passes
+// follow renewals (s <= RenewTimeout), so
+//
+//	TTL <= Bound - 2 x RenewTimeout - HolderCheckMargin   (the ceiling)
+//
+// and, for the check not to go critical between healthy renewals (sent
+// every RenewEvery from their send times, each pass landing up to
+// 2 x RenewTimeout after its renewal's send time), TTL > RenewEvery +
+// 2 x RenewTimeout. TTL is RenewEvery more than that, so one failed renewal
+// (retried within half a second) does not flap DNS, unless the ceiling is
+// lower: then the ceiling wins (safety first) and Flaps is set.
+type HolderCheck struct {
+	TTL         time.Duration
+	Bound       time.Duration // session ttl + clamped lock_delay
+	PassTimeout time.Duration // bounds one pass request
+	Flaps       bool          // TTL below what healthy renewals need
+}
+
+// NewHolderCheck is the holder check for profile p (defaults applied here).
+func NewHolderCheck(p SessionProfile) HolderCheck {
+	d := p.WithDefaults()
+	rt := RenewTimeout(d.RenewEvery)
+	c := HolderCheck{Bound: d.TTL + TakeOverDelay(d.LockDelay), PassTimeout: rt}
+	floor := d.RenewEvery + 2*rt
+	ceiling := c.Bound - 2*rt - HolderCheckMargin
+	c.TTL = min(floor+d.RenewEvery, ceiling)
+	c.Flaps = c.TTL <= floor
+	return c
+}
+
+// PassAllowed reports whether a pass sent sinceContact after the holder's
+// last confirmed contact keeps the check's expiry at least
+// HolderCheckMargin before the earliest take-over.
+func (c HolderCheck) PassAllowed(sinceContact time.Duration) bool {
+	return sinceContact >= 0 && sinceContact+c.PassTimeout+c.TTL+HolderCheckMargin <= c.Bound
+}
+
+// Warnings says when the check cannot stay passing between healthy
+// renewals (a profile with a short ttl, no lock_delay and a long
+// renew_every).
+func (c HolderCheck) Warnings() []Warning {
+	if !c.Flaps {
+		return nil
+	}
+	return []Warning{{
+		Field:   FieldHolderService,
+		Summary: "Holder Check May Flap",
+		Detail: fmt.Sprintf("The holder's check TTL is %s so that it is critical before the earliest take-over "+
+			"(ttl + lock_delay = %s); that is shorter than a renewal interval needs, so the holder may drop out of "+
+			"DNS for a moment between renewals. Raise lock_delay or lower renew_every.",
+			FormatDuration(c.TTL), FormatDuration(c.Bound)),
+	}}
+}

@@ -1,0 +1,185 @@
+package lockmodel
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHolderService_validate(t *testing.T) {
+	long := strings.Repeat("a", 64)
+	tooMany := map[string]string{}
+	for i := range MaxServiceMetaPairs - len(HolderMetaKeys) + 1 {
+		tooMany["k"+strings.Repeat("x", i)] = "v"
+	}
+	cases := []struct {
+		name      string
+		s         HolderService
+		wantField string // "" for valid
+		wantText  string
+	}{
+		{"minimal", HolderService{Name: "leader-web"}, "", ""},
+		{"full", HolderService{Name: "db", Tags: []string{"primary", "v2"}, Port: 5432, Meta: map[string]string{"team": "data", "tier_1": "x"}}, "", ""},
+		{"upper case name", HolderService{Name: "Leader"}, FieldHolderServiceName, "DNS label"},
+		{"dot in name", HolderService{Name: "a.b"}, FieldHolderServiceName, "<name>.service.consul"},
+		{"leading hyphen", HolderService{Name: "-a"}, FieldHolderServiceName, "starting and ending"},
+		{"name of 64", HolderService{Name: long}, FieldHolderServiceName, "1 to 63"},
+		{"empty name", HolderService{}, FieldHolderServiceName, "DNS label"},
+		{"bad tag", HolderService{Name: "a", Tags: []string{"v1.2"}}, FieldHolderServiceTags, "<tag>.<name>.service.consul"},
+		{"duplicate tag", HolderService{Name: "a", Tags: []string{"x", "x"}}, FieldHolderServiceTags, "at most once"},
+		{"port 0 is none", HolderService{Name: "a", Port: 0}, "", ""},
+		{"port 65536", HolderService{Name: "a", Port: 65536}, FieldHolderServicePort, "1 to 65535"},
+		{"port -1", HolderService{Name: "a", Port: -1}, FieldHolderServicePort, "1 to 65535"},
+		{"meta key with dot", HolderService{Name: "a", Meta: map[string]string{"a.b": "v"}}, FieldHolderServiceMeta, "letters, digits"},
+		{"meta key reserved by Consul", HolderService{Name: "a", Meta: map[string]string{"consul-x": "v"}}, FieldHolderServiceMeta, `"consul-"`},
+		{"meta key the runner writes", HolderService{Name: "a", Meta: map[string]string{HolderMetaFencingToken: "1"}}, FieldHolderServiceMeta, "the runner writes"},
+		{"meta session", HolderService{Name: "a", Meta: map[string]string{HolderMetaSession: "1"}}, FieldHolderServiceMeta, "the runner writes"},
+		{"meta value too long", HolderService{Name: "a", Meta: map[string]string{"k": strings.Repeat("v", 513)}}, FieldHolderServiceMeta, "512 bytes"},
+		{"too many meta pairs", HolderService{Name: "a", Meta: tooMany}, FieldHolderServiceMeta, "at most 60 pairs"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.s.Validate()
+			if tc.wantField == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			fes := AsFieldErrors(err)
+			if len(fes) == 0 {
+				t.Fatalf("Validate = nil, want an error on %s", tc.wantField)
+			}
+			if fes[0].Field != tc.wantField || !strings.Contains(fes[0].Error(), tc.wantText) {
+				t.Fatalf("Validate = %v, want field %s mentioning %q", err, tc.wantField, tc.wantText)
+			}
+		})
+	}
+}
+
+func TestLock_validateNamesHolderServiceFields(t *testing.T) {
+	l := Lock{Name: "a", Prefix: "p", HolderService: &HolderService{Name: "A_B", Port: 70000}}
+	got := map[string]bool{}
+	for _, fe := range AsFieldErrors(l.Validate()) {
+		got[fe.Field] = true
+	}
+	if !got[FieldHolderServiceName] || !got[FieldHolderServicePort] {
+		t.Fatalf("Lock.Validate fields = %v, want holder_service.name and holder_service.port", got)
+	}
+}
+
+func TestHolderService_instance(t *testing.T) {
+	s := HolderService{Name: "web", Tags: []string{"leader"}, Port: 8080, Meta: map[string]string{"team": "a"}}
+	check := NewHolderCheck(SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second})
+	h := Holder{Lock: "web-leader", Session: "0b5c2a1e-0000-4000-8000-000000000001", FencingToken: 4242, Node: "n1", PID: 77}
+	in := s.Instance(h, check, "", 0)
+	if in.ID != "web-0b5c2a1e-0000-4000-8000-000000000001" || in.CheckID != "service:"+in.ID || in.Port != 8080 || in.Name != "web" {
+		t.Fatalf("instance = %+v", in)
+	}
+	want := map[string]string{"team": "a", "lock": "web-leader", "session": h.Session, "fencing_token": "4242", "holder": "n1/77"}
+	for k, v := range want {
+		if in.Meta[k] != v {
+			t.Errorf("meta[%s] = %q, want %q", k, in.Meta[k], v)
+		}
+	}
+	if len(in.Meta) != len(want) {
+		t.Errorf("meta = %v, want %v", in.Meta, want)
+	}
+	if o := s.Instance(h, check, "10.0.0.7", 9000); o.Port != 9000 || o.Address != "10.0.0.7" {
+		t.Errorf("overrides: port %d address %q", o.Port, o.Address)
+	}
+	other := s.Instance(Holder{Session: "other"}, check, "", 0)
+	if other.ID == in.ID {
+		t.Errorf("two holders share the instance ID %s", in.ID)
+	}
+	s.Meta["team"] = "b"
+	if in.Meta["team"] != "a" {
+		t.Errorf("the instance shares its meta map with the declaration")
+	}
+}
+
+// TestNewHolderCheck: the check is critical before the earliest take-over
+// after the holder's last confirmed contact (ttl + lock_delay), for a pass
+// sent right after a renewal that took the whole renewal timeout; and it
+// survives one failed renewal whenever that fits below the bound.
+func TestNewHolderCheck(t *testing.T) {
+	s := time.Second
+	cases := []struct {
+		name                  string
+		ttl, lockDelay, renew time.Duration
+		wantTTL               time.Duration
+		wantFlaps             bool
+	}{
+		// renew 5s, timeout 2s: floor 9s, +renew = 14s; ceiling 15+15-4-1 = 25s.
+		{"defaults", 15 * s, 15 * s, 0, 14 * s, false},
+		// renew 3.33s, timeout 2s: 2 x 3.33 + 4 = 10.67s; ceiling 10+1-4-1 = 6s.
+		{"short ttl and lock_delay", 10 * s, 1 * s, 0, 6 * s, true},
+		// renew 1s, timeout 1s: 2 + 2 = 4s; ceiling 10+0-2-1 = 7s.
+		{"fast renewals, lock_delay 0", 10 * s, 0, 1 * s, 4 * s, false},
+		// lock_delay clamped to 60s: bound 24h + 60s.
+		{"long ttl", 24 * time.Hour, 2 * time.Minute, time.Hour, 2*time.Hour + 4*s, false},
+		{"renew 4.9s of ttl 10s, no lock_delay", 10 * s, 0, 4900 * time.Millisecond, 5 * s, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := SessionProfile{TTL: tc.ttl, LockDelay: tc.lockDelay, RenewEvery: tc.renew}
+			c := NewHolderCheck(p)
+			if c.TTL != tc.wantTTL || c.Flaps != tc.wantFlaps {
+				t.Fatalf("NewHolderCheck = TTL %s flaps %v, want %s %v", c.TTL, c.Flaps, tc.wantTTL, tc.wantFlaps)
+			}
+			d := p.WithDefaults()
+			rt := RenewTimeout(d.RenewEvery)
+			// Invariants, every case.
+			if bound := d.TTL + TakeOverDelay(d.LockDelay); c.Bound != bound {
+				t.Errorf("Bound = %s, want ttl + clamped lock_delay = %s", c.Bound, bound)
+			}
+			if c.TTL >= c.Bound {
+				t.Errorf("check TTL %s not strictly below ttl + lock_delay %s", c.TTL, c.Bound)
+			}
+			if !c.PassAllowed(rt) {
+				t.Errorf("a pass right after a renewal that took the timeout (%s) is not allowed", rt)
+			}
+			// The pass allowed latest still expires a margin before the bound.
+			latest := c.Bound - c.PassTimeout - c.TTL - HolderCheckMargin
+			if !c.PassAllowed(latest) || c.PassAllowed(latest+time.Millisecond) {
+				t.Errorf("PassAllowed(%s) = %v, PassAllowed(+1ms) = %v: want true, false (expiry a margin before the bound)",
+					latest, c.PassAllowed(latest), c.PassAllowed(latest+time.Millisecond))
+			}
+			if c.PassAllowed(-time.Millisecond) {
+				t.Error("PassAllowed of a negative time since contact")
+			}
+			if !c.Flaps && c.TTL <= d.RenewEvery+2*rt {
+				t.Errorf("TTL %s does not outlast a renewal interval (%s + 2 x %s) yet Flaps is false", c.TTL, d.RenewEvery, rt)
+			}
+			if (len(c.Warnings()) > 0) != c.Flaps {
+				t.Errorf("Warnings() = %v with Flaps %v", c.Warnings(), c.Flaps)
+			}
+		})
+	}
+}
+
+func TestLockRecord_holderServiceRoundTrip(t *testing.T) {
+	l := Lock{Name: "web", Prefix: "service/web", HolderService: &HolderService{Name: "web-leader", Tags: []string{"primary"}, Port: 80, Meta: map[string]string{"team": "a"}}}
+	b, err := EncodeLockRecord(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"holder_service":{"name":"web-leader","tags":["primary"],"port":80,"meta":{"team":"a"}}`) {
+		t.Fatalf("record = %s", b)
+	}
+	got, err := DecodeLockRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.HolderService == nil || got.HolderService.Name != "web-leader" || got.HolderService.Port != 80 || got.HolderService.Meta["team"] != "a" {
+		t.Fatalf("decoded holder_service = %+v", got.HolderService)
+	}
+	plain, _ := EncodeLockRecord(Lock{Name: "web", Prefix: "service/web"})
+	if strings.Contains(string(plain), "holder_service") {
+		t.Fatalf("a lock without holder_service writes it: %s", plain)
+	}
+	bad := strings.Replace(string(b), `"port":80`, `"port":70000`, 1)
+	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), FieldHolderServicePort) {
+		t.Fatalf("a record with port 70000 decodes: %v", err)
+	}
+}
