@@ -33,6 +33,10 @@ type config struct {
 	// Session settings for -key (the profile of an undeclared key).
 	profile lockmodel.SessionProfile
 	command []string
+	// serviceAddress and servicePort override the holder service's
+	// address (default: the node's) and declared port for this holder.
+	serviceAddress string
+	servicePort    int
 	// clock is the wall clock (lockmodel.EnvClockOffset: fault injection).
 	clock lockmodel.Clock
 }
@@ -104,6 +108,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
 	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z)")
 	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
+	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
+	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
 	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
@@ -133,6 +139,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	cfg.registryPrefix = prefix
 	if cfg.clock, err = lockmodel.ClockFromEnv(os.Getenv); err != nil {
 		return cfg, usageErrorf("%v", err)
+	}
+	if cfg.servicePort < 0 || cfg.servicePort > lockmodel.MaxServicePort {
+		return cfg, usageErrorf("-service-port %d: want a port from 1 to %d (0: the declared port)", cfg.servicePort, lockmodel.MaxServicePort)
 	}
 	if cfg.timeout < 0 {
 		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)

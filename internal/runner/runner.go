@@ -72,6 +72,9 @@ type runner struct {
 	stop lockmodel.StopRule
 	// once is the run of a run-once job; nil without -run-id or run_once.
 	once *runOnce
+	// holder keeps the holder's service instance; nil without
+	// holder_service (holderservice.go).
+	holder *holderService
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -240,6 +243,9 @@ func (e setupError) Unwrap() error { return e.error }
 // request as a warning (with the contact deadline once the lock is held),
 // anything else at debug level.
 func (r *runner) logObservation(o lockproto.Observation, held bool, lostIfNoRenewalBy time.Time) {
+	if held && o.Kind == lockproto.ObsRenewed {
+		r.holder.onRenewed(o.At)
+	}
 	switch {
 	case (o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed) && held:
 		r.log.Warn("request to the cluster failed", "observed", o.Kind.String(), "error", o.Detail,

@@ -125,6 +125,7 @@ func newSupervisor(r *runner) *supervisor {
 // command, and returns the exit code once the hold is released.
 func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) (code int) {
 	defer func() { s.cleanup(context.WithoutCancel(ctx), code) }()
+	s.r.holder = newHolderService(s.r)
 	s.startWaiting(ctx, first)
 	ctxDone := ctx.Done()
 	for {
@@ -244,6 +245,7 @@ func (s *supervisor) cleanup(ctx context.Context, code int) {
 		}
 	}
 	if s.hold != nil {
+		s.r.holder.wait() // deregistered before the release
 		if s.r.once != nil && s.r.once.attempt > 0 {
 			outcome, exitCode := s.outcome(code)
 			if s.r.finishRun(ctx, s.hold, outcome, exitCode) {
@@ -312,6 +314,7 @@ func (s *supervisor) startCommand() (int, bool) {
 	}
 	s.ch, s.state = c, holding
 	log.Info("command started", "pid", c.pid(), "own_process_group", c.ownGroup)
+	s.r.holder.start(s.hold)
 	return 0, false
 }
 
@@ -369,6 +372,7 @@ func (s *supervisor) onTimeout() (int, bool) {
 // left behind are killed at once (they had the command's grace).
 func (s *supervisor) onLost() {
 	s.lossWhy = s.hold.Reason()
+	s.r.holder.withdraw()
 	log := s.r.log
 	if s.state == deciding {
 		log.Error("lock lost while reading the run ledger; the command will not start", "reason", s.lossWhy)

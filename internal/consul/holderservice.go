@@ -1,0 +1,117 @@
+package consul
+
+import (
+	"context"
+	"sort"
+	"strconv"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// A holder's service instance (lockmodel.HolderInstance) on the local
+// agent: registered when the holder acquires, its TTL check passed after
+// each renewal, deregistered before the release. Each call needs only
+// service "<name>" write (lockmodel.RulesInput.HolderServices).
+
+// RegisterHolderService registers in on the client's agent, with its TTL
+// check (passing or critical as in.Passing says) and
+// DeregisterCriticalServiceAfter, so that an instance whose holder was
+// killed leaves the catalog on its own. Registering the same ID again
+// replaces it.
+func (c *Client) RegisterHolderService(ctx context.Context, in lockmodel.HolderInstance) error {
+	status := api.HealthCritical
+	if in.Passing {
+		status = api.HealthPassing
+	}
+	reg := &api.AgentServiceRegistration{
+		ID: in.ID, Name: in.Name, Tags: in.Tags, Port: in.Port, Address: in.Address, Meta: in.Meta,
+		Check: &api.AgentServiceCheck{
+			CheckID: in.CheckID,
+			Name:    "consullock holder " + in.Meta[lockmodel.HolderMetaLock],
+			Notes: "Passing while the holder renews its session; critical before anyone else can acquire (" +
+				lockmodel.FormatDuration(in.Check.TTL) + " < ttl + lock_delay " + lockmodel.FormatDuration(in.Check.Bound) + ").",
+			TTL:                            lockmodel.FormatDuration(in.Check.TTL),
+			Status:                         status,
+			DeregisterCriticalServiceAfter: lockmodel.FormatDuration(lockmodel.HolderDeregisterCriticalAfter),
+		},
+	}
+	if err := c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
+		return c.wrap("register holder service "+in.ID, err)
+	}
+	return nil
+}
+
+// PassHolderCheck passes the TTL check checkID of a holder's instance.
+func (c *Client) PassHolderCheck(ctx context.Context, checkID string) error {
+	if err := c.Agent().UpdateTTLOpts(checkID, "", api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
+		return c.wrap("pass holder check "+checkID, err)
+	}
+	return nil
+}
+
+// DeregisterHolderService removes instance serviceID (and its check) from
+// the client's agent. An instance already gone is not an error.
+func (c *Client) DeregisterHolderService(ctx context.Context, serviceID string) error {
+	err := c.Agent().ServiceDeregisterOpts(serviceID, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil && KindOf(Classify("", err)) == KindNotFound {
+		return nil
+	}
+	if err != nil {
+		return c.wrap("deregister holder service "+serviceID, err)
+	}
+	return nil
+}
+
+// HolderServiceView is a holder's instance as the catalog shows it.
+type HolderServiceView struct {
+	ID      string
+	Node    string
+	Address string // the instance's address, else its node's
+	Port    int
+	// Status is the instance's aggregated health: its TTL check and its
+	// node's checks ("passing", "warning", "critical"). DNS answers only
+	// an instance that is not critical.
+	Status       string
+	Session      string
+	FencingToken uint64
+}
+
+// ReadHolderServices reads the instances of holder service name that the
+// given sessions registered (lockmodel.HolderServiceID), in one health
+// query; a holder without an instance is left out. consistent as in
+// ReadLock.
+func (c *Client) ReadHolderServices(ctx context.Context, name string, sessions []string, consistent bool) ([]HolderServiceView, error) {
+	if len(sessions) == 0 {
+		return nil, nil
+	}
+	q := (&api.QueryOptions{RequireConsistent: consistent, AllowStale: !consistent}).WithContext(ctx)
+	entries, _, err := c.Health().Service(name, "", false, q)
+	if err != nil {
+		return nil, c.wrap("read holder service "+name, err)
+	}
+	want := make(map[string]string, len(sessions))
+	for _, s := range sessions {
+		want[lockmodel.HolderServiceID(name, s)] = s
+	}
+	var out []HolderServiceView
+	for _, e := range entries {
+		if e.Service == nil || e.Node == nil {
+			continue
+		}
+		session, ok := want[e.Service.ID]
+		if !ok {
+			continue
+		}
+		v := HolderServiceView{ID: e.Service.ID, Node: e.Node.Node, Address: e.Service.Address, Port: e.Service.Port,
+			Status: e.Checks.AggregatedStatus(), Session: session}
+		if v.Address == "" {
+			v.Address = e.Node.Address
+		}
+		v.FencingToken, _ = strconv.ParseUint(e.Service.Meta[lockmodel.HolderMetaFencingToken], 10, 64)
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Session < out[j].Session })
+	return out, nil
+}
