@@ -3,7 +3,7 @@
 # `kos:` section of .goreleaser.yml with ko (in-process, no Docker daemon)
 # into an OCI image layout (dist/image), and inspects it with Go code
 # (internal/deploycheck/imagecheck): linux/amd64 and linux/arm64, user
-# 65532, entrypoint /ko-app/terraform-provider-consullock, the OCI labels,
+# 65532, entrypoint /ko-app/consullock, the OCI labels,
 # an ELF binary per platform, and this machine's one run from the image's
 # filesystem (-version, then `status` against a real Consul agent when
 # bin/consul or CONSUL_BIN exists).

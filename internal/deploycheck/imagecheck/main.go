@@ -53,8 +53,9 @@ import (
 const checkVersion = "0.0.0-imagecheck"
 
 // entrypoint is where ko puts the binary: /ko-app/<last element of the
-// import path>.
-const entrypoint = "/ko-app/terraform-provider-consullock"
+// import path>, so the kos entry builds ./cmd/consullock and the image's
+// entrypoint is named consullock (issue 23).
+const entrypoint = "/ko-app/consullock"
 
 // nonRootUID is the user the image runs as: the nonroot user of the
 // distroless and Chainguard bases, which the Kubernetes examples name.

@@ -1,0 +1,117 @@
+// Package cli is the entry of the one consullock binary: it serves the
+// Terraform/OpenTofu provider, or runs one of consullock's other programs
+// when the first argument names it. Both mains call Main with the version
+// the release build set: the module root (the provider binary,
+// terraform-provider-consullock, the name the registries require) and
+// cmd/consullock (the release's `consullock` and the OCI image's
+// entrypoint, /ko-app/consullock). They behave identically.
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6/tf6server"
+
+	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/provider"
+	"github.com/consullock/terraform-provider-consullock/internal/runner"
+	"github.com/consullock/terraform-provider-consullock/internal/status"
+)
+
+// ProviderAddress is the provider's registry address, which the plugin
+// server announces.
+const ProviderAddress = "registry.terraform.io/consullock/consullock"
+
+// commands are the programs in this binary besides the provider. Only
+// programs that work are listed here.
+var commands = map[string]func(ctx context.Context, args []string) int{
+	"controller": controller.Main,
+	"run":        runner.Main,
+	"status":     status.Main,
+}
+
+// Main runs the binary with the process's arguments and returns its exit
+// code.
+func Main(version string) int {
+	return Run(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr)
+}
+
+// Run dispatches args: a first argument that is not a flag names a
+// program; otherwise the flags are the provider server's.
+func Run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, ok := commands[args[0]]
+		if !ok {
+			fmt.Fprintf(stderr, "consullock: unknown command %q\n\n", args[0])
+			usage(stderr)
+			return 2
+		}
+		return cmd(ctx, args[1:])
+	}
+	return serve(version, args, stdout, stderr)
+}
+
+func serve(version string, args []string, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("consullock", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.Usage = func() { usage(stderr) }
+	debug := flags.Bool("debug", false, "start the provider in debug mode for a debugger (prints TF_REATTACH_PROVIDERS)")
+	showVersion := flags.Bool("version", false, "print the version and exit")
+	if err := flags.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version)
+		return 0
+	}
+	quiet := provider.QuietLogEnv(os.Environ())
+	for _, name := range quiet {
+		_ = os.Setenv(name, "OFF")
+	}
+	framework := providerserver.NewProtocol6(provider.New(version)())
+	server := framework
+	if len(quiet) > 0 {
+		server = func() tfprotov6.ProviderServer { return provider.QuietServer(framework()) }
+	}
+	var opts []tf6server.ServeOpt
+	if *debug {
+		opts = append(opts, tf6server.WithManagedDebug())
+	}
+	err := tf6server.Serve(ProviderAddress, server, opts...)
+	// The CLI shut the provider down: end any ephemeral lock or token it
+	// did not close (OpenTofu skips Close after a failure or an
+	// interrupt). It kills a provider that has not exited after 2s.
+	provider.CloseUnclosed(1500 * time.Millisecond)
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `Usage:
+  consullock [-debug]        serve the Terraform/OpenTofu provider (what Terraform runs)
+  consullock -version        print the version
+`)
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  consullock %s ...\n", name)
+	}
+}
