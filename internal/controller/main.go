@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
@@ -24,6 +25,7 @@ import (
 // Main is the `controller` program:
 //
 //	controller -mode observe|repair|enforce -listen 127.0.0.1:9464 [-registry-prefix consul-lock]
+//	           [-register-service consullock-controller [-service-address HOST]]
 //
 // It reads the Consul CLI's CONSUL_* environment, logs JSON to stderr, and
 // exits 0 after SIGTERM or SIGINT once it has stopped acting and released
@@ -42,6 +44,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	grace := fs.Duration("apply-grace", compliance.DefaultApplyGrace, "how long after a declaration changes its object is left to the apply that wrote it (0 = none)")
 	noHA := fs.Bool("no-leader-election", false, "act without electing a leader: only for a single replica")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	register := fs.String("register-service", "", "register the -listen endpoint with the Consul agent as a service of this name (for Prometheus's consul_sd), with an HTTP check on /readyz; deregistered on a clean stop. Needs service:write on the name")
+	advertise := fs.String("service-address", "", "with -register-service: the address Consul lists for the endpoint and its check calls (default: the -listen IP, or the node's address when -listen has none, e.g. :9464)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: consullock controller [flags]\n\nKeeps live Consul matching the consullock declarations. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\n")
 		fs.PrintDefaults()
@@ -54,6 +58,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "controller: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *register != "" {
+		if err := checkServiceName(*register); err != nil {
+			fmt.Fprintf(stderr, "controller: %v\n", err)
+			return 2
+		}
+		if *listen == "" {
+			fmt.Fprintf(stderr, "controller: -register-service %q needs the endpoint: set -listen (e.g. :9464)\n", *register)
+			return 2
+		}
+	} else if *advertise != "" {
+		fmt.Fprintf(stderr, "controller: -service-address is only used with -register-service\n")
 		return 2
 	}
 	m, err := compliance.ParseMode(*mode)
@@ -115,6 +132,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 
 	var srv *http.Server
+	var service *api.AgentServiceRegistration
 	if *listen != "" {
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
@@ -124,9 +142,34 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		srv = &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		log.Info("serving metrics and health", "listen", ln.Addr().String())
+		if *register != "" {
+			hostname, err := os.Hostname()
+			if err != nil || hostname == "" {
+				hostname = "controller"
+			}
+			addr, _ := ln.Addr().(*net.TCPAddr)
+			service = endpointRegistration(*register, *advertise, addr, hostname)
+			if err := registerEndpoint(ctx, client, service, log); err != nil {
+				_ = srv.Close()
+				if ctx.Err() != nil {
+					return 0
+				}
+				log.Error("registering the metrics endpoint failed", "service", service.Name, "error", err.Error())
+				return 1
+			}
+			log.Info("metrics endpoint registered with the Consul agent", "service", service.Name, "id", service.ID,
+				"address", service.Address, "port", service.Port, "check", service.Check.HTTP)
+		}
 	}
 
 	runErr := c.Run(ctx)
+	if service != nil {
+		if err := deregisterEndpoint(client, service.ID, 2*time.Second); err != nil {
+			log.Error("deregistering the metrics endpoint failed", "service", service.Name, "id", service.ID, "error", err.Error())
+		} else {
+			log.Info("metrics endpoint deregistered", "service", service.Name, "id", service.ID)
+		}
+	}
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = srv.Shutdown(sctx)
