@@ -222,47 +222,77 @@ func (d Decision) ID() string {
 // live object, and acting in between would take the apply's write from it.
 // Nothing is acted on in observe mode.
 func Decide(st State, mode Mode) []Decision {
+	var out []Decision
+	for _, name := range sortedKeys(st.Locks) {
+		out = append(out, DecideLock(st, name, mode)...)
+	}
+	return FirstEnds(append(out, DecidePolicies(st, mode)...))
+}
+
+// DecideLock is Decide's verdict on the one lock name of st.Locks, with
+// every holder's end_session (Decide keeps the first of a session's, by
+// FirstEnds). It reads only what that lock rests on: its declaration and
+// profile, its keys, its holders' sessions and holds, and the settling
+// state of its declaration. A controller that keeps each lock's verdict
+// decides again only the locks a change touched, and joins the verdicts
+// in Decide's order (locks by name, then DecidePolicies) before FirstEnds:
+// the same decisions as Decide on the whole state.
+func DecideLock(st State, name string, mode Mode) []Decision {
 	repair := mode == ModeRepair || mode == ModeEnforce
 	enforce := mode == ModeEnforce
-	var out []Decision
+	l, err := st.Locks[name].Normalize()
+	if err != nil {
+		return nil // the decoder validated it; never act on a lock we cannot read
+	}
+	if st.UnknownKeys[l.Key] || st.Settling[SettlingKey(lockmodel.KindLock, name)] {
+		return nil
+	}
+	live, exists := st.Keys[l.Key]
+	if !exists {
+		return []Decision{recreateKey(l, repair)}
+	}
+	out := keyDrift(l, live, repair)
+	for _, h := range HolderSessions(l, st.Keys, st.Sessions) {
+		out = append(out, judgeHolder(st, l, h, enforce)...)
+	}
+	return out
+}
 
-	ended := map[string]bool{} // sessions already being ended
-	for _, name := range sortedKeys(st.Locks) {
-		l, err := st.Locks[name].Normalize()
-		if err != nil {
-			continue // the decoder validated it; never act on a lock we cannot read
-		}
-		if st.UnknownKeys[l.Key] || st.Settling[SettlingKey(lockmodel.KindLock, name)] {
+// DecidePolicies is Decide's verdict on the declared ACL policies, by name.
+func DecidePolicies(st State, mode Mode) []Decision {
+	if st.LivePolicies == nil {
+		return nil
+	}
+	repair := mode == ModeRepair || mode == ModeEnforce
+	var out []Decision
+	for _, name := range sortedKeys(st.Policies) {
+		if st.Settling[SettlingKey(lockmodel.KindACLPolicy, name)] {
 			continue
 		}
-		live, exists := st.Keys[l.Key]
-		if !exists {
-			out = append(out, recreateKey(l, repair))
-			continue
-		}
-		out = append(out, keyDrift(l, live, repair)...)
-		for _, h := range HolderSessions(l, st.Keys, st.Sessions) {
-			for _, d := range judgeHolder(st, l, h, enforce) {
-				if d.Kind == KindEndSession {
-					if ended[h.ID] {
-						continue
-					}
-					ended[h.ID] = true
-				}
-				out = append(out, d)
-			}
+		if d, ok := policyDrift(st.Policies[name], st.LivePolicies, repair); ok {
+			out = append(out, d)
 		}
 	}
+	return out
+}
 
-	if st.LivePolicies != nil {
-		for _, name := range sortedKeys(st.Policies) {
-			if st.Settling[SettlingKey(lockmodel.KindACLPolicy, name)] {
+// FirstEnds drops every end_session decision but the first for its
+// session: a session holding several locks is ended once, for the first
+// of them in ds's order. It filters ds in place.
+func FirstEnds(ds []Decision) []Decision {
+	var ended map[string]bool
+	out := ds[:0]
+	for _, d := range ds {
+		if d.Kind == KindEndSession {
+			if ended[d.Session] {
 				continue
 			}
-			if d, ok := policyDrift(st.Policies[name], st.LivePolicies, repair); ok {
-				out = append(out, d)
+			if ended == nil {
+				ended = map[string]bool{}
 			}
+			ended[d.Session] = true
 		}
+		out = append(out, d)
 	}
 	return out
 }

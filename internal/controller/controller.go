@@ -105,8 +105,13 @@ type Controller struct {
 	profileSwitched map[string]uint64
 	lockStatus      map[string]*lockStatus
 	reported        map[string]string // Decision.ID of findings already logged -> SettlingKey of their object
-	groupCtx        context.Context
-	groupWG         *sync.WaitGroup
+	// records are the registry's records as last listed, by key: a record
+	// whose ModifyIndex did not move is not decoded again.
+	records map[string]record
+	// view keeps each lock's verdict and what it rests on (incremental.go).
+	view     view
+	groupCtx context.Context
+	groupWG  *sync.WaitGroup
 
 	ready atomic.Bool
 	// failing counts watches whose last query failed.
@@ -194,6 +199,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		profileSwitched: map[string]uint64{},
 		lockStatus:      map[string]*lockStatus{},
 		reported:        map[string]string{},
+		records:         map[string]record{},
+		view:            newView(),
 	}
 	c.metrics = newMetrics(c)
 	return c, nil
@@ -307,12 +314,29 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 	if err := c.fetchPolicies(ctx); err != nil && ctx.Err() == nil {
 		c.log.Error("reading declared ACL policies failed", "error", err.Error())
 	}
-	st, ready, next := c.snapshot(start)
+	c.mu.Lock()
+	st, ready, next := c.snapshotLocked(start)
+	var decisions []compliance.Decision
+	if ready {
+		decisions = c.decideDirty(st)
+	}
+	settling := st.Settling
+	c.mu.Unlock()
 	if !ready {
 		return next
 	}
-	decisions := compliance.Decide(st, c.cfg.Mode)
-	decisions, st.Settling, next = c.confirmDrift(ctx, decisions, st.Settling, next, start)
+	decisions, st.Settling, next = c.confirmDrift(ctx, decisions, settling, next, start)
+	if len(st.Settling) > len(settling) {
+		// confirmDrift found declarations newer than the version judged:
+		// pending from now for the apply grace.
+		c.mu.Lock()
+		for id := range st.Settling {
+			if !settling[id] {
+				c.startGrace(id, start.Add(c.cfg.ApplyGrace))
+			}
+		}
+		c.mu.Unlock()
+	}
 	c.observe(decisions, st.Settling)
 	if t := c.term.Load(); t != nil && c.acting.Load() {
 		c.actMu.Lock()
@@ -397,9 +421,9 @@ func logAttrs(d compliance.Decision) []any {
 
 // setDeclarations replaces the declarations from one registry listing
 // (versions: the ModifyIndex of each record by compliance.SettlingKey), notes which
-// declarations changed, and regroups the lock key watches.
+// declarations changed (at now), and regroups the lock key watches.
 func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile,
-	policies map[string]lockmodel.ACLPolicySpec, versions map[string]uint64) {
+	policies map[string]lockmodel.ACLPolicySpec, versions map[string]uint64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switched := map[string]uint64{}
@@ -412,8 +436,8 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		}
 	}
 	c.profileSwitched = switched
+	oldLocks, oldSeen := c.locks, c.declSeen
 	c.locks, c.profiles, c.policies = locks, profiles, policies
-	now := c.cfg.Clock.Now()
 	seen := make(map[string]declVersion, len(versions))
 	for id, index := range versions {
 		v, ok := c.declSeen[id]
@@ -423,12 +447,14 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 				// Written while this controller watched: an apply may
 				// be between its declaration write and its live write.
 				v.changed = now
+				c.startGrace(id, now.Add(c.cfg.ApplyGrace))
 			}
 		}
 		seen[id] = v
 	}
 	c.declSeen = seen
 	c.registrySync = true
+	c.noteDeclarationChanges(oldLocks, oldSeen)
 	keys := make([]string, 0, len(locks))
 	var semaphores []lockmodel.Lock
 	for _, l := range locks {
@@ -465,6 +491,7 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		if ks, ok := want[prefix]; !ok || !sameSet(ks, g.keys) {
 			g.cancel()
 			delete(c.groups, prefix)
+			c.diffKeys(g, g.live, g.synced, nil, false)
 		}
 	}
 	for prefix, ks := range want {
@@ -483,7 +510,51 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		}()
 	}
 	c.keyGroup = assign
+	c.refreshUnknown()
 	c.metrics.lockWatches.Set(float64(len(c.groups)))
+}
+
+// noteDeclarationChanges marks dirty the locks whose declaration, or the
+// profile they name, changed since oldLocks and oldSeen, forgets the locks
+// no longer declared, and derives the lock indexes again.
+func (c *Controller) noteDeclarationChanges(oldLocks map[string]lockmodel.Lock, oldSeen map[string]declVersion) {
+	v := &c.view
+	for name, l := range c.locks {
+		if old, ok := oldLocks[name]; !ok || old != l {
+			v.dirty[name] = true
+		}
+	}
+	for name := range oldLocks {
+		if _, ok := c.locks[name]; !ok {
+			v.dirty[name] = true
+			c.forgetLock(name)
+		}
+	}
+	for id := range oldSeen {
+		if _, ok := c.declSeen[id]; !ok {
+			delete(v.graceEnds, id)
+			if kind, _, _ := strings.Cut(id, "/"); kind == lockmodel.KindSessionDefaults {
+				c.touchProfile(id)
+			}
+		}
+	}
+	c.indexDeclarations()
+	for id, now := range c.declSeen {
+		if kind, _, _ := strings.Cut(id, "/"); kind == lockmodel.KindSessionDefaults && oldSeen[id].index != now.index {
+			c.touchProfile(id)
+		}
+	}
+	// Policies are few and decided as a whole.
+	v.policiesDirty = true
+}
+
+// touchProfile marks dirty the locks that name the profile of the
+// declaration id (a compliance.SettlingKey).
+func (c *Controller) touchProfile(id string) {
+	_, name, _ := strings.Cut(id, "/")
+	for _, lock := range c.view.profileLocks[name] {
+		c.view.dirty[lock] = true
+	}
 }
 
 // semaphoreDir is the directory of a semaphore's keys, <prefix>/: a group
@@ -501,15 +572,11 @@ func (c *Controller) holderKey(l lockmodel.Lock, session string) (compliance.Liv
 	if err != nil {
 		return compliance.LiveKey{}, false
 	}
-	g := c.groups[c.keyGroup[n.Key]]
-	if g == nil {
-		return compliance.LiveKey{}, false
-	}
 	key := n.Key
 	if n.IsSemaphore() {
 		key = semaphoreDir(n) + session
 	}
-	lk, ok := g.live[key]
+	lk, ok := c.view.keys[key]
 	return lk, ok && lk.Session == session
 }
 

@@ -8,38 +8,52 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// snapshot copies the watched state into a State for Decide, updates the
-// holder bookkeeping and lock metrics, and reports whether every watch has
-// answered. It returns the next time an apply grace or a max_hold deadline
-// passes (zero when none). Each job is one method, in this order; all run
-// with c.mu held.
-func (c *Controller) snapshot(now time.Time) (compliance.State, bool, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// snapshot brings the view up to date for a reconcile at now and returns
+// the State DecideLock reads (its maps are the controller's own: use it
+// with c.mu held), whether every watch has answered, and the next time an
+// apply grace or a max_hold deadline passes (zero when none). Only the
+// dirty locks are looked at again (see view). Each job is one method, in
+// this order; all run with c.mu held.
+func (c *Controller) snapshotLocked(now time.Time) (compliance.State, bool, time.Time) {
 	c.noteReadiness()
 	if !c.registrySync {
 		return compliance.State{}, false, time.Time{}
 	}
-	st := compliance.State{Locks: c.locks, Profiles: c.profiles, Sessions: c.sessions, Now: now}
+	if c.view.all {
+		c.rebuildView()
+	}
+	st := compliance.State{Locks: c.locks, Profiles: c.profiles, Sessions: c.sessions, Now: now,
+		Keys: c.view.keys, UnknownKeys: c.view.unknown}
 	var graceEnds, deadline time.Time
 	st.Settling, graceEnds = c.settling(now)
 	st.Policies, st.LivePolicies = c.policiesToJudge()
-	st.Keys, st.UnknownKeys = c.groupedKeys()
+	c.dueLocks(now)
 	looks := c.lookAtLocks(st, now)
-	st.HeldSince, deadline = c.trackHolds(looks, now)
+	deadline = c.trackHolds(looks, now)
+	st.HeldSince = c.holdStart
 	st.ProfileIndex, st.ProfileSwitched = c.profileLines()
-	c.pruneUndeclared()
+	c.view.lastSnapshot = now
 	return st, true, earliest(graceEnds, deadline)
+}
+
+// snapshot is snapshotLocked taking c.mu.
+func (c *Controller) snapshot(now time.Time) (compliance.State, bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snapshotLocked(now)
 }
 
 // noteReadiness sets Ready once every watch has answered, and logs it the
 // first time.
 func (c *Controller) noteReadiness() {
+	if c.ready.Load() {
+		return
+	}
 	ready := c.registrySync && c.sessions != nil
 	for _, g := range c.groups {
 		ready = ready && g.synced
 	}
-	if ready && !c.ready.Load() {
+	if ready {
 		c.ready.Store(true)
 		c.log.Info("initial sync done", "locks", len(c.locks), "session_defaults", len(c.profiles),
 			"acl_policies", len(c.policies), "lock_watches", len(c.groups))
@@ -48,19 +62,22 @@ func (c *Controller) noteReadiness() {
 
 // settling returns the declarations within their apply grace
 // (compliance.Pending; nil when none) and when the first of those graces
-// ends (zero when none).
+// ends (zero when none). A grace that has ended makes what it declared
+// dirty.
 func (c *Controller) settling(now time.Time) (map[string]bool, time.Time) {
 	var settling map[string]bool
 	var next time.Time
-	for id, v := range c.declSeen {
-		if !compliance.Pending(v.index, v.index, v.changed, now, c.cfg.ApplyGrace) {
+	for id, end := range c.view.graceEnds {
+		if !now.Before(end) {
+			delete(c.view.graceEnds, id)
+			c.touchDeclaration(id)
 			continue
 		}
 		if settling == nil {
 			settling = map[string]bool{}
 		}
 		settling[id] = true
-		next = earliest(next, v.changed.Add(c.cfg.ApplyGrace))
+		next = earliest(next, end)
 	}
 	return settling, next
 }
@@ -87,34 +104,28 @@ func (c *Controller) policiesToJudge() (map[string]lockmodel.ACLPolicySpec, map[
 	return policies, c.livePolicies
 }
 
-// groupedKeys returns what the lock key watches last saw: the declared
-// lock keys and the keys right under a semaphore's prefix (its contender
-// keys, which tell its holders: lockmodel.Holders), and the keys whose
-// watch has not answered yet.
-func (c *Controller) groupedKeys() (map[string]compliance.LiveKey, map[string]bool) {
-	keys, unknown := map[string]compliance.LiveKey{}, map[string]bool{}
-	for key, prefix := range c.keyGroup {
-		if g := c.groups[prefix]; g == nil || !g.synced {
-			unknown[key] = true
+// dueLocks marks dirty the locks a max_hold deadline of which has passed.
+func (c *Controller) dueLocks(now time.Time) {
+	for name, at := range c.view.due {
+		if !now.Before(at) {
+			c.view.dirty[name] = true
 		}
 	}
-	for _, g := range c.groups {
-		if g.synced {
-			maps.Copy(keys, g.live)
-		}
-	}
-	return keys, unknown
 }
 
-// lookAtLocks updates the lock metrics from st and returns the looks it
-// took: by lock name, the sessions holding it with their acquisition mark
-// (a mutex key's LockIndex), for the locks whose key state and holders'
-// sessions are known.
+// lookAtLocks updates the lock metrics of the dirty locks from st and
+// returns the looks it took: by lock name, the sessions holding it with
+// their acquisition mark (a mutex key's LockIndex), for the dirty locks
+// whose key state and holders' sessions are known.
 func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]map[string]uint64 {
 	looks := map[string]map[string]uint64{}
-	for name, l := range c.locks {
-		l, err := l.Normalize()
-		if err != nil || st.UnknownKeys[l.Key] {
+	for name := range c.view.dirty {
+		l, ok := c.view.norm[name]
+		if !ok {
+			continue
+		}
+		if st.UnknownKeys[l.Key] {
+			c.view.unlooked[name] = true
 			continue
 		}
 		live, exists := st.Keys[l.Key]
@@ -132,41 +143,73 @@ func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]
 				look[s.ID] = acq
 			}
 			looks[name] = look
+		} else {
+			c.view.unlooked[name] = true
 		}
 		c.updateLockStatus(name, l, live, exists, hs, now)
 	}
 	return looks
 }
 
-// trackHolds records the looks (compliance.TrackHolds), forgets the holds
-// of undeclared locks, and returns when each hold began
-// (lockmodel.HoldStart) and the first max_hold deadline (zero when none).
-func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Time) (map[compliance.Holder]time.Time, time.Time) {
-	c.heldSince = compliance.TrackHolds(c.heldSince, looks, c.lastLook, now)
-	for name := range looks {
-		c.lastLook[name] = now
+// trackHolds records the looks (compliance.TrackHolds on the holds of the
+// locks looked at; the others' are kept), sets when each of their holds
+// began (lockmodel.HoldStart) and their first max_hold deadline, and
+// returns the first deadline of all (zero when none).
+func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Time) time.Time {
+	v := &c.view
+	if len(looks) > 0 {
+		prev := map[compliance.Holder]compliance.Hold{}
+		lastLook := make(map[string]time.Time, len(looks))
+		for name := range looks {
+			for s := range v.looked[name] {
+				h := compliance.Holder{Lock: name, Session: s}
+				if hold, ok := c.heldSince[h]; ok {
+					prev[h] = hold
+				}
+				delete(c.heldSince, h)
+				delete(c.holdStart, h)
+			}
+			if at, ok := c.lastLookAt(name); ok {
+				lastLook[name] = at
+			}
+		}
+		maps.Copy(c.heldSince, compliance.TrackHolds(prev, looks, lastLook, now))
+		for name, look := range looks {
+			v.looked[name] = look
+			c.lastLook[name] = now
+			delete(v.unlooked, name)
+			delete(v.due, name)
+			l := c.locks[name]
+			for s := range look {
+				h := compliance.Holder{Lock: name, Session: s}
+				var value []byte
+				if lk, ok := c.holderKey(l, s); ok {
+					value = lk.Value
+				}
+				start, _ := lockmodel.HoldStart(value, c.heldSince[h].Evidence(), now)
+				c.holdStart[h] = start
+				if l.MaxHold > 0 {
+					v.due[name] = earliest(v.due[name], start.Add(l.MaxHold).Add(time.Millisecond))
+				}
+			}
+		}
 	}
 	var next time.Time
-	c.holdStart = make(map[compliance.Holder]time.Time, len(c.heldSince))
-	heldSince := map[compliance.Holder]time.Time{}
-	for h, hold := range c.heldSince {
-		l, declared := c.locks[h.Lock]
-		if !declared {
-			delete(c.heldSince, h)
-			continue
-		}
-		var value []byte
-		if lk, ok := c.holderKey(l, h.Session); ok {
-			value = lk.Value
-		}
-		start, _ := lockmodel.HoldStart(value, hold.Evidence(), now)
-		c.holdStart[h] = start
-		heldSince[h] = start
-		if l.MaxHold > 0 {
-			next = earliest(next, start.Add(l.MaxHold).Add(time.Millisecond))
-		}
+	for _, at := range v.due {
+		next = earliest(next, at)
 	}
-	return heldSince, next
+	return next
+}
+
+// lastLookAt is when the lock's state was last known: its last look, or,
+// for a lock that nothing touched since, the last snapshot (which would
+// have seen the same). false when it was never looked at.
+func (c *Controller) lastLookAt(name string) (time.Time, bool) {
+	at, ever := c.lastLook[name]
+	if !ever || c.view.unlooked[name] {
+		return at, ever
+	}
+	return c.view.lastSnapshot, true
 }
 
 // profileLines returns the Raft indexes that tell a holder created under
@@ -177,21 +220,6 @@ func (c *Controller) profileLines() (map[string]uint64, map[string]uint64) {
 		index[name] = c.declSeen[compliance.SettlingKey(lockmodel.KindSessionDefaults, name)].index
 	}
 	return index, c.profileSwitched
-}
-
-// pruneUndeclared forgets the lock bookkeeping (last look, metrics) of
-// locks no longer declared.
-func (c *Controller) pruneUndeclared() {
-	for name := range c.lastLook {
-		if _, ok := c.locks[name]; !ok {
-			delete(c.lastLook, name)
-		}
-	}
-	for name := range c.lockStatus {
-		if _, ok := c.locks[name]; !ok {
-			delete(c.lockStatus, name)
-		}
-	}
 }
 
 // earliest returns the earlier of two times, zero meaning none.

@@ -100,10 +100,10 @@ func TestSnapshot_maxHoldIsTimedByHoldStart(t *testing.T) {
 		c := snapshotController(t, started(now.Add(-2*time.Hour)))
 		g := c.groups[mutexKey]
 		held := g.live[mutexKey]
-		g.live = map[string]compliance.LiveKey{mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 9}}
+		c.markGroup(g, map[string]compliance.LiveKey{mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 9}}, true)
 		unheldAt := now.Add(-time.Minute)
 		c.snapshot(unheldAt)
-		g.live = map[string]compliance.LiveKey{mutexKey: held}
+		c.markGroup(g, map[string]compliance.LiveKey{mutexKey: held}, true)
 		st, _, _ := c.snapshot(now)
 		if since := st.HeldSince[holder]; !since.Equal(unheldAt) {
 			t.Errorf("held since %s; want %s, when this controller last saw the lock unheld", since, unheldAt)

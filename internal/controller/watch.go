@@ -91,7 +91,19 @@ func filtered(op, permission, resource string) error {
 		Message: "Consul filtered the results by ACLs"}
 }
 
-// pollRegistry lists every declaration under the registry prefix.
+// record is one registry record as last listed: its version and what it
+// decoded to (value is nil when it did not decode).
+type record struct {
+	index      uint64
+	kind, name string
+	value      any
+}
+
+// pollRegistry lists every declaration under the registry prefix. Only the
+// records whose ModifyIndex moved are decoded again; an answer that
+// changed only run ledgers (every run-once attempt writes one) updates the
+// run metrics and leaves the declarations, the lock watches and the
+// verdicts alone.
 func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, error) {
 	prefix := c.cfg.RegistryPrefix + "/"
 	pairs, meta, err := c.watcher.KV().List(prefix, c.query(ctx, index))
@@ -104,54 +116,130 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 	if index != 0 && meta.LastIndex == index {
 		return index, nil // wait timed out without a change
 	}
+	declChanged, ledgersChanged := c.diffRecords(prefix, pairs)
+	c.mu.Lock()
+	listed := c.registrySync
+	c.mu.Unlock()
+	if !declChanged && !ledgersChanged && listed {
+		return meta.LastIndex, nil
+	}
 	locks := map[string]lockmodel.Lock{}
-	profiles := map[string]lockmodel.SessionProfile{}
-	policies := map[string]lockmodel.ACLPolicySpec{}
-	versions := map[string]uint64{}
 	ledgers := map[string]lockmodel.Ledger{}
+	if declChanged || !listed {
+		profiles := map[string]lockmodel.SessionProfile{}
+		policies := map[string]lockmodel.ACLPolicySpec{}
+		versions := map[string]uint64{}
+		for _, r := range c.records {
+			switch v := r.value.(type) {
+			case lockmodel.Lock:
+				locks[r.name] = v
+			case lockmodel.SessionProfile:
+				profiles[r.name] = v
+			case lockmodel.ACLPolicySpec:
+				policies[r.name] = v
+			case lockmodel.Ledger:
+				ledgers[r.name] = v
+				continue
+			default:
+				continue
+			}
+			versions[compliance.SettlingKey(r.kind, r.name)] = r.index
+		}
+		c.setDeclarations(locks, profiles, policies, versions, c.cfg.Clock.Now())
+		c.trigger()
+	} else {
+		for _, r := range c.records {
+			if v, ok := r.value.(lockmodel.Ledger); ok {
+				ledgers[r.name] = v
+			}
+		}
+		c.mu.Lock()
+		locks = c.locks // replaced, never changed in place
+		c.mu.Unlock()
+	}
+	c.metrics.runMeter.observe(ledgers, locks)
+	return meta.LastIndex, nil
+}
+
+// diffRecords brings c.records (owned by the registry watch) up to the
+// listing pairs, decoding only the records that are new or whose
+// ModifyIndex moved, and reports whether declarations and whether run
+// ledgers changed.
+func (c *Controller) diffRecords(prefix string, pairs api.KVPairs) (declChanged, ledgersChanged bool) {
+	note := func(kind string) {
+		if kind == lockmodel.KindRuns {
+			ledgersChanged = true
+		} else {
+			declChanged = true
+		}
+	}
+	listed := 0
 	for _, p := range pairs {
-		rest := strings.TrimPrefix(p.Key, prefix)
-		kind, name, ok := strings.Cut(rest, "/")
+		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix), "/")
 		if !ok || name == "" || strings.Contains(name, "/") {
 			continue
 		}
-		var derr error
 		switch kind {
-		case lockmodel.KindLock:
-			var l lockmodel.Lock
-			if l, derr = lockmodel.DecodeLockRecord(p.Value); derr == nil {
-				locks[l.Name] = l
-				versions[compliance.SettlingKey(kind, l.Name)] = p.ModifyIndex
-			}
-		case lockmodel.KindSessionDefaults:
-			var s lockmodel.SessionProfile
-			if s, derr = lockmodel.DecodeSessionProfileRecord(p.Value); derr == nil {
-				profiles[s.Name] = s
-				versions[compliance.SettlingKey(kind, s.Name)] = p.ModifyIndex
-			}
-		case lockmodel.KindACLPolicy:
-			var s lockmodel.ACLPolicySpec
-			if s, derr = lockmodel.DecodeACLPolicyRecord(p.Value); derr == nil {
-				policies[s.Name] = s
-				versions[compliance.SettlingKey(kind, s.Name)] = p.ModifyIndex
-			}
-		case lockmodel.KindRuns:
-			// A run ledger: read only, for the run metrics (runs.go).
-			var l lockmodel.Ledger
-			if l, derr = lockmodel.DecodeLedger(p.Value); derr == nil {
-				ledgers[name] = l
-			}
+		case lockmodel.KindLock, lockmodel.KindSessionDefaults, lockmodel.KindACLPolicy, lockmodel.KindRuns:
 		default:
 			continue
 		}
-		if derr != nil {
-			c.reportBadRecord(p, derr)
+		listed++
+		if r, ok := c.records[p.Key]; ok && r.index == p.ModifyIndex {
+			continue
+		}
+		c.records[p.Key] = c.decodeRecord(p, kind, name)
+		note(kind)
+	}
+	if listed == len(c.records) {
+		return declChanged, ledgersChanged
+	}
+	// Some records were deleted.
+	present := make(map[string]bool, len(pairs))
+	for _, p := range pairs {
+		present[p.Key] = true
+	}
+	for key, r := range c.records {
+		if !present[key] {
+			delete(c.records, key)
+			note(r.kind)
 		}
 	}
-	c.setDeclarations(locks, profiles, policies, versions)
-	c.metrics.runMeter.observe(ledgers, locks)
-	c.trigger()
-	return meta.LastIndex, nil
+	return declChanged, ledgersChanged
+}
+
+// decodeRecord decodes one registry record of kind; one that does not
+// decode is reported (reportBadRecord) and kept without a value.
+func (c *Controller) decodeRecord(p *api.KVPair, kind, name string) record {
+	r := record{index: p.ModifyIndex, kind: kind, name: name}
+	var err error
+	switch kind {
+	case lockmodel.KindLock:
+		var l lockmodel.Lock
+		if l, err = lockmodel.DecodeLockRecord(p.Value); err == nil {
+			r.name, r.value = l.Name, l
+		}
+	case lockmodel.KindSessionDefaults:
+		var s lockmodel.SessionProfile
+		if s, err = lockmodel.DecodeSessionProfileRecord(p.Value); err == nil {
+			r.name, r.value = s.Name, s
+		}
+	case lockmodel.KindACLPolicy:
+		var s lockmodel.ACLPolicySpec
+		if s, err = lockmodel.DecodeACLPolicyRecord(p.Value); err == nil {
+			r.name, r.value = s.Name, s
+		}
+	case lockmodel.KindRuns:
+		// A run ledger: read only, for the run metrics (runs.go).
+		var l lockmodel.Ledger
+		if l, err = lockmodel.DecodeLedger(p.Value); err == nil {
+			r.value = l
+		}
+	}
+	if err != nil {
+		c.reportBadRecord(p, err)
+	}
+	return r
 }
 
 // reportBadRecord logs a declaration that cannot be read, once per version.
@@ -182,9 +270,7 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 	}
 	live := make(map[string]compliance.LiveKey, len(g.keys))
 	for _, p := range pairs {
-		// A declared lock key, or a key right under a semaphore's
-		// directory (its holder table and contender keys).
-		if i := strings.LastIndexByte(p.Key, '/'); g.keys[p.Key] || (i >= 0 && g.keys[p.Key[:i+1]]) {
+		if g.covers(p.Key) {
 			live[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
 		}
 	}
@@ -193,13 +279,25 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 	return meta.LastIndex, nil
 }
 
+// covers reports whether the group keeps key from its listing: a declared
+// lock key, or a key right under a semaphore's directory (its holder
+// table and contender keys).
+func (g *group) covers(key string) bool {
+	i := strings.LastIndexByte(key, '/')
+	return g.keys[key] || (i >= 0 && g.keys[key[:i+1]])
+}
+
+// markGroup records a group's answer (synced false: the watch failed and
+// its keys are unknown) and marks dirty the locks whose keys it changed.
 func (c *Controller) markGroup(g *group, live map[string]compliance.LiveKey, synced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.groups[g.prefix] != g {
 		return // replaced by a regrouping
 	}
+	old, wasSynced := g.live, g.synced
 	g.live, g.synced = live, synced
+	c.diffKeys(g, old, wasSynced, live, synced)
 }
 
 // pollSessions lists every session.
@@ -222,7 +320,7 @@ func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, er
 		sessions[e.ID] = consul.ObservedSession(e)
 	}
 	c.mu.Lock()
-	c.sessions = sessions
+	c.setSessions(sessions)
 	c.mu.Unlock()
 	c.trigger()
 	return meta.LastIndex, nil
@@ -238,6 +336,7 @@ func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, er
 			e.Permission, e.Resource = "acl:read", "/v1/acl/policies"
 		}
 		c.mu.Lock()
+		c.view.policiesDirty = c.view.policiesDirty || c.policySync
 		c.policySync = false
 		c.mu.Unlock()
 		return 0, e
@@ -249,11 +348,13 @@ func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, er
 	c.mu.Lock()
 	changed := index == 0 || !sameHashes(hashes, c.policyHashes)
 	c.policyHashes = hashes
+	c.view.policiesDirty = c.view.policiesDirty || changed
 	c.mu.Unlock()
 	if err := c.fetchPolicies(ctx); err != nil {
 		return 0, err
 	}
 	c.mu.Lock()
+	c.view.policiesDirty = c.view.policiesDirty || !c.policySync
 	c.policySync = true
 	c.mu.Unlock()
 	if changed {
@@ -319,6 +420,9 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 	}
 	for id, lp := range fetched {
 		next[id] = lp
+	}
+	if len(fetched) > 0 || len(next) != len(c.livePolicies) || (c.livePolicies == nil) != (next == nil) {
+		c.view.policiesDirty = true
 	}
 	c.livePolicies = next
 	c.mu.Unlock()
