@@ -62,7 +62,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "runner tests: building consullock:", err)
 		return 1
 	}
-	if agent, err = testenv.Start(ctx, testenv.Options{}); err != nil {
+	if agent, err = testenv.Start(ctx, testenv.Options{DNS: true}); err != nil {
 		fmt.Fprintln(os.Stderr, "runner tests: starting Consul:", err)
 		return 1
 	}

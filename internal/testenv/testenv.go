@@ -47,6 +47,9 @@ type Agent struct {
 	// ClientCertFile and ClientKeyFile are a client certificate the TLS
 	// API requires (verify_incoming is on with Options.TLS).
 	ClientCertFile, ClientKeyFile string
+	// DNSAddr is host:port of the DNS interface (UDP and TCP) when
+	// Options.DNS is set.
+	DNSAddr string
 
 	cmd     *exec.Cmd
 	logFile *os.File
@@ -55,7 +58,7 @@ type Agent struct {
 	config  string
 }
 
-type ports struct{ HTTP, HTTPS, Server, SerfLAN, SerfWAN int }
+type ports struct{ HTTP, HTTPS, Server, SerfLAN, SerfWAN, DNS int }
 
 // RepoRoot finds the directory holding the root go.mod.
 func RepoRoot() (string, error) {
@@ -102,6 +105,8 @@ type Options struct {
 	// TLS also serves the HTTP API over TLS on HTTPSAddr, with a CA and a
 	// server certificate made by `consul tls` in the agent's directory.
 	TLS bool
+	// DNS serves the DNS interface on DNSAddr (a free port).
+	DNS bool
 }
 
 // Start launches an agent and waits until it has a leader and its own node
@@ -126,11 +131,15 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 	if a.NodeName == "" {
 		a.NodeName = "consullock-test"
 	}
-	free, err := freePorts(5)
+	free, err := freePorts(6)
 	if err != nil {
 		return nil, err
 	}
-	a.ports = ports{HTTP: free[0], Server: free[1], SerfLAN: free[2], SerfWAN: free[3], HTTPS: -1}
+	a.ports = ports{HTTP: free[0], Server: free[1], SerfLAN: free[2], SerfWAN: free[3], HTTPS: -1, DNS: -1}
+	if opts.DNS {
+		a.ports.DNS = free[5]
+		a.DNSAddr = fmt.Sprintf("127.0.0.1:%d", a.ports.DNS)
+	}
 	a.Addr = fmt.Sprintf("127.0.0.1:%d", a.ports.HTTP)
 	extra := opts.ExtraConfig
 	if opts.TLS {
@@ -157,8 +166,9 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 }
 
 func (a *Agent) renderConfig(extra string) string {
-	// gRPC, gRPC-TLS and DNS are off: dev mode would otherwise take fixed
-	// ports (8502, 8503, 8600) and collide with other agents on the machine.
+	// gRPC, gRPC-TLS and DNS (unless Options.DNS) are off: dev mode would
+	// otherwise take fixed ports (8502, 8503, 8600) and collide with other
+	// agents on the machine.
 	return fmt.Sprintf(`node_name   = %q
 datacenter  = %q
 data_dir    = %q
@@ -172,7 +182,7 @@ ports {
   serf_wan = %d
   grpc     = -1
   grpc_tls = -1
-  dns      = -1
+  dns      = %d
   https    = %d
 }
 # Tests configure many short-lived provider clients in one process, each
@@ -191,7 +201,7 @@ acl {
   }
 }
 %s
-`, a.NodeName, a.Datacenter, filepath.Join(a.Dir, "data"), a.ports.HTTP, a.ports.Server, a.ports.SerfLAN, a.ports.SerfWAN, a.ports.HTTPS, a.ManagementToken, a.ManagementToken, extra)
+`, a.NodeName, a.Datacenter, filepath.Join(a.Dir, "data"), a.ports.HTTP, a.ports.Server, a.ports.SerfLAN, a.ports.SerfWAN, a.ports.DNS, a.ports.HTTPS, a.ManagementToken, a.ManagementToken, extra)
 }
 
 // makeCertificates creates a CA and a server certificate (valid for

@@ -1,0 +1,411 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Holder service tests: real DNS queries to the dev agent's DNS interface
+// (`<name>.service.consul` SRV, so that each holder is told apart by its
+// -service-port), sampled continuously; the assertions are on ordering
+// (never a former holder in an answer to a query sent after the next
+// holder's command started), the figures are logged.
+
+// holderProfile: TTL 10s, lock_delay 5s, renewals every second: the
+// holder check's TTL is 4s (lockmodel.NewHolderCheck) while a waiter needs
+// at least ttl + lock_delay = 15s after a holder's runner dies.
+func holderProfile(t testing.TB) *lockmodel.SessionProfile {
+	return &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second}
+}
+
+var dnsReadOnce sync.Once
+
+// dnsResolver queries the agent's DNS interface. DNS answers with the
+// agent's default token (here the anonymous token), which needs service
+// and node read, as every DNS user sets up.
+func dnsResolver(t testing.TB) *net.Resolver {
+	t.Helper()
+	dnsReadOnce.Do(func() {
+		c := agent.Client()
+		p, _, err := c.ACL().PolicyCreate(&api.ACLPolicy{Name: "dns-read", Rules: `service_prefix "" { policy = "read" }
+node_prefix "" { policy = "read" }`}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anon, _, err := c.ACL().TokenRead("00000000-0000-0000-0000-000000000002", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anon.Policies = append(anon.Policies, &api.ACLTokenPolicyLink{ID: p.ID})
+		if _, _, err := c.ACL().TokenUpdate(anon, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var d net.Dialer
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, agent.DNSAddr)
+	}}
+}
+
+// lookupPorts asks for <name>.service.consul SRV and returns the ports
+// answered, sorted; none when the name has no healthy instance (NXDOMAIN).
+func lookupPorts(ctx context.Context, r *net.Resolver, name string) ([]int, error) {
+	_, srvs, err := r.LookupSRV(ctx, "", "", name+".service.consul")
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, 0, len(srvs))
+	for _, s := range srvs {
+		ports = append(ports, int(s.Port))
+	}
+	sort.Ints(ports)
+	return ports, nil
+}
+
+// dnsSample is one DNS answer and when its query was sent.
+type dnsSample struct {
+	sent  time.Time
+	ports []int
+}
+
+// sampleDNS queries name every 50ms until stop and returns the answers.
+func sampleDNS(t testing.TB, name string) (stop func() []dnsSample) {
+	r := dnsResolver(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu      sync.Mutex
+		samples []dnsSample
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			sent := time.Now()
+			qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+			ports, err := lookupPorts(qctx, r, name)
+			qcancel()
+			if err == nil {
+				mu.Lock()
+				samples = append(samples, dnsSample{sent: sent, ports: ports})
+				mu.Unlock()
+			} else if ctx.Err() == nil {
+				t.Errorf("DNS query %s.service.consul: %v", name, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []dnsSample {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return samples
+	}
+}
+
+func hasPort(ports []int, p int) bool {
+	for _, q := range ports {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// lastWith is the send time of the last sample answering port p (zero when
+// none did); firstWith the first.
+func lastWith(samples []dnsSample, p int) (last time.Time) {
+	for _, s := range samples {
+		if hasPort(s.ports, p) {
+			last = s.sent
+		}
+	}
+	return last
+}
+
+func firstWith(samples []dnsSample, p int) time.Time {
+	for _, s := range samples {
+		if hasPort(s.ports, p) {
+			return s.sent
+		}
+	}
+	return time.Time{}
+}
+
+// holderToken is runnerToken plus service "<service>" write, as
+// consullock_acl_policy's holder_services renders it.
+func holderToken(t testing.TB, prefix, service string) string {
+	t.Helper()
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{
+		SemaphorePrefixes:   []string{prefix},
+		SessionNodePrefixes: []string{agent.NodeName}, HolderServices: []string{service},
+	})
+	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.SecretID
+}
+
+func declareHolderService(t *testing.T, limit int) (lockmodel.Lock, string, string) {
+	t.Helper()
+	service := fmt.Sprintf("hs%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
+	prefix := "t/" + uniqueName(t, "lock")
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, Limit: limit,
+		HolderService: &lockmodel.HolderService{Name: service, Tags: []string{"leader"}, Meta: map[string]string{"team": "test"}}}, holderProfile(t))
+	return l, service, holderToken(t, prefix, service)
+}
+
+func holderArgs(l lockmodel.Lock, port int) []string {
+	return []string{"-lock", l.Name, "-grace", "1s", "-service-port", strconv.Itoa(port)}
+}
+
+// TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver: while A
+// holds, <name>.service.consul answers A (with its fencing token in the
+// catalog meta); A exits cleanly, B takes over: no DNS query sent after B's
+// command started answers A, and the catalog keeps no instance of A.
+func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
+	l, service, token := declareHolderService(t, 1)
+	record := filepath.Join(t.TempDir(), "record")
+	stop := sampleDNS(t, service)
+	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-wait-stdin")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-wait-stdin")...)
+	waitOutput(t, b, "waiting for the lock")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ports, err := lookupPorts(ctx, dnsResolver(t), service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hasPort(ports, 20001) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("DNS never answered holder A: %v", ports)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	entries, _, err := agent.Client().Health().Service(service, "leader", true, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runA := readRuns(t, record)[0]
+	if len(entries) != 1 || entries[0].Service.Meta[lockmodel.HolderMetaFencingToken] != strconv.FormatUint(runA.token, 10) ||
+		entries[0].Service.Meta[lockmodel.HolderMetaSession] != runA.session || entries[0].Service.Meta["team"] != "test" ||
+		entries[0].Service.ID != lockmodel.HolderServiceID(service, runA.session) {
+		t.Fatalf("catalog while A holds: %+v, want A's instance with fencing token %d", entries, runA.token)
+	}
+
+	time.Sleep(300 * time.Millisecond) // let the sampler see A
+	idA := lockmodel.HolderServiceID(service, runA.session)
+	goneAt := watchInstanceGone(service, idA)
+	a.closeStdin()
+	if code := a.wait(30 * time.Second); code != 0 {
+		t.Fatalf("A exit code %d", code)
+	}
+	waitStarted(t, record, "B")
+	waitOutput(t, b, "holder service registered")
+	time.Sleep(500 * time.Millisecond) // let the sampler see B
+	samples := stop()
+	b.closeStdin()
+	if code := b.wait(30 * time.Second); code != 0 {
+		t.Fatalf("B exit code %d", code)
+	}
+	var runB *childRun
+	for _, r := range readRuns(t, record) {
+		switch r.tag {
+		case "A":
+			runA = r
+		case "B":
+			runB = r
+		}
+	}
+	lastA, firstB := lastWith(samples, 20001), firstWith(samples, 20002)
+	if lastA.IsZero() || firstB.IsZero() {
+		t.Fatalf("DNS never answered A (%v) or B (%v) in %d samples", lastA, firstB, len(samples))
+	}
+	if !lastA.Before(runB.start) {
+		t.Fatalf("DNS answered former holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
+	}
+	// The catalog (which DNS answers from) dropped A at a Raft index below
+	// B's acquisition (its fencing token): deregistered before released.
+	if x := goneAt(); x == 0 || x >= runB.token {
+		t.Fatalf("A's instance left the catalog at Raft index %d, not before B acquired at index %d (B's fencing token)", x, runB.token)
+	}
+	for _, s := range samples {
+		if len(s.ports) > 1 {
+			t.Fatalf("DNS answered two holders of a mutex at %s: %v", s.sent.Format(time.RFC3339Nano), s.ports)
+		}
+	}
+	t.Logf("clean hand-over: the last DNS answer naming A was to a query sent %s after A's command ended (queries every 50ms); "+
+		"B's command started %s after A's ended (hand-over gap); the first answer naming B was sent %s after B's command started; %d samples",
+		lastA.Sub(runA.end).Round(time.Millisecond), runB.start.Sub(runA.end).Round(time.Millisecond),
+		firstB.Sub(runB.start).Round(time.Millisecond), len(samples))
+	left, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("instances left after both runners exited: %d (%s)", len(left), left[0].Service.ID)
+	}
+}
+
+// watchInstanceGone follows the catalog's instances of service with
+// blocking queries, and returns a function that waits for (at most 30s) and
+// returns the Raft index at which instance id left the catalog.
+func watchInstanceGone(service, id string) func() uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	result := make(chan uint64, 1)
+	go func() {
+		defer close(result)
+		var index uint64
+		for ctx.Err() == nil {
+			entries, meta, err := agent.Client().Health().Service(service, "", false,
+				(&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second, RequireConsistent: true}).WithContext(ctx))
+			if err != nil {
+				continue
+			}
+			present := false
+			for _, e := range entries {
+				present = present || e.Service.ID == id
+			}
+			if !present {
+				result <- meta.LastIndex
+				return
+			}
+			index = meta.LastIndex
+		}
+	}()
+	return func() uint64 {
+		defer cancel()
+		return <-result
+	}
+}
+
+// TestHolderService_dnsDropsAKilledHolderBeforeTheNextStarts: A's runner
+// is SIGKILLed (no deregistration): its check goes critical and DNS stops
+// answering it before B, waiting, can acquire (B needs the session's TTL
+// to pass, then the lock-delay).
+func TestHolderService_dnsDropsAKilledHolderBeforeTheNextStarts(t *testing.T) {
+	l, service, token := declareHolderService(t, 1)
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-sleep", "2m")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-sleep", "1s")...)
+	waitOutput(t, b, "waiting for the lock")
+	stop := sampleDNS(t, service)
+	time.Sleep(500 * time.Millisecond)
+	runA := readRuns(t, record)[0]
+	killed := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(runA.pid, syscall.SIGKILL) // the orphaned command
+	a.wait(10 * time.Second)
+	if code := b.wait(90 * time.Second); code != 0 {
+		t.Fatalf("B exit code %d", code)
+	}
+	samples := stop()
+	var runB *childRun
+	for _, r := range readRuns(t, record) {
+		if r.tag == "B" {
+			runB = r
+		}
+	}
+	lastA := lastWith(samples, 20001)
+	if lastA.IsZero() {
+		t.Fatalf("DNS never answered A in %d samples", len(samples))
+	}
+	if !lastA.Before(runB.start) {
+		t.Fatalf("DNS answered killed holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
+	}
+	var emptyAt time.Time
+	for _, s := range samples {
+		if s.sent.After(lastA) && len(s.ports) == 0 {
+			emptyAt = s.sent
+			break
+		}
+	}
+	if emptyAt.IsZero() || !emptyAt.Before(runB.start) {
+		t.Fatalf("DNS was never empty between A's last answer and B's start (empty at %v, B started %v)", emptyAt, runB.start)
+	}
+	t.Logf("runner SIGKILLed: DNS named A until %s after the kill (check TTL %s), empty from %s; B's command started %s after the kill "+
+		"(empty answers for %s before it); %d samples",
+		lastA.Sub(killed).Round(time.Millisecond), lockmodel.FormatDuration(lockmodel.NewHolderCheck(*holderProfile(t)).TTL),
+		emptyAt.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
+		runB.start.Sub(emptyAt).Round(time.Millisecond), len(samples))
+}
+
+// TestHolderService_semaphoreOfThreeAnswersThreeHolders: each holder of a
+// semaphore registers its own instance.
+func TestHolderService_semaphoreOfThreeAnswersThreeHolders(t *testing.T) {
+	l, service, token := declareHolderService(t, 3)
+	record := filepath.Join(t.TempDir(), "record")
+	var procs []*proc
+	for i, port := range []int{20001, 20002, 20003} {
+		tag := fmt.Sprintf("H%d", i)
+		procs = append(procs, startRun(t, tag, token, holderArgs(l, port), childArgs(record, tag, "-wait-stdin")...))
+	}
+	for _, p := range procs {
+		waitOutput(t, p, "holder service registered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var ports []int
+	for {
+		var err error
+		if ports, err = lookupPorts(ctx, dnsResolver(t), service); err != nil {
+			t.Fatal(err)
+		}
+		if len(ports) == 3 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("DNS answered %v, want 3 holders", ports)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if ports[0] != 20001 || ports[1] != 20002 || ports[2] != 20003 {
+		t.Fatalf("DNS answered %v, want [20001 20002 20003]", ports)
+	}
+	for _, p := range procs {
+		p.closeStdin()
+		if code := p.wait(30 * time.Second); code != 0 {
+			t.Fatalf("%s exit code %d", p.name, code)
+		}
+	}
+	left, err := lookupPorts(ctx, dnsResolver(t), service)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("DNS after every holder exited: %v, %v", left, err)
+	}
+}
