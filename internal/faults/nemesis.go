@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // The nemesis: a randomized fault schedule, a pure function of its seed, and
@@ -33,12 +35,18 @@ const (
 	FaultProfileChange  FaultKind = "profile-change"  // rewrite the lock's session profile (Value: the variant)
 	FaultPoolResize     FaultKind = "pool-resize"     // rewrite the semaphore's limit (Value: the new limit)
 	FaultControllerKill FaultKind = "controller-kill" // SIGKILL a controller replica; restart it after For
+	// FaultClockSkew runs a process with its wall clock moved by Value
+	// seconds (lockmodel.EnvClockOffset) for For: a controller replica
+	// restarted skewed (Target controller-N), or runners on client node N
+	// (Target runner-N: an extra mutex runner, and the run-once runners
+	// started there meanwhile).
+	FaultClockSkew FaultKind = "clock-skew"
 )
 
 // FaultKinds lists every kind, in the order the summary prints them.
 var FaultKinds = []FaultKind{
 	FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut, FaultRunnerFreeze, FaultRunnerKill,
-	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill,
+	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill, FaultClockSkew,
 }
 
 // Step is one fault of a schedule: at At after the start, Kind on Target,
@@ -57,7 +65,10 @@ func (s Step) String() string {
 	if s.For > 0 {
 		out += " for " + s.For.Round(time.Millisecond).String()
 	}
-	if s.Value != 0 {
+	switch {
+	case s.Kind == FaultClockSkew:
+		out += fmt.Sprintf(" offset %+ds", s.Value)
+	case s.Value != 0:
 		out += " value " + strconv.Itoa(s.Value)
 	}
 	return strings.TrimRight(out, " ")
@@ -72,18 +83,21 @@ type ScheduleConfig struct {
 	Limits           []int         // the semaphore limits a resize picks from
 	ProfileVariants  int           // profile variants a profile change picks from (1..N)
 	MinFor, MaxFor   time.Duration // how long an undone fault lasts
+	MinSkew, MaxSkew time.Duration // how far a clock skew moves a clock, either way
 	Mutex, Semaphore string        // the two locks' targets
+	Once             string        // the run-once lock's target
 }
 
 // NemesisConfig is TestNemesis's schedule shape for a run of length: a
 // fault every 1 to 4s (over 600 in 30 minutes), undone after 1 to 15s,
 // on 3 client nodes and 2 controller replicas, a semaphore resized
-// between limits 2 and 3.
+// between limits 2 and 3, clocks moved by 30s to 3 minutes either way.
 func NemesisConfig(length time.Duration) ScheduleConfig {
 	return ScheduleConfig{
 		Length: length, MinGap: time.Second, MaxGap: 4 * time.Second,
 		Clients: 3, Controllers: 2, Limits: []int{2, 3}, ProfileVariants: 2,
-		MinFor: time.Second, MaxFor: 15 * time.Second, Mutex: "mutex", Semaphore: "semaphore",
+		MinFor: time.Second, MaxFor: 15 * time.Second, MinSkew: 30 * time.Second, MaxSkew: 3 * time.Minute,
+		Mutex: "mutex", Semaphore: "semaphore", Once: "once",
 	}
 }
 
@@ -91,8 +105,11 @@ func NemesisConfig(length time.Duration) ScheduleConfig {
 // arguments, so that a failing run is replayed from its seed. Faults on
 // the servers never overlap (a second leader kill before the first
 // server is back would leave no quorum), nor do faults on client nodes (a
-// node faulted twice at once is not two faults), nor two kills of
-// controller replicas (both replicas down leaves nothing to check).
+// node faulted twice at once is not two faults), nor two kills or skews
+// of controller replicas (both replicas down leaves nothing to check),
+// nor two clock skews. The faults on one holder (kill, freeze, session
+// destroyed, key deleted) pick the mutex, the semaphore or the run-once
+// lock; freezes only the fenced ones (mutex, run once).
 func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	between := func(lo, hi time.Duration) time.Duration {
@@ -119,6 +136,7 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 		{FaultProfileChange, 1, ""},
 		{FaultPoolResize, 1, ""},
 		{FaultControllerKill, 2, "controllers"},
+		{FaultClockSkew, 2, "skews"},
 	}
 	var steps []Step
 	limit := 0
@@ -146,26 +164,30 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 			pick -= w.weight
 		}
 		s := Step{At: at, Kind: kind}
-		lock := cfg.Mutex
-		if r.IntN(2) == 1 {
-			lock = cfg.Semaphore
+		locks := []string{cfg.Mutex, cfg.Semaphore}
+		fenced := []string{cfg.Mutex}
+		if cfg.Once != "" {
+			locks, fenced = append(locks, cfg.Once), append(fenced, cfg.Once)
 		}
+		lock := locks[r.IntN(len(locks))]
 		switch kind {
 		case FaultLeaderKill:
 			s.Target, s.For = "raft-leader", between(cfg.MinFor, cfg.MaxFor)
 		case FaultClientFreeze, FaultClientKill, FaultClientCut:
 			s.Target, s.For = fmt.Sprintf("client-%d", 1+r.IntN(cfg.Clients)), between(cfg.MinFor, cfg.MaxFor)
 		case FaultRunnerFreeze:
-			// A mutex holder only: a semaphore's slots have no fencing
+			// A fenced holder only: a semaphore's slots have no fencing
 			// token the store could check, and a frozen command wakes up
 			// to write whatever it was about to. Up to three times the
 			// longest other fault: past 2 x TTL the session is gone and
 			// another holder takes over while it sleeps.
-			s.Target, s.For = cfg.Mutex, between(cfg.MinFor, 3*cfg.MaxFor)
+			s.Target, s.For = fenced[r.IntN(len(fenced))], between(cfg.MinFor, 3*cfg.MaxFor)
 		case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
 			s.Target = lock
 		case FaultProfileChange:
-			s.Target, s.Value = lock, 1+r.IntN(max(1, cfg.ProfileVariants))
+			// The mutex's or the semaphore's profile (the run-once
+			// lock's stays).
+			s.Target, s.Value = locks[r.IntN(2)], 1+r.IntN(max(1, cfg.ProfileVariants))
 		case FaultPoolResize:
 			next := limit
 			for len(cfg.Limits) > 1 && next == limit {
@@ -175,11 +197,28 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 			s.Target, s.Value = cfg.Semaphore, next
 		case FaultControllerKill:
 			s.Target, s.For = fmt.Sprintf("controller-%d", 1+r.IntN(max(1, cfg.Controllers))), between(cfg.MinFor, cfg.MaxFor)
+		case FaultClockSkew:
+			// Skews last longer than other faults (up to 3 x MaxFor):
+			// max_hold and the hold's start are judged over seconds.
+			s.For = between(cfg.MinFor, 3*cfg.MaxFor)
+			skew := between(cfg.MinSkew, cfg.MaxSkew).Round(time.Second)
+			if r.IntN(2) == 1 {
+				skew = -skew
+			}
+			s.Value = int(skew / time.Second)
+			if busy["controllers"] <= at && r.IntN(2) == 1 {
+				// A replica restarted skewed: no kill of a replica
+				// meanwhile.
+				s.Target = fmt.Sprintf("controller-%d", 1+r.IntN(max(1, cfg.Controllers)))
+				busy["controllers"] = at + s.For + cfg.MinGap
+			} else {
+				s.Target = fmt.Sprintf("runner-%d", 1+r.IntN(cfg.Clients))
+			}
 		}
 		if group != "" {
 			// The group is busy until the fault is undone and a little
 			// after: a restarted server must be promoted to voter again.
-			busy[group] = at + s.For + cfg.MinGap
+			busy[group] = max(busy[group], at+s.For+cfg.MinGap)
 		}
 		steps = append(steps, s)
 	}
@@ -367,6 +406,97 @@ func ControllerWritesAfterLoss(events []ControllerEvent) (n int, evidence []stri
 			}
 			check(e, from)
 		}
+	}
+	return n, evidence
+}
+
+// The run-once workload's store log: each child writes as worker
+// "<run ID>/<runner>" (OnceWorker), and the store's front (the job's own
+// guard, as in examples/run-once) applies a run's effect, the accepted
+// end of its command, once per run ID: an end of a run already done is
+// logged with OnceRepeatNote and not applied again.
+const (
+	OnceEffectNote = "effect applied"
+	OnceRepeatNote = "run already done: effect not applied again"
+)
+
+// OnceWorker is the worker name of run-once runner runner for run id.
+func OnceWorker(id, runner string) string { return id + "/" + runner }
+
+// OnceRunID is the run ID of a run-once worker name ("" when it is not one).
+func OnceRunID(worker string) string {
+	id, _, ok := strings.Cut(worker, "/")
+	if !ok {
+		return ""
+	}
+	return id
+}
+
+// OnceRun is what the history says of one run ID of the run-once
+// workload.
+type OnceRun struct {
+	ID string
+	// Effects counts the run's effects the guarded store applied: the
+	// accepted ends of its commands (the command exited 0 right after).
+	// More than one is a command run to success twice.
+	Effects int
+	// Repeats counts commands that succeeded after the run's effect was
+	// applied, which the job's guard kept from applying it again: the one
+	// window the runner guide documents (a command succeeded, its runner
+	// died before the release transaction recorded it).
+	Repeats int
+	// Outcome and the attempt counts are the run ledger's, read after the
+	// run's runners exited ("" when it was not read).
+	Outcome           string
+	Attempts          int
+	SucceededAttempts int
+	Exits             map[int]int // the run's runners' exit codes
+	Waves             int         // how many times its runners were started
+	LedgerError       string      // why the ledger could not be read
+}
+
+// OnceEffects fills in Effects and Repeats of runs (by run ID) from the
+// run-once store's log, adding the run IDs the log names.
+func OnceEffects(log []Write, runs map[string]*OnceRun) {
+	for _, w := range log {
+		id := OnceRunID(w.Worker)
+		if w.Kind != KindEnd || !w.Accepted || id == "" {
+			continue
+		}
+		r := runs[id]
+		if r == nil {
+			r = &OnceRun{ID: id}
+			runs[id] = r
+		}
+		switch w.Note {
+		case OnceRepeatNote:
+			r.Repeats++
+		default:
+			r.Effects++
+		}
+	}
+}
+
+// RunOnceViolations checks "exactly one success per run ID": no run
+// whose effect was applied more than once, no ledger with two succeeded
+// attempts, and no ledger that says succeeded without the run's effect in
+// the store (a success recorded for a command that did not complete).
+// Runs that never succeeded (attempts used up, or every runner gone) are
+// not violations: the lock promises at most one success, and the ledger
+// says which runs missed.
+func RunOnceViolations(runs []OnceRun) (n int, evidence []string) {
+	for _, r := range runs {
+		switch {
+		case r.Effects > 1:
+			evidence = append(evidence, fmt.Sprintf("run %s: its effect was applied %d times", r.ID, r.Effects))
+		case r.SucceededAttempts > 1:
+			evidence = append(evidence, fmt.Sprintf("run %s: the ledger records %d succeeded attempts", r.ID, r.SucceededAttempts))
+		case r.Outcome == string(lockmodel.RunSucceeded) && r.Effects == 0:
+			evidence = append(evidence, fmt.Sprintf("run %s: the ledger says succeeded, but no command of it completed", r.ID))
+		default:
+			continue
+		}
+		n++
 	}
 	return n, evidence
 }

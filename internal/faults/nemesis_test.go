@@ -3,9 +3,11 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,12 +61,15 @@ const limitGrace = 5 * time.Second
 // TestNemesis runs a randomized fault schedule (a pure function of its
 // seed: NEMESIS_SEED, else the clock) on its own cluster of 3 servers and
 // 3 client agents, under a mutex workload (3 `consullock run` workers, one
-// per client node, short jobs) and a semaphore workload (4 workers, limit
-// 2 or 3), with two `consullock controller -mode enforce` replicas, and
-// checks the whole history: mutual exclusion (at most the limit in the
-// guarded store's log), fencing tokens strictly increasing per lock, no
-// stale write accepted, every runner exit code one the runner guide
-// documents, and no controller write after its replica lost leadership.
+// per client node, short jobs, and OpenTofu applies holding the same lock
+// with the ephemeral consullock_lock), a semaphore workload (4 workers,
+// limit 2 or 3) and a run-once workload (a runner per client node for
+// each of a sequence of run IDs), with two `consullock controller -mode
+// enforce` replicas, and checks the whole history: mutual exclusion (at
+// most the limit in the guarded store's log), fencing tokens strictly
+// increasing per lock, no stale write accepted, exactly one success per
+// run ID, every runner exit code one the runner guide documents, and no
+// controller write after its replica lost leadership.
 //
 // The short variant (make test) runs 90s of schedule; FAULTS_FULL=1 runs
 // 30 minutes (make test-faults); NEMESIS_LENGTH (a duration) overrides
@@ -118,6 +123,8 @@ type nemesis struct {
 	cluster  *testenv.Cluster
 	mutex    *harness
 	sem      *harness
+	once     *onceWorkload
+	eph      *ephemeralWorkload
 	replicas []*replica
 
 	mu       sync.Mutex
@@ -127,6 +134,7 @@ type nemesis struct {
 	limits   []LimitChange
 	profiles map[string]int // target -> profile variant in force (1-based)
 	events   []ControllerEvent
+	skews    map[string]time.Duration // client node -> clock offset of the runners started there
 }
 
 // errorf fails the test with the seed and the replay command.
@@ -144,7 +152,7 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	n := &nemesis{
 		t: t, seed: seed, replay: replay,
 		injected: map[FaultKind]int{}, skipped: map[FaultKind]int{}, undos: map[int]func(){},
-		profiles: map[string]int{"mutex": 1, "semaphore": 1},
+		profiles: map[string]int{"mutex": 1, "semaphore": 1}, skews: map[string]time.Duration{},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -187,7 +195,19 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	n.limits = []LimitChange{{At: time.Now(), Limit: nemesisLimits[0]}}
 	n.mutex = newHarness(t, phase{name: "nemesis-mutex", work: 50 * time.Millisecond, maxHold: nemesisMaxHold, env: env, workers: 3, profile: nemesisMutexProfiles[0]})
 	n.sem = newHarness(t, phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, env: env, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]})
+	n.once = newOnceWorkload(n)
+	n.eph = newEphemeralWorkload(n)
 	return n
+}
+
+// skewEnv is the clock offset of a runner started on node now.
+func (n *nemesis) skewEnv(node string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d, ok := n.skews[node]; ok {
+		return []string{fmt.Sprintf("%s=%s", lockmodel.EnvClockOffset, d)}
+	}
+	return nil
 }
 
 // replica is one `consullock controller -mode enforce` process, restarted
@@ -196,6 +216,7 @@ type replica struct {
 	name string
 	node *testenv.Node
 	log  string
+	env  []string // added to its environment at its next start (a clock skew)
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -208,7 +229,10 @@ func (r *replica) start() error {
 		return err
 	}
 	cmd := exec.Command(runnerBin, "controller", "-mode", "enforce", "-listen", "")
-	cmd.Env = append(cleanEnv(), r.node.Env()...)
+	r.mu.Lock()
+	extra := r.env
+	r.mu.Unlock()
+	cmd.Env = append(append(cleanEnv(), r.node.Env()...), extra...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -282,8 +306,13 @@ func (n *nemesis) run(steps []Step) {
 	if err := n.cluster.WaitHealthy(ctx); err != nil {
 		n.errorf("the cluster did not recover after the schedule: %v", err)
 	}
-	// Liveness: both workloads hand over again once every fault is undone.
-	for _, h := range []*harness{n.mutex, n.sem} {
+	// Liveness: every workload of `consullock run` hands over again once
+	// every fault is undone.
+	for _, h := range []struct {
+		name  string
+		ctx   context.Context
+		store *Store
+	}{{n.mutex.ph.name, n.mutex.ctx, n.mutex.store}, {n.sem.ph.name, n.sem.ctx, n.sem.store}, {"nemesis-once", n.once.ctx, n.once.store}} {
 		mark := h.store.Mark("", "nemesis: schedule over, every fault undone")
 		wctx, wcancel := context.WithTimeout(h.ctx, 2*time.Minute)
 		_, err := h.store.WaitFor(wctx, func(log []Write) bool {
@@ -296,7 +325,7 @@ func (n *nemesis) run(steps []Step) {
 		})
 		wcancel()
 		if err != nil {
-			n.errorf("%s: no holder started within 2 minutes after every fault was undone", h.ph.name)
+			n.errorf("%s: no holder started within 2 minutes after every fault was undone", h.name)
 		}
 	}
 }
@@ -313,20 +342,20 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 	case FaultClientFreeze, FaultClientKill, FaultClientCut:
 		undo, ok = n.clientFault(s)
 	case FaultRunnerFreeze:
-		undo, ok = n.freezeHolder()
+		undo, ok = n.freezeHolder(n.lockTarget(s))
 	case FaultRunnerKill:
-		h := n.target(s)
+		h := n.lockTarget(s)
 		holder, p := n.holder(h)
 		if ok = p != nil; ok {
 			h.store.Mark(holder.Worker, "nemesis: SIGKILL runner and child")
 			signalHolder(p, holder, syscall.SIGKILL)
 		}
 	case FaultKeyDelete:
-		h := n.target(s)
-		h.store.Mark("", "nemesis: delete "+h.lock.Key)
-		ok = n.admin(func(c *api.Client) error { _, err := c.KV().Delete(h.lock.Key, nil); return err })
+		h := n.lockTarget(s)
+		h.store.Mark("", "nemesis: delete "+h.key)
+		ok = n.admin(func(c *api.Client) error { _, err := c.KV().Delete(h.key, nil); return err })
 	case FaultSessionDestroy:
-		h := n.target(s)
+		h := n.lockTarget(s)
 		if holder, p := n.holder(h); p != nil && holder.Session != "" {
 			h.store.Mark(holder.Worker, "nemesis: destroy session "+holder.Session)
 			ok = n.admin(func(c *api.Client) error { _, err := c.Session().Destroy(holder.Session, nil); return err })
@@ -348,6 +377,8 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 				n.errorf("restarting %s: %v", r.name, err)
 			}
 		}
+	case FaultClockSkew:
+		undo = n.skewClock(s)
 	}
 	n.mu.Lock()
 	if ok {
@@ -392,6 +423,23 @@ func (n *nemesis) target(s Step) *harness {
 	return n.mutex
 }
 
+// lockTarget is what the faults on one holder need of a workload: its
+// store, its lock key and the runner of a start it logged.
+type lockTarget struct {
+	ctx      context.Context
+	store    *Store
+	key      string
+	runnerOf func(start Write) *os.Process
+}
+
+func (n *nemesis) lockTarget(s Step) lockTarget {
+	if s.Target == "once" {
+		return lockTarget{n.once.ctx, n.once.store, n.once.lock.Key, n.once.runnerOf}
+	}
+	h := n.target(s)
+	return lockTarget{h.ctx, h.store, h.lock.Key, h.holderRunner}
+}
+
 // admin runs a management write on a running server, retrying Consul's
 // transient errors (a leader just killed) for up to 30s.
 func (n *nemesis) admin(op func(*api.Client) error) bool {
@@ -407,7 +455,7 @@ func (n *nemesis) admin(op func(*api.Client) error) bool {
 // holder returns a current holder of h's lock whose runner still runs
 // (the latest accepted start with no end or abort after it), waiting up to
 // 3s for one: jobs are short, and a lock may be between holders.
-func (n *nemesis) holder(h *harness) (Write, *os.Process) {
+func (n *nemesis) holder(h lockTarget) (Write, *os.Process) {
 	var found Write
 	var p *os.Process
 	ctx, cancel := context.WithTimeout(h.ctx, 3*time.Second)
@@ -421,7 +469,7 @@ func (n *nemesis) holder(h *harness) (Write, *os.Process) {
 				ended[w.Run] = true
 			case KindStart:
 				if w.Accepted && !ended[w.Run] && running(w.PID) {
-					if p = h.holderRunner(w); p != nil {
+					if p = h.runnerOf(w); p != nil {
 						found = w
 						return true
 					}
@@ -436,6 +484,7 @@ func (n *nemesis) holder(h *harness) (Write, *os.Process) {
 func (n *nemesis) markAll(note string) {
 	n.mutex.store.Mark("", note)
 	n.sem.store.Mark("", note)
+	n.once.store.Mark("", note)
 }
 
 func (n *nemesis) killLeader() (func(), bool) {
@@ -502,21 +551,63 @@ func (n *nemesis) clientFault(s Step) (func(), bool) {
 	}
 }
 
-// freezeHolder stops a mutex holder's runner and command (SIGSTOP); the
+// freezeHolder stops a fenced holder's runner and command (SIGSTOP); the
 // undo wakes the command first, which then writes at once with its old
 // token: the store must reject it if another holder started meanwhile.
-func (n *nemesis) freezeHolder() (func(), bool) {
-	holder, p := n.holder(n.mutex)
+func (n *nemesis) freezeHolder(h lockTarget) (func(), bool) {
+	holder, p := n.holder(h)
 	if p == nil {
 		return nil, false
 	}
-	n.mutex.store.Mark(holder.Worker, "nemesis: SIGSTOP runner and child")
+	h.store.Mark(holder.Worker, "nemesis: SIGSTOP runner and child")
 	signalHolder(p, holder, syscall.SIGSTOP)
 	return func() {
-		n.mutex.store.Mark(holder.Worker, "nemesis: SIGCONT runner and child")
+		h.store.Mark(holder.Worker, "nemesis: SIGCONT runner and child")
 		_ = syscall.Kill(-holder.PID, syscall.SIGCONT)
 		_ = p.Signal(syscall.SIGCONT)
 	}, true
+}
+
+// skewClock moves a clock by the step's offset until undone: a controller
+// replica restarted with it (killed, as by controller-kill), or the runners
+// started on a client node meanwhile (an extra mutex runner, and the
+// run-once runners started there).
+func (n *nemesis) skewClock(s Step) func() {
+	offset := time.Duration(s.Value) * time.Second
+	if strings.HasPrefix(s.Target, "controller-") {
+		r := n.replicas[replicaIndex(s.Target)]
+		restart := func(env []string) {
+			r.kill()
+			n.mu.Lock()
+			n.events = append(n.events, ControllerEvent{At: time.Now(), Replica: r.name, Kind: CtlKilled})
+			n.mu.Unlock()
+			r.mu.Lock()
+			r.env = env
+			r.mu.Unlock()
+			if err := r.start(); err != nil {
+				n.errorf("restarting %s: %v", r.name, err)
+			}
+		}
+		n.markAll(fmt.Sprintf("nemesis: %s restarted with its clock moved by %s", r.name, offset))
+		restart([]string{fmt.Sprintf("%s=%s", lockmodel.EnvClockOffset, offset)})
+		return func() {
+			n.markAll(fmt.Sprintf("nemesis: %s restarted with its clock right", r.name))
+			restart(nil)
+		}
+	}
+	i, _ := strconv.Atoi(strings.TrimPrefix(s.Target, "runner-"))
+	node := n.cluster.Clients[(max(i, 1)-1)%len(n.cluster.Clients)]
+	n.markAll(fmt.Sprintf("nemesis: runners on %s start with their clock moved by %s", node.Name, offset))
+	n.mu.Lock()
+	n.skews[node.Name] = offset
+	n.mu.Unlock()
+	runner := n.startSkewedRunner(node, offset)
+	return func() {
+		n.mu.Lock()
+		delete(n.skews, node.Name)
+		n.mu.Unlock()
+		runner.stop()
+	}
 }
 
 // changeProfile rewrites the target lock's session profile record to the
@@ -595,6 +686,8 @@ func (n *nemesis) resize(limit int) bool {
 // check stops everything and runs the checkers on the whole history.
 func (n *nemesis) check(steps []Step) {
 	t := n.t
+	n.eph.stop()
+	n.once.stop()
 	n.mutex.stop()
 	n.sem.stop()
 	for _, r := range n.replicas {
@@ -617,6 +710,27 @@ func (n *nemesis) check(steps []Step) {
 		h.mu.Unlock()
 	}
 	unexpected, codes := UnexpectedExits(exits, nemesisAllowedExits)
+	n.once.mu.Lock()
+	onceExits := maps.Clone(n.once.exits)
+	n.once.mu.Unlock()
+	onceUnexpected, onceCodes := UnexpectedExits(onceExits, nemesisOnceAllowedExits)
+	onceLog := n.once.store.Log()
+	onceRep := Check("nemesis once", onceLog, n.once.profile.WorstCaseGap())
+	runs := n.once.results()
+	onceViolations, onceEvidence := RunOnceViolations(runs)
+	mutexLog := n.mutex.store.Log()
+	ephExecutions, ephCompleted := 0, 0
+	for _, w := range mutexLog {
+		if w.Worker == ephemeralWorker && w.Accepted {
+			switch w.Kind {
+			case KindStart:
+				ephExecutions++
+			case KindEnd:
+				ephCompleted++
+			}
+		}
+	}
+	applies, applyMedian, applyFailures := n.eph.figures()
 	for _, r := range n.replicas {
 		f, err := os.Open(r.log)
 		if err != nil {
@@ -645,12 +759,17 @@ func (n *nemesis) check(steps []Step) {
 		count int
 		what  func() string // the evidence, rendered only for a violation
 	}{
-		{"mutual exclusion: mutex overlaps among accepted writes", mutexRep.Overlaps, func() string { return dumpLog(n.mutex.store.Log()) }},
+		{"mutual exclusion: mutex overlaps among accepted writes (runners and ephemeral lock)", mutexRep.Overlaps, func() string { return dumpLog(mutexLog) }},
 		{"mutual exclusion: semaphore holders above the limit", semRep.Overlaps, func() string { return dumpLog(semLog) }},
-		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, func() string { return dumpLog(n.mutex.store.Log()) }},
-		{"fencing: tokens used by two executions (mutex + semaphore)", mutexRep.Duplicated + semRep.Duplicated, func() string { return dumpLog(n.mutex.store.Log()) + dumpLog(semLog) }},
+		{"mutual exclusion: run-once overlaps among accepted writes", onceRep.Overlaps, func() string { return dumpLog(onceLog) }},
+		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, func() string { return dumpLog(mutexLog) }},
+		{"fencing: run-once stale tokens accepted", onceRep.StaleAccepted, func() string { return dumpLog(onceLog) }},
+		{"fencing: tokens used by two executions (mutex + semaphore + run once)", mutexRep.Duplicated + semRep.Duplicated + onceRep.Duplicated, func() string { return dumpLog(mutexLog) + dumpLog(semLog) + dumpLog(onceLog) }},
 		{"fencing: semaphore holder admitted later with a lower token", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
-		{"runner exits the guide does not allow", unexpected, func() string { return fmt.Sprintf("codes %v in %s", codes, exitsText(exits)) }},
+		{"run once: run IDs not succeeded exactly once (effect applied twice, two succeeded attempts, or a success without its effect)", onceViolations, func() string { return strings.Join(onceEvidence, "\n") + "\n" + dumpLog(onceLog) }},
+		{"runner exits the guide does not allow", unexpected + onceUnexpected, func() string {
+			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))
+		}},
 		{"controller writes without leadership", ctlWrites, func() string { return strings.Join(writeEvidence, "\n") }},
 	}
 	var b strings.Builder
@@ -668,13 +787,19 @@ func (n *nemesis) check(steps []Step) {
 	fmt.Fprintf(&b, "| **total** | %d | %d | |\n\n", len(steps), totalInjected)
 	b.WriteString("| workload | executions | hand-overs | completed | interrupted | stale writes rejected | longest fenced overlap |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| mutex | %d | %d | %d | %d | %d | %s |\n", mutexRep.Executions, mutexRep.HandOvers, mutexRep.Completed, mutexRep.Interrupted, mutexRep.StaleRejected, mutexRep.MaxFencedOverlap.Round(time.Millisecond))
+	fmt.Fprintf(&b, "| of which ephemeral lock (tofu apply) | %d | | %d | %d | | |\n", ephExecutions, ephCompleted, ephExecutions-ephCompleted)
 	fmt.Fprintf(&b, "| semaphore (limit %v) | %d | %d | %d | %d | | |\n", nemesisLimits, semRep.Executions, semRep.HandOvers, semRep.Completed, semRep.Interrupted)
-	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions, mutexRep.HandOvers+semRep.HandOvers)
+	fmt.Fprintf(&b, "| run once (%d run IDs) | %d | %d | %d | %d | %d | %s |\n", len(runs), onceRep.Executions, onceRep.HandOvers, onceRep.Completed, onceRep.Interrupted, onceRep.StaleRejected, onceRep.MaxFencedOverlap.Round(time.Millisecond))
+	handOvers := mutexRep.HandOvers + semRep.HandOvers + onceRep.HandOvers
+	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions+onceRep.Executions, handOvers)
+	b.WriteString(onceSummary(runs) + "\n")
+	fmt.Fprintf(&b, "ephemeral lock: %d OpenTofu applies succeeded (median %s each, plan and apply each opening the lock); failed: %s\n\n",
+		applies, applyMedian.Round(10*time.Millisecond), failuresText(applyFailures))
 	b.WriteString("| checker | violations |\n|---|---:|\n")
 	for _, c := range checkers {
 		fmt.Fprintf(&b, "| %s | %d |\n", c.name, c.count)
 	}
-	fmt.Fprintf(&b, "\nrunner exits: %s; controller: %d leaderships, %d repairs\nreplay: %s\n", exitsText(exits), leaderships, repairs, n.replay)
+	fmt.Fprintf(&b, "\nrunner exits: %s; run-once runner exits: %s; controller: %d leaderships, %d repairs\nreplay: %s\n", exitsText(exits), exitsText(onceExits), leaderships, repairs, n.replay)
 	t.Log(b.String())
 	if root, err := testenv.RepoRoot(); err == nil {
 		_ = os.WriteFile(filepath.Join(root, "tmp", "nemesis-report.md"), []byte(b.String()), 0o644)
@@ -685,13 +810,53 @@ func (n *nemesis) check(steps []Step) {
 		}
 	}
 	if os.Getenv("FAULTS_FULL") != "" && os.Getenv("NEMESIS_LENGTH") == "" {
-		if h := mutexRep.HandOvers + semRep.HandOvers; h < 10000 {
+		if h := handOvers; h < 10000 {
 			n.errorf("%d hand-overs; the long schedule must reach 10,000", h)
 		}
 		if totalInjected < 500 {
 			n.errorf("%d faults injected; the long schedule must reach 500", totalInjected)
 		}
 	}
+}
+
+// onceSummary is the run-once workload's line: run IDs by ledger outcome,
+// the attempt that succeeded, and the commands the job's guard kept from
+// applying a run's effect twice.
+func onceSummary(runs []OnceRun) string {
+	outcomes := map[string]int{}
+	firstAttempt, repeats, rewaved := 0, 0, 0
+	for _, r := range runs {
+		o := r.Outcome
+		if o == "" {
+			o = "unread (" + r.LedgerError + ")"
+		}
+		outcomes[o]++
+		if r.Outcome == string(lockmodel.RunSucceeded) && r.Attempts == 1 {
+			firstAttempt++
+		}
+		repeats += r.Repeats
+		if r.Waves > 1 {
+			rewaved++
+		}
+	}
+	var parts []string
+	for _, o := range slices.Sorted(maps.Keys(outcomes)) {
+		parts = append(parts, fmt.Sprintf("%s %d", o, outcomes[o]))
+	}
+	return fmt.Sprintf("run once: %d run IDs, ledger outcomes: %s; succeeded at attempt 1: %d; runners started again (no runner decided the run): %d; "+
+		"commands that succeeded after their run's effect was applied (the documented window, kept from applying it twice by the job's guard): %d\n",
+		len(runs), strings.Join(parts, ", "), firstAttempt, rewaved, repeats)
+}
+
+func failuresText(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d x %q", m[k], k))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func exitsText(m map[int]int) string {

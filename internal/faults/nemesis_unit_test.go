@@ -26,6 +26,7 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 			t.Errorf("seed %d: %d steps in 30 minutes; the long variant needs 500 faults", seed, len(steps))
 		}
 		seen := map[FaultKind]bool{}
+		targets := map[FaultKind]bool{} // "kind target-without-number"
 		busyUntil := map[string]time.Duration{}
 		limit := unitScheduleConfig.Limits[0]
 		var last time.Duration
@@ -35,20 +36,36 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 				t.Fatalf("seed %d: step %s out of order or past the end", seed, s)
 			}
 			last = s.At
-			group := map[FaultKind]string{
-				FaultLeaderKill: "servers", FaultClientFreeze: "clients", FaultClientKill: "clients",
-				FaultClientCut: "clients", FaultControllerKill: "controllers",
+			groups := map[FaultKind][]string{
+				FaultLeaderKill: {"servers"}, FaultClientFreeze: {"clients"}, FaultClientKill: {"clients"},
+				FaultClientCut: {"clients"}, FaultControllerKill: {"controllers"}, FaultClockSkew: {"skews"},
 			}[s.Kind]
-			if group != "" {
+			if s.Kind == FaultClockSkew && strings.HasPrefix(s.Target, "controller-") {
+				groups = append(groups, "controllers") // a replica restarted skewed
+			}
+			for _, group := range groups {
 				if s.At < busyUntil[group] {
 					t.Fatalf("seed %d: %s overlaps an earlier fault on the %s", seed, s, group)
 				}
 				busyUntil[group] = s.At + s.For
 			}
+			targets[s.Kind+" "+FaultKind(strings.TrimRight(s.Target, "0123456789"))] = true
 			switch s.Kind {
 			case FaultRunnerFreeze:
-				if s.Target != "mutex" {
-					t.Errorf("seed %d: %s: only mutex holders are frozen", seed, s)
+				if s.Target != "mutex" && s.Target != "once" {
+					t.Errorf("seed %d: %s: only fenced holders (mutex, run once) are frozen", seed, s)
+				}
+			case FaultProfileChange:
+				if s.Target != "mutex" && s.Target != "semaphore" {
+					t.Errorf("seed %d: %s: the run-once lock's profile is not changed", seed, s)
+				}
+			case FaultClockSkew:
+				skew := time.Duration(max(s.Value, -s.Value)) * time.Second
+				if skew < unitScheduleConfig.MinSkew || skew > unitScheduleConfig.MaxSkew || s.For <= 0 {
+					t.Errorf("seed %d: %s: want an offset of 30s to 3m either way, and a duration", seed, s)
+				}
+				if !strings.HasPrefix(s.Target, "controller-") && !strings.HasPrefix(s.Target, "runner-") {
+					t.Errorf("seed %d: %s: a skew moves a controller replica's clock or runners' on a client node", seed, s)
 				}
 			case FaultPoolResize:
 				if s.Value == limit || (s.Value != 2 && s.Value != 3) {
@@ -64,6 +81,14 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 		for _, k := range FaultKinds {
 			if !seen[k] {
 				t.Errorf("seed %d: no %s in 30 minutes", seed, k)
+			}
+		}
+		for _, want := range []FaultKind{
+			"runner-kill once", "session-destroy once", "key-delete once", "runner-freeze once", "runner-freeze mutex",
+			"clock-skew controller-", "clock-skew runner-",
+		} {
+			if !targets[want] {
+				t.Errorf("seed %d: no %s in 30 minutes", seed, want)
 			}
 		}
 	}
@@ -205,5 +230,84 @@ func TestCheckSemaphoreLimits_followsTheLimitInForce(t *testing.T) {
 	}
 	if rep := checkSemaphore("x", log, 2); rep.Overlaps != 2 {
 		t.Errorf("with limit 2 throughout, overlaps = %d; want 2", rep.Overlaps)
+	}
+}
+
+func TestStep_printsAClockSkewsOffset(t *testing.T) {
+	s := Step{At: time.Second, Kind: FaultClockSkew, Target: "controller-1", For: 20 * time.Second, Value: -95}
+	if got := s.String(); !strings.Contains(got, "offset -95s") || !strings.Contains(got, "for 20s") {
+		t.Errorf("Step.String() = %q; want the offset and the duration", got)
+	}
+}
+
+func TestOnceRunID(t *testing.T) {
+	if got := OnceRunID(OnceWorker("once-0003", "client-1.2")); got != "once-0003" {
+		t.Errorf("OnceRunID = %q; want once-0003", got)
+	}
+	if got := OnceRunID("w1"); got != "" {
+		t.Errorf("OnceRunID(w1) = %q; want none", got)
+	}
+}
+
+func TestOnceEffects_countsAppliedEffectsAndRepeatsPerRunID(t *testing.T) {
+	w := func(kind, id, note string, accepted bool) Write {
+		return Write{Kind: kind, Worker: OnceWorker(id, "client-1.1"), Note: note, Accepted: accepted}
+	}
+	log := []Write{
+		w(KindStart, "a", "", true), w(KindEnd, "a", OnceEffectNote, true),
+		w(KindStart, "a", "", true), w(KindEnd, "a", OnceRepeatNote, true), // the window: ran again
+		w(KindStart, "b", "", true), w(KindEnd, "b", OnceEffectNote, false), // fenced: not applied
+		{Kind: KindFault, Note: "nemesis: kill"},
+	}
+	runs := map[string]*OnceRun{"b": {ID: "b", Outcome: "lost"}}
+	OnceEffects(log, runs)
+	if a := runs["a"]; a == nil || a.Effects != 1 || a.Repeats != 1 {
+		t.Errorf("run a = %+v; want 1 effect, 1 repeat", a)
+	}
+	if b := runs["b"]; b.Effects != 0 || b.Outcome != "lost" {
+		t.Errorf("run b = %+v; want no effect (its end was fenced), the ledger's outcome kept", b)
+	}
+}
+
+func TestRunOnceViolations(t *testing.T) {
+	tests := []struct {
+		name string
+		run  OnceRun
+		want int
+	}{
+		{"succeeded once", OnceRun{ID: "a", Effects: 1, Outcome: "succeeded", Attempts: 1, SucceededAttempts: 1}, 0},
+		{"succeeded at attempt 2 after the window, the guard kept the effect single", OnceRun{ID: "a", Effects: 1, Repeats: 1, Outcome: "succeeded", Attempts: 2, SucceededAttempts: 1}, 0},
+		{"exhausted, never succeeded", OnceRun{ID: "a", Outcome: "exhausted", Attempts: 5}, 0},
+		{"effect applied twice", OnceRun{ID: "a", Effects: 2, Outcome: "succeeded", SucceededAttempts: 1}, 1},
+		{"two succeeded attempts", OnceRun{ID: "a", Effects: 1, Outcome: "succeeded", SucceededAttempts: 2}, 1},
+		{"a success without its effect", OnceRun{ID: "a", Outcome: "succeeded", SucceededAttempts: 1}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, evidence := RunOnceViolations([]OnceRun{tt.run}); got != tt.want || len(evidence) != got {
+				t.Errorf("RunOnceViolations = %d %q; want %d", got, evidence, tt.want)
+			}
+		})
+	}
+}
+
+func TestApplyError_keepsTheTitleAndMessageWithoutWhatVaries(t *testing.T) {
+	out := `ephemeral.consullock_lock.mutex: Opening...
+
+Error: Cannot Acquire Lock
+
+  with ephemeral.consullock_lock.mutex,
+  on main.tf line 9, in ephemeral "consullock_lock" "mutex":
+   9: ephemeral "consullock_lock" "mutex" {
+
+Consul rejected the request as invalid.
+
+create a session on the agent's node: invalid input (HTTP 500 rpc error
+making call: apply failed: Check 'serfHealth' is in critical state)
+`
+	want := "Cannot Acquire Lock Consul rejected the request as invalid. create a session on the agent's node: invalid input (HTTP N rpc error " +
+		"making call: apply failed: Check 'serfHealth' is in critical state)"
+	if got := applyError(out); got != want {
+		t.Errorf("applyError =\n%q\nwant\n%q", got, want)
 	}
 }
