@@ -49,18 +49,19 @@ type lockResource struct {
 }
 
 type lockResourceModel struct {
-	Name            types.String         `tfsdk:"name"`
-	Prefix          types.String         `tfsdk:"prefix"`
-	Key             types.String         `tfsdk:"key"`
-	Limit           types.Int64          `tfsdk:"limit"`
-	SessionDefaults types.String         `tfsdk:"session_defaults"`
-	MaxHold         timetypes.GoDuration `tfsdk:"max_hold"`
-	Description     types.String         `tfsdk:"description"`
-	AlwaysHeld      types.Bool           `tfsdk:"always_held"`
-	RunOnce         *lockRunOnceModel    `tfsdk:"run_once"`
-	ForceDestroy    types.Bool           `tfsdk:"force_destroy"`
-	Flags           types.String         `tfsdk:"flags"`
-	RegistryKey     types.String         `tfsdk:"registry_key"`
+	Name            types.String            `tfsdk:"name"`
+	Prefix          types.String            `tfsdk:"prefix"`
+	Key             types.String            `tfsdk:"key"`
+	Limit           types.Int64             `tfsdk:"limit"`
+	SessionDefaults types.String            `tfsdk:"session_defaults"`
+	MaxHold         timetypes.GoDuration    `tfsdk:"max_hold"`
+	Description     types.String            `tfsdk:"description"`
+	AlwaysHeld      types.Bool              `tfsdk:"always_held"`
+	RunOnce         *lockRunOnceModel       `tfsdk:"run_once"`
+	HolderService   *lockHolderServiceModel `tfsdk:"holder_service"`
+	ForceDestroy    types.Bool              `tfsdk:"force_destroy"`
+	Flags           types.String            `tfsdk:"flags"`
+	RegistryKey     types.String            `tfsdk:"registry_key"`
 }
 
 func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -137,7 +138,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
-			"run_once": runOnceSchemaAttribute(),
+			"run_once":       runOnceSchemaAttribute(),
+			"holder_service": holderServiceSchemaAttribute(),
 			"force_destroy": schema.BoolAttribute{
 				MarkdownDescription: "Allow destroying the lock while it is held: the holders' sessions are ended (so that their " +
 					"lock-delay keeps the next holder out while their commands stop), then the key is deleted. The provider's token " +
@@ -209,6 +211,7 @@ func (m lockResourceModel) lock() (lockmodel.Lock, diag.Diagnostics) {
 		Description:     m.Description.ValueString(),
 		AlwaysHeld:      m.AlwaysHeld.ValueBool(),
 		RunOnce:         m.RunOnce.runOnce(&diags),
+		HolderService:   m.HolderService.holderService(&diags),
 	}
 	if !m.MaxHold.IsNull() && !m.MaxHold.IsUnknown() {
 		d, ds := m.MaxHold.ValueGoDuration()
@@ -239,6 +242,7 @@ func (m *lockResourceModel) setDeclared(l lockmodel.Lock) {
 	m.Description = keepOptionalString(m.Description, l.Description)
 	m.AlwaysHeld = types.BoolValue(l.AlwaysHeld)
 	m.RunOnce = runOnceState(m.RunOnce, l.RunOnce)
+	m.HolderService = holderServiceState(m.HolderService, l.HolderService)
 	switch {
 	case l.MaxHold == 0 && (m.MaxHold.IsNull() || m.MaxHold.IsUnknown()):
 		m.MaxHold = timetypes.NewGoDurationNull()
@@ -716,6 +720,9 @@ func (r *lockResource) profileWarnings(l lockmodel.Lock, pair *api.KVPair, diags
 	addWarnings(diags, l.ProfileWarnings(p))
 	if l.RunOnce != nil {
 		addWarnings(diags, l.RunOnce.PeriodWarnings(p))
+	}
+	if l.HolderService != nil {
+		addWarnings(diags, lockmodel.NewHolderCheck(p).Warnings())
 	}
 	return true
 }

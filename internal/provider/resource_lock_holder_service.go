@@ -1,0 +1,124 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// consullock_lock's holder_service: the attribute, its model and its
+// conversion to lockmodel.HolderService (the rules are lockmodel's,
+// holderservice.go).
+
+// lockHolderServiceModel is holder_service; a nil pointer in
+// lockResourceModel is an unset holder_service.
+type lockHolderServiceModel struct {
+	Name types.String `tfsdk:"name"`
+	Tags types.List   `tfsdk:"tags"`
+	Port types.Int64  `tfsdk:"port"`
+	Meta types.Map    `tfsdk:"meta"`
+}
+
+func holderServiceSchemaAttribute() schema.SingleNestedAttribute {
+	return schema.SingleNestedAttribute{
+		MarkdownDescription: "Put each holder into Consul's catalog and DNS while, and only while, it holds: `consullock run` " +
+			"registers a service instance on its local agent when its command starts (one per holder of a semaphore, ID " +
+			"`<name>-<session ID>`), with meta `lock`, `session`, `fencing_token` and `holder` (`<node>/<pid>`), and a TTL " +
+			"check it passes after each renewal of its session. The check goes critical before anyone else can acquire " +
+			"(its TTL is below the profile's `ttl + lock_delay`), the instance is withdrawn as soon as the lock is lost, and " +
+			"deregistered before the lock is released. Workers need `service \"<name>\"` write (`consullock_acl_policy`'s " +
+			"`holder_services`). Changing it rewrites only the declaration record; running holders keep what they registered.",
+		Optional: true,
+		Attributes: map[string]schema.Attribute{
+			"name": schema.StringAttribute{
+				MarkdownDescription: "Service name, so that `<name>.service.consul` names the holder(s): " +
+					allowedText(lockmodel.ValidateHolderServiceName("name", "")) + ".",
+				Required:   true,
+				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("name", ""))}},
+			},
+			"tags": schema.ListAttribute{
+				MarkdownDescription: fmt.Sprintf("Service tags, each a DNS label (`<tag>.<name>.service.consul`), at most %d, no duplicates.", lockmodel.MaxHolderServiceTags),
+				ElementType:         types.StringType,
+				Optional:            true,
+				Validators: []validator.List{
+					listvalidator.SizeAtMost(lockmodel.MaxHolderServiceTags),
+					listvalidator.UniqueValues(),
+					listvalidator.ValueStringsAre(domainStringRule{check: lockmodel.ValidateHolderServiceTag, what: allowedText(lockmodel.ValidateHolderServiceTag("tags", ""))}),
+				},
+			},
+			"port": schema.Int64Attribute{
+				MarkdownDescription: fmt.Sprintf("The holder's port, `1` to `%d`, in SRV answers and the catalog. Unset: no port. "+
+					"A runner may override it with `-service-port` (several holders on one host).", lockmodel.MaxServicePort),
+				Optional:   true,
+				Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxServicePort)},
+			},
+			"meta": schema.MapAttribute{
+				MarkdownDescription: fmt.Sprintf("Service meta added to the runner's own. Keys follow Consul's rule (1 to %d "+
+					"letters, digits, `-` or `_`, not starting with `consul-`) and may not be `lock`, `session`, `fencing_token` "+
+					"or `holder`; values at most %d bytes; at most %d pairs.", lockmodel.MaxServiceMetaKeyLength,
+					lockmodel.MaxServiceMetaValueLen, lockmodel.MaxServiceMetaPairs-len(lockmodel.HolderMetaKeys)),
+				ElementType: types.StringType,
+				Optional:    true,
+				Validators: []validator.Map{
+					mapvalidator.SizeAtMost(lockmodel.MaxServiceMetaPairs - len(lockmodel.HolderMetaKeys)),
+					mapvalidator.KeysAre(domainStringRule{check: lockmodel.ValidateHolderServiceMetaKey, what: allowedText(lockmodel.ValidateHolderServiceMetaKey("meta", "consul-"))}),
+					mapvalidator.ValueStringsAre(stringvalidator.LengthAtMost(lockmodel.MaxServiceMetaValueLen)),
+				},
+			},
+		},
+	}
+}
+
+// holderService converts a known holder_service (nil for none).
+func (m *lockHolderServiceModel) holderService(diags *diag.Diagnostics) *lockmodel.HolderService {
+	if m == nil {
+		return nil
+	}
+	h := &lockmodel.HolderService{Name: m.Name.ValueString(), Port: int(m.Port.ValueInt64())}
+	if !m.Tags.IsNull() && !m.Tags.IsUnknown() {
+		diags.Append(m.Tags.ElementsAs(context.Background(), &h.Tags, false)...)
+	}
+	if !m.Meta.IsNull() && !m.Meta.IsUnknown() {
+		diags.Append(m.Meta.ElementsAs(context.Background(), &h.Meta, false)...)
+	}
+	return h
+}
+
+// holderServiceState is holder_service as recorded (h), keeping prior's
+// null tags, port and meta where the record has none.
+func holderServiceState(prior *lockHolderServiceModel, h *lockmodel.HolderService) *lockHolderServiceModel {
+	if h == nil {
+		return nil
+	}
+	m := &lockHolderServiceModel{Name: types.StringValue(h.Name), Tags: types.ListNull(types.StringType),
+		Port: types.Int64Null(), Meta: types.MapNull(types.StringType)}
+	if h.Port != 0 || (prior != nil && !prior.Port.IsNull()) {
+		m.Port = types.Int64Value(int64(h.Port))
+	}
+	if len(h.Tags) > 0 || (prior != nil && !prior.Tags.IsNull()) {
+		tags := make([]attr.Value, len(h.Tags))
+		for i, t := range h.Tags {
+			tags[i] = types.StringValue(t)
+		}
+		m.Tags = types.ListValueMust(types.StringType, tags)
+	}
+	if len(h.Meta) > 0 || (prior != nil && !prior.Meta.IsNull()) {
+		meta := make(map[string]attr.Value, len(h.Meta))
+		for k, v := range h.Meta {
+			meta[k] = types.StringValue(v)
+		}
+		m.Meta = types.MapValueMust(types.StringType, meta)
+	}
+	return m
+}
