@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -135,6 +136,15 @@ type nemesis struct {
 	profiles map[string]int // target -> profile variant in force (1-based)
 	events   []ControllerEvent
 	skews    map[string]time.Duration // client node -> clock offset of the runners started there
+	// skewWindows are the clock skews' spans (to: zero while in force);
+	// skewExits the exits of the extra runners they started.
+	skewWindows []skewWindow
+	skewExits   map[int]int
+}
+
+type skewWindow struct {
+	target   string
+	from, to time.Time
 }
 
 // errorf fails the test with the seed and the replay command.
@@ -152,7 +162,7 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	n := &nemesis{
 		t: t, seed: seed, replay: replay,
 		injected: map[FaultKind]int{}, skipped: map[FaultKind]int{}, undos: map[int]func(){},
-		profiles: map[string]int{"mutex": 1, "semaphore": 1}, skews: map[string]time.Duration{},
+		profiles: map[string]int{"mutex": 1, "semaphore": 1}, skews: map[string]time.Duration{}, skewExits: map[int]int{},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -574,6 +584,15 @@ func (n *nemesis) freezeHolder(h lockTarget) (func(), bool) {
 // run-once runners started there).
 func (n *nemesis) skewClock(s Step) func() {
 	offset := time.Duration(s.Value) * time.Second
+	n.mu.Lock()
+	w := len(n.skewWindows)
+	n.skewWindows = append(n.skewWindows, skewWindow{target: s.Target, from: time.Now()})
+	n.mu.Unlock()
+	ended := func() {
+		n.mu.Lock()
+		n.skewWindows[w].to = time.Now()
+		n.mu.Unlock()
+	}
 	if strings.HasPrefix(s.Target, "controller-") {
 		r := n.replicas[replicaIndex(s.Target)]
 		restart := func(env []string) {
@@ -593,6 +612,7 @@ func (n *nemesis) skewClock(s Step) func() {
 		return func() {
 			n.markAll(fmt.Sprintf("nemesis: %s restarted with its clock right", r.name))
 			restart(nil)
+			ended()
 		}
 	}
 	i, _ := strconv.Atoi(strings.TrimPrefix(s.Target, "runner-"))
@@ -607,6 +627,7 @@ func (n *nemesis) skewClock(s Step) func() {
 		delete(n.skews, node.Name)
 		n.mu.Unlock()
 		runner.stop()
+		ended()
 	}
 }
 
@@ -744,13 +765,22 @@ func (n *nemesis) check(steps []Step) {
 		events = append(events, ev...)
 	}
 	ctlWrites, writeEvidence := ControllerWritesAfterLoss(events)
-	leaderships, repairs := 0, 0
+	leaderships, repairs, maxHoldEnds, maxHoldEndsSkewed := 0, 0, 0, 0
 	for _, e := range events {
 		switch e.Kind {
 		case CtlBecameLeader:
 			leaderships++
 		case CtlRepaired:
 			repairs++
+			if strings.Contains(e.Detail, compliance.ReasonMaxHoldExceeded) {
+				maxHoldEnds++
+				for _, w := range n.skewWindows {
+					if !e.At.Before(w.from) && (w.to.IsZero() || !e.At.After(w.to)) {
+						maxHoldEndsSkewed++
+						break
+					}
+				}
+			}
 		}
 	}
 
@@ -793,6 +823,8 @@ func (n *nemesis) check(steps []Step) {
 	handOvers := mutexRep.HandOvers + semRep.HandOvers + onceRep.HandOvers
 	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions+onceRep.Executions, handOvers)
 	b.WriteString(onceSummary(runs) + "\n")
+	fmt.Fprintf(&b, "clock skew: %d skews; the extra runners they started exited %s; the controllers ended %d holders for max_hold_exceeded, %d of them while a clock was skewed\n\n",
+		len(n.skewWindows), exitsText(n.skewExits), maxHoldEnds, maxHoldEndsSkewed)
 	fmt.Fprintf(&b, "ephemeral lock: %d OpenTofu applies succeeded (median %s each, plan and apply each opening the lock); failed: %s\n\n",
 		applies, applyMedian.Round(10*time.Millisecond), failuresText(applyFailures))
 	b.WriteString("| checker | violations |\n|---|---:|\n")

@@ -499,8 +499,8 @@ func applyError(out string) string {
 		kept = append(kept, line)
 	}
 	text := varying.ReplaceAllString(strings.Join(kept, " "), "N")
-	if len(text) > 240 {
-		text = text[:240] + "..."
+	if len(text) > 320 {
+		text = text[:320] + "..."
 	}
 	return text
 }
@@ -572,6 +572,9 @@ func (n *nemesis) startSkewedRunner(node *testenv.Node, offset time.Duration) *s
 			h.mu.Lock()
 			h.exits[code]++
 			h.mu.Unlock()
+			n.mu.Lock()
+			n.skewExits[code]++
+			n.mu.Unlock()
 			select {
 			case <-ctx.Done():
 			case <-time.After(supervisorWait):
