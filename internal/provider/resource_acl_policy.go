@@ -57,6 +57,7 @@ type aclPolicyModel struct {
 	ReadKeys            types.Set    `tfsdk:"read_keys"`
 	AgentRead           types.Bool   `tfsdk:"agent_read"`
 	RunLedgers          types.Set    `tfsdk:"run_ledgers"`
+	HolderServices      types.Set    `tfsdk:"holder_services"`
 	Rules               aclRules     `tfsdk:"rules"`
 	RegistryKey         types.String `tfsdk:"registry_key"`
 }
@@ -145,6 +146,16 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				},
 			},
 			"run_ledgers": runLedgersSchemaAttribute(),
+			"holder_services": schema.SetAttribute{
+				MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" " +
+					"{ policy = \"write\" }` on each, all a holder needs to register its instance on its agent, pass its TTL " +
+					"check and deregister it (verified on Consul 1.14). No other service name may be registered with it.",
+				Optional:    true,
+				ElementType: types.StringType,
+				Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
+					check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("holder_services", "")),
+				})},
+			},
 			"agent_read": schema.BoolAttribute{
 				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which `consul lock` needs to learn its agent's node name. " +
 					"Holders that use the HTTP API directly do not need it. Default `false`.",
@@ -173,7 +184,7 @@ func (r *aclPolicyResource) Configure(_ context.Context, req resource.ConfigureR
 // rulesInput converts the rule-shaping attributes; known is false while any
 // of them is unknown (then the rules are unknown at plan time too).
 func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics) (in lockmodel.RulesInput, known bool) {
-	for _, s := range []types.Set{m.LockKeys, m.SemaphorePrefixes, m.SessionNodePrefixes, m.ReadKeys} {
+	for _, s := range []types.Set{m.LockKeys, m.SemaphorePrefixes, m.SessionNodePrefixes, m.ReadKeys, m.HolderServices} {
 		if s.IsUnknown() || slices.ContainsFunc(s.Elements(), func(v attr.Value) bool { return v.IsUnknown() }) {
 			return in, false
 		}
@@ -186,6 +197,7 @@ func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics)
 	in.SessionNodePrefixes = aclSetStrings(ctx, m.SessionNodePrefixes, diags)
 	in.ReadKeys = aclSetStrings(ctx, m.ReadKeys, diags)
 	in.AgentRead = m.AgentRead.ValueBool()
+	in.HolderServices = aclSetStrings(ctx, m.HolderServices, diags)
 	return in, true
 }
 
@@ -197,6 +209,7 @@ func (m *aclPolicyModel) setRulesInput(in lockmodel.RulesInput) {
 	m.SessionNodePrefixes = aclStringSet(in.SessionNodePrefixes)
 	m.ReadKeys = aclStringSet(in.ReadKeys)
 	m.AgentRead = types.BoolValue(in.AgentRead)
+	m.HolderServices = aclStringSet(in.HolderServices)
 }
 
 // spec is the declaration record of m, with rules the canonical rules.
@@ -360,7 +373,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 		if err != nil || !exact {
 			resp.Diagnostics.AddWarning("Imported Rules Not Expressible",
 				fmt.Sprintf("The rules of ACL policy %q grant more or other than consullock_acl_policy renders "+
-					"(key write, key_prefix write, key read, session_prefix write, agent_prefix \"\" read). "+
+					"(key write, key_prefix write, key read, session_prefix write, agent_prefix \"\" read, service write). "+
 					"The inputs were read back as far as possible; the next plan shows the rules being replaced by those the configuration renders.", live.Name))
 		}
 		state.setRulesInput(in)

@@ -573,6 +573,7 @@ func aclTestPolicyModel(id string) aclPolicyModel {
 		ReadKeys:            types.SetNull(types.StringType),
 		AgentRead:           types.BoolValue(false),
 		RunLedgers:          types.SetNull(types.StringType),
+		HolderServices:      types.SetNull(types.StringType),
 		Rules:               newACLRulesValue(lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{"a/.lock"}, SessionNodePrefixes: []string{"web-"}})),
 		RegistryKey:         types.StringValue("consul-lock/acl-policies/p-direct"),
 	}
