@@ -62,6 +62,7 @@ type lockDataSourceModel struct {
 	KnownLeader          types.Bool           `tfsdk:"known_leader"`
 	LastContact          timetypes.GoDuration `tfsdk:"last_contact"`
 	LastRun              types.Object         `tfsdk:"last_run"`
+	HolderServices       types.List           `tfsdk:"holder_services"`
 }
 
 // lockHolderModel is one element of holders.
@@ -100,7 +101,7 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 		MarkdownDescription: "Who holds a Consul lock key right now: the holder's session and node, the value it wrote, " +
 			"its `fencing_token` and Consul's `lock_index`. Works on keys of `consullock_lock`, `api.Lock`, `api.Semaphore`, " +
 			"`consul lock` and raw `?acquire=` users alike. Reads only: one KV read, one session read when the key is held " +
-			"(and, for a semaphore, one KV list and one session list), and for `last_run` one list of the lock records and one ledger read.",
+			"(and, for a semaphore, one KV list and one session list), for `last_run` and `holder_services` one list of the lock records, then one ledger read and (with `holder_service`) one health query.",
 		Attributes: map[string]schema.Attribute{
 			"key": schema.StringAttribute{
 				MarkdownDescription: "The lock key, e.g. `jobs/nightly/.lock` (a `consullock_lock`'s `key`) or a raw key such as `service/job/leader`. " +
@@ -238,7 +239,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 				CustomType:          timetypes.GoDurationType{},
 			},
-			"last_run": lastRunSchemaAttribute(),
+			"last_run":        lastRunSchemaAttribute(),
+			"holder_services": holderServicesSchemaAttribute(),
 		},
 	}
 }
@@ -269,7 +271,9 @@ func (d *lockDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 		return
 	}
 	state := lockStateFromView(ctx, cfg.Key, consistent, view, &resp.Diagnostics)
-	state.LastRun = d.lastRun(ctx, key, &resp.Diagnostics)
+	decl, declared, listErr := d.declaredLock(ctx, key)
+	state.LastRun = d.lastRun(ctx, decl, declared, listErr, &resp.Diagnostics)
+	state.HolderServices = d.holderServices(ctx, decl, view, consistent, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -302,6 +306,7 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 		Key:                  key,
 		Consistent:           types.BoolValue(consistent),
 		LastRun:              types.ObjectNull(lastRunAttrTypes),
+		HolderServices:       types.ListNull(holderServicesType),
 		Exists:               types.BoolValue(view.Pair != nil),
 		Held:                 types.BoolValue(false),
 		Session:              types.StringNull(),

@@ -64,29 +64,22 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 	}
 }
 
-// lastRun reads the last run of the declared lock whose key is key: one
-// consistent list of the lock records, then, for a declared lock, one
-// consistent read of its ledger. Null when no lock declares key or its
-// ledger is empty. A ledger that does not decode is an error; Consul errors
-// are a warning, so that the holder is still reported.
-func (d *lockDataSource) lastRun(ctx context.Context, key string, diags *diag.Diagnostics) types.Object {
+// lastRun reads the last run of the declared lock whose key this is
+// (declaredLock: one consistent list of the lock records, whose error is
+// listErr), then, for a declared lock, one consistent read of its ledger.
+// Null when no lock declares the key or its ledger is empty. A ledger that
+// does not decode is an error; Consul errors are a warning, so that the
+// holder is still reported.
+func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, declared bool, listErr error, diags *diag.Diagnostics) types.Object {
 	null := types.ObjectNull(lastRunAttrTypes)
-	reg := d.data.client.Registry(d.data.registryPrefix)
-	recs, _, err := reg.List(ctx, lockmodel.KindLock)
-	if err != nil {
-		addLastRunWarning(diags, lockmodel.RegistryFolder(d.data.registryPrefix, lockmodel.KindLock), err)
+	if listErr != nil {
+		addLastRunWarning(diags, lockmodel.RegistryFolder(d.data.registryPrefix, lockmodel.KindLock), listErr)
 		return null
 	}
-	name := ""
-	for _, rec := range recs {
-		if l, err := lockmodel.DecodeLockRecord(rec.Value); err == nil && l.Key == key {
-			name = l.Name
-			break
-		}
-	}
-	if name == "" {
+	if !declared {
 		return null
 	}
+	name := decl.Name
 	ledgerKey := lockmodel.RunLedgerKey(d.data.registryPrefix, name)
 	ledger, _, err := d.data.client.ReadLedger(ctx, ledgerKey, name)
 	var ce *consul.Error
