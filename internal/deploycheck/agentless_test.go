@@ -2,6 +2,7 @@ package deploycheck
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,19 +122,31 @@ session_prefix "consul-server-" { policy = "write" }`)
 	// -node names another node: Consul accepts only a node in its catalog.
 	if s, err := lockproto.CreateSession(ctx, agentClient(t, agent), "agentless", "pod-not-in-catalog", agentlessProfile.WithDefaults()); err == nil {
 		t.Errorf("session %s created on a node missing from the catalog", s.ID)
+	} else if consul.KindOf(err) != consul.KindValidation || !strings.Contains(err.Error(), "Missing node registration") {
+		t.Errorf("on a node missing from the catalog: %v (kind %s), want invalid input (never retried), HTTP 500 Missing node registration", err, consul.KindOf(err))
 	} else {
 		t.Logf("on a node missing from the catalog: %v", err)
 	}
 
 	// A node registered in the catalog has no serfHealth: a session bound to
 	// it is refused, the agentless profile's is accepted.
+	// Registering it needs node write on it, which the workers' rules
+	// lack.
 	mgmt := agentClient(t, agent)
-	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: "consul-lock-runners", Address: "127.0.0.1"}, nil); err != nil {
-		t.Fatal(err)
+	runnersNode := &api.CatalogRegistration{Node: "consul-lock-runners", Address: "127.0.0.1"}
+	workersRules := `key "` + key + `" { policy = "write" }
+session_prefix "consul-lock-runners" { policy = "write" }`
+	if _, err := client(workersRules).Catalog().Register(runnersNode, nil); consul.KindOf(err) != consul.KindPermissionDenied {
+		t.Errorf("registering the runners' node with the workers' rules: %v, want permission denied", err)
+	}
+	if _, err := client(`node "consul-lock-runners" { policy = "write" }`).Catalog().Register(runnersNode, nil); err != nil {
+		t.Fatalf("registering the runners' node with node \"consul-lock-runners\" write: %v", err)
 	}
 	defaults := lockmodel.SessionProfile{Name: "default", TTL: 15 * time.Second, LockDelay: 15 * time.Second}.WithDefaults()
 	if s, err := lockproto.CreateSession(ctx, mgmt, "agentless", "consul-lock-runners", defaults); err == nil {
 		t.Errorf("session %s bound to serfHealth on a catalog node without it was created", s.ID)
+	} else if !strings.Contains(err.Error(), "Missing check 'serfHealth' registration") {
+		t.Errorf("serfHealth on the catalog node: %v, want HTTP 500 Missing check 'serfHealth' registration", err)
 	} else {
 		t.Logf("serfHealth on the catalog node: %v", err)
 	}

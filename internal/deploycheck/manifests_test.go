@@ -395,7 +395,7 @@ func TestPrometheusScrapeConfigs_promtool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"kubernetes/prometheus.yml", "nomad/prometheus.yml"} {
+	for _, f := range []string{"controller/prometheus.yml", "kubernetes/prometheus.yml", "nomad/prometheus.yml"} {
 		out, err := exec.Command(promtool, "check", "config", filepath.Join(examplesDir, f)).CombinedOutput()
 		if err != nil {
 			t.Errorf("promtool check config %s: %v\n%s", f, err, out)
