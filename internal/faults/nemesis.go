@@ -453,6 +453,8 @@ type OnceRun struct {
 	Exits             map[int]int // the run's runners' exit codes
 	Waves             int         // how many times its runners were started
 	LedgerError       string      // why the ledger could not be read
+	// Stopped: the end of the test stopped its runners (SIGTERM).
+	Stopped bool
 }
 
 // OnceEffects fills in Effects and Repeats of runs (by run ID) from the
@@ -479,8 +481,10 @@ func OnceEffects(log []Write, runs map[string]*OnceRun) {
 
 // RunOnceViolations checks "exactly one success per run ID": no run
 // whose effect was applied more than once, no ledger with two succeeded
-// attempts, and no ledger that says succeeded without the run's effect in
-// the store (a success recorded for a command that did not complete).
+// attempts, no ledger that says succeeded without the run's effect in
+// the store (a success recorded for a command that did not complete), and
+// no more runners exiting 0 (with -exit-code-if-done 122: "the command ran
+// and exited 0") than commands that completed.
 // Runs that never succeeded (attempts used up, or every runner gone) are
 // not violations: the lock promises at most one success, and the ledger
 // says which runs missed.
@@ -493,6 +497,8 @@ func RunOnceViolations(runs []OnceRun) (n int, evidence []string) {
 			evidence = append(evidence, fmt.Sprintf("run %s: the ledger records %d succeeded attempts", r.ID, r.SucceededAttempts))
 		case r.Outcome == string(lockmodel.RunSucceeded) && r.Effects == 0:
 			evidence = append(evidence, fmt.Sprintf("run %s: the ledger says succeeded, but no command of it completed", r.ID))
+		case r.Exits[0] > r.Effects+r.Repeats:
+			evidence = append(evidence, fmt.Sprintf("run %s: %d runners exited 0 (ran the command to success), but %d commands completed", r.ID, r.Exits[0], r.Effects+r.Repeats))
 		default:
 			continue
 		}

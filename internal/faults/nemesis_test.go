@@ -796,7 +796,7 @@ func (n *nemesis) check(steps []Step) {
 		{"fencing: run-once stale tokens accepted", onceRep.StaleAccepted, func() string { return dumpLog(onceLog) }},
 		{"fencing: tokens used by two executions (mutex + semaphore + run once)", mutexRep.Duplicated + semRep.Duplicated + onceRep.Duplicated, func() string { return dumpLog(mutexLog) + dumpLog(semLog) + dumpLog(onceLog) }},
 		{"fencing: semaphore holder admitted later with a lower token", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
-		{"run once: run IDs not succeeded exactly once (effect applied twice, two succeeded attempts, or a success without its effect)", onceViolations, func() string { return strings.Join(onceEvidence, "\n") + "\n" + dumpLog(onceLog) }},
+		{"run once: run IDs not succeeded exactly once (effect applied twice, two succeeded attempts, a success without its effect, or more runners exiting 0 than commands completed)", onceViolations, func() string { return strings.Join(onceEvidence, "\n") + "\n" + dumpLog(onceLog) }},
 		{"runner exits the guide does not allow", unexpected + onceUnexpected, func() string {
 			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))
 		}},
@@ -857,12 +857,17 @@ func (n *nemesis) check(steps []Step) {
 func onceSummary(runs []OnceRun) string {
 	outcomes := map[string]int{}
 	firstAttempt, repeats, rewaved := 0, 0, 0
+	stopped := ""
 	for _, r := range runs {
 		o := r.Outcome
 		if o == "" {
 			o = "unread (" + r.LedgerError + ")"
 		}
-		outcomes[o]++
+		if r.Stopped {
+			stopped += fmt.Sprintf("; run %s stopped by the end of the test: %s", r.ID, o)
+		} else {
+			outcomes[o]++
+		}
 		if r.Outcome == string(lockmodel.RunSucceeded) && r.Attempts == 1 {
 			firstAttempt++
 		}
@@ -876,8 +881,8 @@ func onceSummary(runs []OnceRun) string {
 		parts = append(parts, fmt.Sprintf("%s %d", o, outcomes[o]))
 	}
 	return fmt.Sprintf("run once: %d run IDs, ledger outcomes: %s; succeeded at attempt 1: %d; runners started again (no runner decided the run): %d; "+
-		"commands that succeeded after their run's effect was applied (the documented window, kept from applying it twice by the job's guard): %d\n",
-		len(runs), strings.Join(parts, ", "), firstAttempt, rewaved, repeats)
+		"commands that succeeded after their run's effect was applied (the documented window, kept from applying it twice by the job's guard): %d%s\n",
+		len(runs), strings.Join(parts, ", "), firstAttempt, rewaved, repeats, stopped)
 }
 
 func failuresText(m map[string]int) string {

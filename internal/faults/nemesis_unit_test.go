@@ -281,6 +281,8 @@ func TestRunOnceViolations(t *testing.T) {
 		{"effect applied twice", OnceRun{ID: "a", Effects: 2, Outcome: "succeeded", SucceededAttempts: 1}, 1},
 		{"two succeeded attempts", OnceRun{ID: "a", Effects: 1, Outcome: "succeeded", SucceededAttempts: 2}, 1},
 		{"a success without its effect", OnceRun{ID: "a", Outcome: "succeeded", SucceededAttempts: 1}, 1},
+		{"two runners say they ran it, one command completed", OnceRun{ID: "a", Effects: 1, Outcome: "succeeded", SucceededAttempts: 1, Exits: map[int]int{0: 2, 122: 1}}, 1},
+		{"a runner killed after its command completed", OnceRun{ID: "a", Effects: 1, Outcome: "running", Exits: map[int]int{137: 1}}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -203,6 +203,9 @@ func (o *onceWorkload) drive() {
 			case <-time.After(time.Second):
 			}
 		}
+		o.mu.Lock()
+		run.Stopped = o.ctx.Err() != nil
+		o.mu.Unlock()
 		o.readLedger(run)
 	}
 }
