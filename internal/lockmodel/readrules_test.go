@@ -31,3 +31,19 @@ func TestReadOnlyRules(t *testing.T) {
 		t.Errorf("without prefixes: want key_prefix \"\" read")
 	}
 }
+
+func TestReadOnlyRules_holderServicesAddServiceAndNodeRead(t *testing.T) {
+	p, err := ParseRules(ReadOnlyRules("consul-lock", []string{"jobs/"}, "web-leader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Grants("service", "web-leader") != ACLPolicyRead || p.Grants("node_prefix", "") != ACLPolicyRead {
+		t.Errorf("rules lack service read on the holder service or node read:\n%s", p.Canonical())
+	}
+	if p.Grants("service", "other") != "" {
+		t.Errorf("rules grant service read beyond the holder services:\n%s", p.Canonical())
+	}
+	if q, _ := ParseRules(ReadOnlyRules("consul-lock", []string{"jobs/"})); q.Grants("node_prefix", "") != "" {
+		t.Errorf("rules without holder services grant node read")
+	}
+}

@@ -48,6 +48,57 @@ type world struct {
 	// pending are the locks whose declaration is pending
 	// (compliance.Pending): not judged, reported as pending.
 	pending map[string]bool
+	// services are the instances of the declared holder services, by
+	// service name (readHolderServices).
+	services map[string][]consul.HolderServiceView
+}
+
+// holderServiceNames are the declared locks' holder service names, sorted.
+func (d declarations) holderServiceNames() []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, l := range d.locks {
+		if h := l.HolderService; h != nil && !seen[h.Name] {
+			seen[h.Name] = true
+			names = append(names, h.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// readHolderServices reads the instances of every declared holder service
+// that the sessions in w registered: one health query per service name,
+// none without holder services.
+func (r *reader) readHolderServices(ctx context.Context, w *world) error {
+	w.services = map[string][]consul.HolderServiceView{}
+	names := w.decl.holderServiceNames()
+	if len(names) == 0 {
+		return nil
+	}
+	sessions := make([]string, 0, len(w.raw))
+	for id := range w.raw {
+		sessions = append(sessions, id)
+	}
+	for _, n := range names {
+		views, err := r.c.ReadHolderServices(ctx, n, sessions, false)
+		if err != nil {
+			return err
+		}
+		w.services[n] = views
+	}
+	return nil
+}
+
+// holderService is session's instance of service name; nil when it has
+// none.
+func (w *world) holderService(name, session string) *HolderService {
+	for _, v := range w.services[name] {
+		if v.Session == session {
+			return &HolderService{ID: v.ID, Name: name, Address: v.Address, Port: v.Port, Status: v.Status}
+		}
+	}
+	return nil
 }
 
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
@@ -197,6 +248,9 @@ func (r *reader) readOnce(ctx context.Context) (*world, error) {
 		return nil, err
 	}
 	w.setSessions(raw)
+	if err := r.readHolderServices(ctx, w); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 

@@ -143,6 +143,9 @@ func renderDetail(w io.Writer, l Lock) {
 		row("Node checks:", dash(strings.Join(h.NodeChecks, ", ")))
 		row("Service checks:", dash(strings.Join(h.ServiceCheck, ", ")))
 		row("Value:", dash(h.Value))
+		if s := h.Service; s != nil {
+			row("Service:", fmt.Sprintf("%s (%s:%d, %s; %s.service.consul)", s.ID, s.Address, s.Port, s.Status, s.Name))
+		}
 		if h.Compliant {
 			row("Compliant:", "yes")
 		} else {

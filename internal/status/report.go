@@ -169,7 +169,21 @@ type Holder struct {
 	ServiceCheck []string `json:"session_service_checks"`
 	Compliant    bool     `json:"compliant"`
 	Violations   []string `json:"violations"`
-	started      time.Time
+	// Service is the holder's instance of its lock's holder_service;
+	// null when the lock has none or the holder registered none.
+	Service *HolderService `json:"service"`
+	started time.Time
+}
+
+// HolderService is a holder's service instance as the catalog shows it.
+type HolderService struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Port    int    `json:"port"`
+	// Status is the instance's health (its TTL check and its node's):
+	// passing, warning or critical; DNS answers it unless critical.
+	Status string `json:"status"`
 }
 
 // Finding is one controller Decision, as status reports it.
@@ -246,7 +260,11 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		maps.Copy(st.Keys, ls.Keys)
 		out.LockIndex, out.ModifyIndex = p.LockIndex, p.ModifyIndex
 		for _, h := range lockmodel.Holders(ls) {
-			out.Holders = append(out.Holders, holder(w, h.Session, h.Entry.ModifyIndex, h.Entry.Value, now))
+			hd := holder(w, h.Session, h.Entry.ModifyIndex, h.Entry.Value, now)
+			if l.HolderService != nil {
+				hd.Service = w.holderService(l.HolderService.Name, h.Session)
+			}
+			out.Holders = append(out.Holders, hd)
 		}
 		if l.IsSemaphore() {
 			waiting := len(lockmodel.Waiters(ls))

@@ -184,6 +184,6 @@ func printRules(ctx context.Context, r *reader, stdout, stderr io.Writer) int {
 	} else {
 		_, prefixes = listPrefixes(d)
 	}
-	fmt.Fprint(stdout, lockmodel.ReadOnlyRules(r.registry, prefixes))
+	fmt.Fprint(stdout, lockmodel.ReadOnlyRules(r.registry, prefixes, d.holderServiceNames()...))
 	return ExitOK
 }

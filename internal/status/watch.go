@@ -161,6 +161,12 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 		if !ready {
 			continue
 		}
+		// Holder services are read afresh at each rebuild (not watched):
+		// their health changes do not by themselves redraw the report.
+		if err := r.readHolderServices(ctx, w); err != nil {
+			fmt.Fprintf(stderr, "status: %v (retrying)\n", err)
+			continue
+		}
 		now := time.Now()
 		w.pending = nil
 		rep := build(w, r.registry, o.alwaysHeld, now)
