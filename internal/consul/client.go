@@ -28,6 +28,7 @@ type Client struct {
 	Datacenter, Namespace, Partition string
 
 	requests atomic.Uint64
+	http     *http.Client
 	// hasToken is false for the anonymous token, which /v1/acl/token/self
 	// cannot read (403 "ACL not found") although it is valid.
 	hasToken bool
@@ -111,6 +112,7 @@ func New(s Settings) (*Client, error) {
 	for k, v := range s.Headers {
 		headers.Set(k, v)
 	}
+	c.http = &http.Client{Transport: &startTransport{next: &retryablehttp.RoundTripper{Client: rc}}}
 	apiClient, err := api.NewClient(&api.Config{
 		Address:    hostport,
 		Scheme:     scheme,
@@ -118,7 +120,7 @@ func New(s Settings) (*Client, error) {
 		Namespace:  s.Namespace,
 		Partition:  s.Partition,
 		Token:      token,
-		HttpClient: &http.Client{Transport: &startTransport{next: &retryablehttp.RoundTripper{Client: rc}}},
+		HttpClient: c.http,
 	})
 	if err != nil {
 		return nil, err
@@ -127,6 +129,11 @@ func New(s Settings) (*Client, error) {
 	c.Client = apiClient
 	return c, nil
 }
+
+// HTTPClient is the client's HTTP client (the token pinned, TLS and retries
+// as configured), for a request whose body the caller decodes itself: the
+// controller's lock key watches, which decode only the keys that changed.
+func (c *Client) HTTPClient() *http.Client { return c.http }
 
 // startTransport stamps the time of the first attempt, and whether the
 // request may be sent again after it reached Consul, into the context.

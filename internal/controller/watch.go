@@ -255,28 +255,23 @@ func (c *Controller) reportBadRecord(p *api.KVPair, err error) {
 }
 
 // pollGroup lists the keys under one group's prefix and keeps the declared
-// lock keys among them, and the contender keys of declared semaphores.
+// lock keys among them, and the contender keys of declared semaphores
+// (listKeys: uncompressed, decoded without reflection).
 func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uint64, error) {
-	pairs, meta, err := c.watcher.KV().List(g.prefix, c.query(ctx, index))
+	live, meta, err := listKeys(ctx, c.watcher, g.prefix, index, c.cfg.WaitTime, g.covers)
 	if err != nil {
 		return 0, consul.Classify(fmt.Sprintf("watch lock keys under %q", g.prefix), err)
 	}
-	if meta.ResultsFilteredByACLs {
+	if meta.filtered {
 		c.markGroup(g, nil, false)
 		return 0, filtered(fmt.Sprintf("watch lock keys under %q", g.prefix), "key:read", g.prefix)
 	}
-	if index != 0 && meta.LastIndex == index {
+	if index != 0 && meta.lastIndex == index {
 		return index, nil
-	}
-	live := make(map[string]compliance.LiveKey, len(g.keys))
-	for _, p := range pairs {
-		if g.covers(p.Key) {
-			live[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
-		}
 	}
 	c.markGroup(g, live, true)
 	c.trigger()
-	return meta.LastIndex, nil
+	return meta.lastIndex, nil
 }
 
 // covers reports whether the group keeps key from its listing: a declared
