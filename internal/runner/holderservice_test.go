@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -408,4 +409,54 @@ func TestHolderService_semaphoreOfThreeAnswersThreeHolders(t *testing.T) {
 	if err != nil || len(left) != 0 {
 		t.Fatalf("DNS after every holder exited: %v, %v", left, err)
 	}
+}
+
+// TestHolderService_withdrawnAtOnceWhenTheLockIsLost: an operator destroys
+// the holder's session; the runner withdraws its instance as soon as it
+// counts the lock lost, while its command (which ignores SIGTERM) still
+// runs out its grace: the instance is gone from the catalog before the
+// runner exits and below the next holder's acquisition.
+func TestHolderService_withdrawnAtOnceWhenTheLockIsLost(t *testing.T) {
+	l, service, token := declareHolderService(t, 1)
+	record := filepath.Join(t.TempDir(), "record")
+	args := append(holderArgs(l, 20001), "-grace", "3s")
+	a := startRun(t, "A", token, args, childArgs(record, "A", "-sleep", "2m", "-on-term", "ignore")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-sleep", "1s")...)
+	waitOutput(t, b, "waiting for the lock")
+	runA := readRuns(t, record)[0]
+	goneAt := watchInstanceGone(service, lockmodel.HolderServiceID(service, runA.session))
+	destroyed := time.Now()
+	if _, err := agent.Client().Session().Destroy(runA.session, nil); err != nil {
+		t.Fatal(err)
+	}
+	index := goneAt()
+	seen := time.Now()
+	if code := a.wait(30 * time.Second); code != ExitLockLost {
+		t.Fatalf("A exit code %d, want %d", code, ExitLockLost)
+	}
+	if code := b.wait(60 * time.Second); code != 0 {
+		t.Fatalf("B exit code %d", code)
+	}
+	var runB *childRun
+	for _, r := range readRuns(t, record) {
+		if r.tag == "B" {
+			runB = r
+		}
+	}
+	if index == 0 || index >= runB.token {
+		t.Fatalf("A's instance left the catalog at index %d, not before B acquired at %d", index, runB.token)
+	}
+	if !seen.Before(a.exited) {
+		t.Fatalf("A's instance was still in the catalog when its runner exited (%s after the exit)", seen.Sub(a.exited))
+	}
+	// Withdrawn on the loss, not at the exit: before the grace ran out.
+	out := a.out.String()
+	dereg, killed := strings.Index(out, "holder service deregistered"), strings.Index(out, "did not exit within the grace period")
+	if dereg < 0 || killed < 0 || dereg > killed {
+		t.Fatalf("A deregistered its instance (at byte %d of its log) after its command's grace ran out (byte %d):\n%s", dereg, killed, out)
+	}
+	t.Logf("session destroyed: A's instance left the catalog within %s; A's runner exited %s after the destroy (grace 3s)",
+		seen.Sub(destroyed).Round(time.Millisecond), a.exited.Sub(destroyed).Round(time.Millisecond))
 }
