@@ -104,6 +104,9 @@ type phase struct {
 	env *consulEnv
 	// workers is the number of workers (zero: workersPerLock).
 	workers int
+	// runnerArgs are more `consullock run` flags (after -grace, so they
+	// may replace it), e.g. -node for agentless runners.
+	runnerArgs []string
 }
 
 // harness runs one phase: the store, the declared lock, the supervised
@@ -363,8 +366,9 @@ func (w *worker) supervise() {
 	if h.ph.otherWork != 0 && w.id != partitionedWorker {
 		work = h.ph.otherWork
 	}
-	argv = append(argv, runnerBin, "run", "-lock", h.lock.Name, "-grace", runnerGrace, "--",
-		childBin, "-work", work.String())
+	argv = append(argv, runnerBin, "run", "-lock", h.lock.Name, "-grace", runnerGrace)
+	argv = append(argv, h.ph.runnerArgs...)
+	argv = append(argv, "--", childBin, "-work", work.String())
 	env := append(cleanEnv(),
 		"CONSUL_HTTP_ADDR="+consulAddr, "CONSUL_HTTP_TOKEN="+runnerSecret,
 		childEnv+"=1", storeEnv+"="+storeURL, workerEnv+"="+w.id)
