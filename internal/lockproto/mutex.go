@@ -29,6 +29,10 @@ type mutex struct {
 	// the previous holder's own lock-delay cannot be read.
 	declaredDelay time.Duration
 	log           *slog.Logger
+	// acquired is the key's ModifyIndex at the acquisition (the fencing
+	// token): Watch blocks on it from its first read, since the
+	// acquisition's own answer showed the key held at that index.
+	acquired uint64
 }
 
 func (m *mutex) Key() string { return m.lock.Key }
@@ -50,6 +54,21 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 	fail := func(op string, err error) error {
 		return waitAfterError(ctx, m.log, op+" "+m.lock.Key, err, &failures)
 	}
+	// heldByOther: pair (read at index last) is held by another session;
+	// the next read blocks until it changes.
+	heldByOther := func(pair *api.KVPair, last uint64) {
+		if pair.Session != holderSeen {
+			holderSeen = pair.Session
+			if _, ok := delays[holderSeen]; !ok {
+				if d, ok := sessionLockDelay(ctx, m.c, holderSeen); ok {
+					delays[holderSeen] = d
+				}
+			}
+			m.log.Info("waiting for the lock", "holder_session", holderSeen, "holder", string(pair.Value))
+		}
+		freedAt, delayRetries = time.Time{}, 0
+		waitIndex = NextIndex(waitIndex, last)
+	}
 	for {
 		pair, meta, err := kv.Get(m.lock.Key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
 		if err != nil {
@@ -70,17 +89,7 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			// An earlier lock op succeeded but its answer was lost: lock
 			// again below (the holder may) to learn the token.
 		case pair != nil && pair.Session != "":
-			if pair.Session != holderSeen {
-				holderSeen = pair.Session
-				if _, ok := delays[holderSeen]; !ok {
-					if d, ok := sessionLockDelay(ctx, m.c, holderSeen); ok {
-						delays[holderSeen] = d
-					}
-				}
-				m.log.Info("waiting for the lock", "holder_session", holderSeen, "holder", string(pair.Value))
-			}
-			freedAt, delayRetries = time.Time{}, 0
-			waitIndex = NextIndex(waitIndex, meta.LastIndex)
+			heldByOther(pair, meta.LastIndex)
 			continue
 		}
 		if freedAt.IsZero() && holderSeen != "" {
@@ -99,12 +108,13 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			continue
 		}
 		if ok {
+			m.acquired = entry.ModifyIndex
 			return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, nil
 		}
 
 		// false: another contender was first, or the key is in the
 		// lock-delay of its previous holder's session.
-		pair, _, err = kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		pair, meta, err = kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("read lock key", err); werr != nil {
 				return Grant{}, werr
@@ -112,8 +122,14 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			waitIndex = 0
 			continue
 		}
+		if pair != nil && pair.Session == s.ID {
+			waitIndex = 0 // ours after all (an answer lost): lock again for the token
+			continue
+		}
 		if pair != nil && pair.Session != "" {
-			waitIndex = 0 // the loop top reads it again and waits on the holder
+			// Another contender was first: wait on it from this read,
+			// not from a second read of the same state.
+			heldByOther(pair, meta.LastIndex)
 			continue
 		}
 		delay, known := delays[holderSeen]
@@ -145,7 +161,7 @@ func describeHolder(pair *api.KVPair) string {
 func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 	kv := m.c.KV()
 	var (
-		index    uint64
+		index    = m.acquired
 		failures int
 	)
 	for {
