@@ -1,0 +1,531 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// handoverVariant is one subject of BenchmarkHandover: it starts a holder
+// (child tagged "first", 1.5s) and, once the holder's child runs and the
+// second contender waits, a waiter (child tagged "second", 10ms).
+type handoverVariant struct {
+	metric string
+	start  func(b *testing.B, record, addr1, addr2 string) (first, second *proc)
+}
+
+// handoverVariants: consullock run, consul lock, the floor, consullock run
+// with -run-id, and the base binary's run when BENCH_BASE_RUNNER names
+// one (BENCH_VARIANTS=run,consul_lock,... picks some); the ratios are to
+// consul lock.
+func handoverVariants() []handoverVariant {
+	vs := []handoverVariant{
+		{"run", runHandover(runnerBin, false)},
+		{"consul_lock", consulLockHandover},
+		{"floor", floorHandover},
+		{"run_id", runHandover(runnerBin, true)},
+	}
+	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
+		vs = append(vs, handoverVariant{"base_run", runHandover(base, false)}, handoverVariant{"base_run_id", runHandover(base, true)})
+	}
+	if only := os.Getenv("BENCH_VARIANTS"); only != "" {
+		vs = slices.DeleteFunc(vs, func(v handoverVariant) bool { return !slices.Contains(strings.Split(only, ","), v.metric) })
+	}
+	return vs
+}
+
+// runHandover starts two runners of bin on a fresh lock with consul
+// lock's session settings; with runID, the lock is run once and each
+// runner has a run ID of its own (the waiter reads the ledger and records
+// its attempt before its command starts).
+func runHandover(bin string, runID bool) func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+	return func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name())}
+		if runID {
+			l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
+		}
+		l = declare(b, l, consulLockProfile(b))
+		token := herdToken(b, l)
+		args := func(id string) []string {
+			if runID {
+				return []string{"-lock", l.Name, "-run-id", id}
+			}
+			return []string{"-lock", l.Name}
+		}
+		first := startRunnerBin(b, bin, "runner 1", addr1, token, args("r1"), childArgs(record, "first", "-sleep", "1500ms")...)
+		waitKey(b, l.Key, 30*time.Second, heldByOther(""))
+		second := startRunnerBin(b, bin, "runner 2", addr2, token, args("r2"), childArgs(record, "second", "-sleep", "10ms")...)
+		waitForTwoSessions(b, "consullock run "+l.Name)
+		return first, second
+	}
+}
+
+func consulLockHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+	prefix := testenv.UniquePrefix(b.Name())
+	args := func(tag, sleep string) []string {
+		return append([]string{"lock", "-shell=false", "-child-exit-code", prefix, childBin}, childArgs(record, tag, "-sleep", sleep)...)
+	}
+	first := startProc(b, "consul lock 1", processEnv(addr1, agent.ManagementToken), agent.Bin, args("first", "1500ms")...)
+	waitKey(b, lockmodel.DefaultLockKey(prefix), 30*time.Second, heldByOther(""))
+	second := startProc(b, "consul lock 2", processEnv(addr2, agent.ManagementToken), agent.Bin, args("second", "10ms")...)
+	waitForSessionsMatching(b, isConsulLockSession(prefix), 2)
+	return first, second
+}
+
+func floorHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+	key := lockmodel.DefaultLockKey(testenv.UniquePrefix(b.Name()))
+	args := func(tag, sleep string) []string {
+		return append([]string{"-key", key, "--", childBin}, childArgs(record, tag, "-sleep", sleep)...)
+	}
+	bin := floorBin(b)
+	first := startProc(b, "floor 1", processEnv(addr1, agent.ManagementToken), bin, args("first", "1500ms")...)
+	waitKey(b, key, 30*time.Second, heldByOther(""))
+	second := startProc(b, "floor 2", processEnv(addr2, agent.ManagementToken), bin, args("second", "10ms")...)
+	waitForSessionsMatching(b, func(name string) bool { return name == "handover floor "+key }, 2)
+	return first, second
+}
+
+// startRunnerBin is startRunAt with another consullock binary.
+func startRunnerBin(t testing.TB, bin, name, addr, token string, args []string, childArgs ...string) *proc {
+	t.Helper()
+	full := append([]string{"run"}, args...)
+	full = append(full, "--", childBin)
+	full = append(full, childArgs...)
+	return startProc(t, name, processEnv(addr, token), bin, full...)
+}
+
+// herdToken is a runner token for l, with write on its run ledger when l
+// runs once.
+func herdToken(t testing.TB, l lockmodel.Lock) string {
+	t.Helper()
+	rules := fmt.Sprintf(`key_prefix %q { policy = "write" }
+key_prefix "%s/" { policy = "read" }
+key %q { policy = "write" }
+session %q { policy = "write" }
+`, l.Prefix, lockmodel.DefaultRegistryPrefix, ledgerKey(l), agent.NodeName)
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.SecretID
+}
+
+var (
+	floorOnce sync.Once
+	floorPath string
+	floorErr  error
+)
+
+// floorBin builds testdata/handoverfloor once.
+func floorBin(t testing.TB) string {
+	t.Helper()
+	floorOnce.Do(func() {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			floorErr = err
+			return
+		}
+		floorPath = filepath.Join(root, "tmp", fmt.Sprintf("handoverfloor-%d", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", floorPath, "./internal/runner/testdata/handoverfloor")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			floorErr = fmt.Errorf("go build handoverfloor: %v\n%s", err, out)
+		}
+	})
+	if floorErr != nil {
+		t.Fatal(floorErr)
+	}
+	return floorPath
+}
+
+// ---------------------------------------------------------------------------
+// Counting Consul requests.
+
+// recordingProxy forwards to the agent and records every request: what
+// it was, when it was sent and answered, and how.
+type recordingProxy struct {
+	addr string
+	mu   sync.Mutex
+	reqs []*proxied
+}
+
+type proxied struct {
+	method, path, query string
+	sent, answered      time.Time // answered is zero while in flight
+	status              int
+}
+
+// renewal: PUT /v1/session/renew/<id>.
+func (r *proxied) renewal() bool { return strings.HasPrefix(r.path, "/v1/session/renew/") }
+
+// refusedLock: a transaction Consul rolled back (409), which for the
+// runners is a lock op that found the key held or in its lock-delay.
+func (r *proxied) refusedLock() bool {
+	return r.path == "/v1/txn" && r.status == http.StatusConflict
+}
+
+func (r *proxied) String() string {
+	q := r.query
+	if q != "" {
+		q = "?" + q
+	}
+	return r.method + " " + r.path + q
+}
+
+func newRecordingProxy(t testing.TB) *recordingProxy {
+	t.Helper()
+	target, err := url.Parse("http://" + agent.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &recordingProxy{}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		q.Del("dc")
+		r := &proxied{method: req.Method, path: req.URL.Path, query: q.Encode(), sent: time.Now()}
+		p.mu.Lock()
+		p.reqs = append(p.reqs, r)
+		p.mu.Unlock()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		rp.ServeHTTP(sw, req)
+		p.mu.Lock()
+		r.answered, r.status = time.Now(), sw.status
+		p.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	p.addr = strings.TrimPrefix(srv.URL, "http://")
+	return p
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// requestCount is what a window of requests held.
+type requestCount struct {
+	total, renewals, refusedLocks int
+}
+
+// count counts the requests sent in [from, to).
+func (p *recordingProxy) count(from, to time.Time) requestCount {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var c requestCount
+	for _, r := range p.reqs {
+		if r.sent.Before(from) || !r.sent.Before(to) {
+			continue
+		}
+		c.total++
+		switch {
+		case r.renewal():
+			c.renewals++
+		case r.refusedLock():
+			c.refusedLocks++
+		}
+	}
+	return c
+}
+
+// pending is the number of requests still unanswered (blocking queries).
+func (p *recordingProxy) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.reqs {
+		if r.answered.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// lastSent is when the newest request other than a renewal was sent.
+func (p *recordingProxy) lastSent() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.reqs) - 1; i >= 0; i-- {
+		if !p.reqs[i].renewal() {
+			return p.reqs[i].sent
+		}
+	}
+	return time.Time{}
+}
+
+// timeline lists the requests with their send and answer times relative
+// to zero, in send order.
+func (p *recordingProxy) timeline(zero time.Time) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sb strings.Builder
+	for _, r := range p.reqs {
+		answered := "pending"
+		if !r.answered.IsZero() {
+			answered = fmt.Sprintf("%+.2fms %d", ms(r.answered.Sub(zero)), r.status)
+		}
+		fmt.Fprintf(&sb, "  %+9.2fms -> %-16s %s\n", ms(r.sent.Sub(zero)), answered, r)
+	}
+	return sb.String()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// median of ds (sorted in place).
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// BenchmarkHandoverProfile lists every request of one clean hand-over,
+// per process, with its send and answer times relative to the end of the
+// holder's command, for consullock run (and the base binary's when
+// BENCH_BASE_RUNNER names one), -run-id, consul lock and the floor. Each
+// process talks to Consul through a proxy of its own (which adds its own
+// hop to each request: the timings are for reading the path, the
+// BenchmarkHandover figures are without proxies).
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'HandoverProfile' -benchtime 1x ./internal/runner/
+func BenchmarkHandoverProfile(b *testing.B) {
+	for b.Loop() {
+		for _, v := range handoverVariants() {
+			record := filepath.Join(b.TempDir(), "record")
+			p1, p2 := newRecordingProxy(b), newRecordingProxy(b)
+			first, second := v.start(b, record, p1.addr, p2.addr)
+			for _, p := range []*proc{first, second} {
+				if code := p.wait(time.Minute); code != 0 {
+					b.Fatalf("%s exited %d:\n%s", p.name, code, p.out.String())
+				}
+			}
+			runs := readRuns(b, record)
+			if len(runs) != 2 {
+				b.Fatalf("%s: runs = %+v", v.metric, runs)
+			}
+			zero := runs[0].end
+			fmt.Printf("MEASURED %s: hand-over %.2fms (through the proxies); holder's requests:\n%swaiter's requests (its command started at %+.2fms):\n%s",
+				v.metric, ms(runs[1].start.Sub(zero)), p1.timeline(zero), ms(runs[1].start.Sub(zero)), p2.timeline(zero))
+			if os.Getenv("RUNNER_TEST_VERBOSE") != "" {
+				fmt.Printf("child end %d, start %d\n--- %s:\n%s--- %s:\n%s", runs[0].end.UnixNano(), runs[1].start.UnixNano(), first.name, first.out, second.name, second.out)
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// ---------------------------------------------------------------------------
+// Waiting herds.
+
+// BenchmarkHerd runs one lock with 2, 20 and 100 waiting runners
+// (BENCH_HERD=2,20,100) through one counting proxy: every holder's
+// command runs until the benchmark ends it, so that each hand-over is
+// measured with the full herd waiting (the runner that took the lock is
+// replaced by a new waiter once the herd has settled). Per size it
+// reports the mean hand-over (holder's command end -> next command's
+// start), the Consul requests per hand-over (renewals left out: from the
+// end of the command until the herd is quiet again, the release, destroy
+// and the old holder's exit included), the failed acquisitions (refused
+// lock transactions) per hand-over, and the requests per second while
+// nobody hands over, with the blocking queries open meanwhile. Variants:
+// run, run with -run-id (a run ID per runner) and, with
+// BENCH_BASE_RUNNER, the base binary.
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'Herd' -benchtime 5x -timeout 60m ./internal/runner/
+func BenchmarkHerd(b *testing.B) {
+	sizes := []int{2, 20, 100}
+	if env := os.Getenv("BENCH_HERD"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				b.Fatalf("BENCH_HERD: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	type variant struct {
+		name  string
+		bin   string
+		runID bool
+	}
+	vs := []variant{{"run", runnerBin, false}, {"run_id", runnerBin, true}}
+	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
+		vs = append(vs, variant{"base_run", base, false})
+	}
+	for _, n := range sizes {
+		for _, v := range vs {
+			b.Run(fmt.Sprintf("%s/waiters=%d", v.name, n), func(b *testing.B) {
+				herd(b, v.bin, n, v.runID)
+			})
+		}
+	}
+}
+
+func herd(b *testing.B, bin string, waiters int, runID bool) {
+	l := lockmodel.Lock{Name: uniqueName(b, "herd"), Prefix: testenv.UniquePrefix(b.Name())}
+	if runID {
+		l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
+	}
+	l = declare(b, l, consulLockProfile(b))
+	token := herdToken(b, l)
+	proxy := newRecordingProxy(b)
+	record := filepath.Join(b.TempDir(), "record")
+	procs := map[string]*proc{}
+	next := 0
+	startOne := func() *proc {
+		tag := fmt.Sprintf("h%d", next)
+		next++
+		args := []string{"-lock", l.Name}
+		if runID {
+			args = append(args, "-run-id", tag)
+		}
+		p := startRunnerBin(b, bin, tag, proxy.addr, token, args, childArgs(record, tag, "-wait-stdin")...)
+		procs[tag] = p
+		return p
+	}
+	all := make([]*proc, 0, waiters+1)
+	for range waiters + 1 {
+		all = append(all, startOne())
+	}
+	for _, p := range all {
+		waitHerdReady(b, p, record)
+	}
+	settle := func() time.Time { return waitQuiet(b, proxy, 500*time.Millisecond) }
+	quietFrom := settle()
+
+	// Nobody hands over: renewals, and the blocking queries left open.
+	idle := 10 * time.Second
+	time.Sleep(idle)
+	c := proxy.count(quietFrom, quietFrom.Add(idle))
+	open := proxy.pending()
+
+	var gaps []time.Duration
+	var reqs, refused int
+	handovers := 0
+	for b.Loop() {
+		holder := currentHolder(b, record)
+		if holder == nil {
+			b.Fatal("no command runs")
+		}
+		from := time.Now()
+		procs[holder.tag].closeStdin()
+		started := waitNextStart(b, record, holder.tag)
+		if code := procs[holder.tag].wait(time.Minute); code != 0 {
+			b.Fatalf("%s exited %d:\n%s", holder.tag, code, procs[holder.tag].out.String())
+		}
+		to := settle()
+		hc := proxy.count(from, to)
+		runs := readRuns(b, record)
+		var ended *childRun
+		for _, r := range runs {
+			if r.tag == holder.tag {
+				ended = r
+			}
+		}
+		gaps = append(gaps, started.start.Sub(ended.end))
+		reqs += hc.total - hc.renewals
+		refused += hc.refusedLocks
+		handovers++
+		delete(procs, holder.tag)
+		waitHerdReady(b, startOne(), record)
+		settle()
+	}
+	slices.Sort(gaps)
+	var sum time.Duration
+	for _, g := range gaps {
+		sum += g
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(sum/time.Duration(len(gaps))), "handover_ms")
+	b.ReportMetric(ms(gaps[len(gaps)/2]), "handover_p50_ms")
+	b.ReportMetric(float64(reqs)/float64(handovers), "requests/handover")
+	b.ReportMetric(float64(refused)/float64(handovers), "failed_acquires/handover")
+	b.ReportMetric(float64(c.total)/idle.Seconds(), "idle_requests/s")
+	b.ReportMetric(float64(c.renewals)/idle.Seconds(), "idle_renewals/s")
+	b.ReportMetric(float64(open), "idle_open_queries")
+	b.Logf("MEASURED herd of %d waiters (run ID %v): hand-overs %v; %d requests and %d refused lock transactions over %d hand-overs; idle %s: %d requests (%d renewals), %d blocking queries open",
+		waiters, runID, gaps, reqs, refused, handovers, idle, c.total, c.renewals, open)
+}
+
+// waitHerdReady waits until runner p waits on the lock (it has seen a
+// holder) or its command runs.
+func waitHerdReady(b *testing.B, p *proc, record string) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(p.out.String(), "holder_session=") {
+		if currentHolder(b, record) != nil && currentHolder(b, record).tag == p.name {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s does not wait:\n%s", p.name, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitQuiet returns once the proxy has seen no request but renewals for
+// quiet, and the time of the last one.
+func waitQuiet(b *testing.B, p *recordingProxy, quiet time.Duration) time.Time {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		last := p.lastSent()
+		if time.Since(last) >= quiet {
+			return last.Add(time.Nanosecond)
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the herd does not settle")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// currentHolder is the child that started and has not ended.
+func currentHolder(b *testing.B, record string) *childRun {
+	for _, r := range readRuns(b, record) {
+		if !r.ended {
+			return r
+		}
+	}
+	return nil
+}
+
+// waitNextStart waits until a child other than after starts, and returns it.
+func waitNextStart(b *testing.B, record, after string) *childRun {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		if r := currentHolder(b, record); r != nil && r.tag != after {
+			return r
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.Fatal("no next command started")
+	return nil
+}
