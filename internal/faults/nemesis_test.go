@@ -1,12 +1,14 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -765,21 +767,37 @@ func (n *nemesis) check(steps []Step) {
 		events = append(events, ev...)
 	}
 	ctlWrites, writeEvidence := ControllerWritesAfterLoss(events)
-	leaderships, repairs, maxHoldEnds, maxHoldEndsSkewed := 0, 0, 0, 0
+	// A max_hold end is the skew's when it ended a skewed runner's
+	// hold, or was decided by a replica running skewed.
+	sessionWorker := map[string]string{}
+	for _, w := range mutexLog {
+		if w.Session != "" {
+			sessionWorker[w.Session] = w.Worker
+		}
+	}
+	n.mu.Lock()
+	windows := slices.Clone(n.skewWindows)
+	skewExits := maps.Clone(n.skewExits)
+	n.mu.Unlock()
+	leaderships, repairs, maxHoldEnds := 0, 0, 0
+	var skewedEnds []string
 	for _, e := range events {
 		switch e.Kind {
 		case CtlBecameLeader:
 			leaderships++
 		case CtlRepaired:
 			repairs++
-			if strings.Contains(e.Detail, compliance.ReasonMaxHoldExceeded) {
-				maxHoldEnds++
-				for _, w := range n.skewWindows {
-					if !e.At.Before(w.from) && (w.to.IsZero() || !e.At.After(w.to)) {
-						maxHoldEndsSkewed++
-						break
-					}
-				}
+			if !strings.Contains(e.Detail, compliance.ReasonMaxHoldExceeded) {
+				continue
+			}
+			maxHoldEnds++
+			session := sessionIn.FindString(e.Detail)
+			skewed := strings.HasPrefix(sessionWorker[session], "skew-")
+			for _, w := range windows {
+				skewed = skewed || w.target == e.Replica && !e.At.Before(w.from) && (w.to.IsZero() || !e.At.After(w.to))
+			}
+			if skewed {
+				skewedEnds = append(skewedEnds, fmt.Sprintf("%s by %s, holder %s: %s", e.At.Format("15:04:05.000"), e.Replica, cmp.Or(sessionWorker[session], "?"), e.Detail))
 			}
 		}
 	}
@@ -823,10 +841,14 @@ func (n *nemesis) check(steps []Step) {
 	handOvers := mutexRep.HandOvers + semRep.HandOvers + onceRep.HandOvers
 	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions+onceRep.Executions, handOvers)
 	b.WriteString(onceSummary(runs) + "\n")
-	fmt.Fprintf(&b, "clock skew: %d skews; the extra runners they started exited %s; the controllers ended %d holders for max_hold_exceeded, %d of them while a clock was skewed\n\n",
-		len(n.skewWindows), exitsText(n.skewExits), maxHoldEnds, maxHoldEndsSkewed)
-	fmt.Fprintf(&b, "ephemeral lock: %d OpenTofu applies succeeded (median %s each, plan and apply each opening the lock); failed: %s\n\n",
-		applies, applyMedian.Round(10*time.Millisecond), failuresText(applyFailures))
+	fmt.Fprintf(&b, "clock skew: %d skews; the extra runners they started exited %s; the controllers ended %d holders for max_hold_exceeded, %d of them a skewed runner's hold or by a skewed replica%s\n\n",
+		len(windows), exitsText(skewExits), maxHoldEnds, len(skewedEnds), strings.Join(append([]string{""}, skewedEnds...), "\n  - "))
+	if n.eph.unsupported != "" {
+		fmt.Fprintf(&b, "ephemeral lock: not run (%s)\n\n", n.eph.unsupported)
+	} else {
+		fmt.Fprintf(&b, "ephemeral lock: %d %s applies succeeded (median %s each, plan and apply each opening the lock); failed: %s\n\n",
+			applies, n.eph.cli, applyMedian.Round(10*time.Millisecond), failuresText(applyFailures))
+	}
 	b.WriteString("| checker | violations |\n|---|---:|\n")
 	for _, c := range checkers {
 		fmt.Fprintf(&b, "| %s | %d |\n", c.name, c.count)
@@ -840,6 +862,9 @@ func (n *nemesis) check(steps []Step) {
 		if c.count != 0 {
 			n.errorf("%s: %d (must be 0)\n%s", c.name, c.count, c.what())
 		}
+	}
+	if n.eph.unsupported == "" && applies == 0 {
+		n.errorf("ephemeral lock: no OpenTofu apply succeeded (see %s)", n.eph.log)
 	}
 	if os.Getenv("FAULTS_FULL") != "" && os.Getenv("NEMESIS_LENGTH") == "" {
 		if h := handOvers; h < 10000 {
@@ -895,6 +920,9 @@ func failuresText(m map[string]int) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// sessionIn finds a session ID in a controller event's detail.
+var sessionIn = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 func exitsText(m map[int]int) string {
 	if len(m) == 0 {

@@ -381,6 +381,9 @@ type ephemeralWorkload struct {
 	tf     *testenv.Tofu
 	log    string
 	done   chan struct{}
+	// cli names the CLI; unsupported says why the workload did not run
+	// (a CLI without ephemeral resources: OpenTofu before 1.11).
+	cli, unsupported string
 
 	mu       sync.Mutex
 	applies  []time.Duration // succeeded applies' durations
@@ -393,13 +396,26 @@ const ephemeralWorker = "tofu"
 
 func newEphemeralWorkload(n *nemesis) *ephemeralWorkload {
 	t := n.t
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &ephemeralWorkload{n: n, ctx: ctx, cancel: cancel, done: make(chan struct{}), failures: map[string]int{},
+		log: filepath.Join(logDir(t, "nemesis-ephemeral"), "applies.log")}
+	t.Cleanup(e.stop)
+	info, err := testenv.DetectCLI()
+	if err != nil {
+		n.fatalf("the CLI for the ephemeral lock workload: %v", err)
+	}
+	e.cli = info.Name + " " + info.Version
+	if !info.Has(testenv.FeatureEphemeralResources) {
+		e.unsupported = e.cli + " has no ephemeral resources"
+		close(e.done)
+		return e
+	}
 	// The provider is the consullock binary the runners use.
 	plugins := t.TempDir()
 	if err := os.Symlink(runnerBin, filepath.Join(plugins, testenv.ProviderFile)); err != nil {
 		n.fatalf("%v", err)
 	}
-	tf, err := testenv.NewTofuWorkspace(plugins, t.TempDir())
-	if err != nil {
+	if e.tf, err = testenv.NewTofuWorkspace(plugins, t.TempDir()); err != nil {
 		n.fatalf("OpenTofu for the ephemeral lock workload: %v", err)
 	}
 	config := ephemeralProviderConfig + fmt.Sprintf(`
@@ -418,14 +434,10 @@ resource "terraform_data" "work" {
   }
 }
 `, n.mutex.lock.Name, fmt.Sprintf("exec '%s' -work 200ms", childBin))
-	if err := os.WriteFile(filepath.Join(tf.Dir, "main.tf"), []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.tf.Dir, "main.tf"), []byte(config), 0o600); err != nil {
 		n.fatalf("%v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &ephemeralWorkload{n: n, ctx: ctx, cancel: cancel, tf: tf, done: make(chan struct{}), failures: map[string]int{},
-		log: filepath.Join(logDir(t, "nemesis-ephemeral"), "applies.log")}
 	go e.drive()
-	t.Cleanup(e.stop)
 	return e
 }
 
