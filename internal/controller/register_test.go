@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // registeredName is the service name examples/controller/register-service.hcl
@@ -161,4 +163,71 @@ func TestRegisterService_catalogWhileRunning(t *testing.T) {
 	if len(logs.lines("metrics endpoint deregistered")) != 1 {
 		t.Errorf("no deregistration logged:\n%s", logs)
 	}
+}
+
+// TestRegisterService_retriesUntilTheAgentAnswers: the agent refuses
+// connections when the controller starts; the registration is retried
+// and lands once the agent answers.
+func TestRegisterService_retriesUntilTheAgentAnswers(t *testing.T) {
+	h := newHarness(t, agent)
+	tok, err := agent.MintToken(h.name("retry"), shippedRules(t, "repair.hcl")+shippedRules(t, "register-service.hcl"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An address nobody listens on yet: connections are refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	t.Setenv("CONSUL_HTTP_ADDR", addr)
+	t.Setenv("CONSUL_HTTP_TOKEN", tok.SecretID)
+	logs := &logBuffer{}
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer stop()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"-mode", "repair", "-no-leader-election", "-registry-prefix", h.registry,
+			"-listen", "127.0.0.1:0", "-register-service", registeredName}, logs)
+	}()
+	eventually(t, 30*time.Second, func() error {
+		if len(logs.lines("registering the metrics endpoint failed; retrying")) == 0 {
+			return fmt.Errorf("no retry logged yet")
+		}
+		return nil
+	})
+	select {
+	case code := <-exited:
+		t.Fatalf("controller exited %d while the agent refused connections:\n%s", code, logs)
+	default:
+	}
+	// The agent becomes reachable at that address.
+	link, err := testenv.NewLink(addr, agent.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	eventually(t, 30*time.Second, func() error {
+		entries, _, err := agent.Client().Catalog().Service(registeredName, "", &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			return err
+		}
+		if len(entries) != 1 {
+			return fmt.Errorf("%d instances in the catalog", len(entries))
+		}
+		return nil
+	})
+	t.Logf("registered after %d refused attempts", len(logs.lines("registering the metrics endpoint failed; retrying")))
+	stop()
+	if code := <-exited; code != 0 {
+		t.Fatalf("controller exit %d after a clean stop, want 0\n%s", code, logs)
+	}
+	eventually(t, 10*time.Second, func() error {
+		entries, _, err := agent.Client().Catalog().Service(registeredName, "", &api.QueryOptions{RequireConsistent: true})
+		if err != nil || len(entries) != 0 {
+			return fmt.Errorf("%d instances still in the catalog after the stop (%v)", len(entries), err)
+		}
+		return nil
+	})
 }
