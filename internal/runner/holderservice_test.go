@@ -258,7 +258,8 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 	}
 	// The catalog (which DNS answers from) dropped A at a Raft index below
 	// B's acquisition (its fencing token): deregistered before released.
-	if x := goneAt(); x == 0 || x >= runB.token {
+	x, seenGone := goneAt()
+	if x == 0 || x >= runB.token {
 		t.Fatalf("A's instance left the catalog at Raft index %d, not before B acquired at index %d (B's fencing token)", x, runB.token)
 	}
 	for _, s := range samples {
@@ -266,8 +267,10 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 			t.Fatalf("DNS answered two holders of a mutex at %s: %v", s.sent.Format(time.RFC3339Nano), s.ports)
 		}
 	}
-	t.Logf("clean hand-over: the last DNS answer naming A was to a query sent %s after A's command ended (queries every 50ms); "+
+	t.Logf("clean hand-over: A's instance left the catalog (seen by a blocking query) %s after A's command ended and %s before B's "+
+		"command started; the last DNS answer naming A was to a query sent %s after A's command ended (queries every 50ms); "+
 		"B's command started %s after A's ended (hand-over gap); the first answer naming B was sent %s after B's command started; %d samples",
+		seenGone.Sub(runA.end).Round(time.Millisecond), runB.start.Sub(seenGone).Round(time.Millisecond),
 		lastA.Sub(runA.end).Round(time.Millisecond), runB.start.Sub(runA.end).Round(time.Millisecond),
 		firstB.Sub(runB.start).Round(time.Millisecond), len(samples))
 	left, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
@@ -281,10 +284,15 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 
 // watchInstanceGone follows the catalog's instances of service with
 // blocking queries, and returns a function that waits for (at most 30s) and
-// returns the Raft index at which instance id left the catalog.
-func watchInstanceGone(service, id string) func() uint64 {
+// returns the Raft index at which instance id left the catalog, and when
+// the watch saw it.
+func watchInstanceGone(service, id string) func() (uint64, time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	result := make(chan uint64, 1)
+	type gone struct {
+		index uint64
+		at    time.Time
+	}
+	result := make(chan gone, 1)
 	go func() {
 		defer close(result)
 		var index uint64
@@ -299,15 +307,16 @@ func watchInstanceGone(service, id string) func() uint64 {
 				present = present || e.Service.ID == id
 			}
 			if !present {
-				result <- meta.LastIndex
+				result <- gone{meta.LastIndex, time.Now()}
 				return
 			}
 			index = meta.LastIndex
 		}
 	}()
-	return func() uint64 {
+	return func() (uint64, time.Time) {
 		defer cancel()
-		return <-result
+		g := <-result
+		return g.index, g.at
 	}
 }
 
@@ -431,8 +440,7 @@ func TestHolderService_withdrawnAtOnceWhenTheLockIsLost(t *testing.T) {
 	if _, err := agent.Client().Session().Destroy(runA.session, nil); err != nil {
 		t.Fatal(err)
 	}
-	index := goneAt()
-	seen := time.Now()
+	index, seen := goneAt()
 	if code := a.wait(30 * time.Second); code != ExitLockLost {
 		t.Fatalf("A exit code %d, want %d", code, ExitLockLost)
 	}
