@@ -131,6 +131,9 @@ type group struct {
 	prefix string
 	keys   map[string]bool
 	live   map[string]compliance.LiveKey
+	// listed is the watch's last answer, every key in it (owned by the
+	// watch's goroutine): the next answer is walked alongside it.
+	listed []listed
 	synced bool
 	gen    uint64
 	cancel context.CancelFunc

@@ -25,8 +25,25 @@ import (
 // incremental: at 10,000 keys the answer is about 2 MB of JSON. The watch
 // therefore reads it the cheapest way Consul allows: uncompressed (the
 // agent is a loopback or LAN hop away; gzip cost the agent and the
-// controller more than the bytes it saved), and decoded by a small
-// parser of the one shape Consul answers with rather than by reflection.
+// controller more than the bytes it saved), parsed without reflection,
+// and walked alongside the previous answer (Consul lists keys in order):
+// a key whose ModifyIndex did not move is neither decoded nor copied,
+// and only the keys that changed, appeared or went reach the controller.
+
+// listed is one key of a lock key watch's last answer.
+type listed struct {
+	key         string
+	modifyIndex uint64
+	covered     bool // kept by the group (group.covers)
+}
+
+// keyChange is a key a lock key watch answer changed: present with its new
+// entry, or gone.
+type keyChange struct {
+	key     string
+	entry   compliance.LiveKey
+	present bool
+}
 
 // listMeta is what a lock key watch needs of an answer's headers.
 type listMeta struct {
@@ -36,10 +53,12 @@ type listMeta struct {
 
 // listKeys is GET /v1/kv/<prefix>?recurse as a blocking query after index,
 // through the watch client (its token, TLS, headers, datacenter, namespace
-// and partition), keeping the entries keep selects. An empty prefix (404)
-// is an empty listing; other statuses are api.StatusError, as the api
-// reports them.
-func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint64, wait time.Duration, keep func(string) bool) (map[string]compliance.LiveKey, listMeta, error) {
+// and partition). It returns the answer's keys and the changes from prev
+// (the previous answer; nil for none) among the keys covers selects. An
+// empty prefix (404) is an empty listing; other statuses are
+// api.StatusError, as the api reports them.
+func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint64, wait time.Duration,
+	prev []listed, covers func(string) bool) ([]listed, []keyChange, listMeta, error) {
 	params := url.Values{"recurse": {""}}
 	if cl.Datacenter != "" {
 		params.Set("dc", cl.Datacenter)
@@ -57,7 +76,7 @@ func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint6
 	u := url.URL{Scheme: cl.Scheme, Host: cl.Address, Path: "/v1/kv/" + strings.TrimPrefix(prefix, "/"), RawQuery: params.Encode()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, listMeta{}, err
+		return nil, nil, listMeta{}, err
 	}
 	for k, vs := range cl.Headers() {
 		req.Header[k] = vs
@@ -65,33 +84,93 @@ func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint6
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := cl.HTTPClient().Do(req)
 	if err != nil {
-		return nil, listMeta{}, err
+		return nil, nil, listMeta{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, listMeta{}, err
+		return nil, nil, listMeta{}, err
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
-		return nil, listMeta{}, api.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+		return nil, nil, listMeta{}, api.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(body))}
 	}
 	var meta listMeta
 	if v := resp.Header.Get("X-Consul-Index"); v != "" {
 		if meta.lastIndex, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return nil, listMeta{}, fmt.Errorf("X-Consul-Index %q: %w", v, err)
+			return nil, nil, listMeta{}, fmt.Errorf("X-Consul-Index %q: %w", v, err)
 		}
 	}
 	meta.filtered = resp.Header.Get("X-Consul-Results-Filtered-By-ACLs") == "true"
-	live := map[string]compliance.LiveKey{}
 	if resp.StatusCode == http.StatusNotFound {
-		return live, meta, nil
+		body = nil
 	}
-	err = decodeListing(body, func(key string, e compliance.LiveKey) {
-		if keep(key) {
-			live[key] = e
+	next, changes, err := diffListing(body, prev, covers)
+	return next, changes, meta, err
+}
+
+// diffListing parses a listing (nil: empty) and returns its keys and the
+// changes from prev among the keys covers selects. A key listed in prev
+// with the same ModifyIndex is skipped without decoding its entry.
+func diffListing(data []byte, prev []listed, covers func(string) bool) ([]listed, []keyChange, error) {
+	next := make([]listed, 0, len(prev))
+	var changes []keyChange
+	gone := func(l listed) {
+		if l.covered {
+			changes = append(changes, keyChange{key: l.key})
 		}
+	}
+	i := 0
+	err := decodeListing(data, func(e *rawEntry) error {
+		raw, mi := e.key, e.modifyIndex
+		if e.keyEscaped {
+			// Compare the key itself: Consul orders keys by their bytes,
+			// not by their JSON text.
+			key, err := unquote(raw, true)
+			if err != nil {
+				return err
+			}
+			raw = []byte(key)
+		}
+		for i < len(prev) && prev[i].key < string(raw) {
+			gone(prev[i])
+			i++
+		}
+		if i < len(prev) && prev[i].key == string(raw) {
+			l := prev[i]
+			i++
+			if l.modifyIndex == mi {
+				next = append(next, l)
+				return nil
+			}
+			l.modifyIndex = mi
+			if l.covered {
+				_, le, err := e.decode()
+				if err != nil {
+					return err
+				}
+				changes = append(changes, keyChange{key: l.key, entry: le, present: true})
+			}
+			next = append(next, l)
+			return nil
+		}
+		key, le, err := e.decode()
+		if err != nil {
+			return err
+		}
+		l := listed{key: key, modifyIndex: mi, covered: covers(key)}
+		if l.covered {
+			changes = append(changes, keyChange{key: key, entry: le, present: true})
+		}
+		next = append(next, l)
+		return nil
 	})
-	return live, meta, err
+	if err != nil {
+		return nil, nil, err
+	}
+	for ; i < len(prev); i++ {
+		gone(prev[i])
+	}
+	return next, changes, nil
 }
 
 // errListing is a listing that is not the JSON array of KV entries Consul
@@ -99,12 +178,14 @@ func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint6
 var errListing = errors.New("unexpected KV listing")
 
 // decodeListing parses a KV listing, [{"Key":..,"Flags":..,"Value":..,
-// "Session":..,"LockIndex":..,"ModifyIndex":..,...}, ...], calling f for
-// each entry; fields it does not need are skipped. It agrees with
+// "Session":..,"LockIndex":..,"ModifyIndex":..,...}, ...] (or null, or
+// nothing), calling f for each entry as parsed (rawEntry: its key as
+// listed, still escaped when it holds escapes, and its ModifyIndex; decode
+// gives the key and the entry). Fields it does not need are skipped. It agrees with
 // encoding/json on api.KVPairs (TestDecodeListing_agreesWithEncodingJSON).
-func decodeListing(data []byte, f func(key string, e compliance.LiveKey)) error {
+func decodeListing(data []byte, f func(e *rawEntry) error) error {
 	p := &jsonScan{data: data}
-	if p.null() {
+	if len(data) == 0 || p.null() {
 		return p.end()
 	}
 	if !p.consume('[') {
@@ -113,12 +194,15 @@ func decodeListing(data []byte, f func(key string, e compliance.LiveKey)) error 
 	if p.consume(']') {
 		return p.end()
 	}
+	var e rawEntry
 	for {
-		key, e, err := p.entry()
-		if err != nil {
+		e = rawEntry{}
+		if err := p.entry(&e); err != nil {
 			return err
 		}
-		f(key, e)
+		if err := f(&e); err != nil {
+			return err
+		}
 		if p.consume(']') {
 			return p.end()
 		}
@@ -126,6 +210,49 @@ func decodeListing(data []byte, f func(key string, e compliance.LiveKey)) error 
 			return errListing
 		}
 	}
+}
+
+// rawEntry is a listing entry as parsed: its strings still quoted.
+type rawEntry struct {
+	key, session, value []byte // the JSON strings without their quotes; nil when null or absent
+	keyEscaped          bool
+	flags, lockIndex    uint64
+	modifyIndex         uint64
+}
+
+// decode returns the entry's key and its LiveKey.
+func (e *rawEntry) decode() (string, compliance.LiveKey, error) {
+	key, err := unquote(e.key, e.keyEscaped)
+	if err != nil {
+		return "", compliance.LiveKey{}, err
+	}
+	le := compliance.LiveKey{Flags: e.flags, LockIndex: e.lockIndex, ModifyIndex: e.modifyIndex}
+	if e.session != nil {
+		if le.Session, err = unquote(e.session, bytes.IndexByte(e.session, '\\') >= 0); err != nil {
+			return "", compliance.LiveKey{}, err
+		}
+	}
+	if len(e.value) > 0 {
+		le.Value = make([]byte, base64.StdEncoding.DecodedLen(len(e.value)))
+		n, err := base64.StdEncoding.Decode(le.Value, e.value)
+		if err != nil {
+			return "", compliance.LiveKey{}, fmt.Errorf("%w: Value of %q: %v", errListing, key, err)
+		}
+		le.Value = le.Value[:n]
+	}
+	return key, le, nil
+}
+
+// unquote turns the inside of a JSON string into its text.
+func unquote(inside []byte, escaped bool) (string, error) {
+	if !escaped {
+		return string(inside), nil
+	}
+	var s string
+	if err := json.Unmarshal(append(append([]byte{'"'}, inside...), '"'), &s); err != nil {
+		return "", err
+	}
+	return s, nil
 }
 
 // jsonScan reads JSON from data at pos.
@@ -164,87 +291,81 @@ func (p *jsonScan) end() error {
 }
 
 // entry reads one KV entry object.
-func (p *jsonScan) entry() (string, compliance.LiveKey, error) {
-	var key string
-	var e compliance.LiveKey
+func (p *jsonScan) entry(e *rawEntry) error {
 	if !p.consume('{') {
-		return "", e, errListing
+		return errListing
 	}
 	if p.consume('}') {
-		return "", e, nil
+		return nil
 	}
 	for {
-		name, err := p.str()
+		name, _, err := p.str()
 		if err != nil {
-			return "", e, err
+			return err
 		}
 		if !p.consume(':') {
-			return "", e, errListing
+			return errListing
 		}
-		switch name {
+		switch string(name) {
 		case "Key":
-			key, err = p.str()
+			e.key, e.keyEscaped, err = p.str()
 		case "Session":
-			e.Session, err = p.strOrNull()
+			e.session, err = p.strOrNull()
 		case "Value":
-			var s string
-			if s, err = p.strOrNull(); err == nil && s != "" {
-				e.Value, err = base64.StdEncoding.DecodeString(s)
-			}
+			e.value, err = p.strOrNull()
 		case "Flags":
-			e.Flags, err = p.uint()
+			e.flags, err = p.uint()
 		case "LockIndex":
-			e.LockIndex, err = p.uint()
+			e.lockIndex, err = p.uint()
 		case "ModifyIndex":
-			e.ModifyIndex, err = p.uint()
+			e.modifyIndex, err = p.uint()
 		default:
 			err = p.skipValue()
 		}
 		if err != nil {
-			return "", e, err
+			return err
 		}
 		if p.consume('}') {
-			return key, e, nil
+			return nil
 		}
 		if !p.consume(',') {
-			return "", e, errListing
+			return errListing
 		}
 	}
 }
 
-// str reads a string; one with escapes is unquoted by encoding/json.
-func (p *jsonScan) str() (string, error) {
+// str reads a string and returns its inside, still escaped, and whether it
+// holds escapes.
+func (p *jsonScan) str() ([]byte, bool, error) {
 	p.skipSpace()
 	if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-		return "", errListing
+		return nil, false, errListing
 	}
-	start := p.pos
+	start := p.pos + 1
 	escaped := false
-	for i := start + 1; i < len(p.data); i++ {
+	for i := start; i < len(p.data); i++ {
 		switch p.data[i] {
 		case '\\':
 			escaped = true
 			i++
 		case '"':
 			p.pos = i + 1
-			if !escaped {
-				return string(p.data[start+1 : i]), nil
-			}
-			var s string
-			if err := json.Unmarshal(p.data[start:p.pos], &s); err != nil {
-				return "", err
-			}
-			return s, nil
+			return p.data[start:i], escaped, nil
 		}
 	}
-	return "", errListing
+	return nil, false, errListing
 }
 
-func (p *jsonScan) strOrNull() (string, error) {
+// strOrNull reads a string's inside (nil for null).
+func (p *jsonScan) strOrNull() ([]byte, error) {
 	if p.null() {
-		return "", nil
+		return nil, nil
 	}
-	return p.str()
+	s, _, err := p.str()
+	if s == nil && err == nil {
+		s = []byte{}
+	}
+	return s, err
 }
 
 func (p *jsonScan) null() bool {
@@ -277,7 +398,7 @@ func (p *jsonScan) skipValue() error {
 	}
 	switch c := p.data[p.pos]; c {
 	case '"':
-		_, err := p.str()
+		_, _, err := p.str()
 		return err
 	case '{', '[':
 		closing := byte('}')
@@ -290,7 +411,7 @@ func (p *jsonScan) skipValue() error {
 		}
 		for {
 			if c == '{' {
-				if _, err := p.str(); err != nil {
+				if _, _, err := p.str(); err != nil {
 					return err
 				}
 				if !p.consume(':') {

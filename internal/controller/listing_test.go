@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -15,66 +17,114 @@ import (
 
 // TestDecodeListing_agreesWithEncodingJSON: the lock key watches' parser
 // reads what encoding/json reads from random listings in Consul's shape
-// (keys with characters JSON escapes, null and binary values, sessions
-// present or omitted, fields the watch skips), and refuses what is not a
-// listing.
+// (keys in order, with characters JSON escapes, null and binary values,
+// sessions present or omitted, fields the watch skips); walked alongside
+// the previous listing, the changes it reports (keys written, added and
+// deleted among those the group keeps) turn the previous listing into the
+// new one; and it refuses what is not a listing.
 func TestDecodeListing_agreesWithEncodingJSON(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(24, 1))
 	runes := []rune("ab/.-_<>&\"\\é\u2028\x01z9")
-	for i := range 500 {
+	randomPair := func(key string) *api.KVPair {
+		p := &api.KVPair{Key: key, Flags: rnd.Uint64(), LockIndex: rnd.Uint64N(100), CreateIndex: rnd.Uint64N(1e6), ModifyIndex: rnd.Uint64N(1e9), Namespace: []string{"", "default"}[rnd.IntN(2)]}
+		if rnd.IntN(2) == 0 {
+			p.Value = make([]byte, rnd.IntN(40))
+			for k := range p.Value {
+				p.Value[k] = byte(rnd.IntN(256))
+			}
+		}
+		if rnd.IntN(2) == 0 {
+			p.Session = fmt.Sprintf("%08x-0000-0000-0000-000000000000", rnd.Uint32())
+		}
+		return p
+	}
+	covers := func(key string) bool { return !strings.Contains(key, "z") }
+	encode := func(pairs api.KVPairs) []byte {
+		slices.SortFunc(pairs, func(a, b *api.KVPair) int { return strings.Compare(a.Key, b.Key) })
+		data, err := json.MarshalIndent(pairs, "", []string{"", "  "}[rnd.IntN(2)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	// want is what encoding/json reads of data, among the covered keys.
+	want := func(data []byte) map[string]compliance.LiveKey {
 		var pairs api.KVPairs
+		if err := json.Unmarshal(data, &pairs); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]compliance.LiveKey{}
+		for _, p := range pairs {
+			if covers(p.Key) {
+				out[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: nonEmpty(p.Value), Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+			}
+		}
+		return out
+	}
+	apply := func(m map[string]compliance.LiveKey, changes []keyChange) {
+		for _, ch := range changes {
+			if ch.present {
+				ch.entry.Value = nonEmpty(ch.entry.Value)
+				m[ch.key] = ch.entry
+			} else {
+				delete(m, ch.key)
+			}
+		}
+	}
+	for i := range 500 {
+		var before api.KVPairs
 		for j := range rnd.IntN(6) {
 			key := fmt.Sprintf("k%d-%d/", i, j)
 			for range rnd.IntN(8) {
 				key += string(runes[rnd.IntN(len(runes))])
 			}
-			p := &api.KVPair{Key: key, Flags: rnd.Uint64(), LockIndex: rnd.Uint64N(100), CreateIndex: rnd.Uint64N(1e6), ModifyIndex: rnd.Uint64N(1e9), Namespace: []string{"", "default"}[rnd.IntN(2)]}
-			if rnd.IntN(2) == 0 {
-				p.Value = make([]byte, rnd.IntN(40))
-				for k := range p.Value {
-					p.Value[k] = byte(rnd.IntN(256))
-				}
-			}
-			if rnd.IntN(2) == 0 {
-				p.Session = fmt.Sprintf("%08x-0000-0000-0000-000000000000", rnd.Uint32())
-			}
-			pairs = append(pairs, p)
+			before = append(before, randomPair(key))
 		}
-		data, err := json.MarshalIndent(pairs, "", []string{"", "  "}[rnd.IntN(2)])
+		first := encode(before)
+		listed, changes, err := diffListing(first, nil, covers)
 		if err != nil {
-			t.Fatal(err)
-		}
-		var want api.KVPairs
-		if err := json.Unmarshal(data, &want); err != nil {
-			t.Fatal(err)
+			t.Fatalf("listing %d: %v\n%s", i, err, first)
 		}
 		got := map[string]compliance.LiveKey{}
-		var order []string
-		if err := decodeListing(data, func(key string, e compliance.LiveKey) { got[key] = e; order = append(order, key) }); err != nil {
-			t.Fatalf("listing %d: %v\n%s", i, err, data)
+		apply(got, changes)
+		if w := want(first); !reflect.DeepEqual(got, w) {
+			t.Fatalf("listing %d: got %+v\nwant %+v\n%s", i, got, w, first)
 		}
-		if len(order) != len(want) {
-			t.Fatalf("listing %d: %d entries, want %d", i, len(order), len(want))
+		// The next answer: some keys written, some deleted, some added.
+		var after api.KVPairs
+		for j, p := range before {
+			switch rnd.IntN(4) {
+			case 0: // deleted
+			case 1:
+				after = append(after, randomPair(p.Key))
+			default:
+				after = append(after, p)
+			}
+			if rnd.IntN(4) == 0 {
+				after = append(after, randomPair(fmt.Sprintf("k%d-%d/new", i, j)))
+			}
 		}
-		for k, p := range want {
-			e := compliance.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
-			if len(e.Value) == 0 {
-				e.Value = nil
-			}
-			g := got[p.Key]
-			if len(g.Value) == 0 {
-				g.Value = nil
-			}
-			if order[k] != p.Key || !reflect.DeepEqual(g, e) {
-				t.Fatalf("listing %d, entry %d: got %q %+v, want %q %+v\n%s", i, k, order[k], g, p.Key, e, data)
-			}
+		second := encode(after)
+		if _, changes, err = diffListing(second, listed, covers); err != nil {
+			t.Fatalf("listing %d, second answer: %v\n%s", i, err, second)
+		}
+		apply(got, changes)
+		if w := want(second); !reflect.DeepEqual(got, w) {
+			t.Fatalf("listing %d, second answer: got %+v\nwant %+v\n%s", i, got, w, second)
 		}
 	}
-	for _, bad := range []string{``, `{}`, `[{"Key":"a"}`, `[{"Key":"a",}]`, `[{"Key":"a"}] x`, `[{"Key":"a","Flags":-1}]`, `[{"Key":"a","Value":"%%%"}]`} {
-		if err := decodeListing([]byte(bad), func(string, compliance.LiveKey) {}); err == nil {
+	for _, bad := range []string{`{}`, `[{"Key":"a"}`, `[{"Key":"a",}]`, `[{"Key":"a"}] x`, `[{"Key":"a","Flags":-1}]`, `[{"Key":"a","Value":"%%%"}]`} {
+		if _, _, err := diffListing([]byte(bad), nil, covers); err == nil {
 			t.Errorf("%q decoded without an error", bad)
 		}
 	}
+}
+
+func nonEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // TestDiffRecords_aRunLedgerWriteChangesNoDeclaration: a registry answer
@@ -121,5 +171,52 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		if _, ok := c.records[prefix+"runs/a"].value.(lockmodel.Ledger); ok != step.runs {
 			t.Errorf("%s: ledger kept %v, want %v", step.name, ok, step.runs)
 		}
+	}
+}
+
+// BenchmarkListing compares, on one answer of a lock key watch over n
+// mutex keys of which one changed, what the watch did before (encoding/json
+// into api.KVPairs, as the api decodes a listing, then a map of every
+// kept key) with diffListing walking the previous answer:
+//
+//	go test -run '^$' -bench Listing -benchmem ./internal/controller/
+func BenchmarkListing(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		pairs := make(api.KVPairs, n)
+		for i := range pairs {
+			pairs[i] = &api.KVPair{Key: fmt.Sprintf("svc/jobs/%05d/.lock", i), Flags: lockmodel.LockFlagValue, CreateIndex: uint64(100 + i), ModifyIndex: uint64(100 + i)}
+		}
+		first, _ := json.Marshal(pairs)
+		pairs[n/2].ModifyIndex = 1e6
+		pairs[n/2].Session = "aaaaaaaa-0000-0000-0000-000000000001"
+		second, _ := json.Marshal(pairs)
+		covers := func(key string) bool { return strings.HasSuffix(key, "/.lock") }
+		b.Run(fmt.Sprintf("keys=%d/encoding-json", n), func(b *testing.B) {
+			b.SetBytes(int64(len(second)))
+			for b.Loop() {
+				var out api.KVPairs
+				if err := json.Unmarshal(second, &out); err != nil {
+					b.Fatal(err)
+				}
+				live := make(map[string]compliance.LiveKey, len(out))
+				for _, p := range out {
+					if covers(p.Key) {
+						live[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("keys=%d/diffListing", n), func(b *testing.B) {
+			prev, _, err := diffListing(first, nil, covers)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(second)))
+			for b.Loop() {
+				if _, changes, err := diffListing(second, prev, covers); err != nil || len(changes) != 1 {
+					b.Fatalf("changes %v, err %v", changes, err)
+				}
+			}
+		})
 	}
 }

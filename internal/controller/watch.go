@@ -256,22 +256,48 @@ func (c *Controller) reportBadRecord(p *api.KVPair, err error) {
 
 // pollGroup lists the keys under one group's prefix and keeps the declared
 // lock keys among them, and the contender keys of declared semaphores
-// (listKeys: uncompressed, decoded without reflection).
+// (listKeys: uncompressed, and only the keys that changed are decoded).
 func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uint64, error) {
-	live, meta, err := listKeys(ctx, c.watcher, g.prefix, index, c.cfg.WaitTime, g.covers)
+	listed, changes, meta, err := listKeys(ctx, c.watcher, g.prefix, index, c.cfg.WaitTime, g.listed, g.covers)
 	if err != nil {
 		return 0, consul.Classify(fmt.Sprintf("watch lock keys under %q", g.prefix), err)
 	}
 	if meta.filtered {
 		c.markGroup(g, nil, false)
+		g.listed = nil // what the controller knew of the group is gone
 		return 0, filtered(fmt.Sprintf("watch lock keys under %q", g.prefix), "key:read", g.prefix)
 	}
 	if index != 0 && meta.lastIndex == index {
 		return index, nil
 	}
-	c.markGroup(g, live, true)
+	g.listed = listed
+	c.applyChanges(g, changes)
 	c.trigger()
 	return meta.lastIndex, nil
+}
+
+// applyChanges records the changes a group's answer brought (its first
+// answer: every key it keeps) and marks dirty the locks they touch.
+func (c *Controller) applyChanges(g *group, changes []keyChange) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.groups[g.prefix] != g {
+		return // replaced by a regrouping
+	}
+	if !g.synced {
+		// The first answer since start or a failure: the group's keys
+		// were unknown (and g.live empty: markGroup cleared it).
+		c.diffKeys(g, nil, false, map[string]compliance.LiveKey{}, true)
+		g.live, g.synced = map[string]compliance.LiveKey{}, true
+	}
+	for _, ch := range changes {
+		if ch.present {
+			g.live[ch.key] = ch.entry
+		} else {
+			delete(g.live, ch.key)
+		}
+		c.setKey(ch.key, ch.entry, ch.present)
+	}
 }
 
 // covers reports whether the group keeps key from its listing: a declared
