@@ -32,6 +32,17 @@ resource "consullock_acl_policy" "nightly_ingest" {
   session_node_prefixes = ["worker-"]
 }
 
+# Workers of a lock with holder_service: the holder registers
+# scheduler.service.consul on its agent, which needs service "scheduler"
+# write and nothing more about services.
+resource "consullock_acl_policy" "scheduler" {
+  name                  = "scheduler-workers"
+  lock_keys             = ["service/scheduler/.lock"]
+  read_keys             = ["consul-lock/locks/scheduler", "consul-lock/session-defaults/fast"]
+  holder_services       = ["scheduler"]
+  session_node_prefixes = ["worker-"]
+}
+
 output "granted_rules" {
   value = consullock_acl_policy.nightly_report.rules
 }

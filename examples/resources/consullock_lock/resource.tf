@@ -56,6 +56,24 @@ resource "consullock_lock" "nightly_ingest" {
   }
 }
 
+# An active/passive scheduler found through Consul DNS: whichever worker runs
+# `consullock run -lock scheduler -- ./scheduler` is `scheduler.service.consul`
+# (SRV port 7070, meta fencing_token) while, and only while, it holds the lock.
+# Its workers' policy needs service "scheduler" write:
+# consullock_acl_policy's holder_services = ["scheduler"].
+resource "consullock_lock" "scheduler" {
+  name             = "scheduler"
+  prefix           = "service/scheduler"
+  session_defaults = consullock_session_defaults.fast.name
+  always_held      = true
+  holder_service = {
+    name = "scheduler"
+    tags = ["leader"]
+    port = 7070
+    meta = { team = "platform" }
+  }
+}
+
 output "nightly_report_key" {
   value = consullock_lock.nightly_report.key # "jobs/nightly-report/.lock"
 }
