@@ -468,3 +468,26 @@ func TestHolderService_withdrawnAtOnceWhenTheLockIsLost(t *testing.T) {
 	t.Logf("session destroyed: A's instance left the catalog within %s; A's runner exited %s after the destroy (grace 3s)",
 		seen.Sub(destroyed).Round(time.Millisecond), a.exited.Sub(destroyed).Round(time.Millisecond))
 }
+
+// TestHolderService_withoutServiceWriteTheLockIsHeldWithoutAnInstance: a
+// worker token without service "<name>" write gets 403 for the
+// registration; the runner says so and runs its command under the lock
+// all the same (the lock is what serialises; the service only names it).
+func TestHolderService_withoutServiceWriteTheLockIsHeldWithoutAnInstance(t *testing.T) {
+	l, service, _ := declareHolderService(t, 1)
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", runnerToken(t, l.Prefix), holderArgs(l, 20001), childArgs(record, "A", "-sleep", "500ms")...)
+	if code := a.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	out := a.out.String()
+	if !strings.Contains(out, "cannot register the holder service; the lock is held without it") || !strings.Contains(out, `lacks \"service:write\" on \"`+service+`\" (HTTP 403)`) {
+		t.Fatalf("no 403 reported for the registration:\n%s", out)
+	}
+	if runs := readRuns(t, record); len(runs) != 1 || !runs[0].ended {
+		t.Fatalf("the command did not run under the lock: %+v", runs)
+	}
+	if entries, _, err := agent.Client().Health().Service(service, "", false, nil); err != nil || len(entries) != 0 {
+		t.Fatalf("instances of %s: %d, %v", service, len(entries), err)
+	}
+}
