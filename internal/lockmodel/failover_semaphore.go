@@ -72,7 +72,7 @@ func WithLockDelay(value []byte, lockDelay time.Duration) []byte {
 	return out
 }
 
-// HolderLockDelay reads the lock_delay a semaphore holder wrote into its
+// HolderLockDelay reads the lock_delay a holder wrote into its
 // value (WithLockDelay); false when value is not a HolderValue or carries
 // none.
 func HolderLockDelay(value []byte) (time.Duration, bool) {

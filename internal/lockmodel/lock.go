@@ -288,8 +288,9 @@ type HolderValue struct {
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started"`
 	Lock    string    `json:"lock,omitempty"`
-	// LockDelay is a semaphore holder's session lock-delay (a Go duration
-	// string), written at admission for waiters that cannot read its
-	// session (WithLockDelay, DeadHolderLockDelay). Absent for a mutex.
+	// LockDelay is the holder session's lock-delay (a Go duration
+	// string), written at acquisition (a mutex) or admission (a
+	// semaphore) for waiters, which then need not (or cannot) read its
+	// session (WithLockDelay, DeadHolderLockDelay).
 	LockDelay string `json:"lock_delay,omitempty"`
 }

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -189,5 +190,54 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 	next, want := reads[consistentAt+1], strconv.FormatUint(won.ModifyIndex, 10)
 	if got := next.query.Get("index"); got != want {
 		t.Fatalf("after the lost race the waiter read %s: want a blocking read at the winner's index %s (reads: %v)", next, want, reads)
+	}
+}
+
+// A runner's mutex value carries its session's lock-delay, as a
+// semaphore holder's does: a waiter learns it from the key it already
+// reads instead of reading the holder's session (one request less per
+// waiter at every hand-over; at 100 waiters, 100 requests).
+func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
+	c, key, ctx := holdTest(t)
+	opts := holdOptions(t, key)
+	opts.Value = func() []byte {
+		v, _ := json.Marshal(lockmodel.HolderValue{Node: agent.NodeName, PID: 1, Started: time.Now().UTC()})
+		return v
+	}
+	held, err := AcquireHold(ctx, c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || pair == nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	if d, ok := lockmodel.HolderLockDelay(pair.Value); !ok || d != 15*time.Second {
+		t.Fatalf("holder value %s: want lock_delay 15s (the session's), got %s %v", pair.Value, d, ok)
+	}
+
+	proxy := newRequestLog(t)
+	pc, err := consul.New(consul.Settings{Address: proxy.addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := AcquireHold(wctx, pc, opts)
+		done <- err
+	}()
+	proxy.waitKeyReads(t, key, 2) // waiting on the holder
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the waiter acquired a held lock")
+	}
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	for _, r := range proxy.reqs {
+		if r.path == "/v1/session/info/"+held.Session.ID {
+			t.Fatalf("the waiter read the holder's session (%s) for a lock-delay its value carries", r)
+		}
 	}
 }

@@ -60,7 +60,11 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 		if pair.Session != holderSeen {
 			holderSeen = pair.Session
 			if _, ok := delays[holderSeen]; !ok {
-				if d, ok := sessionLockDelay(ctx, m.c, holderSeen); ok {
+				// A runner's value carries its lock-delay; another
+				// holder's (consul lock) is read from its session.
+				if d, ok := lockmodel.HolderLockDelay(pair.Value); ok {
+					delays[holderSeen] = d
+				} else if d, ok := sessionLockDelay(ctx, m.c, holderSeen); ok {
 					delays[holderSeen] = d
 				}
 			}
@@ -96,7 +100,7 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			freedAt = time.Now()
 		}
 
-		entry, ok, err := lockKey(ctx, m.c, m.pair(s, holder()))
+		entry, ok, err := lockKey(ctx, m.c, m.pair(s, lockmodel.WithLockDelay(holder(), m.declaredDelay)))
 		if err != nil {
 			if errors.Is(err, ErrSessionInvalid) {
 				return Grant{}, err
