@@ -225,6 +225,67 @@ func BenchmarkDriftToRepairBinary(b *testing.B) {
 	}
 }
 
+// BenchmarkLedgerWriteBinary measures what a run-ledger write costs a
+// controller watching 10,000 declared locks: every run-once attempt writes
+// its ledger under the registry prefix, which wakes the registry watch.
+// It reports the controller process's CPU time (utime+stime) per ledger
+// write, above what it spends idle over the same time, side by side with
+// CONTROLLER_BENCH_BASELINE (see BenchmarkDriftToRepairBinary):
+//
+//	CONSUL_BIN=$PWD/bin/consul CONTROLLER_BENCH_BASELINE=/tmp/consullock-before \
+//	  go test -count=1 -run '^$' -bench LedgerWriteBinary -benchtime 50x ./internal/controller/
+func BenchmarkLedgerWriteBinary(b *testing.B) {
+	bins := []struct{ name, path string }{{"current", buildBenchBinary(b)}}
+	if base := os.Getenv("CONTROLLER_BENCH_BASELINE"); base != "" {
+		bins = append([]struct{ name, path string }{{"baseline", base}}, bins...)
+	}
+	const n = 10000
+	for _, bin := range bins {
+		b.Run(fmt.Sprintf("locks=%d/binary=%s", n, bin.name), func(b *testing.B) {
+			s := seedOnce(b, n)
+			p := startBinary(b, bin.path, s.h)
+			defer p.stop(b)
+			const gap = 100 * time.Millisecond
+			idleStart := procCPU(p.cmd.Process.Pid)
+			time.Sleep(time.Duration(b.N) * gap)
+			idle := procCPU(p.cmd.Process.Pid) - idleStart
+			start := procCPU(p.cmd.Process.Pid)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				l := s.locks[i%len(s.locks)]
+				rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: l.Name})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.h.api.KV().Put(&api.KVPair{Key: lockmodel.RegistryKey(s.h.registry, lockmodel.KindRuns, l.Name), Value: rec}, nil); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(gap)
+			}
+			b.StopTimer()
+			busy := procCPU(p.cmd.Process.Pid) - start
+			b.ReportMetric(float64((busy-idle).Microseconds())/1000/float64(b.N), "cpu_ms/write")
+			b.ReportMetric(float64(idle.Microseconds())/1000/float64(b.N), "idle_cpu_ms/gap")
+		})
+	}
+}
+
+// procCPU is the CPU time (user + system) process pid has used.
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
 var (
 	benchBinaryOnce sync.Once
 	benchBinary     string

@@ -108,6 +108,8 @@ type Controller struct {
 	// records are the registry's records as last listed, by key: a record
 	// whose ModifyIndex did not move is not decoded again.
 	records map[string]record
+	// registryListed is the registry watch's last answer (owned by it).
+	registryListed []listed
 	// view keeps each lock's verdict and what it rests on (incremental.go).
 	view     view
 	groupCtx context.Context

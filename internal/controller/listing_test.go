@@ -131,7 +131,8 @@ func nonEmpty(b []byte) []byte {
 // that differs from the last only by a run ledger (every run-once attempt
 // writes one) decodes that ledger alone and changes no declaration, so the
 // controller neither regroups its lock watches nor decides anything again;
-// a lock record that moved, appeared or went is a declaration change.
+// a lock record that moved, appeared or went is a declaration change; keys
+// that are no records (the controller's leader key) are no change.
 func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 	c, err := New(nil, Config{})
 	if err != nil {
@@ -152,6 +153,7 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		}
 		return &api.KVPair{Key: prefix + "runs/a", Value: rec, ModifyIndex: index}
 	}
+	var prev []listed
 	for _, step := range []struct {
 		name                string
 		pairs               api.KVPairs
@@ -163,8 +165,18 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		{"a lock record write", api.KVPairs{lock("a", 14), lock("b", 11), ledger(13)}, true, false, true},
 		{"a ledger deleted", api.KVPairs{lock("a", 14), lock("b", 11)}, false, true, false},
 		{"a lock record deleted", api.KVPairs{lock("a", 14)}, true, false, false},
+		{"the leader key written", api.KVPairs{lock("a", 14), {Key: prefix + "controller/.lock", ModifyIndex: 15}}, false, false, false},
 	} {
-		decl, ledgers := c.diffRecords(prefix, step.pairs)
+		data, err := json.Marshal(step.pairs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, changes, err := diffListing(data, prev, func(key string) bool { _, ok := recordKind(prefix, key); return ok })
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = listed
+		decl, ledgers := c.diffRecords(prefix, changes)
 		if decl != step.decl || ledgers != step.ledgers {
 			t.Errorf("%s: declarations changed %v, ledgers changed %v; want %v, %v", step.name, decl, ledgers, step.decl, step.ledgers)
 		}

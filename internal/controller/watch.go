@@ -99,33 +99,36 @@ type record struct {
 	value      any
 }
 
-// pollRegistry lists every declaration under the registry prefix. Only the
-// records whose ModifyIndex moved are decoded again; an answer that
-// changed only run ledgers (every run-once attempt writes one) updates the
-// run metrics and leaves the declarations, the lock watches and the
-// verdicts alone.
+// pollRegistry lists every declaration under the registry prefix. Like a
+// lock key watch it reads the listing uncompressed and walks it beside
+// the previous one (listKeys): only the records whose ModifyIndex moved
+// are decoded. An answer that changed only run ledgers (every run-once
+// attempt writes one) updates the run metrics and leaves the
+// declarations, the lock watches and the verdicts alone.
 func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, error) {
 	prefix := c.cfg.RegistryPrefix + "/"
-	pairs, meta, err := c.watcher.KV().List(prefix, c.query(ctx, index))
+	covers := func(key string) bool { _, ok := recordKind(prefix, key); return ok }
+	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, index, c.cfg.WaitTime, c.registryListed, covers)
 	if err != nil {
 		return 0, consul.Classify("watch registry "+prefix, err)
 	}
-	if meta.ResultsFilteredByACLs {
+	if meta.filtered {
 		return 0, filtered("watch registry "+prefix, "key:read", prefix)
 	}
-	if index != 0 && meta.LastIndex == index {
+	if index != 0 && meta.lastIndex == index {
 		return index, nil // wait timed out without a change
 	}
-	declChanged, ledgersChanged := c.diffRecords(prefix, pairs)
+	c.registryListed = listed
+	declChanged, ledgersChanged := c.diffRecords(prefix, changes)
 	c.mu.Lock()
-	listed := c.registrySync
+	synced := c.registrySync
 	c.mu.Unlock()
-	if !declChanged && !ledgersChanged && listed {
-		return meta.LastIndex, nil
+	if !declChanged && !ledgersChanged && synced {
+		return meta.lastIndex, nil
 	}
 	locks := map[string]lockmodel.Lock{}
 	ledgers := map[string]lockmodel.Ledger{}
-	if declChanged || !listed {
+	if declChanged || !synced {
 		profiles := map[string]lockmodel.SessionProfile{}
 		policies := map[string]lockmodel.ACLPolicySpec{}
 		versions := map[string]uint64{}
@@ -158,59 +161,48 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		c.mu.Unlock()
 	}
 	c.metrics.runMeter.observe(ledgers, locks)
-	return meta.LastIndex, nil
+	return meta.lastIndex, nil
 }
 
-// diffRecords brings c.records (owned by the registry watch) up to the
-// listing pairs, decoding only the records that are new or whose
-// ModifyIndex moved, and reports whether declarations and whether run
-// ledgers changed.
-func (c *Controller) diffRecords(prefix string, pairs api.KVPairs) (declChanged, ledgersChanged bool) {
-	note := func(kind string) {
+// recordKind returns the kind of the registry record key (a key right
+// under <registry>/<kind>/ of a kind the controller reads); false for any
+// other key.
+func recordKind(prefix, key string) (string, bool) {
+	kind, name, ok := strings.Cut(strings.TrimPrefix(key, prefix), "/")
+	if !ok || name == "" || strings.Contains(name, "/") {
+		return "", false
+	}
+	switch kind {
+	case lockmodel.KindLock, lockmodel.KindSessionDefaults, lockmodel.KindACLPolicy, lockmodel.KindRuns:
+		return kind, true
+	}
+	return "", false
+}
+
+// diffRecords applies the changes a registry answer brought to c.records
+// (owned by the registry watch), decoding the records written, and
+// reports whether declarations and whether run ledgers changed.
+func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChanged, ledgersChanged bool) {
+	for _, ch := range changes {
+		kind, _ := recordKind(prefix, ch.key)
 		if kind == lockmodel.KindRuns {
 			ledgersChanged = true
 		} else {
 			declChanged = true
 		}
-	}
-	listed := 0
-	for _, p := range pairs {
-		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix), "/")
-		if !ok || name == "" || strings.Contains(name, "/") {
+		if !ch.present {
+			delete(c.records, ch.key)
 			continue
 		}
-		switch kind {
-		case lockmodel.KindLock, lockmodel.KindSessionDefaults, lockmodel.KindACLPolicy, lockmodel.KindRuns:
-		default:
-			continue
-		}
-		listed++
-		if r, ok := c.records[p.Key]; ok && r.index == p.ModifyIndex {
-			continue
-		}
-		c.records[p.Key] = c.decodeRecord(p, kind, name)
-		note(kind)
-	}
-	if listed == len(c.records) {
-		return declChanged, ledgersChanged
-	}
-	// Some records were deleted.
-	present := make(map[string]bool, len(pairs))
-	for _, p := range pairs {
-		present[p.Key] = true
-	}
-	for key, r := range c.records {
-		if !present[key] {
-			delete(c.records, key)
-			note(r.kind)
-		}
+		_, name, _ := strings.Cut(strings.TrimPrefix(ch.key, prefix), "/")
+		c.records[ch.key] = c.decodeRecord(ch.key, ch.entry, kind, name)
 	}
 	return declChanged, ledgersChanged
 }
 
 // decodeRecord decodes one registry record of kind; one that does not
 // decode is reported (reportBadRecord) and kept without a value.
-func (c *Controller) decodeRecord(p *api.KVPair, kind, name string) record {
+func (c *Controller) decodeRecord(key string, p compliance.LiveKey, kind, name string) record {
 	r := record{index: p.ModifyIndex, kind: kind, name: name}
 	var err error
 	switch kind {
@@ -237,20 +229,20 @@ func (c *Controller) decodeRecord(p *api.KVPair, kind, name string) record {
 		}
 	}
 	if err != nil {
-		c.reportBadRecord(p, err)
+		c.reportBadRecord(key, p.ModifyIndex, err)
 	}
 	return r
 }
 
 // reportBadRecord logs a declaration that cannot be read, once per version.
 // It is ignored, never acted on.
-func (c *Controller) reportBadRecord(p *api.KVPair, err error) {
+func (c *Controller) reportBadRecord(key string, index uint64, err error) {
 	c.mu.Lock()
-	seen := c.badRecords[p.Key] == p.ModifyIndex
-	c.badRecords[p.Key] = p.ModifyIndex
+	seen := c.badRecords[key] == index
+	c.badRecords[key] = index
 	c.mu.Unlock()
 	if !seen {
-		c.log.Error("declaration ignored", "record", p.Key, "error", err.Error())
+		c.log.Error("declaration ignored", "record", key, "error", err.Error())
 	}
 }
 
