@@ -491,3 +491,53 @@ func TestHolderService_withoutServiceWriteTheLockIsHeldWithoutAnInstance(t *test
 		t.Fatalf("instances of %s: %d, %v", service, len(entries), err)
 	}
 }
+
+// TestHolderService_frozenRunnerNeverReappearsAfterTheTakeOver: A's runner
+// is frozen (SIGSTOP) while it holds; its check expires, B takes over,
+// then A is thawed while B holds: A finds the lock lost and exits 123
+// without passing its check again, so no DNS answer to a query sent after
+// B started names A (a renewal sent before the freeze is too old to pass
+// on, lockmodel.HolderCheck.PassAllowed).
+func TestHolderService_frozenRunnerNeverReappearsAfterTheTakeOver(t *testing.T) {
+	l, service, token := declareHolderService(t, 1)
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-sleep", "2m")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-sleep", "6s")...)
+	waitOutput(t, b, "waiting for the lock")
+	stop := sampleDNS(t, service)
+	time.Sleep(500 * time.Millisecond)
+	frozen := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, record, "B")
+	thawed := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(30 * time.Second); code != ExitLockLost {
+		t.Fatalf("A exit code %d, want %d", code, ExitLockLost)
+	}
+	if code := b.wait(60 * time.Second); code != 0 {
+		t.Fatalf("B exit code %d", code)
+	}
+	samples := stop()
+	var runB *childRun
+	for _, r := range readRuns(t, record) {
+		if r.tag == "B" {
+			runB = r
+		}
+	}
+	lastA := lastWith(samples, 20001)
+	if lastA.IsZero() || !lastA.Before(runB.start) {
+		t.Fatalf("DNS answered A (frozen, then thawed) to a query sent %s after B's command started", lastA.Sub(runB.start))
+	}
+	if n := strings.Count(a.out.String(), "holder service registered"); n != 1 {
+		t.Fatalf("A registered %d times, want once:\n%s", n, a.out.String())
+	}
+	t.Logf("runner frozen: DNS named A until %s after the freeze; B's command started %s after the freeze; A thawed %s after B started, "+
+		"exited 123 and never reappeared; %d samples", lastA.Sub(frozen).Round(time.Millisecond), runB.start.Sub(frozen).Round(time.Millisecond),
+		thawed.Sub(runB.start).Round(time.Millisecond), len(samples))
+}
