@@ -299,6 +299,7 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	}
 	plan.Flags, plan.RegistryKey = flags, registryKey
 	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
+	r.holderServicePlanWarnings(ctx, plan, &resp.Diagnostics)
 
 	if !req.State.Raw.IsNull() {
 		var state lockResourceModel

@@ -122,3 +122,22 @@ func holderServiceState(prior *lockHolderServiceModel, h *lockmodel.HolderServic
 	}
 	return m
 }
+
+// holderServicePlanWarnings warns at plan time when the session profile
+// makes the holder check flap (lockmodel.HolderCheck.Warnings), when the
+// profile is already recorded (one consistent read; a profile created in
+// the same apply is judged at apply, profileWarnings). A failed read adds
+// nothing: apply reports it.
+func (r *lockResource) holderServicePlanWarnings(ctx context.Context, plan lockResourceModel, diags *diag.Diagnostics) {
+	if r.data == nil || plan.HolderService == nil || plan.SessionDefaults.IsUnknown() || plan.SessionDefaults.IsNull() ||
+		lockmodel.ValidateName("session_defaults", plan.SessionDefaults.ValueString()) != nil {
+		return
+	}
+	rec, found, err := r.data.client.Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, plan.SessionDefaults.ValueString())
+	if err != nil || !found {
+		return
+	}
+	if p, err := lockmodel.DecodeSessionProfileRecord(rec.Value); err == nil {
+		addWarnings(diags, lockmodel.NewHolderCheck(p).Warnings())
+	}
+}

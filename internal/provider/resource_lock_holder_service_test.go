@@ -140,3 +140,33 @@ resource "consullock_lock" "test" {
 		},
 	})
 }
+
+// A session profile whose ttl + lock_delay leaves the holder check less
+// than a renewal interval is a plan warning naming the numbers: the holder
+// may drop out of DNS between renewals.
+func TestAccLock_holderServiceWithAFlappingProfileWarnsAtPlan(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	profile := lockTestProvider(reg) + `
+resource "consullock_session_defaults" "tight" {
+  name        = "tight"
+  ttl         = "10s"
+  lock_delay  = "0s"
+  renew_every = "4s"
+}
+`
+	w := newTofuWorkdir(t, reattachTerraformBlock+profile)
+	w.mustRun(t, "apply", "-input=false", "-no-color", "-auto-approve")
+	t.Cleanup(func() { _, _ = w.run(t, "destroy", "-input=false", "-no-color", "-auto-approve") })
+	w.setConfig(t, reattachTerraformBlock+profile+fmt.Sprintf(`
+resource "consullock_lock" "web" {
+  name             = "web"
+  prefix           = "%s/web"
+  session_defaults = consullock_session_defaults.tight.name
+  holder_service   = { name = "web" }
+}
+`, p))
+	out := w.mustRun(t, "plan", "-input=false", "-no-color")
+	assertOutputHas(t, out, "Warning: Holder Check May Flap", "with consullock_lock.web",
+		"The holder's check TTL is 5s so that it is critical before the earliest take-over")
+}
