@@ -185,10 +185,12 @@ func (o *onceWorkload) drive() {
 		o.mu.Lock()
 		o.runs[id], o.order = run, append(o.order, id)
 		o.mu.Unlock()
-		for run.Waves < onceMaxWaves && o.ctx.Err() == nil {
-			run.Waves++
+		for wave := 1; wave <= onceMaxWaves && o.ctx.Err() == nil; wave++ {
+			o.mu.Lock()
+			run.Waves = wave
+			o.mu.Unlock()
 			decided := false
-			for _, code := range o.wave(id, run.Waves) {
+			for _, code := range o.wave(id, wave) {
 				o.mu.Lock()
 				run.Exits[code]++
 				o.exits[code]++
