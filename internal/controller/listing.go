@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -87,10 +86,14 @@ func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint6
 		return nil, nil, listMeta{}, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return nil, nil, listMeta{}, err
 	}
+	body := buf.Bytes()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
 		return nil, nil, listMeta{}, api.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(body))}
 	}
