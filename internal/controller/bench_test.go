@@ -197,7 +197,8 @@ func BenchmarkDriftToRepair(b *testing.B) {
 // controller run as users run it: the built binary (`consullock
 // controller -mode repair`, leader election on) in its own process against
 // the same agent. It reports the repair latencies, the time from exec to
-// /readyz answering 200 (initial sync) and the process's peak RSS (VmHWM).
+// /readyz answering 200 (initial sync), the process's CPU time per repair
+// (utime+stime) and its peak RSS (VmHWM).
 // CONTROLLER_BENCH_BASELINE names another build of the binary (e.g. of an
 // earlier commit) to measure side by side, on the same seeded locks in the
 // same run:
@@ -215,9 +216,12 @@ func BenchmarkDriftToRepairBinary(b *testing.B) {
 			b.Run(fmt.Sprintf("locks=%d/binary=%s", n, bin.name), func(b *testing.B) {
 				s := seedOnce(b, n)
 				p := startBinary(b, bin.path, s.h)
+				cpu := procCPU(p.cmd.Process.Pid)
 				lat := measureRepairs(b, s)
+				cpu = procCPU(p.cmd.Process.Pid) - cpu
 				rss := p.stop(b)
 				reportLatencies(b, lat)
+				b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu_ms/repair")
 				b.ReportMetric(float64(p.sync.Milliseconds()), "sync_ms")
 				b.ReportMetric(float64(rss)/1024, "peak_rss_MiB")
 			})
