@@ -2,8 +2,12 @@ package consul
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/consul/api"
 
@@ -114,4 +118,79 @@ func (c *Client) ReadHolderServices(ctx context.Context, name string, sessions [
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Session < out[j].Session })
 	return out, nil
+}
+
+// Agentless: a runner with no agent of its own registers its holder's
+// instance on the session's node in the catalog (lockmodel.HolderViaCatalog).
+// Nobody runs a catalog check: the instance is registered passing and stays
+// until it is deregistered, by its runner on exit or loss, or by the next
+// holder (StaleHolderInstances) before that one starts its command.
+
+// RegisterHolderServiceCatalog registers in on node (which must be in the
+// catalog) through PUT /v1/catalog/register, with a passing check of its
+// own so that health queries list it; the node itself is not updated
+// (SkipNodeUpdate). It needs service "<name>" write and node "<node>"
+// write.
+func (c *Client) RegisterHolderServiceCatalog(ctx context.Context, node string, in lockmodel.HolderInstance) error {
+	reg := &api.CatalogRegistration{
+		Node: node, SkipNodeUpdate: true,
+		Service: &api.AgentService{ID: in.ID, Service: in.Name, Tags: in.Tags, Port: in.Port, Address: in.Address, Meta: in.Meta},
+		Check: &api.AgentCheck{
+			Node: node, CheckID: in.CheckID, Name: "consullock holder " + in.Meta[lockmodel.HolderMetaLock],
+			Status: api.HealthPassing, ServiceID: in.ID, ServiceName: in.Name,
+			Notes: "Registered in the catalog by an agentless holder: passing until the holder deregisters it, or the next holder does before it starts.",
+		},
+	}
+	if _, err := c.Catalog().Register(reg, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return c.wrap("register holder service "+in.ID+" on node "+node, err)
+	}
+	return nil
+}
+
+// DeregisterHolderServiceCatalog removes instance serviceID (and its
+// check) from node in the catalog. An instance already gone is not an
+// error.
+func (c *Client) DeregisterHolderServiceCatalog(ctx context.Context, node, serviceID string) error {
+	_, err := c.Catalog().Deregister(&api.CatalogDeregistration{Node: node, ServiceID: serviceID}, (&api.WriteOptions{}).WithContext(ctx))
+	var e *Error
+	if err != nil && errors.As(Classify("", err), &e) && (e.Kind == KindNotFound ||
+		e.StatusCode == http.StatusInternalServerError && strings.Contains(e.Message, "Unknown service ID")) {
+		return nil // Consul answers 500 "Unknown service ID" for an instance already gone
+	}
+	if err != nil {
+		return c.wrap("deregister holder service "+serviceID+" on node "+node, err)
+	}
+	return nil
+}
+
+// StaleHolderInstances lists the instances of holder service name on node
+// that lock's holders registered and that are stale for holder session
+// mine (lockmodel.HolderInstanceStale): one consistent catalog read, and
+// for a semaphore one session read per other holder's instance.
+func (c *Client) StaleHolderInstances(ctx context.Context, name, node, lock string, limit int, mine string) ([]string, error) {
+	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Node == %q", node)}).WithContext(ctx)
+	services, _, err := c.Catalog().Service(name, "", q)
+	if err != nil {
+		return nil, c.wrap("list holder service "+name+" on node "+node, err)
+	}
+	var stale []string
+	for _, s := range services {
+		other := s.ServiceMeta[lockmodel.HolderMetaSession]
+		if s.ServiceMeta[lockmodel.HolderMetaLock] != lock || other == "" || s.ServiceID != lockmodel.HolderServiceID(name, other) {
+			continue // not a holder's instance of this lock
+		}
+		alive := true
+		if limit > 1 && other != mine {
+			info, _, err := c.Session().Info(other, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if err != nil {
+				return nil, c.wrap("read session "+other, err)
+			}
+			alive = info != nil
+		}
+		if lockmodel.HolderInstanceStale(limit, mine, other, alive) {
+			stale = append(stale, s.ServiceID)
+		}
+	}
+	sort.Strings(stale)
+	return stale, nil
 }

@@ -3,7 +3,9 @@ package consul
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"sort"
 	"testing"
 	"time"
 
@@ -86,4 +88,124 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 	if err := worker.DeregisterHolderService(ctx, inst.ID); err != nil {
 		t.Fatalf("deregistering an instance already gone: %v", err)
 	}
+}
+
+// TestHolderServiceCatalog_needsServiceWriteOnly: an agentless holder
+// registers its instance on the runners' catalog node (no agent runs it)
+// without updating the node (SkipNodeUpdate): the worker rules rendered
+// with holder_services (service "<name>" write) are enough, and no node
+// write is needed; without them, node "<node>" write alone gets HTTP 403,
+// as does another service name. The instance is passing in the catalog
+// (nobody runs its check) until deregistered, which needs the same rule
+// (403 without it).
+func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
+	ctx := context.Background()
+	name, node := "holder-cat-"+testenv.NewUUID()[:8], "runners-"+testenv.NewUUID()[:8]
+	mgmt := newClient(t, agent.ManagementToken)
+	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	base := lockmodel.RulesInput{LockKeys: []string{"t/holder-cat/.lock"}, SessionNodePrefixes: []string{node}}
+	withService := base
+	withService.HolderServices = []string{name}
+	nodeWrite := fmt.Sprintf("node %q { policy = \"write\" }\n", node)
+	mint := func(what, rules string) *Client {
+		tok, err := agent.MintToken("holder-cat-"+what+"-"+testenv.NewUUID()[:8], rules, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newClient(t, tok.SecretID)
+	}
+	worker := mint("service", lockmodel.RenderRules(withService))
+	nodeOnly := mint("node", lockmodel.RenderRules(base)+nodeWrite)
+
+	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, NodeChecks: []string{}})
+	h := lockmodel.Holder{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
+	inst := lockmodel.HolderService{Name: name, Port: 8080}.Instance(h, check, "", 0)
+	wantForbidden := func(what string, err error) {
+		t.Helper()
+		var e *Error
+		if !errors.As(err, &e) || e.StatusCode != http.StatusForbidden || e.Kind != KindPermissionDenied {
+			t.Fatalf("%s: %v, want HTTP 403 permission denied", what, err)
+		}
+		t.Logf("%s: %v", what, err)
+	}
+	wantForbidden("register with node write alone", nodeOnly.RegisterHolderServiceCatalog(ctx, node, inst))
+	other := lockmodel.HolderService{Name: name + "-other"}.Instance(h, check, "", 0)
+	wantForbidden("register another service name", worker.RegisterHolderServiceCatalog(ctx, node, other))
+	if err := worker.RegisterHolderServiceCatalog(ctx, node, inst); err != nil {
+		t.Fatalf("register with the worker rules (service write): %v", err)
+	}
+	views, err := mgmt.ReadHolderServices(ctx, name, []string{h.Session}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(views) != 1 || views[0].Status != api.HealthPassing || views[0].Node != node || views[0].Port != 8080 || views[0].FencingToken != 42 {
+		t.Fatalf("catalog view %+v, want one passing instance on %s with port 8080 and token 42", views, node)
+	}
+	// Node write alone may deregister what is on the node (Consul's rule);
+	// the worker rules without holder_services may not.
+	wantForbidden("deregister without holder_services", mint("none", lockmodel.RenderRules(base)).DeregisterHolderServiceCatalog(ctx, node, inst.ID))
+	if err := worker.DeregisterHolderServiceCatalog(ctx, node, inst.ID); err != nil {
+		t.Fatalf("deregister with the worker rules: %v", err)
+	}
+	if err := worker.DeregisterHolderServiceCatalog(ctx, node, inst.ID); err != nil {
+		t.Fatalf("deregistering an instance already gone: %v", err)
+	}
+	if views, err := mgmt.ReadHolderServices(ctx, name, []string{h.Session}, true); err != nil || len(views) != 0 {
+		t.Fatalf("after the deregistration: %+v, %v", views, err)
+	}
+}
+
+// TestStaleHolderInstances_reapsFormerHoldersOnly: on the runners' node,
+// a mutex holder finds every other session's instance of its lock stale;
+// a semaphore holder only those whose session has ended. Another lock's
+// instance of the same service, and the holder's own, are never stale.
+func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
+	ctx := context.Background()
+	name, node := "holder-stale-"+testenv.NewUUID()[:8], "runners-"+testenv.NewUUID()[:8]
+	mgmt := newClient(t, agent.ManagementToken)
+	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	live, _, err := mgmt.Session().CreateNoChecks(&api.SessionEntry{Node: node, TTL: "30s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = mgmt.Session().Destroy(live, nil) })
+	mine, dead := testenv.NewUUID(), testenv.NewUUID()
+	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{})
+	spec := lockmodel.HolderService{Name: name}
+	register := func(lock, session string) string {
+		in := spec.Instance(lockmodel.Holder{Lock: lock, Session: session, Node: node}, check, "", 0)
+		if lock == "other" {
+			in.ID += "-other" // another lock declaring the same service name
+		}
+		if err := mgmt.RegisterHolderServiceCatalog(ctx, node, in); err != nil {
+			t.Fatal(err)
+		}
+		return in.ID
+	}
+	idMine, idLive, idDead := register("job", mine), register("job", live), register("job", dead)
+	register("other", dead)
+	for _, c := range []struct {
+		limit int
+		want  []string
+	}{
+		{1, sortedIDs(idLive, idDead)},
+		{3, []string{idDead}},
+	} {
+		got, err := mgmt.StaleHolderInstances(ctx, name, node, "job", c.limit, mine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("limit %d: stale %v, want %v (mine %s)", c.limit, got, c.want, idMine)
+		}
+	}
+}
+
+func sortedIDs(ids ...string) []string {
+	sort.Strings(ids)
+	return ids
 }

@@ -296,3 +296,62 @@ func (c HolderCheck) Warnings() []Warning {
 			FormatDuration(c.TTL), FormatDuration(c.Bound)),
 	}}
 }
+
+// How a runner registers its holder's instance (-service-registration).
+const (
+	// HolderViaAuto picks HolderViaCatalog when the runner names its
+	// session's node (-node), HolderViaAgent otherwise.
+	HolderViaAuto = "auto"
+	// HolderViaAgent registers on the agent the runner talks to (PUT
+	// /v1/agent/service/register): the agent runs the TTL check and
+	// removes the instance when its node fails.
+	HolderViaAgent = "agent"
+	// HolderViaCatalog registers on the session's node in the catalog (PUT
+	// /v1/catalog/register), for runners with no agent of their own
+	// (agentless): nobody runs a catalog check, so the instance is passing
+	// until it is deregistered (HolderInstanceStale says who reaps it).
+	HolderViaCatalog = "catalog"
+)
+
+// HolderVia resolves a runner's -service-registration value against its
+// -node: it returns how the instance is registered, and why, for the
+// runner's log line. A client agent runs the node it is for: a catalog
+// registration on that node would be removed by the agent's anti-entropy,
+// and an agent registration puts the instance on the agent's node, so the
+// rule follows the session: on the agent's node without -node, on the
+// named node with it. catalog without -node is refused: the instance
+// would have no node of its own.
+func HolderVia(value, node string) (via, reason string, err error) {
+	switch value {
+	case HolderViaAuto, "":
+		if node != "" {
+			return HolderViaCatalog, "-node names the session's node: the instance is registered on it in the catalog (-service-registration agent registers on the agent instead)", nil
+		}
+		return HolderViaAgent, "no -node: the session and the instance are on the node of the agent at CONSUL_HTTP_ADDR", nil
+	case HolderViaAgent:
+		return HolderViaAgent, "-service-registration agent", nil
+	case HolderViaCatalog:
+		if node == "" {
+			return "", "", &FieldError{Field: "-service-registration", Value: value,
+				Allowed: "catalog only with -node NAME (the node the instance is registered on); agent or auto without it"}
+		}
+		return HolderViaCatalog, "-service-registration catalog", nil
+	}
+	return "", "", &FieldError{Field: "-service-registration", Value: truncate(value, 40), Allowed: "auto, agent or catalog"}
+}
+
+// HolderInstanceStale reports whether another holder's instance of the
+// same lock, found on the node where a holder of that lock registers, is
+// stale: its session is not a holder's any more. A mutex has one holder,
+// so once this one holds, every other session's instance is stale; a
+// semaphore's other holders keep theirs while their session lives (a
+// runner leaves the semaphore before it destroys its session, and
+// deregisters before it leaves). A catalog-registered instance has no
+// agent to take it out of DNS: the next holder deregisters the stale ones
+// before it starts its command.
+func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
+	if other == mine {
+		return false
+	}
+	return limit <= 1 || !otherAlive
+}

@@ -183,3 +183,55 @@ func TestLockRecord_holderServiceRoundTrip(t *testing.T) {
 		t.Fatalf("a record with port 70000 decodes: %v", err)
 	}
 }
+
+// TestHolderVia: the agent endpoint without -node, the catalog with it,
+// an explicit choice kept, catalog without a node and unknown values
+// refused naming the flag, the value and what is allowed.
+func TestHolderVia(t *testing.T) {
+	for _, c := range []struct {
+		value, node, want, err string
+	}{
+		{"auto", "", HolderViaAgent, ""},
+		{"", "", HolderViaAgent, ""},
+		{"auto", "consul-lock-runners", HolderViaCatalog, ""},
+		{"agent", "consul-lock-runners", HolderViaAgent, ""},
+		{"catalog", "consul-lock-runners", HolderViaCatalog, ""},
+		{"catalog", "", "", `-service-registration: "catalog" is not allowed; catalog only with -node NAME`},
+		{"dns", "", "", `-service-registration: "dns" is not allowed; auto, agent or catalog`},
+	} {
+		via, reason, err := HolderVia(c.value, c.node)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("HolderVia(%q, %q) error %v, want %q", c.value, c.node, err, c.err)
+			}
+			continue
+		}
+		if err != nil || via != c.want || reason == "" {
+			t.Errorf("HolderVia(%q, %q) = %q, %q, %v; want %q with a reason", c.value, c.node, via, reason, err, c.want)
+		}
+	}
+}
+
+// TestHolderInstanceStale: a mutex's other holders' instances are stale
+// once this holder holds; a semaphore's only when their session ended;
+// the holder's own never.
+func TestHolderInstanceStale(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		limit      int
+		other      string
+		otherAlive bool
+		want       bool
+	}{
+		{"mutex: a former holder whose session lives on (frozen, not yet invalidated)", 1, "b", true, true},
+		{"mutex: a former holder whose session ended", 1, "b", false, true},
+		{"mutex: the holder's own", 1, "a", true, false},
+		{"semaphore: another holder still alive", 3, "b", true, false},
+		{"semaphore: a holder whose session ended", 3, "b", false, true},
+		{"semaphore: the holder's own", 3, "a", false, false},
+	} {
+		if got := HolderInstanceStale(c.limit, "a", c.other, c.otherAlive); got != c.want {
+			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
+		}
+	}
+}
