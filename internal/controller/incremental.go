@@ -11,9 +11,10 @@ import (
 
 // view is what the controller keeps between reconciles so that a change
 // costs work in proportion to what changed, not to the locks watched. The
-// watches diff each answer against the last one (lock keys and sessions by
-// identity and ModifyIndex, declaration records by ModifyIndex) and mark
-// the locks the changed objects belong to dirty; a reconcile looks again
+// watches diff each answer against the last one (lock keys and
+// declaration records by ModifyIndex, walking the listing beside the
+// previous one: listing.go; sessions by ID and CreateIndex) and mark the
+// locks the changed objects belong to dirty; a reconcile looks again
 // at the dirty locks only (holds, lock metrics) and decides them again
 // with compliance.DecideLock, keeping every other lock's verdict. The
 // verdicts joined in compliance.Decide's order are what Decide says on the
