@@ -37,6 +37,9 @@ type config struct {
 	// address (default: the node's) and declared port for this holder.
 	serviceAddress string
 	servicePort    int
+	// serviceVia is how the holder's instance is registered
+	// (lockmodel.HolderVia of -service-registration and -node).
+	serviceVia, serviceViaReason string
 	// clock is the wall clock (lockmodel.EnvClockOffset: fault injection).
 	clock lockmodel.Clock
 }
@@ -110,6 +113,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
+	serviceRegistration := fs.String("service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
 	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
@@ -142,6 +146,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.servicePort < 0 || cfg.servicePort > lockmodel.MaxServicePort {
 		return cfg, usageErrorf("-service-port %d: want a port from 1 to %d (0: the declared port)", cfg.servicePort, lockmodel.MaxServicePort)
+	}
+	if cfg.serviceVia, cfg.serviceViaReason, err = lockmodel.HolderVia(*serviceRegistration, cfg.node); err != nil {
+		return cfg, usageErrorf("%v", err)
 	}
 	if cfg.timeout < 0 {
 		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -19,6 +20,13 @@ import (
 // exit. It is nil for a lock without holder_service, and every method is a
 // no-op on nil: such a lock costs no request more.
 //
+// Agentless (catalogNode set: lockmodel.HolderViaCatalog) the instance is
+// registered on the session's node in the catalog, passing, and nobody
+// runs its check: renewals pass nothing, and before the command starts
+// reap deregisters the instances on that node that former holders of the
+// lock left behind (killed, or cut off from the servers), so that DNS
+// never names a former holder once this one's command runs.
+//
 // States (one goroutine, started by start, owns the instance):
 //
 //	start: register (critical), pass ──▶ registered ── renewed: pass the check (if allowed)
@@ -34,6 +42,9 @@ type holderService struct {
 	done    chan struct{}  // closed when the instance is deregistered (or never was)
 	once    sync.Once
 	started bool
+	// catalogNode is the node of a catalog registration, "" for the
+	// agent's.
+	catalogNode string
 }
 
 // newHolderService is the lock's holder service, nil without one.
@@ -43,8 +54,14 @@ func newHolderService(r *runner) *holderService {
 	}
 	hs := &holderService{r: r, spec: *r.lock.HolderService, check: lockmodel.NewHolderCheck(r.profile),
 		renewed: make(chan time.Time, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if r.cfg.serviceVia == lockmodel.HolderViaCatalog {
+		hs.catalogNode = r.cfg.node
+	}
+	r.log.Info("holder service registration", "service", hs.spec.Name, "via", r.cfg.serviceVia, "node", r.cfg.node, "reason", r.cfg.serviceViaReason)
 	for _, w := range hs.check.Warnings() {
-		r.log.Warn(w.Summary, "detail", w.Detail)
+		if hs.catalogNode == "" { // a catalog check has no TTL
+			r.log.Warn(w.Summary, "detail", w.Detail)
+		}
 	}
 	return hs
 }
@@ -59,6 +76,33 @@ func (hs *holderService) start(h *lockproto.Hold) {
 	holder := lockmodel.Holder{Lock: hs.r.lock.Name, Session: h.Session.ID, FencingToken: h.Grant.FencingToken, Node: h.Session.Node, PID: os.Getpid()}
 	in := hs.spec.Instance(holder, hs.check, hs.r.cfg.serviceAddress, hs.r.cfg.servicePort)
 	go hs.keep(in, h)
+}
+
+// reap deregisters, before the command starts, the instances of the
+// lock's former holders on the catalog node (consul.StaleHolderInstances).
+// A failure is logged and the command starts: the lock is held, only DNS
+// may still name a former holder. Agent registrations need none: the
+// agent's TTL check, or its node's serfHealth, took theirs out of DNS
+// before this holder could acquire.
+func (hs *holderService) reap(h *lockproto.Hold) {
+	if hs == nil || hs.catalogNode == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
+	defer cancel()
+	log, c, start := hs.r.log, hs.r.client, time.Now()
+	stale, err := c.StaleHolderInstances(ctx, hs.spec.Name, hs.catalogNode, hs.r.lock.Name, hs.r.lock.Limit, h.Session.ID)
+	if err != nil {
+		log.Error("cannot list former holders' instances; DNS may name a former holder", "node", hs.catalogNode, "error", err.Error())
+		return
+	}
+	for _, id := range stale {
+		if err := c.DeregisterHolderServiceCatalog(ctx, hs.catalogNode, id); err != nil {
+			log.Error("cannot deregister a former holder's instance; DNS may name it", "service_id", id, "error", err.Error())
+			continue
+		}
+		log.Info("former holder's instance deregistered", "service_id", id, "node", hs.catalogNode, "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // onRenewed hands the send time of a renewal Consul answered to the
@@ -117,6 +161,10 @@ func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
 	}()
 	defer cancel()
 	start := time.Now()
+	if hs.catalogNode != "" {
+		hs.keepInCatalog(ctx, log, in)
+		return
+	}
 	if err := c.RegisterHolderService(ctx, in); err != nil {
 		if ctx.Err() == nil {
 			log.Error("cannot register the holder service; the lock is held without it", "service", in.Name, "error", err.Error())
@@ -142,6 +190,31 @@ func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
 		return
 	}
 	log.Info("holder service deregistered", "service", in.Name)
+}
+
+// keepInCatalog registers in on the catalog node, passing, and
+// deregisters it on withdraw. Renewals pass nothing: no agent runs the
+// check.
+func (hs *holderService) keepInCatalog(ctx context.Context, log *slog.Logger, in lockmodel.HolderInstance) {
+	c, start, node := hs.r.client, time.Now(), hs.catalogNode
+	err := c.RegisterHolderServiceCatalog(ctx, node, in)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		log.Error("cannot register the holder service; the lock is held without it", "service", in.Name, "node", node, "error", err.Error())
+		return
+	case err == nil:
+		log.Info("holder service registered", "service", in.Name, "node", node, "via", lockmodel.HolderViaCatalog,
+			"took", time.Since(start).Round(time.Millisecond))
+	}
+	<-ctx.Done() // withdrawn (a registration cut short by it may have landed)
+	dctx, dcancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
+	defer dcancel()
+	if err := c.DeregisterHolderServiceCatalog(dctx, node, in.ID); err != nil {
+		log.Warn("cannot deregister the holder service; the next holder deregisters it before its command starts",
+			"node", node, "error", err.Error())
+		return
+	}
+	log.Info("holder service deregistered", "service", in.Name, "node", node)
 }
 
 // pass passes the check after the renewal sent at at, unless that renewal
