@@ -1,6 +1,7 @@
 package compliance
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -11,16 +12,23 @@ import (
 // at most).
 const DefaultMaxLockWatches = 8
 
+// MinSplitKeys is the fewest keys a watch covers before GroupKeys splits it
+// to spread the keys over more watches: a listing that small is cheap next
+// to the blocking query another watch holds open.
+const MinSplitKeys = 128
+
 // GroupKeys assigns each lock key to the prefix of the blocking query that
 // watches it. Such a query lists every key under its prefix, values
 // included, and answers again on every write there, so a prefix must cover
-// its locks and as little else as possible:
+// its locks and as little else as possible, and one change should list few
+// keys:
 //
 //   - keys that share a first path segment share one watch, on the deepest
 //     path they all share ("t/1/locks/a/.lock" and "t/1/locks/b/.lock" ->
 //     "t/1/locks/"); a key alone in its first segment is watched by itself
 //     ("svc/job/.lock" lists that key only, not the semaphore contenders
-//     or application keys beside it);
+//     or application keys beside it), unless it is the beginning of
+//     other keys ("job" and "job-a/.lock"), which then share its watch;
 //   - only when that gives more than maxGroups watches are groups merged,
 //     into watches on the longest prefix their keys share: groups are
 //     first taken together by their first character and then split again
@@ -28,46 +36,156 @@ const DefaultMaxLockWatches = 8
 //     whose keys begin with different characters share no prefix but ""
 //     (the whole KV store) and are never merged: with more distinct first
 //     characters than maxGroups there is one watch per first character,
-//     more than maxGroups (see WatchCapExceeded).
+//     more than maxGroups (see WatchCapExceeded);
+//   - then, while the count allows, the watch with the most keys (more
+//     than MinSplitKeys) is split on its keys' longest common prefix by
+//     the character that follows it ("b/1..." and "b/2..." under "b/"),
+//     each part watched on its own keys' common prefix; a watch whose
+//     parts would take the count over maxGroups is passed over, and one
+//     whose common prefix is one of its keys (it covers the rest) cannot
+//     be split. One change then lists about len(keys)/maxGroups keys
+//     where the characters after the common prefixes allow: 10,000 keys
+//     numbered in decimal under one prefix make 100 watches of at most
+//     111 keys under a cap of 128, 10 of at most 1,111 under a cap of 16,
+//     and stay one watch under a cap of 8 (ten digits, ten parts).
+//
+// Each watch's keys are a contiguous run of the sorted keys, and its
+// prefix covers no key of another watch: keys with a given prefix are
+// contiguous in sorted order, a first-segment prefix covers only keys of
+// that segment, a key that begins the keys beside it is merged with them,
+// and merged or split parts are runs that differ in the character after
+// their parent's common prefix, each watched on a prefix that includes
+// that character. A key added or removed changes only its own watch, or
+// splits it into its parts (or merges them back), unless it changes which
+// watch is the largest that fits under the cap (1 in 100 single-key
+// changes in TestGroupKeys_aKeyAddedOrRemovedMovesOnlyItsWatch).
 //
 // The number of watches therefore does not grow with the number of locks.
 func GroupKeys(keys []string, maxGroups int) map[string]string {
 	maxGroups = max(maxGroups, 1)
-	bySegment := map[string][]string{}
-	for _, k := range keys {
-		seg := k
-		if i := strings.IndexByte(k, '/'); i >= 0 {
-			seg = k[:i+1]
-		}
-		bySegment[seg] = append(bySegment[seg], k)
-	}
-	base := make(map[string][]string, len(bySegment)) // watch prefix -> keys
-	for _, ks := range bySegment {
-		p := ks[0]
-		if len(ks) > 1 {
-			p = commonPrefix(ks)
-			p = p[:strings.LastIndexByte(p, '/')+1] // they share the first segment
-		}
-		base[p] = append(base[p], ks...)
-	}
-	var watches [][]string // each: the sorted base prefixes one watch covers
-	if len(base) > maxGroups {
-		watches = mergeGroups(sortedKeys(base), maxGroups)
-	} else {
-		for _, p := range sortedKeys(base) {
-			watches = append(watches, []string{p})
-		}
-	}
-	out := make(map[string]string, len(keys))
-	for _, members := range watches {
-		prefix := commonPrefix(members)
-		for _, m := range members {
-			for _, k := range base[m] {
-				out[k] = prefix
-			}
+	sorted := slices.Clone(keys)
+	sort.Strings(sorted)
+	sorted = slices.Compact(sorted)
+	base := baseWatches(sorted, maxGroups)
+	watches := splitLargest(sorted, base, maxGroups)
+	out := make(map[string]string, len(sorted))
+	for _, w := range watches {
+		for _, k := range sorted[w.lo:w.hi] {
+			out[k] = w.prefix
 		}
 	}
 	return out
+}
+
+// watch is one blocking query's prefix and the keys it covers:
+// sorted[lo:hi] of the sorted keys.
+type watch struct {
+	prefix string
+	lo, hi int
+}
+
+// baseWatches groups sorted, distinct keys by first path segment, merges a
+// group whose prefix covers its neighbour's keys with it, and merges the
+// groups down to maxGroups by common prefix when there are more; see
+// GroupKeys.
+func baseWatches(sorted []string, maxGroups int) []watch {
+	var stack []watch
+	for i := 0; i < len(sorted); {
+		seg := firstSegment(sorted[i])
+		j := i + 1
+		for j < len(sorted) && firstSegment(sorted[j]) == seg {
+			j++
+		}
+		w := watch{prefix: sorted[i], lo: i, hi: j}
+		if j-i > 1 {
+			p := commonPrefix([]string{sorted[i], sorted[j-1]})
+			w.prefix = p[:strings.LastIndexByte(p, '/')+1] // they share the first segment
+		}
+		i = j
+		stack = append(stack, w)
+		// Keys with a given prefix are contiguous in sorted order: a
+		// prefix covers a key outside its watch only if it covers the
+		// nearest key of the watch beside it.
+		for len(stack) > 1 {
+			a, b := stack[len(stack)-2], stack[len(stack)-1]
+			if !strings.HasPrefix(sorted[b.lo], a.prefix) && !strings.HasPrefix(sorted[a.hi-1], b.prefix) {
+				break
+			}
+			stack = append(stack[:len(stack)-2], watch{prefix: commonPrefix([]string{a.prefix, b.prefix}), lo: a.lo, hi: b.hi})
+		}
+	}
+	if len(stack) <= maxGroups {
+		return stack
+	}
+	// The prefixes of watches that cover no key of each other are in the
+	// order of their keys.
+	byPrefix := make(map[string]watch, len(stack))
+	prefixes := make([]string, 0, len(stack))
+	for _, w := range stack {
+		byPrefix[w.prefix] = w
+		prefixes = append(prefixes, w.prefix)
+	}
+	var out []watch
+	for _, members := range mergeGroups(prefixes, maxGroups) {
+		out = append(out, watch{prefix: commonPrefix(members), lo: byPrefix[members[0]].lo, hi: byPrefix[members[len(members)-1]].hi})
+	}
+	return out
+}
+
+// splitLargest splits the watch with the most keys (more than
+// MinSplitKeys) into its parts, the first in key order among equals,
+// again and again while the parts fit within maxGroups; a watch whose
+// parts do not fit, or that has none, is passed over. See GroupKeys.
+func splitLargest(sorted []string, watches []watch, maxGroups int) []watch {
+	stuck := map[int]bool{} // lo of the watches passed over
+	for {
+		best := -1
+		for i, w := range watches {
+			if n := w.hi - w.lo; n > MinSplitKeys && !stuck[w.lo] && (best < 0 || n > watches[best].hi-watches[best].lo) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return watches
+		}
+		parts := splitParts(sorted, watches[best])
+		if len(parts) < 2 || len(watches)-1+len(parts) > maxGroups {
+			stuck[watches[best].lo] = true
+			continue
+		}
+		watches = slices.Replace(watches, best, best+1, parts...)
+	}
+}
+
+// splitParts divides w's keys by the character that follows their common
+// prefix; each part is watched on its own keys' common prefix. It returns
+// nil when one of the keys is the common prefix (it covers the others).
+func splitParts(sorted []string, w watch) []watch {
+	first, last := sorted[w.lo], sorted[w.hi-1]
+	common := commonPrefix([]string{first, last}) // sorted: what the first and last share, all share
+	if first == common {
+		return nil
+	}
+	at := len(common)
+	var parts []watch
+	for i := w.lo; i < w.hi; {
+		_, size := utf8.DecodeRuneInString(sorted[i][at:])
+		next := sorted[i][:at+size]
+		j := i + 1
+		for j < w.hi && strings.HasPrefix(sorted[j], next) {
+			j++
+		}
+		parts = append(parts, watch{prefix: commonPrefix([]string{sorted[i], sorted[j-1]}), lo: i, hi: j})
+		i = j
+	}
+	return parts
+}
+
+func firstSegment(k string) string {
+	if i := strings.IndexByte(k, '/'); i >= 0 {
+		return k[:i+1]
+	}
+	return k
 }
 
 // mergeGroups partitions sorted, distinct prefixes into at most maxGroups
