@@ -65,7 +65,8 @@ func (c *Controller) act(t *term, d compliance.Decision) (timedOut bool) {
 // consistently is not the settled version the decision rests on.
 var errDeclarationChanging = errors.New("the declaration is being changed")
 
-// recheck re-reads the inputs of d consistently and decides again. A
+// recheck re-reads the inputs of d consistently (the declaration: once per
+// repair, see readDeclaration) and decides again. A
 // declaration newer than the one the watch listed, or listed within the
 // apply grace, belongs to an apply in progress: errDeclarationChanging.
 func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compliance.Decision, bool, error) {
@@ -77,7 +78,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.Holder]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
-		rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, d.Policy)
+		rec, found, err := c.readDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy)
 		if err != nil || !found {
 			return compliance.Decision{}, false, err
 		}
@@ -104,7 +105,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 		return pick(compliance.Decide(st, c.cfg.Mode), d)
 	}
 
-	rec, found, err := reg.Get(ctx, lockmodel.KindLock, d.Lock)
+	rec, found, err := c.readDeclaration(ctx, lockmodel.KindLock, d.Lock)
 	if err != nil || !found {
 		return compliance.Decision{}, false, err
 	}

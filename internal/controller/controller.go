@@ -104,7 +104,8 @@ type Controller struct {
 	// this controller saw the lock start naming another profile.
 	profileSwitched map[string]uint64
 	lockStatus      map[string]*lockStatus
-	reported        map[string]string // Decision.ID of findings already logged -> SettlingKey of their object
+	reported        map[string]string   // Decision.ID of findings already logged -> SettlingKey of their object
+	declReads       map[string]declRead // confirmDrift's consistent reads, for the acts of the same reconcile (reconcile loop only)
 	// records are the registry's records as last listed, by key: a record
 	// whose ModifyIndex did not move is not decoded again.
 	records map[string]record

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -17,6 +18,9 @@ import (
 // counted or acted on, its declaration is read once with ?consistent; one
 // newer than the version judged makes the object pending, and the apply
 // grace starts from now, as if the registry watch had just listed it.
+//
+// The acts of the same reconcile take these reads instead of reading the
+// declarations again (see declRead).
 //
 // It returns the findings left, the pending declarations (settling plus
 // those found here) and the next time a grace ends (next, or earlier).
@@ -40,6 +44,7 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 		}
 	}
 	c.mu.Unlock()
+	c.declReads = map[string]declRead{}
 	if len(check) == 0 {
 		return ds, settling, next
 	}
@@ -57,6 +62,7 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 			c.log.Error("reading a declaration before reporting drift failed; reported as drift", "declaration", id, "error", err.Error())
 			continue
 		}
+		c.declReads[id] = declRead{rec: rec, found: found, at: c.cfg.Clock.Now()}
 		var current uint64
 		if found {
 			current = rec.ModifyIndex
@@ -91,6 +97,31 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 		next = end
 	}
 	return kept, all, next
+}
+
+// declReadReuse is how long a declaration read by confirmDrift stands for
+// the act's own consistent read (act, recheck). The first act follows the
+// read at once; a later act of the same reconcile, after earlier writes
+// that took longer, reads again, so the time from the declaration's read
+// to the write stays what one read before the write gives.
+const declReadReuse = 100 * time.Millisecond
+
+// declRead is one declaration read with ?consistent by confirmDrift.
+type declRead struct {
+	rec   consul.StoredRecord
+	found bool
+	at    time.Time
+}
+
+// readDeclaration returns the declaration kind/name read with ?consistent:
+// confirmDrift's read of it in this reconcile when it is younger than
+// declReadReuse, else a new read. One repair then reads its declaration
+// once, not twice.
+func (c *Controller) readDeclaration(ctx context.Context, kind, name string) (consul.StoredRecord, bool, error) {
+	if r, ok := c.declReads[compliance.SettlingKey(kind, name)]; ok && c.cfg.Clock.Now().Sub(r.at) < declReadReuse {
+		return r.rec, r.found, nil
+	}
+	return c.client.Registry(c.cfg.RegistryPrefix).Get(ctx, kind, name)
 }
 
 // findDecl returns the first decision about the declaration id.
