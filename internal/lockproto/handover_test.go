@@ -32,6 +32,7 @@ type requestLog struct {
 type loggedRequest struct {
 	method, path string
 	query        url.Values
+	remote       string // the client's end of the connection
 }
 
 func newRequestLog(t *testing.T) *requestLog {
@@ -44,7 +45,7 @@ func newRequestLog(t *testing.T) *requestLog {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
-		l.reqs = append(l.reqs, loggedRequest{method: r.Method, path: r.URL.Path, query: r.URL.Query()})
+		l.reqs = append(l.reqs, loggedRequest{method: r.Method, path: r.URL.Path, query: r.URL.Query(), remote: r.RemoteAddr})
 		before := l.before
 		l.mu.Unlock()
 		if before != nil {
@@ -240,4 +241,44 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 			t.Fatalf("the waiter read the holder's session (%s) for a lock-delay its value carries", r)
 		}
 	}
+}
+
+// With a watch client of its own the hold's watch keeps its blocking query
+// on its own connection, and the release goes over a connection the
+// acquisition left idle: no new connection (a TCP, with TLS also a TLS,
+// handshake) on the hand-over's path.
+func TestHold_releaseGoesOverAnIdleConnection(t *testing.T) {
+	_, key, ctx := holdTest(t)
+	proxy := newRequestLog(t)
+	client := func() *consul.Client {
+		c, err := consul.New(consul.Settings{Address: proxy.addr, Token: agent.ManagementToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	opts := holdOptions(t, key)
+	opts.WatchClient = client()
+	h, err := AcquireHold(ctx, client(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(proxy.keyReads(key)) == 0 || !proxy.keyReads(key)[len(proxy.keyReads(key))-1].query.Has("consistent") {
+		time.Sleep(5 * time.Millisecond) // until the watch blocks
+	}
+	h.Release(ctx)
+
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	seen := map[string]bool{}
+	for _, r := range proxy.reqs {
+		if r.method == http.MethodPut && r.path == "/v1/kv/"+key && r.query.Has("release") {
+			if !seen[r.remote] {
+				t.Fatalf("the release came over a new connection (%s); connections open before: %v", r.remote, seen)
+			}
+			return
+		}
+		seen[r.remote] = true
+	}
+	t.Fatalf("no release of %s seen", key)
 }

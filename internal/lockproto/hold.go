@@ -33,6 +33,13 @@ type HoldOptions struct {
 	// every attempt; the winning attempt's value is written again at
 	// release.
 	Value func() []byte
+	// WatchClient, when set, is a client with connections of its own for
+	// the hold's watch, whose blocking query keeps a connection busy while
+	// the lock is held: the release then goes over the connection the
+	// acquisition left idle instead of dialling one (a TCP, and with TLS
+	// a TLS, handshake on the hand-over's path). The same settings as the
+	// hold's client.
+	WatchClient *consul.Client
 	// Log gets the hold's events; the hold adds the key to each line.
 	Log *slog.Logger
 	// Observed, when set, is called with every observation of the renewer
@@ -98,6 +105,9 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, o.Lock, o.Profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
+	if w, ok := h.proto.(watchVia); ok && o.WatchClient != nil {
+		w.watchVia(o.WatchClient)
+	}
 	obs := make(chan Observation, 16)
 	h.goFn(wctx, func(ctx context.Context) { RenewLoop(ctx, c, s.ID, rule.RenewEvery, rule.RenewTimeout, obs) })
 

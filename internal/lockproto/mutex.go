@@ -1,6 +1,7 @@
 package lockproto
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -33,7 +34,11 @@ type mutex struct {
 	// token): Watch blocks on it from its first read, since the
 	// acquisition's own answer showed the key held at that index.
 	acquired uint64
+	// watchC, when set, is the client Watch uses (HoldOptions.WatchClient).
+	watchC *consul.Client
 }
+
+func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
 
 func (m *mutex) Key() string { return m.lock.Key }
 
@@ -163,7 +168,7 @@ func describeHolder(pair *api.KVPair) string {
 }
 
 func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
-	kv := m.c.KV()
+	kv := cmp.Or(m.watchC, m.c).KV()
 	var (
 		index    = m.acquired
 		failures int

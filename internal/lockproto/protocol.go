@@ -47,6 +47,10 @@ func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *s
 	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
 }
 
+// watchVia is implemented by the protocols: their Watch then uses c, a
+// client with connections of its own (HoldOptions.WatchClient).
+type watchVia interface{ watchVia(c *consul.Client) }
+
 // Grant is what an acquisition returns.
 type Grant struct {
 	// FencingToken is the Raft index of the write that gave the session

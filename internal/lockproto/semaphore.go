@@ -1,6 +1,7 @@
 package lockproto
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,9 +53,13 @@ type semaphore struct {
 	declaredDelay time.Duration
 	prefix        string
 	log           *slog.Logger
+	// watchC, when set, is the client Watch uses (HoldOptions.WatchClient).
+	watchC *consul.Client
 }
 
 func (m *semaphore) Key() string { return m.lock.Key }
+
+func (m *semaphore) watchVia(c *consul.Client) { m.watchC = c }
 
 func (m *semaphore) contenderKey(s *Session) string { return m.prefix + "/" + s.ID }
 
@@ -340,7 +345,7 @@ func heldBy(pairs api.KVPairs, key, session string) bool {
 }
 
 func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observation) {
-	kv := m.c.KV()
+	kv := cmp.Or(m.watchC, m.c).KV()
 	var (
 		index    uint64
 		failures int

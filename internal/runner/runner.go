@@ -65,9 +65,12 @@ type runner struct {
 	holdLog *slog.Logger
 	started time.Time
 
-	client  *consul.Client
-	lock    lockmodel.Lock           // normalised
-	profile lockmodel.SessionProfile // defaults applied
+	client *consul.Client
+	// watchClient has connections of its own for the hold's watch, so
+	// that the release finds client's connection idle (HoldOptions).
+	watchClient *consul.Client
+	lock        lockmodel.Lock           // normalised
+	profile     lockmodel.SessionProfile // defaults applied
 	// stop says when a holder without contact must stop its command.
 	stop lockmodel.StopRule
 	// once is the run of a run-once job; nil without -run-id or run_once.
@@ -128,6 +131,9 @@ func (r *runner) setup(ctx context.Context) error {
 		return err
 	}
 	if r.client, err = consul.New(settings); err != nil {
+		return err
+	}
+	if r.watchClient, err = consul.New(settings); err != nil {
 		return err
 	}
 	if r.cfg.lockName != "" {
@@ -218,7 +224,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 		sess := s
 		h, err := lockproto.AcquireHold(ctx, r.client, lockproto.HoldOptions{
-			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s,
+			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, WatchClient: r.watchClient,
 			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
 			Log:   r.holdLog, Observed: r.logObservation,
