@@ -313,8 +313,13 @@ func median(ds []time.Duration) time.Duration {
 //
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'HandoverProfile' -benchtime 1x ./internal/runner/
 func BenchmarkHandoverProfile(b *testing.B) {
+	variants := handoverVariants()
+	steps := make([]map[string][]time.Duration, len(variants))
+	for i := range steps {
+		steps[i] = map[string][]time.Duration{}
+	}
 	for b.Loop() {
-		for _, v := range handoverVariants() {
+		for i, v := range variants {
 			record := filepath.Join(b.TempDir(), "record")
 			p1, p2 := newRecordingProxy(b), newRecordingProxy(b)
 			first, second := v.start(b, record, p1.addr, p2.addr)
@@ -328,6 +333,9 @@ func BenchmarkHandoverProfile(b *testing.B) {
 				b.Fatalf("%s: runs = %+v", v.metric, runs)
 			}
 			zero := runs[0].end
+			for step, d := range handoverSteps(p1, p2, zero, runs[1].start) {
+				steps[i][step] = append(steps[i][step], d)
+			}
 			fmt.Printf("MEASURED %s: hand-over %.2fms (through the proxies); holder's requests:\n%swaiter's requests (its command started at %+.2fms):\n%s",
 				v.metric, ms(runs[1].start.Sub(zero)), p1.timeline(zero), ms(runs[1].start.Sub(zero)), p2.timeline(zero))
 			if os.Getenv("RUNNER_TEST_VERBOSE") != "" {
@@ -336,6 +344,59 @@ func BenchmarkHandoverProfile(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op")
+	for i, v := range variants {
+		var sb strings.Builder
+		for _, step := range handoverStepNames {
+			if ds := steps[i][step]; len(ds) > 0 {
+				fmt.Fprintf(&sb, " %s %.2fms", step, ms(median(ds)))
+			}
+		}
+		fmt.Printf("MEASURED %s, medians of the steps (through the proxies):%s\n", v.metric, sb.String())
+	}
+}
+
+// handoverStepNames are the steps of a hand-over, in order, from the end
+// of the holder's command: until the holder sends its release, its
+// answer, the waiter's wake-up (its blocking query answered), the
+// waiter's lock request sent and answered, and its command's start.
+var handoverStepNames = []string{"to_release", "release", "to_wakeup", "to_lock", "lock", "to_start"}
+
+// handoverSteps splits one hand-over into handoverStepNames. The release
+// is the holder's first write after zero; the wake-up the waiter's first
+// answer after it, the lock the waiter's next write.
+func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[string]time.Duration {
+	var release, lock, wake *proxied
+	holder.mu.Lock()
+	for _, r := range holder.reqs {
+		if release == nil && r.method != http.MethodGet && !r.sent.Before(zero) && !r.renewal() {
+			release = r
+		}
+	}
+	holder.mu.Unlock()
+	if release == nil || release.answered.IsZero() {
+		return nil
+	}
+	waiter.mu.Lock()
+	defer waiter.mu.Unlock()
+	for _, r := range waiter.reqs {
+		if wake == nil && r.method == http.MethodGet && r.answered.After(release.sent) {
+			wake = r
+		}
+		if lock == nil && wake != nil && r.method != http.MethodGet && r.sent.After(wake.answered) && !r.renewal() {
+			lock = r
+		}
+	}
+	if wake == nil || lock == nil || lock.answered.IsZero() {
+		return nil
+	}
+	return map[string]time.Duration{
+		"to_release": release.sent.Sub(zero),
+		"release":    release.answered.Sub(release.sent),
+		"to_wakeup":  wake.answered.Sub(release.answered),
+		"to_lock":    lock.sent.Sub(wake.answered),
+		"lock":       lock.answered.Sub(lock.sent),
+		"to_start":   started.Sub(lock.answered),
+	}
 }
 
 // ---------------------------------------------------------------------------
