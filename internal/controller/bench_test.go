@@ -93,7 +93,7 @@ func startBench(b *testing.B, h *harness, mode compliance.Mode) (*Controller, fu
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Mode: mode, RegistryPrefix: h.registry, DisableHA: true, WatchClient: watcher}
+	cfg := Config{Mode: mode, RegistryPrefix: h.registry, DisableHA: true, WatchClient: watcher, MaxLockWatches: benchMaxLockWatches(b)}
 	if path := os.Getenv("CONTROLLER_BENCH_LOG"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -138,6 +138,22 @@ func repairSizes(b *testing.B) []int {
 		}
 	}
 	return sizes
+}
+
+// benchMaxLockWatches is the controllers' -max-lock-watches in the repair
+// benchmarks (BENCH_MAX_LOCK_WATCHES; 0, the default, leaves the flag's
+// default): the lock keys are numbered in decimal under one prefix, so a
+// cap below 10 keeps them in one watch (see compliance.GroupKeys).
+func benchMaxLockWatches(b *testing.B) int {
+	v := os.Getenv("BENCH_MAX_LOCK_WATCHES")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("BENCH_MAX_LOCK_WATCHES: %q is not a positive number", v)
+	}
+	return n
 }
 
 // seeded keeps one seeded set of locks per size for the whole run: the
@@ -206,6 +222,8 @@ func BenchmarkDriftToRepair(b *testing.B) {
 //	git worktree add /tmp/before <commit> && (cd /tmp/before && go build -o /tmp/consullock-before .)
 //	CONSUL_BIN=$PWD/bin/consul CONTROLLER_BENCH_BASELINE=/tmp/consullock-before \
 //	  go test -run '^$' -bench 'DriftToRepairBinary' -benchtime 200x ./internal/controller/
+//
+// BENCH_MAX_LOCK_WATCHES=128 gives both binaries -max-lock-watches 128.
 func BenchmarkDriftToRepairBinary(b *testing.B) {
 	bins := []struct{ name, path string }{{"current", buildBenchBinary(b)}}
 	if base := os.Getenv("CONTROLLER_BENCH_BASELINE"); base != "" {
@@ -336,7 +354,11 @@ func startBinary(b *testing.B, bin string, h *harness) *controllerProcess {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	cmd := exec.Command(bin, "controller", "-mode", "repair", "-listen", addr, "-registry-prefix", h.registry, "-log-level", "warn")
+	args := []string{"controller", "-mode", "repair", "-listen", addr, "-registry-prefix", h.registry, "-log-level", "warn"}
+	if n := benchMaxLockWatches(b); n != 0 {
+		args = append(args, "-max-lock-watches", strconv.Itoa(n))
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+h.a.Addr, "CONSUL_HTTP_TOKEN="+h.a.ManagementToken)
 	if path := os.Getenv("CONTROLLER_BENCH_LOG"); path != "" {
 		f, err := os.Create(path)
