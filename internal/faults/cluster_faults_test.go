@@ -62,7 +62,7 @@ func sharedCluster(t *testing.T) *testenv.Cluster {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		start := time.Now()
-		c, err := testenv.StartCluster(ctx, testenv.ClusterOptions{})
+		c, err := testenv.StartCluster(ctx, testenv.ClusterOptions{DNS: true})
 		if err == nil {
 			var nodes []string
 			for _, n := range c.Clients {

@@ -50,6 +50,9 @@ type Node struct {
 	Server bool
 	// Addr is host:port of the member's HTTP API (on 127.0.0.1, never cut).
 	Addr string
+	// DNSAddr is host:port of the member's DNS interface (UDP and TCP, on
+	// 127.0.0.1) with ClusterOptions.DNS, else "".
+	DNSAddr string
 	// BindIP is the loopback address the member binds; AdvertiseIP is the
 	// one the others reach it at (its proxies).
 	BindIP, AdvertiseIP string
@@ -59,6 +62,7 @@ type Node struct {
 	c        *Cluster
 	config   string
 	serfAddr string // advertised Serf LAN address
+	dnsPort  int    // -1: no DNS interface
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -72,6 +76,12 @@ type ClusterOptions struct {
 	Servers, Clients int
 	// ExtraConfig is appended to every member's configuration.
 	ExtraConfig string
+	// DNS serves each member's DNS interface on its DNSAddr, with
+	// dns_config.allow_stale = false: every answer comes from the Raft
+	// leader's state, so it reflects every write acknowledged before the
+	// query (with Consul's default, true, a follower answers from its own
+	// copy, which trails the leader by its replication lag).
+	DNS bool
 }
 
 // Gossip and Raft timing for fast tests. Serf LAN timing is not in
@@ -163,7 +173,17 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 		if err := c.net.add(n.Name, n.BindIP, n.AdvertiseIP, serf, rpcPorts...); err != nil {
 			return nil, err
 		}
+		n.dnsPort = -1
+		if opts.DNS {
+			if n.dnsPort, err = freeDNSPort(); err != nil {
+				return nil, err
+			}
+			n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", n.dnsPort)
+		}
 		n.config = n.renderConfig(serf, server, http, opts.Servers) + fastTiming + opts.ExtraConfig
+		if opts.DNS {
+			n.config += "dns_config {\n  allow_stale = false\n}\n"
+		}
 		if n.Server {
 			c.Servers = append(c.Servers, n)
 		} else {
@@ -210,6 +230,29 @@ func quoteList(items []string) string {
 		q[i] = fmt.Sprintf("%q", s)
 	}
 	return strings.Join(q, ", ")
+}
+
+// freeDNSPort is a port free on 127.0.0.1 for both TCP and UDP.
+func freeDNSPort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		addr, ok := l.Addr().(*net.TCPAddr)
+		if !ok {
+			_ = l.Close()
+			return 0, fmt.Errorf("unexpected listener address %v", l.Addr())
+		}
+		port := addr.Port
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		_ = l.Close()
+		if err == nil {
+			_ = pc.Close()
+			return port, nil
+		}
+	}
+	return 0, errors.New("no port free for TCP and UDP")
 }
 
 func (c *Cluster) all() []*Node { return append(append([]*Node{}, c.Servers...), c.Clients...) }
@@ -300,7 +343,7 @@ log_level      = "INFO"
   serf_wan = -1
   grpc     = -1
   grpc_tls = -1
-  dns      = -1
+  dns      = %d
   https    = -1
 }
 limits {
@@ -314,7 +357,7 @@ acl {
 %s    agent = %q
   }
 }
-`, n.Name, n.c.Datacenter, filepath.Join(n.Dir, "data"), n.BindIP, n.AdvertiseIP, role, httpPort, server, serf, initial, n.c.ManagementToken)
+`, n.Name, n.c.Datacenter, filepath.Join(n.Dir, "data"), n.BindIP, n.AdvertiseIP, role, httpPort, server, serf, n.dnsPort, initial, n.c.ManagementToken)
 }
 
 func (n *Node) start() error {
