@@ -166,12 +166,23 @@ func (c *Client) DeregisterHolderServiceCatalog(ctx context.Context, node, servi
 // StaleHolderInstances lists the instances of holder service name on node
 // that lock's holders registered and that are stale for holder session
 // mine (lockmodel.HolderInstanceStale): one consistent catalog read, and
-// for a semaphore one session read per other holder's instance.
+// for a semaphore one session read per other holder's instance. It needs
+// service "<name>" read (write covers it) and node "<node>" read: without
+// it Consul leaves the node's instances out, which is reported as
+// permission denied rather than taken for an empty node.
 func (c *Client) StaleHolderInstances(ctx context.Context, name, node, lock string, limit int, mine string) ([]string, error) {
 	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Node == %q", node)}).WithContext(ctx)
-	services, _, err := c.Catalog().Service(name, "", q)
+	services, meta, err := c.Catalog().Service(name, "", q)
 	if err != nil {
 		return nil, c.wrap("list holder service "+name+" on node "+node, err)
+	}
+	if meta.ResultsFilteredByACLs {
+		// Consul drops the instances on nodes the token cannot read and
+		// says so only in a header: without node read the listing would
+		// look empty and a former holder would stay in DNS.
+		return nil, &Error{Kind: KindPermissionDenied, Op: "list holder service " + name + " on node " + node,
+			StatusCode: http.StatusForbidden, Permission: "node:read", Resource: node,
+			Message: "instances on node " + node + " were left out of the answer (X-Consul-Results-Filtered-By-ACLs): the token lacks node read on it"}
 	}
 	var stale []string
 	for _, s := range services {

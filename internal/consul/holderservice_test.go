@@ -188,6 +188,33 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	}
 	idMine, idLive, idDead := register("job", mine), register("job", live), register("job", dead)
 	register("other", dead)
+
+	// The worker rules (service write) without node read on the node: Consul
+	// leaves the node's instances out of the answer; that is refused, not
+	// taken for an empty node. With node read the worker sees them.
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{node}, HolderServices: []string{name}})
+	for _, c := range []struct {
+		what, rules string
+		denied      bool
+	}{
+		{"without node read", rules, true},
+		{"with node read", rules + fmt.Sprintf("node %q { policy = \"read\" }\n", node), false},
+	} {
+		tok, err := agent.MintToken("holder-stale-"+testenv.NewUUID()[:8], c.rules, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := newClient(t, tok.SecretID).StaleHolderInstances(ctx, name, node, "job", 1, mine)
+		var e *Error
+		switch {
+		case c.denied && (!errors.As(err, &e) || e.Kind != KindPermissionDenied || e.Permission != "node:read" || e.Resource != node):
+			t.Fatalf("%s: %v, %v; want permission denied naming node:read on %s", c.what, got, err, node)
+		case c.denied:
+			t.Logf("%s: %v", c.what, err)
+		case err != nil || len(got) != 2:
+			t.Fatalf("%s: %v, %v; want the two stale instances", c.what, got, err)
+		}
+	}
 	for _, c := range []struct {
 		limit int
 		want  []string
