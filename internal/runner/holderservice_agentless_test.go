@@ -127,3 +127,36 @@ func TestHolderService_catalogRegistrationNeedsANode(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 }
+
+// TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns: a worker token
+// without node read on the runners' node cannot see a former holder's
+// instance there (Consul leaves it out of the answer): the runner logs the
+// missing permission instead of taking the node for empty, and runs its
+// command under the lock.
+func TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns(t *testing.T) {
+	l, service, node, _ := agentlessHolder(t)
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
+	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	former := lockmodel.Holder{Lock: l.Name, Session: "00000000-0000-4000-8000-000000000001", Node: node}
+	in := lockmodel.HolderService{Name: service}.Instance(former, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 20021)
+	if _, err := agent.Client().Catalog().Register(&api.CatalogRegistration{Node: node, SkipNodeUpdate: true,
+		Service: &api.AgentService{ID: in.ID, Service: in.Name, Port: in.Port, Meta: in.Meta}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", tok.SecretID, []string{"-lock", l.Name, "-node", node, "-service-port", "20022"}, childArgs(record, "A")...)
+	if code := a.wait(30 * time.Second); code != 0 {
+		t.Fatalf("A exit code %d:\n%s", code, a.out.String())
+	}
+	out := a.out.String()
+	if !strings.Contains(out, "cannot list former holders' instances") || !strings.Contains(out, `lacks \"node:read\" on \"`+node+`\"`) {
+		t.Fatalf("A did not name the missing node read:\n%s", out)
+	}
+	if len(readRuns(t, record)) != 1 {
+		t.Fatalf("the command did not run under the lock:\n%s", out)
+	}
+}
