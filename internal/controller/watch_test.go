@@ -88,3 +88,59 @@ func TestWatch_aWriteOutsideTheLocksMakesTheControllerReadNothing(t *testing.T) 
 		t.Errorf("%d lock watches, want 2 (one per unrelated prefix)", got)
 	}
 }
+
+// TestWatch_splitWatchesRepairTheirKeysAndFollowTheDeclarations: 300 locks
+// numbered under one prefix with -max-lock-watches 16 are watched by 10
+// queries (compliance.GroupKeys splits them by the digit after the
+// prefix); a key deleted in any of them is re-created; declarations
+// removed down to 100 locks merge them into one query, declarations added
+// back split them again, and repairs go on across both changes.
+func TestWatch_splitWatchesRepairTheirKeysAndFollowTheDeclarations(t *testing.T) {
+	h := newHarness(t, agent)
+	locks := make([]lockmodel.Lock, 300)
+	for i := range locks {
+		locks[i] = h.declareLock(lockmodel.Lock{Name: h.name(fmt.Sprintf("l%d", i)), Prefix: fmt.Sprintf("%s/%d", h.prefix, i)})
+	}
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, configure: func(cfg *Config) {
+		cfg.MaxLockWatches = 16
+		cfg.ApplyGrace = 200 * time.Millisecond
+	}})
+	watches := func(want int) {
+		t.Helper()
+		eventually(t, 10*time.Second, func() error {
+			if n := c.LockWatches(); n != want {
+				return fmt.Errorf("%d lock key watches, want %d", n, want)
+			}
+			return nil
+		})
+	}
+	repaired := func(is ...int) {
+		t.Helper()
+		for _, i := range is {
+			h.waitKey(locks[i].Key)
+			if _, err := h.api.KV().Delete(locks[i].Key, nil); err != nil {
+				t.Fatal(err)
+			}
+			if p := h.waitKey(locks[i].Key); p.Flags != lockmodel.LockFlagValue {
+				t.Errorf("%s re-created with flags %#x", locks[i].Key, p.Flags)
+			}
+		}
+	}
+	watches(10)
+	repaired(0, 1, 17, 150, 199, 2, 25, 3, 4, 5, 6, 7, 8, 9, 299)
+
+	for _, l := range locks[100:] {
+		if _, err := h.api.KV().Delete(lockmodel.RegistryKey(h.registry, lockmodel.KindLock, l.Name), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watches(1)
+	repaired(0, 55, 99)
+
+	for _, l := range locks[100:] {
+		h.declareLock(l)
+	}
+	watches(10)
+	time.Sleep(300 * time.Millisecond) // past the apply grace of the declarations written back
+	repaired(100, 250, 7, 42)
+}
