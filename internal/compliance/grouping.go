@@ -57,7 +57,7 @@ const MinSplitKeys = 128
 // their parent's common prefix, each watched on a prefix that includes
 // that character. A key added or removed changes only its own watch, or
 // splits it into its parts (or merges them back), unless it changes which
-// watch is the largest that fits under the cap (1 in 100 single-key
+// watch is the largest that fits under the cap (2 of 400 single-key
 // changes in TestGroupKeys_aKeyAddedOrRemovedMovesOnlyItsWatch).
 //
 // The number of watches therefore does not grow with the number of locks.
