@@ -10,9 +10,10 @@ import (
 // from its inputs, validated with messages that name the attribute. The
 // output is in the canonical form that NormalizeRules (aclrules_parse.go)
 // also emits, so RenderRules emits key write (lock_keys, run ledger keys), key_prefix write
-// (semaphore_prefixes), key read (read_keys), session_prefix write and
-// agent_prefix "" read, in that order, and its output is already canonical:
-// NormalizeRules(RenderRules(in)) == RenderRules(in).
+// (semaphore_prefixes), key read (read_keys), session_prefix write,
+// agent_prefix "" read, node_prefix read (holder services only) and service
+// write (holder_services), in that order, and its output is already
+// canonical: NormalizeRules(RenderRules(in)) == RenderRules(in).
 
 // Dispositions of an ACL rule, as Consul's acl package spells them.
 const (
@@ -38,7 +39,28 @@ type RulesInput struct {
 	// needs to register its instance on its agent, pass its TTL check and
 	// deregister it (consul agent/acl.go vetServiceRegister and
 	// vetCheckUpdate, verified on a 1.14 agent).
+	//
+	// With holder services the rules also grant node_prefix read on each
+	// session node prefix (HolderNodeRead).
 	HolderServices []string
+}
+
+// HolderNodeRead reports whether the rules of in grant node_prefix
+// "<p>" read on each session node prefix p: whenever in has holder
+// services. An agentless runner registers its holder's instance on the
+// node it names with -node, and before its command starts it lists the
+// lock's instances on that node to deregister former holders' (a killed
+// or cut-off holder's, which no agent takes out of DNS); Consul leaves the
+// instances of a node the token cannot read out of that listing, so the
+// runner needs node read there (consul.StaleHolderInstances). The -node
+// must be a node its sessions may live on, so session_node_prefixes
+// already names those nodes, and no other input is needed. It is rendered
+// for runners on client agents too, which do not list: read on the
+// runners' own nodes (their address, node meta and checks; the instances
+// still need service read) costs less than a second input users would
+// have to keep in step with session_node_prefixes, and never writes.
+func (in RulesInput) HolderNodeRead() bool {
+	return len(in.HolderServices) > 0
 }
 
 // Attribute names of consullock_acl_policy used in errors and warnings.
@@ -108,6 +130,15 @@ func validNodePrefix(p string) bool {
 	return true
 }
 
+// anyNodeRead completes the "Sessions on any node" warning when the rules
+// also grant node_prefix "" read (HolderNodeRead).
+func anyNodeRead(in RulesInput) string {
+	if !in.HolderNodeRead() {
+		return ""
+	}
+	return ` With holder_services it also renders node_prefix "" read: holders may read every node.`
+}
+
 // Warnings gives advice on valid inputs. lockPrefixes are the prefixes of the
 // declared locks (nil: unknown, no check); a lock key or semaphore prefix
 // outside all of them is named.
@@ -120,7 +151,7 @@ func (in RulesInput) Warnings(lockPrefixes []string) []Warning {
 				Summary: "Sessions on any node",
 				Detail: `session_node_prefixes contains "", which renders session_prefix "" write: ` +
 					"holders of this policy may create sessions on every node of the datacenter. " +
-					"List the node-name prefixes where the job runs to narrow it.",
+					"List the node-name prefixes where the job runs to narrow it." + anyNodeRead(in),
 			})
 			break
 		}
@@ -214,6 +245,11 @@ func RenderRules(in RulesInput) string {
 	}
 	if in.AgentRead {
 		raw = append(raw, rawRule{resource: "agent_prefix", name: "", policy: ACLPolicyRead})
+	}
+	if in.HolderNodeRead() {
+		for _, n := range in.SessionNodePrefixes {
+			raw = append(raw, rawRule{resource: "node_prefix", name: n, policy: ACLPolicyRead})
+		}
 	}
 	for _, n := range in.HolderServices {
 		raw = append(raw, rawRule{resource: "service", name: n, policy: ACLPolicyWrite})

@@ -20,6 +20,7 @@ type consulRules struct {
 	AgentPrefixes   []*consulRule `hcl:"agent_prefix,expand"`
 	Nodes           []*consulRule `hcl:"node,expand"`
 	NodePrefixes    []*consulRule `hcl:"node_prefix,expand"`
+	Services        []*consulRule `hcl:"service,expand"`
 	Operator        string        `hcl:"operator"`
 	ACL             string        `hcl:"acl"`
 }
@@ -44,6 +45,7 @@ func (c *consulRules) grants() []string {
 	add("agent_prefix", c.AgentPrefixes)
 	add("node", c.Nodes)
 	add("node_prefix", c.NodePrefixes)
+	add("service", c.Services)
 	if c.Operator != "" {
 		out = append(out, "operator  "+c.Operator)
 	}
@@ -78,6 +80,14 @@ func expectedGrants(in RulesInput) []string {
 	if in.AgentRead {
 		set["agent_prefix  read"] = true
 	}
+	for _, s := range in.HolderServices {
+		set["service "+s+" write"] = true
+		// An agentless holder lists its -node's instances: node read on
+		// every node its sessions may live on.
+		for _, n := range in.SessionNodePrefixes {
+			set["node_prefix "+n+" read"] = true
+		}
+	}
 	var out []string
 	for g := range set {
 		out = append(out, g)
@@ -88,11 +98,11 @@ func expectedGrants(in RulesInput) []string {
 
 func FuzzRenderRules(f *testing.F) {
 	// Each list is one string split on "\n" (which no valid element holds).
-	f.Add("jobs/backup/.lock", "", "worker-", "", false)
-	f.Add("a/.lock\nb/.lock\n/a/.lock/", "sem/x\nsem/y/", "\nweb-\ndb.1", "a/.lock\nrec/x", true)
-	f.Add(`a" } key_prefix "" { policy = "write`, "${x}", "*", "a/../b", false)
-	f.Add("a/.lock", "a", "", "a/.lock", true)
-	f.Fuzz(func(t *testing.T, lockKeys, semPrefixes, nodePrefixes, readKeys string, agent bool) {
+	f.Add("jobs/backup/.lock", "", "worker-", "", false, "")
+	f.Add("a/.lock\nb/.lock\n/a/.lock/", "sem/x\nsem/y/", "\nweb-\ndb.1", "a/.lock\nrec/x", true, "web-leader\ndb")
+	f.Add(`a" } key_prefix "" { policy = "write`, "${x}", "*", "a/../b", false, `x" } node_prefix "" { policy = "write`)
+	f.Add("a/.lock", "a", "", "a/.lock", true, "report")
+	f.Fuzz(func(t *testing.T, lockKeys, semPrefixes, nodePrefixes, readKeys string, agent bool, holderServices string) {
 		split := func(s string) []string {
 			if s == "" {
 				return nil
@@ -105,6 +115,7 @@ func FuzzRenderRules(f *testing.F) {
 			SessionNodePrefixes: strings.Split(nodePrefixes, "\n"),
 			ReadKeys:            split(readKeys),
 			AgentRead:           agent,
+			HolderServices:      split(holderServices),
 		}
 		rendered := RenderRules(in) // must not panic, valid or not
 		if in.Validate() != nil {
@@ -132,6 +143,14 @@ func FuzzRenderRules(f *testing.F) {
 		}
 		if n1 != rendered {
 			t.Fatalf("RenderRules() is not canonical:\n%s\nnormalised\n%s", rendered, n1)
+		}
+		// Import reads the inputs back: the same rules, exactly.
+		back, exact, err := RulesInputFromRules(rendered)
+		if err != nil || !exact {
+			t.Fatalf("RulesInputFromRules(RenderRules()) = exact %v, %v\n%s", exact, err, rendered)
+		}
+		if again := RenderRules(back); again != rendered {
+			t.Fatalf("import round trip renders\n%s\nwant\n%s", again, rendered)
 		}
 	})
 }

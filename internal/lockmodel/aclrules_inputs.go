@@ -8,7 +8,10 @@ import (
 // RulesInputFromRules reads back the inputs of consullock_acl_policy from a
 // rules text, for import: key write becomes a lock key, key_prefix "<p>/"
 // write a semaphore prefix, key read a read key, session_prefix write a
-// session node prefix and agent_prefix "" read sets AgentRead. exact is true
+// session node prefix, agent_prefix "" read sets AgentRead and service write
+// a holder service; node_prefix read is not an input of its own (RenderRules
+// derives it from holder services and session node prefixes, HolderNodeRead)
+// and counts as exact when RenderRules gives it back. exact is true
 // when RenderRules of the result grants exactly what text grants; when it is
 // false, text holds rules consullock_acl_policy does not render (they are
 // left out of in, and a plan after import shows them being removed).
@@ -32,6 +35,8 @@ func RulesInputFromRules(text string) (in RulesInput, exact bool, err error) {
 			in.AgentRead = true
 		case r.Resource == "service" && r.Policy == ACLPolicyWrite && r.Intentions == "":
 			in.HolderServices = append(in.HolderServices, r.Name)
+		case r.Resource == "node_prefix" && r.Policy == ACLPolicyRead:
+			// Derived: the comparison with RenderRules below decides.
 		default:
 			exact = false
 		}
