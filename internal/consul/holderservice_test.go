@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,8 +94,10 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 // TestHolderServiceCatalog_needsServiceWriteOnly: an agentless holder
 // registers its instance on the runners' catalog node (no agent runs it)
 // without updating the node (SkipNodeUpdate): the worker rules rendered
-// with holder_services (service "<name>" write) are enough, and no node
-// write is needed; without them, node "<node>" write alone gets HTTP 403,
+// with holder_services (service "<name>" write, node_prefix read on the
+// session node prefixes) are enough, and no node write is needed: they
+// list the node's instances (another holder's reap) and get HTTP 403 for
+// writing the node; without them, node "<node>" write alone gets HTTP 403,
 // as does another service name. The instance is passing in the catalog
 // (nobody runs its check) until deregistered, which needs the same rule
 // (403 without it).
@@ -135,6 +138,15 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	wantForbidden("register another service name", worker.RegisterHolderServiceCatalog(ctx, node, other))
 	if err := worker.RegisterHolderServiceCatalog(ctx, node, inst); err != nil {
 		t.Fatalf("register with the worker rules (service write): %v", err)
+	}
+	// The worker rules read the node (to list former holders' instances)
+	// but never write it: updating the node's address is refused.
+	if _, err := worker.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.2"}, nil); err == nil ||
+		!strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "node:write") {
+		t.Fatalf("node write with the worker rules: %v, want HTTP 403 lacking node:write", err)
+	}
+	if stale, err := worker.StaleHolderInstances(ctx, name, node, "holder-cat", 1, testenv.NewUUID()); err != nil || len(stale) != 1 || stale[0] != inst.ID {
+		t.Fatalf("worker lists the node's instances: %v, %v; want [%s]", stale, err, inst.ID)
 	}
 	views, err := mgmt.ReadHolderServices(ctx, name, []string{h.Session}, true)
 	if err != nil {
@@ -189,16 +201,21 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	idMine, idLive, idDead := register("job", mine), register("job", live), register("job", dead)
 	register("other", dead)
 
-	// The worker rules (service write) without node read on the node: Consul
-	// leaves the node's instances out of the answer; that is refused, not
-	// taken for an empty node. With node read the worker sees them.
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{node}, HolderServices: []string{name}})
+	// Service write without node read on the node: Consul leaves the node's
+	// instances out of the answer; that is refused, not taken for an empty
+	// node. The worker rules rendered with holder_services grant node read
+	// on the session node prefixes (the runners' -node), and the worker sees
+	// them.
+	base := lockmodel.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{node}}
+	serviceOnly := lockmodel.RenderRules(base) + fmt.Sprintf("service %q { policy = \"write\" }\n", name)
+	withHolder := base
+	withHolder.HolderServices = []string{name}
 	for _, c := range []struct {
 		what, rules string
 		denied      bool
 	}{
-		{"without node read", rules, true},
-		{"with node read", rules + fmt.Sprintf("node %q { policy = \"read\" }\n", node), false},
+		{"service write without node read", serviceOnly, true},
+		{"the worker rules rendered with holder_services", lockmodel.RenderRules(withHolder), false},
 	} {
 		tok, err := agent.MintToken("holder-stale-"+testenv.NewUUID()[:8], c.rules, 0)
 		if err != nil {
