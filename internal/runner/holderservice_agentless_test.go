@@ -36,7 +36,7 @@ func agentlessHolder(t *testing.T) (l lockmodel.Lock, service, node, token strin
 	l = declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix,
 		HolderService: &lockmodel.HolderService{Name: service}}, p)
 	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
-	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\nnode %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/", node)
+	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/") // node read: rendered with holder_services
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -135,8 +135,10 @@ func TestHolderService_catalogRegistrationNeedsANode(t *testing.T) {
 // command under the lock.
 func TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns(t *testing.T) {
 	l, service, node, _ := agentlessHolder(t)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
-	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	// The worker rules without holder_services (which render node read on
+	// the session node prefixes) and the service write by hand.
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}})
+	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\nservice %q { policy = \"write\" }\n", lockmodel.DefaultRegistryPrefix+"/", service)
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {
 		t.Fatal(err)
