@@ -13,11 +13,13 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
-// holder_services renders service "<name>" write on each name, in the
-// policy and in lock_rules alike (one implementation), is read back on
-// import, and refuses a name that is not a DNS label at plan. That these
-// rules are exactly what a holder needs is proven against the agent by
-// consul.TestHolderService_workerRulesAllowExactlyTheirService.
+// holder_services renders service "<name>" write on each name and
+// node_prefix read on each session node prefix, in the policy and in
+// lock_rules alike (one implementation), is read back on import, and
+// refuses a name that is not a DNS label at plan. That these rules are
+// exactly what a holder needs is proven against the agent by
+// consul.TestHolderService_workerRulesAllowExactlyTheirService and
+// TestHolderServiceCatalog_needsServiceWriteOnly.
 func TestAccACLPolicy_holderServicesGrantServiceWriteOnEachName(t *testing.T) {
 	testenv.RequireCLIFeature(t, testenv.FeatureProviderFunctions)
 	prefix := testenv.UniquePrefix(t.Name())
@@ -40,6 +42,7 @@ output "same_as_policy" {
 }
 `, name, prefix)
 	want := fmt.Sprintf("key_prefix \"%s/web/\" {\n  policy = \"write\"\n}\n\nsession_prefix \"worker-\" {\n  policy = \"write\"\n}\n\n"+
+		"node_prefix \"worker-\" {\n  policy = \"read\"\n}\n\n"+
 		"service \"web-leader\" {\n  policy = \"write\"\n}\n", prefix)
 	tfresource.Test(t, tfresource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
