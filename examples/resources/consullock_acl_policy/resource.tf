@@ -34,7 +34,9 @@ resource "consullock_acl_policy" "nightly_ingest" {
 
 # Workers of a lock with holder_service: the holder registers
 # scheduler.service.consul on its agent, which needs service "scheduler"
-# write and nothing more about services.
+# write and nothing more about services. holder_services also renders
+# node_prefix "worker-" read (an agentless runner lists the instances on
+# its -node to remove former holders'); no node write.
 resource "consullock_acl_policy" "scheduler" {
   name                  = "scheduler-workers"
   lock_keys             = ["service/scheduler/.lock"]
