@@ -195,6 +195,8 @@ func exits(m map[int]int) string {
 // completed (zero when it did not).
 type semaphoreExecution struct {
 	run, note   string
+	worker      string
+	runnerPID   int
 	start, last time.Time
 	end         time.Time
 }
@@ -213,7 +215,7 @@ func semaphoreExecutions(log []Write) []*semaphoreExecution {
 			if w.Kind != KindStart {
 				continue
 			}
-			e = &semaphoreExecution{run: w.Run, note: w.Note, start: w.At}
+			e = &semaphoreExecution{run: w.Run, note: w.Note, worker: w.Worker, runnerPID: w.RunnerPID, start: w.At}
 			byRun[w.Run] = e
 			execs = append(execs, e)
 		}

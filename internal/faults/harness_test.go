@@ -135,6 +135,8 @@ type harness struct {
 
 	mu    sync.Mutex
 	exits map[int]int
+	// spawns: when each runner was started (SemaphoreTokenInversions).
+	spawns []RunnerSpawn
 }
 
 // worker is one `consullock run` worker and the supervisor that restarts it
@@ -377,10 +379,14 @@ func (w *worker) supervise() {
 		cmd.Env = env
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		spawned := time.Now() // before the process exists
 		if err := cmd.Start(); err != nil {
 			h.t.Errorf("worker %s: %v", w.id, err)
 			return
 		}
+		h.mu.Lock()
+		h.spawns = append(h.spawns, RunnerSpawn{Worker: w.id, PID: cmd.Process.Pid, At: spawned})
+		h.mu.Unlock()
 		w.mu.Lock()
 		w.cmd = cmd
 		w.mu.Unlock()

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -273,27 +274,61 @@ func LimitAt(changes []LimitChange, t time.Time, grace time.Duration) int {
 	return limit
 }
 
-// SemaphoreTokenInversions counts, in a semaphore's log (children's own
-// tokens in Note as "token=N", see newSemaphoreFront), executions that
-// started after another one had ended with a higher token: a holder
-// admitted later with a lower fencing token.
-func SemaphoreTokenInversions(log []Write) (n int, examples []string) {
+// RunnerSpawn is when the harness started one `consullock run` process:
+// no admission of that runner can come before it.
+type RunnerSpawn struct {
+	Worker string
+	PID    int
+	At     time.Time // on the store's clock (the test process's)
+}
+
+// SemaphoreTokenInversions checks, in a semaphore's log (children's own
+// tokens in Note as "token=N", see newSemaphoreFront), that every holder's
+// token is its own admission's: an execution's token is above the token of
+// every execution that had started writing before its runner was spawned
+// (spawns). Returns the count and one line of evidence per violation.
+//
+// The guarantee is on admissions, not on commands: a token is the Raft
+// index of its holder's admission, so tokens grow with admission order.
+// An execution A that started writing had been admitted before; a runner
+// spawned after that was admitted after A, so its token must be higher.
+// The order in which commands start is not the admission order: semaphore
+// holders are concurrent, and a runner learns of its admission only when
+// the answer reaches it (a client node cut off right after the admission
+// committed delivers it seconds later; a command slow to start writes its
+// first line late), so a holder admitted earlier may start its command
+// after a later holder's command has ended. An execution whose runner has
+// no spawn record is not judged.
+func SemaphoreTokenInversions(log []Write, spawns []RunnerSpawn) (n int, examples []string) {
 	execs := semaphoreExecutions(log)
 	token := func(e *semaphoreExecution) uint64 {
 		t, _ := strconv.ParseUint(strings.TrimPrefix(e.note, "token="), 10, 64)
 		return t
 	}
-	// The executions that had ended, in end order.
-	ended := slices.DeleteFunc(slices.Clone(execs), func(e *semaphoreExecution) bool { return e.end.IsZero() })
-	slices.SortFunc(ended, func(a, b *semaphoreExecution) int { return a.end.Compare(b.end) })
-	for _, e := range execs {
-		for _, before := range ended {
-			if !before.end.Before(e.start) {
-				break
+	// spawned: when e's runner was spawned, the latest spawn of its worker
+	// and runner PID at or before its first write.
+	spawned := func(e *semaphoreExecution) (time.Time, bool) {
+		var at time.Time
+		for _, s := range spawns {
+			if s.Worker == e.worker && s.PID == e.runnerPID && !s.At.After(e.start) && s.At.After(at) {
+				at = s.At
 			}
-			if token(before) > token(e) {
+		}
+		return at, !at.IsZero()
+	}
+	for _, e := range execs {
+		from, ok := spawned(e)
+		if !ok {
+			continue
+		}
+		for _, before := range execs {
+			if before == e || !before.start.Before(from) {
+				continue
+			}
+			if token(before) >= token(e) {
 				n++
-				examples = append(examples, fmt.Sprintf("%s started with token %d after %s had ended with token %d", e.run, token(e), before.run, token(before)))
+				examples = append(examples, fmt.Sprintf("%s (runner %s pid %d spawned at %s) has token %d, not above %d of %s, which had started writing at %s, before that runner existed",
+					e.run, e.worker, e.runnerPID, from.Format(time.RFC3339Nano), token(e), token(before), before.run, before.start.Format(time.RFC3339Nano)))
 				break
 			}
 		}
@@ -301,12 +336,16 @@ func SemaphoreTokenInversions(log []Write) (n int, examples []string) {
 	return n, examples
 }
 
-// ControllerEvent is one line of a controller replica's history: from its
+// ControllerEvent is one line of a controller process's history: from its
 // JSON log (leadership gained or lost, a write begun or done) or from the
-// nemesis (the replica killed).
+// nemesis (the process killed).
 type ControllerEvent struct {
 	At      time.Time
-	Replica string
+	Replica string // controller-N
+	// Process is the one process of Replica the event is about (the
+	// harness starts a new one after each kill): leadership is a
+	// process's, and two processes of one replica are two contenders.
+	Process string
 	Kind    string // one of the Ctl* kinds
 	Detail  string
 }
@@ -321,9 +360,10 @@ const (
 	ctlReleased     = "released leadership" // read as CtlLostLeader
 )
 
-// ParseControllerLog reads a replica's JSON log lines (slog's JSON handler:
-// "time", "msg") into events; other lines are skipped.
-func ParseControllerLog(replica string, r io.Reader) ([]ControllerEvent, error) {
+// ParseControllerLog reads one process's JSON log lines (slog's JSON
+// handler: "time", "msg") into events of that process of replica; other
+// lines are skipped.
+func ParseControllerLog(replica, process string, r io.Reader) ([]ControllerEvent, error) {
 	var events []ControllerEvent
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -347,61 +387,69 @@ func ParseControllerLog(replica string, r io.Reader) ([]ControllerEvent, error) 
 		default:
 			continue
 		}
-		events = append(events, ControllerEvent{At: line.Time, Replica: replica, Kind: kind, Detail: strings.Join(strings.Fields(strings.Join([]string{line.Kind, line.Reason, line.Lock, line.Detail}, " ")), " ")})
+		events = append(events, ControllerEvent{At: line.Time, Replica: replica, Process: process, Kind: kind, Detail: strings.Join(strings.Fields(strings.Join([]string{line.Kind, line.Reason, line.Lock, line.Detail}, " ")), " ")})
 	}
 	return events, sc.Err()
 }
 
-// ControllerWritesAfterLoss checks the replicas' merged history for
-// writes made without leadership: a write (begun or done) by a replica
+// ControllerWritesAfterLoss checks the controller processes' histories
+// for writes made without leadership: a write (begun or done) by a process
 // that by its own log does not lead (it never became leader, or lost
 // leadership, or was killed, since), and a write begun after another
-// replica became leader later than this one did (the leader key had then
-// passed on, whatever this replica believed). A done write with no begun
-// line before it is judged by when it was done. Returns the count and one
-// line of evidence per violation.
+// process (of any replica) became leader later than this one did (the
+// leader key had then passed on, whatever this process believed). A done
+// write with no begun line before it is judged by when it was done.
+// Leadership is judged per process, never per replica: a replica's
+// processes each contend for the leader key on their own, and a kill of
+// one says nothing of another that may still run. The times are the
+// processes' own log times: their wall clocks are the host's (a clock skew
+// moves only the clock they compare with holders' values, not their log
+// lines). Returns the count and one line of evidence per violation.
 func ControllerWritesAfterLoss(events []ControllerEvent) (n int, evidence []string) {
 	events = slices.Clone(events)
 	slices.SortStableFunc(events, func(a, b ControllerEvent) int { return a.At.Compare(b.At) })
+	proc := func(e ControllerEvent) string { return cmp.Or(e.Process, e.Replica) }
 	leading := map[string]bool{}
-	since := map[string]time.Time{} // replica -> start of its current term
-	begun := map[string]time.Time{} // replica -> its write in progress
+	since := map[string]time.Time{} // process -> start of its current term
+	begun := map[string]time.Time{} // process -> its write in progress
 	var takeovers []ControllerEvent // every became-leader event, in order
 	check := func(e ControllerEvent, from time.Time) {
-		if !leading[e.Replica] {
+		p := proc(e)
+		if !leading[p] {
 			n++
-			evidence = append(evidence, fmt.Sprintf("%s %s %q (%s) while not leading by its own log", e.At.Format(time.RFC3339Nano), e.Replica, e.Kind, e.Detail))
+			evidence = append(evidence, fmt.Sprintf("%s %s %q (%s) while not leading by its own log", e.At.Format(time.RFC3339Nano), p, e.Kind, e.Detail))
 			return
 		}
 		for _, t := range takeovers {
-			if t.Replica != e.Replica && t.At.After(since[e.Replica]) && t.At.Before(from) {
+			if proc(t) != p && t.At.After(since[p]) && t.At.Before(from) {
 				n++
 				evidence = append(evidence, fmt.Sprintf("%s %s %q (%s) begun at %s, after %s became leader at %s",
-					e.At.Format(time.RFC3339Nano), e.Replica, e.Kind, e.Detail, from.Format(time.RFC3339Nano), t.Replica, t.At.Format(time.RFC3339Nano)))
+					e.At.Format(time.RFC3339Nano), p, e.Kind, e.Detail, from.Format(time.RFC3339Nano), proc(t), t.At.Format(time.RFC3339Nano)))
 				return
 			}
 		}
 	}
 	for _, e := range events {
+		p := proc(e)
 		switch e.Kind {
 		case CtlBecameLeader:
-			leading[e.Replica], since[e.Replica] = true, e.At
+			leading[p], since[p] = true, e.At
 			takeovers = append(takeovers, e)
 		case CtlLostLeader, CtlKilled:
-			leading[e.Replica] = false
-			delete(begun, e.Replica)
+			leading[p] = false
+			delete(begun, p)
 		case CtlWriting:
-			begun[e.Replica] = e.At
+			begun[p] = e.At
 			check(e, e.At)
 		case CtlRepaired:
-			from, ok := begun[e.Replica]
+			from, ok := begun[p]
 			if !ok {
 				from = e.At
 			}
-			delete(begun, e.Replica)
+			delete(begun, p)
 			// A write begun within the term was judged when it began;
 			// judge it again only by what it began after.
-			if ok && leading[e.Replica] {
+			if ok && leading[p] {
 				continue
 			}
 			check(e, from)

@@ -197,7 +197,7 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	// from the first acquisition.
 	dir := logDir(t, "nemesis-controllers")
 	for i := range 2 {
-		r := &replica{name: fmt.Sprintf("controller-%d", i+1), node: c.Clients[i], log: filepath.Join(dir, fmt.Sprintf("controller-%d.log", i+1))}
+		r := &replica{name: fmt.Sprintf("controller-%d", i+1), node: c.Clients[i], dir: dir}
 		if err := r.start(); err != nil {
 			n.fatalf("starting %s: %v", r.name, err)
 		}
@@ -222,52 +222,78 @@ func (n *nemesis) skewEnv(node string) []string {
 	return nil
 }
 
-// replica is one `consullock controller -mode enforce` process, restarted
-// after the nemesis kills it; its JSON log is appended to one file.
+// replica is one `consullock controller -mode enforce` replica: one
+// process at a time, started again after the nemesis kills it. Each
+// process logs (JSON) to a file of its own, so that the checker reads one
+// process's history as that process's: leadership is a process's.
 type replica struct {
 	name string
 	node *testenv.Node
-	log  string
+	dir  string
 	env  []string // added to its environment at its next start (a clock skew)
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	f   *os.File
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	f      *os.File
+	starts int      // processes started so far
+	logs   []string // one log per process, in start order
 }
 
+// process names the replica's k-th process (from 1), as its events do.
+func (r *replica) process(k int) string { return fmt.Sprintf("%s#%d", r.name, k) }
+
+// start starts a process unless one runs: the undo of a kill whose
+// injection came late can come after the next kill of the replica found it
+// down, and two starts must not leave two processes (the first would run
+// on, never killed again, as an extra contender).
 func (r *replica) start() error {
-	f, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return nil
+	}
+	path := filepath.Join(r.dir, fmt.Sprintf("%s.%d.log", r.name, r.starts+1))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(runnerBin, "controller", "-mode", "enforce", "-listen", "")
-	r.mu.Lock()
-	extra := r.env
-	r.mu.Unlock()
-	cmd.Env = append(append(cleanEnv(), r.node.Env()...), extra...)
+	cmd.Env = append(append(cleanEnv(), r.node.Env()...), r.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		return err
 	}
-	r.mu.Lock()
+	r.starts++
+	r.logs = append(r.logs, path)
 	r.cmd, r.f = cmd, f
-	r.mu.Unlock()
 	return nil
 }
 
-// kill SIGKILLs the replica and returns when it is gone.
-func (r *replica) kill() {
+// kill SIGKILLs the running process and returns when it is gone, with its
+// name ("" when none ran).
+func (r *replica) kill() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cmd == nil {
-		return
+		return ""
 	}
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
 	_ = r.f.Close()
 	r.cmd = nil
+	return r.process(r.starts)
+}
+
+// killed records the kill of process (none when "").
+func (n *nemesis) killed(r *replica, process string) {
+	if process == "" {
+		return
+	}
+	n.mu.Lock()
+	n.events = append(n.events, ControllerEvent{At: time.Now(), Replica: r.name, Process: process, Kind: CtlKilled})
+	n.mu.Unlock()
 }
 
 // stop ends the replica as an operator would (SIGTERM: it releases its
@@ -380,10 +406,7 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 		ok = n.resize(s.Value)
 	case FaultControllerKill:
 		r := n.replicas[replicaIndex(s.Target)]
-		r.kill()
-		n.mu.Lock()
-		n.events = append(n.events, ControllerEvent{At: time.Now(), Replica: r.name, Kind: CtlKilled})
-		n.mu.Unlock()
+		n.killed(r, r.kill())
 		undo = func() {
 			if err := r.start(); err != nil {
 				n.errorf("restarting %s: %v", r.name, err)
@@ -598,10 +621,7 @@ func (n *nemesis) skewClock(s Step) func() {
 	if strings.HasPrefix(s.Target, "controller-") {
 		r := n.replicas[replicaIndex(s.Target)]
 		restart := func(env []string) {
-			r.kill()
-			n.mu.Lock()
-			n.events = append(n.events, ControllerEvent{At: time.Now(), Replica: r.name, Kind: CtlKilled})
-			n.mu.Unlock()
+			n.killed(r, r.kill())
 			r.mu.Lock()
 			r.env = env
 			r.mu.Unlock()
@@ -723,7 +743,10 @@ func (n *nemesis) check(steps []Step) {
 	n.mu.Unlock()
 	semLog := n.sem.store.Log()
 	semRep := checkSemaphoreLimits("nemesis semaphore", semLog, func(at time.Time) int { return LimitAt(limits, at, limitGrace) })
-	inversions, inversionExamples := SemaphoreTokenInversions(semLog)
+	n.sem.mu.Lock()
+	spawns := slices.Clone(n.sem.spawns)
+	n.sem.mu.Unlock()
+	inversions, inversionExamples := SemaphoreTokenInversions(semLog, spawns)
 	exits := map[int]int{}
 	for _, h := range []*harness{n.mutex, n.sem} {
 		h.mu.Lock()
@@ -755,16 +778,21 @@ func (n *nemesis) check(steps []Step) {
 	}
 	applies, applyMedian, applyFailures := n.eph.figures()
 	for _, r := range n.replicas {
-		f, err := os.Open(r.log)
-		if err != nil {
-			n.fatalf("%v", err)
+		r.mu.Lock()
+		logs := slices.Clone(r.logs)
+		r.mu.Unlock()
+		for k, path := range logs {
+			f, err := os.Open(path)
+			if err != nil {
+				n.fatalf("%v", err)
+			}
+			ev, err := ParseControllerLog(r.name, r.process(k+1), f)
+			_ = f.Close()
+			if err != nil {
+				n.fatalf("reading %s: %v", path, err)
+			}
+			events = append(events, ev...)
 		}
-		ev, err := ParseControllerLog(r.name, f)
-		_ = f.Close()
-		if err != nil {
-			n.fatalf("reading %s: %v", r.log, err)
-		}
-		events = append(events, ev...)
 	}
 	ctlWrites, writeEvidence := ControllerWritesAfterLoss(events)
 	// A max_hold end is the skew's when it ended a skewed runner's
@@ -813,7 +841,7 @@ func (n *nemesis) check(steps []Step) {
 		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, func() string { return dumpLog(mutexLog) }},
 		{"fencing: run-once stale tokens accepted", onceRep.StaleAccepted, func() string { return dumpLog(onceLog) }},
 		{"fencing: tokens used by two executions (mutex + semaphore + run once)", mutexRep.Duplicated + semRep.Duplicated + onceRep.Duplicated, func() string { return dumpLog(mutexLog) + dumpLog(semLog) + dumpLog(onceLog) }},
-		{"fencing: semaphore holder admitted later with a lower token", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
+		{"fencing: semaphore holder whose token is not above one admitted before its runner started", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
 		{"run once: run IDs not succeeded exactly once (effect applied twice, two succeeded attempts, a success without its effect, or more runners exiting 0 than commands completed)", onceViolations, func() string { return strings.Join(onceEvidence, "\n") + "\n" + dumpLog(onceLog) }},
 		{"runner exits the guide does not allow", unexpected + onceUnexpected, func() string {
 			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -126,22 +127,49 @@ func TestLimitAt_holdsAStartToTheHighestLimitWithinGrace(t *testing.T) {
 func TestSemaphoreTokenInversions(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// Each run is worker w<run> with runner PID <run's first letter>.
 	start := func(run, token string, ms int) Write {
-		return Write{Kind: KindStart, Run: run, Note: "token=" + token, At: at(ms), Accepted: true}
+		return Write{Kind: KindStart, Run: run, Worker: "w" + run, RunnerPID: int(run[0]), Note: "token=" + token, At: at(ms), Accepted: true}
 	}
-	end := func(run string, ms int) Write { return Write{Kind: KindEnd, Run: run, At: at(ms), Accepted: true} }
+	end := func(run string, ms int) Write {
+		return Write{Kind: KindEnd, Run: run, Worker: "w" + run, RunnerPID: int(run[0]), At: at(ms), Accepted: true}
+	}
+	spawn := func(run string, ms int) RunnerSpawn {
+		return RunnerSpawn{Worker: "w" + run, PID: int(run[0]), At: at(ms)}
+	}
 	tests := []struct {
-		name string
-		log  []Write
-		want int
+		name   string
+		log    []Write
+		spawns []RunnerSpawn
+		want   int
 	}{
-		{"in order", []Write{start("a", "10", 0), start("b", "12", 5), end("a", 100), start("c", "14", 110), end("b", 120), end("c", 200)}, 0},
-		{"concurrent admissions may start in either order", []Write{start("b", "12", 0), start("a", "10", 5), end("a", 100), end("b", 120)}, 0},
-		{"a later holder with a lower token", []Write{start("a", "10", 0), end("a", 100), start("b", "9", 110), end("b", 200)}, 1},
+		{"in order", []Write{start("a", "10", 0), start("b", "12", 5), end("a", 100), start("c", "14", 110), end("b", 120), end("c", 200)},
+			[]RunnerSpawn{spawn("a", -50), spawn("b", -40), spawn("c", 105)}, 0},
+		{"concurrent admissions may start in either order", []Write{start("b", "12", 0), start("a", "10", 5), end("a", 100), end("b", 120)},
+			[]RunnerSpawn{spawn("a", -50), spawn("b", -40)}, 0},
+		// The nemesis run of seed 20261202: w1 (client-1) was admitted at
+		// Raft index 32439, then its node was cut off; the answer reached
+		// its runner 6.5s later, after w2, admitted at 32460, had run.
+		{"admitted first, the answer delayed: its command starts after a later holder ended", []Write{
+			start("b", "32460", 216), end("b", 376), start("a", "32439", 6512), end("a", 6543),
+		}, []RunnerSpawn{spawn("a", 0), spawn("b", 200)}, 0},
+		// w3 was in the holder table w2 read before its admission; w3's
+		// command started 2.6s after w2's had ended.
+		{"listed in the table before another's admission, started after it ended", []Write{
+			start("b", "69511", 544), end("b", 704), start("a", "69504", 3201), end("a", 3382),
+		}, []RunnerSpawn{spawn("a", -200), spawn("b", 480)}, 0},
+		{"a token that predates its runner", []Write{start("a", "10", 0), end("a", 100), start("b", "9", 110), end("b", 200)},
+			[]RunnerSpawn{spawn("a", -50), spawn("b", 105)}, 1},
+		{"a token reused by a runner spawned after its holder started", []Write{start("a", "10", 0), start("b", "10", 110), end("a", 150), end("b", 200)},
+			[]RunnerSpawn{spawn("a", -50), spawn("b", 50)}, 1},
+		{"the latest spawn of the runner counts", []Write{start("a", "10", 0), end("a", 100), start("b", "9", 110), end("b", 200)},
+			[]RunnerSpawn{spawn("a", -50), spawn("b", -3000), spawn("b", 105)}, 1},
+		{"no spawn record: not judged", []Write{start("a", "10", 0), end("a", 100), start("b", "9", 110), end("b", 200)},
+			[]RunnerSpawn{spawn("a", -50)}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, ex := SemaphoreTokenInversions(tt.log); got != tt.want {
+			if got, ex := SemaphoreTokenInversions(tt.log, tt.spawns); got != tt.want || len(ex) != got {
 				t.Errorf("SemaphoreTokenInversions = %d %v; want %d", got, ex, tt.want)
 			}
 		})
@@ -156,7 +184,7 @@ func TestParseControllerLog(t *testing.T) {
 not json
 {"time":"2026-12-01T21:00:03.000Z","level":"INFO","msg":"released leadership"}
 `
-	events, err := ParseControllerLog("controller-1", strings.NewReader(log))
+	events, err := ParseControllerLog("controller-1", "controller-1#3", strings.NewReader(log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,15 +196,22 @@ not json
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kinds = %q; want %q", kinds, want)
 	}
-	if events[2].Detail != "restore-key recreate_key l key x" || events[0].Replica != "controller-1" {
+	if events[2].Detail != "restore-key recreate_key l key x" || events[0].Replica != "controller-1" || events[0].Process != "controller-1#3" {
 		t.Errorf("event = %+v", events[2])
 	}
 }
 
 func TestControllerWritesAfterLoss(t *testing.T) {
 	t0 := time.Unix(1000, 0)
+	// ev is an event of process "<replica>#1".
 	ev := func(s int, replica, kind string) ControllerEvent {
-		return ControllerEvent{At: t0.Add(time.Duration(s) * time.Second), Replica: replica, Kind: kind}
+		return ControllerEvent{At: t0.Add(time.Duration(s) * time.Second), Replica: replica, Process: replica + "#1", Kind: kind}
+	}
+	// pev is an event of the k-th process of c2.
+	pev := func(s, k int, kind string) ControllerEvent {
+		e := ev(s, "c2", kind)
+		e.Process = fmt.Sprintf("c2#%d", k)
+		return e
 	}
 	tests := []struct {
 		name   string
@@ -193,13 +228,25 @@ func TestControllerWritesAfterLoss(t *testing.T) {
 		{"a write begun after another replica became leader", []ControllerEvent{
 			ev(1, "c1", CtlBecameLeader), ev(2, "c2", CtlBecameLeader), ev(3, "c1", CtlWriting), ev(4, "c1", CtlRepaired), ev(5, "c1", CtlLostLeader),
 		}, 1},
-		{"a write done after the replica logged its loss", []ControllerEvent{
+		{"a write done after the process logged its loss", []ControllerEvent{
 			ev(1, "c1", CtlBecameLeader), ev(2, "c1", CtlWriting), ev(3, "c1", CtlLostLeader), ev(4, "c1", CtlRepaired),
 		}, 1},
-		{"a write by a replica that never led", []ControllerEvent{ev(1, "c2", CtlWriting)}, 1},
-		{"a killed replica's earlier term does not count", []ControllerEvent{
-			ev(1, "c1", CtlBecameLeader), ev(2, "c1", CtlKilled), ev(3, "c2", CtlBecameLeader), ev(4, "c1", CtlBecameLeader), ev(5, "c1", CtlWriting), ev(6, "c1", CtlRepaired),
+		{"a write by a process that never led", []ControllerEvent{ev(1, "c2", CtlWriting)}, 1},
+		{"a killed process's earlier term does not count", []ControllerEvent{
+			pev(1, 1, CtlBecameLeader), pev(2, 1, CtlKilled), ev(3, "c1", CtlBecameLeader), pev(4, 2, CtlBecameLeader), pev(5, 2, CtlWriting), pev(6, 2, CtlRepaired),
 		}, 0},
+		// The nemesis run of seed 20261202: two late restarts of c2 left
+		// two processes; the first became leader and wrote while the
+		// second was killed. Its writes were within its own term.
+		{"a process of the replica leads and writes while another process of it is killed", []ControllerEvent{
+			pev(1, 1, CtlBecameLeader), pev(2, 2, CtlKilled), pev(3, 1, CtlWriting), pev(4, 1, CtlRepaired), pev(5, 1, CtlLostLeader),
+		}, 0},
+		{"a write by a killed process's successor that never led", []ControllerEvent{
+			pev(1, 1, CtlBecameLeader), pev(2, 1, CtlKilled), pev(3, 2, CtlWriting), pev(4, 2, CtlRepaired),
+		}, 2},
+		{"a write begun after another process of the same replica became leader", []ControllerEvent{
+			pev(1, 1, CtlBecameLeader), pev(2, 2, CtlBecameLeader), pev(3, 1, CtlWriting), pev(4, 1, CtlRepaired),
+		}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
