@@ -231,6 +231,9 @@ type replica struct {
 	node *testenv.Node
 	dir  string
 	env  []string // added to its environment at its next start (a clock skew)
+	// command, when set, is run instead of `consullock controller -mode
+	// enforce` (the harness's own test).
+	command []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -257,8 +260,16 @@ func (r *replica) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(runnerBin, "controller", "-mode", "enforce", "-listen", "")
-	cmd.Env = append(append(cleanEnv(), r.node.Env()...), r.env...)
+	argv := r.command
+	if argv == nil {
+		argv = []string{runnerBin, "controller", "-mode", "enforce", "-listen", ""}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = cleanEnv()
+	if r.node != nil {
+		cmd.Env = append(cmd.Env, r.node.Env()...)
+	}
+	cmd.Env = append(cmd.Env, r.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
