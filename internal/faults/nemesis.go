@@ -298,8 +298,8 @@ type RunnerSpawn struct {
 // committed delivers it seconds later; a command slow to start writes its
 // first line late), so a holder admitted earlier may start its command
 // after a later holder's command has ended. An execution whose runner has
-// no spawn record is not judged.
-func SemaphoreTokenInversions(log []Write, spawns []RunnerSpawn) (n int, examples []string) {
+// no spawn record is not judged; judged counts those that were.
+func SemaphoreTokenInversions(log []Write, spawns []RunnerSpawn) (n, judged int, examples []string) {
 	execs := semaphoreExecutions(log)
 	token := func(e *semaphoreExecution) uint64 {
 		t, _ := strconv.ParseUint(strings.TrimPrefix(e.note, "token="), 10, 64)
@@ -321,6 +321,7 @@ func SemaphoreTokenInversions(log []Write, spawns []RunnerSpawn) (n int, example
 		if !ok {
 			continue
 		}
+		judged++
 		for _, before := range execs {
 			if before == e || !before.start.Before(from) {
 				continue
@@ -333,7 +334,7 @@ func SemaphoreTokenInversions(log []Write, spawns []RunnerSpawn) (n int, example
 			}
 		}
 	}
-	return n, examples
+	return n, judged, examples
 }
 
 // ControllerEvent is one line of a controller process's history: from its

@@ -169,8 +169,16 @@ func TestSemaphoreTokenInversions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, ex := SemaphoreTokenInversions(tt.log, tt.spawns); got != tt.want || len(ex) != got {
+			got, judged, ex := SemaphoreTokenInversions(tt.log, tt.spawns)
+			if got != tt.want || len(ex) != got {
 				t.Errorf("SemaphoreTokenInversions = %d %v; want %d", got, ex, tt.want)
+			}
+			runners := map[string]bool{} // one run per worker here
+			for _, s := range tt.spawns {
+				runners[s.Worker] = true
+			}
+			if judged != len(runners) {
+				t.Errorf("%d executions judged; want %d, those with a spawn record", judged, len(runners))
 			}
 		})
 	}
