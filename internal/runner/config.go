@@ -107,7 +107,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up waiting for the lock after this long and exit 124 (0 waits forever)")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "after the lock is lost, how long the command has between SIGTERM and SIGKILL; it counts against the lock-delay, see the runner guide")
 	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
-	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); with -service-registration auto or catalog the holder's instance is on it too, so it must be a DNS label (1 to 63 letters, digits or '-')")
+	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); for a lock with holder_service and -service-registration auto or catalog the holder's instance is on it too, so it must then be a DNS label (1 to 63 letters, digits or '-'; else exit 125)")
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
 	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z)")
 	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
@@ -149,12 +149,6 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.serviceVia, cfg.serviceViaReason, err = lockmodel.HolderVia(*serviceRegistration, cfg.node); err != nil {
 		return cfg, usageErrorf("%v", err)
-	}
-	if cfg.serviceVia == lockmodel.HolderViaCatalog {
-		// The holder's instance would be on -node: SRV answers name it.
-		if err := lockmodel.ValidateHolderNode("-node", cfg.node); err != nil {
-			return cfg, usageErrorf("%v (-service-registration agent puts the instance on the agent's node instead)", err)
-		}
 	}
 	if cfg.timeout < 0 {
 		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -45,6 +46,24 @@ type holderService struct {
 	// catalogNode is the node of a catalog registration, "" for the
 	// agent's.
 	catalogNode string
+}
+
+// checkHolderNode refuses a -node that is not a DNS label when the lock
+// declares holder_service and the instance goes on -node (a catalog
+// registration): SRV answers for the holder service name the node. It
+// needs the declaration, so it runs in setup (exit 125), before any
+// session or lock write; a lock without holder_service takes any -node,
+// and so does -service-registration agent (the instance is then on the
+// agent's node).
+func (r *runner) checkHolderNode() error {
+	if r.lock.HolderService == nil || r.cfg.serviceVia != lockmodel.HolderViaCatalog {
+		return nil
+	}
+	if err := lockmodel.ValidateHolderNode("-node", r.cfg.node); err != nil {
+		return fmt.Errorf("lock %q declares holder_service %q, whose instance goes on -node: %w (-service-registration agent puts the instance on the agent's node instead)",
+			r.lock.Name, r.lock.HolderService.Name, err)
+	}
+	return nil
 }
 
 // newHolderService is the lock's holder service, nil without one.

@@ -140,6 +140,9 @@ func (r *runner) setup(ctx context.Context) error {
 		if err := r.readDeclaration(ctx); err != nil {
 			return err
 		}
+		if err := r.checkHolderNode(); err != nil {
+			return err
+		}
 	} else {
 		if r.lock, err = r.cfg.undeclaredLock(); err != nil {
 			return err
