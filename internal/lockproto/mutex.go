@@ -88,6 +88,7 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			continue
 		}
 		failures = 0
+		seen := meta.LastIndex
 		if pair != nil {
 			if err := lockmodel.CheckCompatible(m.lock, pair.Flags, pair.Value); err != nil {
 				return Grant{}, err
@@ -118,7 +119,7 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 		}
 		if ok {
 			m.acquired = entry.ModifyIndex
-			return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, nil
+			return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex, Seen: seen}, nil
 		}
 
 		// false: another contender was first, or the key is in the

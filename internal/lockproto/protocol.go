@@ -60,6 +60,10 @@ type Grant struct {
 	FencingToken uint64
 	// LockIndex is Consul's LockIndex of the acquired key.
 	LockIndex uint64
+	// Seen is the index (X-Consul-Index) of the read of the key that the
+	// winning lock op followed: the acquisition's view, in which the key
+	// was free. 0 when unknown (a semaphore).
+	Seen uint64
 }
 
 // lockKey acquires key for session with a KV transaction holding one

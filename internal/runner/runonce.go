@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -51,6 +52,57 @@ type runOnce struct {
 	attempt int
 	ledger  lockmodel.Ledger
 	index   uint64
+	// watched is the waiter's latest copy of the ledger (watchLedger),
+	// for the holder's first decision (watchedCopy).
+	watched ledgerCopy
+}
+
+// ledgerCopy is a ledger as a watch answered it: decoded, its ModifyIndex
+// for a check-and-set (index, 0 when absent) and the answer's
+// X-Consul-Index (asOf: the ledger's ModifyIndex, or Consul's KV index when
+// it is absent). ok is false until an answer decoded.
+type ledgerCopy struct {
+	mu     sync.Mutex
+	ledger lockmodel.Ledger
+	index  uint64
+	asOf   uint64
+	ok     bool
+}
+
+// set keeps a watch's answer; one that did not decode (ok false) leaves
+// no copy: the holder then reads the ledger and reports it.
+func (c *ledgerCopy) set(l lockmodel.Ledger, index, asOf uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ledger, c.index, c.asOf, c.ok = l, index, asOf, ok
+}
+
+// watchedCopy is the waiter's copy of the ledger when it is at least as
+// new as the acquisition's view (h.Grant.Seen, the read of the lock key
+// that showed it free before the lock op), saving the holder its
+// consistent read. Why that is enough: every ledger write of a holder
+// (BeginRun, FinishRunAndRelease) commits only while its session holds
+// the lock key, and a holder's last one is the transaction that releases
+// the key, at the same index; so every holder before this one wrote the
+// ledger at or below Seen, and a copy answered at Seen or later has it
+// all. What it can miss is written later without the key (a holder that
+// lost the lock recording its outcome with a check-and-set, a hand edit):
+// the copy's ModifyIndex is then stale, BeginRun's check-and-set fails
+// (ErrLedgerChanged) and decide reads again, as it does for any lost
+// check-and-set. A decision that writes nothing (the run succeeded, or is
+// marked exhausted) comes from a state no later write undoes. A copy
+// older than the view (its answer still on the way when the lock op
+// won, or a ledger last written before the key was freed: a plain
+// release) is not used: a stale check-and-set costs a refused
+// transaction, a Raft write, where the read costs a read.
+func (r *runner) watchedCopy(h *lockproto.Hold) (lockmodel.Ledger, uint64, bool) {
+	c := &r.once.watched
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok || h.Grant.Seen == 0 || c.asOf < h.Grant.Seen {
+		return lockmodel.Ledger{}, 0, false
+	}
+	return c.ledger, c.index, true
 }
 
 // resolveRun decides whether this is a run-once run and its run ID: the
@@ -95,9 +147,14 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	run := r.once
 	holder := lockmodel.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
 	for try := 1; ; try++ {
-		l, index, err := r.client.ReadLedger(ctx, run.ledgerKey, r.cfg.lockName)
-		if err != nil {
-			return decision{err: err}
+		l, index, fresh := r.watchedCopy(h)
+		if try > 1 || !fresh {
+			var err error
+			if l, index, err = r.client.ReadLedger(ctx, run.ledgerKey, r.cfg.lockName); err != nil {
+				return decision{err: err}
+			}
+		} else {
+			r.log.Debug("deciding on the watched copy of the run ledger", "index", index, "seen", h.Grant.Seen)
 		}
 		d, err := l.Begin(run.id, holder, run.maxAttempts, r.cfg.clock.Now())
 		if err != nil || !d.Changed {
@@ -268,7 +325,9 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 			}
 			continue
 		}
-		if l, _, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair); err != nil {
+		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
+		r.once.watched.set(l, modify, meta.LastIndex, err == nil)
+		if err != nil {
 			r.log.Debug("the run ledger does not decode; the holder reports it", "error", err.Error())
 		} else if done, ok := r.runIsDone(l); ok {
 			out <- done

@@ -1,0 +1,176 @@
+package runner
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// countingProxy forwards to the agent and records every request but the
+// renewals ("METHOD path?query"). hold, when it selects a request, delays
+// it by delay before it is passed on.
+type countingProxy struct {
+	addr  string
+	hold  func(*http.Request) bool
+	delay time.Duration
+
+	mu       sync.Mutex
+	requests []string
+}
+
+func newCountingProxy(t *testing.T, hold func(*http.Request) bool, delay time.Duration) *countingProxy {
+	t.Helper()
+	target, err := url.Parse("http://" + agent.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{hold: hold, delay: delay}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
+			p.mu.Lock()
+			p.requests = append(p.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+			p.mu.Unlock()
+		}
+		if p.hold != nil && p.hold(r) {
+			time.Sleep(p.delay)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.addr = strings.TrimPrefix(srv.URL, "http://")
+	return p
+}
+
+// waitBlocking waits until the runner behind the proxy has sent a
+// blocking query (one with an index) on each of keys: it is waiting, and
+// its watches have their first answers.
+func (p *countingProxy) waitBlocking(t *testing.T, keys ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		waiting := 0
+		for _, k := range keys {
+			if slices.ContainsFunc(p.seen(), func(r string) bool {
+				return strings.HasPrefix(r, "GET /v1/kv/"+k+"?") && strings.Contains(r, "index=")
+			}) {
+				waiting++
+			}
+		}
+		if waiting == len(keys) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no blocking query on each of %q within 30s: %q", keys, p.seen())
+		}
+	}
+}
+
+func (p *countingProxy) seen() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.requests)
+}
+
+// ledgerReads are the reads of the ledger at key that are not the
+// watch's blocking queries: the holder's consistent reads.
+func ledgerReads(requests []string, key string) []string {
+	var out []string
+	for _, r := range requests {
+		if strings.HasPrefix(r, "GET /v1/kv/"+key+"?") && strings.Contains(r, "consistent") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRunOnce_costsOfAHandOverUseTheWatchedLedger: B waits with -run-id
+// while A runs attempt 1, which fails; A's release transaction records
+// it, B acquires and records attempt 2 on the copy of the ledger its watch
+// already has (answered at the release, the index at which B saw the key
+// free), without a consistent read of the ledger first; the ledger is then
+// right (attempt 1 failed, attempt 2 succeeded by B). B's proxy holds its
+// transactions 300 ms, so that the watch's answer to the release is in
+// before the lock op wins (the race the other way round reads, see
+// watchedCopy).
+func TestRunOnce_costsOfAHandOverUseTheWatchedLedger(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin", "-exit", "1")...)
+	waitStarted(t, record, "a")
+	proxy := newCountingProxy(t, failsTxn, 300*time.Millisecond)
+	b := startRunAt(t, "runner b", proxy.addr, token, args, childArgs(record, "b")...)
+	proxy.waitBlocking(t, ledgerKey(l), l.Key)
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 1 {
+		t.Fatalf("runner a exited %d, want 1 (its command's):\n%s", code, a.out.String())
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0:\n%s", code, b.out.String())
+	}
+	requests := proxy.seen()
+	reads := ledgerReads(requests, ledgerKey(l))
+	t.Logf("MEASURED run-once hand-over, the waiter's requests (renewals left out): %d %q; consistent ledger reads %d",
+		len(requests), requests, len(reads))
+	if len(reads) != 0 {
+		t.Fatalf("the waiter read the ledger %d times after acquiring (%q); want none: its watch had it", len(reads), reads)
+	}
+	run := ledgerRun(t, l, "r1")
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunFailed || run.Attempts[1].Outcome != lockmodel.RunSucceeded ||
+		run.Outcome != lockmodel.RunSucceeded {
+		t.Fatalf("ledger run r1: %+v; want attempt 1 failed, attempt 2 succeeded", run)
+	}
+	if runs := readRuns(t, record); len(runs) != 2 || runs[1].tag != "b" || runs[1].attempt != "2" {
+		t.Fatalf("executions %+v; want a's, then b's as attempt 2", runs)
+	}
+}
+
+// TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain: B's
+// proxy holds its watch's blocking queries on the ledger 3 s, so that when
+// B wins the lock at A's release its copy still shows A's attempt running
+// (older than the read of the key that showed it free). B reads the ledger
+// once instead of deciding on the copy: no refused transaction (the copy
+// would have marked A's attempt crashed with a stale check-and-set), and
+// the ledger says attempt 1 failed, attempt 2 succeeded.
+func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin", "-exit", "1")...)
+	waitStarted(t, record, "a")
+	watch := func(r *http.Request) bool {
+		return r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+ledgerKey(l) && r.URL.Query().Has("index")
+	}
+	proxy := newCountingProxy(t, watch, 3*time.Second)
+	b := startRunAt(t, "runner b", proxy.addr, token, args, childArgs(record, "b")...)
+	proxy.waitBlocking(t, ledgerKey(l), l.Key)
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 1 {
+		t.Fatalf("runner a exited %d, want 1 (its command's):\n%s", code, a.out.String())
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0:\n%s", code, b.out.String())
+	}
+	requests := proxy.seen()
+	reads := ledgerReads(requests, ledgerKey(l))
+	txns := slices.DeleteFunc(slices.Clone(requests), func(r string) bool { return !strings.HasPrefix(r, "PUT /v1/txn?") })
+	t.Logf("MEASURED the waiter's requests (renewals left out): %d %q", len(requests), requests)
+	if len(reads) != 1 || len(txns) != 3 {
+		t.Fatalf("the waiter read the ledger %d times and sent %d transactions; want 1 read and 3 (lock, attempt, outcome and release): a stale copy's check-and-set was refused", len(reads), len(txns))
+	}
+	run := ledgerRun(t, l, "r1")
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunFailed || run.Attempts[1].Outcome != lockmodel.RunSucceeded {
+		t.Fatalf("ledger run r1: %+v; want attempt 1 failed, attempt 2 succeeded", run)
+	}
+}
