@@ -18,7 +18,8 @@ import (
 
 // Run once: the runner's side of the run ledger (lockmodel ledger.go
 // decides, consul ledger.go writes). A holder with a run ID reads the
-// ledger consistently and decides (deciding state): the run already
+// ledger consistently, or takes its watch's copy when that is as new as
+// the acquisition's view (watchedCopy), and decides (deciding state): the run already
 // succeeded, it used up its attempts, or this holder runs the next
 // attempt, recorded "running" (BeginRun, guarded by the session) before the
 // command starts. The outcome is written in the transaction that releases
