@@ -141,9 +141,10 @@ type decision struct {
 	err    error
 }
 
-// decide reads the ledger, decides (lockmodel Begin) and writes the
-// decision when it changes the ledger, guarded by h's session. A lost
-// check-and-set is decided again on a fresh read.
+// decide takes the ledger (the watch's copy when it is at least as new as
+// the acquisition's view, else a consistent read), decides (lockmodel
+// Begin) and writes the decision when it changes the ledger, guarded by
+// h's session. A lost check-and-set is decided again on a fresh read.
 func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	run := r.once
 	holder := lockmodel.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}

@@ -59,7 +59,7 @@ const (
 //	        ledger: the run succeeded: -exit-code-if-done
 //	waiting ledger: attempts used up: 121
 //	   │    lost at once, the run succeeded meanwhile: -exit-code-if-done
-//	   │ acquired: read the ledger, decide, record the attempt (in a goroutine)
+//	   │ acquired: take the ledger (watched copy or a read), decide, record the attempt (in a goroutine)
 //	   ▼
 //	deciding ── decided, run: start the command ──▶ holding
 //	   │     ── decided, succeeded already: -exit-code-if-done; attempts used up: 121
