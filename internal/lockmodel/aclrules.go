@@ -10,7 +10,7 @@ import (
 // from its inputs, validated with messages that name the attribute. The
 // output is in the canonical form that NormalizeRules (aclrules_parse.go)
 // also emits, so RenderRules emits key write (lock_keys, run ledger keys), key_prefix write
-// (semaphore_prefixes), key read (read_keys), session_prefix write,
+// (semaphore_prefixes, queue_prefixes), key read (read_keys), session_prefix write,
 // agent_prefix "" read, node_prefix read (holder services only) and service
 // write (holder_services), in that order, and its output is already
 // canonical: NormalizeRules(RenderRules(in)) == RenderRules(in).
@@ -43,6 +43,10 @@ type RulesInput struct {
 	// With holder services the rules also grant node_prefix read on each
 	// session node prefix (HolderNodeRead).
 	HolderServices []string
+	// QueuePrefixes are the prefixes of locks whose waiters queue
+	// (waiters = "queue"): key_prefix "<p>/.queue/" write on each, where
+	// each waiter keeps its queue entry (WaiterQueuePrefix).
+	QueuePrefixes []string
 }
 
 // HolderNodeRead reports whether the rules of in grant node_prefix
@@ -71,6 +75,7 @@ const (
 	attrReadKeys            = "read_keys"
 	attrRunLedgerKeys       = "run_ledger_keys"
 	attrHolderServices      = "holder_services"
+	attrQueuePrefixes       = "queue_prefixes"
 	attrRules               = "rules"
 )
 
@@ -93,6 +98,7 @@ func (in RulesInput) Validate() error {
 		{attrSemaphorePrefixes, in.SemaphorePrefixes},
 		{attrReadKeys, in.ReadKeys},
 		{attrRunLedgerKeys, in.RunLedgerKeys},
+		{attrQueuePrefixes, in.QueuePrefixes},
 	} {
 		for _, v := range group.values {
 			if _, err := NormalizeKeyPath(group.field, v); err != nil {
@@ -255,6 +261,9 @@ func RenderRules(in RulesInput) string {
 	}
 	for _, p := range in.SemaphorePrefixes {
 		raw = append(raw, rawRule{resource: "key_prefix", name: normRulePath(p) + "/", policy: ACLPolicyWrite})
+	}
+	for _, p := range in.QueuePrefixes {
+		raw = append(raw, rawRule{resource: "key_prefix", name: normRulePath(p) + "/" + QueueKeyName + "/", policy: ACLPolicyWrite})
 	}
 	for _, k := range in.ReadKeys {
 		raw = append(raw, rawRule{resource: "key", name: normRulePath(k), policy: ACLPolicyRead})

@@ -7,7 +7,7 @@ import (
 
 // RulesInputFromRules reads back the inputs of consullock_acl_policy from a
 // rules text, for import: key write becomes a lock key, key_prefix "<p>/"
-// write a semaphore prefix, key read a read key, session_prefix write a
+// write a semaphore prefix (key_prefix "<p>/.queue/" write a queue prefix), key read a read key, session_prefix write a
 // session node prefix, agent_prefix "" read sets AgentRead and service write
 // a holder service; node_prefix read is not an input of its own (RenderRules
 // derives it from holder services and session node prefixes, HolderNodeRead)
@@ -27,6 +27,8 @@ func RulesInputFromRules(text string) (in RulesInput, exact bool, err error) {
 			in.LockKeys = append(in.LockKeys, r.Name)
 		case r.Resource == "key" && r.Policy == ACLPolicyRead && r.Name != "":
 			in.ReadKeys = append(in.ReadKeys, r.Name)
+		case r.Resource == "key_prefix" && r.Policy == ACLPolicyWrite && strings.HasSuffix(r.Name, "/"+QueueKeyName+"/") && strings.Trim(strings.TrimSuffix(r.Name, QueueKeyName+"/"), "/") != "":
+			in.QueuePrefixes = append(in.QueuePrefixes, strings.TrimSuffix(r.Name, "/"+QueueKeyName+"/"))
 		case r.Resource == "key_prefix" && r.Policy == ACLPolicyWrite && strings.HasSuffix(r.Name, "/") && strings.Trim(r.Name, "/") != "":
 			in.SemaphorePrefixes = append(in.SemaphorePrefixes, strings.TrimSuffix(r.Name, "/"))
 		case r.Resource == "session_prefix" && r.Policy == ACLPolicyWrite:
@@ -74,6 +76,7 @@ func (in RulesInput) validOnly() RulesInput {
 		AgentRead:           in.AgentRead,
 		RunLedgerKeys:       keep(attrRunLedgerKeys, in.RunLedgerKeys),
 		HolderServices:      keep(attrHolderServices, in.HolderServices),
+		QueuePrefixes:       keep(attrQueuePrefixes, in.QueuePrefixes),
 	}
 }
 
@@ -117,6 +120,8 @@ func ValidateRulesValue(field, value string) error {
 		in.RunLedgerKeys = []string{value}
 	case attrHolderServices:
 		in.HolderServices = []string{value}
+	case attrQueuePrefixes:
+		in.QueuePrefixes = []string{value}
 	default:
 		return fmt.Errorf("lockmodel: %q is not a rules input attribute", field)
 	}

@@ -36,6 +36,10 @@ type Lock struct {
 	// HolderService, when set, puts each holder into Consul's catalog and
 	// DNS while it holds (holderservice.go); nil for none.
 	HolderService *HolderService
+	// Waiters is how waiters take the lock at a release: WaitersRace or
+	// WaitersQueue (waiters.go); "" means WaitersRace and is kept as "",
+	// so that locks declared before waiters existed compare equal.
+	Waiters string
 }
 
 // DefaultLockKey is the key api.Lock, api.Semaphore and `consul lock` use
@@ -124,6 +128,7 @@ func (l Lock) Validate() error {
 	if l.HolderService != nil {
 		add(l.HolderService.Validate())
 	}
+	errs = append(errs, l.validateWaiters()...)
 	if c := utf8.RuneCountInString(l.Description); c > MaxDescriptionLength || !utf8.ValidString(l.Description) {
 		errs = append(errs, &FieldError{Field: "description", Value: truncate(l.Description, 40), Allowed: fmt.Sprintf(
 			"valid UTF-8 text of at most %d characters (got %d)", MaxDescriptionLength, c)})

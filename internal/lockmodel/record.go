@@ -83,6 +83,8 @@ type LockSpec struct {
 	// HolderService is absent for a lock without holder_service, as
 	// RunOnce.
 	HolderService *HolderServiceSpec `json:"holder_service,omitempty"`
+	// Waiters is absent for "race" (the default), as RunOnce.
+	Waiters string `json:"waiters,omitempty"`
 }
 
 // HolderServiceSpec is the holder_service of a LockSpec.
@@ -180,6 +182,9 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		Description:     n.Description,
 		AlwaysHeld:      n.AlwaysHeld,
 	}
+	if n.Queued() {
+		spec.Waiters = n.Waiters
+	}
 	if r := n.RunOnce; r != nil {
 		spec.RunOnce = &RunOnceSpec{Period: FormatDuration(r.Period), Offset: FormatDuration(r.Offset), MaxAttempts: r.MaxAttempts, Keep: r.Keep}
 	}
@@ -214,6 +219,9 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		MaxHold:         maxHold,
 		Description:     spec.Description,
 		AlwaysHeld:      spec.AlwaysHeld,
+	}
+	if spec.Waiters != WaitersRace {
+		l.Waiters = spec.Waiters // "race" reads as "", as it was written
 	}
 	if h := spec.HolderService; h != nil {
 		l.HolderService = &HolderService{Name: h.Name, Tags: h.Tags, Port: h.Port, Meta: h.Meta}

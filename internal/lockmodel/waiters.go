@@ -1,0 +1,141 @@
+package lockmodel
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// How a mutex's waiters take the lock when it is released (consullock_lock's
+// waiters).
+//
+// With WaitersRace (the default, and what `consul lock` and api.Lock do)
+// every waiter blocks on the lock key, so a release wakes all of them and
+// each tries to acquire: one Raft write per waiter and hand-over, all but one
+// refused.
+//
+// With WaitersQueue each waiting `consullock run` first writes an entry
+// <prefix>/.queue/<session>, acquired with its own session (so Consul clears
+// it when the session ends), and waits in the order of the entries'
+// CreateIndex: the first in line blocks on the lock key, every other entry
+// blocks on the entry before it. A release then wakes one waiter, and the
+// hand-over costs the same requests for 2 waiters as for 100. Acquiring stays
+// the same lock transaction (the fencing token is unchanged); the queue only
+// decides who tries, so waiters that do not queue (`consul lock`, older
+// runners) are still excluded and may still win a race. The price is liveness
+// after a crash: a waiter killed while first in line keeps the waiters behind
+// it from trying until Consul ends its session (at most about 2 x ttl after
+// its last renewal), as a killed holder does.
+const (
+	WaitersRace  = "race"
+	WaitersQueue = "queue"
+	FieldWaiters = "waiters"
+	// QueueKeyName is the folder under a lock's prefix that holds its
+	// waiter queue.
+	QueueKeyName = ".queue"
+)
+
+// WaiterModes lists the values of waiters, the default first.
+var WaiterModes = []string{WaitersRace, WaitersQueue}
+
+// WaiterQueuePrefix is the folder of lock l's waiter queue, with its
+// trailing slash: <prefix>/.queue/. l must be normalised.
+func WaiterQueuePrefix(l Lock) string {
+	return l.Prefix + "/" + QueueKeyName + "/"
+}
+
+// WaiterQueueEntryKey is the queue entry of the waiter with session id.
+func WaiterQueueEntryKey(l Lock, session string) string {
+	return WaiterQueuePrefix(l) + session
+}
+
+// QueueEntry is one waiter queue entry as read from Consul.
+type QueueEntry struct {
+	Key         string
+	Session     string // "" once Consul cleared it: its waiter is gone
+	CreateIndex uint64
+	ModifyIndex uint64
+}
+
+// QueuePlace is where a waiter stands in its lock's queue.
+type QueuePlace struct {
+	// First is true when no live entry is ahead: the waiter watches the
+	// lock key and tries to acquire it when it is free.
+	First bool
+	// Ahead is the live entry just before the waiter's (when not First): the
+	// waiter blocks on that key until it changes.
+	Ahead QueueEntry
+	// Position counts the live entries ahead of the waiter.
+	Position int
+	// Stale are the entries whose session is gone (Consul released them):
+	// any waiter may delete them.
+	Stale []QueueEntry
+	// Listed is false when the waiter's own entry is not among entries (it
+	// was deleted or cleared: the waiter writes it again).
+	Listed bool
+}
+
+// PlaceInQueue decides where the waiter holding session stands among
+// entries: live entries (Session set) are ordered by CreateIndex, then key;
+// the entry of the lock's current holder (holder, "" for none) is not
+// waiting and is left out, so a holder that queued and acquired without
+// deleting its entry never blocks the others.
+func PlaceInQueue(entries []QueueEntry, session, holder string) QueuePlace {
+	var live []QueueEntry
+	var place QueuePlace
+	for _, e := range entries {
+		switch {
+		case e.Session == "":
+			place.Stale = append(place.Stale, e)
+		case e.Session == holder && e.Session != session:
+			// The holder is not waiting.
+		default:
+			live = append(live, e)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool {
+		if live[i].CreateIndex != live[j].CreateIndex {
+			return live[i].CreateIndex < live[j].CreateIndex
+		}
+		return live[i].Key < live[j].Key
+	})
+	for i, e := range live {
+		if e.Session == session && strings.HasSuffix(e.Key, "/"+session) {
+			place.Listed = true
+			place.Position = i
+			place.First = i == 0
+			if i > 0 {
+				place.Ahead = live[i-1]
+			}
+			return place
+		}
+	}
+	place.First = len(live) == 0
+	place.Position = len(live)
+	if len(live) > 0 {
+		place.Ahead = live[len(live)-1]
+	}
+	return place
+}
+
+// Queued reports whether l's waiters queue (waiters = "queue").
+func (l Lock) Queued() bool {
+	return l.Waiters == WaitersQueue
+}
+
+// validateWaiters judges l's waiters: "" or one of WaiterModes, and queue
+// only on a mutex.
+func (l Lock) validateWaiters() FieldErrors {
+	switch l.Waiters {
+	case "", WaitersRace:
+		return nil
+	case WaitersQueue:
+		if l.Limit > 1 {
+			return FieldErrors{&FieldError{Field: FieldWaiters, Value: fmt.Sprintf("%q with limit %d", l.Waiters, l.Limit), Allowed: fmt.Sprintf(
+				"%q only on a mutex (limit 1): a semaphore's waiters already keep a contender key each", WaitersQueue)}}
+		}
+		return nil
+	default:
+		return FieldErrors{&FieldError{Field: FieldWaiters, Value: l.Waiters, Allowed: `"race" (default) or "queue"`}}
+	}
+}

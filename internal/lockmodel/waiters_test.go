@@ -1,0 +1,104 @@
+package lockmodel
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPlaceInQueue(t *testing.T) {
+	l := Lock{Prefix: "svc/job"}
+	e := func(session string, create uint64) QueueEntry {
+		return QueueEntry{Key: WaiterQueueEntryKey(l, session), Session: session, CreateIndex: create, ModifyIndex: create}
+	}
+	stale := QueueEntry{Key: WaiterQueueEntryKey(l, "gone"), CreateIndex: 5, ModifyIndex: 9}
+	cases := []struct {
+		name                  string
+		entries               []QueueEntry
+		session, holder       string
+		wantFirst, wantListed bool
+		wantAhead             string
+		wantPosition          int
+		wantStale             int
+	}{
+		{name: "alone", entries: []QueueEntry{e("a", 10)}, session: "a", wantFirst: true, wantListed: true},
+		{name: "second waits on the first", entries: []QueueEntry{e("b", 20), e("a", 10)}, session: "b", wantListed: true, wantAhead: "a", wantPosition: 1},
+		{name: "third waits on the second, not the first", entries: []QueueEntry{e("a", 10), e("c", 30), e("b", 20)}, session: "c", wantListed: true, wantAhead: "b", wantPosition: 2},
+		{name: "the holder's entry is not ahead", entries: []QueueEntry{e("h", 1), e("a", 10)}, session: "a", holder: "h", wantFirst: true, wantListed: true},
+		{name: "a cleared entry is stale, not ahead", entries: []QueueEntry{stale, e("a", 10)}, session: "a", wantFirst: true, wantListed: true, wantStale: 1},
+		{name: "own entry missing: behind the last", entries: []QueueEntry{e("a", 10), e("b", 20)}, session: "c", wantAhead: "b", wantPosition: 2},
+		{name: "own entry missing, empty queue", session: "c", wantFirst: true},
+		{name: "equal create index: key order", entries: []QueueEntry{e("b", 10), e("a", 10)}, session: "b", wantListed: true, wantAhead: "a", wantPosition: 1},
+		{name: "another session's entry under our name is not ours", entries: []QueueEntry{{Key: WaiterQueueEntryKey(l, "x"), Session: "a", CreateIndex: 3}, e("a", 10)}, session: "a", wantListed: true, wantAhead: "a", wantPosition: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PlaceInQueue(tc.entries, tc.session, tc.holder)
+			if p.First != tc.wantFirst || p.Listed != tc.wantListed || p.Position != tc.wantPosition || len(p.Stale) != tc.wantStale {
+				t.Fatalf("PlaceInQueue = %+v; want first %v listed %v position %d stale %d", p, tc.wantFirst, tc.wantListed, tc.wantPosition, tc.wantStale)
+			}
+			if !p.First && p.Ahead.Session != tc.wantAhead {
+				t.Fatalf("ahead = %q; want %q", p.Ahead.Session, tc.wantAhead)
+			}
+			// Invariant: exactly one of First and an entry ahead.
+			if p.First == (p.Ahead.Key != "") {
+				t.Fatalf("first %v with ahead %+v", p.First, p.Ahead)
+			}
+		})
+	}
+}
+
+func TestLock_validatesWaiters(t *testing.T) {
+	for _, tc := range []struct {
+		lock Lock
+		want string // "" for valid
+	}{
+		{Lock{Name: "a", Prefix: "p"}, ""},
+		{Lock{Name: "a", Prefix: "p", Waiters: WaitersRace}, ""},
+		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue}, ""},
+		{Lock{Name: "a", Prefix: "p", Waiters: "fifo"}, `waiters: "fifo"`},
+		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue, Limit: 3}, `only on a mutex`},
+	} {
+		err := tc.lock.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.lock, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: error %v; want one containing %q", tc.lock, err, tc.want)
+		}
+	}
+}
+
+func TestLockRecord_waitersRoundTrip(t *testing.T) {
+	for _, w := range []string{"", WaitersRace, WaitersQueue} {
+		l := Lock{Name: "job", Prefix: "svc/job", Waiters: w}
+		b, err := EncodeLockRecord(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "waiters") != (w == WaitersQueue) {
+			t.Errorf("waiters %q: record %s; the field is written only for queue", w, b)
+		}
+		got, err := DecodeLockRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Queued() != (w == WaitersQueue) {
+			t.Errorf("waiters %q read back as %q", w, got.Waiters)
+		}
+	}
+}
+
+func TestRenderRules_queuePrefixes(t *testing.T) {
+	in := RulesInput{LockKeys: []string{"svc/job/.lock"}, QueuePrefixes: []string{"/svc/job/"}, SessionNodePrefixes: []string{"worker-"}}
+	got := RenderRules(in)
+	if !strings.Contains(got, `key_prefix "svc/job/.queue/" {`) {
+		t.Fatalf("rules lack the queue grant:\n%s", got)
+	}
+	back, exact, err := RulesInputFromRules(got)
+	if err != nil || !exact || len(back.QueuePrefixes) != 1 || back.QueuePrefixes[0] != "svc/job" || len(back.SemaphorePrefixes) != 0 {
+		t.Fatalf("RulesInputFromRules = %+v, exact %v, %v; want the queue prefix back, not a semaphore prefix", back, exact, err)
+	}
+	if err := ValidateRulesValue(attrQueuePrefixes, "a//b"); err == nil || !strings.Contains(err.Error(), "queue_prefixes") {
+		t.Fatalf("ValidateRulesValue(queue_prefixes, a//b) = %v; want an error naming queue_prefixes", err)
+	}
+}
