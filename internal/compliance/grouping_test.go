@@ -268,3 +268,36 @@ func TestGroupKeys_aKeyThatBeginsOthersSharesTheirWatch(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// TestAutoLockWatches_keepsAChangesListingNearLocksPerWatch: the default
+// cap grows with the locks from 8 to 128, and numbered keys under one
+// prefix (the benchmark's fleet) are then watched in listings of at most
+// 111 keys up to 10,000 locks; past that the cap stops growing.
+func TestAutoLockWatches_keepsAChangesListingNearLocksPerWatch(t *testing.T) {
+	for _, tc := range []struct{ keys, want int }{
+		{0, 8}, {1, 8}, {800, 8}, {801, 9}, {1000, 10}, {10000, 100}, {12800, 128}, {1000000, 128},
+	} {
+		if got := AutoLockWatches(tc.keys); got != tc.want {
+			t.Errorf("AutoLockWatches(%d) = %d, want %d", tc.keys, got, tc.want)
+		}
+	}
+	for _, n := range []int{1000, 10000} {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("fleet/%d/.lock", i)
+		}
+		assign := GroupKeys(keys, AutoLockWatches(n))
+		sizes := map[string]int{}
+		for _, p := range assign {
+			sizes[p]++
+		}
+		largest := 0
+		for _, s := range sizes {
+			largest = max(largest, s)
+		}
+		if len(sizes) > AutoLockWatches(n) || largest > 111 {
+			t.Errorf("%d numbered keys: %d watches, the largest listing %d keys; want at most %d watches of at most 111 keys",
+				n, len(sizes), largest, AutoLockWatches(n))
+		}
+	}
+}

@@ -26,7 +26,8 @@ type Config struct {
 	// MaxLockWatches caps the number of blocking queries on lock keys; lock
 	// keys are grouped by their first path segment, and the groups merged
 	// by their non-empty common prefix when there are more (see GroupKeys).
-	// 0 means DefaultMaxLockWatches.
+	// 0 chooses the cap from the number of lock keys at each regrouping
+	// (compliance.AutoLockWatches).
 	MaxLockWatches int
 	// WaitTime is the blocking query wait; 0 means 5 minutes.
 	WaitTime time.Duration
@@ -53,9 +54,6 @@ type Config struct {
 	// the zero Clock is the system's.
 	Clock lockmodel.Clock
 }
-
-// DefaultMaxLockWatches is the default cap on lock key watches.
-const DefaultMaxLockWatches = 8
 
 // DefaultApplyGrace is the default Config.ApplyGrace: far longer than the
 // milliseconds between the provider's declaration write and its live
@@ -171,8 +169,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	cfg.RegistryPrefix = p
-	if cfg.MaxLockWatches <= 0 {
-		cfg.MaxLockWatches = compliance.DefaultMaxLockWatches
+	if cfg.MaxLockWatches < 0 {
+		cfg.MaxLockWatches = 0
 	}
 	if cfg.WaitTime <= 0 {
 		cfg.WaitTime = 5 * time.Minute
@@ -476,13 +474,17 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 			}
 		}
 	}
-	assign := compliance.GroupKeys(keys, c.cfg.MaxLockWatches)
+	maxWatches := c.cfg.MaxLockWatches
+	if maxWatches == 0 {
+		maxWatches = compliance.AutoLockWatches(len(keys))
+	}
+	assign := compliance.GroupKeys(keys, maxWatches)
 	for _, n := range semaphores {
 		assign[n.Key] = assign[semaphoreDir(n)]
 	}
-	if n, over := compliance.WatchCapExceeded(assign, c.cfg.MaxLockWatches); over && n != len(c.groups) {
+	if n, over := compliance.WatchCapExceeded(assign, maxWatches); over && n != len(c.groups) {
 		c.log.Warn("more lock watches than -max-lock-watches",
-			"lock_watches", n, "max_lock_watches", c.cfg.MaxLockWatches,
+			"lock_watches", n, "max_lock_watches", maxWatches,
 			"detail", "the declared lock keys begin with more different characters than -max-lock-watches, and merging them would watch the whole KV store",
 			"hint", "raise -max-lock-watches or put the lock keys under fewer top-level prefixes")
 	}

@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	mode := fs.String("mode", string(compliance.ModeRepair), "observe (report only), repair (fix config drift, never touch holders) or enforce (also end violating holder sessions)")
 	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz; empty disables")
 	prefix := fs.String("registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
-	maxWatches := fs.Int("max-lock-watches", compliance.DefaultMaxLockWatches, "most blocking queries on lock keys; keys are grouped by prefix, never into the whole KV store (more only when the keys begin with more different characters)")
+	maxWatches := fs.Int("max-lock-watches", 0, fmt.Sprintf("most blocking queries on lock keys; keys are grouped by prefix, never into the whole KV store (more only when the keys begin with more different characters). 0 (the default): about one per %d locks, from %d to %d; each holds an HTTP connection to the agent", compliance.LocksPerWatch, compliance.DefaultMaxLockWatches, compliance.MaxAutoLockWatches))
 	grace := fs.Duration("apply-grace", compliance.DefaultApplyGrace, "how long after a declaration changes its object is left to the apply that wrote it (0 = none)")
 	noHA := fs.Bool("no-leader-election", false, "act without electing a leader: only for a single replica")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

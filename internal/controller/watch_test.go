@@ -144,3 +144,32 @@ func TestWatch_splitWatchesRepairTheirKeysAndFollowTheDeclarations(t *testing.T)
 	time.Sleep(300 * time.Millisecond) // past the apply grace of the declarations written back
 	repaired(100, 250, 7, 42)
 }
+
+// TestWatch_theDefaultCapGrowsWithTheFleet: with no -max-lock-watches, 1,000
+// locks numbered under one prefix are watched by 10 queries
+// (compliance.AutoLockWatches: one per 100 locks), so a change lists about
+// 100 keys, not 1,000; a key deleted in one of them is re-created.
+func TestWatch_theDefaultCapGrowsWithTheFleet(t *testing.T) {
+	h := newHarness(t, agent)
+	const n = 1000
+	locks := make([]lockmodel.Lock, n)
+	for i := range locks {
+		locks[i] = h.declareLock(lockmodel.Lock{Name: h.name(fmt.Sprintf("l%d", i)), Prefix: fmt.Sprintf("%s/%d", h.prefix, i)})
+	}
+	c := h.startWith(startOpts{mode: compliance.ModeRepair})
+	eventually(t, 20*time.Second, func() error {
+		if got, want := c.LockWatches(), compliance.AutoLockWatches(n); got != want {
+			return fmt.Errorf("%d lock key watches, want %d", got, want)
+		}
+		return nil
+	})
+	for _, i := range []int{0, 5, 123, 999} {
+		h.waitKey(locks[i].Key)
+		if _, err := h.api.KV().Delete(locks[i].Key, nil); err != nil {
+			t.Fatal(err)
+		}
+		if p := h.waitKey(locks[i].Key); p.Flags != lockmodel.LockFlagValue {
+			t.Errorf("%s re-created with flags %#x", locks[i].Key, p.Flags)
+		}
+	}
+}
