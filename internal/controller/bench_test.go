@@ -223,7 +223,8 @@ func BenchmarkDriftToRepair(b *testing.B) {
 //	CONSUL_BIN=$PWD/bin/consul CONTROLLER_BENCH_BASELINE=/tmp/consullock-before \
 //	  go test -run '^$' -bench 'DriftToRepairBinary' -benchtime 200x ./internal/controller/
 //
-// BENCH_MAX_LOCK_WATCHES=128 gives both binaries -max-lock-watches 128.
+// BENCH_MAX_LOCK_WATCHES=N gives both binaries -max-lock-watches N (unset: the
+// default, automatic cap).
 func BenchmarkDriftToRepairBinary(b *testing.B) {
 	bins := []struct{ name, path string }{{"current", buildBenchBinary(b)}}
 	if base := os.Getenv("CONTROLLER_BENCH_BASELINE"); base != "" {
