@@ -21,8 +21,10 @@ import (
 // It differs from api.Lock where the issue asks for more: every request
 // takes a context; a lock-delay is waited out until it can have passed
 // rather than in fixed 5s steps; the acquisition is a txn "lock" op whose
-// answer carries the fencing token (the key's ModifyIndex); and loss is decided by the runner's judge, not by
-// the first failed read.
+// answer carries the fencing token (the key's ModifyIndex); loss is decided by the runner's judge, not by
+// the first failed read; and with waiters = "queue" (lockmodel.WaitersQueue)
+// a waiter first takes its place in the lock's waiter queue and only the
+// first in line tries for the key (queue.go).
 type mutex struct {
 	c    *consul.Client
 	lock lockmodel.Lock
@@ -36,6 +38,9 @@ type mutex struct {
 	acquired uint64
 	// watchC, when set, is the client Watch uses (HoldOptions.WatchClient).
 	watchC *consul.Client
+	// holderSeen is the last session seen holding the key (race), for
+	// PlaceInQueue, which leaves the holder's own entry out of the queue.
+	holderSeen string
 }
 
 func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
@@ -47,6 +52,17 @@ func (m *mutex) pair(s *Session, holder []byte) *api.KVPair {
 }
 
 func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error) {
+	if m.lock.Queued() {
+		return m.acquireQueued(ctx, s, holder)
+	}
+	return m.race(ctx, s, holder, "")
+}
+
+// race waits on the lock key and tries to acquire it whenever it is free:
+// what every waiter does with waiters = "race" (as api.Lock), and what the
+// first in a waiter queue does. entry, when set, is the waiter's queue
+// entry, deleted by the acquisition's own transaction.
+func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entry string) (Grant, error) {
 	kv := m.c.KV()
 	var (
 		waitIndex    uint64
@@ -64,6 +80,7 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 	heldByOther := func(pair *api.KVPair, last uint64) {
 		if pair.Session != holderSeen {
 			holderSeen = pair.Session
+			m.holderSeen = holderSeen
 			if _, ok := delays[holderSeen]; !ok {
 				// A runner's value carries its lock-delay; another
 				// holder's (consul lock) is read from its session.
@@ -106,7 +123,7 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			freedAt = time.Now()
 		}
 
-		entry, ok, err := lockKey(ctx, m.c, m.pair(s, lockmodel.WithLockDelay(holder(), m.declaredDelay)))
+		won, ok, err := m.lockTxn(ctx, m.pair(s, lockmodel.WithLockDelay(holder(), m.declaredDelay)), &entry)
 		if err != nil {
 			if errors.Is(err, ErrSessionInvalid) {
 				return Grant{}, err
@@ -118,8 +135,8 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 			continue
 		}
 		if ok {
-			m.acquired = entry.ModifyIndex
-			return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex, Seen: seen}, nil
+			m.acquired = won.ModifyIndex
+			return Grant{FencingToken: won.ModifyIndex, LockIndex: won.LockIndex, Seen: seen}, nil
 		}
 
 		// false: another contender was first, or the key is in the

@@ -1,0 +1,188 @@
+package lockproto
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// The waiter queue of a mutex declared with waiters = "queue" (the
+// protocol is lockmodel's, waiters.go):
+//
+//   - before it waits, a runner writes its entry <prefix>/.queue/<session>,
+//     acquired with its own session (Consul clears it when the session ends),
+//     whose value is the holder value it would write;
+//   - it lists the queue (a consistent read) and stands where PlaceInQueue
+//     puts it: the first in line runs the race logic on the lock key (it is
+//     the only queued waiter that tries); every other waiter blocks on the
+//     entry just ahead of it, from the listing's index, and lists again when
+//     that entry changes;
+//   - the acquisition is the same lock transaction (the same fencing token),
+//     with one more op: the delete of the winner's own entry, so the next in
+//     line wakes exactly when the lock is taken, and not before;
+//   - a waiter that leaves without the lock deletes its entry before its
+//     session is destroyed.
+//
+// Safety never depends on the queue: only the lock transaction decides who
+// holds, and waiters that do not queue (`consul lock`, older runners, a
+// runner whose token lacks the queue grant) still race for the key.
+
+// acquireQueued is Acquire for a lock whose waiters queue.
+func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []byte) (g Grant, err error) {
+	kv := m.c.KV()
+	entry := lockmodel.WaiterQueueEntryKey(m.lock, s.ID)
+	queued, err := m.enqueue(ctx, s, entry, holder)
+	if err != nil || !queued {
+		if err != nil {
+			return Grant{}, err
+		}
+		return m.race(ctx, s, holder, "")
+	}
+	defer func() {
+		if err != nil {
+			m.leaveQueue(ctx, entry)
+		}
+	}()
+	var (
+		failures  int
+		lastAhead = "-"
+	)
+	for {
+		pairs, meta, err := kv.List(lockmodel.WaiterQueuePrefix(m.lock), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			if werr := waitAfterError(ctx, m.log, "list waiter queue "+lockmodel.WaiterQueuePrefix(m.lock), err, &failures); werr != nil {
+				return Grant{}, werr
+			}
+			continue
+		}
+		failures = 0
+		place := lockmodel.PlaceInQueue(QueueEntries(pairs), s.ID, m.holderSeen)
+		m.deleteStale(ctx, place.Stale)
+		if !place.Listed {
+			m.log.Info("the waiter queue lacks this runner's entry; writing it again", "entry", entry)
+			if queued, err := m.enqueue(ctx, s, entry, holder); err != nil || !queued {
+				if err != nil {
+					return Grant{}, err
+				}
+				return m.race(ctx, s, holder, "")
+			}
+			continue
+		}
+		if place.First {
+			m.log.Info("first in the waiter queue; trying for the lock when it is free", "queue_position", 0)
+			return m.race(ctx, s, holder, entry)
+		}
+		if place.Ahead.Session != lastAhead {
+			lastAhead = place.Ahead.Session
+			m.log.Info("waiting in the queue", "queue_position", place.Position, "ahead_session", place.Ahead.Session)
+		}
+		// From the listing's index: a change of the entry ahead between the
+		// listing and this read answers at once.
+		_, _, err = kv.Get(place.Ahead.Key, (&api.QueryOptions{WaitIndex: NextIndex(0, meta.LastIndex), WaitTime: acquireWaitTime}).WithContext(ctx))
+		if err != nil {
+			if werr := waitAfterError(ctx, m.log, "wait on queue entry "+place.Ahead.Key, err, &failures); werr != nil {
+				return Grant{}, werr
+			}
+		}
+	}
+}
+
+// enqueue writes session s's queue entry (acquired with s, its value the
+// holder value). queued is false, after one warning, when the token lacks
+// the queue grant or Consul refuses the entry: the runner then races.
+func (m *mutex) enqueue(ctx context.Context, s *Session, entry string, holder func() []byte) (queued bool, err error) {
+	var failures int
+	for {
+		pair := &api.KVPair{Key: entry, Value: lockmodel.WithLockDelay(holder(), m.declaredDelay), Session: s.ID}
+		ok, _, err := m.c.KV().Acquire(pair, (&api.WriteOptions{}).WithContext(ctx))
+		switch {
+		case err == nil && ok:
+			return true, nil
+		case err == nil:
+			m.log.Warn("Consul refused this runner's waiter queue entry; racing for the lock instead", "entry", entry)
+			return false, nil
+		case isInvalidSession(err):
+			return false, ErrSessionInvalid
+		case consul.KindOf(err) == consul.KindPermissionDenied:
+			m.log.Warn("cannot queue for the lock: the token lacks the waiter queue grant; racing for the lock instead",
+				"missing_grant", QueueGrant(m.lock), "error", consul.Classify("write queue entry "+entry, err).Error())
+			return false, nil
+		}
+		if werr := waitAfterError(ctx, m.log, "write queue entry "+entry, err, &failures); werr != nil {
+			return false, werr
+		}
+	}
+}
+
+// QueueGrant names the ACL grant queued waiters of l need, as a runner's
+// warning says it: the rule and the consullock_acl_policy input that
+// renders it.
+func QueueGrant(l lockmodel.Lock) string {
+	return `key_prefix "` + lockmodel.WaiterQueuePrefix(l) + `" write (consullock_acl_policy queue_prefixes)`
+}
+
+// deleteStale deletes queue entries whose session has ended, each only if
+// unchanged since it was listed; best effort (any waiter may, and a
+// failure only leaves the entry for the next).
+func (m *mutex) deleteStale(ctx context.Context, stale []lockmodel.QueueEntry) {
+	for _, e := range stale {
+		if _, _, err := m.c.KV().DeleteCAS(&api.KVPair{Key: e.Key, ModifyIndex: e.ModifyIndex}, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			m.log.Debug("could not delete a stale queue entry", "entry", e.Key, "error", consul.Classify("delete "+e.Key, err).Error())
+		}
+	}
+}
+
+// leaveQueue deletes the waiter's own entry when it leaves without the
+// lock (timeout, signal, error), before its session is destroyed, so the
+// waiter behind it moves up at once.
+func (m *mutex) leaveQueue(ctx context.Context, entry string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	if _, err := m.c.KV().Delete(entry, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		m.log.Warn("could not delete this runner's queue entry; Consul clears it when the session ends", "entry", entry,
+			"error", consul.Classify("delete "+entry, err).Error())
+		return
+	}
+	m.log.Debug("left the waiter queue", "entry", entry)
+}
+
+// lockTxn acquires the lock key with pair in one transaction: the lock op
+// and, when *entry names the waiter's queue entry, its delete (all or
+// nothing, so the entry goes exactly when the lock is taken). A token
+// that may no longer delete the entry does not keep the waiter from the
+// lock: the delete is dropped (*entry cleared) and the lock tried again.
+func (m *mutex) lockTxn(ctx context.Context, pair *api.KVPair, entry *string) (*api.KVPair, bool, error) {
+	won, ok, err := runLockTxn(ctx, m.c, LockTxnOps(pair, *entry), pair.Key)
+	if err != nil && *entry != "" && !errors.Is(err, ErrSessionInvalid) && strings.Contains(strings.ToLower(err.Error()), "permission denied") {
+		m.log.Warn("the token may no longer delete this runner's queue entry; acquiring without deleting it",
+			"missing_grant", QueueGrant(m.lock), "error", err.Error())
+		*entry = ""
+		return runLockTxn(ctx, m.c, LockTxnOps(pair, ""), pair.Key)
+	}
+	return won, ok, err
+}
+
+// LockTxnOps are the ops of a mutex acquisition: the "lock" op of pair
+// and, with entry set, the delete of the waiter's queue entry.
+func LockTxnOps(pair *api.KVPair, entry string) api.TxnOps {
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: pair.Key, Value: pair.Value, Flags: pair.Flags, Session: pair.Session}}}
+	if entry != "" {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: entry}})
+	}
+	return ops
+}
+
+// QueueEntries turns a listing of a waiter queue into PlaceInQueue's
+// entries.
+func QueueEntries(pairs api.KVPairs) []lockmodel.QueueEntry {
+	out := make([]lockmodel.QueueEntry, 0, len(pairs))
+	for _, p := range pairs {
+		out = append(out, lockmodel.QueueEntry{Key: p.Key, Session: p.Session, CreateIndex: p.CreateIndex, ModifyIndex: p.ModifyIndex})
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package lockproto
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+func TestLockTxnOps(t *testing.T) {
+	pair := &api.KVPair{Key: "p/.lock", Value: []byte("v"), Session: "s", Flags: lockmodel.LockFlagValue}
+	ops := LockTxnOps(pair, "")
+	if len(ops) != 1 || ops[0].KV.Verb != api.KVLock || ops[0].KV.Key != "p/.lock" || ops[0].KV.Session != "s" || ops[0].KV.Flags != lockmodel.LockFlagValue {
+		t.Fatalf("without a queue entry: %+v; want the lock op alone", ops)
+	}
+	ops = LockTxnOps(pair, "p/.queue/s")
+	if len(ops) != 2 || ops[0].KV.Verb != api.KVLock || ops[1].KV.Verb != api.KVDelete || ops[1].KV.Key != "p/.queue/s" {
+		t.Fatalf("with a queue entry: %+v; want the lock op, then the entry's delete", ops)
+	}
+}
+
+func TestQueueEntries(t *testing.T) {
+	got := QueueEntries(api.KVPairs{{Key: "p/.queue/a", Session: "a", CreateIndex: 3, ModifyIndex: 7}, {Key: "p/.queue/b", CreateIndex: 4, ModifyIndex: 9}})
+	want := []lockmodel.QueueEntry{{Key: "p/.queue/a", Session: "a", CreateIndex: 3, ModifyIndex: 7}, {Key: "p/.queue/b", CreateIndex: 4, ModifyIndex: 9}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("QueueEntries = %+v; want %+v", got, want)
+	}
+}
+
+// queuedFixture is a queued mutex on a fresh prefix and a management
+// client.
+func queuedFixture(t *testing.T) (*consul.Client, lockmodel.Lock) {
+	t.Helper()
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: agent.ManagementToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.UniquePrefix(t.Name())
+	return c, lockmodel.Lock{Name: "q", Prefix: prefix, Key: prefix + "/" + lockmodel.LockKeyName, Limit: 1, Waiters: lockmodel.WaitersQueue}
+}
+
+// A queued waiter keeps an entry acquired with its session (value: its
+// holder value) while it waits; its acquisition is the lock transaction
+// that also deletes the entry (the token is still the key's ModifyIndex);
+// a waiter that gives up deletes its entry.
+func TestMutexQueue_entryWhileWaitingDeletedByTheAcquisition(t *testing.T) {
+	c, l := queuedFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.WithDefaults()
+	holder, waiter, leaver := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
+	kv := agent.Client().KV()
+
+	if _, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, holder, func() []byte { return []byte("holder") }); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   Grant
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, waiter, func() []byte { return []byte(`{"node":"waiter"}`) })
+		done <- result{g, err}
+	}()
+	entry := lockmodel.WaiterQueueEntryKey(l, waiter.ID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		pair, _, err := kv.Get(entry, &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pair != nil {
+			if pair.Session != waiter.ID || !strings.Contains(string(pair.Value), `"node":"waiter"`) {
+				t.Fatalf("queue entry %+v; want it held by the waiter's session with its holder value", pair)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter wrote no queue entry")
+		}
+	}
+
+	// A second waiter queues behind, then gives up: its entry goes.
+	lctx, lcancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, err := New(c, l, p.LockDelay, discardLog()).Acquire(lctx, leaver, func() []byte { return []byte("leaver") })
+		left <- err
+	}()
+	leaverEntry := lockmodel.WaiterQueueEntryKey(l, leaver.ID)
+	waitFor(t, func() bool { pair, _, _ := kv.Get(leaverEntry, nil); return pair != nil })
+	lcancel()
+	if err := <-left; err == nil {
+		t.Fatal("a cancelled waiter acquired")
+	}
+	if pair, _, _ := kv.Get(leaverEntry, &api.QueryOptions{RequireConsistent: true}); pair != nil {
+		t.Fatalf("the cancelled waiter's entry is still there: %+v", pair)
+	}
+
+	if _, _, err := kv.Release(&api.KVPair{Key: l.Key, Session: holder.ID, Flags: lockmodel.LockFlagValue}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	lockPair, _, _ := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
+	if lockPair == nil || lockPair.Session != waiter.ID || lockPair.ModifyIndex != r.g.FencingToken {
+		t.Fatalf("lock key %+v after the waiter's grant %+v; want it held by the waiter at the token", lockPair, r.g)
+	}
+	if pair, _, _ := kv.Get(entry, &api.QueryOptions{RequireConsistent: true}); pair != nil {
+		t.Fatalf("the winner's queue entry is still there: %+v", pair)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+	}
+}
