@@ -3,12 +3,10 @@ package faults
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os/exec"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,94 +260,15 @@ func (r *hsRunner) wait() int {
 	}
 }
 
-// hsSample is one DNS answer (the SRV ports) and when its query was sent.
-type hsSample struct {
-	sent  time.Time
-	ports []int
-}
-
-// hsSampleDNS queries <service>.service.consul SRV at dnsAddr every 50 ms
-// until stop. A query that fails (the member is busy) is counted, not kept.
-func hsSampleDNS(service, dnsAddr string) (stop func() ([]hsSample, int)) {
-	var d net.Dialer
-	res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, network, dnsAddr)
-	}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu      sync.Mutex
-		samples []hsSample
-		failed  int
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for ctx.Err() == nil {
-			sent := time.Now()
-			qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
-			_, srvs, err := res.LookupSRV(qctx, "", "", service+".service.consul")
-			qcancel()
-			var dnsErr *net.DNSError
-			if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-				err, srvs = nil, nil
-			}
-			mu.Lock()
-			if err == nil {
-				ports := make([]int, 0, len(srvs))
-				for _, s := range srvs {
-					ports = append(ports, int(s.Port))
-				}
-				sort.Ints(ports)
-				samples = append(samples, hsSample{sent: sent, ports: ports})
-			} else if ctx.Err() == nil {
-				failed++
-			}
-			mu.Unlock()
-			select {
-			case <-ctx.Done():
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() ([]hsSample, int) {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return samples, failed
-	}
-}
-
-func hsHas(ports []int, p int) bool {
-	for _, q := range ports {
-		if q == p {
-			return true
-		}
-	}
-	return false
-}
-
-// hsLast is the send time of the last answer naming port p (zero if none).
-func hsLast(samples []hsSample, p int) (last time.Time) {
-	for _, s := range samples {
-		if hsHas(s.ports, p) {
-			last = s.sent
-		}
-	}
-	return last
-}
-
 // hsFormer is the -service-port of the holder that each case replaces.
 const hsFormer = 21001
 
 // hsNeverAfter fails when an answer to a query sent after next names the
 // former holder (port hsFormer).
-func hsNeverAfter(t *testing.T, what string, samples []hsSample, next time.Time) time.Time {
+func hsNeverAfter(t *testing.T, what string, samples testenv.DNSSamples, next time.Time) time.Time {
 	t.Helper()
 	p := hsFormer
-	last := hsLast(samples, p)
+	last := samples.LastWith(p)
 	if last.IsZero() {
 		t.Fatalf("%s: DNS never named the former holder (port %d) in %d answers", what, p, len(samples))
 	}
@@ -365,22 +284,17 @@ func hsNeverAfter(t *testing.T, what string, samples []hsSample, next time.Time)
 func hsWaitNamed(t *testing.T, service, dnsAddr string) {
 	t.Helper()
 	p := hsFormer
-	var d net.Dialer
-	res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, network, dnsAddr)
-	}}
+	res := testenv.DNSResolver(dnsAddr)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, srvs, err := res.LookupSRV(ctx, "", "", service+".service.consul")
+		ports, err := testenv.LookupPorts(ctx, res, service)
 		cancel()
-		for _, s := range srvs {
-			if int(s.Port) == p {
-				return
-			}
+		if slices.Contains(ports, p) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("DNS at %s never named port %d: %v %v", dnsAddr, p, srvs, err)
+			t.Fatalf("DNS at %s never named port %d: %v %v", dnsAddr, p, ports, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -411,7 +325,7 @@ func hsCleanHandOver(t *testing.T, c *testenv.Cluster, dns string) {
 	hsWaitNamed(t, l.service, dns)
 	b := hsStart(t, "B", l, c.Clients[1].Addr, 21002, time.Second)
 	b.at("waiting for the lock", 30*time.Second)
-	stop := hsSampleDNS(l.service, dns)
+	stop := testenv.SampleDNS(testenv.DNSResolver(dns), l.service)
 	if code := a.wait(); code != 0 {
 		t.Fatalf("A exit code %d", code)
 	}
@@ -423,13 +337,13 @@ func hsCleanHandOver(t *testing.T, c *testenv.Cluster, dns string) {
 	aEnd, _ := a.at("command exited", time.Second)
 	lastA := hsNeverAfter(t, "clean hand-over", samples, bStart)
 	for _, s := range samples {
-		if len(s.ports) > 1 {
-			t.Fatalf("clean hand-over: DNS answered two holders of a mutex: %v", s.ports)
+		if len(s.Ports) > 1 {
+			t.Fatalf("clean hand-over: DNS answered two holders of a mutex: %v", s.Ports)
 		}
 	}
 	t.Logf("cluster, clean hand-over (client-1 to client-2, DNS of %s): the last answer naming A was to a query sent %s after A's command ended; "+
 		"B's command started %s after A's ended; %d answers, %d failed queries",
-		c.Servers[1].Name, lastA.Sub(aEnd).Round(time.Millisecond), bStart.Sub(aEnd).Round(time.Millisecond), len(samples), failed)
+		c.Servers[1].Name, lastA.Sub(aEnd).Round(time.Millisecond), bStart.Sub(aEnd).Round(time.Millisecond), len(samples), len(failed))
 }
 
 // hsRunnerKilled: A's runner (client-1) is SIGKILLed; its check goes
@@ -441,7 +355,7 @@ func hsRunnerKilled(t *testing.T, c *testenv.Cluster, dns string) {
 	hsWaitNamed(t, l.service, dns)
 	b := hsStart(t, "B", l, c.Clients[1].Addr, 21002, time.Second)
 	b.at("waiting for the lock", 30*time.Second)
-	stop := hsSampleDNS(l.service, dns)
+	stop := testenv.SampleDNS(testenv.DNSResolver(dns), l.service)
 	time.Sleep(300 * time.Millisecond)
 	child := a.childPID()
 	killed := time.Now()
@@ -455,7 +369,7 @@ func hsRunnerKilled(t *testing.T, c *testenv.Cluster, dns string) {
 	lastA := hsNeverAfter(t, "runner killed", samples, bStart)
 	t.Logf("cluster, A's runner SIGKILLed (client-1; DNS of %s): DNS named A until %s after the kill (check TTL %s); B's command started %s after the kill; "+
 		"%d answers, %d failed queries", c.Servers[1].Name, lastA.Sub(killed).Round(time.Millisecond),
-		lockmodel.FormatDuration(lockmodel.NewHolderCheck(hsProfile).TTL), bStart.Sub(killed).Round(time.Millisecond), len(samples), failed)
+		lockmodel.FormatDuration(lockmodel.NewHolderCheck(hsProfile).TTL), bStart.Sub(killed).Round(time.Millisecond), len(samples), len(failed))
 }
 
 // hsAgentFrozen: A's client agent (client-1) is frozen (SIGSTOP) until B
@@ -469,7 +383,7 @@ func hsAgentFrozen(t *testing.T, c *testenv.Cluster, dns string) {
 	hsWaitNamed(t, l.service, dns)
 	b := hsStart(t, "B", l, c.Clients[1].Addr, 21002, 3*time.Second)
 	b.at("waiting for the lock", 30*time.Second)
-	stop := hsSampleDNS(l.service, dns)
+	stop := testenv.SampleDNS(testenv.DNSResolver(dns), l.service)
 	time.Sleep(300 * time.Millisecond)
 	froze := time.Now()
 	if err := frozen.Freeze(); err != nil {
@@ -510,7 +424,7 @@ func hsAgentFrozen(t *testing.T, c *testenv.Cluster, dns string) {
 	t.Logf("cluster, A's client agent frozen (%s; DNS of %s): DNS named A until %s after the freeze; B's command started %s after the freeze "+
 		"(thawed then); A's command ended %s; answers sampled %s after the thaw; %d answers, %d failed queries",
 		frozen.Name, c.Servers[1].Name, lastA.Sub(froze).Round(time.Millisecond), bStart.Sub(froze).Round(time.Millisecond),
-		aDead, sampled.Round(time.Millisecond), len(samples), failed)
+		aDead, sampled.Round(time.Millisecond), len(samples), len(failed))
 }
 
 // hsExited is when A's runner logged its command's end, if it did.
@@ -541,7 +455,7 @@ func hsSemaphore(t *testing.T, c *testenv.Cluster, dns string) {
 	for _, h := range hs {
 		h.at("holder service registered", 30*time.Second)
 	}
-	stop := hsSampleDNS(l.service, dns)
+	stop := testenv.SampleDNS(testenv.DNSResolver(dns), l.service)
 	w := hsStart(t, "W", l, c.Clients[1].Addr, 21004, time.Second)
 	w.at("waiting for the lock", 30*time.Second)
 	if code := hs[0].wait(); code != 0 {
@@ -554,10 +468,10 @@ func hsSemaphore(t *testing.T, c *testenv.Cluster, dns string) {
 	samples, failed := stop()
 	three := 0
 	for _, s := range samples {
-		if len(s.ports) > 3 {
-			t.Fatalf("semaphore of 3: DNS answered %d holders: %v", len(s.ports), s.ports)
+		if len(s.Ports) > 3 {
+			t.Fatalf("semaphore of 3: DNS answered %d holders: %v", len(s.Ports), s.Ports)
 		}
-		if len(s.ports) == 3 {
+		if len(s.Ports) == 3 {
 			three++
 		}
 	}
@@ -568,7 +482,7 @@ func hsSemaphore(t *testing.T, c *testenv.Cluster, dns string) {
 	last := hsNeverAfter(t, "semaphore", samples, wStart)
 	t.Logf("cluster, semaphore of 3 (client-1 and client-2; DNS of %s): 3 SRV answers in %d of %d answers, never more; H1's last answer was to a "+
 		"query sent %s after its command ended; W took its slot %s after it; %d failed queries",
-		c.Servers[1].Name, three, len(samples), last.Sub(h1End).Round(time.Millisecond), wStart.Sub(h1End).Round(time.Millisecond), failed)
+		c.Servers[1].Name, three, len(samples), last.Sub(h1End).Round(time.Millisecond), wStart.Sub(h1End).Round(time.Millisecond), len(failed))
 	for _, h := range hs[1:] {
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 		h.wait()
@@ -602,7 +516,7 @@ func hsAgentless(t *testing.T, c *testenv.Cluster, fault agentlessFault) {
 	hsWaitNamed(t, l.service, dns)
 	b := hsStart(t, "B", l, links[1].Addr(), 21002, time.Second, args...)
 	b.at("waiting for the lock", 30*time.Second)
-	stop := hsSampleDNS(l.service, dns)
+	stop := testenv.SampleDNS(testenv.DNSResolver(dns), l.service)
 	time.Sleep(300 * time.Millisecond)
 	child := a.childPID()
 	exit := watchExit(t, child)
@@ -649,5 +563,5 @@ func hsAgentless(t *testing.T, c *testenv.Cluster, fault agentlessFault) {
 	t.Logf("cluster, agentless, %s (A via %s, B via %s, DNS of %s): A's command dead %s after the fault; DNS named A until %s after the fault "+
 		"(no agent runs a catalog check); B's command started %s after it, %s after the last answer naming A; %d answers, %d failed queries",
 		fault, c.Servers[0].Name, c.Servers[1].Name, c.Servers[2].Name, aDead, lastA.Sub(at).Round(time.Millisecond),
-		bStart.Sub(at).Round(time.Millisecond), bStart.Sub(lastA).Round(time.Millisecond), len(samples), failed)
+		bStart.Sub(at).Round(time.Millisecond), bStart.Sub(lastA).Round(time.Millisecond), len(samples), len(failed))
 }

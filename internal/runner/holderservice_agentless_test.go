@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +16,8 @@ import (
 // their own (-node, no agent runs it) with a TTL-only profile, as the
 // agentless guide sets them up; the holder's instance is registered in the
 // catalog on that node (lockmodel.HolderViaCatalog), where nobody runs its
-// check.
+// check. A killed holder's case runs beside the agent's, in one table:
+// TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts/catalog.
 
 // agentlessHolder registers a runners' node, declares a lock with
 // holder_service and a TTL-only profile (ttl 10s, lock_delay 1s), and mints
@@ -42,77 +42,6 @@ func agentlessHolder(t *testing.T) (l lockmodel.Lock, service, node, token strin
 		t.Fatal(err)
 	}
 	return l, service, node, tok.SecretID
-}
-
-// TestHolderService_agentlessKilledHolderReapedBeforeTheNextStarts: A holds
-// with its instance in the catalog on the runners' node (passing: no agent
-// runs a check) and is SIGKILLed, so nothing takes its instance out of DNS;
-// B acquires when A's session has expired and deregisters A's instance
-// before it starts its command: no DNS answer to a query sent after B's
-// command started names A. B exits cleanly and deregisters its own.
-func TestHolderService_agentlessKilledHolderReapedBeforeTheNextStarts(t *testing.T) {
-	l, service, node, token := agentlessHolder(t)
-	record := filepath.Join(t.TempDir(), "record")
-	args := func(port int) []string {
-		return []string{"-lock", l.Name, "-grace", "1s", "-node", node, "-service-port", fmt.Sprint(port)}
-	}
-	a := startRun(t, "A", token, args(20011), childArgs(record, "A", "-sleep", "2m")...)
-	waitStarted(t, record, "A")
-	waitOutput(t, a, "holder service registered")
-	if out := a.out.String(); !strings.Contains(out, `via=catalog`) {
-		t.Fatalf("A did not log the catalog registration:\n%s", out)
-	}
-	runA := readRuns(t, record)[0]
-	entries, _, err := agent.Client().Health().Service(service, "", true, &api.QueryOptions{RequireConsistent: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 || entries[0].Node.Node != node || entries[0].Service.ID != lockmodel.HolderServiceID(service, runA.session) {
-		t.Fatalf("catalog while A holds: %d passing instances (%+v), want A's on node %s", len(entries), entries, node)
-	}
-	b := startRun(t, "B", token, args(20012), childArgs(record, "B", "-sleep", "1s")...)
-	waitOutput(t, b, "waiting for the lock")
-	stop := sampleDNS(t, service)
-	time.Sleep(500 * time.Millisecond)
-	killed := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = syscall.Kill(runA.pid, syscall.SIGKILL) // the orphaned command
-	a.wait(10 * time.Second)
-	if code := b.wait(90 * time.Second); code != 0 {
-		t.Fatalf("B exit code %d", code)
-	}
-	samples := stop()
-	var runB *childRun
-	for _, r := range readRuns(t, record) {
-		if r.tag == "B" {
-			runB = r
-		}
-	}
-	lastA := lastWith(samples, 20011)
-	if lastA.IsZero() {
-		t.Fatalf("DNS never answered A in %d samples", len(samples))
-	}
-	if !lastA.Before(runB.start) {
-		t.Fatalf("DNS answered former holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
-	}
-	out := b.out.String()
-	reaped, started := strings.Index(out, "former holder's instance deregistered"), strings.Index(out, "command started")
-	if reaped < 0 || reaped > started {
-		t.Fatalf("B did not deregister A's instance before its command started:\n%s", out)
-	}
-	left, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) != 0 {
-		t.Fatalf("instances left after B exited: %d (%s)", len(left), left[0].Service.ID)
-	}
-	t.Logf("agentless runner SIGKILLed: DNS named A until %s after the kill (nobody runs a catalog check); B's command started %s after the kill "+
-		"(the TTL-only session expired, then lock_delay), %s after the last answer naming A; %d samples",
-		lastA.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
-		runB.start.Sub(lastA).Round(time.Millisecond), len(samples))
 }
 
 // TestHolderService_catalogRegistrationNeedsANode: -service-registration

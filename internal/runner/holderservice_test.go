@@ -2,11 +2,10 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // Holder service tests: real DNS queries to the dev agent's DNS interface
@@ -55,104 +55,37 @@ node_prefix "" { policy = "read" }`}, nil)
 			t.Fatal(err)
 		}
 	})
-	var d net.Dialer
-	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, network, agent.DNSAddr)
-	}}
+	return testenv.DNSResolver(agent.DNSAddr)
 }
 
-// lookupPorts asks for <name>.service.consul SRV and returns the ports
-// answered, sorted; none when the name has no healthy instance (NXDOMAIN).
-func lookupPorts(ctx context.Context, r *net.Resolver, name string) ([]int, error) {
-	_, srvs, err := r.LookupSRV(ctx, "", "", name+".service.consul")
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	ports := make([]int, 0, len(srvs))
-	for _, s := range srvs {
-		ports = append(ports, int(s.Port))
-	}
-	sort.Ints(ports)
-	return ports, nil
-}
+// lookupPorts asks for <name>.service.consul SRV: the ports answered,
+// sorted, none for NXDOMAIN (testenv.LookupPorts).
+var lookupPorts = testenv.LookupPorts
 
-// dnsSample is one DNS answer and when its query was sent.
-type dnsSample struct {
-	sent  time.Time
-	ports []int
-}
-
-// sampleDNS queries name every 50ms until stop and returns the answers.
-func sampleDNS(t testing.TB, name string) (stop func() []dnsSample) {
-	r := dnsResolver(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu      sync.Mutex
-		samples []dnsSample
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for ctx.Err() == nil {
-			sent := time.Now()
-			qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
-			ports, err := lookupPorts(qctx, r, name)
-			qcancel()
-			if err == nil {
-				mu.Lock()
-				samples = append(samples, dnsSample{sent: sent, ports: ports})
-				mu.Unlock()
-			} else if ctx.Err() == nil {
-				t.Errorf("DNS query %s.service.consul: %v", name, err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-tick.C:
-			}
+// sampleDNS queries name on the agent's DNS interface every 50ms until
+// stop (testenv.SampleDNS), which reports each failed query as a test
+// error and returns the answers.
+func sampleDNS(t testing.TB, name string) (stop func() testenv.DNSSamples) {
+	sample := testenv.SampleDNS(dnsResolver(t), name)
+	return func() testenv.DNSSamples {
+		samples, failed := sample()
+		for _, err := range failed {
+			t.Errorf("DNS query %s.service.consul: %v", name, err)
 		}
-	}()
-	return func() []dnsSample {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
 		return samples
 	}
 }
 
-func hasPort(ports []int, p int) bool {
-	for _, q := range ports {
-		if q == p {
-			return true
+// lastRun is the last execution recorded under tag (nil when none).
+func lastRun(t testing.TB, record, tag string) *childRun {
+	t.Helper()
+	var run *childRun
+	for _, r := range readRuns(t, record) {
+		if r.tag == tag {
+			run = r
 		}
 	}
-	return false
-}
-
-// lastWith is the send time of the last sample answering port p (zero when
-// none did); firstWith the first.
-func lastWith(samples []dnsSample, p int) (last time.Time) {
-	for _, s := range samples {
-		if hasPort(s.ports, p) {
-			last = s.sent
-		}
-	}
-	return last
-}
-
-func firstWith(samples []dnsSample, p int) time.Time {
-	for _, s := range samples {
-		if hasPort(s.ports, p) {
-			return s.sent
-		}
-	}
-	return time.Time{}
+	return run
 }
 
 // holderToken is runnerToken plus service "<service>" write, as
@@ -205,7 +138,7 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if hasPort(ports, 20001) {
+		if slices.Contains(ports, 20001) {
 			break
 		}
 		select {
@@ -240,16 +173,8 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 	if code := b.wait(30 * time.Second); code != 0 {
 		t.Fatalf("B exit code %d", code)
 	}
-	var runB *childRun
-	for _, r := range readRuns(t, record) {
-		switch r.tag {
-		case "A":
-			runA = r
-		case "B":
-			runB = r
-		}
-	}
-	lastA, firstB := lastWith(samples, 20001), firstWith(samples, 20002)
+	runA, runB := lastRun(t, record, "A"), lastRun(t, record, "B")
+	lastA, firstB := samples.LastWith(20001), samples.FirstWith(20002)
 	if lastA.IsZero() || firstB.IsZero() {
 		t.Fatalf("DNS never answered A (%v) or B (%v) in %d samples", lastA, firstB, len(samples))
 	}
@@ -263,8 +188,8 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 		t.Fatalf("A's instance left the catalog at Raft index %d, not before B acquired at index %d (B's fencing token)", x, runB.token)
 	}
 	for _, s := range samples {
-		if len(s.ports) > 1 {
-			t.Fatalf("DNS answered two holders of a mutex at %s: %v", s.sent.Format(time.RFC3339Nano), s.ports)
+		if len(s.Ports) > 1 {
+			t.Fatalf("DNS answered two holders of a mutex at %s: %v", s.Sent.Format(time.RFC3339Nano), s.Ports)
 		}
 	}
 	t.Logf("clean hand-over: A's instance left the catalog (seen by a blocking query) %s after A's command ended and %s before B's "+
@@ -320,59 +245,116 @@ func watchInstanceGone(service, id string) func() (uint64, time.Time) {
 	}
 }
 
-// TestHolderService_dnsDropsAKilledHolderBeforeTheNextStarts: A's runner
-// is SIGKILLed (no deregistration): its check goes critical and DNS stops
-// answering it before B, waiting, can acquire (B needs the session's TTL
-// to pass, then the lock-delay).
-func TestHolderService_dnsDropsAKilledHolderBeforeTheNextStarts(t *testing.T) {
-	l, service, token := declareHolderService(t, 1)
-	record := filepath.Join(t.TempDir(), "record")
-	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-sleep", "2m")...)
-	waitStarted(t, record, "A")
-	waitOutput(t, a, "holder service registered")
-	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-sleep", "1s")...)
-	waitOutput(t, b, "waiting for the lock")
-	stop := sampleDNS(t, service)
-	time.Sleep(500 * time.Millisecond)
-	runA := readRuns(t, record)[0]
-	killed := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+// TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts: A holds and
+// its runner is SIGKILLed (no deregistration); B, waiting, acquires when
+// A's session has expired and the lock-delay has passed. No DNS answer to
+// a query sent after B's command started names A, in either registration
+// mode of the holders' instances:
+//   - agent: A's instance is on the agent, whose check of it (TTL 4s with
+//     holderProfile) goes critical, so DNS is empty before B can acquire
+//     (ttl + lock_delay = 15s).
+//   - catalog (agentless: -node, a TTL-only profile): A's instance is in
+//     the catalog on the runners' node, passing (no agent runs a check),
+//     so nothing takes it out of DNS until B deregisters it before it
+//     starts its command; B exits cleanly and deregisters its own.
+func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
+	for _, tc := range []struct {
+		via string // the mode -service-registration auto picks for the holders' args
+		// holder declares the lock and mints its worker token; node is the
+		// runners' -node (none on the agent).
+		holder func(t *testing.T) (l lockmodel.Lock, service, node, token string)
+		ports  [2]int // A's and B's -service-port
+	}{
+		{lockmodel.HolderViaAgent, func(t *testing.T) (lockmodel.Lock, string, string, string) {
+			l, service, token := declareHolderService(t, 1)
+			return l, service, "", token
+		}, [2]int{20001, 20002}},
+		{lockmodel.HolderViaCatalog, agentlessHolder, [2]int{20011, 20012}},
+	} {
+		t.Run(tc.via, func(t *testing.T) {
+			l, service, node, token := tc.holder(t)
+			args := func(port int) []string {
+				if node == "" {
+					return holderArgs(l, port)
+				}
+				return append(holderArgs(l, port), "-node", node)
+			}
+			record := filepath.Join(t.TempDir(), "record")
+			a := startRun(t, "A", token, args(tc.ports[0]), childArgs(record, "A", "-sleep", "2m")...)
+			waitStarted(t, record, "A")
+			waitOutput(t, a, "holder service registered")
+			runA := readRuns(t, record)[0]
+			if tc.via == lockmodel.HolderViaCatalog {
+				if out := a.out.String(); !strings.Contains(out, `via=catalog`) {
+					t.Fatalf("A did not log the catalog registration:\n%s", out)
+				}
+				entries, _, err := agent.Client().Health().Service(service, "", true, &api.QueryOptions{RequireConsistent: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(entries) != 1 || entries[0].Node.Node != node || entries[0].Service.ID != lockmodel.HolderServiceID(service, runA.session) {
+					t.Fatalf("catalog while A holds: %d passing instances (%+v), want A's on node %s", len(entries), entries, node)
+				}
+			}
+			b := startRun(t, "B", token, args(tc.ports[1]), childArgs(record, "B", "-sleep", "1s")...)
+			waitOutput(t, b, "waiting for the lock")
+			stop := sampleDNS(t, service)
+			time.Sleep(500 * time.Millisecond)
+			killed := time.Now()
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = syscall.Kill(runA.pid, syscall.SIGKILL) // the orphaned command
+			a.wait(10 * time.Second)
+			if code := b.wait(90 * time.Second); code != 0 {
+				t.Fatalf("B exit code %d", code)
+			}
+			samples := stop()
+			runB := lastRun(t, record, "B")
+			lastA := samples.LastWith(tc.ports[0])
+			if lastA.IsZero() {
+				t.Fatalf("DNS never answered A in %d samples", len(samples))
+			}
+			if !lastA.Before(runB.start) {
+				t.Fatalf("DNS answered killed holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
+			}
+			switch tc.via {
+			case lockmodel.HolderViaAgent:
+				var emptyAt time.Time
+				for _, s := range samples {
+					if s.Sent.After(lastA) && len(s.Ports) == 0 {
+						emptyAt = s.Sent
+						break
+					}
+				}
+				if emptyAt.IsZero() || !emptyAt.Before(runB.start) {
+					t.Fatalf("DNS was never empty between A's last answer and B's start (empty at %v, B started %v)", emptyAt, runB.start)
+				}
+				t.Logf("runner SIGKILLed: DNS named A until %s after the kill (check TTL %s), empty from %s; B's command started %s after the kill "+
+					"(empty answers for %s before it); %d samples",
+					lastA.Sub(killed).Round(time.Millisecond), lockmodel.FormatDuration(lockmodel.NewHolderCheck(*holderProfile(t)).TTL),
+					emptyAt.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
+					runB.start.Sub(emptyAt).Round(time.Millisecond), len(samples))
+			case lockmodel.HolderViaCatalog:
+				out := b.out.String()
+				reaped, started := strings.Index(out, "former holder's instance deregistered"), strings.Index(out, "command started")
+				if reaped < 0 || reaped > started {
+					t.Fatalf("B did not deregister A's instance before its command started:\n%s", out)
+				}
+				left, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(left) != 0 {
+					t.Fatalf("instances left after B exited: %d (%s)", len(left), left[0].Service.ID)
+				}
+				t.Logf("agentless runner SIGKILLed: DNS named A until %s after the kill (nobody runs a catalog check); B's command started %s after the kill "+
+					"(the TTL-only session expired, then lock_delay), %s after the last answer naming A; %d samples",
+					lastA.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
+					runB.start.Sub(lastA).Round(time.Millisecond), len(samples))
+			}
+		})
 	}
-	_ = syscall.Kill(runA.pid, syscall.SIGKILL) // the orphaned command
-	a.wait(10 * time.Second)
-	if code := b.wait(90 * time.Second); code != 0 {
-		t.Fatalf("B exit code %d", code)
-	}
-	samples := stop()
-	var runB *childRun
-	for _, r := range readRuns(t, record) {
-		if r.tag == "B" {
-			runB = r
-		}
-	}
-	lastA := lastWith(samples, 20001)
-	if lastA.IsZero() {
-		t.Fatalf("DNS never answered A in %d samples", len(samples))
-	}
-	if !lastA.Before(runB.start) {
-		t.Fatalf("DNS answered killed holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
-	}
-	var emptyAt time.Time
-	for _, s := range samples {
-		if s.sent.After(lastA) && len(s.ports) == 0 {
-			emptyAt = s.sent
-			break
-		}
-	}
-	if emptyAt.IsZero() || !emptyAt.Before(runB.start) {
-		t.Fatalf("DNS was never empty between A's last answer and B's start (empty at %v, B started %v)", emptyAt, runB.start)
-	}
-	t.Logf("runner SIGKILLed: DNS named A until %s after the kill (check TTL %s), empty from %s; B's command started %s after the kill "+
-		"(empty answers for %s before it); %d samples",
-		lastA.Sub(killed).Round(time.Millisecond), lockmodel.FormatDuration(lockmodel.NewHolderCheck(*holderProfile(t)).TTL),
-		emptyAt.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
-		runB.start.Sub(emptyAt).Round(time.Millisecond), len(samples))
 }
 
 // TestHolderService_semaphoreOfThreeAnswersThreeHolders: each holder of a
@@ -447,12 +429,7 @@ func TestHolderService_withdrawnAtOnceWhenTheLockIsLost(t *testing.T) {
 	if code := b.wait(60 * time.Second); code != 0 {
 		t.Fatalf("B exit code %d", code)
 	}
-	var runB *childRun
-	for _, r := range readRuns(t, record) {
-		if r.tag == "B" {
-			runB = r
-		}
-	}
+	runB := lastRun(t, record, "B")
 	if index == 0 || index >= runB.token {
 		t.Fatalf("A's instance left the catalog at index %d, not before B acquired at %d", index, runB.token)
 	}
@@ -524,13 +501,8 @@ func TestHolderService_frozenRunnerNeverReappearsAfterTheTakeOver(t *testing.T) 
 		t.Fatalf("B exit code %d", code)
 	}
 	samples := stop()
-	var runB *childRun
-	for _, r := range readRuns(t, record) {
-		if r.tag == "B" {
-			runB = r
-		}
-	}
-	lastA := lastWith(samples, 20001)
+	runB := lastRun(t, record, "B")
+	lastA := samples.LastWith(20001)
 	if lastA.IsZero() || !lastA.Before(runB.start) {
 		t.Fatalf("DNS answered A (frozen, then thawed) to a query sent %s after B's command started", lastA.Sub(runB.start))
 	}
