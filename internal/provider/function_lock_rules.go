@@ -22,7 +22,7 @@ type lockRulesFunction struct{}
 
 // lockRulesFields are the attributes lock_rules accepts: the rule-shaping
 // inputs of consullock_acl_policy, under the same names.
-var lockRulesFields = []string{"lock_keys", "semaphore_prefixes", "session_node_prefixes", "read_keys", "agent_read", "run_ledgers", "holder_services", "registry_prefix"}
+var lockRulesFields = []string{"lock_keys", "semaphore_prefixes", "session_node_prefixes", "read_keys", "agent_read", "run_ledgers", "holder_services", "queue_prefixes", "registry_prefix"}
 
 func (f *lockRulesFunction) Metadata(_ context.Context, _ function.MetadataRequest, resp *function.MetadataResponse) {
 	resp.Name = "lock_rules"
@@ -34,7 +34,7 @@ func (f *lockRulesFunction) Definition(_ context.Context, _ function.DefinitionR
 		MarkdownDescription: "Returns the canonical ACL rules text that `consullock_acl_policy` renders for the same inputs " +
 			"(one implementation), for use with `consul_acl_policy`, Vault's Consul secrets engine roles or Nomad. " +
 			"The object takes the attributes " + "`lock_keys`, `semaphore_prefixes`, `session_node_prefixes` (required, at least one), " +
-			"`read_keys`, `run_ledgers`, `holder_services` (lists of strings) and `agent_read` (bool), with the meaning they have on `consullock_acl_policy`; " +
+			"`read_keys`, `run_ledgers`, `holder_services`, `queue_prefixes` (lists of strings) and `agent_read` (bool), with the meaning they have on `consullock_acl_policy`; " +
 			"omitted ones are empty (`agent_read` false). `run_ledgers` names locks whose run ledger " +
 			"`<registry_prefix>/runs/<name>` gets key write; a function cannot see the provider's configuration, so give " +
 			"`registry_prefix` when it is not the default `consul-lock`.",
@@ -130,6 +130,8 @@ func rulesInputFromDynamic(arg types.Dynamic) (lockRulesInput, error) {
 			in.runLedgers, err = stringsOf(name, v)
 		case "holder_services":
 			in.HolderServices, err = stringsOf(name, v)
+		case "queue_prefixes":
+			in.QueuePrefixes, err = stringsOf(name, v)
 		case "registry_prefix":
 			s, ok := v.(types.String)
 			if !ok {

@@ -58,6 +58,7 @@ type aclPolicyModel struct {
 	AgentRead           types.Bool   `tfsdk:"agent_read"`
 	RunLedgers          types.Set    `tfsdk:"run_ledgers"`
 	HolderServices      types.Set    `tfsdk:"holder_services"`
+	QueuePrefixes       types.Set    `tfsdk:"queue_prefixes"`
 	Rules               aclRules     `tfsdk:"rules"`
 	RegistryKey         types.String `tfsdk:"registry_key"`
 }
@@ -98,6 +99,10 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 	readKeys := keyList("Keys to read: `key \"<k>\" { policy = \"read\" }` on each, for example the declaration " +
 		"records under the registry prefix. A key also listed in `lock_keys` gets write.")
 	readKeys.Validators = []validator.Set{setvalidator.ValueStringsAre(rulesValueValidator{field: "read_keys"})}
+	queues := keyList("Prefixes of locks declared with `waiters = \"queue\"`: `key_prefix \"<p>/.queue/\" { policy = \"write\" }` " +
+		"on each, the folder where each waiting `consullock run` keeps its queue entry `<p>/.queue/<session>`. It grants " +
+		"nothing else under the prefix: the lock key itself is in `lock_keys`.")
+	queues.Validators = []validator.Set{setvalidator.ValueStringsAre(rulesValueValidator{field: "queue_prefixes"})}
 
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A least-privilege Consul ACL policy for lock holders, rendered from lock inputs. " +
@@ -134,6 +139,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 			"lock_keys":          lockKeys,
 			"semaphore_prefixes": semaphores,
 			"read_keys":          readKeys,
+			"queue_prefixes":     queues,
 			"session_node_prefixes": schema.SetAttribute{
 				MarkdownDescription: "Node-name prefixes where holders create their sessions: `session_prefix \"<n>\" { policy = \"write\" }` " +
 					"on each. Consul session rules match the **node** a session is created on, not the session's name. " +
@@ -188,7 +194,7 @@ func (r *aclPolicyResource) Configure(_ context.Context, req resource.ConfigureR
 // rulesInput converts the rule-shaping attributes; known is false while any
 // of them is unknown (then the rules are unknown at plan time too).
 func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics) (in lockmodel.RulesInput, known bool) {
-	for _, s := range []types.Set{m.LockKeys, m.SemaphorePrefixes, m.SessionNodePrefixes, m.ReadKeys, m.HolderServices} {
+	for _, s := range []types.Set{m.LockKeys, m.SemaphorePrefixes, m.SessionNodePrefixes, m.ReadKeys, m.HolderServices, m.QueuePrefixes} {
 		if s.IsUnknown() || slices.ContainsFunc(s.Elements(), func(v attr.Value) bool { return v.IsUnknown() }) {
 			return in, false
 		}
@@ -202,6 +208,7 @@ func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics)
 	in.ReadKeys = aclSetStrings(ctx, m.ReadKeys, diags)
 	in.AgentRead = m.AgentRead.ValueBool()
 	in.HolderServices = aclSetStrings(ctx, m.HolderServices, diags)
+	in.QueuePrefixes = aclSetStrings(ctx, m.QueuePrefixes, diags)
 	return in, true
 }
 
@@ -214,6 +221,7 @@ func (m *aclPolicyModel) setRulesInput(in lockmodel.RulesInput) {
 	m.ReadKeys = aclStringSet(in.ReadKeys)
 	m.AgentRead = types.BoolValue(in.AgentRead)
 	m.HolderServices = aclStringSet(in.HolderServices)
+	m.QueuePrefixes = aclStringSet(in.QueuePrefixes)
 }
 
 // spec is the declaration record of m, with rules the canonical rules.
@@ -641,6 +649,8 @@ func aclFieldTitle(field string) string {
 		return "Semaphore Prefix"
 	case "read_keys":
 		return "Read Key"
+	case "queue_prefixes":
+		return "Queue Prefix"
 	default:
 		return "Session Node Prefix"
 	}

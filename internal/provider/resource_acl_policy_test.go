@@ -574,6 +574,7 @@ func aclTestPolicyModel(id string) aclPolicyModel {
 		AgentRead:           types.BoolValue(false),
 		RunLedgers:          types.SetNull(types.StringType),
 		HolderServices:      types.SetNull(types.StringType),
+		QueuePrefixes:       types.SetNull(types.StringType),
 		Rules:               newACLRulesValue(lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{"a/.lock"}, SessionNodePrefixes: []string{"web-"}})),
 		RegistryKey:         types.StringValue("consul-lock/acl-policies/p-direct"),
 	}

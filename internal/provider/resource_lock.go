@@ -59,6 +59,7 @@ type lockResourceModel struct {
 	AlwaysHeld      types.Bool              `tfsdk:"always_held"`
 	RunOnce         *lockRunOnceModel       `tfsdk:"run_once"`
 	HolderService   *lockHolderServiceModel `tfsdk:"holder_service"`
+	Waiters         types.String            `tfsdk:"waiters"`
 	ForceDestroy    types.Bool              `tfsdk:"force_destroy"`
 	Flags           types.String            `tfsdk:"flags"`
 	RegistryKey     types.String            `tfsdk:"registry_key"`
@@ -140,6 +141,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"run_once":       runOnceSchemaAttribute(),
 			"holder_service": holderServiceSchemaAttribute(),
+			"waiters":        waitersSchemaAttribute(),
 			"force_destroy": schema.BoolAttribute{
 				MarkdownDescription: "Allow destroying the lock while it is held: the holders' sessions are ended (so that their " +
 					"lock-delay keeps the next holder out while their commands stop), then the key is deleted. The provider's token " +
@@ -212,6 +214,7 @@ func (m lockResourceModel) lock() (lockmodel.Lock, diag.Diagnostics) {
 		AlwaysHeld:      m.AlwaysHeld.ValueBool(),
 		RunOnce:         m.RunOnce.runOnce(&diags),
 		HolderService:   m.HolderService.holderService(&diags),
+		Waiters:         lockWaiters(m.Waiters),
 	}
 	if !m.MaxHold.IsNull() && !m.MaxHold.IsUnknown() {
 		d, ds := m.MaxHold.ValueGoDuration()
@@ -243,6 +246,7 @@ func (m *lockResourceModel) setDeclared(l lockmodel.Lock) {
 	m.AlwaysHeld = types.BoolValue(l.AlwaysHeld)
 	m.RunOnce = runOnceState(m.RunOnce, l.RunOnce)
 	m.HolderService = holderServiceState(m.HolderService, l.HolderService)
+	m.Waiters = waitersState(l.Waiters)
 	switch {
 	case l.MaxHold == 0 && (m.MaxHold.IsNull() || m.MaxHold.IsUnknown()):
 		m.MaxHold = timetypes.NewGoDurationNull()
@@ -268,6 +272,7 @@ func (r *lockResource) ValidateConfig(ctx context.Context, req resource.Validate
 		return
 	}
 	validateRunOnceConfig(cfg, &resp.Diagnostics)
+	validateWaitersConfig(cfg, &resp.Diagnostics)
 	if cfg.Prefix.IsUnknown() || cfg.Key.IsUnknown() || cfg.Limit.IsUnknown() {
 		return
 	}
