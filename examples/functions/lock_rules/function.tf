@@ -10,6 +10,7 @@ terraform {
 locals {
   holder_rules = provider::consullock::lock_rules({
     lock_keys             = ["jobs/nightly-report/.lock"]
+    queue_prefixes        = ["jobs/nightly-report"] # its consullock_lock has waiters = "queue"
     semaphore_prefixes    = ["jobs/workers"]
     read_keys             = ["consul-lock/locks/nightly-report"]
     session_node_prefixes = ["worker-"]

@@ -24,9 +24,13 @@ resource "consullock_acl_policy" "nightly_report" {
 # Workers of a run_once lock: they hold the lock, read its declaration and
 # profile, and record their runs in its run ledger
 # (key write on consul-lock/runs/nightly-ingest, and no other ledger).
+# The lock's waiters queue (waiters = "queue"): key_prefix write on
+# jobs/nightly-ingest/.queue/ for their queue entries, nothing else under
+# the prefix.
 resource "consullock_acl_policy" "nightly_ingest" {
   name                  = "nightly-ingest-workers"
   lock_keys             = ["jobs/nightly-ingest/.lock"]
+  queue_prefixes        = ["jobs/nightly-ingest"]
   read_keys             = ["consul-lock/locks/nightly-ingest", "consul-lock/session-defaults/fast"]
   run_ledgers           = ["nightly-ingest"]
   session_node_prefixes = ["worker-"]

@@ -44,10 +44,14 @@ resource "consullock_lock" "billing_leader" {
 # runs `consullock run -lock nightly-ingest -- ./ingest.sh` at 02:05 UTC; one
 # runs the job, the others find the day's run succeeded and exit 0. A failed
 # or crashed run is attempted again by the next worker, three times at most.
+# Every worker is triggered at once, so the waiters queue: a release wakes
+# one of them instead of all. Their policy needs
+# consullock_acl_policy's queue_prefixes = ["jobs/nightly-ingest"].
 resource "consullock_lock" "nightly_ingest" {
   name             = "nightly-ingest"
   prefix           = "jobs/nightly-ingest"
   session_defaults = consullock_session_defaults.fast.name
+  waiters          = "queue"
   run_once = {
     period       = "24h"
     offset       = "2h" # run IDs are 02:00 UTC each day: triggers fire well inside the slot
