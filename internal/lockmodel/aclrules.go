@@ -199,6 +199,7 @@ func (in RulesInput) Warnings(lockPrefixes []string) []Warning {
 	}{
 		{attrLockKeys, "Lock key", in.LockKeys},
 		{attrSemaphorePrefixes, "Semaphore prefix", in.SemaphorePrefixes},
+		{attrQueuePrefixes, "Queue prefix", in.QueuePrefixes},
 	} {
 		for _, k := range sortedUnique(group.values, normRulePath) {
 			if under(k) {

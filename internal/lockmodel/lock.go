@@ -110,6 +110,8 @@ func (l Lock) Validate() error {
 			errs = append(errs, &FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
 				"a key equal to the prefix %q or under it (%q), so that ACL rules written for the prefix cover it",
 				n.Prefix, n.Prefix+"/")})
+		default:
+			errs = append(errs, n.validateKeyOutsideQueue()...)
 		}
 	}
 	if l.SessionDefaults != "" {

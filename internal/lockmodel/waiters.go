@@ -131,11 +131,21 @@ func (l Lock) validateWaiters() FieldErrors {
 		return nil
 	case WaitersQueue:
 		if l.Limit > 1 {
-			return FieldErrors{&FieldError{Field: FieldWaiters, Value: fmt.Sprintf("%q with limit %d", l.Waiters, l.Limit), Allowed: fmt.Sprintf(
+			return FieldErrors{&FieldError{Field: FieldWaiters, Value: fmt.Sprintf("%s (limit %d)", l.Waiters, l.Limit), Allowed: fmt.Sprintf(
 				"%q only on a mutex (limit 1): a semaphore's waiters already keep a contender key each", WaitersQueue)}}
 		}
 		return nil
 	default:
 		return FieldErrors{&FieldError{Field: FieldWaiters, Value: l.Waiters, Allowed: `"race" (default) or "queue"`}}
 	}
+}
+
+// validateKeyOutsideQueue refuses a lock key inside the waiter queue folder
+// (l normalised): waiters would take it for an entry.
+func (l Lock) validateKeyOutsideQueue() FieldErrors {
+	if strings.HasPrefix(l.Key, WaiterQueuePrefix(l)) {
+		return FieldErrors{&FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
+			"a key outside %q, the folder where queued waiters keep their entries", WaiterQueuePrefix(l))}}
+	}
+	return nil
 }

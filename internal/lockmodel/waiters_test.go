@@ -56,7 +56,9 @@ func TestLock_validatesWaiters(t *testing.T) {
 		{Lock{Name: "a", Prefix: "p", Waiters: WaitersRace}, ""},
 		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue}, ""},
 		{Lock{Name: "a", Prefix: "p", Waiters: "fifo"}, `waiters: "fifo"`},
-		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue, Limit: 3}, `only on a mutex`},
+		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue, Limit: 3}, `waiters: "queue (limit 3)"`},
+		{Lock{Name: "a", Prefix: "p", Key: "p/.queue/x"}, `key: "p/.queue/x"`},
+		{Lock{Name: "a", Prefix: "p", Key: "p/.queued"}, ""},
 	} {
 		err := tc.lock.Validate()
 		switch {
@@ -97,6 +99,13 @@ func TestRenderRules_queuePrefixes(t *testing.T) {
 	back, exact, err := RulesInputFromRules(got)
 	if err != nil || !exact || len(back.QueuePrefixes) != 1 || back.QueuePrefixes[0] != "svc/job" || len(back.SemaphorePrefixes) != 0 {
 		t.Fatalf("RulesInputFromRules = %+v, exact %v, %v; want the queue prefix back, not a semaphore prefix", back, exact, err)
+	}
+	ws := in.Warnings([]string{"other"})
+	if len(ws) != 2 || ws[1].Field != "queue_prefixes" {
+		t.Errorf("Warnings with no declared lock under svc/job = %+v; want the lock key's and the queue prefix's", ws)
+	}
+	if ws := in.Warnings([]string{"svc/job"}); len(ws) != 0 {
+		t.Errorf("Warnings with the lock declared = %+v; want none", ws)
 	}
 	if err := ValidateRulesValue(attrQueuePrefixes, "a//b"); err == nil || !strings.Contains(err.Error(), "queue_prefixes") {
 		t.Fatalf("ValidateRulesValue(queue_prefixes, a//b) = %v; want an error naming queue_prefixes", err)

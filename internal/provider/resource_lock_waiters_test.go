@@ -134,7 +134,7 @@ resource "consullock_lock" "test" {
 			},
 			{
 				Config: cfg("limit = 3\n  waiters = \"queue\""), PlanOnly: true,
-				ExpectError: diagRE("Queued Waiters On A Semaphore", `with consullock_lock.test`, `waiters: "\"queue\" with limit 3" is not allowed;`,
+				ExpectError: diagRE("Queued Waiters On A Semaphore", `with consullock_lock.test`, `waiters: "queue (limit 3)" is not allowed;`,
 					`"queue" only on a mutex (limit 1)`),
 			},
 		},
