@@ -30,7 +30,7 @@ type handoverVariant struct {
 }
 
 // handoverVariants: consullock run, consul lock, the floor, consullock run
-// with -run-id, and the base binary's run when BENCH_BASE_RUNNER names
+// with -run-id, consullock run on a lock with waiters = "queue", and the base binary's run when BENCH_BASE_RUNNER names
 // one (BENCH_VARIANTS=run,consul_lock,... picks some); the ratios are to
 // consul lock.
 func handoverVariants() []handoverVariant {
@@ -39,6 +39,7 @@ func handoverVariants() []handoverVariant {
 		{"consul_lock", consulLockHandover},
 		{"floor", floorHandover},
 		{"run_id", runHandover(runnerBin, true)},
+		{"queue", runHandoverWaiters(runnerBin, false, lockmodel.WaitersQueue)},
 	}
 	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
 		vs = append(vs, handoverVariant{"base_run", runHandover(base, false)}, handoverVariant{"base_run_id", runHandover(base, true)})
@@ -54,8 +55,14 @@ func handoverVariants() []handoverVariant {
 // runner has a run ID of its own (the waiter reads the ledger and records
 // its attempt before its command starts).
 func runHandover(bin string, runID bool) func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+	return runHandoverWaiters(bin, runID, "")
+}
+
+// runHandoverWaiters is runHandover on a lock declared with waiters
+// (lockmodel.WaitersQueue or "").
+func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
 	return func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
-		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name())}
+		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: waiters}
 		if runID {
 			l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
 		}
@@ -413,8 +420,9 @@ func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[
 // and the old holder's exit included), the failed acquisitions (refused
 // lock transactions) per hand-over, and the requests per second while
 // nobody hands over, with the blocking queries open meanwhile. Variants:
-// run, run with -run-id (a run ID per runner) and, with
-// BENCH_BASE_RUNNER, the base binary.
+// run, run with -run-id (a run ID per runner), queue (run on a lock
+// declared with waiters = "queue": one waiter wakes per hand-over) and,
+// with BENCH_BASE_RUNNER, the base binary.
 //
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'Herd' -benchtime 5x -timeout 60m ./internal/runner/
 func BenchmarkHerd(b *testing.B) {
@@ -430,25 +438,26 @@ func BenchmarkHerd(b *testing.B) {
 		}
 	}
 	type variant struct {
-		name  string
-		bin   string
-		runID bool
+		name    string
+		bin     string
+		runID   bool
+		waiters string // the lock's waiters: "" (race) or queue
 	}
-	vs := []variant{{"run", runnerBin, false}, {"run_id", runnerBin, true}}
+	vs := []variant{{"run", runnerBin, false, ""}, {"run_id", runnerBin, true, ""}, {"queue", runnerBin, false, lockmodel.WaitersQueue}}
 	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
-		vs = append(vs, variant{"base_run", base, false})
+		vs = append(vs, variant{"base_run", base, false, ""})
 	}
 	for _, n := range sizes {
 		for _, v := range vs {
 			b.Run(fmt.Sprintf("%s/waiters=%d", v.name, n), func(b *testing.B) {
-				herd(b, v.bin, n, v.runID)
+				herd(b, v.bin, n, v.runID, v.waiters)
 			})
 		}
 	}
 }
 
-func herd(b *testing.B, bin string, waiters int, runID bool) {
-	l := lockmodel.Lock{Name: uniqueName(b, "herd"), Prefix: testenv.UniquePrefix(b.Name())}
+func herd(b *testing.B, bin string, waiters int, runID bool, mode string) {
+	l := lockmodel.Lock{Name: uniqueName(b, "herd"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: mode}
 	if runID {
 		l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
 	}
@@ -529,16 +538,16 @@ func herd(b *testing.B, bin string, waiters int, runID bool) {
 	b.ReportMetric(float64(c.total)/idle.Seconds(), "idle_requests/s")
 	b.ReportMetric(float64(c.renewals)/idle.Seconds(), "idle_renewals/s")
 	b.ReportMetric(float64(open), "idle_open_queries")
-	b.Logf("MEASURED herd of %d waiters (run ID %v): hand-overs %v; %d requests and %d refused lock transactions over %d hand-overs; idle %s: %d requests (%d renewals), %d blocking queries open",
-		waiters, runID, gaps, reqs, refused, handovers, idle, c.total, c.renewals, open)
+	b.Logf("MEASURED herd of %d waiters (run ID %v, waiters %q): hand-overs %v; %d requests and %d refused lock transactions over %d hand-overs; idle %s: %d requests (%d renewals), %d blocking queries open",
+		waiters, runID, mode, gaps, reqs, refused, handovers, idle, c.total, c.renewals, open)
 }
 
 // waitHerdReady waits until runner p waits on the lock (it has seen a
-// holder) or its command runs.
-func waitHerdReady(b *testing.B, p *proc, record string) {
+// holder, or stands in the waiter queue) or its command runs.
+func waitHerdReady(b testing.TB, p *proc, record string) {
 	b.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(p.out.String(), "holder_session=") {
+	for out := p.out.String(); !strings.Contains(out, "holder_session=") && !strings.Contains(out, "queue_position="); out = p.out.String() {
 		if currentHolder(b, record) != nil && currentHolder(b, record).tag == p.name {
 			return
 		}
@@ -551,7 +560,7 @@ func waitHerdReady(b *testing.B, p *proc, record string) {
 
 // waitQuiet returns once the proxy has seen no request but renewals for
 // quiet, and the time of the last one.
-func waitQuiet(b *testing.B, p *recordingProxy, quiet time.Duration) time.Time {
+func waitQuiet(b testing.TB, p *recordingProxy, quiet time.Duration) time.Time {
 	b.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -567,7 +576,7 @@ func waitQuiet(b *testing.B, p *recordingProxy, quiet time.Duration) time.Time {
 }
 
 // currentHolder is the child that started and has not ended.
-func currentHolder(b *testing.B, record string) *childRun {
+func currentHolder(b testing.TB, record string) *childRun {
 	for _, r := range readRuns(b, record) {
 		if !r.ended {
 			return r
@@ -577,7 +586,7 @@ func currentHolder(b *testing.B, record string) *childRun {
 }
 
 // waitNextStart waits until a child other than after starts, and returns it.
-func waitNextStart(b *testing.B, record, after string) *childRun {
+func waitNextStart(b testing.TB, record, after string) *childRun {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
