@@ -357,3 +357,43 @@ func TestQueue_handoverCostIsFlat(t *testing.T) {
 	}
 	t.Logf("MEASURED requests per hand-over, 2 and 10 waiters: queue %v, race %v", cost[lockmodel.WaitersQueue], cost[lockmodel.WaitersRace])
 }
+
+// A holder service on a queued lock: the waiter that takes over registers
+// its instance, and the catalog then names it alone.
+func TestQueue_holderServiceNamesTheQueuedWaiterThatTookOver(t *testing.T) {
+	t.Parallel()
+	service := fmt.Sprintf("hq%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: lockmodel.WaitersQueue,
+		HolderService: &lockmodel.HolderService{Name: service}}, holderProfile(t))
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, QueuePrefixes: []string{l.Prefix},
+		SessionNodePrefixes: []string{agent.NodeName}, HolderServices: []string{service}})
+	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(t.TempDir(), "record")
+	args := func(port int) []string { return []string{"-lock", l.Name, "-grace", "1s", "-service-port", fmt.Sprint(port)} }
+	a := startRun(t, "A", tok.SecretID, args(20101), childArgs(record, "A", "-wait-stdin")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	b := startRun(t, "B", tok.SecretID, args(20102), childArgs(record, "B", "-wait-stdin")...)
+	waitQueued(t, b)
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("A exited %d:\n%s", code, a.out.String())
+	}
+	waitStarted(t, record, "B")
+	waitOutput(t, b, "holder service registered")
+	entries, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Service.Meta[lockmodel.HolderMetaSession] != sessionOf(t, b) {
+		t.Fatalf("instances of %s after the hand-over: %d; want B's alone", service, len(entries))
+	}
+	b.closeStdin()
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("B exited %d:\n%s", code, b.out.String())
+	}
+}
