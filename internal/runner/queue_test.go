@@ -373,7 +373,9 @@ func TestQueue_holderServiceNamesTheQueuedWaiterThatTookOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	record := filepath.Join(t.TempDir(), "record")
-	args := func(port int) []string { return []string{"-lock", l.Name, "-grace", "1s", "-service-port", fmt.Sprint(port)} }
+	args := func(port int) []string {
+		return []string{"-lock", l.Name, "-grace", "1s", "-service-port", fmt.Sprint(port)}
+	}
 	a := startRun(t, "A", tok.SecretID, args(20101), childArgs(record, "A", "-wait-stdin")...)
 	waitStarted(t, record, "A")
 	waitOutput(t, a, "holder service registered")
