@@ -190,6 +190,7 @@ func TestQueue_firstInLineKilledOrStopped(t *testing.T) {
 			firstSession := sessionOf(t, first)
 			next := startRun(t, "next", token, []string{"-lock", l.Name}, childArgs(record, "next", "-sleep", "100ms")...)
 			waitOutput(t, next, "waiting in the queue")
+			signalled := time.Now()
 			if err := first.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
@@ -203,6 +204,12 @@ func TestQueue_firstInLineKilledOrStopped(t *testing.T) {
 			}
 			if code := next.wait(time.Minute); code != 0 {
 				t.Fatalf("next exited %d:\n%s", code, next.out.String())
+			}
+			for _, r := range readRuns(t, record) {
+				if r.tag == "next" {
+					t.Logf("MEASURED %s first in line (ttl 10s): next started %.1fs after the signal, %.1fs after the holder exited",
+						sig, r.start.Sub(signalled).Seconds(), r.start.Sub(holder.exited).Seconds())
+				}
 			}
 			if sig == syscall.SIGSTOP {
 				if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
