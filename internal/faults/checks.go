@@ -41,6 +41,10 @@ type Report struct {
 	// GapsOverBound counts gaps above it.
 	MaxGap, WorstCaseGap time.Duration
 	GapsOverBound        int
+	// Gaps are those gaps, one per execution after the first, in start
+	// order (their distribution: a stalled hand-over shows); negative
+	// where the executions overlap.
+	Gaps []time.Duration
 	// Completed executions wrote an accepted end. Interrupted (d, lost)
 	// executions did not: killed, stopped by lock loss, or fenced; their
 	// work must be retried by whoever schedules it.
@@ -139,6 +143,7 @@ func Check(fault string, log []Write, worstCaseGap time.Duration) Report {
 			}
 		}
 		gap := e.start.Sub(from)
+		rep.Gaps = append(rep.Gaps, gap)
 		rep.MaxGap = max(rep.MaxGap, gap)
 		if gap > worstCaseGap {
 			rep.GapsOverBound++

@@ -22,7 +22,7 @@ func TestCheck_countsWhatTheFencingRuleMustPrevent(t *testing.T) {
 				{Kind: KindStart, Run: "b", Token: 2, At: at(210), Accepted: true},
 				{Kind: KindEnd, Run: "b", Token: 2, At: at(400), Accepted: true},
 			},
-			want: Report{Executions: 2, HandOvers: 1, Completed: 2, MaxGap: 10 * time.Millisecond},
+			want: Report{Executions: 2, HandOvers: 1, Completed: 2, MaxGap: 10 * time.Millisecond, Gaps: []time.Duration{10 * time.Millisecond}},
 		},
 		{
 			name: "stalled leader fenced",
@@ -33,7 +33,7 @@ func TestCheck_countsWhatTheFencingRuleMustPrevent(t *testing.T) {
 				{Kind: KindEnd, Run: "a", Token: 1, At: at(22000)},
 				{Kind: KindEnd, Run: "b", Token: 2, At: at(23000), Accepted: true},
 			},
-			want: Report{Executions: 2, HandOvers: 1, Completed: 1, Interrupted: 1, FencedOverlaps: 1, MaxFencedOverlap: 900 * time.Millisecond, StaleRejected: 1, MaxGap: 21 * time.Second},
+			want: Report{Executions: 2, HandOvers: 1, Completed: 1, Interrupted: 1, FencedOverlaps: 1, MaxFencedOverlap: 900 * time.Millisecond, StaleRejected: 1, MaxGap: 21 * time.Second, Gaps: []time.Duration{21 * time.Second}},
 		},
 		{
 			name: "a broken store accepting a stale token",
@@ -43,7 +43,7 @@ func TestCheck_countsWhatTheFencingRuleMustPrevent(t *testing.T) {
 				{Kind: KindEnd, Run: "a", Token: 1, At: at(200), Accepted: true},
 				{Kind: KindEnd, Run: "b", Token: 2, At: at(300), Accepted: true},
 			},
-			want: Report{Executions: 2, HandOvers: 1, Completed: 2, Overlaps: 1, StaleAccepted: 1},
+			want: Report{Executions: 2, HandOvers: 1, Completed: 2, Overlaps: 1, StaleAccepted: 1, Gaps: []time.Duration{-100 * time.Millisecond}},
 		},
 		{
 			name: "one acquisition running the job twice",
@@ -53,7 +53,7 @@ func TestCheck_countsWhatTheFencingRuleMustPrevent(t *testing.T) {
 				{Kind: KindStart, Run: "b", Token: 3, At: at(150), Accepted: true},
 				{Kind: KindAbort, Run: "b", Token: 3, At: at(200), Accepted: true},
 			},
-			want: Report{Executions: 2, Completed: 1, Interrupted: 1, Duplicated: 1, MaxGap: 50 * time.Millisecond},
+			want: Report{Executions: 2, Completed: 1, Interrupted: 1, Duplicated: 1, MaxGap: 50 * time.Millisecond, Gaps: []time.Duration{50 * time.Millisecond}},
 		},
 	}
 	for _, tt := range tests {

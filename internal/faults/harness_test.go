@@ -107,6 +107,9 @@ type phase struct {
 	// runnerArgs are more `consullock run` flags (after -grace, so they
 	// may replace it), e.g. -node for agentless runners.
 	runnerArgs []string
+	// waiters is the lock's declared waiters (lockmodel.WaitersQueue; ""
+	// races).
+	waiters string
 }
 
 // harness runs one phase: the store, the declared lock, the supervised
@@ -201,7 +204,7 @@ func newHarness(t *testing.T, ph phase) *harness {
 		h.profile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}
 	}
 	h.profile.Name = name
-	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name, MaxHold: ph.maxHold, Limit: ph.limit}
+	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name, MaxHold: ph.maxHold, Limit: ph.limit, Waiters: ph.waiters}
 	if h.lock, err = l.Normalize(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -554,4 +555,68 @@ func RunOnceViolations(runs []OnceRun) (n int, evidence []string) {
 		n++
 	}
 	return n, evidence
+}
+
+// GapFigures are the median, the 99th percentile (nearest rank) and the
+// longest of gaps; zero when there are none.
+func GapFigures(gaps []time.Duration) (p50, p99, longest time.Duration) {
+	if len(gaps) == 0 {
+		return 0, 0, 0
+	}
+	d := slices.Clone(gaps)
+	slices.Sort(d)
+	rank := func(p float64) time.Duration {
+		i := int(math.Ceil(p*float64(len(d)))) - 1
+		return d[min(max(i, 0), len(d)-1)]
+	}
+	return rank(0.50), rank(0.99), d[len(d)-1]
+}
+
+// QueueLeftovers counts the entries of a waiter queue read when no waiter
+// runs any more: gone, those whose session has ended (Consul cleared the
+// entry's session, or live says the session no longer exists), which the
+// next waiter deletes when it lists the queue; alive, those whose session
+// still lives (a waiter killed before its session expired).
+func QueueLeftovers(entries []lockmodel.QueueEntry, live func(session string) bool) (gone, alive int) {
+	for _, e := range entries {
+		if e.Session == "" || !live(e.Session) {
+			gone++
+		} else {
+			alive++
+		}
+	}
+	return gone, alive
+}
+
+// QueueCounts are the waiter queue events in runners' logs (lockproto's
+// queue.go messages).
+type QueueCounts struct {
+	First   int // "first in the waiter queue": the waiter tries for the lock
+	Behind  int // "waiting in the queue": the waiter waits behind another
+	NoGrant int // the token lacks the queue grant: the runner raced instead
+	Refused int // Consul refused the entry: the runner raced instead
+}
+
+// Queued is how many waits began in the queue.
+func (q QueueCounts) Queued() int { return q.First + q.Behind }
+
+// CountQueueLines adds the queue events of a runner's log (slog text
+// lines) to q.
+func CountQueueLines(r io.Reader, q *QueueCounts) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, `msg="first in the waiter queue`):
+			q.First++
+		case strings.Contains(line, `msg="waiting in the queue"`):
+			q.Behind++
+		case strings.Contains(line, `msg="cannot queue for the lock`):
+			q.NoGrant++
+		case strings.Contains(line, `msg="Consul refused this runner's waiter queue entry`):
+			q.Refused++
+		}
+	}
+	return sc.Err()
 }

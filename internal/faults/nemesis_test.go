@@ -22,6 +22,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -63,17 +64,21 @@ const limitGrace = 5 * time.Second
 
 // TestNemesis runs a randomized fault schedule (a pure function of its
 // seed: NEMESIS_SEED, else the clock) on its own cluster of 3 servers and
-// 3 client agents, under a mutex workload (3 `consullock run` workers, one
-// per client node, short jobs, and OpenTofu applies holding the same lock
-// with the ephemeral consullock_lock), a semaphore workload (4 workers,
-// limit 2 or 3) and a run-once workload (a runner per client node for
-// each of a sequence of run IDs), with two `consullock controller -mode
+// 3 client agents, under a mutex workload (a lock declared with waiters =
+// "queue": 3 `consullock run` workers, one per client node, short jobs,
+// waiting in its waiter queue, and OpenTofu applies holding the same lock
+// with the ephemeral consullock_lock, every other one by its key, which
+// races: queued waiters and racers on one key), a semaphore workload (4
+// workers, limit 2 or 3) and a run-once workload (a runner per client node
+// for each of a sequence of run IDs, racing), with two `consullock controller -mode
 // enforce` replicas, and checks the whole history: mutual exclusion (at
 // most the limit in the guarded store's log), fencing tokens strictly
 // increasing per lock, no stale write accepted, exactly one success per
 // run ID, every runner exit code one the runner guide documents, and no
 // controller write by a process that does not lead (each process of a
-// replica is judged on its own log).
+// replica is judged on its own log), and no mutex runner racing for want of
+// the queue grant. The summary adds the hand-over gaps (p50, p99, max) and
+// the queue entries left at the end.
 //
 // The short variant (make test) runs 90s of schedule; FAULTS_FULL=1 runs
 // 30 minutes (make test-faults); NEMESIS_LENGTH (a duration) overrides
@@ -184,7 +189,13 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	for _, cl := range c.Clients {
 		nodes = append(nodes, cl.Name)
 	}
-	if err := createRunnerTokenOn(clusterAdmin(c), nodes...); err != nil {
+	// The lock names are the harness's (newHarness): the runners' token
+	// names them, and exists before the first runner starts.
+	mutexPhase := phase{name: "nemesis-mutex", work: 50 * time.Millisecond, maxHold: nemesisMaxHold, workers: 3,
+		profile: nemesisMutexProfiles[0], waiters: lockmodel.WaitersQueue}
+	semPhase := phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]}
+	mutexPrefix, semPrefix := "faults/"+harnessLockName(mutexPhase), "faults/"+harnessLockName(semPhase)
+	if err := createNemesisRunnerToken(clusterAdmin(c), nodes, mutexPrefix, semPrefix); err != nil {
 		n.fatalf("%v", err)
 	}
 	node := func(i int) *testenv.Node { return c.Clients[i%len(c.Clients)] }
@@ -206,11 +217,48 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 		n.replicas = append(n.replicas, r)
 	}
 	n.limits = []LimitChange{{At: time.Now(), Limit: nemesisLimits[0]}}
-	n.mutex = newHarness(t, phase{name: "nemesis-mutex", work: 50 * time.Millisecond, maxHold: nemesisMaxHold, env: env, workers: 3, profile: nemesisMutexProfiles[0]})
-	n.sem = newHarness(t, phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, env: env, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]})
+	mutexPhase.env, semPhase.env = env, env
+	n.mutex = newHarness(t, mutexPhase)
+	n.sem = newHarness(t, semPhase)
+	if n.mutex.lock.Prefix != mutexPrefix || n.sem.lock.Prefix != semPrefix {
+		n.fatalf("the runners' token grants %s and %s, the harness declared %s and %s", mutexPrefix, semPrefix, n.mutex.lock.Prefix, n.sem.lock.Prefix)
+	}
 	n.once = newOnceWorkload(n)
 	n.eph = newEphemeralWorkload(n)
 	return n
+}
+
+// harnessLockName is the name newHarness gives the lock of ph.
+func harnessLockName(ph phase) string { return fmt.Sprintf("faults-%s-%d", ph.name, os.Getpid()) }
+
+// createNemesisRunnerToken creates the token of the nemesis's `consullock
+// run` workers and OpenTofu applies (runnerSecret) with the rules
+// consullock_acl_policy renders for them (lockmodel.RenderRules): key write
+// on the mutex's key, the waiter queue grant on its prefix (queue_prefixes:
+// its waiters queue), key_prefix write on the semaphore's prefix, sessions
+// on the client nodes, and read on the registry. Nothing else under
+// faults/: a runner that could not write its queue entry would warn and
+// race, and the nemesis counts those warnings.
+func createNemesisRunnerToken(admin *api.Client, nodes []string, mutexPrefix, semPrefix string) error {
+	mutex, err := lockmodel.Lock{Name: "mutex", Prefix: mutexPrefix, Waiters: lockmodel.WaitersQueue}.Normalize()
+	if err != nil {
+		return err
+	}
+	in := lockmodel.RulesInput{LockKeys: []string{mutex.Key}, QueuePrefixes: []string{mutexPrefix},
+		SemaphorePrefixes: []string{semPrefix}, SessionNodePrefixes: nodes}
+	if err := in.Validate(); err != nil {
+		return fmt.Errorf("the nemesis runners' rules: %w", err)
+	}
+	rules := lockmodel.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	policy, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: "faults-nemesis-runner", Rules: rules}, nil)
+	if err != nil {
+		return fmt.Errorf("creating the nemesis runners' policy: %w", err)
+	}
+	if _, _, err := admin.ACL().TokenCreate(&api.ACLToken{AccessorID: runnerAccessor, SecretID: runnerSecret,
+		Description: "nemesis runners", Policies: []*api.ACLTokenPolicyLink{{ID: policy.ID}}}, nil); err != nil {
+		return fmt.Errorf("creating the nemesis runners' token: %w", err)
+	}
+	return nil
 }
 
 // skewEnv is the clock offset of a runner started on node now.
@@ -779,17 +827,21 @@ func (n *nemesis) check(steps []Step) {
 	runs := n.once.results()
 	onceViolations, onceEvidence := RunOnceViolations(runs)
 	mutexLog := n.mutex.store.Log()
-	ephExecutions, ephCompleted := 0, 0
+	ephExecutions, ephCompleted, ephRacing := 0, 0, 0
 	for _, w := range mutexLog {
-		if w.Worker == ephemeralWorker && w.Accepted {
+		if strings.HasPrefix(w.Worker, ephemeralWorker) && w.Accepted {
 			switch w.Kind {
 			case KindStart:
 				ephExecutions++
+				if w.Worker == ephemeralKeyWorker {
+					ephRacing++
+				}
 			case KindEnd:
 				ephCompleted++
 			}
 		}
 	}
+	queue := n.queueFigures()
 	applies, applyMedian, applyFailures := n.eph.figures()
 	for _, r := range n.replicas {
 		r.mu.Lock()
@@ -861,6 +913,7 @@ func (n *nemesis) check(steps []Step) {
 			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))
 		}},
 		{"controller writes without leadership", ctlWrites, func() string { return strings.Join(writeEvidence, "\n") }},
+		{"queued waiters: mutex runners that raced for want of the queue grant", queue.counts.NoGrant, func() string { return "see the logs in " + n.mutex.dir }},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "nemesis summary, seed %d, schedule %d steps\n\n", n.seed, len(steps))
@@ -877,11 +930,22 @@ func (n *nemesis) check(steps []Step) {
 	fmt.Fprintf(&b, "| **total** | %d | %d | |\n\n", len(steps), totalInjected)
 	b.WriteString("| workload | executions | hand-overs | completed | interrupted | stale writes rejected | longest fenced overlap |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| mutex | %d | %d | %d | %d | %d | %s |\n", mutexRep.Executions, mutexRep.HandOvers, mutexRep.Completed, mutexRep.Interrupted, mutexRep.StaleRejected, mutexRep.MaxFencedOverlap.Round(time.Millisecond))
-	fmt.Fprintf(&b, "| of which ephemeral lock (tofu apply) | %d | | %d | %d | | |\n", ephExecutions, ephCompleted, ephExecutions-ephCompleted)
+	fmt.Fprintf(&b, "| of which ephemeral lock (tofu apply; %d by its key, racing) | %d | | %d | %d | | |\n", ephRacing, ephExecutions, ephCompleted, ephExecutions-ephCompleted)
 	fmt.Fprintf(&b, "| semaphore (limit %v) | %d | %d | %d | %d | | |\n", nemesisLimits, semRep.Executions, semRep.HandOvers, semRep.Completed, semRep.Interrupted)
 	fmt.Fprintf(&b, "| run once (%d run IDs) | %d | %d | %d | %d | %d | %s |\n", len(runs), onceRep.Executions, onceRep.HandOvers, onceRep.Completed, onceRep.Interrupted, onceRep.StaleRejected, onceRep.MaxFencedOverlap.Round(time.Millisecond))
 	handOvers := mutexRep.HandOvers + semRep.HandOvers + onceRep.HandOvers
 	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions+onceRep.Executions, handOvers)
+	for _, g := range []struct {
+		name string
+		gaps []time.Duration
+	}{{"mutex (queued runners and applies, racing applies)", mutexRep.Gaps}, {"run once (racing)", onceRep.Gaps}} {
+		p50, p99, longest := GapFigures(g.gaps)
+		fmt.Fprintf(&b, "hand-over gaps, %s: one execution's end to the next's start, %d gaps: p50 %s, p99 %s, max %s\n",
+			g.name, len(g.gaps), p50.Round(time.Millisecond), p99.Round(time.Millisecond), longest.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "\nwaiter queue (mutex, waiters = \"queue\"): runners' waits begun first in line %d, behind another %d; raced for want of the grant %d, entry refused %d; "+
+		"entries left at the end: %d of a session gone, %d of a session alive%s\n\n",
+		queue.counts.First, queue.counts.Behind, queue.counts.NoGrant, queue.counts.Refused, queue.gone, queue.alive, queue.err)
 	b.WriteString(onceSummary(runs) + "\n")
 	fmt.Fprintf(&b, "clock skew: %d skews; the extra runners they started exited %s; the controllers ended %d holders for max_hold_exceeded, %d of them a skewed runner's hold or by a skewed replica%s\n\n",
 		len(windows), exitsText(skewExits), maxHoldEnds, len(skewedEnds), strings.Join(append([]string{""}, skewedEnds...), "\n  - "))
@@ -906,6 +970,9 @@ func (n *nemesis) check(steps []Step) {
 			n.errorf("%s: %d (must be 0)\n%s", c.name, c.count, c.what())
 		}
 	}
+	if queue.counts.Queued() == 0 {
+		n.errorf("the mutex runners never queued (waiters = %q): see the logs in %s", lockmodel.WaitersQueue, n.mutex.dir)
+	}
 	if n.eph.unsupported == "" && applies == 0 {
 		n.errorf("ephemeral lock: no OpenTofu apply succeeded (see %s)", n.eph.log)
 	}
@@ -917,6 +984,49 @@ func (n *nemesis) check(steps []Step) {
 			n.errorf("%d faults injected; the long schedule must reach 500", totalInjected)
 		}
 	}
+}
+
+// queueFigures are what the mutex's waiter queue did: the queue events in
+// its runners' logs (the workers' and the skewed runners'), and the
+// entries left under the queue folder once every runner has stopped.
+type queueFigures struct {
+	counts      QueueCounts
+	gone, alive int
+	err         string // why the entries could not be read
+}
+
+func (n *nemesis) queueFigures() queueFigures {
+	var q queueFigures
+	logs, _ := filepath.Glob(filepath.Join(n.mutex.dir, "*.log"))
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			n.errorf("%v", err)
+			continue
+		}
+		if err := CountQueueLines(f, &q.counts); err != nil {
+			n.errorf("reading %s: %v", path, err)
+		}
+		_ = f.Close()
+	}
+	var pairs api.KVPairs
+	sessions := map[string]bool{}
+	if !n.admin(func(c *api.Client) error {
+		var err error
+		if pairs, _, err = c.KV().List(lockmodel.WaiterQueuePrefix(n.mutex.lock), &api.QueryOptions{RequireConsistent: true}); err != nil {
+			return err
+		}
+		all, _, err := c.Session().List(&api.QueryOptions{RequireConsistent: true})
+		for _, s := range all {
+			sessions[s.ID] = true
+		}
+		return err
+	}) {
+		q.err = " (could not be read)"
+		return q
+	}
+	q.gone, q.alive = QueueLeftovers(lockproto.QueueEntries(pairs), func(s string) bool { return sessions[s] })
+	return q
 }
 
 // onceSummary is the run-once workload's line: run IDs by ledger outcome,

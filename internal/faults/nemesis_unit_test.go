@@ -2,10 +2,14 @@ package faults
 
 import (
 	"fmt"
+	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 var unitScheduleConfig = NemesisConfig(30 * time.Minute)
@@ -366,5 +370,107 @@ making call: apply failed: Check 'serfHealth' is in critical state)
 		"making call: apply failed: Check 'serfHealth' is in critical state)"
 	if got := applyError(out); got != want {
 		t.Errorf("applyError =\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestCheck_reportsTheGapBeforeEveryExecutionAfterTheFirst(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	log := []Write{
+		{At: at(0), Kind: KindStart, Run: "a", Token: 10, Accepted: true},
+		{At: at(50), Kind: KindEnd, Run: "a", Token: 10, Accepted: true},
+		{At: at(70), Kind: KindStart, Run: "b", Token: 20, Accepted: true},
+		// b is killed silently at 400 (the fault's mark): its gap runs
+		// from the fault, as MaxGap's does.
+		{At: at(400), Kind: KindFault, Note: "nemesis: SIGKILL runner and child"},
+		{At: at(2400), Kind: KindStart, Run: "c", Token: 30, Accepted: true},
+		{At: at(2500), Kind: KindEnd, Run: "c", Token: 30, Accepted: true},
+	}
+	rep := Check("gaps", log, time.Minute)
+	want := []time.Duration{20 * time.Millisecond, 2 * time.Second}
+	if !reflect.DeepEqual(rep.Gaps, want) {
+		t.Fatalf("Gaps = %v, want %v (one per execution after the first, in start order)", rep.Gaps, want)
+	}
+	if rep.MaxGap != slices.Max(rep.Gaps) {
+		t.Errorf("MaxGap %s is not the longest of Gaps %v", rep.MaxGap, rep.Gaps)
+	}
+}
+
+func TestGapFigures(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	many := make([]int, 0, 200)
+	for i := 200; i >= 1; i-- { // unsorted on purpose
+		many = append(many, i)
+	}
+	for _, c := range []struct {
+		name          string
+		gaps          []time.Duration
+		p50, p99, max time.Duration
+	}{
+		{"none", nil, 0, 0, 0},
+		{"one", ms(7), 7 * time.Millisecond, 7 * time.Millisecond, 7 * time.Millisecond},
+		{"odd count: the middle one", ms(30, 10, 20), 20 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"1..200 ms: nearest rank", ms(many...), 100 * time.Millisecond, 198 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := slices.Clone(c.gaps)
+			p50, p99, longest := GapFigures(c.gaps)
+			if p50 != c.p50 || p99 != c.p99 || longest != c.max {
+				t.Errorf("GapFigures = p50 %s, p99 %s, max %s; want %s, %s, %s", p50, p99, longest, c.p50, c.p99, c.max)
+			}
+			if p50 > p99 || p99 > longest {
+				t.Errorf("p50 %s <= p99 %s <= max %s does not hold", p50, p99, longest)
+			}
+			if !reflect.DeepEqual(in, c.gaps) {
+				t.Error("GapFigures reordered its argument")
+			}
+		})
+	}
+}
+
+func TestQueueLeftovers_countsEntriesOfEndedSessionsApart(t *testing.T) {
+	live := map[string]bool{"s-alive": true}
+	entries := []lockmodel.QueueEntry{
+		{Key: "p/.queue/s-cleared", Session: ""},      // Consul released it when its session ended
+		{Key: "p/.queue/s-gone", Session: "s-gone"},   // its session no longer exists
+		{Key: "p/.queue/s-alive", Session: "s-alive"}, // a killed waiter's session not yet expired
+		{Key: "p/.queue/s-cleared-2", Session: ""},    //
+	}
+	gone, alive := QueueLeftovers(entries, func(s string) bool { return live[s] })
+	if gone != 3 || alive != 1 {
+		t.Errorf("QueueLeftovers = %d gone, %d alive; want 3, 1", gone, alive)
+	}
+	if gone, alive := QueueLeftovers(nil, func(string) bool { return true }); gone != 0 || alive != 0 {
+		t.Errorf("an empty queue: %d gone, %d alive; want 0, 0", gone, alive)
+	}
+}
+
+func TestCountQueueLines_readsTheRunnersQueueEvents(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(slog.NewTextHandler(&b, nil)) // as the runner logs (runner.go)
+	log.Info("first in the waiter queue; trying for the lock when it is free", "queue_position", 0)
+	log.Info("waiting in the queue", "queue_position", 2, "ahead_session", "x")
+	log.Info("waiting in the queue", "queue_position", 1, "ahead_session", "y")
+	log.Warn("cannot queue for the lock: the token lacks the waiter queue grant; racing for the lock instead", "missing_grant", "g")
+	log.Warn("Consul refused this runner's waiter queue entry; racing for the lock instead", "entry", "e")
+	log.Info("the waiter queue lacks this runner's entry; writing it again", "entry", "e")
+	log.Info("acquired", "note", "waiting in the queue") // an attribute, not the message
+	b.WriteString("=== supervisor: runner pid 1 exited 0\n")
+	var q QueueCounts
+	if err := CountQueueLines(strings.NewReader(b.String()), &q); err != nil {
+		t.Fatal(err)
+	}
+	want := QueueCounts{First: 1, Behind: 2, NoGrant: 1, Refused: 1}
+	if q != want {
+		t.Errorf("CountQueueLines = %+v, want %+v", q, want)
+	}
+	if q.Queued() != 3 {
+		t.Errorf("Queued() = %d, want 3", q.Queued())
 	}
 }

@@ -86,6 +86,8 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 	o.url = newOnceFront(t, o.store)
 	name := fmt.Sprintf("faults-nemesis-once-%d", os.Getpid())
 	o.profile = lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: time.Second}
+	// The run-once lock's waiters race (no waiters declared), while the
+	// mutex workload's queue: the nemesis covers both modes.
 	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name,
 		RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: onceMaxAttempts}}
 	if o.lock, err = l.Normalize(); err != nil {
@@ -375,7 +377,12 @@ func (o *onceWorkload) results() []OnceRun {
 // consullock_lock while a local-exec provisioner runs the same child as
 // the runners, with the ephemeral's fencing token: its writes go to the
 // mutex's guarded store, under the same checkers. Each apply opens the
-// lock twice (plan and apply).
+// lock twice (plan and apply). The applies alternate between the two ways
+// of naming the lock: by its declaration (lock = name: the declared
+// waiters = "queue" applies, the ephemeral queues as the runners do) and
+// by its key with inline session settings (key = ...: no declaration, so
+// it races for the key as `consul lock` would), so that racers and queued
+// waiters contend for the same key.
 type ephemeralWorkload struct {
 	n      *nemesis
 	ctx    context.Context
@@ -392,9 +399,14 @@ type ephemeralWorkload struct {
 	failures map[string]int  // failed applies by their first error line
 }
 
-// ephemeralWorker is the ephemeral workload's worker name in the mutex
-// store.
-const ephemeralWorker = "tofu"
+// The ephemeral workload's worker names in the mutex store: ephemeralWorker
+// for the applies that hold the lock by its declaration (queued),
+// ephemeralKeyWorker for those that hold its key (racing). Both begin
+// with ephemeralWorker.
+const (
+	ephemeralWorker    = "tofu"
+	ephemeralKeyWorker = "tofu-key"
+)
 
 func newEphemeralWorkload(n *nemesis) *ephemeralWorkload {
 	t := n.t
@@ -420,9 +432,23 @@ func newEphemeralWorkload(n *nemesis) *ephemeralWorkload {
 	if e.tf, err = testenv.NewTofuWorkspace(plugins, t.TempDir()); err != nil {
 		n.fatalf("OpenTofu for the ephemeral lock workload: %v", err)
 	}
-	config := ephemeralProviderConfig + fmt.Sprintf(`
+	go e.drive()
+	return e
+}
+
+// config is the configuration of an apply that holds the mutex by its
+// declaration (byKey false: it queues) or by its key with the profile's
+// first variant inline (byKey true: it races).
+func (e *ephemeralWorkload) config(byKey bool) string {
+	h := e.n.mutex
+	target := fmt.Sprintf("lock = %q", h.lock.Name)
+	if byKey {
+		p := nemesisMutexProfiles[0]
+		target = fmt.Sprintf("key        = %q\n  ttl        = %q\n  lock_delay = %q", h.lock.Key, p.TTL.String(), p.LockDelay.String())
+	}
+	return ephemeralProviderConfig + fmt.Sprintf(`
 ephemeral "consullock_lock" "mutex" {
-  lock = %q
+  %s
   wait = "2m"
 }
 
@@ -435,12 +461,7 @@ resource "terraform_data" "work" {
     }
   }
 }
-`, n.mutex.lock.Name, fmt.Sprintf("exec '%s' -work 200ms", childBin))
-	if err := os.WriteFile(filepath.Join(e.tf.Dir, "main.tf"), []byte(config), 0o600); err != nil {
-		n.fatalf("%v", err)
-	}
-	go e.drive()
-	return e
+`, target, fmt.Sprintf("exec '%s' -work 200ms", childBin))
 }
 
 const ephemeralProviderConfig = `terraform {
@@ -454,7 +475,7 @@ provider "consullock" {}
 
 // drive applies the configuration until stopped, through each client
 // agent in turn, each apply from an empty state (so that the provisioner
-// runs).
+// runs), every other one holding the lock by its key (racing).
 func (e *ephemeralWorkload) drive() {
 	defer close(e.done)
 	f, err := os.Create(e.log)
@@ -466,8 +487,16 @@ func (e *ephemeralWorkload) drive() {
 	for i := 0; e.ctx.Err() == nil; i++ {
 		node := e.n.cluster.Clients[i%len(e.n.cluster.Clients)]
 		_ = os.Remove(filepath.Join(e.tf.Dir, "terraform.tfstate"))
+		byKey, worker := i%2 == 1, ephemeralWorker
+		if byKey {
+			worker = ephemeralKeyWorker
+		}
+		if err := os.WriteFile(filepath.Join(e.tf.Dir, "main.tf"), []byte(e.config(byKey)), 0o600); err != nil {
+			e.n.errorf("%v", err)
+			return
+		}
 		e.tf.Env = append(cleanEnv(), "CONSUL_HTTP_ADDR="+node.Addr, "CONSUL_HTTP_TOKEN="+runnerSecret,
-			childEnv+"=1", storeEnv+"="+e.n.mutex.storeURL, workerEnv+"="+ephemeralWorker)
+			childEnv+"=1", storeEnv+"="+e.n.mutex.storeURL, workerEnv+"="+worker)
 		actx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
 		cmd := e.tf.Command(actx, "apply", "-auto-approve", "-input=false", "-no-color")
 		// Stopped like a cancelled CI job: SIGINT, and the CLI closes the
@@ -480,7 +509,7 @@ func (e *ephemeralWorkload) drive() {
 		err := cmd.Run()
 		took := time.Since(began)
 		cancel()
-		_, _ = fmt.Fprintf(f, "=== apply %d through %s: %v in %s\n%s\n", i, node.Name, err, took.Round(time.Millisecond), out.String())
+		_, _ = fmt.Fprintf(f, "=== apply %d (%s) through %s: %v in %s\n%s\n", i, worker, node.Name, err, took.Round(time.Millisecond), out.String())
 		e.mu.Lock()
 		if err == nil {
 			e.applies = append(e.applies, took)
