@@ -222,6 +222,11 @@ func TestQueue_firstInLineKilledOrStopped(t *testing.T) {
 			if n := maxConcurrent(readRuns(t, record)); n != 1 {
 				t.Fatalf("%d commands ran at once", n)
 			}
+			// The entry Consul cleared at the session's end was deleted by
+			// the runner behind it.
+			if left := queueEntries(t, l); len(left) != 0 {
+				t.Fatalf("queue entries left: %+v", left)
+			}
 		})
 	}
 }
