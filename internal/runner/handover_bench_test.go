@@ -85,7 +85,7 @@ func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.
 func consulLockHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
 	prefix := testenv.UniquePrefix(b.Name())
 	args := func(tag, sleep string) []string {
-		return append([]string{"lock", "-shell=false", "-child-exit-code", prefix, childBin}, childArgs(record, tag, "-sleep", sleep)...)
+		return append([]string{"lock", "-shell=false", "-child-exit-code", prefix, benchChild(b)}, childArgs(record, tag, "-sleep", sleep)...)
 	}
 	first := startProc(b, "consul lock 1", processEnv(addr1, agent.ManagementToken), agent.Bin, args("first", "1500ms")...)
 	waitKey(b, lockmodel.DefaultLockKey(prefix), 30*time.Second, heldByOther(""))
@@ -97,7 +97,7 @@ func consulLockHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc
 func floorHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
 	key := lockmodel.DefaultLockKey(testenv.UniquePrefix(b.Name()))
 	args := func(tag, sleep string) []string {
-		return append([]string{"-key", key, "--", childBin}, childArgs(record, tag, "-sleep", sleep)...)
+		return append([]string{"-key", key, "--", benchChild(b)}, childArgs(record, tag, "-sleep", sleep)...)
 	}
 	bin := floorBin(b)
 	first := startProc(b, "floor 1", processEnv(addr1, agent.ManagementToken), bin, args("first", "1500ms")...)
@@ -107,11 +107,12 @@ func floorHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
 	return first, second
 }
 
-// startRunnerBin is startRunAt with another consullock binary.
+// startRunnerBin is startRunAt with another consullock binary, running
+// the benchmarks' child (benchChild).
 func startRunnerBin(t testing.TB, bin, name, addr, token string, args []string, childArgs ...string) *proc {
 	t.Helper()
 	full := append([]string{"run"}, args...)
-	full = append(full, "--", childBin)
+	full = append(full, "--", benchChild(t))
 	full = append(full, childArgs...)
 	return startProc(t, name, processEnv(addr, token), bin, full...)
 }
@@ -132,32 +133,56 @@ session %q { policy = "write" }
 	return tok.SecretID
 }
 
-var (
-	floorOnce sync.Once
-	floorPath string
-	floorErr  error
-)
+// testdataBins builds the programs under testdata/ once per test binary.
+var testdataBins struct {
+	sync.Mutex
+	paths map[string]string
+}
+
+// testdataBin builds testdata/<name> once and returns its path.
+func testdataBin(t testing.TB, name string) string {
+	t.Helper()
+	testdataBins.Lock()
+	defer testdataBins.Unlock()
+	if p, ok := testdataBins.paths[name]; ok {
+		return p
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "tmp", fmt.Sprintf("%s-%d", name, os.Getpid()))
+	cmd := exec.Command("go", "build", "-o", path, "./internal/runner/testdata/"+name)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", name, err, out)
+	}
+	if testdataBins.paths == nil {
+		testdataBins.paths = map[string]string{}
+	}
+	testdataBins.paths[name] = path
+	return path
+}
 
 // floorBin builds testdata/handoverfloor once.
 func floorBin(t testing.TB) string {
 	t.Helper()
-	floorOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			floorErr = err
-			return
-		}
-		floorPath = filepath.Join(root, "tmp", fmt.Sprintf("handoverfloor-%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", floorPath, "./internal/runner/testdata/handoverfloor")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			floorErr = fmt.Errorf("go build handoverfloor: %v\n%s", err, out)
-		}
-	})
-	if floorErr != nil {
-		t.Fatal(floorErr)
+	return testdataBin(t, "handoverfloor")
+}
+
+// benchChild is the command of the hand-over and herd benchmarks:
+// testdata/handoverchild, a program that records its start and end and
+// imports next to nothing, so that its own start-up (about 1 ms) pads every
+// variant as little as a small job would. BENCH_CHILD=test uses the test
+// binary instead (the tests' child, helperMain), as the benchmarks did
+// before: its start-up takes several milliseconds more, the same in every
+// variant.
+func benchChild(t testing.TB) string {
+	t.Helper()
+	if os.Getenv("BENCH_CHILD") == "test" {
+		return childBin
 	}
-	return floorPath
+	return testdataBin(t, "handoverchild")
 }
 
 // ---------------------------------------------------------------------------
