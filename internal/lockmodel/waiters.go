@@ -81,24 +81,12 @@ type QueuePlace struct {
 // waiting and is left out, so a holder that queued and acquired without
 // deleting its entry never blocks the others.
 func PlaceInQueue(entries []QueueEntry, session, holder string) QueuePlace {
-	var live []QueueEntry
-	var place QueuePlace
-	for _, e := range entries {
-		switch {
-		case e.Session == "":
-			place.Stale = append(place.Stale, e)
-		case e.Session == holder && e.Session != session:
-			// The holder is not waiting.
-		default:
-			live = append(live, e)
-		}
+	if holder == session {
+		holder = "" // a waiter that holds still finds its own entry
 	}
-	sort.Slice(live, func(i, j int) bool {
-		if live[i].CreateIndex != live[j].CreateIndex {
-			return live[i].CreateIndex < live[j].CreateIndex
-		}
-		return live[i].Key < live[j].Key
-	})
+	var place QueuePlace
+	live, stale := QueueOrder(entries, holder)
+	place.Stale = stale
 	for i, e := range live {
 		if e.Session == session && strings.HasSuffix(e.Key, "/"+session) {
 			place.Listed = true
@@ -116,6 +104,32 @@ func PlaceInQueue(entries []QueueEntry, session, holder string) QueuePlace {
 		place.Ahead = live[len(live)-1]
 	}
 	return place
+}
+
+// QueueOrder is the line of waiters in entries, the one order every reader
+// of a queue uses (PlaceInQueue for a waiter, `consullock status` for an
+// operator): live entries (Session set) by CreateIndex, then key, without
+// the entry of the lock's current holder (holder, "" for none), which is
+// not waiting; stale are the entries whose session is gone, in the order
+// given.
+func QueueOrder(entries []QueueEntry, holder string) (line, stale []QueueEntry) {
+	for _, e := range entries {
+		switch {
+		case e.Session == "":
+			stale = append(stale, e)
+		case e.Session == holder:
+			// The holder is not waiting.
+		default:
+			line = append(line, e)
+		}
+	}
+	sort.Slice(line, func(i, j int) bool {
+		if line[i].CreateIndex != line[j].CreateIndex {
+			return line[i].CreateIndex < line[j].CreateIndex
+		}
+		return line[i].Key < line[j].Key
+	})
+	return line, stale
 }
 
 // Queued reports whether l's waiters queue (waiters = "queue").

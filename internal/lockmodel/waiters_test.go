@@ -47,6 +47,30 @@ func TestPlaceInQueue(t *testing.T) {
 	}
 }
 
+// TestQueueOrder: the line an operator sees is the order waiters stand
+// in: each live entry's index in the line is its PlaceInQueue position.
+func TestQueueOrder(t *testing.T) {
+	l := Lock{Prefix: "svc/job"}
+	e := func(session string, create uint64) QueueEntry {
+		return QueueEntry{Key: WaiterQueueEntryKey(l, session), Session: session, CreateIndex: create, ModifyIndex: create}
+	}
+	stale := QueueEntry{Key: WaiterQueueEntryKey(l, "gone"), CreateIndex: 5}
+	entries := []QueueEntry{e("c", 30), stale, e("h", 1), e("b", 20), e("a", 20)}
+	line, gone := QueueOrder(entries, "h")
+	var got []string
+	for _, x := range line {
+		got = append(got, x.Session)
+	}
+	if strings.Join(got, ",") != "a,b,c" || len(gone) != 1 || gone[0].Key != stale.Key {
+		t.Fatalf("QueueOrder = %q, stale %+v; want a,b,c (the holder h left out) and the cleared entry stale", got, gone)
+	}
+	for i, x := range line {
+		if p := PlaceInQueue(entries, x.Session, "h"); p.Position != i || !p.Listed {
+			t.Errorf("%s: PlaceInQueue position %d (listed %v), QueueOrder index %d", x.Session, p.Position, p.Listed, i)
+		}
+	}
+}
+
 func TestLock_validatesWaiters(t *testing.T) {
 	for _, tc := range []struct {
 		lock Lock
