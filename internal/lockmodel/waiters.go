@@ -114,10 +114,10 @@ func PlaceInQueue(entries []QueueEntry, session, holder string) QueuePlace {
 // given.
 func QueueOrder(entries []QueueEntry, holder string) (line, stale []QueueEntry) {
 	for _, e := range entries {
-		switch {
-		case e.Session == "":
+		switch e.Session {
+		case "":
 			stale = append(stale, e)
-		case e.Session == holder:
+		case holder:
 			// The holder is not waiting.
 		default:
 			line = append(line, e)

@@ -41,7 +41,7 @@ type declarations struct {
 type world struct {
 	registry string
 	decl     declarations
-	groups   map[string]string // lock key -> list prefix
+	groups   map[string]string // lock key or queue folder -> list prefix
 	pairs    map[string][]*api.KVPair
 	sessions map[string]lockmodel.ObservedSession
 	raw      map[string]*api.SessionEntry
@@ -141,20 +141,27 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 	return d
 }
 
-// lockKeys returns the declared lock keys, sorted.
-func (d declarations) lockKeys() []string {
+// listKeys returns what status lists, sorted: the declared lock keys and,
+// for each lock whose waiters queue, its queue folder
+// (lockmodel.WaiterQueuePrefix).
+func (d declarations) listKeys() []string {
 	keys := make([]string, 0, len(d.locks))
 	for _, l := range d.locks {
 		keys = append(keys, l.Key)
+		if l.Queued() {
+			keys = append(keys, lockmodel.WaiterQueuePrefix(l))
+		}
 	}
 	sort.Strings(keys)
 	return keys
 }
 
-// listPrefixes returns the prefixes to list for the declared keys (the
-// controller's grouping) and the sorted distinct prefixes.
+// listPrefixes returns the prefixes to list for the declared keys and
+// queue folders (the controller's grouping, so a queue is listed with its
+// lock key, in the same request when they share a prefix, and no request
+// is added per queued lock) and the sorted distinct prefixes.
 func listPrefixes(d declarations) (map[string]string, []string) {
-	groups := compliance.GroupKeys(d.lockKeys(), maxKeyLists)
+	groups := compliance.GroupKeys(d.listKeys(), maxKeyLists)
 	seen := map[string]bool{}
 	var prefixes []string
 	for _, p := range groups {

@@ -58,6 +58,8 @@ func renderTable(w io.Writer, rep *Report) {
 		waiting := "-"
 		if l.Contenders != nil {
 			waiting = fmt.Sprint(*l.Contenders)
+		} else if l.Queue != nil {
+			waiting = fmt.Sprint(waitingInQueue(l.Queue))
 		}
 		since := "-"
 		if l.SinceHandover != nil {
@@ -116,6 +118,9 @@ func renderDetail(w io.Writer, l Lock) {
 	if l.Contenders != nil {
 		row("Waiting:", fmt.Sprint(*l.Contenders))
 	}
+	if l.Queue != nil {
+		row("Waiters:", fmt.Sprintf("queue (%d waiting)", waitingInQueue(l.Queue)))
+	}
 	row("Session profile:", dash(l.SessionDefaults))
 	row("Worst-case gap:", dash(l.WorstCaseGap))
 	row("Max hold:", dash(l.MaxHold))
@@ -153,6 +158,7 @@ func renderDetail(w io.Writer, l Lock) {
 		}
 		_ = tw.Flush()
 	}
+	renderQueue(w, l.Queue)
 	renderRuns(w, l.Runs)
 	if len(l.Findings) > 0 {
 		fmt.Fprintln(w, "\nFindings (the controller's Decide, observe mode):")
@@ -195,6 +201,32 @@ func renderRuns(w io.Writer, runs []LockRun) {
 			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
 				dash(a.Node), a.FencingToken, a.Started, finished, exit)
 		}
+	}
+	_ = tw.Flush()
+}
+
+// renderQueue prints a queued mutex's waiters in line, the stale entries
+// (their session gone) last; nothing for a lock whose waiters race.
+func renderQueue(w io.Writer, q []QueueWaiter) {
+	if len(q) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nWaiting (queue, in line; position 0 tries for the lock next):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  POSITION\tSESSION\tNODE\tPID")
+	for _, e := range q {
+		position, pid := "stale", "-"
+		if e.Position != nil {
+			position = fmt.Sprint(*e.Position)
+		}
+		if e.PID != 0 {
+			pid = fmt.Sprint(e.PID)
+		}
+		note := ""
+		if e.Stale {
+			note = "  (session gone: the next waiter to list the queue deletes the entry)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s%s\n", position, e.Session, dash(e.Node), pid, note)
 	}
 	_ = tw.Flush()
 }

@@ -57,13 +57,19 @@ type Lock struct {
 	LockIndex    uint64   `json:"lock_index"`
 	ModifyIndex  uint64   `json:"modify_index"`
 	// Contenders are semaphore contender keys whose session does not hold
-	// a slot (waiting); null for a mutex, whose waiters leave no trace.
-	Contenders      *int    `json:"contenders"`
-	SessionDefaults string  `json:"session_defaults"`
-	WorstCaseGap    string  `json:"worst_case_gap"`
-	MaxHold         string  `json:"max_hold"`
-	AlwaysHeld      bool    `json:"always_held"`
-	SinceHandover   *string `json:"since_handover"`
+	// a slot (waiting); null for a mutex (see Queue for a queued one's).
+	Contenders *int `json:"contenders"`
+	// Waiters is a mutex's declared waiters, "race" or "queue" (absent
+	// for a semaphore). Queue, only for "queue", is its waiter queue in
+	// line, stale entries last ([] when none waits; absent for a lock
+	// whose waiters race, which leave no trace).
+	Waiters         string        `json:"waiters,omitempty"`
+	Queue           []QueueWaiter `json:"queue,omitzero"`
+	SessionDefaults string        `json:"session_defaults"`
+	WorstCaseGap    string        `json:"worst_case_gap"`
+	MaxHold         string        `json:"max_hold"`
+	AlwaysHeld      bool          `json:"always_held"`
+	SinceHandover   *string       `json:"since_handover"`
 	// Pending is true while the lock's declaration has just changed
 	// (compliance.Pending): its key is left to the apply that changed it
 	// and not judged, as the controller does; a difference still there
@@ -241,6 +247,11 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			Pending: w.pending[name]}
 		if l.IsSemaphore() {
 			out.Kind = "semaphore"
+		} else {
+			out.Waiters = lockmodel.WaitersRace
+		}
+		if l.Queued() {
+			out.Waiters, out.Queue = lockmodel.WaitersQueue, []QueueWaiter{}
 		}
 		if l.MaxHold > 0 {
 			out.MaxHold = lockmodel.FormatDuration(l.MaxHold)
@@ -252,6 +263,9 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		p := byKey[l.Key]
 		if p == nil {
 			out.State = "missing"
+			if l.Queued() {
+				out.Queue = queueOf(w, l, byKey, "")
+			}
 			rep.add(out)
 			continue
 		}
@@ -269,6 +283,13 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		if l.IsSemaphore() {
 			waiting := len(lockmodel.Waiters(ls))
 			out.Contenders = &waiting
+		}
+		if l.Queued() {
+			holding := ""
+			if len(out.Holders) > 0 {
+				holding = out.Holders[0].Session
+			}
+			out.Queue = queueOf(w, l, byKey, holding)
 		}
 		for _, h := range out.Holders {
 			if !h.started.IsZero() {
@@ -408,15 +429,17 @@ func lockState(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.
 
 // undeclared lists keys under the listed prefixes that look like locks (a
 // lock client's flags, the name .lock, or a session holding them) and are
-// neither a declared key nor a declared semaphore's contender key.
+// neither a declared key, nor a declared semaphore's contender key, nor an
+// entry of a declared lock's waiter queue.
 func undeclared(w *world, byKey map[string]*api.KVPair, contenderKeys map[string]bool) []Undeclared {
 	declared := map[string]bool{}
 	for _, l := range w.decl.locks {
 		declared[l.Key] = true
 	}
+	folders := w.decl.queueFolders()
 	out := []Undeclared{}
 	for key, p := range byKey {
-		if declared[key] || contenderKeys[key] || w.registryKey(key) {
+		if declared[key] || contenderKeys[key] || w.registryKey(key) || inQueueFolder(key, folders) {
 			continue
 		}
 		looks := p.Flags == lockmodel.LockFlagValue || p.Flags == lockmodel.SemaphoreFlagValue ||
