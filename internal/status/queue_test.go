@@ -1,6 +1,8 @@
 package status
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"regexp"
 	"sort"
@@ -140,5 +142,43 @@ func TestStatusShowsTheWaiterQueue(t *testing.T) {
 	_, out, _ = f.run("-lock", "plain")
 	if strings.Contains(out, "Waiting (queue") || strings.Contains(out, "Waiters:") {
 		t.Errorf("status -lock plain shows a queue:\n%s", out)
+	}
+}
+
+// TestStatusWatchRedrawsTheWaiterQueue: -watch redraws when a waiter
+// queues or leaves, with nothing else changing (its session already
+// existed): the queue folder is listed, and so watched, with its lock key.
+func TestStatusWatchRedrawsTheWaiterQueue(t *testing.T) {
+	f := newFixture(t)
+	l := f.lock(lockmodel.Lock{Name: "job", Waiters: lockmodel.WaitersQueue}, false)
+	f.acquire(l, f.session("15s", "15s", "release"), time.Now())
+	waiter := f.session("15s", "15s", "release")
+	pr, pw := newLineBuffer()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, pw, &bytes.Buffer{})
+	}()
+	defer func() { cancel(); <-done }()
+	queue := func() []QueueWaiter {
+		line := pr.next(t)
+		var rep Report
+		if err := json.Unmarshal([]byte(line), &rep); err != nil || len(rep.Locks) != 1 {
+			t.Fatalf("frame %q: %v", line, err)
+		}
+		return rep.Locks[0].Queue
+	}
+	if q := queue(); q == nil || len(q) != 0 {
+		t.Fatalf("first frame: queue %+v, want empty", q)
+	}
+	f.enqueue(l, waiter, "node-a", 101)
+	if q := queue(); len(q) != 1 || q[0].Session != waiter || q[0].Stale {
+		t.Fatalf("frame after the waiter queued: %+v, want %s in line", q, waiter)
+	}
+	if _, err := f.api.KV().Delete(lockmodel.WaiterQueueEntryKey(l, waiter), nil); err != nil {
+		t.Fatal(err)
+	}
+	if q := queue(); len(q) != 0 {
+		t.Fatalf("frame after the waiter left: %+v, want empty", q)
 	}
 }
