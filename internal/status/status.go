@@ -53,7 +53,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.StringVar(&o.lock, "lock", "", "show one lock in detail: its holders' session checks, holder values and worst_case_gap")
+	fs.StringVar(&o.lock, "lock", "", "show one lock in detail: its holders' session checks, holder values and worst_case_gap, and a queued mutex's waiters in line")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON (schema_version 1; see the status guide)")
 	fs.BoolVar(&o.watch, "watch", false, "redraw whenever Consul reports a change (blocking queries, no polling); with -json, one document per line")
 	always := fs.String("always-held", "", "comma-separated lock names that must always have a holder, in addition to the locks declared always_held (\"*\" = every lock); one without a holder exits 1")
