@@ -468,7 +468,7 @@ func BenchmarkHerd(b *testing.B) {
 		runID   bool
 		waiters string // the lock's waiters: "" (race) or queue
 	}
-	vs := []variant{{"run", runnerBin, false, ""}, {"run_id", runnerBin, true, ""}, {"queue", runnerBin, false, lockmodel.WaitersQueue}}
+	vs := []variant{{"run", runnerBin, false, ""}, {"run_id", runnerBin, true, ""}, {"queue", runnerBin, false, lockmodel.WaitersQueue}, {"queue_run_id", runnerBin, true, lockmodel.WaitersQueue}}
 	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
 		vs = append(vs, variant{"base_run", base, false, ""})
 	}
