@@ -151,7 +151,7 @@ session_prefix "" { policy = "write" }`, 0)
 	if ok, _, err := mgmt.KV().Acquire(&api.KVPair{Key: entry, Session: s.ID}, nil); err != nil || !ok {
 		t.Fatalf("write the entry: %v %v", ok, err)
 	}
-	m := &mutex{c: c, lock: l, declaredDelay: p.LockDelay, log: discardLog()}
+	m := New(c, l, p.LockDelay, discardLog()).(*mutex)
 	won, ok, err := m.lockTxn(ctx, m.pair(s, []byte("w")), &entry)
 	if err != nil || !ok || won == nil || won.Session != s.ID {
 		t.Fatalf("lockTxn without the grant to delete the entry = %+v, %v, %v; want the lock", won, ok, err)
