@@ -108,9 +108,6 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 			strings.Contains(what, "failed to check session"):
 			return nil, false, nil
 		}
-		if e := consul.TxnError("lock "+key, resp.Errors); e.Kind == consul.KindPermissionDenied {
-			return nil, false, e
-		}
 		return nil, false, fmt.Errorf("lock %s: Consul refused the transaction: %s", key, what)
 	}
 	var entry *api.KVPair
