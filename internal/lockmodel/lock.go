@@ -36,8 +36,8 @@ type Lock struct {
 	// HolderService, when set, puts each holder into Consul's catalog and
 	// DNS while it holds (holderservice.go); nil for none.
 	HolderService *HolderService
-	// Waiters is how waiters take the lock at a release: WaitersRace or
-	// WaitersQueue (waiters.go); "" means WaitersRace and is kept as "",
+	// Waiters is how waiters take the lock at a release: WaitersRace,
+	// WaitersQueue or WaitersHandOff (waiters.go); "" means WaitersRace and is kept as "",
 	// so that locks declared before waiters existed compare equal.
 	Waiters string
 }

@@ -1,9 +1,11 @@
 package lockmodel
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // How a mutex's waiters take the lock when it is released (consullock_lock's
@@ -26,9 +28,19 @@ import (
 // after a crash: a waiter killed while first in line keeps the waiters behind
 // it from trying until Consul ends its session (at most about 2 x ttl after
 // its last renewal), as a killed holder does.
+//
+// WaitersHandOff is WaitersQueue with one Raft write fewer per hand-over: a
+// releasing runner hands the lock to the first in line in its release
+// transaction (HandOff: unlock, lock with that waiter's session and the
+// holder value of its entry, delete its entry), so the waiter wakes holding
+// the lock instead of waking to acquire it. Its price is a longer stall
+// after a crash: a waiter killed while first in line is given the lock, and
+// the lock then waits for Consul to end that session and for the session's
+// lock-delay (ttl x 2 + lock_delay at most) before anyone else may take it.
 const (
-	WaitersRace  = "race"
-	WaitersQueue = "queue"
+	WaitersRace    = "race"
+	WaitersQueue   = "queue"
+	WaitersHandOff = "handoff"
 	FieldWaiters = "waiters"
 	// QueueKeyName is the folder under a lock's prefix that holds its
 	// waiter queue.
@@ -36,7 +48,7 @@ const (
 )
 
 // WaiterModes lists the values of waiters, the default first.
-var WaiterModes = []string{WaitersRace, WaitersQueue}
+var WaiterModes = []string{WaitersRace, WaitersQueue, WaitersHandOff}
 
 // WaiterQueuePrefix is the folder of lock l's waiter queue, with its
 // trailing slash: <prefix>/.queue/. l must be normalised.
@@ -132,9 +144,16 @@ func QueueOrder(entries []QueueEntry, holder string) (line, stale []QueueEntry) 
 	return line, stale
 }
 
-// Queued reports whether l's waiters queue (waiters = "queue").
+// Queued reports whether l's waiters queue (waiters = "queue" or
+// "handoff").
 func (l Lock) Queued() bool {
-	return l.Waiters == WaitersQueue
+	return l.Waiters == WaitersQueue || l.Waiters == WaitersHandOff
+}
+
+// HandsOff reports whether a releasing holder of l hands the lock to the
+// first in its queue (waiters = "handoff").
+func (l Lock) HandsOff() bool {
+	return l.Waiters == WaitersHandOff
 }
 
 // validateWaiters judges l's waiters: "" or one of WaiterModes, and queue
@@ -143,14 +162,14 @@ func (l Lock) validateWaiters() FieldErrors {
 	switch l.Waiters {
 	case "", WaitersRace:
 		return nil
-	case WaitersQueue:
+	case WaitersQueue, WaitersHandOff:
 		if l.Limit > 1 {
 			return FieldErrors{&FieldError{Field: FieldWaiters, Value: fmt.Sprintf("%s (limit %d)", l.Waiters, l.Limit), Allowed: fmt.Sprintf(
-				"%q only on a mutex (limit 1): a semaphore's waiters already keep a contender key each", WaitersQueue)}}
+				"%q only on a mutex (limit 1): a semaphore's waiters already keep a contender key each", l.Waiters)}}
 		}
 		return nil
 	default:
-		return FieldErrors{&FieldError{Field: FieldWaiters, Value: l.Waiters, Allowed: `"race" (default) or "queue"`}}
+		return FieldErrors{&FieldError{Field: FieldWaiters, Value: l.Waiters, Allowed: `"race" (default), "queue" or "handoff"`}}
 	}
 }
 
@@ -162,4 +181,38 @@ func (l Lock) validateKeyOutsideQueue() FieldErrors {
 			"a key outside %q, the folder where queued waiters keep their entries", WaiterQueuePrefix(l))}}
 	}
 	return nil
+}
+
+// HandOff is the lock a releasing holder hands to the first waiter in its
+// queue (waiters = "handoff"): the waiter's session and the value to write
+// for it.
+type HandOff struct {
+	Entry   QueueEntry
+	Session string
+	Value   []byte
+}
+
+// NextHolder picks whom a releasing holder (session holder) of a lock
+// whose waiters hand off gives the lock to: the first live waiter of the
+// queue listing entries, whose entry value must be a runner's holder value
+// (the value it would write itself); its started becomes at, the time of
+// the hand-off, since max_hold counts from it. ok is false when nobody
+// waits or the first waiter's value is not a holder value: the holder then
+// releases and the waiters acquire as with "queue".
+func NextHolder(entries []QueueEntry, values map[string][]byte, holder string, at time.Time) (HandOff, bool) {
+	line, _ := QueueOrder(entries, holder)
+	if len(line) == 0 {
+		return HandOff{}, false
+	}
+	first := line[0]
+	hv, ok := decodeHolderValue(values[first.Key])
+	if !ok {
+		return HandOff{}, false
+	}
+	hv.Started = at.UTC()
+	value, err := json.Marshal(hv)
+	if err != nil {
+		return HandOff{}, false
+	}
+	return HandOff{Entry: first, Session: first.Session, Value: value}, true
 }

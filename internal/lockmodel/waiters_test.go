@@ -3,6 +3,7 @@ package lockmodel
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlaceInQueue(t *testing.T) {
@@ -81,6 +82,8 @@ func TestLock_validatesWaiters(t *testing.T) {
 		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue}, ""},
 		{Lock{Name: "a", Prefix: "p", Waiters: "fifo"}, `waiters: "fifo"`},
 		{Lock{Name: "a", Prefix: "p", Waiters: WaitersQueue, Limit: 3}, `waiters: "queue (limit 3)"`},
+		{Lock{Name: "a", Prefix: "p", Waiters: WaitersHandOff}, ""},
+		{Lock{Name: "a", Prefix: "p", Waiters: WaitersHandOff, Limit: 2}, `waiters: "handoff (limit 2)" is not allowed; "handoff" only on a mutex`},
 		{Lock{Name: "a", Prefix: "p", Key: "p/.queue/x"}, `key: "p/.queue/x"`},
 		{Lock{Name: "a", Prefix: "p", Key: "p/.queued"}, ""},
 	} {
@@ -95,20 +98,21 @@ func TestLock_validatesWaiters(t *testing.T) {
 }
 
 func TestLockRecord_waitersRoundTrip(t *testing.T) {
-	for _, w := range []string{"", WaitersRace, WaitersQueue} {
+	for _, w := range []string{"", WaitersRace, WaitersQueue, WaitersHandOff} {
 		l := Lock{Name: "job", Prefix: "svc/job", Waiters: w}
 		b, err := EncodeLockRecord(l)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(b), "waiters") != (w == WaitersQueue) {
-			t.Errorf("waiters %q: record %s; the field is written only for queue", w, b)
+		queued := w == WaitersQueue || w == WaitersHandOff
+		if strings.Contains(string(b), "waiters") != queued {
+			t.Errorf("waiters %q: record %s; the field is written only for queue and handoff", w, b)
 		}
 		got, err := DecodeLockRecord(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Queued() != (w == WaitersQueue) {
+		if got.Queued() != queued || got.HandsOff() != (w == WaitersHandOff) {
 			t.Errorf("waiters %q read back as %q", w, got.Waiters)
 		}
 	}
@@ -133,5 +137,41 @@ func TestRenderRules_queuePrefixes(t *testing.T) {
 	}
 	if err := ValidateRulesValue(attrQueuePrefixes, "a//b"); err == nil || !strings.Contains(err.Error(), "queue_prefixes") {
 		t.Fatalf("ValidateRulesValue(queue_prefixes, a//b) = %v; want an error naming queue_prefixes", err)
+	}
+}
+
+func TestNextHolder_firstLiveWaiterWithStartedAtTheHandOff(t *testing.T) {
+	at := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	value := func(node string) []byte {
+		return []byte(`{"node":"` + node + `","pid":7,"started":"2026-12-02T06:00:00Z","lock_delay":"15s"}`)
+	}
+	entries := []QueueEntry{
+		{Key: "p/.queue/stale", Session: "", CreateIndex: 1},
+		{Key: "p/.queue/holder", Session: "holder", CreateIndex: 2},
+		{Key: "p/.queue/b", Session: "b", CreateIndex: 9},
+		{Key: "p/.queue/a", Session: "a", CreateIndex: 5},
+	}
+	values := map[string][]byte{"p/.queue/a": value("node-a"), "p/.queue/b": value("node-b"), "p/.queue/holder": value("h")}
+	got, ok := NextHolder(entries, values, "holder", at)
+	if !ok || got.Session != "a" || got.Entry.Key != "p/.queue/a" {
+		t.Fatalf("NextHolder = %+v, %v; want waiter a (the oldest live entry that is not the holder's)", got, ok)
+	}
+	want := `{"node":"node-a","pid":7,"started":"2026-12-02T07:00:00Z","lock_delay":"15s"}`
+	if string(got.Value) != want {
+		t.Errorf("value = %s; want %s (started at the hand-off, the rest kept)", got.Value, want)
+	}
+
+	for name, tc := range map[string]struct {
+		entries []QueueEntry
+		values  map[string][]byte
+	}{
+		"nobody waits":        {entries[:2], values},
+		"not a holder value":  {entries[3:], map[string][]byte{"p/.queue/a": []byte("node-a")}},
+		"unknown field in it": {entries[3:], map[string][]byte{"p/.queue/a": []byte(`{"node":"a","pid":1,"started":"2026-12-02T06:00:00Z","x":1}`)}},
+		"entry without value": {entries[3:], map[string][]byte{}},
+	} {
+		if got, ok := NextHolder(tc.entries, tc.values, "holder", at); ok {
+			t.Errorf("%s: NextHolder = %+v; want no hand-off (the holder releases)", name, got)
+		}
 	}
 }
