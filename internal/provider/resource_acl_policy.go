@@ -99,7 +99,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 	readKeys := keyList("Keys to read: `key \"<k>\" { policy = \"read\" }` on each, for example the declaration " +
 		"records under the registry prefix. A key also listed in `lock_keys` gets write.")
 	readKeys.Validators = []validator.Set{setvalidator.ValueStringsAre(rulesValueValidator{field: "read_keys"})}
-	queues := keyList("Prefixes of locks declared with `waiters = \"queue\"`: `key_prefix \"<p>/.queue/\" { policy = \"write\" }` " +
+	queues := keyList("Prefixes of locks declared with `waiters = \"queue\"` or `\"handoff\"`: `key_prefix \"<p>/.queue/\" { policy = \"write\" }` " +
 		"on each, the folder where each waiting `consullock run` keeps its queue entry `<p>/.queue/<session>`. It grants " +
 		"nothing else under the prefix: the lock key itself is in `lock_keys`.")
 	queues.Validators = []validator.Set{setvalidator.ValueStringsAre(rulesValueValidator{field: "queue_prefixes"})}

@@ -27,9 +27,15 @@ func waitersSchemaAttribute() schema.StringAttribute {
 			"(the fencing token is unchanged); the queue only decides who tries, so waiters that do not queue (`consul lock`, " +
 			"older runners) are still excluded and may still win a race. The price is liveness after a crash: a waiter killed " +
 			"while first in line keeps the waiters behind it from trying until Consul ends its session (at most about " +
-			"2 x `ttl` after its last renewal), as a killed holder does. Workers need `key_prefix \"<prefix>/.queue/\"` write " +
-			"(`consullock_acl_policy`'s `queue_prefixes`). `queue` only on a mutex (`limit = 1`): a semaphore's waiters " +
-			"already keep a contender key each. Changing it rewrites only the declaration record; a runner reads it when it " +
+			"2 x `ttl` after its last renewal), as a killed holder does. " +
+			"`handoff`: waiters queue as with `queue`, and a releasing `consullock run` hands the lock to the first in line " +
+			"in its release transaction, so that waiter wakes holding it: one Raft write fewer per hand-over. Its price is a " +
+			"longer stall after a crash: a waiter killed or paused while first in line is given the lock, which then waits " +
+			"for Consul to end that session and for its lock-delay (at most 2 x `ttl` + `lock_delay`, against 2 x `ttl` with " +
+			"`queue`). A run-once lock's release that records its outcome does not hand off. " +
+			"Workers need `key_prefix \"<prefix>/.queue/\"` write " +
+			"(`consullock_acl_policy`'s `queue_prefixes`) for `queue` and `handoff`, which are only on a mutex (`limit = 1`): a " +
+			"semaphore's waiters already keep a contender key each. Changing it rewrites only the declaration record; a runner reads it when it " +
 			"starts. Default `race`.",
 		Optional:   true,
 		Computed:   true,
@@ -57,13 +63,14 @@ func waitersState(w string) types.String {
 }
 
 // validateWaitersConfig reports, at plan time, the waiters rule that ties
-// it to limit (the value itself is the validator's): queue only on a
-// mutex, in lockmodel's words.
+// it to limit (the value itself is the validator's): a queued mode (queue
+// or handoff, lockmodel's Queued) only on a mutex, in lockmodel's words.
 func validateWaitersConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
-	if cfg.Waiters.ValueString() != lockmodel.WaitersQueue || cfg.Limit.IsUnknown() || cfg.Limit.IsNull() {
+	l := lockmodel.Lock{Waiters: cfg.Waiters.ValueString()}
+	if !l.Queued() || cfg.Limit.IsUnknown() || cfg.Limit.IsNull() {
 		return
 	}
-	l := lockmodel.Lock{Limit: int(cfg.Limit.ValueInt64()), Waiters: lockmodel.WaitersQueue}
+	l.Limit = int(cfg.Limit.ValueInt64())
 	for _, fe := range lockmodel.AsFieldErrors(l.Validate()) {
 		if fe.Field == lockmodel.FieldWaiters {
 			diags.AddAttributeError(path.Root(lockmodel.FieldWaiters), "Queued Waiters On A Semaphore", fe.Error()+`. Remove waiters or set limit = 1.`)

@@ -20,7 +20,8 @@ import (
 )
 
 // checkWaitersRecord asserts the waiters the lock's record declares, as
-// stored: `"waiters":"queue"` for queue, no waiters field at all for race.
+// stored: `"waiters":"queue"` for queue, `"waiters":"handoff"` for handoff,
+// no waiters field at all for race.
 func checkWaitersRecord(t *testing.T, recordKey, want string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		pair := kvPair(t, recordKey)
@@ -44,8 +45,13 @@ func checkWaitersRecord(t *testing.T, recordKey, want string) resource.TestCheck
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
-		if l.Queued() != (want == lockmodel.WaitersQueue) {
-			return fmt.Errorf("registry record %s reads back as waiters %q; want %q", recordKey, l.Waiters, want)
+		got := l.Waiters
+		if got == "" {
+			got = lockmodel.WaitersRace
+		}
+		if got != want || l.Queued() != (want != lockmodel.WaitersRace) || l.HandsOff() != (want == lockmodel.WaitersHandOff) {
+			return fmt.Errorf("registry record %s reads back as waiters %q (queued %v, hands off %v); want %q",
+				recordKey, l.Waiters, l.Queued(), l.HandsOff(), want)
 		}
 		return nil
 	}
@@ -111,6 +117,68 @@ resource "consullock_lock" "test" {
 	})
 }
 
+// TestAccLock_waitersHandOffIsRecordedUpdatedInPlaceAndRefusedOnASemaphore:
+// waiters = "handoff" is accepted, written to the declaration record as
+// `"waiters":"handoff"` (the field the runner reads), reached from "queue"
+// by an update in place, plans nothing after apply and is read back on
+// import; with limit = 3 it is a plan error naming waiters and the value,
+// as "queue" is, and the lock is left as it was.
+func TestAccLock_waitersHandOffIsRecordedUpdatedInPlaceAndRefusedOnASemaphore(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := func(extra string) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "herd"
+  prefix = "%s/herd"
+  %s
+}
+`, p, extra)
+	}
+	addr, key, recordKey := "consullock_lock.test", p+"/herd/.lock", reg+"/locks/herd"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, recordKey),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg(`waiters = "queue"`),
+				Check:  checkWaitersRecord(t, recordKey, lockmodel.WaitersQueue),
+			},
+			{
+				Config: cfg(`waiters = "handoff"`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("waiters"), knownvalue.StringExact("handoff")),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("waiters"), knownvalue.StringExact("handoff")),
+				},
+				Check: checkWaitersRecord(t, recordKey, lockmodel.WaitersHandOff),
+			},
+			{
+				ResourceName:                         addr,
+				ImportState:                          true,
+				ImportStateId:                        "herd",
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+			},
+			{
+				Config: cfg("limit = 3\n  waiters = \"handoff\""), PlanOnly: true,
+				ExpectError: diagRE("Queued Waiters On A Semaphore", `with consullock_lock.test`, `waiters: "handoff (limit 3)" is not allowed;`,
+					`"handoff" only on a mutex (limit 1)`),
+			},
+			{
+				// The refused plan changed nothing.
+				Config:   cfg(`waiters = "handoff"`),
+				PlanOnly: true,
+			},
+		},
+	})
+}
+
 // TestAccLock_waitersRejectsBadInputAtPlan: an unknown mode, and queue on a
 // semaphore, are plan errors naming waiters, the value and what is allowed.
 func TestAccLock_waitersRejectsBadInputAtPlan(t *testing.T) {
@@ -130,7 +198,7 @@ resource "consullock_lock" "test" {
 		Steps: []resource.TestStep{
 			{
 				Config: cfg(`waiters = "fifo"`), PlanOnly: true,
-				ExpectError: diagRE(`Attribute waiters value must be one of: ["race" "queue"], got: "fifo"`),
+				ExpectError: diagRE(`Attribute waiters value must be one of: ["race" "queue" "handoff"], got: "fifo"`),
 			},
 			{
 				Config: cfg("limit = 3\n  waiters = \"queue\""), PlanOnly: true,
