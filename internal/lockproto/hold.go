@@ -132,6 +132,9 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 				}
 			}
 			h.contact.Store(judge.LastContact().UnixNano())
+			if h.Grant.Value != nil {
+				h.Value = h.Grant.Value // written by the holder that handed the lock over
+			}
 			if err != nil {
 				h.end(context.WithoutCancel(ctx), !errors.Is(err, ErrSessionInvalid))
 				return nil, err

@@ -95,8 +95,11 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 		freedAt, delayRetries = time.Time{}, 0
 		waitIndex = NextIndex(waitIndex, last)
 	}
+	// A lock handed to this waiter is taken from this read (handedOver), so
+	// with waiters = "handoff" it must be the leader's confirmed view.
+	consistent := m.lock.HandsOff() && entry != ""
 	for {
-		pair, meta, err := kv.Get(m.lock.Key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime}).WithContext(ctx))
+		pair, meta, err := kv.Get(m.lock.Key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime, RequireConsistent: consistent}).WithContext(ctx))
 		if err != nil {
 			if werr := fail("read lock key", err); werr != nil {
 				return Grant{}, werr
@@ -112,6 +115,8 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 			}
 		}
 		switch {
+		case pair != nil && pair.Session == s.ID && consistent:
+			return m.handedOver(pair), nil
 		case pair != nil && pair.Session == s.ID:
 			// An earlier lock op succeeded but its answer was lost: lock
 			// again below (the holder may) to learn the token.
@@ -148,6 +153,9 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 			}
 			waitIndex = 0
 			continue
+		}
+		if pair != nil && pair.Session == s.ID && consistent {
+			return m.handedOver(pair), nil
 		}
 		if pair != nil && pair.Session == s.ID {
 			waitIndex = 0 // ours after all (an answer lost): lock again for the token
@@ -222,6 +230,9 @@ func (m *mutex) Release(ctx context.Context, s *Session, holder []byte) (bool, e
 	// flags to 0, and api.Lock refuses a key with other flags.
 	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
 	defer cancel()
+	if m.lock.HandsOff() && m.handOff(ctx, s, holder) {
+		return true, nil
+	}
 	released, _, err := m.c.KV().Release(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return false, consul.Classify("release lock key "+m.lock.Key, err)

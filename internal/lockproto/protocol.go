@@ -62,8 +62,13 @@ type Grant struct {
 	LockIndex uint64
 	// Seen is the index (X-Consul-Index) of the read of the key that the
 	// winning lock op followed: the acquisition's view, in which the key
-	// was free. 0 when unknown (a semaphore).
+	// was free. 0 when unknown (a semaphore). For a lock handed over
+	// (Value set), the index of the hand-off.
 	Seen uint64
+	// Value is set when the previous holder handed the lock to this
+	// session (waiters = "handoff"): the value it wrote for it, the
+	// session's own queue entry with started at the hand-off.
+	Value []byte
 }
 
 // lockKey acquires key for session with a KV transaction holding one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -63,6 +64,13 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 		failures = 0
 		place := lockmodel.PlaceInQueue(QueueEntries(pairs), s.ID, m.holderSeen)
 		m.deleteStale(ctx, place.Stale)
+		if !place.Listed && m.lock.HandsOff() {
+			// With hand-off, an entry gone is most likely a lock handed over.
+			pair, _, err := kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if err == nil && pair != nil && pair.Session == s.ID {
+				return m.handedOver(pair), nil
+			}
+		}
 		if !place.Listed {
 			m.log.Info("the waiter queue lacks this runner's entry; writing it again", "entry", entry)
 			if queued, err := m.enqueue(ctx, s, entry, holder); err != nil || !queued {
@@ -185,4 +193,58 @@ func QueueEntries(pairs api.KVPairs) []lockmodel.QueueEntry {
 		out = append(out, lockmodel.QueueEntry{Key: p.Key, Session: p.Session, CreateIndex: p.CreateIndex, ModifyIndex: p.ModifyIndex})
 	}
 	return out
+}
+
+// handOff gives the lock held by s to the first waiter in the queue
+// (waiters = "handoff") in one transaction: unlock with s, check that the
+// waiter's entry is still held by its session, lock with that session and
+// the value lockmodel.NextHolder made of the entry, delete the entry. The
+// waiter, blocked on the lock key, wakes holding the lock: the hand-over
+// takes the release's Raft write only. false, when nobody waits or the
+// transaction fails (s does not hold, the waiter left or its session
+// ended, a refusal), leaves the lock as it was for a plain release.
+func (m *mutex) handOff(ctx context.Context, s *Session, holder []byte) bool {
+	pairs, _, err := m.c.KV().List(lockmodel.WaiterQueuePrefix(m.lock), (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		m.log.Debug("could not list the waiter queue; releasing instead of handing the lock over", "error", consul.Classify("list "+lockmodel.WaiterQueuePrefix(m.lock), err).Error())
+		return false
+	}
+	values := make(map[string][]byte, len(pairs))
+	for _, p := range pairs {
+		values[p.Key] = p.Value
+	}
+	next, ok := lockmodel.NextHolder(QueueEntries(pairs), values, s.ID, time.Now())
+	if !ok {
+		return false
+	}
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: m.lock.Key, Value: holder, Flags: lockmodel.LockFlagValue, Session: s.ID}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: next.Entry.Key, Session: next.Session}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: m.lock.Key, Value: next.Value, Flags: lockmodel.LockFlagValue, Session: next.Session}},
+		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: next.Entry.Key}},
+	}
+	ok, resp, _, err := m.c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	switch {
+	case err != nil:
+		m.log.Debug("hand-over transaction failed; releasing instead", "next_session", next.Session, "error", consul.Classify("hand over "+m.lock.Key, err).Error())
+		return false
+	case !ok:
+		var whats []string
+		for _, e := range resp.Errors {
+			whats = append(whats, e.What)
+		}
+		m.log.Debug("Consul refused the hand-over; releasing instead", "next_session", next.Session, "error", strings.Join(whats, "; "))
+		return false
+	}
+	m.log.Info("lock handed to the first waiter in line", "next_session", next.Session)
+	return true
+}
+
+// handedOver is the grant of a lock whose previous holder handed it to
+// this waiter (handOff), read consistently at the key's ModifyIndex: the
+// hand-off's Raft index, the fencing token.
+func (m *mutex) handedOver(pair *api.KVPair) Grant {
+	m.acquired = pair.ModifyIndex
+	m.log.Info("the previous holder handed the lock to this runner", "fencing_token", pair.ModifyIndex)
+	return Grant{FencingToken: pair.ModifyIndex, LockIndex: pair.LockIndex, Seen: pair.ModifyIndex, Value: pair.Value}
 }

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,96 @@ func waitFor(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 30s")
 		}
+	}
+}
+
+// With waiters = "handoff" a release hands the lock to the first in line
+// in the release's own transaction: the waiter wakes holding it, at the
+// hand-off's index (no lock op of its own), with its entry's holder value
+// (started at the hand-off) and its entry gone; the next release hands it
+// on to the one behind. A session that does not hold hands nothing over.
+func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
+	c, l := queuedFixture(t)
+	l.Waiters = lockmodel.WaitersHandOff
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.WithDefaults()
+	holder, first, second := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
+	kv := agent.Client().KV()
+	queuedAt := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	value := func(node string) func() []byte {
+		return func() []byte {
+			return []byte(`{"node":"` + node + `","pid":1,"started":"` + queuedAt.Format(time.RFC3339Nano) + `"}`)
+		}
+	}
+
+	holderGrant, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, holder, value("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   Grant
+		err error
+	}
+	wait := func(s *Session, node string) (Protocol, chan result) {
+		proto := New(c, l, p.LockDelay, discardLog())
+		done := make(chan result, 1)
+		go func() {
+			g, err := proto.Acquire(ctx, s, value(node))
+			done <- result{g, err}
+		}()
+		entry := lockmodel.WaiterQueueEntryKey(l, s.ID)
+		waitFor(t, func() bool { pair, _, _ := kv.Get(entry, nil); return pair != nil })
+		return proto, done
+	}
+	firstProto, firstDone := wait(first, "first")
+	_, secondDone := wait(second, "second")
+
+	// A session that does not hold the lock (a waiter leaving) hands
+	// nothing over.
+	if released, err := New(c, l, p.LockDelay, discardLog()).Release(ctx, second, value("second")()); err != nil || released {
+		t.Fatalf("Release by a waiter = %v, %v; want false: it does not hold the lock", released, err)
+	}
+	if pair, _, _ := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true}); pair == nil || pair.Session != holder.ID {
+		t.Fatalf("lock key %+v after a waiter's release; want it still held by the holder", pair)
+	}
+
+	handOffStarted := time.Now()
+	if released, err := New(c, l, p.LockDelay, discardLog()).Release(ctx, holder, value("holder")()); err != nil || !released {
+		t.Fatalf("Release by the holder = %v, %v; want true", released, err)
+	}
+	handedAt, _, err := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if handedAt == nil || handedAt.Session != first.ID {
+		t.Fatalf("lock key right after the holder's release: %+v; want it held by the first in line (%s), not free", handedAt, first.ID)
+	}
+	var hv lockmodel.HolderValue
+	if err := json.Unmarshal(handedAt.Value, &hv); err != nil || hv.Node != "first" || hv.Started.Before(handOffStarted.Add(-time.Second)) {
+		t.Fatalf("value written for the first in line: %s (%v); want its entry's holder value, started at the hand-off", handedAt.Value, err)
+	}
+	r := <-firstDone
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.FencingToken != handedAt.ModifyIndex || r.g.FencingToken <= holderGrant.FencingToken || string(r.g.Value) != string(handedAt.Value) {
+		t.Fatalf("first in line's grant %+v; want token %d (the hand-off's index: no lock op of its own), above the holder's %d, and the value written for it",
+			r.g, handedAt.ModifyIndex, holderGrant.FencingToken)
+	}
+	if pair, _, _ := kv.Get(lockmodel.WaiterQueueEntryKey(l, first.ID), &api.QueryOptions{RequireConsistent: true}); pair != nil {
+		t.Fatalf("the first in line's entry is still there: %+v", pair)
+	}
+
+	if released, err := firstProto.Release(ctx, first, r.g.Value); err != nil || !released {
+		t.Fatalf("Release by the first in line = %v, %v; want true", released, err)
+	}
+	r = <-secondDone
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	pair, _, _ := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
+	if pair == nil || pair.Session != second.ID || pair.ModifyIndex != r.g.FencingToken || r.g.FencingToken <= handedAt.ModifyIndex {
+		t.Fatalf("lock key %+v, second's grant %+v; want it handed on to the second in line at a higher token", pair, r.g)
 	}
 }
