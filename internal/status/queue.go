@@ -11,8 +11,8 @@ import (
 )
 
 // QueueWaiter is one entry of a queued mutex's waiter queue
-// (<prefix>/.queue/<session>, waiters = "queue"), in the order the waiters
-// stand in (lockmodel.QueueOrder).
+// (<prefix>/.queue/<session>, waiters = "queue" or "handoff"), in the
+// order the waiters stand in (lockmodel.QueueOrder).
 type QueueWaiter struct {
 	// Position counts the live entries ahead (0: first in line, the next
 	// to try for the lock; the runner logs it as queue_position); null for

@@ -182,3 +182,57 @@ func TestStatusWatchRedrawsTheWaiterQueue(t *testing.T) {
 		t.Fatalf("frame after the waiter left: %+v, want empty", q)
 	}
 }
+
+// TestStatusShowsTheDeclaredWaitersOfAQueuedMutex: a mutex declared
+// waiters = "handoff" queues as one declared "queue" does, and status shows
+// each lock's declared value: -json "waiters" is "handoff" and "queue",
+// each with its queue in line; -lock NAME says "Waiters: handoff" and that
+// position 0 is next, handed the lock by a releasing runner (with "queue",
+// that it tries for the lock next).
+func TestStatusShowsTheDeclaredWaitersOfAQueuedMutex(t *testing.T) {
+	f := newFixture(t)
+	waiting := map[string]string{}
+	for _, w := range []string{lockmodel.WaitersHandOff, lockmodel.WaitersQueue} {
+		l := f.lock(lockmodel.Lock{Name: w, Waiters: w}, false)
+		f.acquire(l, f.session("15s", "15s", "release"), time.Now())
+		waiting[w] = f.session("15s", "15s", "release")
+		f.enqueue(l, waiting[w], "node-"+w, 101)
+	}
+
+	_, out, _ := f.run("-json")
+	var raw struct {
+		Locks []map[string]any `json:"locks"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, lk := range raw.Locks {
+		if lk["waiters"] != lk["name"] {
+			t.Errorf("status -json: lock %v has waiters %v; want %v, as declared", lk["name"], lk["waiters"], lk["name"])
+		}
+	}
+	_, rep := f.report()
+	for w, session := range waiting {
+		j := lockByName(t, rep, w)
+		if j.Waiters != w || len(j.Queue) != 1 || j.Queue[0].Session != session || j.Queue[0].Position == nil || *j.Queue[0].Position != 0 {
+			t.Errorf("%s: waiters %q, queue %+v; want waiters %q and %s first in line", w, j.Waiters, j.Queue, w, session)
+		}
+	}
+
+	for w, res := range map[string][]string{
+		lockmodel.WaitersHandOff: {`Waiters:\s+handoff \(1 waiting\)`, `Waiting \(handoff, in line; position 0 is next, handed the lock by a releasing runner\)`,
+			`(?m)^\s+0\s+` + waiting[lockmodel.WaitersHandOff] + `\s+node-handoff\s+101$`},
+		lockmodel.WaitersQueue: {`Waiters:\s+queue \(1 waiting\)`, `Waiting \(queue, in line; position 0 tries for the lock next\)`,
+			`(?m)^\s+0\s+` + waiting[lockmodel.WaitersQueue] + `\s+node-queue\s+101$`},
+	} {
+		_, out, _ := f.run("-lock", w)
+		for _, re := range res {
+			if !regexp.MustCompile(re).MatchString(out) {
+				t.Errorf("status -lock %s lacks %s:\n%s", w, re, out)
+			}
+		}
+		if w == lockmodel.WaitersHandOff {
+			t.Logf("status -lock %s:\n%s", w, out)
+		}
+	}
+}

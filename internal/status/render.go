@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 func dash(s string) string {
@@ -119,7 +121,7 @@ func renderDetail(w io.Writer, l Lock) {
 		row("Waiting:", fmt.Sprint(*l.Contenders))
 	}
 	if l.Queue != nil {
-		row("Waiters:", fmt.Sprintf("queue (%d waiting)", waitingInQueue(l.Queue)))
+		row("Waiters:", fmt.Sprintf("%s (%d waiting)", l.Waiters, waitingInQueue(l.Queue)))
 	}
 	row("Session profile:", dash(l.SessionDefaults))
 	row("Worst-case gap:", dash(l.WorstCaseGap))
@@ -158,7 +160,7 @@ func renderDetail(w io.Writer, l Lock) {
 		}
 		_ = tw.Flush()
 	}
-	renderQueue(w, l.Queue)
+	renderQueue(w, l.Waiters, l.Queue)
 	renderRuns(w, l.Runs)
 	if len(l.Findings) > 0 {
 		fmt.Fprintln(w, "\nFindings (the controller's Decide, observe mode):")
@@ -206,12 +208,18 @@ func renderRuns(w io.Writer, runs []LockRun) {
 }
 
 // renderQueue prints a queued mutex's waiters in line, the stale entries
-// (their session gone) last; nothing for a lock whose waiters race.
-func renderQueue(w io.Writer, q []QueueWaiter) {
+// (their session gone) last; nothing for a lock whose waiters race. The
+// heading says what position 0 gets at the next release: with "handoff"
+// the releasing runner gives it the lock, with "queue" it tries for it.
+func renderQueue(w io.Writer, waiters string, q []QueueWaiter) {
 	if len(q) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nWaiting (queue, in line; position 0 tries for the lock next):")
+	next := "tries for the lock next"
+	if waiters == lockmodel.WaitersHandOff {
+		next = "is next, handed the lock by a releasing runner"
+	}
+	fmt.Fprintf(w, "\nWaiting (%s, in line; position 0 %s):\n", waiters, next)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  POSITION\tSESSION\tNODE\tPID")
 	for _, e := range q {

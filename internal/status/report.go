@@ -59,10 +59,11 @@ type Lock struct {
 	// Contenders are semaphore contender keys whose session does not hold
 	// a slot (waiting); null for a mutex (see Queue for a queued one's).
 	Contenders *int `json:"contenders"`
-	// Waiters is a mutex's declared waiters, "race" or "queue" (absent
-	// for a semaphore). Queue, only for "queue", is its waiter queue in
-	// line, stale entries last ([] when none waits; absent for a lock
-	// whose waiters race, which leave no trace).
+	// Waiters is a mutex's declared waiters, "race", "queue" or "handoff"
+	// (absent for a semaphore). Queue, only for the queued modes ("queue"
+	// and "handoff"), is its waiter queue in line, stale entries last ([]
+	// when none waits; absent for a lock whose waiters race, which leave no
+	// trace).
 	Waiters         string        `json:"waiters,omitempty"`
 	Queue           []QueueWaiter `json:"queue,omitzero"`
 	SessionDefaults string        `json:"session_defaults"`
@@ -251,7 +252,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			out.Waiters = lockmodel.WaitersRace
 		}
 		if l.Queued() {
-			out.Waiters, out.Queue = lockmodel.WaitersQueue, []QueueWaiter{}
+			out.Waiters, out.Queue = l.Waiters, []QueueWaiter{}
 		}
 		if l.MaxHold > 0 {
 			out.MaxHold = lockmodel.FormatDuration(l.MaxHold)
