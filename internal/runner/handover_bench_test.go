@@ -30,7 +30,8 @@ type handoverVariant struct {
 }
 
 // handoverVariants: consullock run, consul lock, the floor, consullock run
-// with -run-id, consullock run on a lock with waiters = "queue", and the base binary's run when BENCH_BASE_RUNNER names
+// with -run-id, consullock run on a lock with waiters = "queue" and with
+// waiters = "handoff", and the base binary's run when BENCH_BASE_RUNNER names
 // one (BENCH_VARIANTS=run,consul_lock,... picks some); the ratios are to
 // consul lock.
 func handoverVariants() []handoverVariant {
@@ -40,6 +41,7 @@ func handoverVariants() []handoverVariant {
 		{"floor", floorHandover},
 		{"run_id", runHandover(runnerBin, true)},
 		{"queue", runHandoverWaiters(runnerBin, false, lockmodel.WaitersQueue)},
+		{"handoff", runHandoverWaiters(runnerBin, false, lockmodel.WaitersHandOff)},
 	}
 	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
 		vs = append(vs, handoverVariant{"base_run", runHandover(base, false)}, handoverVariant{"base_run_id", runHandover(base, true)})
@@ -59,7 +61,7 @@ func runHandover(bin string, runID bool) func(b *testing.B, record, addr1, addr2
 }
 
 // runHandoverWaiters is runHandover on a lock declared with waiters
-// (lockmodel.WaitersQueue or "").
+// (lockmodel.WaitersQueue, WaitersHandOff or "").
 func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
 	return func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
 		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: waiters}
@@ -466,9 +468,10 @@ func BenchmarkHerd(b *testing.B) {
 		name    string
 		bin     string
 		runID   bool
-		waiters string // the lock's waiters: "" (race) or queue
+		waiters string // the lock's waiters: "" (race), queue or handoff
 	}
-	vs := []variant{{"run", runnerBin, false, ""}, {"run_id", runnerBin, true, ""}, {"queue", runnerBin, false, lockmodel.WaitersQueue}, {"queue_run_id", runnerBin, true, lockmodel.WaitersQueue}}
+	vs := []variant{{"run", runnerBin, false, ""}, {"run_id", runnerBin, true, ""}, {"queue", runnerBin, false, lockmodel.WaitersQueue},
+		{"queue_run_id", runnerBin, true, lockmodel.WaitersQueue}, {"handoff", runnerBin, false, lockmodel.WaitersHandOff}}
 	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
 		vs = append(vs, variant{"base_run", base, false, ""})
 	}
