@@ -75,6 +75,9 @@ type Hold struct {
 
 	lost   chan struct{}
 	reason string // set before lost is closed
+	// ending is set when the holder gives the lock up (end): what the
+	// judge sees from then on is not a loss.
+	ending atomic.Bool
 }
 
 // LostError is AcquireHold's error when the loss judge finds the lock lost
@@ -210,7 +213,7 @@ func (h *Hold) judge(ctx context.Context, j *LossJudge, obs <-chan Observation) 
 		case <-deadline.C:
 			v = j.Check(time.Now())
 		}
-		if v.Lost {
+		if v.Lost && !h.ending.Load() {
 			h.reason = v.Reason
 			close(h.lost)
 			return
@@ -257,8 +260,11 @@ func (h *Hold) Destroy(ctx context.Context) {
 }
 
 func (h *Hold) end(ctx context.Context, release bool) {
+	// The release is on the hand-over's path and goes before the renewer
+	// and the watcher are waited for (they only stop); ending keeps the
+	// judge from calling the release a loss.
+	h.ending.Store(true)
 	h.cancel()
-	h.wg.Wait()
 	log := h.log.With("session", h.Session.ID)
 	if release {
 		value := h.Value
@@ -274,6 +280,7 @@ func (h *Hold) end(ctx context.Context, release bool) {
 			log.Debug("nothing to release: the session did not hold the lock")
 		}
 	}
+	h.wg.Wait()
 	if err := DestroySession(ctx, h.c, h.Session.ID); err != nil {
 		log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "error", err.Error())
 	} else {

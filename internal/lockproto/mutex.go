@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -41,6 +42,10 @@ type mutex struct {
 	// holderSeen is the last session seen holding the key (race), for
 	// PlaceInQueue, which leaves the holder's own entry out of the queue.
 	holderSeen string
+	// queueSeen is the waiter queue as last listed while the lock is held
+	// (followQueue, waiters = "handoff"), so that the release does not
+	// wait for a listing.
+	queueSeen atomic.Pointer[api.KVPairs]
 }
 
 func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
@@ -195,6 +200,14 @@ func describeHolder(pair *api.KVPair) string {
 
 func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 	kv := cmp.Or(m.watchC, m.c).KV()
+	if m.lock.HandsOff() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m.followQueue(ctx, kv)
+		}()
+		defer func() { <-done }()
+	}
 	var (
 		index    = m.acquired
 		failures int

@@ -203,19 +203,64 @@ func QueueEntries(pairs api.KVPairs) []lockmodel.QueueEntry {
 // takes the release's Raft write only. false, when nobody waits or the
 // transaction fails (s does not hold, the waiter left or its session
 // ended, a refusal), leaves the lock as it was for a plain release.
+//
+// The queue comes from the listing followQueue kept while the lock was held
+// (no request on the hand-over's path), else from a listing now; a
+// transaction refused on a kept listing (the waiter left meanwhile) is tried
+// once more on a fresh one.
 func (m *mutex) handOff(ctx context.Context, s *Session, holder []byte) bool {
+	if kept := m.queueSeen.Swap(nil); kept != nil {
+		if handed, tried := m.handOffTo(ctx, s, holder, *kept); handed || !tried {
+			return handed
+		}
+	}
 	pairs, _, err := m.c.KV().List(lockmodel.WaiterQueuePrefix(m.lock), (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		m.log.Debug("could not list the waiter queue; releasing instead of handing the lock over", "error", consul.Classify("list "+lockmodel.WaiterQueuePrefix(m.lock), err).Error())
 		return false
 	}
+	handed, _ := m.handOffTo(ctx, s, holder, pairs)
+	return handed
+}
+
+// followQueue keeps the waiter queue's latest listing in queueSeen while
+// the lock is held (until ctx ends): one blocking query, answered when a
+// waiter joins or leaves.
+func (m *mutex) followQueue(ctx context.Context, kv *api.KV) {
+	var (
+		index    uint64
+		failures int
+	)
+	for {
+		pairs, meta, err := kv.List(lockmodel.WaiterQueuePrefix(m.lock), (&api.QueryOptions{WaitIndex: index, WaitTime: watchWaitTime}).WithContext(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			m.queueSeen.Store(nil) // the release lists again
+			failures++
+			if sleepCtx(ctx, backoff(failures)) != nil {
+				return
+			}
+			index = 0
+			continue
+		}
+		failures = 0
+		m.queueSeen.Store(&pairs)
+		index = NextIndex(index, meta.LastIndex)
+	}
+}
+
+// handOffTo is handOff on the queue listing pairs; tried is false when
+// nobody in it can be handed the lock (no transaction was sent).
+func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs api.KVPairs) (handed, tried bool) {
 	values := make(map[string][]byte, len(pairs))
 	for _, p := range pairs {
 		values[p.Key] = p.Value
 	}
 	next, ok := lockmodel.NextHolder(QueueEntries(pairs), values, s.ID, time.Now())
 	if !ok {
-		return false
+		return false, false
 	}
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: m.lock.Key, Value: holder, Flags: lockmodel.LockFlagValue, Session: s.ID}},
@@ -226,18 +271,18 @@ func (m *mutex) handOff(ctx context.Context, s *Session, holder []byte) bool {
 	ok, resp, _, err := m.c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	switch {
 	case err != nil:
-		m.log.Debug("hand-over transaction failed; releasing instead", "next_session", next.Session, "error", consul.Classify("hand over "+m.lock.Key, err).Error())
-		return false
+		m.log.Debug("hand-over transaction failed", "next_session", next.Session, "error", consul.Classify("hand over "+m.lock.Key, err).Error())
+		return false, true
 	case !ok:
 		var whats []string
 		for _, e := range resp.Errors {
 			whats = append(whats, e.What)
 		}
-		m.log.Debug("Consul refused the hand-over; releasing instead", "next_session", next.Session, "error", strings.Join(whats, "; "))
-		return false
+		m.log.Debug("Consul refused the hand-over", "next_session", next.Session, "error", strings.Join(whats, "; "))
+		return false, true
 	}
 	m.log.Info("lock handed to the first waiter in line", "next_session", next.Session)
-	return true
+	return true, true
 }
 
 // handedOver is the grant of a lock whose previous holder handed it to
