@@ -41,7 +41,7 @@ const (
 	WaitersRace    = "race"
 	WaitersQueue   = "queue"
 	WaitersHandOff = "handoff"
-	FieldWaiters = "waiters"
+	FieldWaiters   = "waiters"
 	// QueueKeyName is the folder under a lock's prefix that holds its
 	// waiter queue.
 	QueueKeyName = ".queue"

@@ -219,3 +219,85 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 		t.Fatalf("lock key %+v, second's grant %+v; want it handed on to the second in line at a higher token", pair, r.g)
 	}
 }
+
+// A handoff holder hands over from the queue listing it kept while
+// holding (followQueue); when that listing is stale (its first waiter left
+// since), the refused transaction is tried once more on a fresh listing,
+// so the lock still goes to the waiter now first, and releasing is not a
+// loss for the hold.
+func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
+	c, l := queuedFixture(t)
+	l.Waiters = lockmodel.WaitersHandOff
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := holdOptions(t, l.Key)
+	o.Lock, o.Profile.TTL, o.Profile.LockDelay = l, 10*time.Second, time.Second
+	o.Value = func() []byte { return []byte(`{"node":"holder","pid":1,"started":"2026-01-01T00:00:00Z"}`) }
+	h, err := AcquireHold(ctx, c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := h.proto.(*mutex)
+	if !ok {
+		t.Fatalf("protocol %T; want the mutex", h.proto)
+	}
+	kv := agent.Client().KV()
+	p := o.Profile
+	leaver, waiter := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
+	value := func(node string) func() []byte {
+		return func() []byte { return []byte(`{"node":"` + node + `","pid":2,"started":"2026-01-01T00:00:00Z"}`) }
+	}
+	lctx, lcancel := context.WithCancel(ctx)
+	leaverDone := make(chan error, 1)
+	go func() {
+		_, err := New(c, l, p.LockDelay, discardLog()).Acquire(lctx, leaver, value("leaver"))
+		leaverDone <- err
+	}()
+	waitFor(t, func() bool {
+		pair, _, _ := kv.Get(lockmodel.WaiterQueueEntryKey(l, leaver.ID), nil)
+		return pair != nil
+	})
+	waitFor(t, func() bool { kept := m.queueSeen.Load(); return kept != nil && len(*kept) == 1 })
+	stale := m.queueSeen.Load()
+
+	type result struct {
+		g   Grant
+		err error
+	}
+	waiterDone := make(chan result, 1)
+	go func() {
+		g, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, waiter, value("waiter"))
+		waiterDone <- result{g, err}
+	}()
+	waitFor(t, func() bool {
+		pair, _, _ := kv.Get(lockmodel.WaiterQueueEntryKey(l, waiter.ID), nil)
+		return pair != nil
+	})
+	lcancel()
+	if err := <-leaverDone; err == nil {
+		t.Fatal("the cancelled waiter acquired")
+	}
+	waitFor(t, func() bool {
+		kept := m.queueSeen.Load()
+		return kept != nil && len(*kept) == 1 && (*kept)[0].Session == waiter.ID
+	})
+	m.queueSeen.Store(stale) // as if the leaver's going had not reached the holder yet
+
+	h.Release(ctx)
+	pair, _, err := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || pair == nil || pair.Session != waiter.ID {
+		t.Fatalf("lock key after the release: %+v (%v); want it handed to the waiter now first (%s)", pair, err, waiter.ID)
+	}
+	r := <-waiterDone
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Value == nil {
+		t.Fatalf("the waiter's grant %+v came from a lock op of its own; want the lock handed to it", r.g)
+	}
+	select {
+	case <-h.Lost():
+		t.Fatalf("the hold reports a loss after its own release: %s", h.Reason())
+	default:
+	}
+}
