@@ -92,7 +92,7 @@ func (c *Client) readTxn(ctx context.Context, keys []string) (map[string]*api.KV
 		return nil, c.Classify(ctx, op, err)
 	}
 	if !ok {
-		return nil, txnError(op, resp.Errors)
+		return nil, TxnError(op, resp.Errors)
 	}
 	seen := make(map[string]*api.KVPair, len(resp.Results))
 	for _, p := range resp.Results {

@@ -39,7 +39,7 @@ func (c *Client) FencedCAS(ctx context.Context, f Fence, pair *api.KVPair) (ok b
 	if ok {
 		return true, nil
 	}
-	if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+	if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
 		return false, e
 	}
 	for _, e := range resp.Errors {

@@ -127,7 +127,7 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 			return false, c.Classify(ctx, op, err)
 		}
 		if !ok {
-			if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
 				return false, e
 			}
 			refused = ErrLedgerChanged

@@ -160,7 +160,7 @@ func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, 
 			return false, c.Classify(ctx, op, err)
 		}
 		if !ok {
-			if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
 				return false, e
 			}
 			// Stale index, session gone, lock taken: the key moved on.
@@ -202,10 +202,10 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 	})
 }
 
-// txnError turns a transaction's error list into an *Error: permission
+// TxnError turns a transaction's error list into an *Error: permission
 // denied when Consul said so, else a conflict (KindValidation) carrying
 // Consul's words.
-func txnError(op string, errs api.TxnErrors) *Error {
+func TxnError(op string, errs api.TxnErrors) *Error {
 	msgs := make([]string, 0, len(errs))
 	kind := KindValidation
 	for _, e := range errs {

@@ -130,7 +130,7 @@ func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChang
 	}
 	res := &LockChangeResult{OK: ok}
 	if !ok {
-		if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+		if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
 			return nil, e
 		}
 		for _, e := range resp.Errors {

@@ -73,7 +73,7 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 			return false, r.client.Classify(ctx, op, err)
 		}
 		if !ok {
-			if e := txnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
 				return false, e
 			}
 			return false, nil

@@ -113,7 +113,8 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 			strings.Contains(what, "failed to check session"):
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("lock %s: Consul refused the transaction: %s", key, what)
+		return nil, false, &lockTxnRefused{key: key, what: what,
+			denied: consul.TxnError("lock "+key, resp.Errors).Kind == consul.KindPermissionDenied}
 	}
 	var entry *api.KVPair
 	for _, r := range resp.Results {
@@ -125,6 +126,18 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 		return nil, false, fmt.Errorf("lock %s: the transaction succeeded but did not report the key", key)
 	}
 	return entry, true, nil
+}
+
+// lockTxnRefused is runLockTxn's error for a refusal the protocol does
+// not expect: its text is Consul's words; denied is consul.TxnError's
+// reading of them (the one reading of transaction errors).
+type lockTxnRefused struct {
+	key, what string
+	denied    bool
+}
+
+func (e *lockTxnRefused) Error() string {
+	return fmt.Sprintf("lock %s: Consul refused the transaction: %s", e.key, e.what)
 }
 
 // ErrSessionInvalid: Consul refused an acquisition because the session no

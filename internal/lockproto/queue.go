@@ -166,7 +166,8 @@ func (m *mutex) leaveQueue(ctx context.Context, entry string) {
 // lock: the delete is dropped (*entry cleared) and the lock tried again.
 func (m *mutex) lockTxn(ctx context.Context, pair *api.KVPair, entry *string) (*api.KVPair, bool, error) {
 	won, ok, err := runLockTxn(ctx, m.c, LockTxnOps(pair, *entry), pair.Key)
-	if err != nil && *entry != "" && !errors.Is(err, ErrSessionInvalid) && strings.Contains(strings.ToLower(err.Error()), "permission denied") {
+	var refused *lockTxnRefused
+	if *entry != "" && errors.As(err, &refused) && refused.denied {
 		m.log.Warn("the token may no longer delete this runner's queue entry; acquiring without deleting it",
 			"missing_grant", QueueGrant(m.lock), "error", err.Error())
 		*entry = ""

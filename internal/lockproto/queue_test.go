@@ -301,3 +301,36 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	default:
 	}
 }
+
+// A waiter whose token may lock the key but not delete its queue entry
+// (the grant taken away while it waited) still acquires: Consul refuses the
+// transaction with the entry's delete as permission denied, and the lock
+// is tried again without it.
+func TestMutexQueue_aTokenThatMayNotDeleteItsEntryStillAcquires(t *testing.T) {
+	mgmt, l := queuedFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tok, err := agent.MintToken(strings.ReplaceAll(t.Name(), "/", "-"), `key "`+l.Key+`" { policy = "write" }
+session_prefix "" { policy = "write" }`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := consul.New(consul.Settings{Address: agent.Addr, Token: tok.SecretID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.WithDefaults()
+	s := newSession(ctx, t, c, "", p)
+	entry := lockmodel.WaiterQueueEntryKey(l, s.ID)
+	if ok, _, err := mgmt.KV().Acquire(&api.KVPair{Key: entry, Session: s.ID}, nil); err != nil || !ok {
+		t.Fatalf("write the entry: %v %v", ok, err)
+	}
+	m := &mutex{c: c, lock: l, declaredDelay: p.LockDelay, log: discardLog()}
+	won, ok, err := m.lockTxn(ctx, m.pair(s, []byte("w")), &entry)
+	if err != nil || !ok || won == nil || won.Session != s.ID {
+		t.Fatalf("lockTxn without the grant to delete the entry = %+v, %v, %v; want the lock", won, ok, err)
+	}
+	if entry != "" {
+		t.Fatalf("entry %q after the fallback; want it dropped from the transaction", entry)
+	}
+}
