@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -34,13 +35,25 @@ func isConsulLockSession(prefix string) func(string) bool {
 // 15s, lock-delay 15s). BENCH_BASE_RUNNER names another consullock binary
 // (built at the base commit) measured in the same loop.
 //
+// BENCH_CLUSTER=1 runs the same variants, loop and figures on a cluster
+// (testenv.StartClusterT: three servers, so each Raft write is replicated
+// and written to disk, and two client agents) instead of the dev agent:
+// the holder on client 1, the waiter on client 2, the declarations, tokens
+// and waits on the cluster; the metrics keep their names, the log lines
+// say "MEASURED (cluster)".
+//
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'Handover$' -benchtime 20x ./internal/runner/
+//	CONSUL_BIN=$PWD/bin/consul BENCH_CLUSTER=1 go test -run '^$' -bench 'Handover$' -benchtime 20x -timeout 30m ./internal/runner/
 func BenchmarkHandover(b *testing.B) {
+	tg := devAgentTarget()
+	if os.Getenv("BENCH_CLUSTER") != "" {
+		tg = clusterTarget(testenv.StartClusterT(b, testenv.ClusterOptions{Servers: 3, Clients: 2}))
+	}
 	variants := handoverVariants()
 	took := make([][]time.Duration, len(variants))
 	for b.Loop() {
 		for i, v := range variants {
-			took[i] = append(took[i], handover(b, v))
+			took[i] = append(took[i], handover(b, v, tg))
 		}
 	}
 	// Medians: one hand-over slowed by the shared machine must not move
@@ -58,16 +71,16 @@ func BenchmarkHandover(b *testing.B) {
 		if v.metric != "consul_lock" && consul > 0 {
 			b.ReportMetric(float64(m)/float64(consul), v.metric+"/consul_lock")
 		}
-		b.Logf("MEASURED %s hand-overs: median %.2fms of %v", v.metric, ms(m), took[i])
+		b.Logf("MEASURED%s %s hand-overs: median %.2fms of %v", tg.label, v.metric, ms(m), took[i])
 	}
 }
 
-// handover runs a holder and a waiter and returns the gap between the
-// holder's child's end and the waiter's child's start.
-func handover(b *testing.B, v handoverVariant) time.Duration {
+// handover runs a holder and a waiter on tg and returns the gap between
+// the holder's child's end and the waiter's child's start.
+func handover(b *testing.B, v handoverVariant, tg handoverTarget) time.Duration {
 	b.Helper()
 	record := filepath.Join(b.TempDir(), "record")
-	first, second := v.start(b, record, agent.Addr, agent.Addr)
+	first, second := v.start(b, record, tg)
 	for _, p := range []*proc{first, second} {
 		if code := p.wait(time.Minute); code != 0 {
 			b.Fatalf("%s exited %d:\n%s", p.name, code, p.out.String())

@@ -17,16 +17,71 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // handoverVariant is one subject of BenchmarkHandover: it starts a holder
-// (child tagged "first", 1.5s) and, once the holder's child runs and the
-// second contender waits, a waiter (child tagged "second", 10ms).
+// (child tagged "first", 1.5s) at the target's addr1 and, once the holder's
+// child runs and the second contender waits, a waiter (child tagged
+// "second", 10ms) at its addr2.
 type handoverVariant struct {
 	metric string
-	start  func(b *testing.B, record, addr1, addr2 string) (first, second *proc)
+	start  func(b *testing.B, record string, tg handoverTarget) (first, second *proc)
+}
+
+// handoverTarget is the Consul a hand-over runs on: the dev agent of the
+// runner tests (devAgentTarget) or a cluster (clusterTarget).
+type handoverTarget struct {
+	// label follows MEASURED in the figures' lines: "" or " (cluster)".
+	label string
+	// admin (with the management token) writes the declarations, mints
+	// the tokens and waits on the keys and the sessions.
+	admin *api.Client
+	// managementToken is consul lock's and the floor's token (consul lock
+	// needs agent read).
+	managementToken string
+	// consulBin runs consul lock.
+	consulBin string
+	// addr1 and addr2 are the HTTP addresses of the holder's and the
+	// waiter's agents.
+	addr1, addr2 string
+	// nodes are the nodes of addr1 and addr2 (one when they are the same
+	// agent): the contenders' sessions live there.
+	nodes []string
+}
+
+// devAgentTarget is the runner tests' dev agent, holder and waiter both
+// on it.
+func devAgentTarget() handoverTarget {
+	return handoverTarget{admin: agent.Client(), managementToken: agent.ManagementToken, consulBin: agent.Bin,
+		addr1: agent.Addr, addr2: agent.Addr, nodes: []string{agent.NodeName}}
+}
+
+// clusterTarget is c with the holder on its first client agent and the
+// waiter on its second; the admin requests go to its first server.
+func clusterTarget(c *testenv.Cluster) handoverTarget {
+	return handoverTarget{label: " (cluster)", admin: c.Servers[0].Client(), managementToken: c.ManagementToken, consulBin: c.Bin,
+		addr1: c.Clients[0].Addr, addr2: c.Clients[1].Addr, nodes: []string{c.Clients[0].Name, c.Clients[1].Name}}
+}
+
+// waitHeld waits until key is held.
+func (tg handoverTarget) waitHeld(b *testing.B, key string) {
+	b.Helper()
+	waitKeyAt(b, tg.admin, key, 30*time.Second, heldByOther(""))
+}
+
+// waitSessions waits until n sessions on the target's nodes have a name
+// that match accepts.
+func (tg handoverTarget) waitSessions(b *testing.B, match func(name string) bool, n int) {
+	b.Helper()
+	node := "" // several nodes: every session
+	if len(tg.nodes) == 1 {
+		node = tg.nodes[0]
+	}
+	waitForSessionsAt(b, tg.admin, node, match, n)
 }
 
 // handoverVariants: consullock run, consul lock, the floor, consullock run
@@ -56,56 +111,56 @@ func handoverVariants() []handoverVariant {
 // lock's session settings; with runID, the lock is run once and each
 // runner has a run ID of its own (the waiter reads the ledger and records
 // its attempt before its command starts).
-func runHandover(bin string, runID bool) func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+func runHandover(bin string, runID bool) func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 	return runHandoverWaiters(bin, runID, "")
 }
 
 // runHandoverWaiters is runHandover on a lock declared with waiters
 // (lockmodel.WaitersQueue, WaitersHandOff or "").
-func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
-	return func(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
+	return func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: waiters}
 		if runID {
 			l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
 		}
-		l = declare(b, l, consulLockProfile(b))
-		token := herdToken(b, l)
+		l = declareAt(b, tg.admin, l, consulLockProfile(b))
+		token := herdToken(b, tg, l)
 		args := func(id string) []string {
 			if runID {
 				return []string{"-lock", l.Name, "-run-id", id}
 			}
 			return []string{"-lock", l.Name}
 		}
-		first := startRunnerBin(b, bin, "runner 1", addr1, token, args("r1"), childArgs(record, "first", "-sleep", "1500ms")...)
-		waitKey(b, l.Key, 30*time.Second, heldByOther(""))
-		second := startRunnerBin(b, bin, "runner 2", addr2, token, args("r2"), childArgs(record, "second", "-sleep", "10ms")...)
-		waitForTwoSessions(b, "consullock run "+l.Name)
+		first := startRunnerBin(b, bin, "runner 1", tg.addr1, token, args("r1"), childArgs(record, "first", "-sleep", "1500ms")...)
+		tg.waitHeld(b, l.Key)
+		second := startRunnerBin(b, bin, "runner 2", tg.addr2, token, args("r2"), childArgs(record, "second", "-sleep", "10ms")...)
+		tg.waitSessions(b, func(name string) bool { return name == "consullock run "+l.Name }, 2)
 		return first, second
 	}
 }
 
-func consulLockHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+func consulLockHandover(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 	prefix := testenv.UniquePrefix(b.Name())
 	args := func(tag, sleep string) []string {
 		return append([]string{"lock", "-shell=false", "-child-exit-code", prefix, benchChild(b)}, childArgs(record, tag, "-sleep", sleep)...)
 	}
-	first := startProc(b, "consul lock 1", processEnv(addr1, agent.ManagementToken), agent.Bin, args("first", "1500ms")...)
-	waitKey(b, lockmodel.DefaultLockKey(prefix), 30*time.Second, heldByOther(""))
-	second := startProc(b, "consul lock 2", processEnv(addr2, agent.ManagementToken), agent.Bin, args("second", "10ms")...)
-	waitForSessionsMatching(b, isConsulLockSession(prefix), 2)
+	first := startProc(b, "consul lock 1", processEnv(tg.addr1, tg.managementToken), tg.consulBin, args("first", "1500ms")...)
+	tg.waitHeld(b, lockmodel.DefaultLockKey(prefix))
+	second := startProc(b, "consul lock 2", processEnv(tg.addr2, tg.managementToken), tg.consulBin, args("second", "10ms")...)
+	tg.waitSessions(b, isConsulLockSession(prefix), 2)
 	return first, second
 }
 
-func floorHandover(b *testing.B, record, addr1, addr2 string) (*proc, *proc) {
+func floorHandover(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 	key := lockmodel.DefaultLockKey(testenv.UniquePrefix(b.Name()))
 	args := func(tag, sleep string) []string {
 		return append([]string{"-key", key, "--", benchChild(b)}, childArgs(record, tag, "-sleep", sleep)...)
 	}
 	bin := floorBin(b)
-	first := startProc(b, "floor 1", processEnv(addr1, agent.ManagementToken), bin, args("first", "1500ms")...)
-	waitKey(b, key, 30*time.Second, heldByOther(""))
-	second := startProc(b, "floor 2", processEnv(addr2, agent.ManagementToken), bin, args("second", "10ms")...)
-	waitForSessionsMatching(b, func(name string) bool { return name == "handover floor "+key }, 2)
+	first := startProc(b, "floor 1", processEnv(tg.addr1, tg.managementToken), bin, args("first", "1500ms")...)
+	tg.waitHeld(b, key)
+	second := startProc(b, "floor 2", processEnv(tg.addr2, tg.managementToken), bin, args("second", "10ms")...)
+	tg.waitSessions(b, func(name string) bool { return name == "handover floor "+key }, 2)
 	return first, second
 }
 
@@ -119,18 +174,26 @@ func startRunnerBin(t testing.TB, bin, name, addr, token string, args []string, 
 	return startProc(t, name, processEnv(addr, token), bin, full...)
 }
 
-// herdToken is a runner token for l, with write on its run ledger when l
-// runs once.
-func herdToken(t testing.TB, l lockmodel.Lock) string {
+// herdToken is a runner token for l on the target's nodes, with write on
+// its run ledger when l runs once.
+func herdToken(t testing.TB, tg handoverTarget, l lockmodel.Lock) string {
 	t.Helper()
 	rules := fmt.Sprintf(`key_prefix %q { policy = "write" }
 key_prefix "%s/" { policy = "read" }
 key %q { policy = "write" }
-session %q { policy = "write" }
-`, l.Prefix, lockmodel.DefaultRegistryPrefix, ledgerKey(l), agent.NodeName)
-	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+`, l.Prefix, lockmodel.DefaultRegistryPrefix, ledgerKey(l))
+	for _, node := range tg.nodes {
+		rules += fmt.Sprintf("session %q { policy = \"write\" }\n", node)
+	}
+	name := uniqueName(t, "policy")
+	acl := tg.admin.ACL()
+	policy, _, err := acl.PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("creating policy %s: %v", name, err)
+	}
+	tok, _, err := acl.TokenCreate(&api.ACLToken{Description: name, Policies: []*api.ACLTokenPolicyLink{{ID: policy.ID}}}, nil)
+	if err != nil {
+		t.Fatalf("creating token for %s: %v", name, err)
 	}
 	return tok.SecretID
 }
@@ -356,7 +419,9 @@ func BenchmarkHandoverProfile(b *testing.B) {
 		for i, v := range variants {
 			record := filepath.Join(b.TempDir(), "record")
 			p1, p2 := newRecordingProxy(b), newRecordingProxy(b)
-			first, second := v.start(b, record, p1.addr, p2.addr)
+			tg := devAgentTarget()
+			tg.addr1, tg.addr2 = p1.addr, p2.addr
+			first, second := v.start(b, record, tg)
 			for _, p := range []*proc{first, second} {
 				if code := p.wait(time.Minute); code != 0 {
 					b.Fatalf("%s exited %d:\n%s", p.name, code, p.out.String())
@@ -490,7 +555,7 @@ func herd(b *testing.B, bin string, waiters int, runID bool, mode string) {
 		l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
 	}
 	l = declare(b, l, consulLockProfile(b))
-	token := herdToken(b, l)
+	token := herdToken(b, devAgentTarget(), l)
 	proxy := newRecordingProxy(b)
 	record := filepath.Join(b.TempDir(), "record")
 	procs := map[string]*proc{}

@@ -385,7 +385,13 @@ func uniqueName(t testing.TB, what string) string {
 // It returns the normalised lock.
 func declare(t testing.TB, l lockmodel.Lock, p *lockmodel.SessionProfile) lockmodel.Lock {
 	t.Helper()
-	kv := agent.Client().KV()
+	return declareAt(t, agent.Client(), l, p)
+}
+
+// declareAt is declare through the Consul client c (a management token).
+func declareAt(t testing.TB, c *api.Client, l lockmodel.Lock, p *lockmodel.SessionProfile) lockmodel.Lock {
+	t.Helper()
+	kv := c.KV()
 	if p != nil {
 		l.SessionDefaults = p.Name
 		rec, err := lockmodel.EncodeSessionProfileRecord(*p)
@@ -439,9 +445,15 @@ session %q { policy = "write" }
 // absent) and returns the pair.
 func waitKey(t testing.TB, key string, timeout time.Duration, cond func(*api.KVPair) bool) *api.KVPair {
 	t.Helper()
+	return waitKeyAt(t, agent.Client(), key, timeout, cond)
+}
+
+// waitKeyAt is waitKey through the Consul client c.
+func waitKeyAt(t testing.TB, c *api.Client, key string, timeout time.Duration, cond func(*api.KVPair) bool) *api.KVPair {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	kv := agent.Client().KV()
+	kv := c.KV()
 	var index uint64
 	for {
 		pair, meta, err := kv.Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: 2 * time.Second, RequireConsistent: true}).WithContext(ctx))

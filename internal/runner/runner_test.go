@@ -576,12 +576,24 @@ func waitForTwoSessions(t testing.TB, name string) {
 // name that match accepts.
 func waitForSessionsMatching(t testing.TB, match func(name string) bool, n int) {
 	t.Helper()
+	waitForSessionsAt(t, agent.Client(), agent.NodeName, match, n)
+}
+
+// waitForSessionsAt is waitForSessionsMatching through the Consul client c
+// with the sessions on node, or on every node when node is "".
+func waitForSessionsAt(t testing.TB, c *api.Client, node string, match func(name string) bool, n int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	list := func(q *api.QueryOptions) ([]*api.SessionEntry, *api.QueryMeta, error) {
+		if node == "" {
+			return c.Session().List(q)
+		}
+		return c.Session().Node(node, q)
+	}
 	var index uint64
 	for {
-		all, meta, err := agent.Client().Session().Node(agent.NodeName,
-			(&api.QueryOptions{WaitIndex: index, WaitTime: 2 * time.Second}).WithContext(ctx))
+		all, meta, err := list((&api.QueryOptions{WaitIndex: index, WaitTime: 2 * time.Second}).WithContext(ctx))
 		if ctx.Err() != nil {
 			t.Fatalf("%d matching sessions did not appear", n)
 		}
