@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -229,21 +228,17 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	// The value written at each acquisition attempt; the one of the
 	// attempt that won is written again at release. Its "started" is that
 	// attempt, not the start of the wait: status and the controller time
-	// the hold from it (lockmodel.HoldStart).
-	var (
-		valueMu sync.Mutex
-		written []byte
-	)
+	// the hold from it (lockmodel.HoldStart). A lock handed over by its
+	// previous holder (waiters = "handoff") holds the value that holder
+	// wrote; hold.Value is whichever the key got.
 	value := func() []byte {
-		valueMu.Lock()
-		defer valueMu.Unlock()
-		written = []byte(m.Value.ValueString())
-		if m.Value.IsNull() {
-			// The node is not known before the session exists; the holder
-			// value names the provider's host instead, as the runner's does.
-			host, _ := os.Hostname()
-			written, _ = json.Marshal(lockmodel.HolderValue{Node: host, PID: os.Getpid(), Started: time.Now().UTC(), Lock: l.Name})
+		if !m.Value.IsNull() {
+			return []byte(m.Value.ValueString())
 		}
+		// The node is not known before the session exists; the holder
+		// value names the provider's host instead, as the runner's does.
+		host, _ := os.Hostname()
+		written, _ := json.Marshal(lockmodel.HolderValue{Node: host, PID: os.Getpid(), Started: time.Now().UTC(), Lock: l.Name})
 		return written
 	}
 
@@ -260,9 +255,7 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	// From here on the CLI renews the session (Renew), possibly from
 	// another provider process.
 	hold.Detach()
-	valueMu.Lock()
-	fixed := written
-	valueMu.Unlock()
+	fixed := hold.Value
 	// The contact deadline runs from the hold's latest renewal, which may
 	// be long after the session's creation when Open waited.
 	held := heldLock{Session: hold.Session.ID, Lock: l, Profile: profile, Value: fixed, LastRenewal: hold.LastContact()}
