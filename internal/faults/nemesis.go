@@ -43,12 +43,21 @@ const (
 	// (Target runner-N: an extra mutex runner, and the run-once runners
 	// started there meanwhile).
 	FaultClockSkew FaultKind = "clock-skew"
+	// FaultWaiterKill SIGKILLs the runner first in line in a queued
+	// mutex's waiter queue (Target: the lock), as a crash would: its
+	// session lives on until Consul ends it. With waiters = "queue" the
+	// line waits for that; with "handoff" the releasing holder hands the
+	// dead waiter the lock, which then waits for the session's end and its
+	// lock-delay. Either way the stall is at most 2 x ttl + lock_delay
+	// (WaiterKillStalls).
+	FaultWaiterKill FaultKind = "waiter-kill"
 )
 
 // FaultKinds lists every kind, in the order the summary prints them.
 var FaultKinds = []FaultKind{
 	FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut, FaultRunnerFreeze, FaultRunnerKill,
 	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill, FaultClockSkew,
+	FaultWaiterKill,
 }
 
 // Step is one fault of a schedule: at At after the start, Kind on Target,
@@ -88,18 +97,26 @@ type ScheduleConfig struct {
 	MinSkew, MaxSkew time.Duration // how far a clock skew moves a clock, either way
 	Mutex, Semaphore string        // the two locks' targets
 	Once             string        // the run-once lock's target
+	// HandOff is the target of the mutex whose waiters hand off ("" for
+	// none): its holders are faulted as the mutex's are, and its profile
+	// changes.
+	HandOff string
+	// Queued are the mutexes whose waiters queue: a waiter kill picks one
+	// (none: no waiter kills).
+	Queued []string
 }
 
 // NemesisConfig is TestNemesis's schedule shape for a run of length: a
 // fault every 1 to 4s (over 600 in 30 minutes), undone after 1 to 15s,
 // on 3 client nodes and 2 controller replicas, a semaphore resized
-// between limits 2 and 3, clocks moved by 30s to 3 minutes either way.
+// between limits 2 and 3, clocks moved by 30s to 3 minutes either way,
+// two queued mutexes (waiters = "queue" and "handoff").
 func NemesisConfig(length time.Duration) ScheduleConfig {
 	return ScheduleConfig{
 		Length: length, MinGap: time.Second, MaxGap: 4 * time.Second,
 		Clients: 3, Controllers: 2, Limits: []int{2, 3}, ProfileVariants: 2,
 		MinFor: time.Second, MaxFor: 15 * time.Second, MinSkew: 30 * time.Second, MaxSkew: 3 * time.Minute,
-		Mutex: "mutex", Semaphore: "semaphore", Once: "once",
+		Mutex: "mutex", Semaphore: "semaphore", Once: "once", HandOff: "handoff", Queued: []string{"mutex", "handoff"},
 	}
 }
 
@@ -110,8 +127,9 @@ func NemesisConfig(length time.Duration) ScheduleConfig {
 // node faulted twice at once is not two faults), nor two kills or skews
 // of controller replicas (both replicas down leaves nothing to check),
 // nor two clock skews. The faults on one holder (kill, freeze, session
-// destroyed, key deleted) pick the mutex, the semaphore or the run-once
-// lock; freezes only the fenced ones (mutex, run once).
+// destroyed, key deleted) pick the mutex, the semaphore, the run-once
+// lock or the hand-off mutex; freezes only the fenced ones (the mutexes,
+// run once). A waiter kill picks one of the queued mutexes.
 func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	between := func(lo, hi time.Duration) time.Duration {
@@ -139,6 +157,10 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 		{FaultPoolResize, 1, ""},
 		{FaultControllerKill, 2, "controllers"},
 		{FaultClockSkew, 2, "skews"},
+		{FaultWaiterKill, 2, ""},
+	}
+	if len(cfg.Queued) == 0 {
+		weights = weights[:len(weights)-1] // no queued mutex: no waiter kills
 	}
 	var steps []Step
 	limit := 0
@@ -168,8 +190,12 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 		s := Step{At: at, Kind: kind}
 		locks := []string{cfg.Mutex, cfg.Semaphore}
 		fenced := []string{cfg.Mutex}
+		profiled := []string{cfg.Mutex, cfg.Semaphore}
 		if cfg.Once != "" {
 			locks, fenced = append(locks, cfg.Once), append(fenced, cfg.Once)
+		}
+		if cfg.HandOff != "" {
+			locks, fenced, profiled = append(locks, cfg.HandOff), append(fenced, cfg.HandOff), append(profiled, cfg.HandOff)
 		}
 		lock := locks[r.IntN(len(locks))]
 		switch kind {
@@ -187,9 +213,9 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 		case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
 			s.Target = lock
 		case FaultProfileChange:
-			// The mutex's or the semaphore's profile (the run-once
+			// The mutexes' or the semaphore's profile (the run-once
 			// lock's stays).
-			s.Target, s.Value = locks[r.IntN(2)], 1+r.IntN(max(1, cfg.ProfileVariants))
+			s.Target, s.Value = profiled[r.IntN(len(profiled))], 1+r.IntN(max(1, cfg.ProfileVariants))
 		case FaultPoolResize:
 			next := limit
 			for len(cfg.Limits) > 1 && next == limit {
@@ -216,6 +242,8 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 			} else {
 				s.Target = fmt.Sprintf("runner-%d", 1+r.IntN(cfg.Clients))
 			}
+		case FaultWaiterKill:
+			s.Target = cfg.Queued[r.IntN(len(cfg.Queued))]
 		}
 		if group != "" {
 			// The group is busy until the fault is undone and a little
@@ -595,6 +623,10 @@ type QueueCounts struct {
 	Behind  int // "waiting in the queue": the waiter waits behind another
 	NoGrant int // the token lacks the queue grant: the runner raced instead
 	Refused int // Consul refused the entry: the runner raced instead
+	// HandedIn counts waiters that woke holding the lock a releasing
+	// holder handed them (waiters = "handoff"); HandedOut the holders'
+	// side, the releases that handed the lock to the first in line.
+	HandedIn, HandedOut int
 }
 
 // Queued is how many waits began in the queue.
@@ -616,7 +648,68 @@ func CountQueueLines(r io.Reader, q *QueueCounts) error {
 			q.NoGrant++
 		case strings.Contains(line, `msg="Consul refused this runner's waiter queue entry`):
 			q.Refused++
+		case strings.Contains(line, `msg="the previous holder handed the lock to this runner"`):
+			q.HandedIn++
+		case strings.Contains(line, `msg="lock handed to the first waiter in line"`):
+			q.HandedOut++
 		}
 	}
 	return sc.Err()
+}
+
+// WaiterKillNote begins the store mark of a waiter kill; the mark goes on
+// with "; " + FaultsInForceNote + ": " and the faults on the cluster in
+// force when it was injected ("none" for none).
+const (
+	WaiterKillNote    = "nemesis: SIGKILL the first waiter in line"
+	FaultsInForceNote = "cluster faults in force"
+)
+
+// IsClusterFaultMark reports whether a store mark is a fault on the
+// cluster (the Raft leader killed; a client node frozen, killed or cut
+// off): one that may slow every hand-over while in force.
+func IsClusterFaultMark(note string) bool {
+	return strings.HasPrefix(note, "nemesis: kill Raft leader") || strings.HasPrefix(note, "nemesis: client-")
+}
+
+// WaiterKillStall is the stall a waiter kill caused: from the kill's mark
+// to the next accepted start in the lock's store.
+type WaiterKillStall struct {
+	At    time.Time
+	Stall time.Duration // -1: no holder started after it
+	// Judged: no fault on the cluster was in force at the kill or
+	// injected before that start, so the stall is the kill's alone.
+	Judged bool
+}
+
+// WaiterKillStalls finds the waiter kills in a queued mutex's store log
+// (marks beginning with WaiterKillNote) and the stall each caused. A kill
+// with a cluster fault in force (its note says so) or injected before the
+// next start (IsClusterFaultMark) is not judged: an election or a cut-off
+// node adds its own delay. Other faults on the lock need not be excluded:
+// each ends within 2 x ttl + lock_delay of its own injection, before the
+// kill's bound.
+func WaiterKillStalls(log []Write) []WaiterKillStall {
+	var out []WaiterKillStall
+	for i, w := range log {
+		if w.Kind != KindFault || !strings.HasPrefix(w.Note, WaiterKillNote) {
+			continue
+		}
+		_, inForce, _ := strings.Cut(w.Note, FaultsInForceNote+": ")
+		k := WaiterKillStall{At: w.At, Stall: -1, Judged: inForce == "none"}
+		for _, next := range log[i+1:] {
+			if next.Kind == KindFault && IsClusterFaultMark(next.Note) {
+				k.Judged = false
+			}
+			if next.Kind == KindStart && next.Accepted {
+				k.Stall = next.At.Sub(w.At)
+				break
+			}
+		}
+		if k.Stall < 0 {
+			k.Judged = false
+		}
+		out = append(out, k)
+	}
+	return out
 }

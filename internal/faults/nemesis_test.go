@@ -3,6 +3,7 @@ package faults
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -62,13 +63,20 @@ const nemesisMaxHold = 5 * time.Second
 // older, larger limit (the contender was admitted before it).
 const limitGrace = 5 * time.Second
 
+// waiterKillMargin is what a stall after a waiter kill may take beyond the
+// killed session's 2 x ttl + lock_delay: the holder's job and release,
+// the next waiter's wake-up and its lock-delay retry, a loaded machine.
+const waiterKillMargin = 5 * time.Second
+
 // TestNemesis runs a randomized fault schedule (a pure function of its
 // seed: NEMESIS_SEED, else the clock) on its own cluster of 3 servers and
-// 3 client agents, under a mutex workload (a lock declared with waiters =
-// "queue": 3 `consullock run` workers, one per client node, short jobs,
-// waiting in its waiter queue, and OpenTofu applies holding the same lock
-// with the ephemeral consullock_lock, every other one by its key, which
-// races: queued waiters and racers on one key), a semaphore workload (4
+// 3 client agents, under two mutex workloads (a lock declared with waiters
+// = "queue" and one declared with waiters = "handoff", whose releasing
+// holders hand the lock to the first in line: each 3 `consullock run`
+// workers, one per client node, short jobs, waiting in its waiter queue,
+// and OpenTofu applies holding the same locks with the ephemeral
+// consullock_lock, every other one by its key, which races: queued waiters
+// and racers on one key), a semaphore workload (4
 // workers, limit 2 or 3) and a run-once workload (a runner per client node
 // for each of a sequence of run IDs, racing), with two `consullock controller -mode
 // enforce` replicas, and checks the whole history: mutual exclusion (at
@@ -76,9 +84,12 @@ const limitGrace = 5 * time.Second
 // increasing per lock, no stale write accepted, exactly one success per
 // run ID, every runner exit code one the runner guide documents, and no
 // controller write by a process that does not lead (each process of a
-// replica is judged on its own log), and no mutex runner racing for want of
-// the queue grant. The summary adds the hand-over gaps (p50, p99, max) and
-// the queue entries left at the end.
+// replica is judged on its own log), no mutex runner racing for want of
+// the queue grant, hand-offs seen on the hand-off mutex and none on the
+// queue mutex, and the stall after the first waiter in line is killed
+// (waiter-kill) within 2 x ttl + lock_delay + waiterKillMargin. The
+// summary adds the hand-over gaps (p50, p99, max), the hand-offs and the
+// queue entries left at the end, per queued mutex.
 //
 // The short variant (make test) runs 90s of schedule; FAULTS_FULL=1 runs
 // 30 minutes (make test-faults); NEMESIS_LENGTH (a duration) overrides
@@ -130,11 +141,13 @@ type nemesis struct {
 	seed     uint64
 	replay   string
 	cluster  *testenv.Cluster
-	mutex    *harness
+	mutex    *harness // waiters = "queue"
+	handoff  *harness // waiters = "handoff"
 	sem      *harness
 	once     *onceWorkload
 	eph      *ephemeralWorkload
 	replicas []*replica
+	steps    []Step // the schedule (what a pending undo undoes)
 
 	mu       sync.Mutex
 	injected map[FaultKind]int
@@ -170,7 +183,7 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	n := &nemesis{
 		t: t, seed: seed, replay: replay,
 		injected: map[FaultKind]int{}, skipped: map[FaultKind]int{}, undos: map[int]func(){},
-		profiles: map[string]int{"mutex": 1, "semaphore": 1}, skews: map[string]time.Duration{}, skewExits: map[int]int{},
+		profiles: map[string]int{"mutex": 1, "handoff": 1, "semaphore": 1}, skews: map[string]time.Duration{}, skewExits: map[int]int{},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -193,9 +206,11 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	// names them, and exists before the first runner starts.
 	mutexPhase := phase{name: "nemesis-mutex", work: 50 * time.Millisecond, maxHold: nemesisMaxHold, workers: 3,
 		profile: nemesisMutexProfiles[0], waiters: lockmodel.WaitersQueue}
+	handoffPhase := mutexPhase
+	handoffPhase.name, handoffPhase.waiters = "nemesis-handoff", lockmodel.WaitersHandOff
 	semPhase := phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]}
-	mutexPrefix, semPrefix := "faults/"+harnessLockName(mutexPhase), "faults/"+harnessLockName(semPhase)
-	if err := createNemesisRunnerToken(clusterAdmin(c), nodes, mutexPrefix, semPrefix); err != nil {
+	mutexPrefix, handoffPrefix, semPrefix := "faults/"+harnessLockName(mutexPhase), "faults/"+harnessLockName(handoffPhase), "faults/"+harnessLockName(semPhase)
+	if err := createNemesisRunnerToken(clusterAdmin(c), nodes, []string{mutexPrefix, handoffPrefix}, semPrefix); err != nil {
 		n.fatalf("%v", err)
 	}
 	node := func(i int) *testenv.Node { return c.Clients[i%len(c.Clients)] }
@@ -217,11 +232,13 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 		n.replicas = append(n.replicas, r)
 	}
 	n.limits = []LimitChange{{At: time.Now(), Limit: nemesisLimits[0]}}
-	mutexPhase.env, semPhase.env = env, env
+	mutexPhase.env, handoffPhase.env, semPhase.env = env, env, env
 	n.mutex = newHarness(t, mutexPhase)
+	n.handoff = newHarness(t, handoffPhase)
 	n.sem = newHarness(t, semPhase)
-	if n.mutex.lock.Prefix != mutexPrefix || n.sem.lock.Prefix != semPrefix {
-		n.fatalf("the runners' token grants %s and %s, the harness declared %s and %s", mutexPrefix, semPrefix, n.mutex.lock.Prefix, n.sem.lock.Prefix)
+	if n.mutex.lock.Prefix != mutexPrefix || n.handoff.lock.Prefix != handoffPrefix || n.sem.lock.Prefix != semPrefix {
+		n.fatalf("the runners' token grants %s, %s and %s, the harness declared %s, %s and %s", mutexPrefix, handoffPrefix, semPrefix,
+			n.mutex.lock.Prefix, n.handoff.lock.Prefix, n.sem.lock.Prefix)
 	}
 	n.once = newOnceWorkload(n)
 	n.eph = newEphemeralWorkload(n)
@@ -234,18 +251,21 @@ func harnessLockName(ph phase) string { return fmt.Sprintf("faults-%s-%d", ph.na
 // createNemesisRunnerToken creates the token of the nemesis's `consullock
 // run` workers and OpenTofu applies (runnerSecret) with the rules
 // consullock_acl_policy renders for them (lockmodel.RenderRules): key write
-// on the mutex's key, the waiter queue grant on its prefix (queue_prefixes:
-// its waiters queue), key_prefix write on the semaphore's prefix, sessions
+// on the mutexes' keys, the waiter queue grant on their prefixes
+// (queue_prefixes: their waiters queue), key_prefix write on the
+// semaphore's prefix, sessions
 // on the client nodes, and read on the registry. Nothing else under
 // faults/: a runner that could not write its queue entry would warn and
 // race, and the nemesis counts those warnings.
-func createNemesisRunnerToken(admin *api.Client, nodes []string, mutexPrefix, semPrefix string) error {
-	mutex, err := lockmodel.Lock{Name: "mutex", Prefix: mutexPrefix, Waiters: lockmodel.WaitersQueue}.Normalize()
-	if err != nil {
-		return err
+func createNemesisRunnerToken(admin *api.Client, nodes, mutexPrefixes []string, semPrefix string) error {
+	in := lockmodel.RulesInput{QueuePrefixes: mutexPrefixes, SemaphorePrefixes: []string{semPrefix}, SessionNodePrefixes: nodes}
+	for _, prefix := range mutexPrefixes {
+		mutex, err := lockmodel.Lock{Name: "mutex", Prefix: prefix, Waiters: lockmodel.WaitersQueue}.Normalize()
+		if err != nil {
+			return err
+		}
+		in.LockKeys = append(in.LockKeys, mutex.Key)
 	}
-	in := lockmodel.RulesInput{LockKeys: []string{mutex.Key}, QueuePrefixes: []string{mutexPrefix},
-		SemaphorePrefixes: []string{semPrefix}, SessionNodePrefixes: nodes}
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("the nemesis runners' rules: %w", err)
 	}
@@ -380,6 +400,7 @@ func (r *replica) stop() {
 // run injects the schedule's steps at their offsets, then undoes whatever
 // is still in force and waits for the cluster to recover.
 func (n *nemesis) run(steps []Step) {
+	n.steps = steps
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, s := range steps {
@@ -410,7 +431,7 @@ func (n *nemesis) run(steps []Step) {
 		name  string
 		ctx   context.Context
 		store *Store
-	}{{n.mutex.ph.name, n.mutex.ctx, n.mutex.store}, {n.sem.ph.name, n.sem.ctx, n.sem.store}, {"nemesis-once", n.once.ctx, n.once.store}} {
+	}{{n.mutex.ph.name, n.mutex.ctx, n.mutex.store}, {n.handoff.ph.name, n.handoff.ctx, n.handoff.store}, {n.sem.ph.name, n.sem.ctx, n.sem.store}, {"nemesis-once", n.once.ctx, n.once.store}} {
 		mark := h.store.Mark("", "nemesis: schedule over, every fault undone")
 		wctx, wcancel := context.WithTimeout(h.ctx, 2*time.Minute)
 		_, err := h.store.WaitFor(wctx, func(log []Write) bool {
@@ -476,6 +497,8 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 		}
 	case FaultClockSkew:
 		undo = n.skewClock(s)
+	case FaultWaiterKill:
+		ok = n.killFirstWaiter(i, n.target(s))
 	}
 	n.mu.Lock()
 	if ok {
@@ -514,8 +537,11 @@ func replicaIndex(target string) int {
 }
 
 func (n *nemesis) target(s Step) *harness {
-	if s.Target == "semaphore" {
+	switch s.Target {
+	case "semaphore":
 		return n.sem
+	case "handoff":
+		return n.handoff
 	}
 	return n.mutex
 }
@@ -580,6 +606,7 @@ func (n *nemesis) holder(h lockTarget) (Write, *os.Process) {
 
 func (n *nemesis) markAll(note string) {
 	n.mutex.store.Mark("", note)
+	n.handoff.store.Mark("", note)
 	n.sem.store.Mark("", note)
 	n.once.store.Mark("", note)
 }
@@ -663,6 +690,76 @@ func (n *nemesis) freezeHolder(h lockTarget) (func(), bool) {
 		_ = syscall.Kill(-holder.PID, syscall.SIGCONT)
 		_ = p.Signal(syscall.SIGCONT)
 	}, true
+}
+
+// killFirstWaiter SIGKILLs the runner first in line in h's waiter queue
+// (step i), as a crash would: its session lives on until Consul ends it.
+// The line is read as a waiter reads it (a consistent listing, the
+// holder's entry left out, lockmodel.QueueOrder) and its first entry's
+// value names the runner's pid; only a worker's runner is killed (not an
+// OpenTofu apply's provider, nor a skewed runner): false when nobody waits
+// or the first in line is not a worker. The store mark says which cluster
+// faults were in force (WaiterKillStalls judges only the stalls of kills
+// with none). The runner may have taken the lock meanwhile: then a holder
+// was killed, under the same bound.
+func (n *nemesis) killFirstWaiter(i int, h *harness) bool {
+	var pairs api.KVPairs
+	holder := ""
+	if !n.admin(func(c *api.Client) error {
+		pair, _, err := c.KV().Get(h.lock.Key, &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			return err
+		}
+		if pair != nil {
+			holder = pair.Session
+		}
+		pairs, _, err = c.KV().List(lockmodel.WaiterQueuePrefix(h.lock), &api.QueryOptions{RequireConsistent: true})
+		return err
+	}) {
+		return false
+	}
+	line, _ := lockmodel.QueueOrder(lockproto.QueueEntries(pairs), holder)
+	if len(line) == 0 {
+		return false
+	}
+	var value lockmodel.HolderValue
+	for _, p := range pairs {
+		if p.Key == line[0].Key && json.Unmarshal(p.Value, &value) != nil {
+			return false
+		}
+	}
+	for _, w := range h.workers {
+		w.mu.Lock()
+		if w.cmd != nil && w.cmd.Process.Pid == value.PID {
+			h.store.Mark(w.id, fmt.Sprintf("%s (session %s, runner pid %d); %s: %s", WaiterKillNote, line[0].Session, value.PID, FaultsInForceNote, n.clusterFaultsInForce(i)))
+			_ = w.cmd.Process.Kill()
+			w.mu.Unlock()
+			return true
+		}
+		w.mu.Unlock()
+	}
+	return false
+}
+
+// clusterFaultsInForce names the faults on the cluster (leader kill,
+// client node faults) not yet undone, other than step i ("none").
+func (n *nemesis) clusterFaultsInForce(i int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var in []string
+	for j := range n.undos {
+		switch s := n.steps[j]; s.Kind {
+		case FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut:
+			if j != i {
+				in = append(in, fmt.Sprintf("%s %s", s.Kind, s.Target))
+			}
+		}
+	}
+	if len(in) == 0 {
+		return "none"
+	}
+	slices.Sort(in)
+	return strings.Join(in, ", ")
 }
 
 // skewClock moves a clock by the step's offset until undone: a controller
@@ -794,11 +891,14 @@ func (n *nemesis) check(steps []Step) {
 	n.eph.stop()
 	n.once.stop()
 	n.mutex.stop()
+	n.handoff.stop()
 	n.sem.stop()
 	for _, r := range n.replicas {
 		r.stop()
 	}
 	mutexRep := Check("nemesis mutex", n.mutex.store.Log(), nemesisMutexProfiles[1].WorstCaseGap())
+	handoffLog := n.handoff.store.Log()
+	handoffRep := Check("nemesis handoff", handoffLog, nemesisMutexProfiles[1].WorstCaseGap())
 	n.mu.Lock()
 	limits := append([]LimitChange(nil), n.limits...)
 	events := append([]ControllerEvent(nil), n.events...)
@@ -810,7 +910,7 @@ func (n *nemesis) check(steps []Step) {
 	n.sem.mu.Unlock()
 	inversions, judged, inversionExamples := SemaphoreTokenInversions(semLog, spawns)
 	exits := map[int]int{}
-	for _, h := range []*harness{n.mutex, n.sem} {
+	for _, h := range []*harness{n.mutex, n.handoff, n.sem} {
 		h.mu.Lock()
 		for code, k := range h.exits {
 			exits[code] += k
@@ -827,21 +927,39 @@ func (n *nemesis) check(steps []Step) {
 	runs := n.once.results()
 	onceViolations, onceEvidence := RunOnceViolations(runs)
 	mutexLog := n.mutex.store.Log()
-	ephExecutions, ephCompleted, ephRacing := 0, 0, 0
-	for _, w := range mutexLog {
-		if strings.HasPrefix(w.Worker, ephemeralWorker) && w.Accepted {
-			switch w.Kind {
-			case KindStart:
-				ephExecutions++
-				if w.Worker == ephemeralKeyWorker {
-					ephRacing++
+	type ephFigures struct{ executions, completed, racing int }
+	eph := map[*harness]*ephFigures{n.mutex: {}, n.handoff: {}}
+	for h, f := range eph {
+		for _, w := range h.store.Log() {
+			if strings.HasPrefix(w.Worker, ephemeralWorker) && w.Accepted {
+				switch w.Kind {
+				case KindStart:
+					f.executions++
+					if w.Worker == ephemeralKeyWorker {
+						f.racing++
+					}
+				case KindEnd:
+					f.completed++
 				}
-			case KindEnd:
-				ephCompleted++
 			}
 		}
 	}
-	queue := n.queueFigures()
+	queue, handoffQueue := n.queueFigures(n.mutex), n.queueFigures(n.handoff)
+	// The stalls after a waiter kill, judged against the longest profile's
+	// bound (a session keeps the ttl it was created with).
+	stallBound := waiterKillMargin
+	for _, p := range nemesisMutexProfiles {
+		stallBound = max(stallBound, p.WorstCaseGap()+waiterKillMargin)
+	}
+	stalls := map[*harness][]WaiterKillStall{n.mutex: WaiterKillStalls(mutexLog), n.handoff: WaiterKillStalls(handoffLog)}
+	var stallsOver []string
+	for _, h := range []*harness{n.mutex, n.handoff} {
+		for _, k := range stalls[h] {
+			if k.Judged && k.Stall > stallBound {
+				stallsOver = append(stallsOver, fmt.Sprintf("%s: a waiter killed at %s stalled the lock %s (bound %s)", h.lock.Name, k.At.Format("15:04:05.000"), k.Stall.Round(time.Millisecond), stallBound))
+			}
+		}
+	}
 	applies, applyMedian, applyFailures := n.eph.figures()
 	for _, r := range n.replicas {
 		r.mu.Lock()
@@ -864,7 +982,7 @@ func (n *nemesis) check(steps []Step) {
 	// A max_hold end is the skew's when it ended a skewed runner's
 	// hold, or was decided by a replica running skewed.
 	sessionWorker := map[string]string{}
-	for _, w := range mutexLog {
+	for _, w := range slices.Concat(mutexLog, handoffLog) {
 		if w.Session != "" {
 			sessionWorker[w.Session] = w.Worker
 		}
@@ -902,18 +1020,30 @@ func (n *nemesis) check(steps []Step) {
 		what  func() string // the evidence, rendered only for a violation
 	}{
 		{"mutual exclusion: mutex overlaps among accepted writes (runners and ephemeral lock)", mutexRep.Overlaps, func() string { return dumpLog(mutexLog) }},
+		{"mutual exclusion: hand-off mutex overlaps among accepted writes (runners and ephemeral lock)", handoffRep.Overlaps, func() string { return dumpLog(handoffLog) }},
 		{"mutual exclusion: semaphore holders above the limit", semRep.Overlaps, func() string { return dumpLog(semLog) }},
 		{"mutual exclusion: run-once overlaps among accepted writes", onceRep.Overlaps, func() string { return dumpLog(onceLog) }},
 		{"fencing: mutex stale tokens accepted", mutexRep.StaleAccepted, func() string { return dumpLog(mutexLog) }},
+		{"fencing: hand-off mutex stale tokens accepted", handoffRep.StaleAccepted, func() string { return dumpLog(handoffLog) }},
 		{"fencing: run-once stale tokens accepted", onceRep.StaleAccepted, func() string { return dumpLog(onceLog) }},
-		{"fencing: tokens used by two executions (mutex + semaphore + run once)", mutexRep.Duplicated + semRep.Duplicated + onceRep.Duplicated, func() string { return dumpLog(mutexLog) + dumpLog(semLog) + dumpLog(onceLog) }},
+		{"fencing: tokens used by two executions (mutexes + semaphore + run once)", mutexRep.Duplicated + handoffRep.Duplicated + semRep.Duplicated + onceRep.Duplicated, func() string {
+			return dumpLog(mutexLog) + dumpLog(handoffLog) + dumpLog(semLog) + dumpLog(onceLog)
+		}},
 		{"fencing: semaphore holder whose token is not above one admitted before its runner started", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
 		{"run once: run IDs not succeeded exactly once (effect applied twice, two succeeded attempts, a success without its effect, or more runners exiting 0 than commands completed)", onceViolations, func() string { return strings.Join(onceEvidence, "\n") + "\n" + dumpLog(onceLog) }},
 		{"runner exits the guide does not allow", unexpected + onceUnexpected, func() string {
 			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))
 		}},
 		{"controller writes without leadership", ctlWrites, func() string { return strings.Join(writeEvidence, "\n") }},
-		{"queued waiters: mutex runners that raced for want of the queue grant", queue.counts.NoGrant, func() string { return "see the logs in " + n.mutex.dir }},
+		{"queued waiters: mutex runners that raced for want of the queue grant", queue.counts.NoGrant + handoffQueue.counts.NoGrant, func() string {
+			return "see the logs in " + n.mutex.dir + " and " + n.handoff.dir
+		}},
+		{`queued waiters: hand-offs on the mutex declared waiters = "queue" (only "handoff" hands the lock over)`, queue.counts.HandedIn + queue.counts.HandedOut, func() string {
+			return "see the logs in " + n.mutex.dir
+		}},
+		{"queued waiters: stalls after a first waiter in line was killed above 2 x ttl + lock_delay + " + waiterKillMargin.String(), len(stallsOver), func() string {
+			return strings.Join(stallsOver, "\n") + "\nsee the logs in " + n.mutex.dir + " and " + n.handoff.dir
+		}},
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "nemesis summary, seed %d, schedule %d steps\n\n", n.seed, len(steps))
@@ -930,22 +1060,44 @@ func (n *nemesis) check(steps []Step) {
 	fmt.Fprintf(&b, "| **total** | %d | %d | |\n\n", len(steps), totalInjected)
 	b.WriteString("| workload | executions | hand-overs | completed | interrupted | stale writes rejected | longest fenced overlap |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| mutex | %d | %d | %d | %d | %d | %s |\n", mutexRep.Executions, mutexRep.HandOvers, mutexRep.Completed, mutexRep.Interrupted, mutexRep.StaleRejected, mutexRep.MaxFencedOverlap.Round(time.Millisecond))
-	fmt.Fprintf(&b, "| of which ephemeral lock (tofu apply; %d by its key, racing) | %d | | %d | %d | | |\n", ephRacing, ephExecutions, ephCompleted, ephExecutions-ephCompleted)
+	fmt.Fprintf(&b, "| of which ephemeral lock (tofu apply; %d by its key, racing) | %d | | %d | %d | | |\n", eph[n.mutex].racing, eph[n.mutex].executions, eph[n.mutex].completed, eph[n.mutex].executions-eph[n.mutex].completed)
+	fmt.Fprintf(&b, "| hand-off mutex | %d | %d | %d | %d | %d | %s |\n", handoffRep.Executions, handoffRep.HandOvers, handoffRep.Completed, handoffRep.Interrupted, handoffRep.StaleRejected, handoffRep.MaxFencedOverlap.Round(time.Millisecond))
+	fmt.Fprintf(&b, "| of which ephemeral lock (tofu apply; %d by its key, racing) | %d | | %d | %d | | |\n", eph[n.handoff].racing, eph[n.handoff].executions, eph[n.handoff].completed, eph[n.handoff].executions-eph[n.handoff].completed)
 	fmt.Fprintf(&b, "| semaphore (limit %v) | %d | %d | %d | %d | | |\n", nemesisLimits, semRep.Executions, semRep.HandOvers, semRep.Completed, semRep.Interrupted)
 	fmt.Fprintf(&b, "| run once (%d run IDs) | %d | %d | %d | %d | %d | %s |\n", len(runs), onceRep.Executions, onceRep.HandOvers, onceRep.Completed, onceRep.Interrupted, onceRep.StaleRejected, onceRep.MaxFencedOverlap.Round(time.Millisecond))
-	handOvers := mutexRep.HandOvers + semRep.HandOvers + onceRep.HandOvers
-	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+semRep.Executions+onceRep.Executions, handOvers)
+	handOvers := mutexRep.HandOvers + handoffRep.HandOvers + semRep.HandOvers + onceRep.HandOvers
+	fmt.Fprintf(&b, "| **total** | %d | %d | | | | |\n\n", mutexRep.Executions+handoffRep.Executions+semRep.Executions+onceRep.Executions, handOvers)
 	for _, g := range []struct {
 		name string
 		gaps []time.Duration
-	}{{"mutex (queued runners and applies, racing applies)", mutexRep.Gaps}, {"run once (racing)", onceRep.Gaps}} {
+	}{{"mutex (queued runners and applies, racing applies)", mutexRep.Gaps}, {"hand-off mutex (queued runners and applies handed the lock, racing applies)", handoffRep.Gaps}, {"run once (racing)", onceRep.Gaps}} {
 		p50, p99, longest := GapFigures(g.gaps)
 		fmt.Fprintf(&b, "hand-over gaps, %s: one execution's end to the next's start, %d gaps: p50 %s, p99 %s, max %s\n",
 			g.name, len(g.gaps), p50.Round(time.Millisecond), p99.Round(time.Millisecond), longest.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "\nwaiter queue (mutex, waiters = \"queue\"): runners' waits begun first in line %d, behind another %d; raced for want of the grant %d, entry refused %d; "+
-		"entries left at the end: %d of a session gone, %d of a session alive%s\n\n",
-		queue.counts.First, queue.counts.Behind, queue.counts.NoGrant, queue.counts.Refused, queue.gone, queue.alive, queue.err)
+	b.WriteString("\n")
+	for _, q := range []struct {
+		h       *harness
+		name    string
+		figures queueFigures
+	}{{n.mutex, "mutex", queue}, {n.handoff, "hand-off mutex", handoffQueue}} {
+		fmt.Fprintf(&b, "waiter queue (%s, waiters = %q): runners' waits begun first in line %d, behind another %d; raced for want of the grant %d, entry refused %d; "+
+			"hand-offs: %d runners handed the lock, %d releases handing it over; entries left at the end: %d of a session gone, %d of a session alive%s\n",
+			q.name, q.h.lock.Waiters, q.figures.counts.First, q.figures.counts.Behind, q.figures.counts.NoGrant, q.figures.counts.Refused,
+			q.figures.counts.HandedIn, q.figures.counts.HandedOut, q.figures.gone, q.figures.alive, q.figures.err)
+		judged, longest, longestUnjudged := 0, time.Duration(0), time.Duration(0)
+		for _, k := range stalls[q.h] {
+			if k.Judged {
+				judged++
+				longest = max(longest, k.Stall)
+			} else {
+				longestUnjudged = max(longestUnjudged, k.Stall)
+			}
+		}
+		fmt.Fprintf(&b, "  waiter kills (first in line SIGKILLed): %d; stalls judged (no cluster fault meanwhile) %d, longest %s (bound %s); not judged %d, longest %s\n",
+			len(stalls[q.h]), judged, longest.Round(time.Millisecond), stallBound, len(stalls[q.h])-judged, longestUnjudged.Round(time.Millisecond))
+	}
+	b.WriteString("\n")
 	b.WriteString(onceSummary(runs) + "\n")
 	fmt.Fprintf(&b, "clock skew: %d skews; the extra runners they started exited %s; the controllers ended %d holders for max_hold_exceeded, %d of them a skewed runner's hold or by a skewed replica%s\n\n",
 		len(windows), exitsText(skewExits), maxHoldEnds, len(skewedEnds), strings.Join(append([]string{""}, skewedEnds...), "\n  - "))
@@ -970,8 +1122,17 @@ func (n *nemesis) check(steps []Step) {
 			n.errorf("%s: %d (must be 0)\n%s", c.name, c.count, c.what())
 		}
 	}
-	if queue.counts.Queued() == 0 {
-		n.errorf("the mutex runners never queued (waiters = %q): see the logs in %s", lockmodel.WaitersQueue, n.mutex.dir)
+	for _, q := range []struct {
+		h      *harness
+		counts QueueCounts
+	}{{n.mutex, queue.counts}, {n.handoff, handoffQueue.counts}} {
+		if q.counts.Queued() == 0 {
+			n.errorf("the runners of %s never queued (waiters = %q): see the logs in %s", q.h.lock.Name, q.h.lock.Waiters, q.h.dir)
+		}
+	}
+	if handoffQueue.counts.HandedIn == 0 {
+		n.errorf("no runner of %s was handed the lock (waiters = %q; %d releases logged handing it over): see the logs in %s",
+			n.handoff.lock.Name, n.handoff.lock.Waiters, handoffQueue.counts.HandedOut, n.handoff.dir)
 	}
 	if n.eph.unsupported == "" && applies == 0 {
 		n.errorf("ephemeral lock: no OpenTofu apply succeeded (see %s)", n.eph.log)
@@ -986,18 +1147,19 @@ func (n *nemesis) check(steps []Step) {
 	}
 }
 
-// queueFigures are what the mutex's waiter queue did: the queue events in
-// its runners' logs (the workers' and the skewed runners'), and the
-// entries left under the queue folder once every runner has stopped.
+// queueFigures are what a mutex's waiter queue did: the queue events in
+// its runners' logs (the workers' and, on the queue mutex, the skewed
+// runners'), and the entries left under the queue folder once every runner
+// has stopped.
 type queueFigures struct {
 	counts      QueueCounts
 	gone, alive int
 	err         string // why the entries could not be read
 }
 
-func (n *nemesis) queueFigures() queueFigures {
+func (n *nemesis) queueFigures(h *harness) queueFigures {
 	var q queueFigures
-	logs, _ := filepath.Glob(filepath.Join(n.mutex.dir, "*.log"))
+	logs, _ := filepath.Glob(filepath.Join(h.dir, "*.log"))
 	for _, path := range logs {
 		f, err := os.Open(path)
 		if err != nil {
@@ -1013,7 +1175,7 @@ func (n *nemesis) queueFigures() queueFigures {
 	sessions := map[string]bool{}
 	if !n.admin(func(c *api.Client) error {
 		var err error
-		if pairs, _, err = c.KV().List(lockmodel.WaiterQueuePrefix(n.mutex.lock), &api.QueryOptions{RequireConsistent: true}); err != nil {
+		if pairs, _, err = c.KV().List(lockmodel.WaiterQueuePrefix(h.lock), &api.QueryOptions{RequireConsistent: true}); err != nil {
 			return err
 		}
 		all, _, err := c.Session().List(&api.QueryOptions{RequireConsistent: true})

@@ -57,12 +57,16 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 			targets[s.Kind+" "+FaultKind(strings.TrimRight(s.Target, "0123456789"))] = true
 			switch s.Kind {
 			case FaultRunnerFreeze:
-				if s.Target != "mutex" && s.Target != "once" {
-					t.Errorf("seed %d: %s: only fenced holders (mutex, run once) are frozen", seed, s)
+				if s.Target != "mutex" && s.Target != "handoff" && s.Target != "once" {
+					t.Errorf("seed %d: %s: only fenced holders (the mutexes, run once) are frozen", seed, s)
 				}
 			case FaultProfileChange:
-				if s.Target != "mutex" && s.Target != "semaphore" {
+				if s.Target != "mutex" && s.Target != "handoff" && s.Target != "semaphore" {
 					t.Errorf("seed %d: %s: the run-once lock's profile is not changed", seed, s)
+				}
+			case FaultWaiterKill:
+				if s.Target != "mutex" && s.Target != "handoff" || s.For != 0 {
+					t.Errorf("seed %d: %s: a waiter kill picks a queued mutex (mutex, handoff) and is not undone", seed, s)
 				}
 			case FaultClockSkew:
 				skew := time.Duration(max(s.Value, -s.Value)) * time.Second
@@ -91,6 +95,8 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 		for _, want := range []FaultKind{
 			"runner-kill once", "session-destroy once", "key-delete once", "runner-freeze once", "runner-freeze mutex",
 			"clock-skew controller-", "clock-skew runner-",
+			"runner-kill handoff", "runner-freeze handoff", "session-destroy handoff", "key-delete handoff", "profile-change handoff",
+			"waiter-kill mutex", "waiter-kill handoff",
 		} {
 			if !targets[want] {
 				t.Errorf("seed %d: no %s in 30 minutes", seed, want)
@@ -99,6 +105,18 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 	}
 	if out := FormatSchedule(7, Schedule(7, unitScheduleConfig)[:2]); !strings.Contains(out, "seed 7") {
 		t.Errorf("FormatSchedule does not print the seed:\n%s", out)
+	}
+}
+
+func TestSchedule_withoutQueuedMutexesKillsNoWaiter(t *testing.T) {
+	cfg := unitScheduleConfig
+	cfg.Queued, cfg.HandOff = nil, ""
+	for seed := uint64(1); seed <= 5; seed++ {
+		for _, s := range Schedule(seed, cfg) {
+			if s.Kind == FaultWaiterKill || s.Target == "handoff" {
+				t.Fatalf("seed %d: %s with no queued mutex and no hand-off mutex configured", seed, s)
+			}
+		}
 	}
 }
 
@@ -460,17 +478,67 @@ func TestCountQueueLines_readsTheRunnersQueueEvents(t *testing.T) {
 	log.Warn("cannot queue for the lock: the token lacks the waiter queue grant; racing for the lock instead", "missing_grant", "g")
 	log.Warn("Consul refused this runner's waiter queue entry; racing for the lock instead", "entry", "e")
 	log.Info("the waiter queue lacks this runner's entry; writing it again", "entry", "e")
+	log.Info("the previous holder handed the lock to this runner", "fencing_token", 42)
+	log.Info("the previous holder handed the lock to this runner", "fencing_token", 47)
+	log.Info("lock handed to the first waiter in line", "next_session", "z")
 	log.Info("acquired", "note", "waiting in the queue") // an attribute, not the message
 	b.WriteString("=== supervisor: runner pid 1 exited 0\n")
 	var q QueueCounts
 	if err := CountQueueLines(strings.NewReader(b.String()), &q); err != nil {
 		t.Fatal(err)
 	}
-	want := QueueCounts{First: 1, Behind: 2, NoGrant: 1, Refused: 1}
+	want := QueueCounts{First: 1, Behind: 2, NoGrant: 1, Refused: 1, HandedIn: 2, HandedOut: 1}
 	if q != want {
 		t.Errorf("CountQueueLines = %+v, want %+v", q, want)
 	}
 	if q.Queued() != 3 {
 		t.Errorf("Queued() = %d, want 3", q.Queued())
+	}
+}
+
+func TestWaiterKillStalls_judgesOnlyStallsWithNoClusterFault(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	kill := func(s float64, inForce string) Write {
+		return Write{Kind: KindFault, At: at(s), Worker: "w2", Note: fmt.Sprintf("%s (session x, runner pid 7); %s: %s", WaiterKillNote, FaultsInForceNote, inForce)}
+	}
+	start := func(s float64, accepted bool) Write { return Write{Kind: KindStart, At: at(s), Accepted: accepted} }
+	mark := func(s float64, note string) Write { return Write{Kind: KindFault, At: at(s), Note: note} }
+	log := []Write{
+		start(0, true),
+		kill(1, "none"), // judged: 21s
+		mark(3, "nemesis: SIGKILL runner and child"), // a holder fault: still judged
+		start(20, false), // refused: not the next holder
+		start(22, true),
+		kill(30, "client-cut client-2"), // a cluster fault in force: not judged
+		start(31, true),
+		kill(40, "none"),
+		mark(41, "nemesis: kill Raft leader s1"), // injected before the next start: not judged
+		start(50, true),
+		kill(60, "none"),
+		mark(61, "nemesis: client-freeze client-3"),
+		start(62, true),
+		kill(70, "none"), // no start after it: not judged
+	}
+	got := WaiterKillStalls(log)
+	want := []WaiterKillStall{
+		{At: at(1), Stall: 21 * time.Second, Judged: true},
+		{At: at(30), Stall: time.Second},
+		{At: at(40), Stall: 10 * time.Second},
+		{At: at(60), Stall: 2 * time.Second},
+		{At: at(70), Stall: -1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("WaiterKillStalls =\n%+v\nwant\n%+v", got, want)
+	}
+	for _, note := range []string{"nemesis: kill Raft leader s1", "nemesis: client-cut client-1", "nemesis: client-kill client-2", "nemesis: client-freeze client-3"} {
+		if !IsClusterFaultMark(note) {
+			t.Errorf("IsClusterFaultMark(%q) = false", note)
+		}
+	}
+	for _, note := range []string{"nemesis: SIGKILL runner and child", "nemesis: destroy session s", "nemesis: profile p -> ttl 10s lock_delay 1s", WaiterKillNote} {
+		if IsClusterFaultMark(note) {
+			t.Errorf("IsClusterFaultMark(%q) = true", note)
+		}
 	}
 }

@@ -373,16 +373,18 @@ func (o *onceWorkload) results() []OnceRun {
 }
 
 // ephemeralWorkload applies, one after the other, a small OpenTofu
-// configuration that holds the mutex workload's lock with the ephemeral
+// configuration that holds a mutex workload's lock with the ephemeral
 // consullock_lock while a local-exec provisioner runs the same child as
 // the runners, with the ephemeral's fencing token: its writes go to the
 // mutex's guarded store, under the same checkers. Each apply opens the
-// lock twice (plan and apply). The applies alternate between the two ways
-// of naming the lock: by its declaration (lock = name: the declared
-// waiters = "queue" applies, the ephemeral queues as the runners do) and
-// by its key with inline session settings (key = ...: no declaration, so
-// it races for the key as `consul lock` would), so that racers and queued
-// waiters contend for the same key.
+// lock twice (plan and apply). The applies alternate between the two
+// mutexes (waiters = "queue", then "handoff") and, on each, between the
+// two ways of naming the lock: by its declaration (lock = name: the
+// declared waiters apply, the ephemeral queues as the runners do, and on
+// the hand-off mutex is handed the lock and hands it on) and by its key
+// with inline session settings (key = ...: no declaration, so it races for
+// the key as `consul lock` would), so that racers and queued waiters
+// contend for the same key.
 type ephemeralWorkload struct {
 	n      *nemesis
 	ctx    context.Context
@@ -436,11 +438,10 @@ func newEphemeralWorkload(n *nemesis) *ephemeralWorkload {
 	return e
 }
 
-// config is the configuration of an apply that holds the mutex by its
+// config is the configuration of an apply that holds h's mutex by its
 // declaration (byKey false: it queues) or by its key with the profile's
 // first variant inline (byKey true: it races).
-func (e *ephemeralWorkload) config(byKey bool) string {
-	h := e.n.mutex
+func (e *ephemeralWorkload) config(h *harness, byKey bool) string {
 	target := fmt.Sprintf("lock = %q", h.lock.Name)
 	if byKey {
 		p := nemesisMutexProfiles[0]
@@ -475,7 +476,8 @@ provider "consullock" {}
 
 // drive applies the configuration until stopped, through each client
 // agent in turn, each apply from an empty state (so that the provisioner
-// runs), every other one holding the lock by its key (racing).
+// runs), every other one holding the lock by its key (racing), two on the
+// queue mutex then two on the hand-off mutex.
 func (e *ephemeralWorkload) drive() {
 	defer close(e.done)
 	f, err := os.Create(e.log)
@@ -487,16 +489,19 @@ func (e *ephemeralWorkload) drive() {
 	for i := 0; e.ctx.Err() == nil; i++ {
 		node := e.n.cluster.Clients[i%len(e.n.cluster.Clients)]
 		_ = os.Remove(filepath.Join(e.tf.Dir, "terraform.tfstate"))
-		byKey, worker := i%2 == 1, ephemeralWorker
+		byKey, worker, h := i%2 == 1, ephemeralWorker, e.n.mutex
 		if byKey {
 			worker = ephemeralKeyWorker
 		}
-		if err := os.WriteFile(filepath.Join(e.tf.Dir, "main.tf"), []byte(e.config(byKey)), 0o600); err != nil {
+		if i/2%2 == 1 {
+			h = e.n.handoff
+		}
+		if err := os.WriteFile(filepath.Join(e.tf.Dir, "main.tf"), []byte(e.config(h, byKey)), 0o600); err != nil {
 			e.n.errorf("%v", err)
 			return
 		}
 		e.tf.Env = append(cleanEnv(), "CONSUL_HTTP_ADDR="+node.Addr, "CONSUL_HTTP_TOKEN="+runnerSecret,
-			childEnv+"=1", storeEnv+"="+e.n.mutex.storeURL, workerEnv+"="+worker)
+			childEnv+"=1", storeEnv+"="+h.storeURL, workerEnv+"="+worker)
 		actx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
 		cmd := e.tf.Command(actx, "apply", "-auto-approve", "-input=false", "-no-color")
 		// Stopped like a cancelled CI job: SIGINT, and the CLI closes the
@@ -509,7 +514,7 @@ func (e *ephemeralWorkload) drive() {
 		err := cmd.Run()
 		took := time.Since(began)
 		cancel()
-		_, _ = fmt.Fprintf(f, "=== apply %d (%s) through %s: %v in %s\n%s\n", i, worker, node.Name, err, took.Round(time.Millisecond), out.String())
+		_, _ = fmt.Fprintf(f, "=== apply %d (%s on %s) through %s: %v in %s\n%s\n", i, worker, h.lock.Name, node.Name, err, took.Round(time.Millisecond), out.String())
 		e.mu.Lock()
 		if err == nil {
 			e.applies = append(e.applies, took)
