@@ -697,46 +697,53 @@ func (n *nemesis) freezeHolder(h lockTarget) (func(), bool) {
 // The line is read as a waiter reads it (a consistent listing, the
 // holder's entry left out, lockmodel.QueueOrder) and its first entry's
 // value names the runner's pid; only a worker's runner is killed (not an
-// OpenTofu apply's provider, nor a skewed runner): false when nobody waits
-// or the first in line is not a worker. The store mark says which cluster
-// faults were in force (WaiterKillStalls judges only the stalls of kills
-// with none). The runner may have taken the lock meanwhile: then a holder
-// was killed, under the same bound.
+// OpenTofu apply's provider, nor a skewed runner). Jobs are short and the
+// line is often empty: the queue is watched (a blocking listing) for up to
+// 3s until a worker stands first; false when none did. The store mark
+// says which cluster faults were in force (WaiterKillStalls judges only
+// the stalls of kills with none). The runner may have taken the lock
+// meanwhile: then a holder was killed, under the same bound.
 func (n *nemesis) killFirstWaiter(i int, h *harness) bool {
-	var pairs api.KVPairs
-	holder := ""
-	if !n.admin(func(c *api.Client) error {
-		pair, _, err := c.KV().Get(h.lock.Key, &api.QueryOptions{RequireConsistent: true})
-		if err != nil {
+	var index uint64
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && h.ctx.Err() == nil; {
+		var pairs api.KVPairs
+		holder := ""
+		if !n.admin(func(c *api.Client) error {
+			var meta *api.QueryMeta
+			var err error
+			pairs, meta, err = c.KV().List(lockmodel.WaiterQueuePrefix(h.lock), &api.QueryOptions{RequireConsistent: true, WaitIndex: index, WaitTime: time.Until(deadline)})
+			if err != nil {
+				return err
+			}
+			index = meta.LastIndex
+			pair, _, err := c.KV().Get(h.lock.Key, &api.QueryOptions{RequireConsistent: true})
+			if err == nil && pair != nil {
+				holder = pair.Session
+			}
 			return err
-		}
-		if pair != nil {
-			holder = pair.Session
-		}
-		pairs, _, err = c.KV().List(lockmodel.WaiterQueuePrefix(h.lock), &api.QueryOptions{RequireConsistent: true})
-		return err
-	}) {
-		return false
-	}
-	line, _ := lockmodel.QueueOrder(lockproto.QueueEntries(pairs), holder)
-	if len(line) == 0 {
-		return false
-	}
-	var value lockmodel.HolderValue
-	for _, p := range pairs {
-		if p.Key == line[0].Key && json.Unmarshal(p.Value, &value) != nil {
+		}) {
 			return false
 		}
-	}
-	for _, w := range h.workers {
-		w.mu.Lock()
-		if w.cmd != nil && w.cmd.Process.Pid == value.PID {
-			h.store.Mark(w.id, fmt.Sprintf("%s (session %s, runner pid %d); %s: %s", WaiterKillNote, line[0].Session, value.PID, FaultsInForceNote, n.clusterFaultsInForce(i)))
-			_ = w.cmd.Process.Kill()
-			w.mu.Unlock()
-			return true
+		line, _ := lockmodel.QueueOrder(lockproto.QueueEntries(pairs), holder)
+		if len(line) == 0 {
+			continue
 		}
-		w.mu.Unlock()
+		var value lockmodel.HolderValue
+		for _, p := range pairs {
+			if p.Key == line[0].Key {
+				_ = json.Unmarshal(p.Value, &value)
+			}
+		}
+		for _, w := range h.workers {
+			w.mu.Lock()
+			if w.cmd != nil && w.cmd.Process.Pid == value.PID {
+				h.store.Mark(w.id, fmt.Sprintf("%s (session %s, runner pid %d); %s: %s", WaiterKillNote, line[0].Session, value.PID, FaultsInForceNote, n.clusterFaultsInForce(i)))
+				_ = w.cmd.Process.Kill()
+				w.mu.Unlock()
+				return true
+			}
+			w.mu.Unlock()
+		}
 	}
 	return false
 }
