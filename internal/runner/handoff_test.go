@@ -268,6 +268,11 @@ func TestHandOff_consulLockRacersAndHandedRunnersNeverOverlap(t *testing.T) {
 			last = r
 		}
 	}
+	// The holder released with the three runners queued: its release hands
+	// the lock to the first of them, whatever the racers do.
+	if got := handOffs(holder); !slices.Equal(got, []string{sessionOf(t, runners[1])}) {
+		t.Fatalf("the holder handed the lock to %v; want q1's session %s:\n%s", got, sessionOf(t, runners[1]), holder.out.String())
+	}
 	var handed int
 	for _, p := range runners {
 		handed += len(handOffs(p))
