@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -45,10 +44,7 @@ func isConsulLockSession(prefix string) func(string) bool {
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'Handover$' -benchtime 20x ./internal/runner/
 //	CONSUL_BIN=$PWD/bin/consul BENCH_CLUSTER=1 go test -run '^$' -bench 'Handover$' -benchtime 20x -timeout 30m ./internal/runner/
 func BenchmarkHandover(b *testing.B) {
-	tg := devAgentTarget()
-	if os.Getenv("BENCH_CLUSTER") != "" {
-		tg = clusterTarget(testenv.StartClusterT(b, testenv.ClusterOptions{Servers: 3, Clients: 2}))
-	}
+	tg := handoverTargetFromEnv(b)
 	variants := handoverVariants()
 	took := make([][]time.Duration, len(variants))
 	for b.Loop() {

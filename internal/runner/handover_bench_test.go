@@ -53,6 +53,16 @@ type handoverTarget struct {
 	nodes []string
 }
 
+// handoverTargetFromEnv is a cluster of three servers and two client
+// agents, stopped when b ends, with BENCH_CLUSTER set, else the dev agent.
+func handoverTargetFromEnv(b *testing.B) handoverTarget {
+	b.Helper()
+	if os.Getenv("BENCH_CLUSTER") == "" {
+		return devAgentTarget()
+	}
+	return clusterTarget(testenv.StartClusterT(b, testenv.ClusterOptions{Servers: 3, Clients: 2}))
+}
+
 // devAgentTarget is the runner tests' dev agent, holder and waiter both
 // on it.
 func devAgentTarget() handoverTarget {
@@ -286,7 +296,13 @@ func (r *proxied) String() string {
 
 func newRecordingProxy(t testing.TB) *recordingProxy {
 	t.Helper()
-	target, err := url.Parse("http://" + agent.Addr)
+	return newRecordingProxyTo(t, agent.Addr)
+}
+
+// newRecordingProxyTo is newRecordingProxy to the agent at addr.
+func newRecordingProxyTo(t testing.TB, addr string) *recordingProxy {
+	t.Helper()
+	target, err := url.Parse("http://" + addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,10 +422,13 @@ func median(ds []time.Duration) time.Duration {
 // BENCH_BASE_RUNNER names one), -run-id, consul lock and the floor. Each
 // process talks to Consul through a proxy of its own (which adds its own
 // hop to each request: the timings are for reading the path, the
-// BenchmarkHandover figures are without proxies).
+// BenchmarkHandover figures are without proxies). BENCH_CLUSTER=1 runs it
+// on a cluster as BenchmarkHandover does, each proxy in front of its
+// process's client agent; its lines say "MEASURED (cluster)".
 //
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'HandoverProfile' -benchtime 1x ./internal/runner/
 func BenchmarkHandoverProfile(b *testing.B) {
+	at := handoverTargetFromEnv(b)
 	variants := handoverVariants()
 	steps := make([]map[string][]time.Duration, len(variants))
 	for i := range steps {
@@ -418,8 +437,8 @@ func BenchmarkHandoverProfile(b *testing.B) {
 	for b.Loop() {
 		for i, v := range variants {
 			record := filepath.Join(b.TempDir(), "record")
-			p1, p2 := newRecordingProxy(b), newRecordingProxy(b)
-			tg := devAgentTarget()
+			p1, p2 := newRecordingProxyTo(b, at.addr1), newRecordingProxyTo(b, at.addr2)
+			tg := at
 			tg.addr1, tg.addr2 = p1.addr, p2.addr
 			first, second := v.start(b, record, tg)
 			for _, p := range []*proc{first, second} {
@@ -435,8 +454,8 @@ func BenchmarkHandoverProfile(b *testing.B) {
 			for step, d := range handoverSteps(p1, p2, zero, runs[1].start) {
 				steps[i][step] = append(steps[i][step], d)
 			}
-			fmt.Printf("MEASURED %s: hand-over %.2fms (through the proxies); holder's requests:\n%swaiter's requests (its command started at %+.2fms):\n%s",
-				v.metric, ms(runs[1].start.Sub(zero)), p1.timeline(zero), ms(runs[1].start.Sub(zero)), p2.timeline(zero))
+			fmt.Printf("MEASURED%s %s: hand-over %.2fms (through the proxies); holder's requests:\n%swaiter's requests (its command started at %+.2fms):\n%s",
+				at.label, v.metric, ms(runs[1].start.Sub(zero)), p1.timeline(zero), ms(runs[1].start.Sub(zero)), p2.timeline(zero))
 			if os.Getenv("RUNNER_TEST_VERBOSE") != "" {
 				fmt.Printf("child end %d, start %d\n--- %s:\n%s--- %s:\n%s", runs[0].end.UnixNano(), runs[1].start.UnixNano(), first.name, first.out, second.name, second.out)
 			}
@@ -450,7 +469,7 @@ func BenchmarkHandoverProfile(b *testing.B) {
 				fmt.Fprintf(&sb, " %s %.2fms", step, ms(median(ds)))
 			}
 		}
-		fmt.Printf("MEASURED %s, medians of the steps (through the proxies):%s\n", v.metric, sb.String())
+		fmt.Printf("MEASURED%s %s, medians of the steps (through the proxies):%s\n", at.label, v.metric, sb.String())
 	}
 }
 
