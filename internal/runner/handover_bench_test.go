@@ -532,8 +532,10 @@ func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[
 // lock transactions) per hand-over, and the requests per second while
 // nobody hands over, with the blocking queries open meanwhile. Variants:
 // run, run with -run-id (a run ID per runner), queue (run on a lock
-// declared with waiters = "queue": one waiter wakes per hand-over) and,
-// with BENCH_BASE_RUNNER, the base binary.
+// declared with waiters = "queue": one waiter wakes per hand-over), queue
+// with -run-id, handoff (waiters = "handoff": the waiter is handed the
+// lock) and, with BENCH_BASE_RUNNER, the base binary; -bench
+// 'Herd/^(queue|handoff)$/' picks some.
 //
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench 'Herd' -benchtime 5x -timeout 60m ./internal/runner/
 func BenchmarkHerd(b *testing.B) {
