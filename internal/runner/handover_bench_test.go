@@ -481,7 +481,8 @@ var handoverStepNames = []string{"to_release", "release", "to_wakeup", "to_lock"
 
 // handoverSteps splits one hand-over into handoverStepNames. The release
 // is the holder's first write after zero; the wake-up the waiter's first
-// answer after it, the lock the waiter's next write.
+// answer after it, the lock the waiter's next write (none when the lock was
+// handed over: to_lock and lock are then left out).
 func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[string]time.Duration {
 	var release, lock, wake *proxied
 	holder.mu.Lock()
@@ -504,17 +505,28 @@ func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[
 			lock = r
 		}
 	}
-	if wake == nil || lock == nil || lock.answered.IsZero() {
+	if wake == nil {
 		return nil
 	}
-	return map[string]time.Duration{
+	steps := map[string]time.Duration{
 		"to_release": release.sent.Sub(zero),
 		"release":    release.answered.Sub(release.sent),
 		"to_wakeup":  wake.answered.Sub(release.answered),
-		"to_lock":    lock.sent.Sub(wake.answered),
-		"lock":       lock.answered.Sub(lock.sent),
-		"to_start":   started.Sub(lock.answered),
 	}
+	if lock == nil || lock.sent.After(started) {
+		// No lock request before the command started: the release handed
+		// the lock over (waiters = "handoff") and the wake-up was the
+		// acquisition; a later write is the waiter's own release.
+		steps["to_start"] = started.Sub(wake.answered)
+		return steps
+	}
+	if lock.answered.IsZero() {
+		return nil
+	}
+	steps["to_lock"] = lock.sent.Sub(wake.answered)
+	steps["lock"] = lock.answered.Sub(lock.sent)
+	steps["to_start"] = started.Sub(lock.answered)
+	return steps
 }
 
 // ---------------------------------------------------------------------------
