@@ -3,7 +3,6 @@ package lockproto
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -275,11 +274,7 @@ func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs 
 		m.log.Debug("hand-over transaction failed", "next_session", next.Session, "error", consul.Classify("hand over "+m.lock.Key, err).Error())
 		return false, true
 	case !ok:
-		var whats []string
-		for _, e := range resp.Errors {
-			whats = append(whats, e.What)
-		}
-		m.log.Debug("Consul refused the hand-over", "next_session", next.Session, "error", strings.Join(whats, "; "))
+		m.log.Debug("Consul refused the hand-over", "next_session", next.Session, "error", consul.TxnError("hand over "+m.lock.Key, resp.Errors).Error())
 		return false, true
 	}
 	m.log.Info("lock handed to the first waiter in line", "next_session", next.Session)

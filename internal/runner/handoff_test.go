@@ -15,7 +15,6 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
-	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // Runners of a lock declared with waiters = "handoff"
@@ -35,8 +34,7 @@ const (
 // consullock_acl_policy renders it (queue_prefixes included).
 func declareHandOff(t testing.TB, ro *lockmodel.RunOnce, p *lockmodel.SessionProfile) (lockmodel.Lock, string) {
 	t.Helper()
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: lockmodel.WaitersHandOff, RunOnce: ro}, p)
-	return l, queueToken(t, l, false)
+	return declareWithWaiters(t, lockmodel.WaitersHandOff, ro, p, false)
 }
 
 var handedOffTo = regexp.MustCompile(`msg="` + logHandedOff + `"[^\n]* next_session=([0-9a-f-]+)`)

@@ -24,8 +24,15 @@ import (
 // consullock_acl_policy renders it (queue_prefixes unless withoutGrant).
 func declareQueued(t testing.TB, ro *lockmodel.RunOnce, withoutGrant bool) (lockmodel.Lock, string) {
 	t.Helper()
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: lockmodel.WaitersQueue, RunOnce: ro},
-		fastProfile(t, time.Second))
+	return declareWithWaiters(t, lockmodel.WaitersQueue, ro, fastProfile(t, time.Second), withoutGrant)
+}
+
+// declareWithWaiters declares a mutex whose waiters are waiters (a
+// run-once job with ro) with profile p, and mints its worker token
+// (queueToken).
+func declareWithWaiters(t testing.TB, waiters string, ro *lockmodel.RunOnce, p *lockmodel.SessionProfile, withoutGrant bool) (lockmodel.Lock, string) {
+	t.Helper()
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: waiters, RunOnce: ro}, p)
 	return l, queueToken(t, l, withoutGrant)
 }
 
