@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # make demo: a local Consul dev agent (ACLs on, default deny), the quickstart
-# applied with OpenTofu, two `consullock run` workers competing for the lock,
-# the holder shown through the data source, a crash fail-over measured, an
-# out-of-band ACL edit caught by plan, run once (three workers triggered
-# together: exactly one runs the job; then a holder killed mid-run and the
-# run completed by another worker as attempt 2), and a deleted lock key put
-# back by the controller. Cleans up after itself.
+# applied with OpenTofu, three `consullock run` workers triggered together
+# (exactly one runs the night's job), then a run whose holder is killed
+# mid-run (the holder shown through the data source, the take-over
+# measured, the run completed by another worker as attempt 2), an
+# out-of-band ACL edit caught by plan, and a deleted lock key put back by
+# the controller. Cleans up after itself.
 #
 # It uses the consul and tofu (or terraform) found on PATH when they are
 # recent enough (Consul >= 1.14, OpenTofu >= 1.10, Terraform >= 1.5), and
@@ -148,23 +148,58 @@ info "worst_case_gap: $(tf output -raw worst_case_gap)"
 info "rules granted to the workers' token:"
 tf output -raw granted_rules | sed 's/^/      /'
 
-step "starting two workers: consullock run -lock nightly-report, with only the workers' token"
 worker_token="$(tf output -raw worker_token)"
-for i in 1 2; do
-  CONSUL_HTTP_TOKEN="$worker_token" "$bin/consullock" run -lock nightly-report -- \
-    sh -c "echo \"worker $i: running the nightly report with fencing token \$CONSUL_LOCK_FENCING_TOKEN\"; exec sleep 3600" \
-    >"$demo/worker-$i.log" 2>&1 &
-  pids+=($!)
-  eval "worker_$i=$!"
-  disown $! # no "Killed" job notice when the demo kills the holder
-done
 
+# workers TAG ARGS...: starts three workers at once, as each worker's timer
+# does at 02:00, each `consullock run -lock nightly-report` with only the
+# workers' token. The job prints its run ID, attempt and fencing token;
+# attempt 1 of run "crash" sleeps 300s (to be killed), any other 2s.
+workers() {
+  local tag=$1 i
+  shift
+  once=()
+  for i in 1 2 3; do
+    CONSUL_HTTP_TOKEN="$worker_token" "$bin/consullock" run -lock nightly-report "$@" -- sh -c \
+      "echo \"worker $i: running the nightly report, run \$CONSUL_LOCK_RUN_ID attempt \$CONSUL_LOCK_ATTEMPT, fencing token \$CONSUL_LOCK_FENCING_TOKEN\"
+       if [ \"\$CONSUL_LOCK_RUN_ID\" = crash ] && [ \"\$CONSUL_LOCK_ATTEMPT\" = 1 ]; then exec sleep 300; fi; sleep 2" \
+      >"$demo/once-$tag-$i.log" 2>&1 &
+    once+=($!)
+    pids+=($!)
+    disown $! # no "Killed" job notice when the demo kills the holder
+  done
+}
+# report TAG: waits for the three workers; says what each did.
+report() {
+  local tag=$1 i ran=0
+  for i in 1 2 3; do
+    while kill -0 "${once[i - 1]}" 2>/dev/null; do sleep 0.05; done
+    if grep -q 'running the nightly report' "$demo/once-$tag-$i.log"; then
+      ran=$((ran + 1))
+      info "$(grep 'running the nightly report' "$demo/once-$tag-$i.log")"
+    elif grep -q 'run already succeeded' "$demo/once-$tag-$i.log"; then
+      info "worker $i: did not run it, exit 0: $(grep -o 'run already succeeded.*' "$demo/once-$tag-$i.log" |
+        sed -n 's/.*\(run_id=[^ ]*\).*\(ran_on=[^ ]*\) \(attempt=[0-9]*\) \(fencing_token=[0-9]*\).*/\1 \2 \3 \4/p')"
+    else
+      info "worker $i: $(tail -n 1 "$demo/once-$tag-$i.log")"
+    fi
+  done
+  ran_count=$ran
+}
+
+step "three workers triggered together (no -run-id: the run ID is today's UTC day), a 2s job"
+workers together
+report together
+[[ $ran_count -eq 1 ]] || { tail -n 5 "$demo"/once-together-*.log; echo "$ran_count workers ran the job, want exactly 1" >&2; exit 1; }
+info "exactly one worker ran the job; the others left once its success was recorded"
+
+step "again, for run \"crash\" (-run-id crash): attempt 1 runs long"
+workers crash -run-id crash
 holder_session() {
   curl -fsS -H "X-Consul-Token: $CONSUL_HTTP_TOKEN" "http://$CONSUL_HTTP_ADDR/v1/kv/jobs/nightly-report/.lock?consistent" |
     sed -n 's/.*"Session": *"\([^"]*\)".*/\1/p'
 }
-for _ in $(seq 1 200); do [[ -n "$(holder_session)" ]] && break; sleep 0.1; done
-[[ -n "$(holder_session)" ]] || { tail -n 20 "$demo"/worker-*.log; echo "no worker acquired the lock" >&2; exit 1; }
+for _ in $(seq 1 200); do [[ -n "$(holder_session)" ]] && grep -q 'attempt 1' "$demo"/once-crash-*.log && break; sleep 0.05; done
+[[ -n "$(holder_session)" ]] || { tail -n 20 "$demo"/once-crash-*.log; echo "no worker acquired the lock" >&2; exit 1; }
 
 show_holder() {
   tf apply -refresh-only -auto-approve -no-color >/dev/null
@@ -177,32 +212,35 @@ step "who holds the lock? (data source consullock_lock, after $cli_name apply -r
 show_holder
 first_token="$(fencing_token)"
 holder_pid="$(tf output -json holder | sed -n 's/.*\\"pid\\":\([0-9]*\).*/\1/p')"
-if [[ "$holder_pid" == "$worker_1" ]]; then standby=2; else standby=1; fi
-info "holder is the runner with pid $holder_pid; worker $standby is waiting"
+victim=
+for i in 1 2 3; do [[ "${once[i - 1]}" == "$holder_pid" ]] && victim=$i; done
+[[ -n "$victim" ]] || { echo "the holder's pid $holder_pid is none of the workers'" >&2; exit 1; }
+info "holder is worker $victim (runner pid $holder_pid); the two others wait"
 
-step "kill -9 the holder (its child too); Consul must invalidate its session (about 2 x ttl) and apply lock_delay"
+step "kill -9 worker $victim's runner while attempt 1 runs: its job dies with it; the next worker runs attempt 2"
 old_session="$(holder_session)"
-pkill -KILL -P "$holder_pid" 2>/dev/null || true
 kill -KILL "$holder_pid"
 killed_at=$(date +%s%N)
-for _ in $(seq 1 600); do
+for _ in $(seq 1 1200); do
   s="$(holder_session)"
   [[ -n "$s" && "$s" != "$old_session" ]] && break
   sleep 0.05
 done
 took_ms=$(( ($(date +%s%N) - killed_at) / 1000000 ))
 took="$((took_ms / 1000)).$(printf %03d $((took_ms % 1000)))"
-[[ -n "$s" && "$s" != "$old_session" ]] || { echo "no fail-over" >&2; exit 1; }
-info "fail-over took ${took}s (declared worst_case_gap: $(tf output -raw worst_case_gap))"
-sleep 0.5
-sed 's/^/    /' "$demo/worker-$standby.log" | grep 'running the nightly report' || true
+[[ -n "$s" && "$s" != "$old_session" ]] || { echo "no take-over" >&2; exit 1; }
+info "take-over took ${took}s (Consul ends the session after about 2 x ttl, then lock_delay; declared worst_case_gap: $(tf output -raw worst_case_gap))"
 show_holder
 second_token="$(fencing_token)"
 if [[ -n "$first_token" && -n "$second_token" && "$second_token" -gt "$first_token" ]]; then
   info "fencing token $first_token -> $second_token: the new holder's is greater, so a store that remembers the highest token refuses the old holder"
 else
-  echo "the fencing token did not grow across the fail-over ($first_token -> $second_token)" >&2; exit 1
+  echo "the fencing token did not grow across the take-over ($first_token -> $second_token)" >&2; exit 1
 fi
+report crash
+grep -q 'attempt 2' "$demo"/once-crash-*.log || { tail -n 5 "$demo"/once-crash-*.log; echo "no worker ran attempt 2" >&2; exit 1; }
+info "the run ledger, as consullock status -lock nightly-report shows it:"
+{ "$bin/consullock" status -lock nightly-report || true; } | sed -n '/^Runs/,$p' | sed 's/^/    /'
 
 step "drift: an operator widens the workers' ACL policy out of band (consul acl policy update)"
 "$consul" acl policy update -name nightly-report-workers \
@@ -218,108 +256,6 @@ grep -E '^\s+[~+-] |will be updated|Plan:' "$demo/plan.txt" | grep -v 'consulloc
 tf apply -auto-approve -no-color -var "worker_node_prefix=worker-" | grep -E 'Apply complete' | sed 's/^/    /'
 info "after apply the rules are the declared ones again:"
 "$consul" acl policy read -name nightly-report-workers | sed -n '/^Rules:/,$p' | sed 's/^/      /'
-
-step "run once: lock report-once declares run_once (period 24h); its workers' token may write its run ledger"
-mkdir -p "$demo/run-once"
-cat >"$demo/run-once/main.tf" <<'TF'
-terraform {
-  required_providers {
-    consullock = { source = "consullock/consullock" }
-  }
-}
-provider "consullock" {}
-resource "consullock_session_defaults" "once" {
-  name       = "report-once"
-  ttl        = "10s"
-  lock_delay = "1s"
-}
-resource "consullock_lock" "once" {
-  name             = "report-once"
-  prefix           = "jobs/report-once"
-  session_defaults = consullock_session_defaults.once.name
-  run_once         = { period = "24h", max_attempts = 3 }
-}
-resource "consullock_acl_policy" "once" {
-  name                  = "report-once-workers"
-  lock_keys             = [consullock_lock.once.key]
-  run_ledgers           = [consullock_lock.once.name]
-  read_keys             = [consullock_lock.once.registry_key, consullock_session_defaults.once.registry_key]
-  session_node_prefixes = ["worker-"]
-}
-resource "consullock_acl_token" "once" {
-  description = "report-once workers"
-  policies    = [consullock_acl_policy.once.name]
-}
-output "token" {
-  value     = consullock_acl_token.once.secret_id
-  sensitive = true
-}
-TF
-tf_once() { (cd "$demo/run-once" && "$cli" "$@" 2> >(grep -v -e 'Provider development overrides' -e 'dev_overrides' >&2)); }
-tf_once apply -auto-approve -no-color | grep -E 'Apply complete' | sed 's/^/    /'
-once_token="$(tf_once output -raw token)"
-
-# once_workers TAG ARGS...: starts three workers of report-once at once;
-# the job prints its run ID and attempt, sleeps 300s as attempt 1 of run
-# "crash" (to be killed), else 2s.
-once_workers() {
-  local tag=$1 i
-  shift
-  once=()
-  for i in 1 2 3; do
-    CONSUL_HTTP_TOKEN="$once_token" "$bin/consullock" run -lock report-once "$@" -- sh -c \
-      "echo \"worker $i: running report-once, run \$CONSUL_LOCK_RUN_ID attempt \$CONSUL_LOCK_ATTEMPT\"
-       if [ \"\$CONSUL_LOCK_RUN_ID\" = crash ] && [ \"\$CONSUL_LOCK_ATTEMPT\" = 1 ]; then exec sleep 300; fi; sleep 2" \
-      >"$demo/once-$tag-$i.log" 2>&1 &
-    once+=($!)
-    pids+=($!)
-    disown $!
-  done
-}
-# once_report TAG: each worker's exit code and what it did.
-once_report() {
-  local tag=$1 i rc ran=0
-  for i in 1 2 3; do
-    rc=0
-    while kill -0 "${once[i - 1]}" 2>/dev/null; do sleep 0.05; done
-    rc="$(sed -n 's/.*exit_code=\([0-9]*\).*/\1/p' "$demo/once-$tag-$i.log" | tail -n 1)"
-    if grep -q 'running report-once' "$demo/once-$tag-$i.log"; then
-      ran=$((ran + 1))
-      info "$(grep 'running report-once' "$demo/once-$tag-$i.log")"
-    elif grep -q 'run already succeeded' "$demo/once-$tag-$i.log"; then
-      info "worker $i: exit ${rc:-0}, did not run it: $(grep -o 'run already succeeded.*' "$demo/once-$tag-$i.log" |
-        sed -n 's/.*\(run_id=[^ ]*\).*\(seen="[^"]*"\).*\(ran_on=[^ ]*\) \(attempt=[0-9]*\) \(fencing_token=[0-9]*\).*/\1 \2 \3 \4 \5/p')"
-    else
-      info "worker $i: $(tail -n 1 "$demo/once-$tag-$i.log")"
-    fi
-  done
-  once_ran=$ran
-}
-
-step "run once: three workers triggered together (no -run-id: the run ID is today's UTC slot), a 2s job"
-once_workers together
-once_report together
-[[ $once_ran -eq 1 ]] || { tail -n 5 "$demo"/once-together-*.log; echo "run once: $once_ran workers ran the job, want exactly 1" >&2; exit 1; }
-info "exactly one worker ran the job; the others left as soon as its success was recorded"
-
-step "run once, a holder killed mid-run: run \"crash\"; kill -9 the runner of attempt 1 (its job dies with it)"
-once_workers crash -run-id crash
-holder_log=
-for _ in $(seq 1 200); do
-  holder_log="$(grep -l 'attempt 1' "$demo"/once-crash-*.log 2>/dev/null | head -n 1)" && [[ -n "$holder_log" ]] && break
-  sleep 0.05
-done
-[[ -n "$holder_log" ]] || { tail -n 5 "$demo"/once-crash-*.log; echo "no worker started attempt 1" >&2; exit 1; }
-victim="${holder_log##*-}" victim="${victim%.log}"
-victim_pid="${once[victim - 1]}"
-# The runner only: its job dies with it (Linux parent-death signal), as when
-# its machine dies. Killing the job first would let the runner record it.
-kill -KILL "$victim_pid"
-info "killed worker $victim (pid $victim_pid) running attempt 1; its session ends after about 2 x ttl (10s), then lock_delay (1s)"
-once_report crash
-grep -q 'attempt 2' "$demo"/once-crash-*.log || { tail -n 5 "$demo"/once-crash-*.log; echo "no worker ran attempt 2" >&2; exit 1; }
-info "the run ledger, as consullock status -lock report-once shows it:"
-{ "$bin/consullock" status -lock report-once || true; } | sed -n '/^Runs/,$p' | sed 's/^/    /'
 
 step "an operator deletes the lock key by mistake; consullock controller -mode repair puts it back"
 # The workers go first (SIGTERM: the runner stops its command, releases the

@@ -1,5 +1,6 @@
-# Quickstart: one cron job ("nightly-report") deployed on three workers,
-# which must run on exactly one of them at a time.
+# Quickstart: one nightly job ("nightly-report") deployed on three workers.
+# Every worker's timer fires at 02:00 UTC; the job runs once per night, on
+# one of them (run_once: the run ID is the UTC day).
 #
 #   tofu apply
 #   CONSUL_HTTP_TOKEN=$(tofu output -raw worker_token) \
@@ -23,22 +24,31 @@ variable "worker_node_prefix" {
 }
 
 # How holders' sessions behave. If a holder crashes, the next one starts
-# at most worst_case_gap later (2 x ttl + lock_delay), shown at plan time.
+# at most worst_case_gap later (2 x ttl + lock_delay = 35s), shown at plan
+# time. lock_delay 15s leaves a holder cut off from Consul time to notice
+# and stop its job before anyone else may start (renew 3.3s + 2s, -grace
+# 5s, 1s margin).
 resource "consullock_session_defaults" "nightly_report" {
   name       = "nightly-report"
   ttl        = "10s"
-  lock_delay = "5s"
+  lock_delay = "15s"
   behavior   = "release"
 }
 
 # The lock: jobs/nightly-report/.lock, usable by `consul lock`,
-# api.Lock and `consullock run`.
+# api.Lock and `consullock run`. run_once keeps a run ledger beside it:
+# the workers triggered for the same night run the job once, and a run
+# whose holder died is retried by the next worker (up to max_attempts).
 resource "consullock_lock" "nightly_report" {
   name             = "nightly-report"
   prefix           = "jobs/nightly-report"
   session_defaults = consullock_session_defaults.nightly_report.name
   max_hold         = "1h"
   description      = "Nightly billing report"
+  run_once = {
+    period       = "24h" # run ID: the UTC day, e.g. 2026-12-01T00:00:00Z
+    max_attempts = 3
+  }
 }
 
 # Exactly what the workers need, and nothing more.
@@ -46,16 +56,18 @@ resource "consullock_acl_policy" "workers" {
   name                  = "nightly-report-workers"
   description           = "Workers that run the nightly report"
   lock_keys             = [consullock_lock.nightly_report.key]
+  run_ledgers           = [consullock_lock.nightly_report.name]
   session_node_prefixes = [var.worker_node_prefix]
   # `consullock run` reads the declaration and its session profile.
   read_keys = [
     consullock_lock.nightly_report.registry_key,
     consullock_session_defaults.nightly_report.registry_key,
   ]
-  # `consul lock` and `consullock run` ask the local agent for its node name.
-  agent_read = true
 }
 
+# The token's secret is kept in state (and in the worker_token output):
+# protect the state, or create the secret elsewhere and pass it with the
+# write-only secret_id_wo, which is never stored.
 resource "consullock_acl_token" "workers" {
   description = "nightly-report workers"
   policies    = [consullock_acl_policy.workers.name]

@@ -19,7 +19,7 @@ provider "consullock" {}
 resource "consullock_session_defaults" "nightly_report" {
   name       = "nightly-report"
   ttl        = "10s"
-  lock_delay = "5s"
+  lock_delay = "15s"
 }
 
 resource "consullock_lock" "nightly_report" {

@@ -48,7 +48,7 @@ variable "allow_consul_lock" {
 resource "consullock_session_defaults" "thumbnailers" {
   name       = "thumbnailers"
   ttl        = "15s"
-  lock_delay = "5s"
+  lock_delay = "15s"
   behavior   = "delete"
 }
 

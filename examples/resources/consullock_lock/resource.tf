@@ -1,13 +1,14 @@
 resource "consullock_session_defaults" "fast" {
   name       = "fast"
   ttl        = "15s"
-  lock_delay = "10s"
+  lock_delay = "15s"
 }
 
 resource "consullock_session_defaults" "workers" {
-  name     = "workers"
-  ttl      = "30s"
-  behavior = "delete"
+  name       = "workers"
+  ttl        = "30s"
+  lock_delay = "20s"
+  behavior   = "delete"
 }
 
 # A mutex: `consul lock jobs/nightly-report ./report.sh` (or api.Lock, or
