@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -33,6 +34,7 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	declareOtherLock(t, *tofu)
 	// runTofu runs tofu in dir with the workspace's CLI configuration.
 	runTofu := func(dir string, args ...string) ([]byte, error) {
 		in := *tofu
@@ -144,4 +146,72 @@ func exampleWarnings(out string) []string {
 		warnings = append(warnings, block)
 	}
 	return warnings
+}
+
+// TestExamples_tofuTest runs examples/tofu-test's `tofu test` files, the
+// ones the "Testing with tofu test" guide shows: one with a mock_provider
+// (no Consul), one applying the module against the package's agent and
+// destroying it afterwards. Neither may print a warning.
+func TestExamples_tofuTest(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginDir := t.TempDir()
+	if err := testenv.BuildProvider(context.Background(), pluginDir); err != nil {
+		t.Fatalf("building the provider: %v", err)
+	}
+	work := t.TempDir()
+	if err := os.CopyFS(work, os.DirFS(filepath.Join(root, "examples", "tofu-test"))); err != nil {
+		t.Fatal(err)
+	}
+	tofu, err := testenv.NewTofuWorkspace(pluginDir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	declareOtherLock(t, *tofu)
+	tofu.Dir = work
+	out, err := tofu.Run(context.Background(), "test", "-no-color")
+	if err != nil {
+		t.Fatalf("tofu test: %v\n%s", err, out)
+	}
+	for _, want := range []string{`run "plan_without_consul"... pass`, `run "another_job"... pass`, `run "apply"... pass`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("tofu test did not print %q:\n%s", want, out)
+		}
+	}
+	if w := exampleWarnings(string(out)); len(w) > 0 {
+		t.Errorf("tofu test warns; the guide's example must not:\n%s", strings.Join(w, "\n"))
+	}
+}
+
+// declareOtherLock applies, for the rest of the test, a lock unrelated to
+// the examples: a user's Consul has other declared locks, and the policy's
+// "outside the declared locks" check only speaks when there are some.
+func declareOtherLock(t *testing.T, tofu testenv.Tofu) {
+	t.Helper()
+	tofu.Dir = t.TempDir()
+	name := strings.ReplaceAll(testenv.UniquePrefix("other"), "/", "-")
+	config := fmt.Sprintf(`
+resource "consullock_session_defaults" "other" {
+  name = %[1]q
+}
+
+resource "consullock_lock" "other" {
+  name             = %[1]q
+  prefix           = "other/%[1]s"
+  session_defaults = consullock_session_defaults.other.name
+}
+`, name)
+	if err := os.WriteFile(filepath.Join(tofu.Dir, "main.tf"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tofu.Run(context.Background(), "apply", "-auto-approve", "-no-color", "-input=false"); err != nil {
+		t.Fatalf("declaring another lock: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := tofu.Run(context.Background(), "destroy", "-auto-approve", "-no-color", "-input=false"); err != nil {
+			t.Errorf("destroying the other lock: %v\n%s", err, out)
+		}
+	})
 }
