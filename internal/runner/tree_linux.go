@@ -18,30 +18,33 @@ type treeProc struct {
 
 // childrenFiles reports whether the kernel lists children in
 // /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN, in every
-// distribution kernel); without them descendants scans every /proc/<pid>/stat.
+// distribution kernel); without them walkTree scans every /proc/<pid>/stat.
 var childrenFiles = sync.OnceValue(func() bool {
 	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(syscall.Gettid()) + "/children")
 	return err == nil
 })
 
-// descendants lists every descendant of root, parents before their
-// children. A process that forks while the walk runs may be missed; killTree
-// walks again until it finds none.
-func descendants(root int) []treeProc {
-	var kids func(int) []int
+// walkTree calls visit for every descendant of root, a parent before its
+// children, and reads a process's children only after visit returned (so
+// that a visit that kills the process stops it from adding more). A
+// process that forks while the walk runs may be missed; killTree walks
+// again until it finds none.
+func walkTree(root int, visit func(treeProc)) {
 	if childrenFiles() {
-		kids = childrenOf
+		walkTreeWith(root, childrenOf, visit)
 	} else {
-		kids = parentTable().childrenOf
+		walkTreeWith(root, parentTable().childrenOf, visit)
 	}
-	var out []treeProc
+}
+
+// walkTreeWith is walkTree with kids listing a process's children.
+func walkTreeWith(root int, kids func(int) []int, visit func(treeProc)) {
 	for queue := []int{root}; len(queue) > 0; queue = queue[1:] {
 		for _, kid := range kids(queue[0]) {
-			out = append(out, treeProc{pid: kid, zombie: procState(kid) == 'Z'})
+			visit(treeProc{pid: kid, zombie: procState(kid) == 'Z'})
 			queue = append(queue, kid)
 		}
 	}
-	return out
 }
 
 // childrenOf lists pid's children: each of its threads lists those it
@@ -114,15 +117,16 @@ func killTree() int {
 	self := os.Getpid()
 	killed := map[int]bool{}
 	for {
-		procs := descendants(self)
-		if len(procs) == 0 {
-			return len(killed)
-		}
-		for _, p := range procs {
+		found := 0
+		walkTree(self, func(p treeProc) {
+			found++
 			if !p.zombie {
 				_ = syscall.Kill(p.pid, syscall.SIGKILL)
 				killed[p.pid] = true
 			}
+		})
+		if found == 0 {
+			return len(killed)
 		}
 		// Block until one of them is gone, then reap whatever else is.
 		var ws syscall.WaitStatus
