@@ -8,12 +8,13 @@ import (
 	"os"
 )
 
-// guarded: no guard on this platform. The runner starts the command itself
-// and, on macOS and the other Unixes, the command leads its own process
-// group (stdin not a terminal), which the runner signals and waits to be
-// empty before it releases the lock. If the runner is killed (SIGKILL), the
-// command and what it started run on: macOS has neither a parent-death
-// signal nor a subreaper. Windows ends only the command.
+// guarded: no guard on this platform; the runner starts the command
+// itself. On macOS the command leads its own process group (stdin not a
+// terminal), which the runner signals and waits to be empty before it
+// releases the lock; on the other platforms only the command itself is
+// signalled. If the runner is killed (SIGKILL), the command and what it
+// started run on: these platforms have neither a parent-death signal nor a
+// subreaper.
 const guarded = false
 
 // guard does not exist here; a child never has one.
