@@ -149,7 +149,7 @@ func (g *guard) endTree(log *slog.Logger) {
 		select {
 		case n := <-g.ended:
 			if n > 0 {
-				log.Warn("killed the processes the command left outside its process group before releasing the lock",
+				log.Warn("killed what was left of the command's process tree before releasing the lock",
 					"processes", n, "took", time.Since(start).Round(time.Microsecond))
 			}
 		case <-g.gone:

@@ -222,8 +222,9 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 	}
 }
 
-// cleanup stops the timers, abandons an acquisition still waiting, and
-// releases the hold (release, then destroy the session); a run-once
+// cleanup ends what is left of the command's tree (under a guard: also
+// what left its process group), stops the timers, abandons an acquisition
+// still waiting, and releases the hold (release, then destroy the session); a run-once
 // attempt's outcome is recorded in the release's own transaction, and the
 // hold then only destroys its session. code is the exit code.
 func (s *supervisor) cleanup(ctx context.Context, code int) {
