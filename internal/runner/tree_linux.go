@@ -3,7 +3,6 @@ package runner
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,9 +24,9 @@ var childrenFiles = sync.OnceValue(func() bool {
 })
 
 // walkTree calls visit for every descendant of root, a parent before its
-// children, and reads a process's children only after visit returned (so
-// that a visit that kills the process stops it from adding more). A
-// process that forks while the walk runs may be missed; killTree walks
+// children, and reads a process's children before it visits it (so that
+// a visit that kills it does not hide them: they are being reparented).
+// A process that forks while the walk runs may be missed; killTree walks
 // again until it finds none.
 func walkTree(root int, visit func(treeProc)) {
 	if childrenFiles() {
@@ -39,21 +38,22 @@ func walkTree(root int, visit func(treeProc)) {
 
 // walkTreeWith is walkTree with kids listing a process's children.
 func walkTreeWith(root int, kids func(int) []int, visit func(treeProc)) {
-	for queue := []int{root}; len(queue) > 0; queue = queue[1:] {
-		for _, kid := range kids(queue[0]) {
-			visit(treeProc{pid: kid, zombie: procState(kid) == 'Z'})
-			queue = append(queue, kid)
-		}
+	for queue := kids(root); len(queue) > 0; queue = queue[1:] {
+		pid := queue[0]
+		next := kids(pid)
+		visit(treeProc{pid: pid, zombie: procState(pid) == 'Z'})
+		queue = append(queue, next...)
 	}
 }
 
 // childrenOf lists pid's children: each of its threads lists those it
 // started.
 func childrenOf(pid int) []int {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, _ := os.ReadDir(dir)
 	var out []int
-	for _, f := range files {
-		data, _ := os.ReadFile(f)
+	for _, task := range tasks {
+		data, _ := os.ReadFile(dir + task.Name() + "/children")
 		for _, field := range strings.Fields(string(data)) {
 			if n, err := strconv.Atoi(field); err == nil {
 				out = append(out, n)
