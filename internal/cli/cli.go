@@ -48,6 +48,9 @@ func Main(version string) int {
 // Run dispatches args: a first argument that is not a flag names a
 // program; otherwise the flags are the provider server's.
 func Run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == runner.GuardCommand {
+		return runner.GuardMain(args[1:]) // `consullock run` started itself as its command's guard
+	}
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, ok := commands[args[0]]
 		if !ok {

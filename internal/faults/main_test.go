@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/runner"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -91,7 +94,7 @@ func childMain(args []string) int {
 	}
 	base := Write{
 		Worker: os.Getenv(workerEnv), Token: token, Session: os.Getenv("CONSUL_LOCK_SESSION"),
-		PID: os.Getpid(), RunnerPID: os.Getppid(),
+		PID: os.Getpid(), RunnerPID: runnerPID(),
 	}
 	base.Run = fmt.Sprintf("%s-%d-%d", base.Worker, base.PID, time.Now().UnixNano())
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -124,4 +127,24 @@ func childMain(args []string) int {
 		}
 		return childTermed
 	}
+}
+
+// runnerPID is the pid of the runner that runs this child: its parent, or
+// on Linux its parent's parent, when the parent is the runner's guard
+// (runner.GuardCommand).
+func runnerPID() int {
+	ppid := os.Getppid()
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/cmdline")
+	if args := strings.Split(string(cmdline), "\x00"); len(args) < 2 || args[1] != runner.GuardCommand {
+		return ppid
+	}
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/stat")
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+			if n, err := strconv.Atoi(f[1]); err == nil {
+				return n
+			}
+		}
+	}
+	return ppid
 }

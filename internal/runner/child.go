@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -48,29 +49,41 @@ func childEnv(base []string, key, sessionID string, g lockproto.Grant, extra ...
 
 // child is the command run under the lock.
 type child struct {
+	// cmd is the command; under a guard (guard.go) the guard process.
 	cmd *exec.Cmd
+	// commandPID is the command's pid (its process group's, with ownGroup).
+	commandPID int
 	// ownGroup is set when the child leads its own process group (stdin
 	// is not a terminal); signals then go to the whole group.
 	ownGroup bool
+	// guard runs the command where the platform has one; nil otherwise.
+	guard *guard
 	// done is closed when the child has exited and been reaped; state is
 	// then set.
 	done  chan struct{}
-	state *os.ProcessState
+	state exitState
 }
 
 // startChild starts argv with the runner's stdin, stdout and stderr, and a
 // goroutine that reaps it. The goroutine ends when the child exits; the
-// runner always waits for done before it exits itself.
-func startChild(argv, env []string) (*child, error) {
+// runner always waits for done before it exits itself. Where the platform
+// has a guard the guard starts the command (startGuarded).
+func startChild(argv, env []string, log *slog.Logger) (*child, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	ownGroup := !stdinIsTerminal()
+	if guarded {
+		if cmd.Err != nil {
+			return nil, cmd.Err
+		}
+		return startGuarded(cmd.Path, argv, env, ownGroup, log)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = env
-	ownGroup := !stdinIsTerminal()
 	cmd.SysProcAttr = sysProcAttr(ownGroup)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, ownGroup: ownGroup, done: make(chan struct{})}
+	c := &child{cmd: cmd, commandPID: cmd.Process.Pid, ownGroup: ownGroup, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait() // the exit status is in ProcessState
 		c.state = cmd.ProcessState
@@ -79,21 +92,36 @@ func startChild(argv, env []string) (*child, error) {
 	return c, nil
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
+func (c *child) pid() int { return c.commandPID }
 
 // signal sends sig to the child (and its group when it has one).
 func (c *child) signal(sig os.Signal) error {
+	if c.guard != nil {
+		return c.guard.signal(c, sig)
+	}
 	return signalChild(c.cmd.Process, c.ownGroup, sig)
 }
 
 // groupLeft reports whether processes remain in the child's process group
 // after the child itself has exited (false without an own group). Call it
-// only after done is closed: it reaps orphans the runner adopted as a
-// subreaper, which must not race with the reaping of the child.
+// only after done is closed: without a guard it reaps orphans the runner
+// adopted as a subreaper, which must not race with the reaping of the
+// child. (Under a guard the guard reaps them.)
 func (c *child) groupLeft() bool {
 	if !c.ownGroup {
 		return false
 	}
-	reapAdopted()
-	return groupExists(c.cmd.Process.Pid)
+	if c.guard == nil {
+		reapAdopted()
+	}
+	return groupExists(c.commandPID)
+}
+
+// endTree ends, before the lock is released, every process the command
+// left that the process group does not hold (it called setsid): the guard
+// kills its whole tree and exits. Without a guard it does nothing.
+func (c *child) endTree(log *slog.Logger) {
+	if c.guard != nil {
+		c.guard.endTree(log)
+	}
 }

@@ -38,12 +38,20 @@ const (
 	exitSignalBase = 128
 )
 
+// exitState is how the child ended: an *os.ProcessState, or the wait
+// status the guard reported (reportedExit).
+type exitState interface {
+	ExitCode() int
+	Sys() any
+	String() string
+}
+
 // childExitCode maps how the child ended to the runner's exit code. With
 // passThrough (the default, -child-exit-code=true) the child's code is the
 // runner's, and a child ended by signal N gives 128+N. Without it the runner
 // exits 0 whenever the child ran, as `consul lock` does without
 // -child-exit-code.
-func childExitCode(state *os.ProcessState, passThrough bool) int {
+func childExitCode(state exitState, passThrough bool) int {
 	if !passThrough || state == nil {
 		return ExitOK
 	}

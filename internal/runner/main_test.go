@@ -87,8 +87,13 @@ func helperMain(args []string) int {
 	onTerm := fs.String("on-term", "exit", "exit or ignore")
 	spawn := fs.String("spawn", "", "start a copy of this child with this tag in the background (same process group), sleeping 5m, and do not wait for it")
 	spawnOnTerm := fs.String("spawn-on-term", "exit", "-on-term of the spawned copy")
+	heartbeat := fs.String("heartbeat", "", "only append \"<pid> <unix ns>\" to this file every -every, until killed")
+	every := fs.Duration("every", 5*time.Millisecond, "the interval of -heartbeat")
 	if err := fs.Parse(args); err != nil {
 		return 99
+	}
+	if *heartbeat != "" {
+		beatForever(*heartbeat, *every)
 	}
 	if *spawn != "" {
 		bg := exec.Command(os.Args[0], "-record", *record, "-tag", *spawn, "-sleep", "5m", "-on-term", *spawnOnTerm)
@@ -142,6 +147,22 @@ func helperMain(args []string) int {
 			write("end")
 			return *exitCode
 		}
+	}
+}
+
+// beatForever appends "<pid> <unix ns>" to path every interval until the
+// process is killed: the sign that a process of a job still acts.
+func beatForever(path string, every time.Duration) {
+	pid := strconv.Itoa(os.Getpid())
+	for {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child: heartbeat:", err)
+			os.Exit(96)
+		}
+		_, _ = f.WriteString(pid + " " + strconv.FormatInt(time.Now().UnixNano(), 10) + "\n")
+		_ = f.Close()
+		time.Sleep(every)
 	}
 }
 

@@ -222,11 +222,15 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 	}
 }
 
-// cleanup stops the timers, abandons an acquisition still waiting, and
-// releases the hold (release, then destroy the session); a run-once
+// cleanup ends what is left of the command's tree (under a guard: also
+// what left its process group), stops the timers, abandons an acquisition
+// still waiting, and releases the hold (release, then destroy the session); a run-once
 // attempt's outcome is recorded in the release's own transaction, and the
 // hold then only destroys its session. code is the exit code.
 func (s *supervisor) cleanup(ctx context.Context, code int) {
+	if s.ch != nil {
+		s.ch.endTree(s.r.log) // nothing the command started outlives the hold
+	}
 	s.grace.Stop()
 	if s.timeout != nil {
 		s.timeout.Stop()
@@ -308,7 +312,7 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 func (s *supervisor) startCommand() (int, bool) {
 	log, g, id := s.r.log, s.hold.Grant, s.hold.Session.ID
 	s.r.holder.reap(s.hold) // agentless: former holders' instances leave DNS first
-	c, err := startChild(s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...))
+	c, err := startChild(s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), log)
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true

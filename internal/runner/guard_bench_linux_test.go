@@ -1,0 +1,95 @@
+package runner
+
+import (
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// BenchmarkKilledRunnerJobTree measures how long a job's tree outlives a
+// SIGKILLed runner: from the kill to the last heartbeat of its processes
+// (the tree job: a grandchild in the command's group and a setsid'd
+// descendant, each beating every millisecond; at or below 0 when none beat
+// after the kill) and to the guard's exit (seen through a pidfd), which
+// comes after every process of the tree has been killed and reaped. p50 and
+// p99 over b.N kills. The next holder can start only once the session's TTL
+// has expired and its lock-delay passed, seconds later.
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench KilledRunnerJobTree -benchtime 60x ./internal/runner/
+func BenchmarkKilledRunnerJobTree(b *testing.B) {
+	prefix := testenv.UniquePrefix(b.Name())
+	// lock-delay 0: each kill's session is destroyed and the next runner
+	// acquires at once.
+	l := declare(b, lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: prefix}, fastProfile(b, 0))
+	token := runnerToken(b, prefix)
+	var lastBeat, reaped []time.Duration
+	for b.Loop() {
+		dir := b.TempDir()
+		record := filepath.Join(dir, "record")
+		job, beats := treeJob(dir, time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
+		a := startJob(b, "runner", token, []string{"-lock", l.Name}, job...)
+		waitStarted(b, record, "a") // both heartbeats beat by then
+		kids := directChildren(b, a.cmd.Process.Pid)
+		if len(kids) != 1 {
+			b.Fatalf("the runner has children %v, want its guard", kids)
+		}
+		guard := kids[0]
+
+		exited, err := unix.PidfdOpen(guard, 0) // readable once the guard has exited
+		if err != nil {
+			b.Fatal(err)
+		}
+		killed := time.Now()
+		if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(exited), Events: unix.POLLIN}}, -1)
+			if err != unix.EINTR {
+				if err != nil {
+					b.Fatalf("wait for the guard %d: %v", guard, err)
+				}
+				break
+			}
+		}
+		reaped = append(reaped, time.Since(killed))
+		_ = unix.Close(exited)
+		a.wait(10 * time.Second)
+		last := time.Time{}
+		for _, f := range beats {
+			bs := readBeats(b, f)
+			if len(bs) == 0 {
+				b.Fatalf("%s has no heartbeat", f)
+			}
+			if at := bs[len(bs)-1].at; at.After(last) {
+				last = at
+			}
+		}
+		lastBeat = append(lastBeat, last.Sub(killed))
+		for _, s := range sessionsNamed(b, "consullock run "+l.Name) {
+			if _, err := agent.Client().Session().Destroy(s.ID, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	slices.Sort(lastBeat)
+	slices.Sort(reaped)
+	pct := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(pct(lastBeat, 0.5)), "last_beat_p50_ms")
+	b.ReportMetric(ms(pct(lastBeat, 0.99)), "last_beat_p99_ms")
+	b.ReportMetric(ms(pct(reaped, 0.5)), "all_reaped_p50_ms")
+	b.ReportMetric(ms(pct(reaped, 0.99)), "all_reaped_p99_ms")
+	b.Logf("MEASURED kill -9 of the runner -> last heartbeat of its job tree over %d kills: p50 %s, p99 %s, max %s; "+
+		"-> the tree reaped (the guard exited): p50 %s, p99 %s, max %s",
+		len(lastBeat), pct(lastBeat, 0.5).Round(time.Microsecond), pct(lastBeat, 0.99).Round(time.Microsecond),
+		lastBeat[len(lastBeat)-1].Round(time.Microsecond), pct(reaped, 0.5).Round(time.Microsecond),
+		pct(reaped, 0.99).Round(time.Microsecond), reaped[len(reaped)-1].Round(time.Microsecond))
+}

@@ -1,0 +1,281 @@
+package runner
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// guarded: on Linux the command runs under the guard (guard.go).
+const guarded = true
+
+// guard is the runner's side of the guard process.
+type guard struct {
+	cmd   *exec.Cmd // the guard process
+	conn  *os.File  // the runner's end of the control socket
+	mu    sync.Mutex
+	ended chan int      // the guard's "ended": how many it killed
+	gone  chan struct{} // closed once the guard has exited and been reaped
+}
+
+// startGuarded starts the guard, which starts path with argv (the
+// command) in its own process group when ownGroup, and returns once the
+// command runs. The child's done is closed when the guard reports the
+// command's exit, or when the guard itself has died (the runner then kills
+// what is left of the tree, and the child's state is the guard's: killed
+// by SIGKILL, exit 137).
+func startGuarded(path string, argv, env []string, ownGroup bool, log *slog.Logger) (*child, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("guard: control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "guard control"), os.NewFile(uintptr(fds[1]), "guard control")
+	cmd := exec.Command("/proc/self/exe", guardArgs(ownGroup, path, argv)...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env
+	cmd.ExtraFiles = []*os.File{theirs} // guardFD
+	err = cmd.Start()
+	_ = theirs.Close() // the guard's alone now: its end closes when it dies
+	if err != nil {
+		_ = ours.Close()
+		return nil, fmt.Errorf("guard: %w", err)
+	}
+	g := &guard{cmd: cmd, conn: ours, ended: make(chan int, 1), gone: make(chan struct{})}
+	r := bufio.NewReader(ours)
+	first, err := readGuardMsg(r)
+	switch {
+	case err == nil && first.kind == msgStarted:
+	case err == nil && first.kind == msgFailed:
+		_ = cmd.Wait()
+		_ = ours.Close()
+		return nil, &fs.PathError{Op: "fork/exec", Path: path, Err: syscall.Errno(first.n)}
+	default:
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = ours.Close()
+		return nil, fmt.Errorf("guard did not start the command (%v): %s", err, cmd.ProcessState)
+	}
+	c := &child{cmd: cmd, commandPID: first.n, ownGroup: ownGroup, guard: g, done: make(chan struct{})}
+	go g.follow(c, r, log)
+	return c, nil
+}
+
+// follow reads the guard's reports until its end closes, then reaps it.
+// If the command's exit was never reported the guard died first: its tree
+// is now the runner's (a subreaper), which kills it.
+func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
+	defer close(g.gone)
+	reported := false
+	for {
+		m, err := readGuardMsg(r)
+		if err != nil {
+			break
+		}
+		switch m.kind {
+		case msgExited:
+			if !reported {
+				reported = true
+				c.state = reportedExit{syscall.WaitStatus(m.n)}
+				close(c.done)
+			}
+		case msgEnded:
+			g.ended <- m.n
+		}
+	}
+	_ = g.cmd.Wait()
+	_ = g.conn.Close()
+	if reported {
+		return
+	}
+	log.Error("the command's guard was killed; killing the command's process tree",
+		"guard_pid", g.cmd.Process.Pid, "guard", g.cmd.ProcessState.String(), "pid", c.commandPID)
+	n := killTree()
+	log.Info("the command's process tree is killed", "processes_killed", n)
+	c.state = g.cmd.ProcessState
+	close(c.done)
+}
+
+func (g *guard) send(kind string, n int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return writeGuardMsg(g.conn, kind, n)
+}
+
+// signal has the guard send sig to the command (its group when it has
+// one). Once the guard is gone the runner signals the group itself.
+func (g *guard) signal(c *child, sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("guard: cannot forward %v", sig)
+	}
+	select {
+	case <-g.gone:
+	default:
+		if err := g.send(msgSignal, int(s)); err == nil {
+			return nil
+		}
+	}
+	if c.ownGroup {
+		if err := syscall.Kill(-c.commandPID, s); !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return os.ErrProcessDone
+}
+
+// endTree has the guard kill every process the command left (also those
+// outside its process group), waits until it confirms and has exited, at
+// most killWait each.
+func (g *guard) endTree(log *slog.Logger) {
+	start := time.Now()
+	select {
+	case <-g.gone:
+		return
+	default:
+	}
+	if err := g.send(msgEnd, 0); err == nil {
+		select {
+		case n := <-g.ended:
+			if n > 0 {
+				log.Warn("killed what was left of the command's process tree before releasing the lock",
+					"processes", n, "took", time.Since(start).Round(time.Microsecond))
+			}
+		case <-g.gone:
+		case <-time.After(killWait):
+			log.Warn("the command's guard did not confirm that the processes the command left are gone; releasing the lock anyway",
+				"guard_pid", g.cmd.Process.Pid, "waited", killWait)
+		}
+	}
+	select {
+	case <-g.gone:
+	case <-time.After(killWait):
+	}
+}
+
+// reportedExit is the command's wait status as the guard reported it; it
+// reads as an *os.ProcessState does.
+type reportedExit struct{ ws syscall.WaitStatus }
+
+func (e reportedExit) ExitCode() int { return e.ws.ExitStatus() }
+func (e reportedExit) Sys() any      { return e.ws }
+
+func (e reportedExit) String() string {
+	var s string
+	switch {
+	case e.ws.Exited():
+		s = "exit status " + strconv.Itoa(e.ws.ExitStatus())
+	case e.ws.Signaled():
+		s = "signal: " + e.ws.Signal().String()
+	default:
+		s = "wait status " + strconv.Itoa(int(e.ws))
+	}
+	if e.ws.CoreDump() {
+		s += " (core dumped)"
+	}
+	return s
+}
+
+// runGuard is the guard: it starts the command, reports it, forwards the
+// runner's signals, reaps every process of the tree, and kills the tree
+// when the runner asks or dies.
+func runGuard(ownGroup bool, path string, argv []string) int {
+	// The guard adopts the orphans of the command's tree. The runner's
+	// death is signalled twice: by the end of the control socket (below),
+	// and by a parent-death signal, which must be one the guard catches (a
+	// SIGKILL would leave the tree to init) and only makes it look at its
+	// parent: the kernel sends it also when the runner's thread that started
+	// the guard ends, while the runner lives on.
+	runnerPID := os.Getppid()
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
+	syscall.CloseOnExec(guardFD) // the command must not hold it
+	ctl := os.NewFile(guardFD, "guard control")
+	report := func(kind string, n int) { _ = writeGuardMsg(ctl, kind, n) }
+
+	// Caught, not ignored: the command gets the default handlers at exec.
+	// A terminal's signals reach the runner, which forwards them.
+	caught := make(chan os.Signal, 8)
+	signal.Notify(caught, forwardedSignals...)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: sysProcAttr(ownGroup)}
+	if err := cmd.Start(); err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.ENOEXEC
+		}
+		report(msgFailed, int(errno))
+		return ExitCannotExecute
+	}
+	report(msgStarted, cmd.Process.Pid)
+
+	ctlMsgs := make(chan guardMsg)
+	go func() {
+		defer close(ctlMsgs)
+		r := bufio.NewReader(ctl)
+		for {
+			m, err := readGuardMsg(r)
+			if err != nil {
+				return // the runner is gone
+			}
+			ctlMsgs <- m
+		}
+	}()
+	exited := false
+	for {
+		select {
+		case <-caught:
+			if os.Getppid() != runnerPID { // the parent-death signal
+				killTree()
+				return 0
+			}
+		case <-chld:
+			var status syscall.WaitStatus
+			reaped := false
+			for {
+				var ws syscall.WaitStatus
+				pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+				if pid <= 0 || err != nil {
+					break
+				}
+				if pid == cmd.Process.Pid {
+					status, reaped = ws, true
+				}
+			}
+			if reaped && !exited {
+				// Reported after the reaping above, so that the runner finds
+				// no zombie of the tree in the command's group.
+				exited = true
+				report(msgExited, int(status))
+			}
+		case m, ok := <-ctlMsgs:
+			if !ok {
+				killTree()
+				return 0
+			}
+			switch m.kind {
+			case msgSignal:
+				if !exited || ownGroup {
+					_ = signalChild(cmd.Process, ownGroup, syscall.Signal(m.n))
+				}
+			case msgEnd:
+				report(msgEnded, killTree())
+				return 0
+			}
+		}
+	}
+}
