@@ -156,7 +156,7 @@ func textFiles(t *testing.T, dir string) []string {
 			return err
 		}
 		switch filepath.Ext(path) {
-		case ".md", ".tmpl", ".tf", ".tftest", ".hcl", ".sh", ".service", ".timer", ".example", ".yml", ".yaml", ".json", ".sql":
+		case ".md", ".tmpl", ".tf", ".tofu", ".hcl", ".sh", ".service", ".timer", ".example", ".yml", ".yaml", ".json", ".sql":
 			files = append(files, path)
 		}
 		return nil
