@@ -86,10 +86,9 @@ var lockHolderAttrTypes = map[string]attr.Type{
 
 // fencingTokenDescription is the contract users build fencing on.
 const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key, read as the key's " +
-	"`ModifyIndex` while it is held. It is what `consullock run` gives its child as `CONSUL_LOCK_FENCING_TOKEN`, unless the key was " +
-	"written since while still held (the holder re-acquiring with a new value, a flag repair), which raises it without a new holder. Every later holder's token is strictly greater, also across " +
-	"deletion and re-creation of the key and plain writes that reset `lock_index`, so a store that remembers the highest token it has " +
-	"seen can refuse writes from an earlier holder. For a semaphore, the highest of the holders' tokens (see `holders`). " +
+	"`ModifyIndex` while it is held (a write to the key while still held, such as a flag repair, raises it without a new holder). " +
+	"Every later holder's token is strictly greater, also across re-creation of the key and plain writes, so a store that remembers " +
+	"the highest token it has seen can refuse an earlier holder. For a semaphore, the highest of the holders' tokens. " +
 	"Null when the key is not held."
 
 func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {

@@ -132,7 +132,7 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 			"value": schema.StringAttribute{
 				MarkdownDescription: "Value written into the key while it is held. Default: a JSON object naming the node, the " +
 					"provider's process ID, the start time and the lock (and for a semaphore the session's lock_delay, " +
-					"which other holders' waiters count when this session ends without a release), as `consullock run` writes. " +
+					"which other holders' waiters count when the session ends without a release), as `consullock run` writes. " +
 					"A value of your own is written as given; for a semaphore, such waiters then count 60s.",
 				Optional: true,
 			},
@@ -141,7 +141,7 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 				Computed:            true,
 			},
 			"fencing_token": schema.Int64Attribute{
-				MarkdownDescription: "The Raft index at which this session acquired the lock; it only grows from holder to holder. " +
+				MarkdownDescription: "The Raft index at which the holder's session acquired the lock; it only grows from holder to holder. " +
 					"Pass it to what the lock guards and refuse writes with a lower token than the highest seen.",
 				Computed: true,
 			},

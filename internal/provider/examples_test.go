@@ -148,43 +148,6 @@ func exampleWarnings(out string) []string {
 	return warnings
 }
 
-// TestExamples_tofuTest runs examples/tofu-test's `tofu test` files, the
-// ones the "Testing with tofu test" guide shows: one with a mock_provider
-// (no Consul), one applying the module against the package's agent and
-// destroying it afterwards. Neither may print a warning.
-func TestExamples_tofuTest(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginDir := t.TempDir()
-	if err := testenv.BuildProvider(context.Background(), pluginDir); err != nil {
-		t.Fatalf("building the provider: %v", err)
-	}
-	work := t.TempDir()
-	if err := os.CopyFS(work, os.DirFS(filepath.Join(root, "examples", "tofu-test"))); err != nil {
-		t.Fatal(err)
-	}
-	tofu, err := testenv.NewTofuWorkspace(pluginDir, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	declareOtherLock(t, *tofu)
-	tofu.Dir = work
-	out, err := tofu.Run(context.Background(), "test", "-no-color")
-	if err != nil {
-		t.Fatalf("tofu test: %v\n%s", err, out)
-	}
-	for _, want := range []string{`run "plan_without_consul"... pass`, `run "another_job"... pass`, `run "apply"... pass`} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("tofu test did not print %q:\n%s", want, out)
-		}
-	}
-	if w := exampleWarnings(string(out)); len(w) > 0 {
-		t.Errorf("tofu test warns; the guide's example must not:\n%s", strings.Join(w, "\n"))
-	}
-}
-
 // declareOtherLock applies, for the rest of the test, a lock unrelated to
 // the examples: a user's Consul has other declared locks, and the policy's
 // "outside the declared locks" check only speaks when there are some.

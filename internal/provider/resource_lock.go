@@ -103,9 +103,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"limit": schema.Int64Attribute{
 				MarkdownDescription: fmt.Sprintf("How many holders at once: `1` is a mutex (api.Lock, `consul lock`), `2` to `%d` a "+
 					"semaphore (api.Semaphore, `consul lock -n N`). Changing a semaphore's limit rewrites only the Limit in its key: "+
-					"the holder table's entries, contender keys and sessions stay, so current holders keep their slots (a lower limit "+
-					"removes none; new holders wait until enough have released). Changing between mutex and semaphore replaces the lock. "+
-					"Default `1`.", lockmodel.MaxSemaphoreLimit),
+					"current holders keep their slots (a lower limit removes none). Changing between mutex and semaphore replaces "+
+					"the lock. Default `1`.", lockmodel.MaxSemaphoreLimit),
 				Optional:      true,
 				Computed:      true,
 				Default:       int64default.StaticInt64(1),
@@ -132,9 +131,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"always_held": schema.BoolAttribute{
 				MarkdownDescription: "The lock must always have a holder, as a singleton daemon run with `consullock run` does. " +
-					"`consullock status` then exits 1 when it has none, the controller exports `consullock_lock_always_held = 1`, " +
-					"and the `ConsulLockUnheld` alert fires once it has been unheld for longer than its session profile's " +
-					"`worst_case_gap`. Changing it rewrites only the declaration record: the key and its holder stay. Default `false`.",
+					"`consullock status` then exits 1 when it has none, and the `ConsulLockUnheld` alert fires once it has been " +
+					"unheld for longer than its profile's `worst_case_gap`. Changing it rewrites only the declaration record. Default `false`.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
@@ -152,9 +150,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Default:  booldefault.StaticBool(false),
 			},
 			"flags": schema.StringAttribute{
-				MarkdownDescription: "The key's KV flags in hex: `0x2ddccbc058a50c18` (api.Lock) for a mutex, `0xe0f69a2baa414de0` " +
-					"(api.Semaphore) for a semaphore. A string, because these 64-bit values exceed what Terraform numbers hold " +
-					"exactly. Refresh shows the live flags, so a plan proposes to repair drift.",
+				MarkdownDescription: "The key's KV flags in hex (a string: the 64-bit values exceed what Terraform numbers hold exactly): " +
+					"`0x2ddccbc058a50c18` (api.Lock) or `0xe0f69a2baa414de0` (api.Semaphore). Refresh shows the live flags.",
 				Computed: true,
 			},
 			"registry_key": schema.StringAttribute{

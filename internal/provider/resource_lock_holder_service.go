@@ -32,13 +32,8 @@ type lockHolderServiceModel struct {
 
 func holderServiceSchemaAttribute() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
-		MarkdownDescription: "Put each holder into Consul's catalog and DNS while, and only while, it holds: `consullock run` " +
-			"registers a service instance on its local agent when its command starts (one per holder of a semaphore, ID " +
-			"`<name>-<session ID>`), with meta `lock`, `session`, `fencing_token` and `holder` (`<node>/<pid>`), and a TTL " +
-			"check it passes after each renewal of its session. The check goes critical before anyone else can acquire " +
-			"(its TTL is below the profile's `ttl + lock_delay`), the instance is withdrawn as soon as the lock is lost, and " +
-			"deregistered before the lock is released. Workers need `service \"<name>\"` write (`consullock_acl_policy`'s " +
-			"`holder_services`). Changing it rewrites only the declaration record; running holders keep what they registered.",
+		MarkdownDescription: "Put each holder into Consul's catalog and DNS (`<name>.service.consul`) while, and only " +
+			"while, it holds; workers need `service \"<name>\"` write (`consullock_acl_policy`'s `holder_services`).",
 		Optional: true,
 		Attributes: map[string]schema.Attribute{
 			"name": schema.StringAttribute{
