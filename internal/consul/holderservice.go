@@ -34,8 +34,8 @@ func (c *Client) RegisterHolderService(ctx context.Context, in lockmodel.HolderI
 		Check: &api.AgentServiceCheck{
 			CheckID: in.CheckID,
 			Name:    "consullock holder " + in.Meta[lockmodel.HolderMetaLock],
-			Notes: "Passing while the holder renews its session; critical before anyone else can acquire (" +
-				lockmodel.FormatDuration(in.Check.TTL) + " < ttl + lock_delay " + lockmodel.FormatDuration(in.Check.Bound) + ").",
+			Notes: "Passing while the holder renews its session; critical before anyone else can acquire, however the session ends (" +
+				lockmodel.FormatDuration(in.Check.TTL) + " < lock_delay " + lockmodel.FormatDuration(in.Check.Bound) + ").",
 			TTL:                            lockmodel.FormatDuration(in.Check.TTL),
 			Status:                         status,
 			DeregisterCriticalServiceAfter: lockmodel.FormatDuration(lockmodel.HolderDeregisterCriticalAfter),
