@@ -404,14 +404,14 @@ func HolderVia(value, node string) (via, reason string, err error) {
 }
 
 // HolderInstanceStale reports whether another holder's instance of the
-// same lock, found on the node where a holder of that lock registers, is
-// stale: its session is not a holder's any more. A mutex has one holder,
-// so once this one holds, every other session's instance is stale; a
-// semaphore's other holders keep theirs while their session lives (a
-// runner leaves the semaphore before it destroys its session, and
-// deregisters before it leaves). A catalog-registered instance has no
-// agent to take it out of DNS: the next holder deregisters the stale ones
-// before it starts its command.
+// same lock, found on any node, is stale: its session is not a holder's
+// any more. A mutex has one holder, so once this one holds, every other
+// session's instance is stale; a semaphore's other holders keep theirs
+// while their session lives (a runner leaves the semaphore before it
+// destroys its session, and deregisters before it leaves). A
+// catalog-registered instance has no agent to take it out of DNS: the next
+// holder deregisters the stale ones, on whatever node they are, before it
+// starts its command.
 func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
 	if other == mine {
 		return false
