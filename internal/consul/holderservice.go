@@ -174,8 +174,8 @@ type HolderInstanceRef struct {
 // service name that lock's holders registered, that DNS still answers (not
 // critical) and that are stale for holder session mine
 // (lockmodel.HolderInstanceStale): one consistent health query filtered by
-// the lock's meta, and for a semaphore one session read per other
-// holder's instance. A critical instance is left alone: it is out of DNS
+// the lock's meta, and for a semaphore (or mine "", the controller) one
+// session read per other holder's instance. A critical instance is left alone: it is out of DNS
 // already, and an agent that registered it removes it (a catalog
 // deregistration would be undone by the agent's anti-entropy).
 //
@@ -205,7 +205,7 @@ func (c *Client) StaleHolderInstances(ctx context.Context, name, lock string, li
 			continue
 		}
 		alive := true
-		if limit > 1 && other != mine {
+		if (limit > 1 || mine == "") && other != mine {
 			info, _, err := c.Session().Info(other, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 			if err != nil {
 				return nil, c.wrap("read session "+other, err)

@@ -411,10 +411,16 @@ func HolderVia(value, node string) (via, reason string, err error) {
 // destroys its session, and deregisters before it leaves). A
 // catalog-registered instance has no agent to take it out of DNS: the next
 // holder deregisters the stale ones, on whatever node they are, before it
-// starts its command.
+// starts its command. An observer that holds nothing (mine "": the
+// controller) cannot tell a current holder's instance from a former one's
+// by the lock alone: for it an instance is stale once its session has
+// ended (a session ID is never reused).
 func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
-	if other == mine {
+	switch {
+	case other == mine:
 		return false
+	case mine == "":
+		return !otherAlive
 	}
 	return limit <= 1 || !otherAlive
 }

@@ -271,23 +271,28 @@ func TestHolderVia(t *testing.T) {
 
 // TestHolderInstanceStale: a mutex's other holders' instances are stale
 // once this holder holds; a semaphore's only when their session ended;
-// the holder's own never.
+// the holder's own never; for an observer holding nothing (the
+// controller) only those whose session ended.
 func TestHolderInstanceStale(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		limit      int
+		mine       string
 		other      string
 		otherAlive bool
 		want       bool
 	}{
-		{"mutex: a former holder whose session lives on (frozen, not yet invalidated)", 1, "b", true, true},
-		{"mutex: a former holder whose session ended", 1, "b", false, true},
-		{"mutex: the holder's own", 1, "a", true, false},
-		{"semaphore: another holder still alive", 3, "b", true, false},
-		{"semaphore: a holder whose session ended", 3, "b", false, true},
-		{"semaphore: the holder's own", 3, "a", false, false},
+		{"mutex: a former holder whose session lives on (frozen, not yet invalidated)", 1, "a", "b", true, true},
+		{"mutex: a former holder whose session ended", 1, "a", "b", false, true},
+		{"mutex: the holder's own", 1, "a", "a", true, false},
+		{"semaphore: another holder still alive", 3, "a", "b", true, false},
+		{"semaphore: a holder whose session ended", 3, "a", "b", false, true},
+		{"semaphore: the holder's own", 3, "a", "a", false, false},
+		{"controller, mutex: a holder whose session lives (maybe the current one)", 1, "", "b", true, false},
+		{"controller, mutex: a holder whose session ended", 1, "", "b", false, true},
+		{"controller, semaphore: a holder whose session ended", 3, "", "b", false, true},
 	} {
-		if got := HolderInstanceStale(c.limit, "a", c.other, c.otherAlive); got != c.want {
+		if got := HolderInstanceStale(c.limit, c.mine, c.other, c.otherAlive); got != c.want {
 			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
 		}
 	}
