@@ -34,8 +34,8 @@ func (c *Client) RegisterHolderService(ctx context.Context, in lockmodel.HolderI
 		Check: &api.AgentServiceCheck{
 			CheckID: in.CheckID,
 			Name:    "consullock holder " + in.Meta[lockmodel.HolderMetaLock],
-			Notes: "Passing while the holder renews its session; critical before anyone else can acquire (" +
-				lockmodel.FormatDuration(in.Check.TTL) + " < ttl + lock_delay " + lockmodel.FormatDuration(in.Check.Bound) + ").",
+			Notes: "Passing while the holder renews its session; critical before anyone else can acquire, however the session ends (" +
+				lockmodel.FormatDuration(in.Check.TTL) + " < lock_delay " + lockmodel.FormatDuration(in.Check.Bound) + ").",
 			TTL:                            lockmodel.FormatDuration(in.Check.TTL),
 			Status:                         status,
 			DeregisterCriticalServiceAfter: lockmodel.FormatDuration(lockmodel.HolderDeregisterCriticalAfter),
@@ -163,35 +163,49 @@ func (c *Client) DeregisterHolderServiceCatalog(ctx context.Context, node, servi
 	return nil
 }
 
-// StaleHolderInstances lists the instances of holder service name on node
-// that lock's holders registered and that are stale for holder session
-// mine (lockmodel.HolderInstanceStale): one consistent catalog read, and
-// for a semaphore one session read per other holder's instance. It needs
-// service "<name>" read (write covers it) and node "<node>" read: without
-// it Consul leaves the node's instances out, which is reported as
-// permission denied rather than taken for an empty node.
-func (c *Client) StaleHolderInstances(ctx context.Context, name, node, lock string, limit int, mine string) ([]string, error) {
-	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Node == %q", node)}).WithContext(ctx)
-	services, meta, err := c.Catalog().Service(name, "", q)
+// HolderInstanceRef is one holder's instance in the catalog: the node it
+// is registered on and its service ID.
+type HolderInstanceRef struct {
+	Node string
+	ID   string
+}
+
+// StaleHolderInstances lists, on every node, the instances of holder
+// service name that lock's holders registered, that DNS still answers (not
+// critical) and that are stale for holder session mine
+// (lockmodel.HolderInstanceStale): one consistent health query filtered by
+// the lock's meta, and for a semaphore (or mine "", the controller) one
+// session read per other holder's instance. A critical instance is left alone: it is out of DNS
+// already, and an agent that registered it removes it (a catalog
+// deregistration would be undone by the agent's anti-entropy).
+//
+// It needs service "<name>" read (write covers it) and node read on the
+// nodes the lock's holders registered on (their -node: the session node
+// prefixes, rendered with holder_services). Consul leaves out the
+// instances on nodes the token cannot read and says so only in a header:
+// the stale instances it could see are returned with a permission-denied
+// error, rather than taking the rest for absent.
+func (c *Client) StaleHolderInstances(ctx context.Context, name, lock string, limit int, mine string) ([]HolderInstanceRef, error) {
+	op := "list holder service " + name + " of lock " + lock
+	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Service.Meta.%s == %q", lockmodel.HolderMetaLock, lock)}).WithContext(ctx)
+	entries, meta, err := c.Health().Service(name, "", false, q)
 	if err != nil {
-		return nil, c.wrap("list holder service "+name+" on node "+node, err)
+		return nil, c.wrap(op, err)
 	}
-	if meta.ResultsFilteredByACLs {
-		// Consul drops the instances on nodes the token cannot read and
-		// says so only in a header: without node read the listing would
-		// look empty and a former holder would stay in DNS.
-		return nil, &Error{Kind: KindPermissionDenied, Op: "list holder service " + name + " on node " + node,
-			StatusCode: http.StatusForbidden, Permission: "node:read", Resource: node,
-			Message: "instances on node " + node + " were left out of the answer (X-Consul-Results-Filtered-By-ACLs): the token lacks node read on it"}
-	}
-	var stale []string
-	for _, s := range services {
-		other := s.ServiceMeta[lockmodel.HolderMetaSession]
-		if s.ServiceMeta[lockmodel.HolderMetaLock] != lock || other == "" || s.ServiceID != lockmodel.HolderServiceID(name, other) {
+	var stale []HolderInstanceRef
+	for _, e := range entries {
+		if e.Service == nil || e.Node == nil {
+			continue
+		}
+		other := e.Service.Meta[lockmodel.HolderMetaSession]
+		if e.Service.Meta[lockmodel.HolderMetaLock] != lock || other == "" || e.Service.ID != lockmodel.HolderServiceID(name, other) {
 			continue // not a holder's instance of this lock
 		}
+		if e.Checks.AggregatedStatus() == api.HealthCritical {
+			continue
+		}
 		alive := true
-		if limit > 1 && other != mine {
+		if (limit > 1 || mine == "") && other != mine {
 			info, _, err := c.Session().Info(other, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 			if err != nil {
 				return nil, c.wrap("read session "+other, err)
@@ -199,9 +213,18 @@ func (c *Client) StaleHolderInstances(ctx context.Context, name, node, lock stri
 			alive = info != nil
 		}
 		if lockmodel.HolderInstanceStale(limit, mine, other, alive) {
-			stale = append(stale, s.ServiceID)
+			stale = append(stale, HolderInstanceRef{Node: e.Node.Node, ID: e.Service.ID})
 		}
 	}
-	sort.Strings(stale)
+	sort.Slice(stale, func(i, j int) bool {
+		return stale[i].Node < stale[j].Node || stale[i].Node == stale[j].Node && stale[i].ID < stale[j].ID
+	})
+	if meta.ResultsFilteredByACLs {
+		// Without node read on a holder's node the answer would look as if
+		// that former holder had left, and it would stay in DNS.
+		return stale, &Error{Kind: KindPermissionDenied, Op: op, StatusCode: http.StatusForbidden,
+			Permission: "node:read", Resource: "a node with an instance of lock " + lock,
+			Message: "instances of lock " + lock + " on nodes the token cannot read were left out of the answer (X-Consul-Results-Filtered-By-ACLs): the token lacks node read on them"}
+	}
 	return stale, nil
 }

@@ -145,8 +145,8 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 		!strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "node:write") {
 		t.Fatalf("node write with the worker rules: %v, want HTTP 403 lacking node:write", err)
 	}
-	if stale, err := worker.StaleHolderInstances(ctx, name, node, "holder-cat", 1, testenv.NewUUID()); err != nil || len(stale) != 1 || stale[0] != inst.ID {
-		t.Fatalf("worker lists the node's instances: %v, %v; want [%s]", stale, err, inst.ID)
+	if stale, err := worker.StaleHolderInstances(ctx, name, "holder-cat", 1, testenv.NewUUID()); err != nil || len(stale) != 1 || stale[0] != (HolderInstanceRef{node, inst.ID}) {
+		t.Fatalf("worker lists the node's instances: %v, %v; want [%s on %s]", stale, err, inst.ID, node)
 	}
 	views, err := mgmt.ReadHolderServices(ctx, name, []string{h.Session}, true)
 	if err != nil {
@@ -169,26 +169,40 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	}
 }
 
-// TestStaleHolderInstances_reapsFormerHoldersOnly: on the runners' node,
-// a mutex holder finds every other session's instance of its lock stale;
-// a semaphore holder only those whose session has ended. Another lock's
-// instance of the same service, and the holder's own, are never stale.
+// TestStaleHolderInstances_reapsFormerHoldersOnly: on every runners' node
+// (two catalog nodes, runners-<id>-a and -b), a mutex holder finds every
+// other session's instance of its lock stale; a semaphore holder only
+// those whose session has ended. Another lock's instance of the same
+// service, a critical instance (out of DNS; an agent's to remove) and the
+// holder's own are never stale. Then the ACLs, with real requests:
+//   - the worker rules rendered with holder_services, session node prefix
+//     "runners-<id>-" (both nodes), list both nodes' stale instances and
+//     deregister the one on the other node with service write alone
+//     (Consul's vetDeregisterWithACL: no node write);
+//   - session node prefix runners-<id>-a only: Consul leaves node b's
+//     instances out; the listing returns node a's with a permission-denied
+//     error naming node:read, not an empty node b;
+//   - service write without node read: nothing listed, the same error;
+//   - the worker rules without holder_services: deregistration is HTTP 403.
 func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	ctx := context.Background()
-	name, node := "holder-stale-"+testenv.NewUUID()[:8], "runners-"+testenv.NewUUID()[:8]
+	id := testenv.NewUUID()[:8]
+	name, nodeA, nodeB := "holder-stale-"+id, "runners-"+id+"-a", "runners-"+id+"-b"
 	mgmt := newClient(t, agent.ManagementToken)
-	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1"}, nil); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{nodeA, nodeB} {
+		if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: n, Address: "127.0.0.1"}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	live, _, err := mgmt.Session().CreateNoChecks(&api.SessionEntry{Node: node, TTL: "30s"}, nil)
+	live, _, err := mgmt.Session().CreateNoChecks(&api.SessionEntry{Node: nodeA, TTL: "30s"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = mgmt.Session().Destroy(live, nil) })
-	mine, dead := testenv.NewUUID(), testenv.NewUUID()
+	mine, dead, deadB, critical := testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID()
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{})
 	spec := lockmodel.HolderService{Name: name}
-	register := func(lock, session string) string {
+	register := func(node, lock, session string) HolderInstanceRef {
 		in := spec.Instance(lockmodel.Holder{Lock: lock, Session: session, Node: node}, check, "", 0)
 		if lock == "other" {
 			in.ID += "-other" // another lock declaring the same service name
@@ -196,50 +210,25 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 		if err := mgmt.RegisterHolderServiceCatalog(ctx, node, in); err != nil {
 			t.Fatal(err)
 		}
-		return in.ID
+		return HolderInstanceRef{node, in.ID}
 	}
-	idMine, idLive, idDead := register("job", mine), register("job", live), register("job", dead)
-	register("other", dead)
+	idMine, idLive, idDead, idDeadB := register(nodeA, "job", mine), register(nodeA, "job", live), register(nodeA, "job", dead), register(nodeB, "job", deadB)
+	register(nodeB, "other", dead)
+	crit := register(nodeB, "job", critical)
+	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: nodeB, SkipNodeUpdate: true, Check: &api.AgentCheck{
+		Node: nodeB, CheckID: lockmodel.HolderCheckID(crit.ID), Name: "critical", Status: api.HealthCritical, ServiceID: crit.ID}}, nil); err != nil {
+		t.Fatal(err)
+	}
 
-	// Service write without node read on the node: Consul leaves the node's
-	// instances out of the answer; that is refused, not taken for an empty
-	// node. The worker rules rendered with holder_services grant node read
-	// on the session node prefixes (the runners' -node), and the worker sees
-	// them.
-	base := lockmodel.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{node}}
-	serviceOnly := lockmodel.RenderRules(base) + fmt.Sprintf("service %q { policy = \"write\" }\n", name)
-	withHolder := base
-	withHolder.HolderServices = []string{name}
-	for _, c := range []struct {
-		what, rules string
-		denied      bool
-	}{
-		{"service write without node read", serviceOnly, true},
-		{"the worker rules rendered with holder_services", lockmodel.RenderRules(withHolder), false},
-	} {
-		tok, err := agent.MintToken("holder-stale-"+testenv.NewUUID()[:8], c.rules, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := newClient(t, tok.SecretID).StaleHolderInstances(ctx, name, node, "job", 1, mine)
-		var e *Error
-		switch {
-		case c.denied && (!errors.As(err, &e) || e.Kind != KindPermissionDenied || e.Permission != "node:read" || e.Resource != node):
-			t.Fatalf("%s: %v, %v; want permission denied naming node:read on %s", c.what, got, err, node)
-		case c.denied:
-			t.Logf("%s: %v", c.what, err)
-		case err != nil || len(got) != 2:
-			t.Fatalf("%s: %v, %v; want the two stale instances", c.what, got, err)
-		}
-	}
 	for _, c := range []struct {
 		limit int
-		want  []string
+		want  []HolderInstanceRef
 	}{
-		{1, sortedIDs(idLive, idDead)},
-		{3, []string{idDead}},
+		{1, []HolderInstanceRef{idDead, idLive, idDeadB}},
+		{3, []HolderInstanceRef{idDead, idDeadB}},
 	} {
-		got, err := mgmt.StaleHolderInstances(ctx, name, node, "job", c.limit, mine)
+		sortRefs(c.want)
+		got, err := mgmt.StaleHolderInstances(ctx, name, "job", c.limit, mine)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,9 +236,55 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 			t.Errorf("limit %d: stale %v, want %v (mine %s)", c.limit, got, c.want, idMine)
 		}
 	}
+
+	mint := func(rules string) *Client {
+		tok, err := agent.MintToken("holder-stale-"+testenv.NewUUID()[:8], rules, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newClient(t, tok.SecretID)
+	}
+	rules := func(nodePrefix string, holder bool) string {
+		in := lockmodel.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{nodePrefix}}
+		if holder {
+			in.HolderServices = []string{name}
+		}
+		return lockmodel.RenderRules(in)
+	}
+	wantDenied := func(what string, got []HolderInstanceRef, err error, want []HolderInstanceRef) {
+		t.Helper()
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != KindPermissionDenied || e.Permission != "node:read" || fmt.Sprint(got) != fmt.Sprint(sortRefs(want)) {
+			t.Fatalf("%s: %v, %v; want %v and permission denied naming node:read", what, got, err, want)
+		}
+		t.Logf("%s: %v", what, err)
+	}
+	got, err := mint(rules(nodeA, true)).StaleHolderInstances(ctx, name, "job", 1, mine)
+	wantDenied("node read on node a only", got, err, []HolderInstanceRef{idDead, idLive})
+	got, err = mint(rules(nodeA, false)+fmt.Sprintf("service %q { policy = \"write\" }\n", name)).StaleHolderInstances(ctx, name, "job", 1, mine)
+	wantDenied("service write without node read", got, err, nil)
+
+	worker := mint(rules("runners-"+id+"-", true))
+	got, err = worker.StaleHolderInstances(ctx, name, "job", 1, mine)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("the worker rules on both nodes: %v, %v; want the three stale instances", got, err)
+	}
+	var e *Error
+	if err := mint(rules("runners-"+id+"-", false)).DeregisterHolderServiceCatalog(ctx, nodeB, idDeadB.ID); !errors.As(err, &e) || e.StatusCode != http.StatusForbidden {
+		t.Fatalf("deregister on the other node without holder_services: %v, want HTTP 403", err)
+	}
+	if err := worker.DeregisterHolderServiceCatalog(ctx, nodeB, idDeadB.ID); err != nil {
+		t.Fatalf("deregister on the other node with the worker rules (service write, no node write): %v", err)
+	}
+	if got, err := mgmt.StaleHolderInstances(ctx, name, "job", 3, mine); err != nil || fmt.Sprint(got) != fmt.Sprint([]HolderInstanceRef{idDead}) {
+		t.Fatalf("after the deregistration on node b: %v, %v", got, err)
+	}
 }
 
-func sortedIDs(ids ...string) []string {
-	sort.Strings(ids)
-	return ids
+// sortRefs sorts refs as StaleHolderInstances does, by node then ID.
+func sortRefs(refs []HolderInstanceRef) []HolderInstanceRef {
+	sort.Slice(refs, func(i, j int) bool {
+		return refs[i].Node < refs[j].Node || refs[i].Node == refs[j].Node && refs[i].ID < refs[j].ID
+	})
+	return refs
 }

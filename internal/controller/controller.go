@@ -117,6 +117,9 @@ type Controller struct {
 	ready atomic.Bool
 	// failing counts watches whose last query failed.
 	failing atomic.Int32
+	// reaper: locks whose former holders' instances are to be removed
+	// (holderservice.go).
+	reaper holderReaper
 }
 
 // declVersion is the version of a declaration record the registry watch
@@ -356,6 +359,9 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 					next = retry
 				}
 			}
+		}
+		if t.ctx.Err() == nil && c.acting.Load() {
+			c.reapHolderServices(t.ctx)
 		}
 	}
 	c.metrics.reconcileDuration.Observe(c.cfg.Clock.Now().Sub(start).Seconds())

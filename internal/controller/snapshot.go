@@ -267,6 +267,7 @@ func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live compli
 	if !held && (ls.held || !ls.seen) {
 		ls.unheldSince = now
 	}
+	c.reaper.note(l, !ls.seen, ls.holders, cur)
 	ls.seen, ls.held, ls.holders = true, held, cur
 	if exists && !l.IsSemaphore() {
 		ls.lockIndex = live.LockIndex

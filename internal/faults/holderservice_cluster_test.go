@@ -42,9 +42,9 @@ import (
 // can wait for every follower; the guides say so.
 
 // hsProfile is the agent profile of the runner's holder service tests: the
-// holder check's TTL is 4s, a take-over needs ttl + lock_delay = 15s after
-// a holder's runner dies while its node lives.
-var hsProfile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second}
+// holder check's TTL is 2s, a take-over needs ttl + lock_delay = 15s after
+// a holder's runner dies while its node lives (lock_delay after a destroy).
+var hsProfile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: 500 * time.Millisecond}
 
 // hsAgentlessProfile is TTL only, as the agentless guide's, with a shorter
 // ttl and lock_delay to keep the test short.

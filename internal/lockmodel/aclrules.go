@@ -53,12 +53,14 @@ type RulesInput struct {
 // "<p>" read on each session node prefix p: whenever in has holder
 // services. An agentless runner registers its holder's instance on the
 // node it names with -node, and before its command starts it lists the
-// lock's instances on that node to deregister former holders' (a killed
-// or cut-off holder's, which no agent takes out of DNS); Consul leaves the
-// instances of a node the token cannot read out of that listing, so the
-// runner needs node read there (consul.StaleHolderInstances). The -node
-// must be a node its sessions may live on, so session_node_prefixes
-// already names those nodes, and no other input is needed. It is rendered
+// lock's instances on every node to deregister former holders' (a killed
+// or cut-off holder's, which no agent takes out of DNS, on whatever -node
+// it ran); Consul leaves the instances of a node the token cannot read out
+// of that listing, so the runner needs node read on every holder's node
+// (consul.StaleHolderInstances). A -node must be a node its sessions may
+// live on, so session_node_prefixes already names those nodes when the
+// lock's runners share one policy, and no other input is needed; the
+// deregistration on another node needs only the service write. It is rendered
 // for runners on client agents too, which do not list: read on the
 // runners' own nodes (their address, node meta and checks; the instances
 // still need service read) costs less than a second input users would

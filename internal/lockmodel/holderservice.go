@@ -230,15 +230,24 @@ func (s HolderService) Instance(h Holder, check HolderCheck, address string, por
 // after each renewal of its session that Consul answered, so it goes
 // critical when the holder stops renewing; it must then be critical (and
 // the instance out of DNS and health-filtered catalog answers) before
-// anyone else can acquire.
+// anyone else can acquire, however the session ends.
 //
-// The earliest take-over after a holder's last confirmed contact c (the
-// send time of its last answered renewal) whose process died or froze
-// while its node lives: the session outlives c by its TTL (the servers
-// wait SessionTTLMultiplier x TTL; one TTL is the bound kept here), then the
-// key is under lock-delay: Bound = ttl + min(lock_delay, 60s). (When the
-// node itself fails, serfHealth turns critical at once, which takes the
-// node's instances out of DNS before its sessions end.)
+// The earliest take-over, counted from the holder's last confirmed contact
+// c (the send time of its last answered renewal; the session was alive
+// then), for a holder whose runner is frozen, killed or cut off and so
+// cannot withdraw its instance, is the least over the ways a session ends:
+//
+//   - expiry: the session outlives c by at least its TTL (the servers wait
+//     SessionTTLMultiplier x TTL), then the key is under lock-delay:
+//     c + ttl + L, where L = min(lock_delay, 60s) (TakeOverDelay);
+//   - destroy or invalidation at any d >= c (an operator, the controller at
+//     max_hold, force_destroy, a failing node or service check): the key is
+//     free at d + L, so from c + L on;
+//   - release: only a live runner releases, and it deregisters first.
+//
+// So Bound = min(ttl + L, L) = L: the lock-delay alone, whatever the ttl.
+// (When the node fails, serfHealth also turns the node's instances
+// critical.)
 //
 // A pass sent at c + s lands at the latest s + PassTimeout after c and
 // keeps the check passing for TTL, so it is safe exactly when
@@ -251,25 +260,41 @@ func (s HolderService) Instance(h Holder, check HolderCheck, address string, por
 // and, for the check not to go critical between healthy renewals (sent
 // every RenewEvery from their send times, each pass landing up to
 // 2 x RenewTimeout after its renewal's send time), TTL > RenewEvery +
-// 2 x RenewTimeout. TTL is RenewEvery more than that, so one failed renewal
+// 2 x RenewTimeout (the floor). Both hold only when
+//
+//	RenewEvery + 4 x RenewTimeout + HolderCheckMargin < L
+//
+// (HolderCheck.MaxRenewEvery and MinLockDelay solve it for renew_every and
+// lock_delay). TTL is RenewEvery more than the floor, so one failed renewal
 // (retried within half a second) does not flap DNS, unless the ceiling is
-// lower: then the ceiling wins (safety first) and Flaps is set.
+// lower: then the ceiling wins (safety first, never below
+// MinHolderCheckTTL) and Flaps is set. PassAllowed still decides each pass
+// exactly, so with a short lock_delay a holder is in DNS only for a moment
+// after each fast renewal, or never (PassAllowed(0) false).
 type HolderCheck struct {
-	TTL         time.Duration
-	Bound       time.Duration // session ttl + clamped lock_delay
-	PassTimeout time.Duration // bounds one pass request
-	Flaps       bool          // TTL below what healthy renewals need
+	TTL          time.Duration
+	Bound        time.Duration // the earliest take-over after the last contact: min(lock_delay, 60s)
+	PassTimeout  time.Duration // bounds one pass request
+	Flaps        bool          // TTL not above TTLFloor, or above TTLCeiling (raised to MinHolderCheckTTL)
+	RenewEvery   time.Duration // the profile's, for the warning
+	RenewTimeout time.Duration
+	TTLFloor     time.Duration // RenewEvery + 2 x RenewTimeout: the TTL healthy renewals need
+	TTLCeiling   time.Duration // Bound - 2 x RenewTimeout - HolderCheckMargin: the longest safe TTL
 }
+
+// MinHolderCheckTTL is the shortest holder check TTL: the least interval
+// Consul runs a check at (agent/checks MinInterval).
+const MinHolderCheckTTL = time.Second
 
 // NewHolderCheck is the holder check for profile p (defaults applied here).
 func NewHolderCheck(p SessionProfile) HolderCheck {
 	d := p.WithDefaults()
 	rt := RenewTimeout(d.RenewEvery)
-	c := HolderCheck{Bound: d.TTL + TakeOverDelay(d.LockDelay), PassTimeout: rt}
-	floor := d.RenewEvery + 2*rt
-	ceiling := c.Bound - 2*rt - HolderCheckMargin
-	c.TTL = min(floor+d.RenewEvery, ceiling)
-	c.Flaps = c.TTL <= floor
+	c := HolderCheck{Bound: TakeOverDelay(d.LockDelay), PassTimeout: rt, RenewEvery: d.RenewEvery, RenewTimeout: rt}
+	c.TTLFloor = d.RenewEvery + 2*rt
+	c.TTLCeiling = c.Bound - 2*rt - HolderCheckMargin
+	c.TTL = max(min(c.TTLFloor+d.RenewEvery, c.TTLCeiling), MinHolderCheckTTL)
+	c.Flaps = c.TTL <= c.TTLFloor || c.TTL > c.TTLCeiling
 	return c
 }
 
@@ -280,20 +305,58 @@ func (c HolderCheck) PassAllowed(sinceContact time.Duration) bool {
 	return sinceContact >= 0 && sinceContact+c.PassTimeout+c.TTL+HolderCheckMargin <= c.Bound
 }
 
+// MaxRenewEvery is the supremum of the renew_every values whose check
+// does not flap with c's lock-delay: RenewEvery + 4 x RenewTimeout +
+// HolderCheckMargin < Bound, solved for RenewEvery (RenewTimeout is
+// RenewEvery up to MaxRenewTimeout), with a ceiling of at least
+// MinHolderCheckTTL. Zero when none does.
+func (c HolderCheck) MaxRenewEvery() time.Duration {
+	room := c.Bound - HolderCheckMargin
+	if room > 5*MaxRenewTimeout {
+		return room - 4*MaxRenewTimeout
+	}
+	return max(min(room/5, (room-MinHolderCheckTTL)/2), 0)
+}
+
+// MinLockDelay is the infimum of the lock_delay values whose check does
+// not flap with c's renew_every: RenewEvery + 4 x RenewTimeout +
+// HolderCheckMargin (and 2 x RenewTimeout + HolderCheckMargin +
+// MinHolderCheckTTL). It may exceed MaxLockDelay: then no lock_delay helps.
+func (c HolderCheck) MinLockDelay() time.Duration {
+	return max(c.RenewEvery+4*c.RenewTimeout, 2*c.RenewTimeout+MinHolderCheckTTL) + HolderCheckMargin
+}
+
 // Warnings says when the check cannot stay passing between healthy
-// renewals (a profile with a short ttl, no lock_delay and a long
-// renew_every).
+// renewals while being critical before the earliest take-over (a
+// lock_delay short for the renew_every), naming the numbers and the
+// renew_every or lock_delay that would do.
 func (c HolderCheck) Warnings() []Warning {
 	if !c.Flaps {
 		return nil
 	}
+	summary, effect := "Holder Check May Flap",
+		"so the holder may drop out of DNS between renewals"
+	if !c.PassAllowed(0) {
+		summary, effect = "Holder Never In DNS", "so the holder's check is never passed and the holder never appears in DNS"
+	}
+	fix := fmt.Sprintf("Lower renew_every below %s", FormatDuration(c.MaxRenewEvery()))
+	if c.MaxRenewEvery() <= 0 {
+		fix = "No renew_every is short enough"
+	}
+	if need := c.MinLockDelay(); need < MaxLockDelay {
+		fix += fmt.Sprintf(", or raise lock_delay above %s", FormatDuration(need))
+	}
 	return []Warning{{
 		Field:   FieldHolderService,
-		Summary: "Holder Check May Flap",
-		Detail: fmt.Sprintf("The holder's check TTL is %s so that it is critical before the earliest take-over "+
-			"(ttl + lock_delay = %s); that is shorter than a renewal interval needs, so the holder may drop out of "+
-			"DNS for a moment between renewals. Raise lock_delay or lower renew_every.",
-			FormatDuration(c.TTL), FormatDuration(c.Bound)),
+		Summary: summary,
+		Detail: fmt.Sprintf("A destroyed session (an operator, the controller at max_hold, force_destroy, a failing check) "+
+			"frees the lock lock_delay %s after the destroy, which may come right after a renewal: the holder's check must be "+
+			"critical by then, so its TTL is at most lock_delay - 2 x renewal timeout %s - margin %s = %s (and never below %s). "+
+			"Staying passing between renewals needs more than renew_every %s + 2 x renewal timeout = %s; the check TTL is %s, "+
+			"%s. %s.",
+			FormatDuration(c.Bound), FormatDuration(c.RenewTimeout), FormatDuration(HolderCheckMargin), FormatDuration(c.TTLCeiling),
+			FormatDuration(MinHolderCheckTTL), FormatDuration(c.RenewEvery), FormatDuration(c.TTLFloor), FormatDuration(c.TTL),
+			effect, fix),
 	}}
 }
 
@@ -341,17 +404,23 @@ func HolderVia(value, node string) (via, reason string, err error) {
 }
 
 // HolderInstanceStale reports whether another holder's instance of the
-// same lock, found on the node where a holder of that lock registers, is
-// stale: its session is not a holder's any more. A mutex has one holder,
-// so once this one holds, every other session's instance is stale; a
-// semaphore's other holders keep theirs while their session lives (a
-// runner leaves the semaphore before it destroys its session, and
-// deregisters before it leaves). A catalog-registered instance has no
-// agent to take it out of DNS: the next holder deregisters the stale ones
-// before it starts its command.
+// same lock, found on any node, is stale: its session is not a holder's
+// any more. A mutex has one holder, so once this one holds, every other
+// session's instance is stale; a semaphore's other holders keep theirs
+// while their session lives (a runner leaves the semaphore before it
+// destroys its session, and deregisters before it leaves). A
+// catalog-registered instance has no agent to take it out of DNS: the next
+// holder deregisters the stale ones, on whatever node they are, before it
+// starts its command. An observer that holds nothing (mine "": the
+// controller) cannot tell a current holder's instance from a former one's
+// by the lock alone: for it an instance is stale once its session has
+// ended (a session ID is never reused).
 func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
-	if other == mine {
+	switch {
+	case other == mine:
 		return false
+	case mine == "":
+		return !otherAlive
 	}
 	return limit <= 1 || !otherAlive
 }

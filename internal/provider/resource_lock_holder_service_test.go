@@ -141,9 +141,10 @@ resource "consullock_lock" "test" {
 	})
 }
 
-// A session profile whose ttl + lock_delay leaves the holder check less
-// than a renewal interval is a plan warning naming the numbers: the holder
-// may drop out of DNS between renewals.
+// A session profile whose lock_delay leaves the holder check less than a
+// renewal interval (a destroyed session frees the key lock_delay after the
+// destroy) is a plan warning naming the numbers and the renew_every or
+// lock_delay that would do: the quickstart's ttl 10s, lock_delay 5s.
 func TestAccLock_holderServiceWithAFlappingProfileWarnsAtPlan(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
@@ -151,8 +152,7 @@ func TestAccLock_holderServiceWithAFlappingProfileWarnsAtPlan(t *testing.T) {
 resource "consullock_session_defaults" "tight" {
   name        = "tight"
   ttl         = "10s"
-  lock_delay  = "0s"
-  renew_every = "4s"
+  lock_delay  = "5s"
 }
 `
 	w := newTofuWorkdir(t, reattachTerraformBlock+profile)
@@ -168,5 +168,6 @@ resource "consullock_lock" "web" {
 `, p))
 	out := w.mustRun(t, "plan", "-input=false", "-no-color")
 	assertOutputHas(t, out, "Warning: Holder Check May Flap", "with consullock_lock.web",
-		"The holder's check TTL is 5s so that it is critical before the earliest take-over")
+		"frees the lock lock_delay 5s after the destroy", "the check TTL is 1s", "Lower renew_every below 800ms",
+		"raise lock_delay above 12.333333333s")
 }

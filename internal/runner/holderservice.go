@@ -24,8 +24,8 @@ import (
 // Agentless (catalogNode set: lockmodel.HolderViaCatalog) the instance is
 // registered on the session's node in the catalog, passing, and nobody
 // runs its check: renewals pass nothing, and before the command starts
-// reap deregisters the instances on that node that former holders of the
-// lock left behind (killed, or cut off from the servers), so that DNS
+// reap deregisters the instances that former holders of the lock left
+// behind on any node (killed, or cut off from the servers), so that DNS
 // never names a former holder once this one's command runs.
 //
 // States (one goroutine, started by start, owns the instance):
@@ -97,10 +97,13 @@ func (hs *holderService) start(h *lockproto.Hold) {
 	go hs.keep(in, h)
 }
 
-// reap deregisters, before the command starts, the instances of the
-// lock's former holders on the catalog node (consul.StaleHolderInstances).
-// A failure is logged and the command starts: the lock is held, only DNS
-// may still name a former holder. Agent registrations need none: the
+// reap deregisters, before the command starts, the instances that the
+// lock's former holders left in DNS on any node
+// (consul.StaleHolderInstances): a killed agentless holder's, on its own
+// -node, which no agent takes out of DNS. A failure is logged and the
+// command starts: the lock is held, only DNS may still name a former
+// holder (when the token cannot read a node, the instances it could see
+// are deregistered all the same). Agent registrations need none: the
 // agent's TTL check, or its node's serfHealth, took theirs out of DNS
 // before this holder could acquire.
 func (hs *holderService) reap(h *lockproto.Hold) {
@@ -110,17 +113,16 @@ func (hs *holderService) reap(h *lockproto.Hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
 	defer cancel()
 	log, c, start := hs.r.log, hs.r.client, time.Now()
-	stale, err := c.StaleHolderInstances(ctx, hs.spec.Name, hs.catalogNode, hs.r.lock.Name, hs.r.lock.Limit, h.Session.ID)
+	stale, err := c.StaleHolderInstances(ctx, hs.spec.Name, hs.r.lock.Name, hs.r.lock.Limit, h.Session.ID)
 	if err != nil {
-		log.Error("cannot list former holders' instances; DNS may name a former holder", "node", hs.catalogNode, "error", err.Error())
-		return
+		log.Error("cannot list every former holder's instance; DNS may name a former holder", "error", err.Error())
 	}
-	for _, id := range stale {
-		if err := c.DeregisterHolderServiceCatalog(ctx, hs.catalogNode, id); err != nil {
-			log.Error("cannot deregister a former holder's instance; DNS may name it", "service_id", id, "error", err.Error())
+	for _, in := range stale {
+		if err := c.DeregisterHolderServiceCatalog(ctx, in.Node, in.ID); err != nil {
+			log.Error("cannot deregister a former holder's instance; DNS may name it", "service_id", in.ID, "node", in.Node, "error", err.Error())
 			continue
 		}
-		log.Info("former holder's instance deregistered", "service_id", id, "node", hs.catalogNode, "took", time.Since(start).Round(time.Millisecond))
+		log.Info("former holder's instance deregistered", "service_id", in.ID, "node", in.Node, "took", time.Since(start).Round(time.Millisecond))
 	}
 }
 

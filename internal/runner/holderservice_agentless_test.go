@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,10 +85,82 @@ func TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns(t *testing.T) {
 		t.Fatalf("A exit code %d:\n%s", code, a.out.String())
 	}
 	out := a.out.String()
-	if !strings.Contains(out, "cannot list former holders' instances") || !strings.Contains(out, `lacks \"node:read\" on \"`+node+`\"`) {
+	if !strings.Contains(out, "cannot list every former holder's instance") || !strings.Contains(out, `lacks \"node:read\" on \"a node with an instance of lock `+l.Name+`\"`) {
 		t.Fatalf("A did not name the missing node read:\n%s", out)
 	}
 	if len(readRuns(t, record)) != 1 {
 		t.Fatalf("the command did not run under the lock:\n%s", out)
 	}
+}
+
+// TestHolderService_agentlessFormerHolderOnAnotherNodeLeavesDNS: agentless
+// runners on two catalog nodes of their own (-node runners-<n>-a and -b,
+// one worker policy whose session node prefix covers both, as one
+// consullock_acl_policy renders it). A holds on node a; its runner is
+// frozen (SIGSTOP: it cannot deregister, as if killed or cut off) and its
+// session destroyed, so its instance stays passing in the catalog; B, on
+// node b, acquires lock_delay later and deregisters A's instance on node
+// a (a consistent health query by the lock's meta, then a catalog
+// deregistration that needs service write only) before its command
+// starts: no DNS answer to a query sent after that names A, and no
+// instance is left once B exits.
+func TestHolderService_agentlessFormerHolderOnAnotherNodeLeavesDNS(t *testing.T) {
+	l, service, _, _ := agentlessHolder(t)
+	pfx := fmt.Sprintf("runners-%d-", nameCounter.Add(1))
+	nodeA, nodeB := pfx+"a", pfx+"b"
+	for _, n := range []string{nodeA, nodeB} {
+		if _, err := agent.Client().Catalog().Register(&api.CatalogRegistration{Node: n, Address: "127.0.0.1"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{pfx}, HolderServices: []string{service}})
+	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", tok.SecretID, append(holderArgs(l, 20031), "-node", nodeA), childArgs(record, "A", "-sleep", "2m")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	runA := readRuns(t, record)[0]
+	b := startRun(t, "B", tok.SecretID, append(holderArgs(l, 20032), "-node", nodeB), childArgs(record, "B", "-sleep", "1s")...)
+	waitOutput(t, b, "waiting for the lock")
+	stop := sampleDNS(t, service)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if _, err := agent.Client().Session().Destroy(runA.session, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(60 * time.Second); code != 0 { // A stays frozen while B holds
+		t.Fatalf("B exit code %d", code)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	_ = syscall.Kill(runA.pid, syscall.SIGKILL) // the orphaned command
+	a.wait(10 * time.Second)
+	samples := stop()
+	runB := lastRun(t, record, "B")
+	lastA := samples.LastWith(20031)
+	if lastA.IsZero() {
+		t.Fatalf("DNS never answered A in %d samples", len(samples))
+	}
+	out := b.out.String()
+	reaped, started := strings.Index(out, "former holder's instance deregistered"), strings.Index(out, "command started")
+	if reaped < 0 || reaped > started || !strings.Contains(out[reaped:started], "node="+nodeA) {
+		t.Fatalf("B did not deregister A's instance on node %s before its command started:\n%s", nodeA, out)
+	}
+	if !lastA.Before(runB.start) {
+		t.Fatalf("DNS answered killed holder A (node %s) to a query sent %s after B's command started", nodeA, lastA.Sub(runB.start))
+	}
+	left, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("instances left after B exited: %d (%s on %s)", len(left), left[0].Service.ID, left[0].Node.Node)
+	}
+	t.Logf("agentless runner on node a frozen, its session destroyed: DNS named A until %s after the destroy; B (node b) started its command %s after the destroy, %s after the last answer naming A; %d samples",
+		lastA.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond), runB.start.Sub(lastA).Round(time.Millisecond), len(samples))
 }

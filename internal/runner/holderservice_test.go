@@ -25,11 +25,14 @@ import (
 // (never a former holder in an answer to a query sent after the next
 // holder's command started), the figures are logged.
 
-// holderProfile: TTL 10s, lock_delay 5s, renewals every second: the
-// holder check's TTL is 4s (lockmodel.NewHolderCheck) while a waiter needs
-// at least ttl + lock_delay = 15s after a holder's runner dies.
+// holderProfile: TTL 10s, lock_delay 5s, renewals every 500ms: the
+// holder check's TTL is 2s (lockmodel.NewHolderCheck: below lock_delay -
+// 2 x renewal timeout - margin = 3s, above renew_every + 2 x renewal
+// timeout = 1.5s) while a waiter needs at least lock_delay = 5s after a
+// holder's session is destroyed, ttl + lock_delay = 15s after its runner
+// dies.
 func holderProfile(t testing.TB) *lockmodel.SessionProfile {
-	return &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second}
+	return &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: 500 * time.Millisecond}
 }
 
 var dnsReadOnce sync.Once
@@ -250,7 +253,7 @@ func watchInstanceGone(service, id string) func() (uint64, time.Time) {
 // A's session has expired and the lock-delay has passed. No DNS answer to
 // a query sent after B's command started names A, in either registration
 // mode of the holders' instances:
-//   - agent: A's instance is on the agent, whose check of it (TTL 4s with
+//   - agent: A's instance is on the agent, whose check of it (TTL 2s with
 //     holderProfile) goes critical, so DNS is empty before B can acquire
 //     (ttl + lock_delay = 15s).
 //   - catalog (agentless: -node, a TTL-only profile): A's instance is in
@@ -512,4 +515,66 @@ func TestHolderService_frozenRunnerNeverReappearsAfterTheTakeOver(t *testing.T) 
 	t.Logf("runner frozen: DNS named A until %s after the freeze; B's command started %s after the freeze; A thawed %s after B started, "+
 		"exited 123 and never reappeared; %d samples", lastA.Sub(frozen).Round(time.Millisecond), runB.start.Sub(frozen).Round(time.Millisecond),
 		thawed.Sub(runB.start).Round(time.Millisecond), len(samples))
+}
+
+// TestHolderService_destroyedSessionOutOfDNSBeforeTheNextStarts: with the
+// quickstart's profile (ttl 10s, lock_delay 5s), A holds and its instance
+// is in DNS; A's runner is frozen (SIGSTOP, so it cannot withdraw) and an
+// operator destroys A's session, which frees the key lock_delay later, not
+// ttl + lock_delay. A's check must be critical by then: no DNS answer to a
+// query sent after B's command started names A (lockmodel.NewHolderCheck
+// bounds the check by lock_delay). A stays frozen while B holds; thawed,
+// it exits 123.
+func TestHolderService_destroyedSessionOutOfDNSBeforeTheNextStarts(t *testing.T) {
+	service := fmt.Sprintf("hs%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
+	prefix := "t/" + uniqueName(t, "lock")
+	quickstart := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 5 * time.Second}
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, HolderService: &lockmodel.HolderService{Name: service}}, quickstart)
+	token := holderToken(t, prefix, service)
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-sleep", "2m")...)
+	waitStarted(t, record, "A")
+	waitOutput(t, a, "holder service registered")
+	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-sleep", "2s")...)
+	waitOutput(t, b, "waiting for the lock")
+	runA := readRuns(t, record)[0]
+	stop := sampleDNS(t, service)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for { // freeze A while DNS names it: its check was just passed
+		ports, err := lookupPorts(ctx, dnsResolver(t), service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(ports, 20001) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	destroyed := time.Now()
+	if _, err := agent.Client().Session().Destroy(runA.session, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(60 * time.Second); code != 0 { // A stays frozen while B holds
+		t.Fatalf("B exit code %d", code)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(30 * time.Second); code != ExitLockLost {
+		t.Fatalf("A exit code %d, want %d", code, ExitLockLost)
+	}
+	samples := stop()
+	runB := lastRun(t, record, "B")
+	lastA := samples.LastWith(20001)
+	check := lockmodel.NewHolderCheck(*quickstart)
+	if lastA.IsZero() || !lastA.Before(runB.start) {
+		t.Fatalf("DNS answered A (session destroyed, runner frozen) to a query sent %s after B's command started (check TTL %s, lock_delay %s)",
+			lastA.Sub(runB.start).Round(time.Millisecond), lockmodel.FormatDuration(check.TTL), lockmodel.FormatDuration(quickstart.LockDelay))
+	}
+	t.Logf("session destroyed, runner frozen: DNS named A until %s after the destroy (check TTL %s); B's command started %s after the destroy; %d samples",
+		lastA.Sub(destroyed).Round(time.Millisecond), lockmodel.FormatDuration(check.TTL), runB.start.Sub(destroyed).Round(time.Millisecond), len(samples))
 }
