@@ -303,15 +303,18 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		plan.Key = key
 	}
 	plan.Flags, plan.RegistryKey = flags, registryKey
-	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
-	r.holderServicePlanWarnings(ctx, plan, &resp.Diagnostics)
-
+	var state lockResourceModel
 	if !req.State.Raw.IsNull() {
-		var state lockResourceModel
 		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 		if resp.Diagnostics.HasError() {
 			return
 		}
+	}
+	planRunOnce(plan.RunOnce, cfg.RunOnce, state.RunOnce)
+	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
+	r.holderServicePlanWarnings(ctx, plan, &resp.Diagnostics)
+
+	if !req.State.Raw.IsNull() {
 		// A computed key follows the prefix; the attribute's own plan
 		// modifier cannot see that value yet.
 		if !plan.Key.IsUnknown() && !state.Key.IsNull() && strings.Trim(plan.Key.ValueString(), "/") != strings.Trim(state.Key.ValueString(), "/") {
