@@ -185,3 +185,20 @@ func TestRunOnce_slotAndDeadline(t *testing.T) {
 		t.Fatalf("period Slot = %s %v", id, err)
 	}
 }
+
+func TestRunOnce_scheduledTime(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin"}
+	for id, ok := range map[string]bool{
+		"2026-07-01T02:00:00+02:00": true,
+		"2026-07-01T00:00:00Z":      false, // the same instant, not as the slot is written
+		"2026-07-01T02:01:00+02:00": false, // not a slot
+		"nightly-42":                false,
+	} {
+		if _, got := r.ScheduledTime(id); got != ok {
+			t.Errorf("ScheduledTime(%q) = %v, want %v", id, got, ok)
+		}
+	}
+	if at, ok := (RunOnce{Period: time.Hour}).ScheduledTime("2026-07-01T05:00:00Z"); !ok || at.Hour() != 5 {
+		t.Errorf("period slot: %s %v", at, ok)
+	}
+}

@@ -500,3 +500,18 @@ func (r RunOnce) PastDeadline(at, start time.Time) (late time.Duration, past boo
 	late = start.Sub(at)
 	return late, r.StartingDeadline > 0 && late > r.StartingDeadline
 }
+
+// ScheduledTime is the scheduled time of the run named id, when id names
+// a slot of r as Slot writes it (a derived run ID, or one given with
+// -run-id to backfill a missed slot); false for any other run ID.
+func (r RunOnce) ScheduledTime(id string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, id)
+	if err != nil || (r.Schedule == "" && r.Period <= 0) {
+		return time.Time{}, false
+	}
+	got, at, err := r.Slot(t)
+	if err != nil || got != id || !at.Equal(t) {
+		return time.Time{}, false
+	}
+	return at, true
+}
