@@ -3,6 +3,7 @@ package lockmodel
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"time"
 
@@ -514,4 +515,87 @@ func (r RunOnce) ScheduledTime(id string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return at, true
+}
+
+// NextSlot is the first slot of r after t (schedule or period), and false
+// when there is none. r must be valid.
+func (r RunOnce) NextSlot(t time.Time) (time.Time, bool) {
+	if r.Schedule == "" {
+		if r.Period <= 0 {
+			return time.Time{}, false
+		}
+		_, start := RunSlot(t, r.Period, r.Offset)
+		return start.Add(r.Period), true
+	}
+	s, err := r.ParsedSchedule()
+	if err != nil {
+		return time.Time{}, false
+	}
+	return s.Next(t)
+}
+
+// MissedSlots is the run IDs of r's slots that have no run in the ledger,
+// oldest first: among the last keep slots up to now, those after the
+// oldest run the ledger keeps (named by its slot, else its first attempt's
+// start). The latest slot is not missed while a runner may still start it:
+// before its starting_deadline, or, with no deadline, until the next slot.
+// A lock whose ledger is empty has none: the record holds no declaration
+// time, so nothing bounds the search. Backfill one with
+// `consullock run -lock NAME -run-id ID`.
+func (r RunOnce) MissedSlots(l Ledger, now time.Time) []string {
+	r = r.WithDefaults()
+	prev, name := r.slots()
+	if prev == nil {
+		return nil
+	}
+	var since time.Time
+	ran := map[string]bool{}
+	for _, run := range l.Runs {
+		ran[run.ID] = true
+		at, ok := r.ScheduledTime(run.ID)
+		if !ok && len(run.Attempts) > 0 {
+			at, ok = run.Attempts[0].Started, true
+		}
+		if ok && (since.IsZero() || at.Before(since)) {
+			since = at
+		}
+	}
+	if since.IsZero() {
+		return nil
+	}
+	var out []string
+	at, ok := prev(now)
+	for n := 0; ok && n < r.Keep && at.After(since); n++ {
+		_, past := r.PastDeadline(at, now)
+		if n > 0 || past { // an older slot: no trigger now runs it
+			if id := name(at); !ran[id] {
+				out = append(out, id)
+			}
+		}
+		at, ok = prev(at.Add(-time.Nanosecond))
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// slots is r's slot rule parsed once: prev is the latest slot at or
+// before t, name its run ID; nil for an invalid r.
+func (r RunOnce) slots() (prev func(time.Time) (time.Time, bool), name func(time.Time) string) {
+	if r.Schedule == "" {
+		if r.Period <= 0 {
+			return nil, nil
+		}
+		return func(t time.Time) (time.Time, bool) {
+				_, at := RunSlot(t, r.Period, r.Offset)
+				return at, true
+			}, func(t time.Time) string {
+				id, _ := RunSlot(t, r.Period, r.Offset)
+				return id
+			}
+	}
+	s, err := r.ParsedSchedule()
+	if err != nil {
+		return nil, nil
+	}
+	return s.Prev, s.SlotID
 }

@@ -1,6 +1,7 @@
 package lockmodel
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,33 @@ func TestParseSchedule_invalid(t *testing.T) {
 		if _, err := ParseSchedule(ok, "Europe/Berlin"); err != nil {
 			t.Errorf("ParseSchedule(%q): %v", ok, err)
 		}
+	}
+}
+
+func TestRunOnce_missedSlots(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin", Keep: 5}
+	run := func(id string) Run {
+		return Run{ID: id, Outcome: RunSucceeded, Attempts: []Attempt{{Number: 1, Started: utc(id), Outcome: RunSucceeded}}}
+	}
+	day := func(d int) string { return fmt.Sprintf("2026-07-%02dT02:00:00+02:00", d) }
+	ledger := Ledger{Runs: []Run{run(day(9)), run(day(6)), run(day(3))}} // newest first
+	now := utc("2026-07-10T12:00:00Z")
+	if got := strings.Join(r.MissedSlots(ledger, now), " "); got != day(7)+" "+day(8) {
+		t.Fatalf("missed (keep 5: the 6th to the 10th) = %s", got)
+	}
+	// The 10th's slot has no run yet, and no deadline: it may still start.
+	if got := r.MissedSlots(Ledger{Runs: []Run{run(day(9))}}, now); len(got) != 0 {
+		t.Fatalf("missed with the latest slot pending = %v", got)
+	}
+	r.StartingDeadline = time.Hour
+	if got := strings.Join(r.MissedSlots(Ledger{Runs: []Run{run(day(9))}}, now), " "); got != day(10) {
+		t.Fatalf("missed past the deadline = %s", got)
+	}
+	if got := r.MissedSlots(Ledger{}, now); got != nil {
+		t.Fatalf("missed with an empty ledger = %v", got)
+	}
+	p := RunOnce{Period: time.Hour}
+	if got := strings.Join(p.MissedSlots(Ledger{Runs: []Run{run("2026-07-10T09:00:00Z")}}, now), " "); got != "2026-07-10T10:00:00Z 2026-07-10T11:00:00Z" {
+		t.Fatalf("missed period slots = %s", got)
 	}
 }
