@@ -252,9 +252,14 @@ func (s Schedule) Next(t time.Time) (time.Time, bool) {
 // from t's within two days of t: a wall time W resolves to an instant at or
 // before t only if W <= tw+up, after t only if W > tw-down.
 func (s Schedule) wallAround(t time.Time) (tw, up, down int64) {
-	_, off := t.In(s.loc).Zone()
+	local := t.In(s.loc)
+	_, off := local.Zone()
 	tw = t.Unix() + int64(off)
-	for _, probe := range []time.Duration{-48 * time.Hour, 48 * time.Hour} {
+	const near = 48 * time.Hour
+	if start, end := local.ZoneBounds(); (start.IsZero() || t.Sub(start) > near) && (end.IsZero() || end.Sub(t) > near) {
+		return tw, 0, 0 // the offset holds for two days either side
+	}
+	for _, probe := range []time.Duration{-near, near} {
 		_, o := t.Add(probe).In(s.loc).Zone()
 		up = max(up, int64(o-off))
 		down = max(down, int64(off-o))
