@@ -121,6 +121,12 @@ func TestLockRecord_runOnceSchedule(t *testing.T) {
 	if err != nil || back.RunOnce == nil || *back.RunOnce != want {
 		t.Fatalf("decoded run_once %+v, %v", back.RunOnce, err)
 	}
+	since := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	l.RunOnce.Since = since
+	b, _ = EncodeLockRecord(l)
+	if back, err := DecodeLockRecord(b); err != nil || !bytes.Contains(b, []byte(`"since":"2026-07-01T12:00:00Z"`)) || !back.RunOnce.Since.Equal(since) {
+		t.Fatalf("since: record %s, decoded %+v, %v", b, back.RunOnce, err)
+	}
 	bad := strings.Replace(lockRecord, `"description":""`, `"description":"","run_once":{"schedule":"0 2 * *","time_zone":"Europe/Berlin"}`, 1)
 	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), `run_once.schedule: "0 2 * *"`) {
 		t.Fatalf("a bad schedule decodes with %v", err)

@@ -107,6 +107,9 @@ type RunOnceSpec struct {
 	Schedule         string `json:"schedule,omitempty"`
 	TimeZone         string `json:"time_zone,omitempty"`
 	StartingDeadline string `json:"starting_deadline,omitempty"` // absent = no deadline
+	// Since (RFC 3339, UTC) is when these slots were declared; absent when
+	// unknown.
+	Since string `json:"since,omitempty"`
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
@@ -199,6 +202,9 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		if r.StartingDeadline != 0 {
 			spec.RunOnce.StartingDeadline = FormatDuration(r.StartingDeadline)
 		}
+		if !r.Since.IsZero() {
+			spec.RunOnce.Since = r.Since.UTC().Truncate(time.Second).Format(time.RFC3339)
+		}
 	}
 	if h := n.HolderService; h != nil {
 		spec.HolderService = &HolderServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
@@ -245,6 +251,13 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		deadline, derr := parseRecordDuration(FieldRunOnceStartingDeadline, r.StartingDeadline, 0)
 		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep,
 			Schedule: r.Schedule, TimeZone: r.TimeZone, StartingDeadline: deadline}
+		if r.Since != "" {
+			since, err := time.Parse(time.RFC3339, r.Since)
+			if err != nil {
+				errs = append(errs, &FieldError{Field: "run_once.since", Value: r.Since, Allowed: "an RFC 3339 time"})
+			}
+			l.RunOnce.Since = since.UTC()
+		}
 		judged = l
 		if perr != nil || oerr != nil || derr != nil {
 			// Judge the rest without the unreadable durations: one error

@@ -69,6 +69,11 @@ type RunOnce struct {
 	// slot's time (Slot) does not run the slot (ExitRunPastDeadline); 0 is
 	// no deadline. Not applied to an explicit run ID (a backfill).
 	StartingDeadline time.Duration
+	// Since is when the lock was declared with these slots (created, or
+	// its schedule, time_zone, period or offset last changed), written by
+	// the provider: no slot before it is missed (MissedSlots). Zero when
+	// unknown (a record written before it existed).
+	Since time.Time
 }
 
 // WithDefaults returns r with MaxAttempts and Keep defaulted.

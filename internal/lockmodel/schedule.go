@@ -540,12 +540,12 @@ func (r RunOnce) NextSlot(t time.Time) (time.Time, bool) {
 }
 
 // MissedSlots is the run IDs of r's slots that have no run in the ledger,
-// oldest first: among the last keep slots up to now, those after the
-// oldest run the ledger keeps (named by its slot, else its first attempt's
-// start). The latest slot is not missed while a runner may still start it:
-// before its starting_deadline, or, with no deadline, until the next slot.
-// A lock whose ledger is empty has none: the record holds no declaration
-// time, so nothing bounds the search. Backfill one with
+// oldest first: among the last keep slots up to now, those after r.Since
+// (the slots' declaration), or, when that is unknown, after the oldest run
+// the ledger keeps (named by its slot, else its first attempt's start; an
+// empty ledger then has none). The latest slot is not missed while a
+// runner may still start it: before its starting_deadline, or, with no
+// deadline, until the next slot. Backfill one with
 // `consullock run -lock NAME -run-id ID`.
 func (r RunOnce) MissedSlots(l Ledger, now time.Time) []string {
 	r = r.WithDefaults()
@@ -564,6 +564,9 @@ func (r RunOnce) MissedSlots(l Ledger, now time.Time) []string {
 		if ok && (since.IsZero() || at.Before(since)) {
 			since = at
 		}
+	}
+	if !r.Since.IsZero() {
+		since = r.Since.Add(-time.Nanosecond) // a slot at the declaration counts
 	}
 	if since.IsZero() {
 		return nil

@@ -293,6 +293,11 @@ func TestRunOnce_missedSlots(t *testing.T) {
 	if got := r.MissedSlots(Ledger{}, now); got != nil {
 		t.Fatalf("missed with an empty ledger = %v", got)
 	}
+	// Declared on the 8th at noon: every slot since, run or not, counts.
+	r.Since = utc("2026-07-08T12:00:00Z")
+	if got := strings.Join(r.MissedSlots(Ledger{}, now), " "); got != day(9)+" "+day(10) {
+		t.Fatalf("missed since the declaration = %s", got)
+	}
 	p := RunOnce{Period: time.Hour}
 	if got := strings.Join(p.MissedSlots(Ledger{Runs: []Run{run("2026-07-10T09:00:00Z")}}, now), " "); got != "2026-07-10T10:00:00Z 2026-07-10T11:00:00Z" {
 		t.Fatalf("missed period slots = %s", got)
