@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -357,4 +358,36 @@ func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourc
 	if p, err := lockmodel.DecodeSessionProfileRecord(rec.Value); err == nil {
 		addWarnings(diags, ro.PeriodWarnings(p))
 	}
+}
+
+// runOnceSinceKey is the private-state key holding run_once.Since as the
+// record last said (RFC 3339), so that an update which keeps the slots
+// keeps it.
+const runOnceSinceKey = "run_once_since"
+
+func setRunOnceSince(ctx context.Context, p privateState, l lockmodel.Lock) diag.Diagnostics {
+	v := ""
+	if l.RunOnce != nil && !l.RunOnce.Since.IsZero() {
+		v = l.RunOnce.Since.UTC().Format(time.RFC3339)
+	}
+	data, _ := json.Marshal(v)
+	return p.SetKey(ctx, runOnceSinceKey, data)
+}
+
+// runOnceSince is when plan's slots were declared: the recorded time when
+// state declares the same slots, else now (created, or the slots changed).
+func runOnceSince(ctx context.Context, p privateState, plan, state *lockRunOnceModel, now time.Time) time.Time {
+	if plan == nil {
+		return time.Time{}
+	}
+	if state != nil && plan.sameSlots(state) && p != nil {
+		data, _ := p.GetKey(ctx, runOnceSinceKey)
+		var v string
+		if json.Unmarshal(data, &v) == nil && v != "" {
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				return t
+			}
+		}
+	}
+	return now.UTC().Truncate(time.Second)
 }

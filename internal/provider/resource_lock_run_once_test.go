@@ -31,6 +31,13 @@ func checkRunOnceRecord(t *testing.T, recordKey string, want *lockmodel.RunOnce)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
+		if got.RunOnce != nil {
+			// When the slots were declared: checked by the schedule test.
+			if got.RunOnce.Since.IsZero() {
+				return fmt.Errorf("registry record %s declares run_once without since: %s", recordKey, pair.Value)
+			}
+			got.RunOnce.Since = time.Time{}
+		}
 		if !reflect.DeepEqual(got.RunOnce, want) {
 			return fmt.Errorf("registry record %s declares run_once %+v, want %+v", recordKey, got.RunOnce, want)
 		}
@@ -132,6 +139,23 @@ resource "consullock_lock" "test" {
 	}
 	addr, key, recordKey := "consullock_lock.test", p+"/nightly/.lock", reg+"/locks/nightly"
 	runOnce := tfjsonpath.New("run_once")
+	var since time.Time
+	sinceIs := func(same bool) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			got, err := lockmodel.DecodeLockRecord(kvPair(t, recordKey).Value)
+			if err != nil {
+				return err
+			}
+			if same && !got.RunOnce.Since.Equal(since) {
+				return fmt.Errorf("run_once.since moved from %s to %s though the slots did not change", since, got.RunOnce.Since)
+			}
+			if !same && got.RunOnce.Since.Before(since) {
+				return fmt.Errorf("run_once.since went back from %s to %s", since, got.RunOnce.Since)
+			}
+			since = got.RunOnce.Since
+			return nil
+		}
+	}
 	berlin := knownvalue.StringRegexp(regexp.MustCompile(`^\d{4}-\d\d-\d\dT02:30:00\+0[12]:00$`))
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -154,8 +178,8 @@ resource "consullock_lock" "test" {
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin}),
 					})),
 				},
-				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
-					StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}),
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
+					StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}), sinceIs(false)),
 			},
 			{
 				ResourceName:                         addr,
@@ -164,6 +188,16 @@ resource "consullock_lock" "test" {
 				ImportStateVerify:                    true,
 				ImportStateVerifyIdentifierAttribute: "name",
 				ImportStateVerifyIgnore:              []string{"run_once.next_slots"},
+			},
+			{
+				// The same slots: the record keeps when they were declared.
+				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", keep = 30 }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
+					MaxAttempts: 3, Keep: 30}), sinceIs(true)),
 			},
 			{
 				// time_zone defaults to UTC; the slots follow.
@@ -176,7 +210,7 @@ resource "consullock_lock" "test" {
 					},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "UTC", MaxAttempts: 3, Keep: 20}),
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "UTC", MaxAttempts: 3, Keep: 20}), sinceIs(false)),
 			},
 			{
 				Config: cfg(`run_once = { period = "24h" }`),
