@@ -572,20 +572,28 @@ func startRunAtClock(t testing.TB, name, token string, offset time.Duration, arg
 // there) run it once, with the slot's ID and time in the environment; three
 // more 5 minutes into the same slot run nothing; a runner 11 minutes after
 // the previous slot, past starting_deadline, exits 119 without running it
-// or writing the ledger; that missed slot, backfilled with -run-id by three
-// runners, runs once, and then nowhere else.
+// or writing the ledger, and status -lock lists it missed; that slot,
+// backfilled with -run-id by three runners, runs once, and then nowhere
+// else, and is no longer listed.
 func TestRunOnce_scheduleSlotRunsOnceAndStartingDeadlineSkipsLateRunners(t *testing.T) {
 	t.Parallel()
 	ro := lockmodel.RunOnce{Schedule: "0 * * * *", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute}
-	l, token := declareRunOnce(t, ro)
 	sched, err := ro.ParsedSchedule()
 	if err != nil {
 		t.Fatal(err)
 	}
-	record := filepath.Join(t.TempDir(), "record")
 	now := time.Now()
 	slot, _ := sched.Prev(now)
 	prevSlot, _ := sched.Prev(slot.Add(-time.Second))
+	ro.Since = prevSlot.Add(-time.Minute) // declared just before the previous slot
+	l, token := declareRunOnce(t, ro)
+	record := filepath.Join(t.TempDir(), "record")
+	status := func() string {
+		t.Helper()
+		p := startProc(t, "status", processEnv(agent.Addr, agent.ManagementToken), runnerBin, "status", "-lock", l.Name)
+		p.wait(60 * time.Second)
+		return p.out.String()
+	}
 	id, prevID := sched.SlotID(slot), sched.SlotID(prevSlot)
 	batch := func(what string, offset time.Duration, want int, args ...string) {
 		t.Helper()
@@ -621,6 +629,10 @@ func TestRunOnce_scheduleSlotRunsOnceAndStartingDeadlineSkipsLateRunners(t *test
 		t.Fatalf("the late runner ran or recorded slot %s: %+v", prevID, ledger)
 	}
 
+	if out := status(); !strings.Contains(out, "Missed slots") || !strings.Contains(out, "  "+prevID+"\n") {
+		t.Fatalf("status -lock does not list the missed slot %s:\n%s", prevID, out)
+	}
+
 	// Backfill: the missed slot's ID, from any time (no deadline applies).
 	batch("backfill", 0, 0, "-run-id", prevID)
 	batch("backfill-again", 0, 0, "-run-id", prevID)
@@ -632,5 +644,8 @@ func TestRunOnce_scheduleSlotRunsOnceAndStartingDeadlineSkipsLateRunners(t *test
 	}
 	if len(backfilled) != 1 || backfilled[0].scheduled != prevID || !strings.HasPrefix(backfilled[0].tag, "backfill.") {
 		t.Fatalf("backfilled executions %+v; want one, of the first backfill batch, with %s=%s", backfilled, EnvScheduledTime, prevID)
+	}
+	if out := status(); strings.Contains(out, prevID+"\n") && strings.Contains(out, "Missed slots") {
+		t.Fatalf("status -lock still lists the backfilled slot %s:\n%s", prevID, out)
 	}
 }
