@@ -58,6 +58,15 @@ type runMeter struct {
 	declared    map[string]lockmodel.RunOnce // the run_once locks
 	ledgers     map[string]lockmodel.Ledger  // as last observed
 	missedSeen  map[string]map[string]bool   // lock -> missed slots counted
+	// missedAsOf is what a lock's missedSeen was judged at: it changes
+	// only with the latest slot, its deadline passing, or a new registry
+	// answer (observe clears it).
+	missedAsOf map[string]missedAsOf
+}
+
+type missedAsOf struct {
+	latest int64 // Unix nanoseconds of the latest slot
+	past   bool
 }
 
 func newRunMeter(now func() time.Time) *runMeter {
@@ -68,11 +77,12 @@ func newRunMeter(now func() time.Time) *runMeter {
 		}, []string{"lock", "outcome"}),
 		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_lock_missed_slots_total",
-			Help: "Slots of a run_once lock (its period or schedule) seen passing with no run in its ledger: the last keep slots after the ledger's oldest run, the latest once past starting_deadline. Each counted once per controller; backfill with consullock run -run-id.",
+			Help: "Slots of a run_once lock (its period or schedule) seen passing with no run in its ledger: of the last keep slots, those since the slots were declared (or the ledger's oldest run), the latest once past starting_deadline. Each counted once per controller; backfill with consullock run -run-id.",
 		}, []string{"lock"}),
 		now:  now,
 		seen: map[string]map[runKey]lockmodel.RunOutcome{}, lastSuccess: map[string]time.Time{}, period: map[string]time.Duration{},
 		declared: map[string]lockmodel.RunOnce{}, ledgers: map[string]lockmodel.Ledger{}, missedSeen: map[string]map[string]bool{},
+		missedAsOf: map[string]missedAsOf{},
 	}
 }
 
@@ -82,7 +92,7 @@ func newRunMeter(now func() time.Time) *runMeter {
 func (m *runMeter) observe(ledgers map[string]lockmodel.Ledger, locks map[string]lockmodel.Lock) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.period, m.ledgers = map[string]time.Duration{}, ledgers
+	m.period, m.ledgers, m.missedAsOf = map[string]time.Duration{}, ledgers, map[string]missedAsOf{}
 	declared := map[string]lockmodel.RunOnce{}
 	for name, l := range locks {
 		if l.RunOnce != nil {
@@ -192,8 +202,16 @@ func (m *runMeter) countMissed(ch chan<- prometheus.Metric, now time.Time) {
 		if next, ok := ro.NextSlot(now); ok {
 			ch <- prometheus.MustNewConstMetric(descNextSlot, prometheus.GaugeValue, float64(next.Unix()), name)
 		}
-		if _, last, err := ro.Slot(now); err == nil {
-			ch <- prometheus.MustNewConstMetric(descLastSlot, prometheus.GaugeValue, float64(last.Unix()), name)
+		_, last, err := ro.Slot(now)
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descLastSlot, prometheus.GaugeValue, float64(last.Unix()), name)
+		_, past := ro.PastDeadline(last, now)
+		if asOf := (missedAsOf{latest: last.UnixNano(), past: past}); m.missedAsOf[name] == asOf {
+			continue
+		} else {
+			m.missedAsOf[name] = asOf
 		}
 		seen := map[string]bool{}
 		for _, id := range ro.MissedSlots(m.ledgers[name], now) {

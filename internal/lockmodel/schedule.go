@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -86,6 +88,28 @@ type Schedule struct {
 // DefaultTimeZone). Errors are FieldErrors quoting the expression or the
 // zone and saying what is wrong.
 func ParseSchedule(expr, zone string) (Schedule, error) {
+	key := [2]string{expr, zone}
+	if s, ok := parsedSchedules.Load(key); ok {
+		return s.(Schedule), nil
+	}
+	s, err := parseSchedule(expr, zone)
+	if err == nil && parsedCount.Add(1) <= maxParsedSchedules {
+		parsedSchedules.Store(key, s)
+	}
+	return s, err
+}
+
+// parsedSchedules caches valid schedules by expression and zone: the
+// controller judges every declared schedule at each scrape. Bounded by
+// maxParsedSchedules (then schedules are parsed each time).
+var (
+	parsedSchedules sync.Map
+	parsedCount     atomic.Int64
+)
+
+const maxParsedSchedules = 4096
+
+func parseSchedule(expr, zone string) (Schedule, error) {
 	var errs FieldErrors
 	loc, zerr := LoadTimeZone(zone)
 	if zerr != nil {

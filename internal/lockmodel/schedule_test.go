@@ -303,3 +303,29 @@ func TestRunOnce_missedSlots(t *testing.T) {
 		t.Fatalf("missed period slots = %s", got)
 	}
 }
+
+// BenchmarkSchedule prints the cost of a trigger's run ID (Prev) and of a
+// next slot in a DST zone.
+func BenchmarkSchedule(b *testing.B) {
+	s, err := ParseSchedule("30 2 * * 1-5", "Europe/Berlin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := utc("2026-03-27T12:00:00Z")
+	b.Run("Prev", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			s.Prev(t0.Add(time.Duration(i%10000) * time.Minute))
+		}
+	})
+	b.Run("Next", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			s.Next(t0.Add(time.Duration(i%10000) * time.Minute))
+		}
+	})
+	b.Run("MissedSlots", func(b *testing.B) {
+		r := RunOnce{Schedule: "*/5 * * * *", TimeZone: "Europe/Berlin", Keep: 1000, Since: t0.Add(-24 * time.Hour)}
+		for b.Loop() {
+			r.MissedSlots(Ledger{}, t0)
+		}
+	})
+}
