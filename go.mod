@@ -20,6 +20,7 @@ require (
 	github.com/hashicorp/terraform-plugin-testing v1.16.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.3
+	github.com/robfig/cron/v3 v3.0.1
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.37.1
 	sigs.k8s.io/yaml v1.6.0

@@ -30,7 +30,7 @@ type Metrics struct {
 func newMetrics(c *Controller) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		runMeter: newRunMeter(),
+		runMeter: newRunMeter(c.cfg.Clock.Now),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "consullock_leader", Help: "1 when this controller replica holds the leader lock and acts, else 0.",
 		}),

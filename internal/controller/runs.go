@@ -25,7 +25,11 @@ var (
 	descLastSuccess = prometheus.NewDesc("consullock_lock_last_success_timestamp_seconds",
 		"Unix time at which the lock's newest succeeded run finished, from its run ledger (absent before the first success the ledger keeps).", []string{"lock"}, nil)
 	descRunPeriod = prometheus.NewDesc("consullock_lock_run_period_seconds",
-		"The lock's declared run_once.period (absent without run_once).", []string{"lock"}, nil)
+		"The lock's declared run_once.period (absent without run_once, and with run_once.schedule).", []string{"lock"}, nil)
+	descNextSlot = prometheus.NewDesc("consullock_lock_next_slot_timestamp_seconds",
+		"Unix time of the run_once lock's next slot (its period or schedule), at the scrape.", []string{"lock"}, nil)
+	descLastSlot = prometheus.NewDesc("consullock_lock_last_slot_timestamp_seconds",
+		"Unix time of the run_once lock's latest slot at or before the scrape: the run a trigger now runs.", []string{"lock"}, nil)
 )
 
 // runKey names an attempt (attempt >= 1) or a run's exhaustion (attempt 0).
@@ -42,19 +46,43 @@ type runKey struct {
 type runMeter struct {
 	runs *prometheus.CounterVec
 
+	// missed counts each slot this controller sees missed
+	// (lockmodel RunOnce.MissedSlots), judged at each scrape.
+	missed *prometheus.CounterVec
+	now    func() time.Time // the controller's clock
+
 	mu          sync.Mutex
 	seen        map[string]map[runKey]lockmodel.RunOutcome // lock -> what was counted
 	lastSuccess map[string]time.Time
 	period      map[string]time.Duration
+	declared    map[string]lockmodel.RunOnce // the run_once locks
+	ledgers     map[string]lockmodel.Ledger  // as last observed
+	missedSeen  map[string]map[string]bool   // lock -> missed slots counted
+	// missedAsOf is what a lock's missedSeen was judged at: it changes
+	// only with the latest slot, its deadline passing, or a new registry
+	// answer (observe clears it).
+	missedAsOf map[string]missedAsOf
 }
 
-func newRunMeter() *runMeter {
+type missedAsOf struct {
+	latest int64 // Unix nanoseconds of the latest slot
+	past   bool
+}
+
+func newRunMeter(now func() time.Time) *runMeter {
 	return &runMeter{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_lock_runs_total",
 			Help: "Attempts of run-once runs seen finished in the lock's run ledger, by outcome (succeeded, failed, lost, crashed), and runs seen using up max_attempts without a success (exhausted). Derived from the ledgers; each counted once per controller.",
 		}, []string{"lock", "outcome"}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consullock_lock_missed_slots_total",
+			Help: "Slots of a run_once lock (its period or schedule) seen passing with no run in its ledger: of the last keep slots, those since the slots were declared (or the ledger's oldest run), the latest once past starting_deadline. Each counted once per controller; backfill with consullock run -run-id.",
+		}, []string{"lock"}),
+		now:  now,
 		seen: map[string]map[runKey]lockmodel.RunOutcome{}, lastSuccess: map[string]time.Time{}, period: map[string]time.Duration{},
+		declared: map[string]lockmodel.RunOnce{}, ledgers: map[string]lockmodel.Ledger{}, missedSeen: map[string]map[string]bool{},
+		missedAsOf: map[string]missedAsOf{},
 	}
 }
 
@@ -64,13 +92,27 @@ func newRunMeter() *runMeter {
 func (m *runMeter) observe(ledgers map[string]lockmodel.Ledger, locks map[string]lockmodel.Lock) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.period = map[string]time.Duration{}
+	m.period, m.ledgers, m.missedAsOf = map[string]time.Duration{}, ledgers, map[string]missedAsOf{}
+	declared := map[string]lockmodel.RunOnce{}
 	for name, l := range locks {
 		if l.RunOnce != nil {
-			m.period[name] = l.RunOnce.Period
+			declared[name] = *l.RunOnce
+			if l.RunOnce.Period > 0 {
+				m.period[name] = l.RunOnce.Period
+			}
 			m.initSeries(name)
+			if _, ok := m.declared[name]; !ok {
+				m.missed.WithLabelValues(name)
+			}
 		}
 	}
+	for name := range m.declared {
+		if _, ok := declared[name]; !ok {
+			m.missed.DeleteLabelValues(name)
+			delete(m.missedSeen, name)
+		}
+	}
+	m.declared = declared
 	for name, ledger := range ledgers {
 		m.initSeries(name)
 		maxAttempts := lockmodel.DefaultMaxAttempts
@@ -85,7 +127,7 @@ func (m *runMeter) observe(ledgers map[string]lockmodel.Ledger, locks map[string
 		}
 		delete(m.seen, name)
 		delete(m.lastSuccess, name)
-		if _, declared := m.period[name]; !declared {
+		if _, declared := m.declared[name]; !declared {
 			for _, o := range runOutcomeLabels {
 				m.runs.DeleteLabelValues(name, o)
 			}
@@ -146,8 +188,40 @@ func exhausted(r lockmodel.Run, maxAttempts int) bool {
 
 func (m *runMeter) Describe(ch chan<- *prometheus.Desc) {
 	m.runs.Describe(ch)
+	m.missed.Describe(ch)
 	ch <- descLastSuccess
 	ch <- descRunPeriod
+	ch <- descNextSlot
+	ch <- descLastSlot
+}
+
+// countMissed adds the slots newly seen missed at now, and exports each
+// run_once lock's next and latest slot.
+func (m *runMeter) countMissed(ch chan<- prometheus.Metric, now time.Time) {
+	for name, ro := range m.declared {
+		if next, ok := ro.NextSlot(now); ok {
+			ch <- prometheus.MustNewConstMetric(descNextSlot, prometheus.GaugeValue, float64(next.Unix()), name)
+		}
+		_, last, err := ro.Slot(now)
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descLastSlot, prometheus.GaugeValue, float64(last.Unix()), name)
+		_, past := ro.PastDeadline(last, now)
+		if asOf := (missedAsOf{latest: last.UnixNano(), past: past}); m.missedAsOf[name] == asOf {
+			continue
+		} else {
+			m.missedAsOf[name] = asOf
+		}
+		seen := map[string]bool{}
+		for _, id := range ro.MissedSlots(m.ledgers[name], now) {
+			seen[id] = true
+			if !m.missedSeen[name][id] {
+				m.missed.WithLabelValues(name).Inc()
+			}
+		}
+		m.missedSeen[name] = seen
+	}
 }
 
 // Collect takes the lock before the counters too: observe increments a
@@ -157,12 +231,20 @@ func (m *runMeter) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.runs.Collect(ch)
+	m.countMissed(ch, m.now())
+	m.missed.Collect(ch)
 	for name, t := range m.lastSuccess {
 		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, float64(t.UnixNano())/1e9, name)
 	}
 	for name, p := range m.period {
 		ch <- prometheus.MustNewConstMetric(descRunPeriod, prometheus.GaugeValue, p.Seconds(), name)
 	}
+}
+
+// MissedSlotsTotal returns consullock_lock_missed_slots_total for lock (for
+// tests).
+func (m *Metrics) MissedSlotsTotal(lock string) float64 {
+	return counterValue(m.runMeter.missed.WithLabelValues(lock))
 }
 
 // RunsTotal returns consullock_lock_runs_total for lock and outcome (for

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -33,7 +34,7 @@ func attempt(n int, o lockmodel.RunOutcome, finished time.Time) lockmodel.Attemp
 // a runner writes "exhausted"); a lock's last success is its newest
 // succeeded attempt.
 func TestRunMeter_countsEachOutcomeOnce(t *testing.T) {
-	m := newRunMeter()
+	m := newRunMeter(time.Now)
 	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
 	ro := &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}
 	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: ro}}
@@ -122,5 +123,64 @@ func TestMetrics_runLedgers(t *testing.T) {
 	pair, _, err := h.api.KV().Get(ledgerKey, nil)
 	if err != nil || pair == nil || string(pair.Value) != string(rec) {
 		t.Fatalf("the ledger changed: %v %v", pair, err)
+	}
+}
+
+// consullock_lock_missed_slots_total counts each slot seen passing with no
+// run once (lockmodel RunOnce.MissedSlots), at the scrape; a backfill does
+// not undo it; the next and latest slot are exported; a schedule lock has
+// no period series (the missed-run alert then reads its slots).
+func TestRunMeter_missedSlotsAndNextSlot(t *testing.T) {
+	now := time.Date(2026, 7, 10, 12, 0, 0, 0, time.UTC)
+	m := newRunMeter(func() time.Time { return now })
+	ro := &lockmodel.RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin"}
+	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: ro}}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(day int) lockmodel.Run {
+		at := time.Date(2026, 7, day, 0, 0, 0, 0, time.UTC) // 02:00 CEST
+		return lockmodel.Run{ID: at.In(berlin).Format(time.RFC3339), Outcome: lockmodel.RunSucceeded,
+			Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunSucceeded, at.Add(2*time.Minute))}}
+	}
+	scrape := func() map[string]float64 {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(m)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, mt := range mf.GetMetric() {
+				if mt.GetCounter() != nil {
+					got[mf.GetName()] = mt.GetCounter().GetValue()
+				} else {
+					got[mf.GetName()] = mt.GetGauge().GetValue()
+				}
+			}
+		}
+		return got
+	}
+	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{run(9), run(6)}}}, locks)
+	got := scrape()
+	if got["consullock_lock_missed_slots_total"] != 2 { // the 7th and 8th; the 10th may still start
+		t.Fatalf("missed after the 9th: %v", got)
+	}
+	if got["consullock_lock_next_slot_timestamp_seconds"] != float64(time.Date(2026, 7, 11, 0, 0, 0, 0, time.UTC).Unix()) ||
+		got["consullock_lock_last_slot_timestamp_seconds"] != float64(time.Date(2026, 7, 10, 0, 0, 0, 0, time.UTC).Unix()) {
+		t.Fatalf("slot gauges: %v", got)
+	}
+	if _, ok := got["consullock_lock_run_period_seconds"]; ok {
+		t.Fatalf("a schedule lock exports a period: %v", got)
+	}
+	if got = scrape(); got["consullock_lock_missed_slots_total"] != 2 {
+		t.Fatalf("missed counted again at the second scrape: %v", got)
+	}
+	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{run(7), run(9), run(6)}}}, locks) // a backfill
+	now = time.Date(2026, 7, 11, 12, 0, 0, 0, time.UTC)
+	if got = scrape(); got["consullock_lock_missed_slots_total"] != 3 { // + the 10th
+		t.Fatalf("missed a day later: %v", got)
 	}
 }

@@ -107,6 +107,32 @@ func TestEncodeLedger_refusesAnInvalidLedger(t *testing.T) {
 	}
 }
 
+func TestLockRecord_runOnceSchedule(t *testing.T) {
+	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &RunOnce{Schedule: "0 2 * * 1-5", StartingDeadline: 10 * time.Minute}}
+	b, err := EncodeLockRecord(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"run_once":{"max_attempts":3,"keep":20,"schedule":"0 2 * * 1-5","time_zone":"UTC","starting_deadline":"10m0s"}`)) {
+		t.Fatalf("record %s does not carry the schedule with its defaults", b)
+	}
+	back, err := DecodeLockRecord(b)
+	want := RunOnce{Schedule: "0 2 * * 1-5", TimeZone: "UTC", StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}
+	if err != nil || back.RunOnce == nil || *back.RunOnce != want {
+		t.Fatalf("decoded run_once %+v, %v", back.RunOnce, err)
+	}
+	since := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	l.RunOnce.Since = since
+	b, _ = EncodeLockRecord(l)
+	if back, err := DecodeLockRecord(b); err != nil || !bytes.Contains(b, []byte(`"since":"2026-07-01T12:00:00Z"`)) || !back.RunOnce.Since.Equal(since) {
+		t.Fatalf("since: record %s, decoded %+v, %v", b, back.RunOnce, err)
+	}
+	bad := strings.Replace(lockRecord, `"description":""`, `"description":"","run_once":{"schedule":"0 2 * *","time_zone":"Europe/Berlin"}`, 1)
+	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), `run_once.schedule: "0 2 * *"`) {
+		t.Fatalf("a bad schedule decodes with %v", err)
+	}
+}
+
 func TestLockRecord_runOnce(t *testing.T) {
 	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour}}
 	b, err := EncodeLockRecord(l)

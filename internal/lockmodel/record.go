@@ -97,10 +97,19 @@ type HolderServiceSpec struct {
 
 // RunOnceSpec is the run_once of a LockSpec, with defaults applied.
 type RunOnceSpec struct {
-	Period      string `json:"period"`
-	Offset      string `json:"offset"`       // absent = "0s"
-	MaxAttempts int    `json:"max_attempts"` // absent (0) = DefaultMaxAttempts
-	Keep        int    `json:"keep"`         // absent (0) = DefaultRunKeep
+	Period      string `json:"period,omitempty"` // absent with schedule
+	Offset      string `json:"offset,omitempty"` // absent = "0s"
+	MaxAttempts int    `json:"max_attempts"`     // absent (0) = DefaultMaxAttempts
+	Keep        int    `json:"keep"`             // absent (0) = DefaultRunKeep
+	// Schedule and TimeZone replace Period and Offset for calendar slots;
+	// absent for a period lock, so its record is what earlier versions
+	// wrote.
+	Schedule         string `json:"schedule,omitempty"`
+	TimeZone         string `json:"time_zone,omitempty"`
+	StartingDeadline string `json:"starting_deadline,omitempty"` // absent = no deadline
+	// Since (RFC 3339, UTC) is when these slots were declared; absent when
+	// unknown.
+	Since string `json:"since,omitempty"`
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
@@ -186,7 +195,16 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		spec.Waiters = n.Waiters
 	}
 	if r := n.RunOnce; r != nil {
-		spec.RunOnce = &RunOnceSpec{Period: FormatDuration(r.Period), Offset: FormatDuration(r.Offset), MaxAttempts: r.MaxAttempts, Keep: r.Keep}
+		spec.RunOnce = &RunOnceSpec{MaxAttempts: r.MaxAttempts, Keep: r.Keep, Schedule: r.Schedule, TimeZone: r.TimeZone}
+		if r.Schedule == "" {
+			spec.RunOnce.Period, spec.RunOnce.Offset = FormatDuration(r.Period), FormatDuration(r.Offset)
+		}
+		if r.StartingDeadline != 0 {
+			spec.RunOnce.StartingDeadline = FormatDuration(r.StartingDeadline)
+		}
+		if !r.Since.IsZero() {
+			spec.RunOnce.Since = r.Since.UTC().Truncate(time.Second).Format(time.RFC3339)
+		}
 	}
 	if h := n.HolderService; h != nil {
 		spec.HolderService = &HolderServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
@@ -230,12 +248,21 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 	if r := spec.RunOnce; r != nil {
 		period, perr := parseRecordDuration(FieldRunOncePeriod, r.Period, 0)
 		offset, oerr := parseRecordDuration(FieldRunOnceOffset, r.Offset, 0)
-		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep}
+		deadline, derr := parseRecordDuration(FieldRunOnceStartingDeadline, r.StartingDeadline, 0)
+		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep,
+			Schedule: r.Schedule, TimeZone: r.TimeZone, StartingDeadline: deadline}
+		if r.Since != "" {
+			since, err := time.Parse(time.RFC3339, r.Since)
+			if err != nil {
+				errs = append(errs, &FieldError{Field: "run_once.since", Value: r.Since, Allowed: "an RFC 3339 time"})
+			}
+			l.RunOnce.Since = since.UTC()
+		}
 		judged = l
-		if perr != nil || oerr != nil {
+		if perr != nil || oerr != nil || derr != nil {
 			// Judge the rest without the unreadable durations: one error
 			// per field.
-			errs = append(errs, append(AsFieldErrors(perr), AsFieldErrors(oerr)...)...)
+			errs = append(errs, append(append(AsFieldErrors(perr), AsFieldErrors(oerr)...), AsFieldErrors(derr)...)...)
 			judged.RunOnce = nil
 		}
 	}

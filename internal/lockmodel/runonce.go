@@ -57,6 +57,23 @@ type RunOnce struct {
 	MaxAttempts int
 	// Keep is how many runs the ledger keeps; 0 means DefaultRunKeep.
 	Keep int
+	// Schedule, instead of Period and Offset, names runs by calendar
+	// slots: a cron expression read in TimeZone (ParseSchedule); with no
+	// explicit run ID, the run ID is the latest slot at or before the
+	// runner's start (Slot).
+	Schedule string
+	// TimeZone is the IANA zone Schedule is read in; "" means
+	// DefaultTimeZone. Only with Schedule.
+	TimeZone string
+	// StartingDeadline: a runner that starts more than this after its
+	// slot's time (Slot) does not run the slot (ExitRunPastDeadline); 0 is
+	// no deadline. Not applied to an explicit run ID (a backfill).
+	StartingDeadline time.Duration
+	// Since is when the lock was declared with these slots (created, or
+	// its schedule, time_zone, period or offset last changed), written by
+	// the provider: no slot before it is missed (MissedSlots). Zero when
+	// unknown (a record written before it existed).
+	Since time.Time
 }
 
 // WithDefaults returns r with MaxAttempts and Keep defaulted.
@@ -66,6 +83,9 @@ func (r RunOnce) WithDefaults() RunOnce {
 	}
 	if r.Keep == 0 {
 		r.Keep = DefaultRunKeep
+	}
+	if r.Schedule != "" && r.TimeZone == "" {
+		r.TimeZone = DefaultTimeZone
 	}
 	return r
 }
@@ -83,6 +103,8 @@ var (
 	runPeriodAllowed   = fmt.Sprintf("a duration from %s to %s (a leap year)", MinRunPeriod, MaxRunPeriod)
 	maxAttemptsAllowed = fmt.Sprintf("an integer from 1 to %d", MaxMaxAttempts)
 	runKeepAllowed     = fmt.Sprintf("an integer from 1 to %d", MaxRunKeep)
+
+	startingDeadlineAllowed = fmt.Sprintf("a duration from 1s to %s, or unset for no deadline", FormatDuration(MaxStartingDeadline))
 )
 
 // Validate reports every problem of r as FieldErrors named
@@ -90,8 +112,25 @@ var (
 // defaults.
 func (r RunOnce) Validate() error {
 	var errs FieldErrors
-	if r.Period < MinRunPeriod || r.Period > MaxRunPeriod {
-		errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: runPeriodAllowed})
+	switch {
+	case r.Schedule != "":
+		if r.Period != 0 || r.Offset != 0 {
+			errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: fmt.Sprintf(
+				"no run_once.period or run_once.offset with run_once.schedule (%q): set one of run_once.period and run_once.schedule", r.Schedule)})
+		}
+		errs = append(errs, AsFieldErrors(func() error { _, err := ParseSchedule(r.Schedule, r.TimeZone); return err }())...)
+	case r.TimeZone != "":
+		errs = append(errs, &FieldError{Field: FieldRunOnceTimeZone, Value: r.TimeZone, Allowed: "a time zone only with run_once.schedule (run_once.period slots are in UTC)"})
+		fallthrough
+	default:
+		if r.Period == 0 {
+			errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: runPeriodAllowed + ", or run_once.schedule instead"})
+		} else if r.Period < MinRunPeriod || r.Period > MaxRunPeriod {
+			errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: runPeriodAllowed})
+		}
+	}
+	if r.StartingDeadline != 0 && (r.StartingDeadline < time.Second || r.StartingDeadline > MaxStartingDeadline) {
+		errs = append(errs, &FieldError{Field: FieldRunOnceStartingDeadline, Value: FormatDuration(r.StartingDeadline), Allowed: startingDeadlineAllowed})
 	}
 	if r.Offset < 0 || (r.Period > 0 && r.Offset >= r.Period) {
 		errs = append(errs, &FieldError{Field: FieldRunOnceOffset, Value: FormatDuration(r.Offset), Allowed: fmt.Sprintf(

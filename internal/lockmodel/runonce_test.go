@@ -26,6 +26,12 @@ func TestRunOnce_Validate(t *testing.T) {
 		{name: "max_attempts above 100", r: RunOnce{Period: h, MaxAttempts: 101}, fields: []string{FieldRunOnceMaxAttempts}, value: "101"},
 		{name: "negative max_attempts", r: RunOnce{Period: h, MaxAttempts: -1}, fields: []string{FieldRunOnceMaxAttempts}, value: "-1"},
 		{name: "keep above 1000", r: RunOnce{Period: h, Keep: 1001}, fields: []string{FieldRunOnceKeep}, value: "1001"},
+		{name: "a schedule", r: RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin", StartingDeadline: time.Hour}},
+		{name: "a schedule in UTC by default", r: RunOnce{Schedule: "@monthly"}},
+		{name: "schedule and period", r: RunOnce{Schedule: "@daily", Period: h}, fields: []string{FieldRunOncePeriod}, value: "1h0m0s"},
+		{name: "time_zone without schedule", r: RunOnce{Period: h, TimeZone: "Europe/Berlin"}, fields: []string{FieldRunOnceTimeZone}, value: "Europe/Berlin"},
+		{name: "bad schedule and zone", r: RunOnce{Schedule: "0 25 * * *", TimeZone: "Europe/Berlim"}, fields: []string{FieldRunOnceTimeZone, FieldRunOnceSchedule}, value: "Europe/Berlim"},
+		{name: "starting_deadline below a second", r: RunOnce{Schedule: "@daily", StartingDeadline: time.Millisecond}, fields: []string{FieldRunOnceStartingDeadline}, value: "1ms"},
 		{name: "every problem at once", r: RunOnce{Period: time.Second, Offset: -1, MaxAttempts: 500, Keep: -3},
 			fields: []string{FieldRunOncePeriod, FieldRunOnceOffset, FieldRunOnceMaxAttempts, FieldRunOnceKeep}, value: "1s"},
 	} {
@@ -148,5 +154,51 @@ func TestRunOnce_PeriodWarnings(t *testing.T) {
 	ws := RunOnce{Period: time.Hour}.PeriodWarnings(slow)
 	if len(ws) != 1 || ws[0].Field != "run_once.period" || !strings.Contains(ws[0].Detail, "2h1m0s") {
 		t.Errorf("1h period with a 2h1m gap: %v, want one warning naming the gap", ws)
+	}
+}
+
+func TestRunOnce_scheduleNamesBoth(t *testing.T) {
+	err := RunOnce{Schedule: "@daily", Period: time.Hour}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "run_once.period") || !strings.Contains(err.Error(), "run_once.schedule") {
+		t.Fatalf("Validate() = %v, want both attributes named", err)
+	}
+}
+
+func TestRunOnce_slotAndDeadline(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute}
+	start := time.Date(2026, 7, 1, 0, 5, 0, 0, time.UTC) // 02:05 CEST
+	id, at, err := r.Slot(start)
+	if err != nil || id != "2026-07-01T02:00:00+02:00" || !at.Equal(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("Slot = %s %s %v", id, at, err)
+	}
+	if late, past := r.PastDeadline(at, start); late != 5*time.Minute || past {
+		t.Fatalf("5 minutes late: %s %v", late, past)
+	}
+	if late, past := r.PastDeadline(at, start.Add(6*time.Minute)); late != 11*time.Minute || !past {
+		t.Fatalf("11 minutes late: %s %v", late, past)
+	}
+	if _, past := (RunOnce{Schedule: "0 2 * * *"}).PastDeadline(at, start.Add(24*time.Hour)); past {
+		t.Fatal("no deadline, yet past it")
+	}
+	id, _, err = RunOnce{Period: time.Hour}.Slot(start)
+	if err != nil || id != "2026-07-01T00:00:00Z" {
+		t.Fatalf("period Slot = %s %v", id, err)
+	}
+}
+
+func TestRunOnce_scheduledTime(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin"}
+	for id, ok := range map[string]bool{
+		"2026-07-01T02:00:00+02:00": true,
+		"2026-07-01T00:00:00Z":      false, // the same instant, not as the slot is written
+		"2026-07-01T02:01:00+02:00": false, // not a slot
+		"nightly-42":                false,
+	} {
+		if _, got := r.ScheduledTime(id); got != ok {
+			t.Errorf("ScheduledTime(%q) = %v, want %v", id, got, ok)
+		}
+	}
+	if at, ok := (RunOnce{Period: time.Hour}).ScheduledTime("2026-07-01T05:00:00Z"); !ok || at.Hour() != 5 {
+		t.Errorf("period slot: %s %v", at, ok)
 	}
 }

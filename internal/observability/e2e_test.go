@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +97,7 @@ func TestAlertsFireE2E(t *testing.T) {
 		// Run once: their ledgers are written with the faults.
 		{Name: "nightly", Prefix: prefix + "/nightly", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Minute}},
 		{Name: "flaky", Prefix: prefix + "/flaky", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1}},
+		{Name: "minutely", Prefix: prefix + "/minutely", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Schedule: "* * * * *"}},
 	} {
 		rec, err := lockmodel.EncodeLockRecord(l)
 		if err != nil {
@@ -249,9 +252,17 @@ scrape_configs:
 	// 30s of grace. flaky's one allowed attempt failed.
 	writeLedger(t, put, registry, "nightly", lockmodel.RunSucceeded, t0.Add(-2*time.Minute))
 	writeLedger(t, put, registry, "flaky", lockmodel.RunFailed, t0)
+	// minutely (a schedule, no period) last ran 3m ago: the slots since
+	// are missed, and the alert reads its slots.
+	writeLedger(t, put, registry, "minutely", lockmodel.RunSucceeded, t0.Add(-3*time.Minute))
+	missed := regexp.MustCompile(`(?m)^consullock_lock_missed_slots_total\{lock="minutely"\} [1-9]`)
+	waitFor(t, time.Minute, "minutely's missed slots in the metric", func() bool {
+		b, _ := httpGet(metricsURL)
+		return missed.Match(b) && bytes.Contains(b, []byte(`consullock_lock_next_slot_timestamp_seconds{lock="minutely"}`))
+	})
 	fired := map[string]time.Duration{}
 	want := map[string]string{"ConsulLockUnheld": "daemon", "ConsulLockHolderPastMaxHold": "report",
-		"ConsulLockRunMissed": "nightly", "ConsulLockRunAttemptsExhausted": "flaky"}
+		"ConsulLockRunMissed": "nightly", "ConsulLockRunAttemptsExhausted": "flaky", "ConsulLockRunMissed/schedule": "minutely"}
 	waitFor(t, 3*time.Minute, "the alerts to fire", func() bool {
 		b, err := httpGet(promAPI + "alerts")
 		if err != nil {
@@ -272,18 +283,21 @@ scrape_configs:
 			if a.Labels["alertname"] == "ConsulLockUnheld" && a.Labels["lock"] != "daemon" {
 				t.Errorf("ConsulLockUnheld %s for %s, which is not declared always_held", a.State, a.Labels["lock"])
 			}
-			if lock, ok := want[a.Labels["alertname"]]; ok && a.State == "firing" && a.Labels["lock"] == lock {
-				if _, seen := fired[a.Labels["alertname"]]; !seen {
-					fired[a.Labels["alertname"]] = time.Since(t0)
+			for name, lock := range want {
+				if strings.SplitN(name, "/", 2)[0] == a.Labels["alertname"] && a.State == "firing" && a.Labels["lock"] == lock {
+					if _, seen := fired[name]; !seen {
+						fired[name] = time.Since(t0)
+					}
 				}
 			}
 		}
 		return len(fired) == len(want)
 	})
 	t.Logf("fault to firing through Prometheus's API: ConsulLockUnheld %s (worst_case_gap 20s), ConsulLockHolderPastMaxHold %s (max_hold 3s), "+
-		"ConsulLockRunMissed %s, ConsulLockRunAttemptsExhausted %s; scrape and evaluation every 1s",
+		"ConsulLockRunMissed %s (by schedule %s), ConsulLockRunAttemptsExhausted %s; scrape and evaluation every 1s",
 		fired["ConsulLockUnheld"].Round(100*time.Millisecond), fired["ConsulLockHolderPastMaxHold"].Round(100*time.Millisecond),
-		fired["ConsulLockRunMissed"].Round(100*time.Millisecond), fired["ConsulLockRunAttemptsExhausted"].Round(100*time.Millisecond))
+		fired["ConsulLockRunMissed"].Round(100*time.Millisecond), fired["ConsulLockRunMissed/schedule"].Round(100*time.Millisecond),
+		fired["ConsulLockRunAttemptsExhausted"].Round(100*time.Millisecond))
 	// Neither fired before its own threshold could have passed.
 	if fired["ConsulLockUnheld"] < 20*time.Second || fired["ConsulLockHolderPastMaxHold"] < 3*time.Second {
 		t.Errorf("an alert fired before its threshold: %v", fired)

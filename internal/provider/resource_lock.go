@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
@@ -300,15 +301,18 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		plan.Key = key
 	}
 	plan.Flags, plan.RegistryKey = flags, registryKey
-	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
-	r.holderServicePlanWarnings(ctx, plan, &resp.Diagnostics)
-
+	var state lockResourceModel
 	if !req.State.Raw.IsNull() {
-		var state lockResourceModel
 		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 		if resp.Diagnostics.HasError() {
 			return
 		}
+	}
+	planRunOnce(plan.RunOnce, cfg.RunOnce, state.RunOnce)
+	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
+	r.holderServicePlanWarnings(ctx, plan, &resp.Diagnostics)
+
+	if !req.State.Raw.IsNull() {
 		// A computed key follows the prefix; the attribute's own plan
 		// modifier cannot see that value yet.
 		if !plan.Key.IsUnknown() && !state.Key.IsNull() && strings.Trim(plan.Key.ValueString(), "/") != strings.Trim(state.Key.ValueString(), "/") {
@@ -386,7 +390,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	l, data := r.declaration(ctx, plan, &resp.Diagnostics)
+	l, data := r.declaration(ctx, plan, runOnceSince(ctx, nil, plan.RunOnce, nil, time.Now()), &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -420,6 +424,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
 	plan.RegistryKey = types.StringValue(recordKey)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
+	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, l)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
@@ -545,6 +550,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		default:
 			live := state.Limit.ValueInt64()
 			state.setDeclared(decl)
+			resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, decl)...)
 			state.Limit = types.Int64Value(live)
 			state.RegistryKey = types.StringValue(rec.Key)
 			if int64(decl.Limit) != live {
@@ -577,7 +583,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	l, data := r.declaration(ctx, plan, &resp.Diagnostics)
+	l, data := r.declaration(ctx, plan, runOnceSince(ctx, req.Private, plan.RunOnce, state.RunOnce, time.Now()), &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -605,6 +611,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(res.Key.Flags))
 	plan.RegistryKey = types.StringValue(newKey)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
+	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, l)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
@@ -687,6 +694,7 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 	}
 	state.setDeclared(decl)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, rec.ModifyIndex)...)
+	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, decl)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
@@ -765,11 +773,14 @@ func unheldKeyIndex(ctx context.Context, p privateState) (uint64, diag.Diagnosti
 // declaration converts a fully known model into the domain lock and its
 // registry record. The session profile is checked in the transaction that
 // writes it.
-func (r *lockResource) declaration(_ context.Context, m lockResourceModel, diags *diag.Diagnostics) (lockmodel.Lock, []byte) {
+func (r *lockResource) declaration(_ context.Context, m lockResourceModel, since time.Time, diags *diag.Diagnostics) (lockmodel.Lock, []byte) {
 	l, ds := m.lock()
 	diags.Append(ds...)
 	if diags.HasError() {
 		return l, nil
+	}
+	if l.RunOnce != nil {
+		l.RunOnce.Since = since
 	}
 	data, err := lockmodel.EncodeLockRecord(l)
 	if err != nil {

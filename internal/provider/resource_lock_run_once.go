@@ -2,15 +2,19 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
@@ -23,10 +27,50 @@ import (
 // lockRunOnceModel is run_once; a nil pointer in lockResourceModel is an
 // unset run_once.
 type lockRunOnceModel struct {
-	Period      timetypes.GoDuration `tfsdk:"period"`
-	Offset      timetypes.GoDuration `tfsdk:"offset"`
-	MaxAttempts types.Int64          `tfsdk:"max_attempts"`
-	Keep        types.Int64          `tfsdk:"keep"`
+	Period           timetypes.GoDuration `tfsdk:"period"`
+	Offset           timetypes.GoDuration `tfsdk:"offset"`
+	MaxAttempts      types.Int64          `tfsdk:"max_attempts"`
+	Keep             types.Int64          `tfsdk:"keep"`
+	Schedule         types.String         `tfsdk:"schedule"`
+	TimeZone         types.String         `tfsdk:"time_zone"`
+	StartingDeadline timetypes.GoDuration `tfsdk:"starting_deadline"`
+	NextSlots        types.List           `tfsdk:"next_slots"`
+}
+
+// nextSlotCount is how many slots run_once.next_slots shows.
+const nextSlotCount = 3
+
+// sameDeclared reports whether m and o declare the same (next_slots aside).
+func (m *lockRunOnceModel) sameDeclared(o *lockRunOnceModel) bool {
+	return m.Period == o.Period && m.Offset == o.Offset && m.MaxAttempts == o.MaxAttempts && m.Keep == o.Keep &&
+		m.sameSlots(o) && m.StartingDeadline == o.StartingDeadline
+}
+
+// sameSlots reports whether m and o name the same slots.
+func (m *lockRunOnceModel) sameSlots(o *lockRunOnceModel) bool {
+	return m.Period.Equal(o.Period) && m.Offset.Equal(o.Offset) && m.Schedule.Equal(o.Schedule) && m.TimeZone.Equal(o.TimeZone)
+}
+
+// nextSlots is run_once.next_slots for r after now: the next three run IDs
+// (lockmodel.Schedule.NextSlots, or the period slots after now's).
+func nextSlots(r *lockmodel.RunOnce, now time.Time) types.List {
+	var ids []attr.Value
+	if r.Schedule != "" {
+		s, err := r.ParsedSchedule()
+		if err != nil {
+			return types.ListUnknown(types.StringType)
+		}
+		for _, at := range s.NextSlots(now, nextSlotCount) {
+			ids = append(ids, types.StringValue(s.SlotID(at)))
+		}
+	} else if r.Period >= lockmodel.MinRunPeriod {
+		_, start := lockmodel.RunSlot(now, r.Period, r.Offset)
+		for i := 1; i <= nextSlotCount; i++ {
+			id, _ := lockmodel.RunSlot(start.Add(time.Duration(i)*r.Period), r.Period, r.Offset)
+			ids = append(ids, types.StringValue(id))
+		}
+	}
+	return types.ListValueMust(types.StringType, ids)
 }
 
 func runOnceSchemaAttribute() schema.SingleNestedAttribute {
@@ -34,16 +78,55 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 		MarkdownDescription: "Run the lock's command once per run, not merely one at a time: `consullock run -lock NAME` " +
 			"records every attempt in the lock's run ledger (`<registry_prefix>/runs/<name>`) and does not run a run that " +
 			"already succeeded on any node. Without `-run-id`, the run ID is the UTC `period` slot containing the runner's " +
-			"start. Only on a mutex (`limit = 1`). Changing it rewrites only the declaration record.",
+			"start, or with `schedule` the latest scheduled slot at or before it. Set one of `period` and `schedule`. " +
+			"Only on a mutex (`limit = 1`). Changing it rewrites only the declaration record.",
 		Optional: true,
 		Attributes: map[string]schema.Attribute{
 			"period": schema.StringAttribute{
 				MarkdownDescription: "Width of a run slot, e.g. `24h` or `1h`; `1m` to `8784h` (366 days). Triggers must fire " +
 					"further from a slot boundary than the nodes' clock skew, or nodes disagree on the run. A period shorter " +
 					"than the session profile's `worst_case_gap` earns a warning: a crashed run may not be taken over within it.",
-				Required:   true,
+				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
+			},
+			"schedule": schema.StringAttribute{
+				MarkdownDescription: "Instead of `period`: runs by the calendar, a 5-field cron expression " +
+					"(`minute hour day-of-month month day-of-week`, e.g. `\"0 2 * * 1-5\"` for 02:00 on weekdays; day-of-week `0`-`6` " +
+					"or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`, read in `time_zone`. Without " +
+					"`-run-id`, the run ID is the scheduled time of the latest slot at or before the runner's start, in RFC 3339 " +
+					"with the zone's offset (`2026-03-29T02:00:00+02:00`; `Z` for a zero offset), also given to the command as " +
+					"`CONSUL_LOCK_SCHEDULED_TIME`. Daylight saving: a local time skipped by the clock change is one slot at the end " +
+					"of the gap (02:30 on the spring-forward night runs at 03:00), a time that occurs twice is one slot at its first " +
+					"occurrence; unlike a Kubernetes CronJob, which skips the first and runs the second twice. Triggers (cron, systemd " +
+					"timers) must fire after the slot's time by more than the nodes' clock skew, e.g. at 02:01 for `0 2 * * *`.",
+				Optional:   true,
+				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: lockmodel.ScheduleAllowed}},
+			},
+			"time_zone": schema.StringAttribute{
+				MarkdownDescription: "The IANA time zone `schedule` is read in, e.g. `Europe/Berlin`; default `UTC`. Only with " +
+					"`schedule` (`period` slots are UTC). Every node must have the same zone rules: the binary embeds Go's " +
+					"copy of the tz database, used where the system has none.",
+				Optional:      true,
+				Computed:      true,
+				Validators:    []validator.String{domainStringRule{check: validateTimeZone, what: lockmodel.TimeZoneAllowed}},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"starting_deadline": schema.StringAttribute{
+				MarkdownDescription: fmt.Sprintf("A runner that starts more than this after its slot's scheduled time does "+
+					"not run the slot: it logs and exits %d, and the slot stays missed (see `status -lock`). Like a CronJob's "+
+					"`startingDeadlineSeconds`. `1s` to `%s`; unset means no deadline. Not applied to an explicit `-run-id` "+
+					"(a backfill).", lockmodel.ExitRunPastDeadline, lockmodel.FormatDuration(lockmodel.MaxStartingDeadline)),
+				Optional:   true,
+				CustomType: timetypes.GoDurationType{},
+				Validators: []validator.String{domainDurationRule{check: validateStartingDeadline, what: allowedText(validateStartingDeadline("starting_deadline", 0))}},
+			},
+			"next_slots": schema.ListAttribute{
+				MarkdownDescription: "The run IDs of the next three slots, known at plan, so that a reviewer sees what " +
+					"`schedule` means in `time_zone` (or where `period` slots fall). Computed when the slots' attributes change " +
+					"(and at create and import); not moved on as time passes, so plans of an unchanged lock stay empty.",
+				Computed:    true,
+				ElementType: types.StringType,
 			},
 			"offset": schema.StringAttribute{
 				MarkdownDescription: "Moves the slot boundaries: slots start at the Unix epoch plus `offset` plus whole periods " +
@@ -80,7 +163,47 @@ func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *lockmodel.RunOnce {
 	r := &lockmodel.RunOnce{MaxAttempts: int(m.MaxAttempts.ValueInt64()), Keep: int(m.Keep.ValueInt64())}
 	r.Period = goDuration(m.Period, diags)
 	r.Offset = goDuration(m.Offset, diags)
+	r.Schedule = m.Schedule.ValueString()
+	if r.Schedule != "" {
+		r.TimeZone = m.TimeZone.ValueString()
+	}
+	r.StartingDeadline = goDuration(m.StartingDeadline, diags)
 	return r
+}
+
+// validateScheduleExpr judges a schedule on its own (its zone is judged by
+// time_zone's validator).
+func validateScheduleExpr(field, expr string) error {
+	_, err := lockmodel.ParseSchedule(expr, lockmodel.DefaultTimeZone)
+	return renamed(err, lockmodel.FieldRunOnceSchedule, field)
+}
+
+func validateTimeZone(field, zone string) error {
+	_, err := lockmodel.LoadTimeZone(zone)
+	return renamed(err, lockmodel.FieldRunOnceTimeZone, field)
+}
+
+func validateStartingDeadline(field string, d time.Duration) error {
+	if d == 0 {
+		d = -1 // lockmodel reads 0 as "no deadline", which is written as unset here
+	}
+	err := renamed(lockmodel.RunOnce{Schedule: "@daily", StartingDeadline: d}.Validate(), lockmodel.FieldRunOnceStartingDeadline, field)
+	if fe, ok := err.(*lockmodel.FieldError); ok && d == -1 {
+		fe.Value = "0s"
+	}
+	return err
+}
+
+// renamed is err's first error for the lockmodel field from, named field.
+func renamed(err error, from, field string) error {
+	for _, fe := range lockmodel.AsFieldErrors(err) {
+		if fe.Field == from {
+			c := *fe
+			c.Field = field
+			return &c
+		}
+	}
+	return nil
 }
 
 // goDuration is d's value; 0 when null or unknown.
@@ -95,29 +218,76 @@ func goDuration(d timetypes.GoDuration, diags *diag.Diagnostics) time.Duration {
 
 // runOnceState is run_once as recorded (r, normalised), keeping prior's
 // spelling of values that say the same, and prior itself when nothing
-// differs (so a refresh does not rewrite an unchanged state).
+// differs (so a refresh does not rewrite an unchanged state). next_slots
+// is prior's while the slots are declared the same, else computed from now
+// (an import).
 func runOnceState(prior *lockRunOnceModel, r *lockmodel.RunOnce) *lockRunOnceModel {
 	if r == nil {
 		return nil
 	}
 	m := &lockRunOnceModel{
-		Period:      keepDuration(timetypes.NewGoDurationNull(), r.Period),
-		Offset:      timetypes.NewGoDurationNull(),
-		MaxAttempts: types.Int64Value(int64(r.MaxAttempts)),
-		Keep:        types.Int64Value(int64(r.Keep)),
+		Period:           timetypes.NewGoDurationNull(),
+		Offset:           timetypes.NewGoDurationNull(),
+		MaxAttempts:      types.Int64Value(int64(r.MaxAttempts)),
+		Keep:             types.Int64Value(int64(r.Keep)),
+		Schedule:         types.StringNull(),
+		TimeZone:         types.StringNull(),
+		StartingDeadline: timetypes.NewGoDurationNull(),
 	}
-	if prior != nil {
+	if r.Schedule != "" {
+		m.Schedule, m.TimeZone = types.StringValue(r.Schedule), types.StringValue(r.TimeZone)
+	}
+	if prior == nil {
+		prior = &lockRunOnceModel{Period: timetypes.NewGoDurationNull(), Offset: timetypes.NewGoDurationNull(), StartingDeadline: timetypes.NewGoDurationNull()}
+	}
+	if r.Period != 0 {
 		m.Period = keepDuration(prior.Period, r.Period)
-		if r.Offset != 0 || !(prior.Offset.IsNull() || prior.Offset.IsUnknown()) {
-			m.Offset = keepDuration(prior.Offset, r.Offset)
-		}
-		if *m == *prior {
-			return prior
-		}
-	} else if r.Offset != 0 {
-		m.Offset = keepDuration(timetypes.NewGoDurationNull(), r.Offset)
+	}
+	if r.Schedule == "" && (r.Offset != 0 || !(prior.Offset.IsNull() || prior.Offset.IsUnknown())) {
+		m.Offset = keepDuration(prior.Offset, r.Offset)
+	}
+	if r.StartingDeadline != 0 {
+		m.StartingDeadline = keepDuration(prior.StartingDeadline, r.StartingDeadline)
+	}
+	if m.sameSlots(prior) && !prior.NextSlots.IsNull() && !prior.NextSlots.IsUnknown() {
+		m.NextSlots = prior.NextSlots
+	} else {
+		m.NextSlots = nextSlots(r, time.Now())
+	}
+	if m.sameDeclared(prior) && m.NextSlots.Equal(prior.NextSlots) {
+		return prior
 	}
 	return m
+}
+
+// planRunOnce sets run_once's plan-time values: time_zone (UTC by default
+// with a schedule, null without) and next_slots (the state's while the
+// slots are declared the same, else computed from now).
+func planRunOnce(plan, cfg, state *lockRunOnceModel) {
+	if plan == nil || cfg == nil {
+		return
+	}
+	switch {
+	case cfg.Schedule.IsNull():
+		plan.TimeZone = types.StringNull()
+	case cfg.TimeZone.IsNull() && !cfg.Schedule.IsUnknown():
+		plan.TimeZone = types.StringValue(lockmodel.DefaultTimeZone)
+	}
+	if state != nil && plan.sameSlots(state) && !state.NextSlots.IsNull() {
+		plan.NextSlots = state.NextSlots
+		return
+	}
+	if plan.Period.IsUnknown() || plan.Offset.IsUnknown() || plan.Schedule.IsUnknown() || plan.TimeZone.IsUnknown() {
+		plan.NextSlots = types.ListUnknown(types.StringType)
+		return
+	}
+	var ds diag.Diagnostics
+	r := plan.runOnce(&ds)
+	if ds.HasError() || r.WithDefaults().Validate() != nil {
+		plan.NextSlots = types.ListUnknown(types.StringType)
+		return
+	}
+	plan.NextSlots = nextSlots(r, time.Now())
 }
 
 // validateRunOnceConfig reports, at plan time, the run_once rules that tie
@@ -141,6 +311,22 @@ func validateRunOnceConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 			}
 		}
 	}
+	switch {
+	case ro.Schedule.IsUnknown() || ro.Period.IsUnknown() || ro.TimeZone.IsUnknown():
+	case !ro.Schedule.IsNull() && !ro.Period.IsNull():
+		diags.AddAttributeError(path.Root("run_once").AtName("schedule"), "Conflicting Run Once Slots", fmt.Sprintf(
+			"run_once.schedule (%q) and run_once.period (%q) both name the runs' slots: set one of run_once.schedule and "+
+				"run_once.period (with run_once.offset).", ro.Schedule.ValueString(), ro.Period.ValueString()))
+	case !ro.Schedule.IsNull() && !ro.Offset.IsNull():
+		diags.AddAttributeError(path.Root("run_once").AtName("offset"), "Conflicting Run Once Slots",
+			"run_once.offset moves run_once.period slots; with run_once.schedule, remove it.")
+	case ro.Schedule.IsNull() && ro.Period.IsNull():
+		diags.AddAttributeError(path.Root("run_once"), "Missing Run Once Slots",
+			"run_once needs run_once.period (fixed UTC slots, e.g. \"24h\") or run_once.schedule (a cron expression, e.g. \"0 2 * * *\").")
+	case ro.Schedule.IsNull() && !ro.TimeZone.IsNull():
+		diags.AddAttributeError(path.Root("run_once").AtName("time_zone"), "Time Zone Without Schedule",
+			fmt.Sprintf("run_once.time_zone (%q) applies to run_once.schedule only: run_once.period slots are UTC. Remove it or set run_once.schedule.", ro.TimeZone.ValueString()))
+	}
 	if !cfg.Limit.IsUnknown() && !cfg.Limit.IsNull() && cfg.Limit.ValueInt64() > 1 {
 		l := lockmodel.Lock{Limit: int(cfg.Limit.ValueInt64()), RunOnce: &lockmodel.RunOnce{}}
 		for _, fe := range lockmodel.AsFieldErrors(l.Validate()) {
@@ -157,7 +343,7 @@ func validateRunOnceConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 // judged at apply, profileWarnings). A failed read adds nothing: apply
 // reports it.
 func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourceModel, diags *diag.Diagnostics) {
-	if r.data == nil || plan.RunOnce == nil || plan.RunOnce.Period.IsUnknown() || plan.SessionDefaults.IsUnknown() || plan.SessionDefaults.IsNull() {
+	if r.data == nil || plan.RunOnce == nil || plan.RunOnce.Period.IsUnknown() || plan.RunOnce.Period.IsNull() || plan.SessionDefaults.IsUnknown() || plan.SessionDefaults.IsNull() {
 		return
 	}
 	var ds diag.Diagnostics
@@ -172,4 +358,36 @@ func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourc
 	if p, err := lockmodel.DecodeSessionProfileRecord(rec.Value); err == nil {
 		addWarnings(diags, ro.PeriodWarnings(p))
 	}
+}
+
+// runOnceSinceKey is the private-state key holding run_once.Since as the
+// record last said (RFC 3339), so that an update which keeps the slots
+// keeps it.
+const runOnceSinceKey = "run_once_since"
+
+func setRunOnceSince(ctx context.Context, p privateState, l lockmodel.Lock) diag.Diagnostics {
+	v := ""
+	if l.RunOnce != nil && !l.RunOnce.Since.IsZero() {
+		v = l.RunOnce.Since.UTC().Format(time.RFC3339)
+	}
+	data, _ := json.Marshal(v)
+	return p.SetKey(ctx, runOnceSinceKey, data)
+}
+
+// runOnceSince is when plan's slots were declared: the recorded time when
+// state declares the same slots, else now (created, or the slots changed).
+func runOnceSince(ctx context.Context, p privateState, plan, state *lockRunOnceModel, now time.Time) time.Time {
+	if plan == nil {
+		return time.Time{}
+	}
+	if state != nil && plan.sameSlots(state) && p != nil {
+		data, _ := p.GetKey(ctx, runOnceSinceKey)
+		var v string
+		if json.Unmarshal(data, &v) == nil && v != "" {
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				return t
+			}
+		}
+	}
+	return now.UTC().Truncate(time.Second)
 }

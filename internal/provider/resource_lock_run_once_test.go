@@ -31,6 +31,13 @@ func checkRunOnceRecord(t *testing.T, recordKey string, want *lockmodel.RunOnce)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
+		if got.RunOnce != nil {
+			// When the slots were declared: checked by the schedule test.
+			if got.RunOnce.Since.IsZero() {
+				return fmt.Errorf("registry record %s declares run_once without since: %s", recordKey, pair.Value)
+			}
+			got.RunOnce.Since = time.Time{}
+		}
 		if !reflect.DeepEqual(got.RunOnce, want) {
 			return fmt.Errorf("registry record %s declares run_once %+v, want %+v", recordKey, got.RunOnce, want)
 		}
@@ -70,6 +77,10 @@ resource "consullock_lock" "test" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once"), knownvalue.ObjectExact(map[string]knownvalue.Check{
 						"period": knownvalue.StringExact("24h0m0s"), "offset": knownvalue.StringExact("2h0m0s"),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
+						"schedule": knownvalue.Null(), "time_zone": knownvalue.Null(), "starting_deadline": knownvalue.Null(),
+						"next_slots": knownvalue.ListExact([]knownvalue.Check{
+							knownvalue.StringRegexp(dailyAt("02:00:00Z")), knownvalue.StringRegexp(dailyAt("02:00:00Z")), knownvalue.StringRegexp(dailyAt("02:00:00Z")),
+						}),
 					})),
 				},
 				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: 24 * h, Offset: 2 * h, MaxAttempts: 3, Keep: 20}),
@@ -80,6 +91,8 @@ resource "consullock_lock" "test" {
 				ImportStateId:                        "nightly",
 				ImportStateVerify:                    true,
 				ImportStateVerifyIdentifierAttribute: "name",
+				// Computed from the clock at import: a slot may pass.
+				ImportStateVerifyIgnore: []string{"run_once.next_slots"},
 			},
 			{
 				Config: cfg(`run_once = { period = "1h", max_attempts = 5, keep = 50 }`),
@@ -107,6 +120,110 @@ resource "consullock_lock" "test" {
 	})
 }
 
+// dailyAt matches a run ID at the given time of day ("02:30:00+02:00").
+func dailyAt(clock string) *regexp.Regexp {
+	return regexp.MustCompile(`^\d{4}-\d\d-\d\dT` + regexp.QuoteMeta(clock) + `$`)
+}
+
+func TestAccLock_runOnceScheduleIsRecordedShownAtPlanAndImported(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := func(runOnce string) string {
+		return lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "nightly"
+  prefix = "%s/nightly"
+  %s
+}
+`, p, runOnce)
+	}
+	addr, key, recordKey := "consullock_lock.test", p+"/nightly/.lock", reg+"/locks/nightly"
+	runOnce := tfjsonpath.New("run_once")
+	var since time.Time
+	sinceIs := func(same bool) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			got, err := lockmodel.DecodeLockRecord(kvPair(t, recordKey).Value)
+			if err != nil {
+				return err
+			}
+			if same && !got.RunOnce.Since.Equal(since) {
+				return fmt.Errorf("run_once.since moved from %s to %s though the slots did not change", since, got.RunOnce.Since)
+			}
+			if !same && got.RunOnce.Since.Before(since) {
+				return fmt.Errorf("run_once.since went back from %s to %s", since, got.RunOnce.Since)
+			}
+			since = got.RunOnce.Since
+			return nil
+		}
+	}
+	berlin := knownvalue.StringRegexp(regexp.MustCompile(`^\d{4}-\d\d-\d\dT02:30:00\+0[12]:00$`))
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkKeysGone(key, recordKey),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", starting_deadline = "10m0s" }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					// The next slots are known at plan, in the zone's offset.
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectKnownValue(addr, runOnce.AtMapKey("next_slots"), knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin})),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, runOnce, knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"schedule": knownvalue.StringExact("30 2 * * *"), "time_zone": knownvalue.StringExact("Europe/Berlin"),
+						"starting_deadline": knownvalue.StringExact("10m0s"), "period": knownvalue.Null(), "offset": knownvalue.Null(),
+						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
+						"next_slots": knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin}),
+					})),
+				},
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
+					StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}), sinceIs(false)),
+			},
+			{
+				ResourceName:                         addr,
+				ImportState:                          true,
+				ImportStateId:                        "nightly",
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+				ImportStateVerifyIgnore:              []string{"run_once.next_slots"},
+			},
+			{
+				// The same slots: the record keeps when they were declared.
+				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", keep = 30 }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
+					MaxAttempts: 3, Keep: 30}), sinceIs(true)),
+			},
+			{
+				// time_zone defaults to UTC; the slots follow.
+				Config: cfg(`run_once = { schedule = "30 2 * * *" }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, runOnce.AtMapKey("time_zone"), knownvalue.StringExact("UTC")),
+						plancheck.ExpectKnownValue(addr, runOnce.AtMapKey("next_slots").AtSliceIndex(0), knownvalue.StringRegexp(dailyAt("02:30:00Z"))),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "UTC", MaxAttempts: 3, Keep: 20}), sinceIs(false)),
+			},
+			{
+				Config: cfg(`run_once = { period = "24h" }`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply:             []plancheck.PlanCheck{plancheck.ExpectKnownValue(addr, runOnce.AtMapKey("time_zone"), knownvalue.Null())},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 3, Keep: 20}),
+			},
+		},
+	})
+}
+
 func TestAccLock_runOnceRejectsBadInputAtPlan(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
@@ -129,6 +246,13 @@ resource "consullock_lock" "test" {
 			step(`run_once = { period = "1h", offset = "1h" }`, diagRE(`run_once.offset: "1h" is not allowed; a duration from 0s to less than the period (1h0m0s)`)),
 			step(`run_once = { period = "1h", max_attempts = 0 }`, regexp.MustCompile(`(?s)run_once.max_attempts.*between 1 and 100`)),
 			step(`run_once = { period = "1h", keep = 1001 }`, regexp.MustCompile(`(?s)run_once.keep.*between 1 and 1000`)),
+			step(`run_once = { schedule = "0 2 * *" }`, diagRE(`run_once.schedule: "0 2 * *" is not allowed; 4 fields, not 5; want a 5-field cron expression`)),
+			step(`run_once = { schedule = "0 2 30 2 *" }`, diagRE(`run_once.schedule: "0 2 30 2 *" is not allowed; no date matches`)),
+			step(`run_once = { schedule = "0 2 * * *", time_zone = "Europe/Berlim" }`, diagRE(`run_once.time_zone: "Europe/Berlim" is not allowed; not a known time zone; want an IANA time zone name`)),
+			step(`run_once = { schedule = "@daily", period = "24h" }`, diagRE("Conflicting Run Once Slots", `run_once.schedule ("@daily") and run_once.period ("24h") both name the runs' slots`)),
+			step(`run_once = { max_attempts = 2 }`, diagRE("Missing Run Once Slots", "run_once needs run_once.period")),
+			step(`run_once = { period = "1h", time_zone = "Europe/Berlin" }`, diagRE("Time Zone Without Schedule", `run_once.time_zone ("Europe/Berlin") applies to run_once.schedule only`)),
+			step(`run_once = { schedule = "@daily", starting_deadline = "0s" }`, diagRE(`run_once.starting_deadline: "0s" is not allowed; a duration from 1s to 8784h0m0s, or unset for no deadline`)),
 			step("limit = 3\n  run_once = { period = \"1h\" }", diagRE("Run Once On A Semaphore", `run_once: "run_once with limit 3" is not allowed; run_once only on a mutex (limit 1)`)),
 		},
 	})

@@ -32,7 +32,7 @@ func childEnv(base []string, key, sessionID string, g lockproto.Grant, extra ...
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case EnvLockHeld, EnvFencingToken, EnvLockIndex, EnvLockSession, EnvLockKey, EnvRunID, EnvAttempt:
+		case EnvLockHeld, EnvFencingToken, EnvLockIndex, EnvLockSession, EnvLockKey, EnvRunID, EnvAttempt, EnvScheduledTime:
 			continue
 		}
 		out = append(out, kv)

@@ -67,15 +67,23 @@ Consul is reached with the CLI's environment: CONSUL_HTTP_ADDR,
 CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...
 
 Run once: with -run-id ID (or a lock declaring run_once, whose period slot
-names the run), the holder reads the lock's run ledger
-<registry-prefix>/runs/NAME and runs the command only if run ID has not
-succeeded and has attempts left; it records the attempt's start before the
-command starts and its outcome in the transaction that releases the lock.
-A waiter leaves as soon as the ledger shows the run succeeded. The command
-gets CONSUL_LOCK_RUN_ID and CONSUL_LOCK_ATTEMPT.
+or latest schedule slot at or before the start names the run), the holder
+reads the lock's run ledger <registry-prefix>/runs/NAME and runs the
+command only if run ID has not succeeded and has attempts left; it records
+the attempt's start before the command starts and its outcome in the
+transaction that releases the lock. A waiter leaves as soon as the ledger
+shows the run succeeded. The command gets CONSUL_LOCK_RUN_ID,
+CONSUL_LOCK_ATTEMPT and, for a slot of the lock's period or schedule,
+CONSUL_LOCK_SCHEDULED_TIME. Clock skew: each node names the slot by its own
+clock, so triggers must fire further from a slot's time than the nodes'
+clocks differ (for schedule "0 2 * * *", at 02:01, not 02:00), or pass
+-run-id. A runner starting more than run_once.starting_deadline after its
+slot's time exits 119 without running it; backfill a missed slot (status
+-lock lists them) with -run-id <its ID>.
 
 Exit codes: the command's own; 0 (or -exit-code-if-done) the run already
-succeeded; 2 usage error; 121 the run used up its attempts; 123 lock lost;
+succeeded; 2 usage error; 119 started past run_once.starting_deadline;
+121 the run used up its attempts; 123 lock lost;
 124 -timeout passed before the lock was acquired; 125 setup error (also an
 unreadable or invalid run ledger); 126 command not executable; 127 command
 not found; 128+N interrupted by signal N.
@@ -109,7 +117,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
 	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); for a lock with holder_service and -service-registration auto or catalog the holder's instance is on it too, so it must then be a DNS label (1 to 63 letters, digits or '-'; else exit 125)")
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
-	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z)")
+	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00; a missed slot's ID backfills it)")
 	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")

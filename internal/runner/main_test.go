@@ -125,7 +125,7 @@ func helperMain(args []string) int {
 	write("start",
 		"index="+os.Getenv(EnvLockIndex), "token="+os.Getenv(EnvFencingToken), "session="+os.Getenv(EnvLockSession),
 		"held="+os.Getenv(EnvLockHeld), "key="+os.Getenv(EnvLockKey), "pid="+strconv.Itoa(os.Getpid()),
-		"run="+os.Getenv(EnvRunID), "attempt="+os.Getenv(EnvAttempt))
+		"run="+os.Getenv(EnvRunID), "attempt="+os.Getenv(EnvAttempt), "scheduled="+os.Getenv(EnvScheduledTime))
 	done := make(chan struct{})
 	go func() {
 		if *waitStdin {
@@ -177,6 +177,7 @@ type childRun struct {
 	pid           int
 	runID         string // CONSUL_LOCK_RUN_ID
 	attempt       string // CONSUL_LOCK_ATTEMPT
+	scheduled     string // CONSUL_LOCK_SCHEDULED_TIME
 }
 
 // readRuns parses a record file into one childRun per tag, in start order.
@@ -214,7 +215,7 @@ func readRuns(t testing.TB, path string) []*childRun {
 			r.token, _ = strconv.ParseUint(kv["token"], 10, 64)
 			r.session, r.key, r.held = kv["session"], kv["key"], kv["held"]
 			r.pid, _ = strconv.Atoi(kv["pid"])
-			r.runID, r.attempt = kv["run"], kv["attempt"]
+			r.runID, r.attempt, r.scheduled = kv["run"], kv["attempt"], kv["scheduled"]
 		case "end":
 			r.end, r.ended = at, true
 		case "term":

@@ -117,6 +117,9 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 		}
 		return signalExitCode(setupSig)
 	}
+	if errors.Is(err, errPastDeadline) {
+		return lockmodel.ExitRunPastDeadline // logged by resolveRun; no session was made
+	}
 	if err != nil {
 		r.log.Error("setup failed", "error", err.Error())
 		return ExitSetup

@@ -31,7 +31,15 @@ import (
 const (
 	EnvRunID   = "CONSUL_LOCK_RUN_ID"  // the run's ID
 	EnvAttempt = "CONSUL_LOCK_ATTEMPT" // the attempt's number, from 1
+	// EnvScheduledTime is the run's slot time in RFC 3339 (with a schedule,
+	// in its zone's offset), when the run is a slot of the lock's
+	// run_once (lockmodel RunOnce.Slot, ScheduledTime); unset otherwise.
+	EnvScheduledTime = "CONSUL_LOCK_SCHEDULED_TIME"
 )
+
+// errPastDeadline: the runner started past run_once.starting_deadline
+// (exit lockmodel.ExitRunPastDeadline).
+var errPastDeadline = errors.New("started past run_once.starting_deadline")
 
 // ledgerTries bounds how often a ledger write is decided again after its
 // check-and-set lost (someone else wrote the ledger in between: only a
@@ -48,6 +56,7 @@ type runOnce struct {
 	maxAttempts int
 	keep        int
 	ledgerKey   string
+	scheduled   string // EnvScheduledTime, "" when the run is not a slot
 	// Set once this holder has recorded its attempt (BeginRun): the
 	// attempt's number and the ledger as written, at index.
 	attempt int
@@ -107,7 +116,8 @@ func (r *runner) watchedCopy(h *lockproto.Hold) (lockmodel.Ledger, uint64, bool)
 }
 
 // resolveRun decides whether this is a run-once run and its run ID: the
-// -run-id, else the lock's run_once period slot of the runner's start.
+// -run-id, else the lock's run_once slot of the runner's start
+// (lockmodel RunOnce.Slot), refused past starting_deadline.
 func (r *runner) resolveRun() error {
 	ro := r.lock.RunOnce
 	if r.cfg.runID == "" && ro == nil {
@@ -121,12 +131,26 @@ func (r *runner) resolveRun() error {
 		spec = *ro
 	}
 	spec = spec.WithDefaults()
-	id := r.cfg.runID
+	id, scheduled := r.cfg.runID, ""
 	if id == "" {
-		id, _ = lockmodel.RunSlot(r.started, spec.Period, spec.Offset)
-		from = "run_once.period slot of the start"
+		var at time.Time
+		var err error
+		if id, at, err = spec.Slot(r.started); err != nil {
+			return err
+		}
+		scheduled, from = id, "run_once.period slot of the start"
+		if spec.Schedule != "" {
+			from = "run_once.schedule slot at or before the start"
+		}
+		if late, past := spec.PastDeadline(at, r.started); past {
+			r.log.Warn("started past run_once.starting_deadline: the slot is not run", "run_id", id, "late", lockmodel.FormatDuration(late),
+				"starting_deadline", lockmodel.FormatDuration(spec.StartingDeadline), "exit_code", lockmodel.ExitRunPastDeadline)
+			return errPastDeadline
+		}
+	} else if _, ok := spec.ScheduledTime(id); ok && ro != nil {
+		scheduled = id // a slot given with -run-id: a backfill
 	}
-	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep,
+	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep, scheduled: scheduled,
 		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName)}
 	r.log.Info("run once", "run_id", id, "from", from, "max_attempts", spec.MaxAttempts, "ledger", r.once.ledgerKey)
 	return nil
@@ -388,7 +412,11 @@ func (r *runner) runEnv() []string {
 	if r.once == nil {
 		return nil
 	}
-	return []string{EnvRunID + "=" + r.once.id, EnvAttempt + "=" + strconv.Itoa(r.once.attempt)}
+	env := []string{EnvRunID + "=" + r.once.id, EnvAttempt + "=" + strconv.Itoa(r.once.attempt)}
+	if r.once.scheduled != "" {
+		env = append(env, EnvScheduledTime+"="+r.once.scheduled)
+	}
+	return env
 }
 
 func exitCodeText(c *int) string {

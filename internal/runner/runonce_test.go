@@ -557,3 +557,95 @@ func TestRunOnce_costsAtMostTwoWritesBeyondAPlainRun(t *testing.T) {
 		t.Fatalf("a runner that found the run done made %d writes, a plain run %d", len(done), len(plain))
 	}
 }
+
+// startRunAtClock is startRun with the runner's wall clock moved by offset
+// (lockmodel.EnvClockOffset), to start it at a chosen time of a schedule.
+func startRunAtClock(t testing.TB, name, token string, offset time.Duration, args []string, childArgs ...string) *proc {
+	t.Helper()
+	full := append(append([]string{"run"}, args...), "--", childBin)
+	env := append(processEnv(agent.Addr, token), lockmodel.EnvClockOffset+"="+offset.String())
+	return startProc(t, name, env, runnerBin, append(full, childArgs...)...)
+}
+
+// A schedule names the run by its latest slot at or before the start:
+// three runners started together 30s after a slot (their clocks moved
+// there) run it once, with the slot's ID and time in the environment; three
+// more 5 minutes into the same slot run nothing; a runner 11 minutes after
+// the previous slot, past starting_deadline, exits 119 without running it
+// or writing the ledger, and status -lock lists it missed; that slot,
+// backfilled with -run-id by three runners, runs once, and then nowhere
+// else, and is no longer listed.
+func TestRunOnce_scheduleSlotRunsOnceAndStartingDeadlineSkipsLateRunners(t *testing.T) {
+	t.Parallel()
+	ro := lockmodel.RunOnce{Schedule: "0 * * * *", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute}
+	sched, err := ro.ParsedSchedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	slot, _ := sched.Prev(now)
+	prevSlot, _ := sched.Prev(slot.Add(-time.Second))
+	ro.Since = prevSlot.Add(-time.Minute) // declared just before the previous slot
+	l, token := declareRunOnce(t, ro)
+	record := filepath.Join(t.TempDir(), "record")
+	status := func() string {
+		t.Helper()
+		p := startProc(t, "status", processEnv(agent.Addr, agent.ManagementToken), runnerBin, "status", "-lock", l.Name)
+		p.wait(60 * time.Second)
+		return p.out.String()
+	}
+	id, prevID := sched.SlotID(slot), sched.SlotID(prevSlot)
+	batch := func(what string, offset time.Duration, want int, args ...string) {
+		t.Helper()
+		var procs []*proc
+		for _, tag := range []string{"a", "b", "c"} {
+			procs = append(procs, startRunAtClock(t, what+" "+tag, token, offset, append([]string{"-lock", l.Name}, args...),
+				childArgs(record, what+"."+tag, "-sleep", "50ms")...))
+		}
+		for _, p := range procs {
+			if code := p.wait(60 * time.Second); code != want {
+				t.Fatalf("%s exited %d, want %d:\n%s", p.name, code, want, p.out.String())
+			}
+		}
+	}
+	batch("on-time", slot.Add(30*time.Second).Sub(now), 0)
+	batch("same-slot", slot.Add(5*time.Minute).Sub(now), 0)
+	runs := readRuns(t, record)
+	if len(runs) != 1 || runs[0].runID != id || runs[0].scheduled != id || !strings.HasPrefix(runs[0].tag, "on-time.") {
+		t.Fatalf("executions %+v; want one, of the on-time batch, with %s=%s=%s", runs, EnvRunID, EnvScheduledTime, id)
+	}
+	if run := ledgerRun(t, l, id); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		t.Fatalf("ledger run %+v", run)
+	}
+
+	late := startRunAtClock(t, "late", token, prevSlot.Add(11*time.Minute).Sub(now), []string{"-lock", l.Name}, childArgs(record, "late")...)
+	if code := late.wait(60 * time.Second); code != lockmodel.ExitRunPastDeadline {
+		t.Fatalf("late runner exited %d, want %d:\n%s", code, lockmodel.ExitRunPastDeadline, late.out.String())
+	}
+	if out := late.out.String(); !strings.Contains(out, "started past run_once.starting_deadline") || !strings.Contains(out, prevID) {
+		t.Fatalf("late runner's log does not say why or which slot:\n%s", out)
+	}
+	if ledger, _ := readLedger(t, l); ledger.Find(prevID) >= 0 || len(readRuns(t, record)) != 1 {
+		t.Fatalf("the late runner ran or recorded slot %s: %+v", prevID, ledger)
+	}
+
+	if out := status(); !strings.Contains(out, "Missed slots") || !strings.Contains(out, "  "+prevID+"\n") {
+		t.Fatalf("status -lock does not list the missed slot %s:\n%s", prevID, out)
+	}
+
+	// Backfill: the missed slot's ID, from any time (no deadline applies).
+	batch("backfill", 0, 0, "-run-id", prevID)
+	batch("backfill-again", 0, 0, "-run-id", prevID)
+	var backfilled []*childRun
+	for _, r := range readRuns(t, record) {
+		if r.runID == prevID {
+			backfilled = append(backfilled, r)
+		}
+	}
+	if len(backfilled) != 1 || backfilled[0].scheduled != prevID || !strings.HasPrefix(backfilled[0].tag, "backfill.") {
+		t.Fatalf("backfilled executions %+v; want one, of the first backfill batch, with %s=%s", backfilled, EnvScheduledTime, prevID)
+	}
+	if out := status(); strings.Contains(out, prevID+"\n") && strings.Contains(out, "Missed slots") {
+		t.Fatalf("status -lock still lists the backfilled slot %s:\n%s", prevID, out)
+	}
+}

@@ -55,7 +55,7 @@ func verdict(l Lock) string {
 func renderTable(w io.Writer, rep *Report) {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tLAST RUN\tCOMPLIANT")
+	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tLAST RUN\tNEXT SLOT\tCOMPLIANT")
 	for _, l := range rep.Locks {
 		waiting := "-"
 		if l.Contenders != nil {
@@ -72,14 +72,18 @@ func renderTable(w io.Writer, rep *Report) {
 			state = fmt.Sprintf("%s %d/%d", l.State, len(l.Holders), l.Limit)
 		}
 		lead := fmt.Sprintf("%s\t%s\t%s\t%s", l.Name, l.Key, kindText(l), state)
-		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, lastRunText(l.LastRun), verdict(l))
+		next := "-"
+		if l.NextSlot != nil {
+			next = *l.NextSlot
+		}
+		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, lastRunText(l.LastRun), next, verdict(l))
 		if len(l.Holders) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", lead, tail)
 			continue
 		}
 		for i, h := range l.Holders {
 			if i > 0 {
-				lead, tail = "\t\t\t", "\t\t\t\t\t\t"
+				lead, tail = "\t\t\t", "\t\t\t\t\t\t\t"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", lead, dash(h.Node), short(h.Session), dash(h.HeldFor), h.FencingToken, tail)
 		}
@@ -162,6 +166,7 @@ func renderDetail(w io.Writer, l Lock) {
 	}
 	renderQueue(w, l.Waiters, l.Queue)
 	renderRuns(w, l.Runs)
+	renderSlots(w, l)
 	if len(l.Findings) > 0 {
 		fmt.Fprintln(w, "\nFindings (the controller's Decide, observe mode):")
 		for _, f := range l.Findings {
@@ -205,6 +210,21 @@ func renderRuns(w io.Writer, runs []LockRun) {
 		}
 	}
 	_ = tw.Flush()
+}
+
+// renderSlots prints a run_once lock's next slot and its missed slots.
+func renderSlots(w io.Writer, l Lock) {
+	if l.NextSlot == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nNext slot: %s\n", *l.NextSlot)
+	if len(l.MissedSlots) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Missed slots (no run in the ledger; backfill with consullock run -lock %s -run-id ID):\n", l.Name)
+	for _, id := range l.MissedSlots {
+		fmt.Fprintf(w, "  %s\n", id)
+	}
 }
 
 // renderQueue prints a queued mutex's waiters in line, the stale entries

@@ -88,6 +88,13 @@ type Lock struct {
 	// attempts: only in `status -lock NAME -json`.
 	Runs []LockRun `json:"runs,omitempty"`
 	runs []LockRun
+	// NextSlot is the run ID of the lock's next run_once slot (its period
+	// or schedule, lockmodel RunOnce.NextSlot); null without run_once.
+	NextSlot *string `json:"next_slot"`
+	// MissedSlots is the run IDs of past slots with no run in the ledger,
+	// oldest first (lockmodel RunOnce.MissedSlots): backfill one with
+	// `consullock run -lock NAME -run-id ID`. Absent when none.
+	MissedSlots []string `json:"missed_slots,omitempty"`
 }
 
 // LockRun is one run of a run-once lock, as its ledger records it. Node,
@@ -135,6 +142,18 @@ func (out *Lock) setRuns(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger) 
 	last := out.runs[0]
 	last.AttemptList = nil
 	out.LastRun = &last
+}
+
+// setSlots fills NextSlot and MissedSlots of a run_once lock at now.
+func (out *Lock) setSlots(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger, now time.Time) {
+	if l.RunOnce == nil {
+		return
+	}
+	if next, ok := l.RunOnce.NextSlot(now); ok {
+		id, _, _ := l.RunOnce.Slot(next)
+		out.NextSlot = &id
+	}
+	out.MissedSlots = l.RunOnce.MissedSlots(ledgers[l.Name], now)
 }
 
 // runsOf turns a ledger into Runs, newest first, with their attempts.
@@ -261,6 +280,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
 		}
 		out.setRuns(l, w.decl.ledgers)
+		out.setSlots(l, w.decl.ledgers, now)
 		p := byKey[l.Key]
 		if p == nil {
 			out.State = "missing"

@@ -84,3 +84,47 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 		t.Fatalf("a corrupted ledger: bad records %+v", rep.BadRecords)
 	}
 }
+
+// TestStatusNextAndMissedSlots: a scheduled lock shows its next slot in
+// the table and, with -lock NAME, the slots since its oldest kept run that
+// have no run, to backfill with -run-id.
+func TestStatusNextAndMissedSlots(t *testing.T) {
+	f := newFixture(t)
+	f.profile(strict)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Schedule: "0 2 * * *"}}, false)
+	now := time.Now().UTC()
+	latest := time.Date(now.Year(), now.Month(), now.Day(), 2, 0, 0, 0, time.UTC)
+	if latest.After(now) {
+		latest = latest.AddDate(0, 0, -1)
+	}
+	slot := func(daysBefore int) string { return latest.AddDate(0, 0, -daysBefore).Format(time.RFC3339) }
+	zero := 0
+	ran := func(id string) lockmodel.Run {
+		at, _ := time.Parse(time.RFC3339, id)
+		return lockmodel.Run{ID: id, Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+			{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(time.Minute),
+				Finished: at.Add(2 * time.Minute), ExitCode: &zero, Outcome: lockmodel.RunSucceeded}}}
+	}
+	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{ran(slot(2)), ran(slot(5))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), rec)
+
+	_, rep := f.report()
+	n := lockByName(t, rep, "nightly")
+	next := latest.AddDate(0, 0, 1).Format(time.RFC3339)
+	want := []string{slot(4), slot(3), slot(1)} // the latest may still start: no deadline
+	if n.NextSlot == nil || *n.NextSlot != next || strings.Join(n.MissedSlots, " ") != strings.Join(want, " ") {
+		t.Fatalf("next_slot %v, missed_slots %v; want %s and %v", n.NextSlot, n.MissedSlots, next, want)
+	}
+	if _, out, _ := f.run(); !strings.Contains(out, "NEXT SLOT") || !strings.Contains(out, next) {
+		t.Fatalf("table lacks the next slot:\n%s", out)
+	}
+	_, out, _ := f.run("-lock", "nightly")
+	if !strings.Contains(out, "Next slot: "+next) || !strings.Contains(out, "Missed slots") || !strings.Contains(out, "  "+slot(3)+"\n") ||
+		!strings.Contains(out, "-run-id ID") {
+		t.Fatalf("-lock nightly lacks the slots:\n%s", out)
+	}
+	t.Logf("status -lock nightly:\n%s", out)
+}
