@@ -117,6 +117,9 @@ type Controller struct {
 	ready atomic.Bool
 	// failing counts watches whose last query failed.
 	failing atomic.Int32
+	// blind is why the registry watch sees no declaration although some
+	// may be there (a *consul.BlindError's text); nil when it can see.
+	blind atomic.Pointer[string]
 }
 
 // declVersion is the version of a declaration record the registry watch

@@ -183,7 +183,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 // Handler serves /metrics, /healthz (the process is alive) and /readyz
-// (every watch has answered since start and none is failing now).
+// (every watch has answered since start, none is failing now, and the
+// token is not blind to the registry: consul.BlindError).
 func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
@@ -191,6 +192,11 @@ func (c *Controller) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if blind := c.blind.Load(); blind != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", *blind)
+			return
+		}
 		if failing := c.failing.Load(); !c.Ready() || failing > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: initial sync done=%v, failing watches=%d\n", c.Ready(), failing)
