@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -67,5 +68,34 @@ key %q { policy = "write" }
 	run := ledgerRun(t, l, "r1")
 	if len(run.Attempts) != 1 || run.Attempts[0].Outcome != lockmodel.RunLost || !strings.HasPrefix(run.Attempts[0].Reason, want) {
 		t.Fatalf("ledger run %+v; want attempt 1 lost with the reason %q", run, want)
+	}
+}
+
+// -log-format json: every line the runner logs is one JSON event with the
+// controller's keys (time, level, msg, then the event's attributes).
+func TestRun_logFormatJSON(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 15 * time.Second, LockDelay: 15 * time.Second})
+	record := filepath.Join(t.TempDir(), "record")
+	run := startRun(t, "runner", runnerToken(t, prefix), []string{"-lock", l.Name, "-log-format", "json"}, childArgs(record, "a")...)
+	if code := run.wait(time.Minute); code != 0 {
+		t.Fatalf("runner exited %d, want 0", code)
+	}
+	msgs := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(run.out.String()), "\n") {
+		var event map[string]any
+		if err := json.Unmarshal([]byte(line), &event); err != nil {
+			t.Fatalf("not a JSON event: %q (%v)", line, err)
+		}
+		for _, k := range []string{"time", "level", "msg", "lock"} {
+			if _, ok := event[k]; !ok {
+				t.Errorf("event lacks %q: %s", k, line)
+			}
+		}
+		msgs[fmt.Sprint(event["msg"])] = true
+	}
+	if !msgs["lock acquired"] || !msgs["lock released"] {
+		t.Errorf("events %v; want lock acquired and lock released", msgs)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Main runs `consullock run` with args (the words after "run") and returns
@@ -50,7 +51,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "consullock run: %v\nRun 'consullock run -h' for usage.\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return ExitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	log := logformat.New(stderr, cfg.logFormat, cfg.logLevel)
 	becomeSubreaper()
 	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now()}
 	return r.run(ctx, sigCh)

@@ -1,6 +1,8 @@
 package status
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -53,4 +55,22 @@ func TestStatusBlindIsNotHealthy(t *testing.T) {
 	f.profile(strict)
 	f.lock(lockmodel.Lock{Name: "job", SessionDefaults: "strict"}, false)
 	check("populated")
+}
+
+// -log-format json: status's diagnostics on stderr are one JSON event a
+// line, with the controller's keys (time, level, msg).
+func TestStatusLogFormatJSON(t *testing.T) {
+	f := newFixture(t)
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	code, _, errs := f.run("-log-format", "json")
+	var event map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(errs)), &event); err != nil || code != ExitUnreachable {
+		t.Fatalf("exit %d, stderr %q (%v); want 3 and one JSON event", code, errs, err)
+	}
+	if event["level"] != "ERROR" || !strings.HasPrefix(fmt.Sprint(event["msg"]), "Blind:") || event["time"] == nil {
+		t.Errorf("event %v; want level ERROR, msg Blind: ..., time", event)
+	}
+	if code, _, errs := f.run("-log-format", "xml"); code != ExitUsage || !strings.Contains(errs, "-log-format") {
+		t.Errorf("-log-format xml: exit %d, %s; want 2 naming the flag", code, errs)
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Exit codes, for monitoring scripts.
@@ -59,6 +60,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	always := fs.String("always-held", "", "comma-separated lock names that must always have a holder, in addition to the locks declared always_held (\"*\" = every lock); one without a holder exits 1")
 	fs.StringVar(&o.registry, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
 	fs.BoolVar(&o.printRules, "print-rules", false, "print the read-only ACL rules this program needs for the declared locks, and exit")
+	var format logformat.Format
+	logformat.Var(fs, &format, logformat.Text)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: consullock status [flags]\n\nEvery declared lock, its holders, fencing token and compliance. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 all compliant, 1 a violation or an always-held lock without a holder, 2 usage, 3 Consul unreachable, permission denied, or blind (no declaration visible and the token may not read the registry).\n\n")
 		fs.PrintDefaults()
@@ -69,6 +72,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitUsage
 	}
+	// Diagnostics on stderr: as they are in text, one event a line in json.
+	stderr = logformat.Messages(stderr, format, "status: ")
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "status: unexpected arguments %q\n", fs.Args())
 		return ExitUsage
