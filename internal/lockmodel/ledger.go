@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // The run ledger: per lock, the runs of a run-once job and their attempts,
@@ -81,7 +82,15 @@ type Attempt struct {
 	// there is none (crashed, or lost before the command exited).
 	ExitCode *int
 	Outcome  RunOutcome
+	// Reason is, for a lost attempt, why the runner decided the lock was
+	// lost (its loss reason, at most MaxAttemptReason bytes); "" when
+	// unknown.
+	Reason string
 }
+
+// MaxAttemptReason bounds an attempt's reason, so that a lost attempt
+// costs a bounded part of the ledger (MaxLedgerBytes).
+const MaxAttemptReason = 512
 
 // Run is one run ID's history.
 type Run struct {
@@ -266,6 +275,17 @@ var ErrAttemptNotRunning = errors.New("the attempt is not running in the ledger"
 // transaction); anything else on an attempt that is not running is
 // ErrAttemptNotRunning.
 func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now time.Time) (Ledger, error) {
+	return l.FinishWithReason(id, n, outcome, exitCode, "", now)
+}
+
+// FinishWithReason is Finish that also records, for a lost attempt, why
+// the lock was lost (cut to MaxAttemptReason bytes). Another outcome
+// keeps no reason: a command that exited by itself ended the attempt,
+// whatever happened to the lock afterwards.
+func (l Ledger) FinishWithReason(id string, n int, outcome RunOutcome, exitCode *int, reason string, now time.Time) (Ledger, error) {
+	if outcome != RunLost {
+		reason = ""
+	}
 	switch outcome {
 	case RunSucceeded, RunFailed, RunLost:
 	default:
@@ -295,7 +315,7 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 	out := l.clone()
 	run := &out.Runs[i]
 	at := &run.Attempts[j]
-	at.Outcome, at.Finished = outcome, now.UTC()
+	at.Outcome, at.Finished, at.Reason = outcome, now.UTC(), truncateReason(reason)
 	if exitCode != nil {
 		c := *exitCode
 		at.ExitCode = &c
@@ -304,6 +324,19 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 		run.Outcome = outcome
 	}
 	return out, nil
+}
+
+// truncateReason cuts reason to MaxAttemptReason bytes, on a rune
+// boundary.
+func truncateReason(reason string) string {
+	if len(reason) <= MaxAttemptReason {
+		return reason
+	}
+	cut := MaxAttemptReason - len("...")
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + "..."
 }
 
 func equalExitCodes(a, b *int) bool {

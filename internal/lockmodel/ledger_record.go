@@ -45,6 +45,8 @@ type AttemptSpec struct {
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
 	Outcome      string  `json:"outcome"`
+	// Reason: why a lost attempt was lost; absent when unknown.
+	Reason string `json:"reason,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -66,7 +68,7 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 		for _, a := range r.Attempts {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
-				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
+				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome), Reason: a.Reason,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -171,7 +173,13 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 	bad := func(f, value, allowed string) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
-	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome)}
+	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome), Reason: as.Reason}
+	switch {
+	case as.Reason != "" && a.Outcome != RunLost:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q attempt has a reason", RunLost))
+	case len(as.Reason) > MaxAttemptReason:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("at most %d bytes", MaxAttemptReason))
+	}
 	if as.Node == "" || len(as.Node) > 256 {
 		bad("node", truncate(as.Node, 40), "the holder's node name, 1 to 256 bytes")
 	}

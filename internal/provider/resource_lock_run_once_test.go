@@ -67,15 +67,15 @@ resource "consullock_lock" "test" {
 		CheckDestroy:             checkKeysGone(key, recordKey),
 		Steps: []resource.TestStep{
 			{
-				// Written as the record writes them, so that the import
-				// below reads back the same strings.
-				Config: cfg(`run_once = { period = "24h0m0s", offset = "2h0m0s" }`),
+				// Written as a user writes them; the import below reads the
+				// same strings back (lockmodel.ShortDuration).
+				Config: cfg(`run_once = { period = "24h", offset = "2h" }`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once"), knownvalue.ObjectExact(map[string]knownvalue.Check{
-						"period": knownvalue.StringExact("24h0m0s"), "offset": knownvalue.StringExact("2h0m0s"),
+						"period": knownvalue.StringExact("24h"), "offset": knownvalue.StringExact("2h"),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
 						"schedule": knownvalue.Null(), "time_zone": knownvalue.Null(), "starting_deadline": knownvalue.Null(),
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{
