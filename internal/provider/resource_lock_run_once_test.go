@@ -162,7 +162,7 @@ resource "consullock_lock" "test" {
 		CheckDestroy:             checkKeysGone(key, recordKey),
 		Steps: []resource.TestStep{
 			{
-				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", starting_deadline = "10m0s" }`),
+				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", starting_deadline = "10m" }`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					// The next slots are known at plan, in the zone's offset.
 					PreApply: []plancheck.PlanCheck{
@@ -173,7 +173,7 @@ resource "consullock_lock" "test" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, runOnce, knownvalue.ObjectExact(map[string]knownvalue.Check{
 						"schedule": knownvalue.StringExact("30 2 * * *"), "time_zone": knownvalue.StringExact("Europe/Berlin"),
-						"starting_deadline": knownvalue.StringExact("10m0s"), "period": knownvalue.Null(), "offset": knownvalue.Null(),
+						"starting_deadline": knownvalue.StringExact("10m"), "period": knownvalue.Null(), "offset": knownvalue.Null(),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin}),
 					})),
