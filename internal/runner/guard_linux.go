@@ -64,11 +64,13 @@ func newGuard() (*guard, error) {
 		return nil, fmt.Errorf("guard: %w", err)
 	}
 	g := &guard{cmd: cmd, conn: ours, ended: make(chan int, 1), gone: make(chan struct{})}
-	// Unused, the guard exits at the end of its socket.
+	// Unused, the guard has nothing to end: killed, it costs a runner that
+	// leaves (a run-once waiter) nothing, not even the rest of its start.
 	g.discard = sync.OnceFunc(func() {
 		if !g.used {
 			_ = g.conn.Close()
-			_ = g.cmd.Wait()
+			_ = g.cmd.Process.Kill()
+			go func() { _ = g.cmd.Wait() }() // reaped if the runner lives on
 		}
 	})
 	return g, nil
