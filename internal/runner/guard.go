@@ -31,7 +31,7 @@ import (
 // of JSON (guardStart):
 //
 //	runner -> guard: start <length> | signal <number> | end
-//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | ended <processes killed>
+//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | finished <wait status> | ended <processes killed>
 const (
 	// GuardCommand is the first argument that makes the binary the guard
 	// (internal/cli dispatches it before any other parsing). Not a command
@@ -46,9 +46,13 @@ const (
 	msgStarted = "started" // the command runs: its pid
 	msgFailed  = "failed"  // the command could not start: the errno
 	msgExited  = "exited"  // the command exited and was reaped: its wait status
-	msgEnded   = "ended"   // the tree is killed and reaped; the guard exits: how many were killed
-	msgSignal  = "signal"  // send this signal to the command (its group if it has one)
-	msgEnd     = "end"     // kill the tree, report ended, exit
+	// msgFinished: the command exited and left no process: its wait status;
+	// the guard exits (nothing is left to guard, and a hand-over need not
+	// wait for the round trip of end).
+	msgFinished = "finished"
+	msgEnded    = "ended"  // the tree is killed and reaped; the guard exits: how many were killed
+	msgSignal   = "signal" // send this signal to the command (its group if it has one)
+	msgEnd      = "end"    // kill the tree, report ended, exit
 )
 
 // guardStart is the command the guard starts.

@@ -147,10 +147,13 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 			break
 		}
 		switch m.kind {
-		case msgExited:
+		case msgExited, msgFinished:
 			if !reported {
 				reported = true
 				c.state = reportedExit{syscall.WaitStatus(m.n)}
+				if m.kind == msgFinished {
+					g.ended <- 0 // before done: endTree need not ask
+				}
 				close(c.done)
 			}
 		case msgEnded:
@@ -205,6 +208,8 @@ func (g *guard) signal(c *child, sig os.Signal) error {
 func (g *guard) endTree(log *slog.Logger) {
 	start := time.Now()
 	select {
+	case <-g.ended: // finished: the command left nothing
+		return
 	case <-g.gone:
 		return
 	default:
@@ -323,8 +328,14 @@ func runGuard() int {
 			}
 			if reaped && !exited {
 				// Reported after the reaping above, so that the runner finds
-				// no zombie of the tree in the command's group.
+				// no zombie of the tree in the command's group. No child
+				// left means no descendant (orphans come to the guard).
 				exited = true
+				var ws syscall.WaitStatus
+				if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+					report(msgFinished, int(status))
+					return 0
+				}
 				report(msgExited, int(status))
 			}
 		case m, ok := <-ctlMsgs:
