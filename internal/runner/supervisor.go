@@ -312,7 +312,7 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 func (s *supervisor) startCommand() (int, bool) {
 	log, g, id := s.r.log, s.hold.Grant, s.hold.Session.ID
 	s.r.holder.reap(s.hold) // agentless: former holders' instances leave DNS first
-	c, err := startChild(s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), log)
+	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), log)
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true
