@@ -124,7 +124,7 @@ func newSupervisor(r *runner) *supervisor {
 // run waits for the lock with session first (already created), runs the
 // command, and returns the exit code once the hold is released.
 func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) (code int) {
-	defer func() { s.cleanup(context.WithoutCancel(ctx), code) }()
+	defer func() { code = s.cleanup(context.WithoutCancel(ctx), code) }()
 	s.r.holder = newHolderService(s.r)
 	s.startWaiting(ctx, first)
 	ctxDone := ctx.Done()
@@ -225,8 +225,10 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 // cleanup stops the timers, abandons an acquisition still waiting, and
 // releases the hold (release, then destroy the session); a run-once
 // attempt's outcome is recorded in the release's own transaction, and the
-// hold then only destroys its session. code is the exit code.
-func (s *supervisor) cleanup(ctx context.Context, code int) {
+// hold then only destroys its session. code is the exit code; cleanup
+// returns it, or ExitOutcomeNotRecorded when the command exited by itself
+// and its outcome could not be recorded.
+func (s *supervisor) cleanup(ctx context.Context, code int) int {
 	s.grace.Stop()
 	if s.timeout != nil {
 		s.timeout.Stop()
@@ -248,13 +250,21 @@ func (s *supervisor) cleanup(ctx context.Context, code int) {
 		s.r.holder.wait() // deregistered before the release
 		if s.r.once != nil && s.r.once.attempt > 0 {
 			outcome, exitCode := s.outcome(code)
-			if s.r.finishRun(ctx, s.hold, outcome, exitCode) {
+			released, recorded := s.r.finishRun(ctx, s.hold, outcome, exitCode)
+			if released {
 				s.hold.Destroy(ctx) // the outcome's transaction released the lock
-				return
+				return code
+			}
+			if !recorded && s.childCode != nil {
+				s.r.log.Error("the command exited but its outcome could not be recorded in the run ledger; "+
+					"the next holder will record the attempt crashed and may run the command again",
+					"run_id", s.r.once.id, "attempt", s.r.once.attempt, "command_exit_code", *s.childCode, "exit_code", ExitOutcomeNotRecorded)
+				code = ExitOutcomeNotRecorded
 			}
 		}
 		s.hold.Release(ctx)
 	}
+	return code
 }
 
 // outcome is the outcome of this holder's attempt: the command's own exit

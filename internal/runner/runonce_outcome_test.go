@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// outageProfile: the stop rule decides the loss 3s after the last
+// confirmed renewal (lock_delay 5s - 1s margin - 1s grace), while the
+// server keeps the session about 2 x 10s: an outage between the two is
+// one the judge calls a loss and Consul does not.
+func outageProfile(t testing.TB) *lockmodel.SessionProfile {
+	return &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second,
+		LockDelay: 5 * time.Second, RenewEvery: time.Second}
+}
+
+// Issue 31, item 1: a command that succeeded while everything between its
+// runner and Consul was cut (renewals too), from just before the command
+// exited, for longer than the stop rule's loss_after and shorter than
+// 2 x ttl. The loss judge fires while the runner sends the outcome; the
+// judge exists to stop the command, which has exited, so the runner keeps
+// sending the fenced transaction until it commits once the link heals.
+// The next holder finds the attempt succeeded and does not run the job
+// again.
+func TestRunOnce_outcomeIsRecordedAfterACompleteOutageLongerThanTheStopRule(t *testing.T) {
+	t.Parallel()
+	p := outageProfile(t)
+	rule := lockmodel.NewStopRule(*p, time.Second)
+	outage := rule.LossAfter() + 3*time.Second
+	if !rule.Feasible() || outage >= lockmodel.SessionTTLMultiplier*p.TTL-5*time.Second {
+		t.Fatalf("test profile: loss after %s, outage %s, ttl %s: %s", rule.LossAfter(), outage, p.TTL, rule.Problem("-grace"))
+	}
+	l, token := declareRunOnceWith(t, lockmodel.RunOnce{Period: time.Hour}, p)
+	record := filepath.Join(t.TempDir(), "record")
+	link := newLink(t, "127.0.0.1:0")
+	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"}
+	a := startRunAt(t, "runner a", link.Addr(), token, args, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	link.Cut()
+	cut := time.Now()
+	a.closeStdin()
+	waitOutput(t, a, "command exited")
+	time.Sleep(time.Until(cut.Add(outage)))
+	link = healDropping(t, link)
+	code := a.wait(time.Minute)
+	out := a.out.String()
+	if code != 0 {
+		t.Fatalf("runner a exited %d after a %s outage, want 0 (its command's):\n%s", code, outage, out)
+	}
+	if !strings.Contains(out, `lock_lost="no successful session renewal`) {
+		t.Fatalf("the loss judge did not fire during the %s outage (loss after %s):\n%s", outage, rule.LossAfter(), out)
+	}
+	run := ledgerRun(t, l, "r1")
+	if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		t.Fatalf("after a %s outage the ledger says %+v; want attempt 1 succeeded:\n%s", outage, run, out)
+	}
+	b := startRun(t, "runner b", token, args, childArgs(record, "b")...)
+	if code := b.wait(time.Minute); code != 0 || len(readRuns(t, record)) != 1 {
+		t.Fatalf("runner b exited %d, executions %d; want 0 and the one execution:\n%s", code, len(readRuns(t, record)), b.out.String())
+	}
+	t.Logf("MEASURED outage %s (loss after %s, ttl %s): runner a exited %s after the heal",
+		outage, rule.LossAfter(), p.TTL, a.exited.Sub(cut.Add(outage)).Round(time.Millisecond))
+}
+
+func newLink(t *testing.T, listen string) *testenv.Link {
+	t.Helper()
+	link, err := testenv.NewLink(listen, agent.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+	return link
+}
+
+// healDropping ends a cut of link as a real partition does: what was sent
+// during it is lost (a client that gave up closed its connection, and no
+// packet of it arrives later), every connection open through the link
+// breaks, and new ones reach the agent at the same address.
+func healDropping(t *testing.T, link *testenv.Link) *testenv.Link {
+	t.Helper()
+	addr := link.Addr()
+	link.Close()
+	return newLink(t, addr)
+}
