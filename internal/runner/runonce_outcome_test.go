@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -86,4 +88,39 @@ func healDropping(t *testing.T, link *testenv.Link) *testenv.Link {
 	addr := link.Addr()
 	link.Close()
 	return newLink(t, addr)
+}
+
+// A command that exited 0 whose outcome cannot be recorded (here: its
+// attempt was recorded crashed, by hand, while Consul refused the release
+// transaction) makes the runner say so and exit ExitOutcomeNotRecorded, not
+// its command's 0: its scheduler must not take the run for a success.
+func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	proxy := newOutageProxy(t, failsTxn)
+	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	proxy.failing.Store(true)
+	a.closeStdin()
+	waitOutput(t, a, "cannot record the run's outcome yet")
+	ledger, pair := readLedger(t, l)
+	i := ledger.Find("r1")
+	if i < 0 || len(ledger.Runs[i].Attempts) != 1 {
+		t.Fatalf("ledger %+v; want run r1 with attempt 1", ledger)
+	}
+	run := &ledger.Runs[i]
+	run.Attempts[0].Outcome, run.Attempts[0].Finished, run.Outcome = lockmodel.RunCrashed, time.Now(), lockmodel.RunCrashed
+	value, err := lockmodel.EncodeLedger(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := agent.Client().KV().CAS(&api.KVPair{Key: ledgerKey(l), Value: value, ModifyIndex: pair.ModifyIndex}, nil); err != nil || !ok {
+		t.Fatalf("mark attempt 1 crashed: ok=%v err=%v", ok, err)
+	}
+	code := a.wait(time.Minute)
+	proxy.failing.Store(false)
+	if code != ExitOutcomeNotRecorded || !strings.Contains(a.out.String(), "its outcome could not be recorded") {
+		t.Fatalf("runner a exited %d, want %d saying the outcome could not be recorded:\n%s", code, ExitOutcomeNotRecorded, a.out.String())
+	}
 }
