@@ -30,7 +30,7 @@ import "time"
 // command again.
 
 // MinAfterLossWindow is the shortest window of step 2.
-const MinAfterLossWindow = 5 * time.Second
+const MinAfterLossWindow = 10 * time.Second
 
 // OutcomeDeadlines are the deadlines of recording an outcome: Fenced is
 // when step 1 ends (the session is certainly gone), AfterLoss when step 2

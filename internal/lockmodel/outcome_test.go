@@ -12,12 +12,12 @@ func TestOutcomeDeadlines(t *testing.T) {
 		ttl, lockDelay, sinceLast time.Duration
 		fenced, afterLoss         time.Duration // after exited
 	}{
-		{"renewed just before the exit", 10 * time.Second, 5 * time.Second, time.Second, 19 * time.Second, 24 * time.Second},
-		{"lock-delay 0 still gets a window", 10 * time.Second, 0, 0, 20 * time.Second, 25 * time.Second},
+		{"renewed just before the exit", 10 * time.Second, 15 * time.Second, time.Second, 19 * time.Second, 34 * time.Second},
+		{"lock-delay 0 still gets a window", 10 * time.Second, 0, 0, 20 * time.Second, 30 * time.Second},
 		{"lock-delay clamped at 60s", 15 * time.Second, 2 * time.Minute, 3 * time.Second, 27 * time.Second, 87 * time.Second},
 		// A contact after the exit (renewals went on) never moves the
 		// end past 2 x TTL after the exit.
-		{"contact after the exit", 10 * time.Second, 5 * time.Second, -4 * time.Second, 20 * time.Second, 25 * time.Second},
+		{"contact after the exit", 10 * time.Second, 5 * time.Second, -4 * time.Second, 20 * time.Second, 30 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := NewOutcomeDeadlines(c.ttl, c.lockDelay, exited.Add(-c.sinceLast), exited)

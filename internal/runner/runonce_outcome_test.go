@@ -1,13 +1,16 @@
 package runner
 
 import (
+	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -122,5 +125,45 @@ func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
 	proxy.failing.Store(false)
 	if code != ExitOutcomeNotRecorded || !strings.Contains(a.out.String(), "its outcome could not be recorded") {
 		t.Fatalf("runner a exited %d, want %d saying the outcome could not be recorded:\n%s", code, ExitOutcomeNotRecorded, a.out.String())
+	}
+}
+
+// Issue 31, item 5b: after the fence is lost (the session destroyed while
+// Consul refused the release transaction), the outcome is recorded with a
+// check-and-set of the ledger; one that failed (Consul answered "No
+// cluster leader" to every try of the client's retries) is sent again on
+// a fresh read instead of dropping the outcome.
+func TestRunOnce_theCheckAndSetAfterALossIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	var txnFailing atomic.Bool
+	var casFailures atomic.Int32
+	casFailures.Store(int32(consul.DefaultRetry.MaxAttempts))
+	proxy := newOutageProxy(t, func(r *http.Request) bool {
+		if failsTxn(r) {
+			return txnFailing.Load()
+		}
+		return r.Method == http.MethodPut && r.URL.Path == "/v1/kv/"+ledgerKey(l) && r.URL.Query().Has("cas") && casFailures.Add(-1) >= 0
+	})
+	proxy.failing.Store(true)
+	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	txnFailing.Store(true)
+	a.closeStdin()
+	waitOutput(t, a, "cannot record the run's outcome yet")
+	session := ledgerRun(t, l, "r1").Attempts[0].Session
+	if _, err := agent.Client().Session().Destroy(session, nil); err != nil {
+		t.Fatal(err)
+	}
+	txnFailing.Store(false)
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d, want 0:\n%s", code, a.out.String())
+	}
+	if casFailures.Load() > 0 {
+		t.Fatalf("the check-and-set after the loss was not refused once (%d left):\n%s", casFailures.Load(), a.out.String())
+	}
+	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded {
+		t.Fatalf("after a lost fence and one failed check-and-set the ledger says %+v; want attempt 1 succeeded:\n%s", run, a.out.String())
 	}
 }
