@@ -144,15 +144,31 @@ type decision struct {
 // decide takes the ledger (the watch's copy when it is at least as new as
 // the acquisition's view, else a consistent read), decides (lockmodel
 // Begin) and writes the decision when it changes the ledger, guarded by
-// h's session. A lost check-and-set is decided again on a fresh read.
+// h's session. A lost check-and-set is decided again on a fresh read. A
+// transient failure (a read, or a write whose answer was lost and could
+// not be settled) is tried again on a fresh read while the hold lasts (ctx
+// ends when it is lost): a start that did commit then reads as this
+// session's own running attempt, which Begin hands back without a write,
+// so that an attempt is never counted without its command running.
 func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	run := r.once
 	holder := lockmodel.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
-	for try := 1; ; try++ {
+	transient := func(failures int, err error) bool {
+		if !retryable(err) || ctx.Err() != nil {
+			return false
+		}
+		r.log.Warn("cannot read or write the run ledger yet; reading it again while the lock is held", "error", err.Error())
+		sleepUntil(ctx, consul.Backoff(100*time.Millisecond, 2*time.Second, failures), time.Now().Add(time.Minute))
+		return ctx.Err() == nil
+	}
+	for try, changed, failures := 1, 0, 0; ; try++ {
 		l, index, fresh := r.watchedCopy(h)
 		if try > 1 || !fresh {
 			var err error
 			if l, index, err = r.client.ReadLedger(ctx, run.ledgerKey, r.cfg.lockName); err != nil {
+				if failures++; transient(failures, err) {
+					continue
+				}
 				return decision{err: err}
 			}
 		} else {
@@ -166,8 +182,14 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		index, err = r.client.BeginRun(ctx, consul.LedgerWrite{
 			LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey, Index: index, Ledger: written,
 		})
-		if errors.Is(err, consul.ErrLedgerChanged) && try < ledgerTries {
+		if errors.Is(err, consul.ErrLedgerChanged) && changed+1 < ledgerTries {
+			changed++
 			continue
+		}
+		if err != nil {
+			if failures++; transient(failures, err) {
+				continue
+			}
 		}
 		return decision{begin: d, ledger: written, index: index, err: err}
 	}

@@ -1,9 +1,15 @@
 package runner
 
 import (
+	"bytes"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +171,65 @@ func TestRunOnce_theCheckAndSetAfterALossIsTriedAgain(t *testing.T) {
 	}
 	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded {
 		t.Fatalf("after a lost fence and one failed check-and-set the ledger says %+v; want attempt 1 succeeded:\n%s", run, a.out.String())
+	}
+}
+
+// Issue 31, item 5c: the transaction that records the attempt's start
+// commits, but its answer is lost, and Consul answers nothing for longer
+// than the client's retries and the settling read (No cluster leader to
+// every transaction and ledger read; renewals pass). The runner reads the
+// ledger again until it answers, recognises its own running attempt and
+// runs it: the attempt is not used up without its command running (before,
+// the runner exited 125 and the next holder recorded attempt 1 crashed).
+func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	const outage = 9 * time.Second
+	target, err := url.Parse("http://" + agent.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var (
+		mu    sync.Mutex
+		armed = true
+		until time.Time
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		txn := r.Method == http.MethodPut && r.URL.Path == "/v1/txn"
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mu.Lock()
+		start := armed && txn && bytes.Contains(body, []byte(`"cas"`))
+		if start {
+			armed = false
+		}
+		failing := time.Now().Before(until) && (txn || r.URL.Path == "/v1/kv/"+ledgerKey(l))
+		mu.Unlock()
+		switch {
+		case start:
+			rp.ServeHTTP(httptest.NewRecorder(), r) // committed; the answer is lost
+			mu.Lock()
+			until = time.Now().Add(outage)
+			mu.Unlock()
+			http.Error(w, "No cluster leader", http.StatusInternalServerError)
+		case failing:
+			http.Error(w, "No cluster leader", http.StatusInternalServerError)
+		default:
+			rp.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	a := startRunAt(t, "runner a", strings.TrimPrefix(srv.URL, "http://"), token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a")...)
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d, want 0 (its attempt settled and run):\n%s", code, a.out.String())
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 1 || runs[0].attempt != "1" {
+		t.Fatalf("executions %+v; want one, as attempt 1", runs)
+	}
+	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		t.Fatalf("the ledger says %+v; want attempt 1 succeeded", run)
 	}
 }
