@@ -415,19 +415,16 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 
 // runIsDone reports whether ledger l shows this run succeeded, or
 // exhausted with no attempt left under the declared max_attempts.
+// A run pruned from the ledger is done when its pruned outcome says so.
 func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
-	i := l.Find(r.once.id)
-	if i < 0 {
+	run, ok := l.DoneRun(r.once.id, r.once.maxAttempts)
+	switch {
+	case !ok:
 		return runDone{}, false
-	}
-	run := l.Runs[i]
-	if _, ok := run.Succeeded(); ok {
-		return runDone{kind: lockmodel.BeginAlreadySucceeded, run: run}, true
-	}
-	if run.Outcome == lockmodel.RunExhausted && len(run.Attempts) >= r.once.maxAttempts {
+	case run.Outcome == lockmodel.RunExhausted:
 		return runDone{kind: lockmodel.BeginExhausted, run: run}, true
 	}
-	return runDone{}, false
+	return runDone{kind: lockmodel.BeginAlreadySucceeded, run: run}, true
 }
 
 // reportDone logs why the command is not started and returns the exit

@@ -2,12 +2,14 @@ package runner
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,5 +233,27 @@ func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing
 	}
 	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("the ledger says %+v; want attempt 1 succeeded", run)
+	}
+}
+
+// Issue 31, item 5a: a run ID triggered again after keep newer runs (an
+// explicit -run-id used as an idempotency key) is not run again: the
+// ledger keeps the outcome of the runs it prunes.
+func TestRunOnce_aPrunedRunThatSucceededIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, Keep: 1})
+	record := filepath.Join(t.TempDir(), "record")
+	for i, id := range []string{"r1", "r2", "r1"} {
+		p := startRun(t, fmt.Sprintf("runner %d", i+1), token, []string{"-lock", l.Name, "-run-id", id}, childArgs(record, fmt.Sprint(i+1))...)
+		if code := p.wait(time.Minute); code != 0 {
+			t.Fatalf("%s (run %s) exited %d:\n%s", p.name, id, code, p.out.String())
+		}
+	}
+	if runs := readRuns(t, record); len(runs) != 2 {
+		t.Fatalf("%d executions, want 2 (r1 and r2; r1 triggered again after it was pruned is not run): %+v", len(runs), runs)
+	}
+	if ledger, _ := readLedger(t, l); len(ledger.Runs) != 1 || ledger.Runs[0].ID != "r2" ||
+		!slices.Equal(ledger.Pruned, []lockmodel.PrunedRun{{ID: "r1", Outcome: lockmodel.RunSucceeded}}) {
+		t.Fatalf("ledger %+v; want r2 kept and r1 pruned as succeeded", ledger)
 	}
 }

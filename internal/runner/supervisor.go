@@ -530,6 +530,9 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	case d.err != nil:
 		log.Error("cannot use the run ledger; the command was not started", "ledger", run.ledgerKey, "error", d.err.Error())
 		return ExitSetup, true
+	case d.begin.Pruned:
+		log.Info("the run was pruned from the run ledger; the ledger keeps its outcome only", "run_id", run.id, "outcome", d.begin.Kind.String())
+		return s.r.reportDone(d.begin.Kind, nil, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginAlreadySucceeded:
 		return s.r.reportDone(d.begin.Kind, []lockmodel.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginExhausted:
