@@ -70,9 +70,12 @@ const (
 //
 // On exit a holder that recorded its attempt records the outcome in the
 // transaction that releases the lock (runner.finishRun, sent again while
-// Consul cannot commit and the lock is held): succeeded or failed by the
-// command's own exit code, lost when the lock was lost before it exited,
-// failed with the runner's code when it never started.
+// Consul cannot commit and the session may still hold the lock, whatever
+// the loss judge says once the command has exited; then a check-and-set
+// within the lock-delay): succeeded or failed by the command's own exit
+// code, lost when the lock was lost before it exited, failed with the
+// runner's code when it never started. An outcome of a command that exited
+// by itself that could not be recorded makes the exit code 120.
 //
 // Outside waiting and deciding a signal is forwarded to the command. A
 // cancelled context while holding sends SIGTERM and arms grace (SIGKILL
