@@ -20,6 +20,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -80,7 +81,7 @@ func TestRunOnce_outcomeIsRecordedAfterACompleteOutageLongerThanTheStopRule(t *t
 		outage, rule.LossAfter(), p.TTL, a.exited.Sub(cut.Add(outage)).Round(time.Millisecond))
 }
 
-func newLink(t *testing.T, listen string) *testenv.Link {
+func newLink(t testing.TB, listen string) *testenv.Link {
 	t.Helper()
 	link, err := testenv.NewLink(listen, agent.Addr)
 	if err != nil {
@@ -94,7 +95,7 @@ func newLink(t *testing.T, listen string) *testenv.Link {
 // during it is lost (a client that gave up closed its connection, and no
 // packet of it arrives later), every connection open through the link
 // breaks, and new ones reach the agent at the same address.
-func healDropping(t *testing.T, link *testenv.Link) *testenv.Link {
+func healDropping(t testing.TB, link *testenv.Link) *testenv.Link {
 	t.Helper()
 	addr := link.Addr()
 	link.Close()
@@ -256,4 +257,41 @@ func TestRunOnce_aPrunedRunThatSucceededIsNotRunAgain(t *testing.T) {
 		!slices.Equal(ledger.Pruned, []lockmodel.PrunedRun{{ID: "r1", Outcome: lockmodel.RunSucceeded}}) {
 		t.Fatalf("ledger %+v; want r2 kept and r1 pruned as succeeded", ledger)
 	}
+}
+
+// BenchmarkOutcomeWaitAfterAPermanentOutage measures the longest a runner
+// stays after its command: everything between it and Consul is cut just
+// before the command exits and never healed, so the runner sends the
+// outcome until its session is certainly gone (2 x ttl after the last
+// renewal), tries the check-and-set through the lock-delay after (at
+// least 10 s), then gives up, releases and destroys (each bounded by
+// lockproto.CleanupTimeout) and exits 120. It reports the time from the
+// command's exit to the runner's, against lockmodel.OutcomeWait + 2 x
+// CleanupTimeout (profile ttl 10s, lock_delay 5s: 30 s + 10 s). Slow
+// (about 40 s an iteration):
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench OutcomeWaitAfterAPermanentOutage -benchtime 1x ./internal/runner/
+func BenchmarkOutcomeWaitAfterAPermanentOutage(b *testing.B) {
+	p := outageProfile(b)
+	bound := lockmodel.OutcomeWait(p.TTL, p.LockDelay) + 2*lockproto.CleanupTimeout
+	var worst time.Duration
+	for i := 0; i < b.N; i++ {
+		l, token := declareRunOnceWith(b, lockmodel.RunOnce{Period: time.Hour}, p)
+		record := filepath.Join(b.TempDir(), "record")
+		link := newLink(b, "127.0.0.1:0")
+		a := startRunAt(b, "runner a", link.Addr(), token, []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"},
+			childArgs(record, "a", "-wait-stdin")...)
+		waitStarted(b, record, "a")
+		link.Cut()
+		exited := time.Now()
+		a.closeStdin()
+		if code := a.wait(2 * bound); code != ExitOutcomeNotRecorded {
+			b.Fatalf("runner a exited %d, want %d:\n%s", code, ExitOutcomeNotRecorded, a.out.String())
+		}
+		worst = max(worst, a.exited.Sub(exited))
+	}
+	b.ReportMetric(worst.Seconds(), "s-after-command")
+	b.ReportMetric(bound.Seconds(), "s-bound")
+	b.Logf("MEASURED the runner stayed %s after its command (bound: 2 x ttl + max(lock_delay, %s) + 2 x %s = %s)",
+		worst.Round(time.Millisecond), lockmodel.MinAfterLossWindow, lockproto.CleanupTimeout, bound)
 }
