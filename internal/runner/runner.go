@@ -235,7 +235,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, WatchClient: r.watchClient,
 			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
-			Log:   r.holdLog, Observed: r.logObservation,
+			Clock: r.cfg.clock, Log: r.holdLog, Observed: r.logObservation,
 		})
 		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {
 			return h, err
