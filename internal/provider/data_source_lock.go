@@ -85,11 +85,10 @@ var lockHolderAttrTypes = map[string]attr.Type{
 }
 
 // fencingTokenDescription is the contract users build fencing on.
-const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key, read as the key's " +
-	"`ModifyIndex` while it is held (a write to the key while still held, such as a flag repair, raises it without a new holder). " +
-	"Every later holder's token is strictly greater, also across re-creation of the key and plain writes, so a store that remembers " +
-	"the highest token it has seen can refuse an earlier holder. For a semaphore, the highest of the holders' tokens. " +
-	"Null when the key is not held."
+const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key (the key's " +
+	"`ModifyIndex` while held; a write while still held, such as a flag repair, raises it). Every later " +
+	"holder's is strictly greater, also across re-creation and plain writes. A semaphore: the highest " +
+	"holder's. Null when not held."
 
 func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_lock"
@@ -109,9 +108,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Validators: []validator.String{keyPathValidator{}},
 			},
 			"consistent": schema.BoolAttribute{
-				MarkdownDescription: "Read with `?consistent` (default `true`): the leader confirms it is still the leader, " +
-					"so the answer is current, and a cluster without a leader is an error. `false` reads `?stale` from any server: " +
-					"it answers without a leader, possibly out of date; check `known_leader` and `last_contact`.",
+				MarkdownDescription: "Read with `?consistent` (default `true`): current, and an error without a cluster leader. `false` " +
+					"reads `?stale` from any server, possibly out of date (see `known_leader`, `last_contact`).",
 				Optional: true,
 				Computed: true,
 			},
@@ -132,8 +130,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"value": schema.StringAttribute{
-				MarkdownDescription: "The key's value as text: what the holder sent with its acquire request (a release writes its request body too; " +
-					"`api.Lock` sends its value back). Null when the value is not valid UTF-8: use `value_base64`.",
+				MarkdownDescription: "The key's value as text (what the holder sent with its acquire or release). Null when not valid " +
+					"UTF-8: use `value_base64`.",
 				Computed: true,
 			},
 			"value_base64": schema.StringAttribute{
@@ -141,9 +139,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"lock_index": schema.Int64Attribute{
-				MarkdownDescription: "Consul's LockIndex: how many times the key has been acquired while free. It is not a fencing token: " +
-					"a plain write resets it to 0 and a deleted key re-created starts again at 1 (`consul lock` deletes unheld keys " +
-					"when it exits; sessions with behavior `delete` delete the key). Use `fencing_token`.",
+				MarkdownDescription: "Consul's LockIndex: acquisitions of the free key. Not a fencing token: a plain write resets it to 0, " +
+					"a re-created key restarts at 1. Use `fencing_token`.",
 				Computed: true,
 			},
 			"fencing_token": schema.Int64Attribute{

@@ -33,10 +33,9 @@ var holderServicesType = types.ObjectType{AttrTypes: holderServiceAttrTypes}
 
 func holderServicesSchemaAttribute() schema.ListNestedAttribute {
 	return schema.ListNestedAttribute{
-		MarkdownDescription: "The current holders' service instances, when the declared lock has a `holder_service`: one per holder " +
-			"that has registered one (`consullock run`), sorted by session. Null when the key is not declared as a `consullock_lock` " +
-			"with `holder_service` under the provider's `registry_prefix`. One health query; the token needs `service:read` on the " +
-			"name and `node:read` (instances it may not read are left out).",
+		MarkdownDescription: "With a declared `holder_service`: the instances the current holders registered, sorted by session. " +
+			"Null without one. One health query; needs `service:read` on the name and `node:read` (instances it " +
+			"may not read are left out).",
 		Computed: true,
 		NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 			"id":      schema.StringAttribute{MarkdownDescription: "Service ID, `<name>-<session>`.", Computed: true},

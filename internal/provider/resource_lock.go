@@ -92,9 +92,9 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				PlanModifiers: []planmodifier.String{requiresReplaceIfPathChanged()},
 			},
 			"key": schema.StringAttribute{
-				MarkdownDescription: "The key holders acquire. Default `<prefix>/.lock`, known at plan time, which is what " +
-					"`consul lock`, api.Lock and api.Semaphore use. A mutex may name another key equal to or under the prefix, " +
-					"such as `service/job/leader`; a semaphore's key is always `<prefix>/.lock`. Changing it replaces the lock.",
+				MarkdownDescription: "The key holders acquire. Default `<prefix>/.lock` (what `consul lock`, api.Lock and api.Semaphore " +
+					"use), known at plan. A mutex may name another key at or under the prefix (`service/job/leader`). " +
+					"Changing it replaces the lock.",
 				Optional:      true,
 				Computed:      true,
 				Validators:    []validator.String{keyPathValidator{}},
@@ -130,9 +130,9 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Validators:          []validator.String{domainStringRule{check: lockmodel.ValidateDescription, what: fmt.Sprintf("text of at most %d characters", lockmodel.MaxDescriptionLength)}},
 			},
 			"always_held": schema.BoolAttribute{
-				MarkdownDescription: "The lock must always have a holder, as a singleton daemon run with `consullock run` does. " +
-					"`consullock status` then exits 1 when it has none, and the `ConsulLockUnheld` alert fires once it has been " +
-					"unheld for longer than its profile's `worst_case_gap`. Changing it rewrites only the declaration record. Default `false`.",
+				MarkdownDescription: "The lock must always have a holder (a singleton daemon): `consullock status` exits 1 without one, " +
+					"and `ConsulLockUnheld` fires after `worst_case_gap` unheld. Rewrites only the declaration record. " +
+					"Default `false`.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
@@ -141,10 +141,9 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"holder_service": holderServiceSchemaAttribute(),
 			"waiters":        waitersSchemaAttribute(),
 			"force_destroy": schema.BoolAttribute{
-				MarkdownDescription: "Allow destroying the lock while it is held: the holders' sessions are ended (so that their " +
-					"lock-delay keeps the next holder out while their commands stop), then the key is deleted. The provider's token " +
-					"then needs `session` write on the holders' nodes. Apply `true` before destroying. Default `false`: destroying a " +
-					"held lock fails and names the holder.",
+				MarkdownDescription: "Allow destroying a held lock: the holders' sessions are ended (their lock-delay keeps the next " +
+					"holder out while their commands stop), then the key is deleted. Needs `session` write on the " +
+					"holders' nodes; apply `true` before destroying. Default `false`: destroy fails and names the holder.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),

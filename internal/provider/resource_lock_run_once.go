@@ -31,16 +31,16 @@ type lockRunOnceModel struct {
 
 func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
-		MarkdownDescription: "Run the lock's command once per run, not merely one at a time: `consullock run -lock NAME` " +
-			"records every attempt in the lock's run ledger (`<registry_prefix>/runs/<name>`) and does not run a run that " +
-			"already succeeded on any node. Without `-run-id`, the run ID is the UTC `period` slot containing the runner's " +
-			"start. Only on a mutex (`limit = 1`). Changing it rewrites only the declaration record.",
+		MarkdownDescription: "Run the command once per run, not merely one at a time: `consullock run` records each attempt in the " +
+			"run ledger `<registry_prefix>/runs/<name>` and skips a run that already succeeded. Without `-run-id` " +
+			"the run ID is the UTC `period` slot of the runner's start. Mutex only. Changing it rewrites only the " +
+			"declaration record.",
 		Optional: true,
 		Attributes: map[string]schema.Attribute{
 			"period": schema.StringAttribute{
-				MarkdownDescription: "Width of a run slot, e.g. `24h` or `1h`; `1m` to `8784h` (366 days). Triggers must fire " +
-					"further from a slot boundary than the nodes' clock skew, or nodes disagree on the run. A period shorter " +
-					"than the session profile's `worst_case_gap` earns a warning: a crashed run may not be taken over within it.",
+				MarkdownDescription: "Width of a run slot, `1m` to `8784h` (366 days), e.g. `24h`. Triggers must fire further from a slot " +
+					"boundary than the nodes' clock skew. Shorter than the profile's `worst_case_gap` warns: a crashed " +
+					"run may not be taken over within it.",
 				Required:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},

@@ -94,9 +94,9 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateTTL, what: allowedText(lockmodel.ValidateTTL("ttl", -1))}},
 			},
 			"lock_delay": schema.StringAttribute{
-				MarkdownDescription: "How long Consul keeps a key unacquirable after the holder's session is invalidated " +
-					"(destroyed, expired or failed its checks), from `0s` to `60s`; Consul silently clamps longer values, " +
-					"so they are refused. A release starts no lock-delay. `0s` is allowed with a warning: it is only safe for idempotent work. Default `15s`.",
+				MarkdownDescription: "How long Consul keeps a key unacquirable after the holder's session is invalidated (destroyed, " +
+					"expired, failed a check); a release starts none. `0s` to `60s` (Consul silently clamps more); `0s` " +
+					"warns: safe only for idempotent work. Default `15s`.",
 				Optional:   true,
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
@@ -146,9 +146,8 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				CustomType: timetypes.GoDurationType{},
 			},
 			"worst_case_gap": schema.StringAttribute{
-				MarkdownDescription: "2 x ttl + lock_delay, known at plan time: after a holder crashes, the longest time in " +
-					"which nobody runs the job; and the longest time in which a holder whose session was invalidated " +
-					"(e.g. it was partitioned) may still be running while it no longer holds the lock.",
+				MarkdownDescription: "2 x ttl + lock_delay, known at plan: the longest nobody runs the job after a holder crashes, and the " +
+					"longest a holder whose session was invalidated (e.g. partitioned) may still run.",
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
 			},
