@@ -102,8 +102,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 			"(and, for a semaphore, one KV list and one session list), for `last_run` and `holder_services` one list of the lock records, then one ledger read and (with `holder_service`) one health query.",
 		Attributes: map[string]schema.Attribute{
 			"key": schema.StringAttribute{
-				MarkdownDescription: "The lock key, e.g. `jobs/nightly/.lock` (a `consullock_lock`'s `key`) or a raw key such as `service/job/leader`. " +
-					"For a semaphore, the `<prefix>/.lock` key.",
+				MarkdownDescription: "The lock key, e.g. a `consullock_lock`'s `key` or a raw key such as `service/job/leader`; a " +
+					"semaphore's `<prefix>/.lock`.",
 				Required:   true,
 				Validators: []validator.String{keyPathValidator{}},
 			},
@@ -114,7 +114,7 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed: true,
 			},
 			"exists": schema.BoolAttribute{
-				MarkdownDescription: "Whether the key exists. A missing key is not an error: `exists` and `held` are `false` and the other attributes null.",
+				MarkdownDescription: "Whether the key exists; when not, `held` is `false` and the rest null (not an error).",
 				Computed:            true,
 			},
 			"held": schema.BoolAttribute{
@@ -165,24 +165,24 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"session_ttl": schema.StringAttribute{
-				MarkdownDescription: "TTL of the holding session; null when it has none. Consul invalidates a session that is not renewed within about twice its TTL.",
+				MarkdownDescription: "TTL of the holding session; null when it has none.",
 				Computed:            true,
 				CustomType:          timetypes.GoDurationType{},
 			},
 			"session_lock_delay": schema.StringAttribute{
-				MarkdownDescription: "Lock-delay of the holding session: after the session is invalidated or destroyed, no one can acquire the key for this long. " +
-					"A release does not apply it.",
-				Computed:   true,
-				CustomType: timetypes.GoDurationType{},
+				MarkdownDescription: "Lock-delay of the holding session, applied when it is invalidated or destroyed (not on a release).",
+				Computed:            true,
+				CustomType:          timetypes.GoDurationType{},
 			},
 			"session_behavior": schema.StringAttribute{
 				MarkdownDescription: "What Consul does with the key when the holding session is invalidated: `release` or `delete`.",
 				Computed:            true,
 			},
 			"session_node_checks": schema.ListAttribute{
-				MarkdownDescription: "Node health checks the holding session is bound to (including the legacy `Checks` field); if one goes critical the session is invalidated.",
-				Computed:            true,
-				ElementType:         types.StringType,
+				MarkdownDescription: "Node checks the holding session is bound to (legacy `Checks` included); a critical one invalidates " +
+					"it.",
+				Computed:    true,
+				ElementType: types.StringType,
 			},
 			"session_service_checks": schema.ListAttribute{
 				MarkdownDescription: "IDs of the service health checks the holding session is bound to.",
@@ -194,8 +194,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"holders": schema.ListNestedAttribute{
-				MarkdownDescription: "For a semaphore: the holders, from the contender keys `<prefix>/<session>` that are held and listed in the holder table, " +
-					"sorted by session. Null for a mutex.",
+				MarkdownDescription: "A semaphore's holders (held contender keys `<prefix>/<session>` listed in the table), sorted by " +
+					"session. Null for a mutex.",
 				Computed: true,
 				NestedObject: schema.NestedAttributeObject{
 					Attributes: map[string]schema.Attribute{
@@ -231,9 +231,10 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"last_contact": schema.StringAttribute{
-				MarkdownDescription: "How long ago the answering server last heard from the leader (`X-Consul-LastContact`); `0s` when the leader answered.",
-				Computed:            true,
-				CustomType:          timetypes.GoDurationType{},
+				MarkdownDescription: "How long ago the answering server heard from the leader (`X-Consul-LastContact`); `0s` from the " +
+					"leader.",
+				Computed:   true,
+				CustomType: timetypes.GoDurationType{},
 			},
 			"last_run":        lastRunSchemaAttribute(),
 			"holder_services": holderServicesSchemaAttribute(),

@@ -45,8 +45,8 @@ func holderServicesSchemaAttribute() schema.ListNestedAttribute {
 			"address": schema.StringAttribute{MarkdownDescription: "The instance's address, or its node's.", Computed: true},
 			"port":    schema.Int64Attribute{MarkdownDescription: "The instance's port; 0 for none.", Computed: true},
 			"status": schema.StringAttribute{
-				MarkdownDescription: "Aggregated health of the instance's TTL check and its node's checks: `passing`, `warning` or " +
-					"`critical`. DNS answers only instances that are not critical.",
+				MarkdownDescription: "Health of the instance's TTL check and node checks: `passing`, `warning` or `critical` (DNS skips " +
+					"`critical`).",
 				Computed: true,
 			},
 			"fencing_token": schema.Int64Attribute{MarkdownDescription: "The fencing token in the instance's meta.", Computed: true},

@@ -91,8 +91,8 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 			"reaches plan or state. OpenTofu 1.11 or Terraform 1.10+.",
 		Attributes: map[string]schema.Attribute{
 			"lock": schema.StringAttribute{
-				MarkdownDescription: "Name of a declared lock (`consullock_lock`): its key, limit and session profile are read from " +
-					"the registry, as `consullock run -lock` does. Exactly one of `lock` and `key`.",
+				MarkdownDescription: "Name of a declared lock: key, limit and profile come from the registry, as with `consullock run " +
+					"-lock`. Exactly one of `lock` and `key`.",
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: "a lock name"}},
 			},

@@ -164,15 +164,15 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				})},
 			},
 			"agent_read": schema.BoolAttribute{
-				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which `consul lock` needs to learn its agent's node name. " +
-					"Holders that use the HTTP API directly do not need it. Default `false`.",
+				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which only `consul lock` needs (to learn its node " +
+					"name). Default `false`.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
 			"rules": schema.StringAttribute{
-				MarkdownDescription: "The canonical HCL rules rendered from the inputs, known at plan time. After a refresh it " +
-					"holds the live rules when they grant something else, so the plan shows the drift.",
+				MarkdownDescription: "The canonical HCL rules, known at plan. After a refresh, the live rules when they grant something " +
+					"else (the plan shows the drift).",
 				Computed:   true,
 				CustomType: aclRulesType{},
 			},

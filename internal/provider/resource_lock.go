@@ -112,8 +112,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				PlanModifiers: []planmodifier.Int64{requiresReplaceIfLockKindChanged()},
 			},
 			"session_defaults": schema.StringAttribute{
-				MarkdownDescription: "Name of the `consullock_session_defaults` profile holders use. It must exist when the lock " +
-					"is applied: reference the profile's `name` attribute so that it is created first.",
+				MarkdownDescription: "Name of the `consullock_session_defaults` profile holders use; it must exist at apply (reference the " +
+					"profile's `name`).",
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: allowedText(lockmodel.ValidateName("session_defaults", ""))}},
 			},
@@ -154,8 +154,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true,
 			},
 			"registry_key": schema.StringAttribute{
-				MarkdownDescription: "Consul KV key of the lock's record, `<registry_prefix>/locks/<name>`. Empty after a refresh " +
-					"that found the record missing or unreadable, so that the plan shows it will be rewritten.",
+				MarkdownDescription: "KV key of the lock's record, `<registry_prefix>/locks/<name>`; empty after a refresh found it " +
+					"missing or unreadable (the plan rewrites it).",
 				Computed: true,
 			},
 		},

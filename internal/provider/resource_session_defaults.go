@@ -85,8 +85,8 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"ttl": schema.StringAttribute{
-				MarkdownDescription: "Session TTL, from `10s` to `24h` (Consul's range). Consul invalidates a session that was not " +
-					"renewed after about 2 x TTL. Default `15s`.",
+				MarkdownDescription: "Session TTL, `10s` to `24h`; Consul invalidates an unrenewed session after about 2 x TTL. Default " +
+					"`15s`.",
 				Optional:   true,
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
@@ -104,17 +104,16 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateLockDelay, what: allowedText(lockmodel.ValidateLockDelay("lock_delay", -1))}},
 			},
 			"behavior": schema.StringAttribute{
-				MarkdownDescription: "What Consul does with held keys when the session is invalidated: `release` keeps them, " +
-					"`delete` deletes them (api.Semaphore and `consul lock -n` use `delete`). Default `release`.",
+				MarkdownDescription: "What Consul does with held keys when the session is invalidated: `release` keeps them, `delete` " +
+					"deletes them (as api.Semaphore and `consul lock -n`). Default `release`.",
 				Optional:   true,
 				Computed:   true,
 				Default:    stringdefault.StaticString(string(lockmodel.BehaviorRelease)),
 				Validators: []validator.String{stringvalidator.OneOf(lockmodel.Behaviors()...)},
 			},
 			"node_checks": schema.ListAttribute{
-				MarkdownDescription: "Node health checks the session is bound to; a failing check invalidates it. " +
-					"Default `[\"serfHealth\"]`. An empty list means no node checks and earns a warning: the lock then survives " +
-					"node failure until the TTL lapses.",
+				MarkdownDescription: "Node checks the session is bound to; a failing one invalidates it. Default `[\"serfHealth\"]`; `[]` " +
+					"warns (a dead node's lock then lasts until the TTL lapses).",
 				Optional:    true,
 				Computed:    true,
 				ElementType: types.StringType,
@@ -139,8 +138,8 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				},
 			},
 			"renew_every": schema.StringAttribute{
-				MarkdownDescription: "How often holders renew the session: above `0s` and below ttl/2, so one renewal may " +
-					"fail before the session lapses. Default ttl/3, shown at plan time.",
+				MarkdownDescription: "How often holders renew: above `0s`, below ttl/2 (one renewal may fail). Default ttl/3, shown at " +
+					"plan.",
 				Optional:   true,
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
