@@ -139,8 +139,8 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 				Computed:            true,
 			},
 			"fencing_token": schema.Int64Attribute{
-				MarkdownDescription: "The Raft index at which the holder's session acquired the lock; it only grows from holder to holder. " +
-					"Pass it to what the lock guards and refuse writes with a lower token than the highest seen.",
+				MarkdownDescription: "The Raft index at which the session acquired the lock; it only grows from holder to holder. Give it " +
+					"to what the lock guards, which refuses tokens lower than the highest seen.",
 				Computed: true,
 			},
 			"lock_index": schema.Int64Attribute{

@@ -118,8 +118,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: allowedText(lockmodel.ValidateName("session_defaults", ""))}},
 			},
 			"max_hold": schema.StringAttribute{
-				MarkdownDescription: "Longest time one holder may keep the lock, e.g. `2h`; at least `1s`. The controller reports " +
-					"longer holds in `repair` mode and ends the holder's session in `enforce` mode. Unset means no limit.",
+				MarkdownDescription: "Longest one holder may keep the lock, at least `1s` (e.g. `2h`): the controller reports longer " +
+					"holds, and ends them in `enforce` mode. Unset: no limit.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateMaxHold, what: allowedText(lockmodel.ValidateMaxHold("max_hold", -1))}},
@@ -149,8 +149,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Default:  booldefault.StaticBool(false),
 			},
 			"flags": schema.StringAttribute{
-				MarkdownDescription: "The key's KV flags in hex (a string: the 64-bit values exceed what Terraform numbers hold exactly): " +
-					"`0x2ddccbc058a50c18` (api.Lock) or `0xe0f69a2baa414de0` (api.Semaphore). Refresh shows the live flags.",
+				MarkdownDescription: "The key's flags in hex (a string: they exceed Terraform's exact numbers): `0x2ddccbc058a50c18` " +
+					"(api.Lock) or `0xe0f69a2baa414de0` (api.Semaphore), live after refresh.",
 				Computed: true,
 			},
 			"registry_key": schema.StringAttribute{

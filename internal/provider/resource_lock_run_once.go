@@ -46,8 +46,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
 			},
 			"offset": schema.StringAttribute{
-				MarkdownDescription: "Moves the slot boundaries: slots start at the Unix epoch plus `offset` plus whole periods " +
-					"(`period = \"24h\"`, `offset = \"2h\"`: each slot starts at 02:00 UTC). From `0s` to less than `period`. Unset means `0s`.",
+				MarkdownDescription: "Moves the slot boundaries: slots start at the Unix epoch + `offset` + whole periods (`24h` with " +
+					"`2h`: 02:00 UTC). `0s` (default) to less than `period`.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 			},
