@@ -156,9 +156,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"flags": schema.StringAttribute{
-				MarkdownDescription: "The key's flags as 16 hex digits (a string: they exceed Terraform's exact numbers): " +
-					"`0x2ddccbc058a50c18` api.Lock, `0xe0f69a2baa414de0` api.Semaphore." + lockmodel.FormatFlags(lockmodel.LockFlagValue) + "` for an `api.Lock` mutex, `" +
-					lockmodel.FormatFlags(lockmodel.SemaphoreFlagValue) + "` for an `api.Semaphore`. A string because the values exceed what Terraform numbers hold exactly.",
+				MarkdownDescription: "The key's flags as 16 hex digits (a string: they exceed Terraform's exact numbers): `" +
+					lockmodel.FormatFlags(lockmodel.LockFlagValue) + "` api.Lock, `" + lockmodel.FormatFlags(lockmodel.SemaphoreFlagValue) + "` api.Semaphore.",
 				Computed: true,
 			},
 			"session_name": schema.StringAttribute{
