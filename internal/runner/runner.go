@@ -106,6 +106,12 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 	err := r.setup(setupCtx)
 	var first *lockproto.Session
 	if err == nil && setupCtx.Err() == nil {
+		if code, done := r.doneBeforeSession(setupCtx); done {
+			close(stopWatch)
+			<-watchDone
+			cancelSetup()
+			return code
+		}
 		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
 		// Not cancelled by a signal: a create cancelled in flight may have
 		// made a session whose ID never arrives, left to expire. The
