@@ -33,13 +33,18 @@ const (
 	// RunCrashed: the holder vanished without recording an outcome; the
 	// next holder found its attempt still running under another session.
 	RunCrashed RunOutcome = "crashed"
+	// RunReleased: an operator ended the holder's session with
+	// `consullock release` while the attempt ran (ReleasedBy, Reason say
+	// who and why). It counts toward max_attempts and is retried like a
+	// lost attempt.
+	RunReleased RunOutcome = "released"
 	// RunExhausted (runs only): max_attempts attempts were made and none
 	// succeeded; no further attempt starts unless max_attempts is raised.
 	RunExhausted RunOutcome = "exhausted"
 )
 
 // attemptOutcomes are the outcomes an attempt may have.
-var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed}
+var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunReleased}
 
 // runOutcomes are the outcomes a run may have.
 var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
@@ -47,7 +52,7 @@ var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
 // Retried reports whether a run whose latest attempt ended with o gets
 // another attempt (while attempts remain).
 func (o RunOutcome) Retried() bool {
-	return o == RunFailed || o == RunLost || o == RunCrashed
+	return o == RunFailed || o == RunLost || o == RunCrashed || o == RunReleased
 }
 
 // Exit codes of `consullock run` for a run it does not execute.
@@ -81,6 +86,9 @@ type Attempt struct {
 	// there is none (crashed, or lost before the command exited).
 	ExitCode *int
 	Outcome  RunOutcome
+	// ReleasedBy and Reason say who released the attempt's holder and
+	// why (outcome RunReleased only; "" otherwise).
+	ReleasedBy, Reason string
 }
 
 // Run is one run ID's history.
@@ -304,6 +312,29 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 		run.Outcome = outcome
 	}
 	return out, nil
+}
+
+// Release records that the holder session of the attempt running under
+// session was ended by `consullock release`: outcome released, by, reason,
+// at now. found is false when no attempt of that session is running (the
+// lock is not a run-once lock's current attempt): then l is returned
+// unchanged.
+func (l Ledger) Release(session, by, reason string, now time.Time) (out Ledger, run string, attempt int, found bool) {
+	for i, r := range l.Runs {
+		for j, a := range r.Attempts {
+			if a.Session != session || a.Outcome != RunRunning {
+				continue
+			}
+			out = l.clone()
+			at := &out.Runs[i].Attempts[j]
+			at.Outcome, at.Finished, at.ReleasedBy, at.Reason = RunReleased, now.UTC(), by, reason
+			if j == len(r.Attempts)-1 {
+				out.Runs[i].Outcome = RunReleased
+			}
+			return out, r.ID, a.Number, true
+		}
+	}
+	return l, "", 0, false
 }
 
 func equalExitCodes(a, b *int) bool {

@@ -45,6 +45,9 @@ type AttemptSpec struct {
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
 	Outcome      string  `json:"outcome"`
+	// ReleasedBy and Reason: outcome "released" only, absent otherwise.
+	ReleasedBy string `json:"released_by,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -67,6 +70,7 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
 				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
+				ReleasedBy: a.ReleasedBy, Reason: a.Reason,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -171,7 +175,14 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 	bad := func(f, value, allowed string) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
-	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome)}
+	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
+		ReleasedBy: as.ReleasedBy, Reason: as.Reason}
+	switch {
+	case a.Outcome == RunReleased && (as.ReleasedBy == "" || ValidateReason(field+".reason", as.Reason) != nil):
+		bad("released_by", truncate(as.ReleasedBy, 40), "who released the holder, and a reason, for a \"released\" attempt")
+	case a.Outcome != RunReleased && (as.ReleasedBy != "" || as.Reason != ""):
+		bad("released_by", truncate(as.ReleasedBy, 40), "absent unless the attempt is \"released\"")
+	}
 	if as.Node == "" || len(as.Node) > 256 {
 		bad("node", truncate(as.Node, 40), "the holder's node name, 1 to 256 bytes")
 	}
@@ -199,7 +210,7 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		}
 	}
 	switch {
-	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed):
+	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed || a.Outcome == RunReleased):
 		bad("exit_code", fmt.Sprint(*as.ExitCode), fmt.Sprintf("null for a %q attempt", a.Outcome))
 	case as.ExitCode == nil && (a.Outcome == RunSucceeded || a.Outcome == RunFailed):
 		bad("exit_code", "null", fmt.Sprintf("the command's exit code for a %q attempt", a.Outcome))
