@@ -151,6 +151,10 @@ var (
 )
 
 // Validate reports every problem of s as FieldErrors.
+// IsUUID reports whether s is a UUID, as Consul writes session and
+// accessor IDs.
+func IsUUID(s string) bool { return uuidRE.MatchString(s) }
+
 func (s ACLPolicySpec) Validate() error {
 	var errs FieldErrors
 	errs = append(errs, AsFieldErrors(ValidateName("name", s.Name))...)
