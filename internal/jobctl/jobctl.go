@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"strings"
 	"syscall"
 	"time"
 
@@ -85,7 +86,8 @@ type common struct {
 	reason   string
 }
 
-func newFlags(prog, summary string, e env, c *common, withReason bool) *flag.FlagSet {
+func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag.FlagSet {
+	prog, _, _ := strings.Cut(synopsis, " ")
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	c.prog = prog
@@ -96,7 +98,7 @@ func newFlags(prog, summary string, e env, c *common, withReason bool) *flag.Fla
 		fs.StringVar(&c.reason, "reason", "", fmt.Sprintf("why (required; one line, at most %d characters), shown in runner logs and status", lockmodel.MaxPauseReasonLength))
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: consullock %s\n\n%s\n\nConsul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 done, 1 refused or nothing to do (nothing changed), 2 usage or unknown lock (nothing written), 3 Consul unreachable or permission denied.\n\n", prog, summary)
+		fmt.Fprintf(e.stderr, "Usage: consullock %s\n\n%s\n\nConsul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 done, 1 refused or nothing to do (nothing changed), 2 usage or unknown lock (nothing written), 3 Consul unreachable or permission denied.\n\n", synopsis, summary)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -111,7 +113,7 @@ func (c *common) parse(fs *flag.FlagSet, args []string, e env, withReason bool) 
 		return ExitUsage
 	}
 	usage := func(format string, a ...any) int {
-		fmt.Fprintf(e.stderr, "consullock %s: "+format+"\n", append([]any{fs.Name()}, a...)...)
+		fmt.Fprintf(e.stderr, "consullock %s: "+format+"; nothing was written\n", append([]any{fs.Name()}, a...)...)
 		return ExitUsage
 	}
 	if fs.NArg() > 0 {

@@ -31,7 +31,7 @@ func Release(ctx context.Context, args []string, e env) int {
 		return code
 	}
 	if *session != "" && !lockmodel.IsUUID(*session) {
-		fmt.Fprintf(e.stderr, "consullock release: -session %q: want a session ID (a UUID)\n", *session)
+		fmt.Fprintf(e.stderr, "consullock release: -session %q: want a session ID (a UUID); nothing was written\n", *session)
 		return ExitUsage
 	}
 	if !*yes && !e.isTerminal() {
