@@ -42,7 +42,8 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			"run_id": schema.StringAttribute{MarkdownDescription: "The run ID, e.g. `2026-12-01T00:00:00Z` (a `run_once` period slot).", Computed: true},
 			"outcome": schema.StringAttribute{
 				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (the lock was lost while the command ran), " +
-					"`crashed` (a holder vanished without recording an outcome) or `exhausted` (`max_attempts` made without a success).",
+					"`crashed` (a holder vanished without recording an outcome), `released` (an operator ended the holder's session " +
+					"with `consullock release`) or `exhausted` (`max_attempts` made without a success).",
 				Computed: true,
 			},
 			"node":          schema.StringAttribute{MarkdownDescription: "Node of the latest attempt's holder.", Computed: true},

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
@@ -136,5 +137,42 @@ resource "consullock_lock" "test" {
 `, p, strings.Repeat("x", lockmodel.MaxPauseReasonLength+1)),
 			ExpectError: regexp.MustCompile(`(?s)Invalid Paused.*paused:.*at most 512 characters`),
 		}},
+	})
+}
+
+// The data source reports the pause of the declared lock whose key it
+// reads, whoever wrote it, and null once resumed.
+func TestAccLockDataSource_pausedFromThePauseRecord(t *testing.T) {
+	p := testenv.UniquePrefix(t.Name())
+	reg := p + "/registry"
+	cfg := lockTestProvider(reg) + fmt.Sprintf(`
+resource "consullock_lock" "test" {
+  name   = "nightly"
+  prefix = "%s/nightly"
+}
+
+data "consullock_lock" "test" {
+  key = consullock_lock.test.key
+}
+`, p)
+	flags := []string{"-lock", "nightly", "-registry-prefix", reg}
+	paused := func(check knownvalue.Check) statecheck.StateCheck {
+		return statecheck.ExpectKnownValue("data.consullock_lock.test", tfjsonpath.New("paused"), check)
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: cfg, ConfigStateChecks: []statecheck.StateCheck{paused(knownvalue.Null())}},
+			{
+				PreConfig:         cli(t, jobctl.PauseMain, append(flags, "-reason", "INC-7")...),
+				Config:            cfg,
+				ConfigStateChecks: []statecheck.StateCheck{paused(knownvalue.StringExact("INC-7"))},
+			},
+			{
+				PreConfig:         cli(t, jobctl.ResumeMain, flags...),
+				Config:            cfg,
+				ConfigStateChecks: []statecheck.StateCheck{paused(knownvalue.Null())},
+			},
+		},
 	})
 }
