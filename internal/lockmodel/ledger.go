@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // The run ledger: per lock, the runs of a run-once job and their attempts,
@@ -86,10 +87,18 @@ type Attempt struct {
 	// there is none (crashed, or lost before the command exited).
 	ExitCode *int
 	Outcome  RunOutcome
-	// ReleasedBy and Reason say who released the attempt's holder and
-	// why (outcome RunReleased only; "" otherwise).
-	ReleasedBy, Reason string
+	// Reason is, for a lost attempt, why the runner decided the lock was
+	// lost (its loss reason, at most MaxAttemptReason bytes); for a
+	// released attempt, the operator's reason. "" when unknown.
+	Reason string
+	// ReleasedBy is who released a released attempt's holder (`consullock
+	// release`); "" for every other outcome.
+	ReleasedBy string
 }
+
+// MaxAttemptReason bounds an attempt's reason, so that a lost attempt
+// costs a bounded part of the ledger (MaxLedgerBytes).
+const MaxAttemptReason = 512
 
 // Run is one run ID's history.
 type Run struct {
@@ -274,6 +283,17 @@ var ErrAttemptNotRunning = errors.New("the attempt is not running in the ledger"
 // transaction); anything else on an attempt that is not running is
 // ErrAttemptNotRunning.
 func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now time.Time) (Ledger, error) {
+	return l.FinishWithReason(id, n, outcome, exitCode, "", now)
+}
+
+// FinishWithReason is Finish that also records, for a lost attempt, why
+// the lock was lost (cut to MaxAttemptReason bytes). Another outcome
+// keeps no reason: a command that exited by itself ended the attempt,
+// whatever happened to the lock afterwards.
+func (l Ledger) FinishWithReason(id string, n int, outcome RunOutcome, exitCode *int, reason string, now time.Time) (Ledger, error) {
+	if outcome != RunLost {
+		reason = ""
+	}
 	switch outcome {
 	case RunSucceeded, RunFailed, RunLost:
 	default:
@@ -303,7 +323,7 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 	out := l.clone()
 	run := &out.Runs[i]
 	at := &run.Attempts[j]
-	at.Outcome, at.Finished = outcome, now.UTC()
+	at.Outcome, at.Finished, at.Reason = outcome, now.UTC(), truncateReason(reason)
 	if exitCode != nil {
 		c := *exitCode
 		at.ExitCode = &c
@@ -327,7 +347,7 @@ func (l Ledger) Release(session, by, reason string, now time.Time) (out Ledger, 
 			}
 			out = l.clone()
 			at := &out.Runs[i].Attempts[j]
-			at.Outcome, at.Finished, at.ReleasedBy, at.Reason = RunReleased, now.UTC(), by, reason
+			at.Outcome, at.Finished, at.ReleasedBy, at.Reason = RunReleased, now.UTC(), by, truncateReason(reason)
 			if j == len(r.Attempts)-1 {
 				out.Runs[i].Outcome = RunReleased
 			}
@@ -335,6 +355,19 @@ func (l Ledger) Release(session, by, reason string, now time.Time) (out Ledger, 
 		}
 	}
 	return l, "", 0, false
+}
+
+// truncateReason cuts reason to MaxAttemptReason bytes, on a rune
+// boundary.
+func truncateReason(reason string) string {
+	if len(reason) <= MaxAttemptReason {
+		return reason
+	}
+	cut := MaxAttemptReason - len("...")
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + "..."
 }
 
 func equalExitCodes(a, b *int) bool {

@@ -45,9 +45,11 @@ type AttemptSpec struct {
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
 	Outcome      string  `json:"outcome"`
-	// ReleasedBy and Reason: outcome "released" only, absent otherwise.
-	ReleasedBy string `json:"released_by,omitempty"`
+	// Reason: why a lost attempt was lost (absent when unknown), or why a
+	// released attempt was released. ReleasedBy: who released it
+	// ("released" only). Both absent otherwise.
 	Reason     string `json:"reason,omitempty"`
+	ReleasedBy string `json:"released_by,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -70,7 +72,7 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
 				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
-				ReleasedBy: a.ReleasedBy, Reason: a.Reason,
+				Reason: a.Reason, ReleasedBy: a.ReleasedBy,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -176,12 +178,16 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
 	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
-		ReleasedBy: as.ReleasedBy, Reason: as.Reason}
+		Reason: as.Reason, ReleasedBy: as.ReleasedBy}
 	switch {
 	case a.Outcome == RunReleased && (as.ReleasedBy == "" || ValidateReason(field+".reason", as.Reason) != nil):
 		bad("released_by", truncate(as.ReleasedBy, 40), "who released the holder, and a reason, for a \"released\" attempt")
-	case a.Outcome != RunReleased && (as.ReleasedBy != "" || as.Reason != ""):
+	case a.Outcome != RunReleased && as.ReleasedBy != "":
 		bad("released_by", truncate(as.ReleasedBy, 40), "absent unless the attempt is \"released\"")
+	case as.Reason != "" && a.Outcome != RunLost && a.Outcome != RunReleased:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q or %q attempt has a reason", RunLost, RunReleased))
+	case len(as.Reason) > MaxAttemptReason:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("at most %d bytes", MaxAttemptReason))
 	}
 	if as.Node == "" || len(as.Node) > 256 {
 		bad("node", truncate(as.Node, 40), "the holder's node name, 1 to 256 bytes")

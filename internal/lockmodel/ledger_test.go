@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -241,5 +242,41 @@ func TestPrune_keepsTheNewestAndNeverTheCurrentRun(t *testing.T) {
 	}
 	if len(l.Runs) != 5 {
 		t.Error("Prune changed the ledger it was given")
+	}
+}
+
+// TestFinishWithReason: a lost attempt records why (the runner's loss
+// reason, as it logged it), bounded to MaxAttemptReason bytes; the reason
+// survives the record; other outcomes may carry none, and Finish records
+// none.
+func TestFinishWithReason(t *testing.T) {
+	started := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
+	why := "the token lost session:write on worker-1: no successful session renewal for 5.3s"
+	l, err := started.FinishWithReason("r1", 1, RunLost, nil, why, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Runs[0].Attempts[0]; a.Outcome != RunLost || a.Reason != why {
+		t.Fatalf("attempt %+v, want lost with the reason", a)
+	}
+	checkLedger(t, l)
+	b, _ := EncodeLedger(l)
+	if !strings.Contains(string(b), `"reason":"the token lost session:write on worker-1`) {
+		t.Errorf("the record does not carry the reason: %s", b)
+	}
+	long, err := started.FinishWithReason("r1", 1, RunLost, nil, strings.Repeat("x", 2*MaxAttemptReason), t0)
+	if err != nil || len(long.Runs[0].Attempts[0].Reason) > MaxAttemptReason {
+		t.Fatalf("a long reason: %v, %d bytes kept", err, len(long.Runs[0].Attempts[0].Reason))
+	}
+	checkLedger(t, long)
+	if l, err := started.FinishWithReason("r1", 1, RunSucceeded, code(0), why, t0); err != nil || l.Runs[0].Attempts[0].Reason != "" {
+		t.Errorf("a succeeded attempt (the command exited, then the lock was lost): %v, reason %q; want none", err, l.Runs[0].Attempts[0].Reason)
+	}
+	if l := finish(t, started, "r1", 1, RunLost, nil, t0); l.Runs[0].Attempts[0].Reason != "" {
+		t.Error("Finish recorded a reason")
+	}
+	b, _ = EncodeLedger(finish(t, started, "r1", 1, RunLost, nil, t0))
+	if strings.Contains(string(b), "reason") {
+		t.Errorf("an attempt without a reason has the field: %s", b)
 	}
 }

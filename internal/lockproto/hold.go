@@ -96,8 +96,8 @@ func (e *LostError) Error() string { return e.Reason }
 func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, error) {
 	log := o.Log.With("key", o.Lock.Key)
 	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
-	if problem := rule.Problem("its grace"); problem != "" && !o.RuleWarned {
-		log.Warn("this holder cannot be sure to stop before another takes over", "detail", problem)
+	if verdict := rule.Verdict(); verdict != "" && !o.RuleWarned {
+		log.Warn("holders cut off from Consul cannot stop in time", "verdict", verdict, "fix", rule.Fix())
 	}
 	s := o.Session
 	if s == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // config is the parsed command line.
@@ -25,6 +26,7 @@ type config struct {
 	node           string
 	childExitCode  bool
 	logLevel       slog.Level
+	logFormat      logformat.Format
 	// runID (-run-id) names the run of a run-once job; "" derives it from
 	// the lock's run_once period, or runs without the ledger.
 	runID string
@@ -131,6 +133,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
 	serviceRegistration := fs.String("service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logformat.Var(fs, &cfg.logFormat, logformat.Text)
 	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
 	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
 	behavior := fs.String("behavior", "", "with -key: session behavior, release or delete (default release; delete with -limit above 1, as api.Semaphore)")

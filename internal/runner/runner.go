@@ -28,6 +28,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Main runs `consullock run` with args (the words after "run") and returns
@@ -50,7 +51,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "consullock run: %v\nRun 'consullock run -h' for usage.\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return ExitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	log := logformat.New(stderr, cfg.logFormat, cfg.logLevel)
 	becomeSubreaper()
 	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now()}
 	return r.run(ctx, sigCh)
@@ -165,13 +166,9 @@ func (r *runner) setup(ctx context.Context) error {
 		r.log.Warn(w.Summary, "detail", w.Detail)
 	}
 	r.stop = lockmodel.NewStopRule(r.profile, r.cfg.grace)
-	if problem := r.stop.Problem("-grace"); problem != "" {
-		r.log.Warn("this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
-			"detail", problem, "ttl", lockmodel.FormatDuration(r.stop.TTL), "lock_delay", lockmodel.FormatDuration(r.stop.LockDelay),
-			"health_checks", r.stop.HealthChecks, "renew_every", lockmodel.FormatDuration(r.stop.RenewEvery),
-			"renew_timeout", lockmodel.FormatDuration(r.stop.RenewTimeout), "grace", r.cfg.grace,
-			"stops_after", lockmodel.FormatDuration(r.stop.LossAfter()), "killed_by", lockmodel.FormatDuration(r.stop.DeadBy()),
-			"take_over_from", lockmodel.FormatDuration(r.stop.TakeOverAfter()))
+	if verdict := r.stop.Verdict(); verdict != "" {
+		r.log.Warn("holders cut off from Consul cannot stop in time", "session_defaults", r.profile.Name,
+			"verdict", verdict, "fix", r.stop.Fix())
 	}
 	if r.lock.MaxHold > 0 {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",

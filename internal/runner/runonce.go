@@ -209,7 +209,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
 	ledger, index := run.ledger, run.index
 	for changed, failures := 0, 0; ; {
-		next, err := ledger.Finish(run.id, run.attempt, outcome, exitCode, r.cfg.clock.Now())
+		next, err := ledger.FinishWithReason(run.id, run.attempt, outcome, exitCode, h.Reason(), r.cfg.clock.Now())
 		if err != nil {
 			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
 			return false
@@ -226,7 +226,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 			log.Info("run outcome recorded; lock released", "exit_code", exitCodeText(exitCode))
 			return true
 		case errors.Is(err, consul.ErrFenceLost):
-			r.recordAfterLoss(ctx, log, outcome, exitCode)
+			r.recordAfterLoss(ctx, log, outcome, exitCode, h.Reason())
 			return false
 		case errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries:
 			changed++
@@ -267,7 +267,7 @@ func retryable(err error) bool {
 // holds the lock: best effort, with a check-and-set of the ledger as read,
 // and only while the attempt is still "running" (a next holder that found
 // it so has recorded it crashed, and that stands).
-func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome lockmodel.RunOutcome, exitCode *int) {
+func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome lockmodel.RunOutcome, exitCode *int, reason string) {
 	run := r.once
 	for try := 1; try <= ledgerTries; try++ {
 		l, index, err := r.readLedger(ctx)
@@ -275,7 +275,7 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 			log.Warn("lock lost: cannot read the run ledger to record the outcome", "error", err.Error())
 			return
 		}
-		next, err := l.Finish(run.id, run.attempt, outcome, exitCode, r.cfg.clock.Now())
+		next, err := l.FinishWithReason(run.id, run.attempt, outcome, exitCode, reason, r.cfg.clock.Now())
 		if err != nil {
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
 			return
