@@ -21,6 +21,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Exit codes of pause, resume and release (as status's).
@@ -84,6 +85,7 @@ type common struct {
 	registry string
 	by       string
 	reason   string
+	format   logformat.Format
 }
 
 func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag.FlagSet {
@@ -94,6 +96,7 @@ func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag
 	fs.StringVar(&c.lock, "lock", "", "name of the declared lock (consullock_lock)")
 	fs.StringVar(&c.registry, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
 	fs.StringVar(&c.by, "by", "", "who is acting, recorded with the change (default: user@host)")
+	logformat.Var(fs, &c.format, logformat.Text)
 	if withReason {
 		fs.StringVar(&c.reason, "reason", "", fmt.Sprintf("why (required; one line, at most %d characters), shown in runner logs and status", lockmodel.MaxPauseReasonLength))
 	}
@@ -105,13 +108,15 @@ func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag
 }
 
 // parse parses args and checks the common flags; code >= 0 means exit.
-func (c *common) parse(fs *flag.FlagSet, args []string, e env, withReason bool) int {
+func (c *common) parse(fs *flag.FlagSet, args []string, e *env, withReason bool) int {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
 		}
 		return ExitUsage
 	}
+	// Messages on stderr: as they are in text, one event a line in json.
+	e.stderr = logformat.Messages(e.stderr, c.format, "consullock "+c.prog+": ")
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(e.stderr, "consullock %s: "+format+"; nothing was written\n", append([]any{fs.Name()}, a...)...)
 		return ExitUsage
@@ -193,7 +198,7 @@ func (c *common) consulError(e env, err error) int {
 func Pause(ctx context.Context, args []string, e env) int {
 	var c common
 	fs := newFlags("pause -lock NAME -reason TEXT", "Pauses a lock: new `consullock run` processes do not run the command (they log who paused it, when and why, and exit 0 or -exit-code-if-paused), waiters leave, and a command already running is left to finish. Writes <registry-prefix>/pauses/NAME. A lock whose consullock_lock sets paused is Terraform's: a pause here shows as drift in the next plan.", e, &c, true)
-	if code := c.parse(fs, args, e, true); code >= 0 {
+	if code := c.parse(fs, args, &e, true); code >= 0 {
 		return code
 	}
 	client, _, _, code := c.connect(ctx, e)
@@ -221,7 +226,7 @@ func Pause(ctx context.Context, args []string, e env) int {
 func Resume(ctx context.Context, args []string, e env) int {
 	var c common
 	fs := newFlags("resume -lock NAME", "Resumes a paused lock: deletes <registry-prefix>/pauses/NAME, so the next trigger runs. A lock whose consullock_lock sets paused is Terraform's: a resume here shows as drift in the next plan.", e, &c, false)
-	if code := c.parse(fs, args, e, false); code >= 0 {
+	if code := c.parse(fs, args, &e, false); code >= 0 {
 		return code
 	}
 	client, _, _, code := c.connect(ctx, e)
