@@ -14,8 +14,11 @@ import (
 // not paused. index is the record's ModifyIndex (0 when absent), for a
 // check-and-set write or delete.
 func (r *Registry) ReadPause(ctx context.Context, lock string) (p *lockmodel.Pause, index uint64, err error) {
-	rec, err := r.client.ReadRecord(ctx, r.Key(lockmodel.KindPauses, lock))
-	if err != nil || rec == nil {
+	// One GET ?consistent, not the batched read transaction: a runner
+	// sends it at start and after acquiring, and a token that may not read
+	// the key gets a plain 403.
+	rec, found, err := r.Get(ctx, lockmodel.KindPauses, lock)
+	if err != nil || !found {
 		return nil, 0, err
 	}
 	got, err := lockmodel.DecodePauseRecord(rec.Value)

@@ -27,7 +27,7 @@ func Release(ctx context.Context, args []string, e env) int {
 		"Breaks a stuck holder: ends the holder's Consul session (as consul session destroy), so the lock-delay still protects the old command, records who and why (for a run-once lock, in the run ledger: attempt outcome released), and prints when the next holder can start. -session picks a semaphore's holder, or checks that the mutex's holder is that session. Asks for confirmation on a terminal; refuses without -yes otherwise.", e, &c, true)
 	session := fs.String("session", "", "the holder's session ID (required for a semaphore; for a mutex, release only if this session still holds)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation (required when standard input is not a terminal)")
-	if code := c.parse(fs, args, e, true); code >= 0 {
+	if code := c.parse(fs, args, &e, true); code >= 0 {
 		return code
 	}
 	if *session != "" && !lockmodel.IsUUID(*session) {
