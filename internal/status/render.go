@@ -211,6 +211,9 @@ func renderRuns(w io.Writer, runs []LockRun) {
 			if a.ExitCode != nil {
 				exit = fmt.Sprint(*a.ExitCode)
 			}
+			if a.ReleasedBy != "" {
+				exit += " (released by " + a.ReleasedBy + ": " + a.Reason + ")"
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
 				dash(a.Node), a.FencingToken, a.Started, finished, exit)
 		}
