@@ -64,6 +64,12 @@ func Release(ctx context.Context, args []string, e env) int {
 		}
 	}
 	ended, err := client.EndHolderSessions(ctx, []consul.LockHolder{target})
+	if errors.Is(err, consul.ErrPermissionDenied) {
+		fmt.Fprintf(e.stderr, "consullock release: the token may not end session %s on node %q; nothing was changed. "+
+			"consullock release needs session write on the holder's node: session_prefix %q { policy = \"write\" } "+
+			"(and, for a run-once lock, key write on %s)\n", target.Session, target.Node, target.Node, lockmodel.RunLedgerKey(c.registry, c.lock))
+		return ExitConsul
+	}
 	if err != nil {
 		return c.consulError(e, err)
 	}

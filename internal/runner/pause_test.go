@@ -40,7 +40,13 @@ func workerToken(t testing.TB, l lockmodel.Lock) string {
 // operator) and returns its exit code and output.
 func consullock(t testing.TB, name string, args ...string) (int, string) {
 	t.Helper()
-	p := startProc(t, name, processEnv(agent.Addr, agent.ManagementToken), runnerBin, args...)
+	return consullockAs(t, agent.ManagementToken, name, args...)
+}
+
+// consullockAs is consullock with token.
+func consullockAs(t testing.TB, token, name string, args ...string) (int, string) {
+	t.Helper()
+	p := startProc(t, name, processEnv(agent.Addr, token), runnerBin, args...)
 	p.closeStdin()
 	code := p.wait(30 * time.Second)
 	return code, p.out.String()
@@ -231,4 +237,32 @@ func TestRelease_frozenHolderNextStartsAfterLockDelay(t *testing.T) {
 	}
 	t.Logf("release -> A's runner exited (frozen command killed) %s; -> B's command started %s (lock-delay %s)",
 		aDone.Sub(released).Round(time.Millisecond), runB.start.Sub(released).Round(time.Millisecond), lockDelay)
+}
+
+// release with a token that may read the lock and its holder's session
+// but not end it: a real 403, answered with the rule it needs; the holder keeps
+// the lock.
+func TestRelease_namesTheRuleOnA403(t *testing.T) {
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: "pause/" + uniqueName(t, "p")}, fastProfile(t, time.Second))
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "A", runnerToken(t, l.Prefix), []string{"-lock", l.Name}, childArgs(record, "A", "-wait-stdin")...)
+	waitStarted(t, record, "A")
+	tok, err := agent.MintToken(uniqueName(t, "policy"), fmt.Sprintf(`key_prefix "%s/" { policy = "read" }
+key_prefix %q { policy = "read" }
+session_prefix "" { policy = "read" }
+`, lockmodel.DefaultRegistryPrefix, l.Prefix), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := consullockAs(t, tok.SecretID, "release", "release", "-lock", l.Name, "-reason", "stuck", "-yes")
+	if want := fmt.Sprintf(`session_prefix %q { policy = "write" }`, agent.NodeName); code != 3 || !strings.Contains(out, want) || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("release exited %d, want 3 naming %s:\n%s", code, want, out)
+	}
+	if pair, _, err := agent.Client().KV().Get(l.Key, nil); err != nil || pair == nil || pair.Session == "" {
+		t.Fatalf("the holder lost the lock: %+v %v", pair, err)
+	}
+	a.closeStdin()
+	if code := a.wait(30 * time.Second); code != 0 {
+		t.Fatalf("A exited %d", code)
+	}
 }
