@@ -25,6 +25,23 @@ func RunLedgerKey(registryPrefix, lock string) string {
 type LedgerSpec struct {
 	Lock string    `json:"lock"`
 	Runs []RunSpec `json:"runs"`
+	// Pruned and Forgotten are absent while empty: a ledger that never
+	// pruned a done run is what earlier versions wrote.
+	Pruned    []PrunedRunSpec `json:"pruned,omitempty"`
+	Forgotten *ForgottenSpec  `json:"forgotten,omitempty"`
+}
+
+// PrunedRunSpec is one pruned run in a LedgerSpec.
+type PrunedRunSpec struct {
+	RunID   string `json:"run_id"`
+	Outcome string `json:"outcome"`
+}
+
+// ForgottenSpec is a LedgerSpec's Forgotten; through is null when no
+// forgotten run ID was a time.
+type ForgottenSpec struct {
+	Runs    int     `json:"runs"`
+	Through *string `json:"through"`
 }
 
 // RunSpec is one run in a LedgerSpec.
@@ -81,6 +98,16 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 			rs.Attempts = append(rs.Attempts, as)
 		}
 		spec.Runs = append(spec.Runs, rs)
+	}
+	for _, p := range l.Pruned {
+		spec.Pruned = append(spec.Pruned, PrunedRunSpec{RunID: p.ID, Outcome: string(p.Outcome)})
+	}
+	if l.Forgotten.Runs > 0 || !l.Forgotten.Through.IsZero() {
+		spec.Forgotten = &ForgottenSpec{Runs: l.Forgotten.Runs}
+		if !l.Forgotten.Through.IsZero() {
+			th := l.Forgotten.Through.UTC().Format(time.RFC3339Nano)
+			spec.Forgotten.Through = &th
+		}
 	}
 	if _, err := ledgerFromSpec(spec); err != nil {
 		return nil, err
@@ -165,6 +192,35 @@ func ledgerFromSpec(spec LedgerSpec) (Ledger, error) {
 			}
 		}
 		l.Runs = append(l.Runs, run)
+	}
+	if len(spec.Pruned) > MaxPrunedRuns {
+		bad("pruned", fmt.Sprintf("%d runs", len(spec.Pruned)), fmt.Sprintf("at most %d pruned runs", MaxPrunedRuns))
+	}
+	for i, ps := range spec.Pruned {
+		pf := fmt.Sprintf("pruned[%d]", i)
+		add(validateRunID(pf+".run_id", ps.RunID))
+		if seen[ps.RunID] {
+			bad(pf+".run_id", ps.RunID, "each run ID at most once, in runs or pruned")
+		}
+		seen[ps.RunID] = true
+		o := RunOutcome(ps.Outcome)
+		if o != RunSucceeded && o != RunExhausted {
+			bad(pf+".outcome", ps.Outcome, outcomesAllowed([]RunOutcome{RunSucceeded, RunExhausted}))
+		}
+		l.Pruned = append(l.Pruned, PrunedRun{ID: ps.RunID, Outcome: o})
+	}
+	if f := spec.Forgotten; f != nil {
+		if f.Runs < 1 {
+			bad("forgotten.runs", fmt.Sprint(f.Runs), "1 or more (absent when none was forgotten)")
+		}
+		l.Forgotten.Runs = f.Runs
+		if f.Through != nil {
+			t, err := time.Parse(time.RFC3339Nano, *f.Through)
+			if err != nil {
+				bad("forgotten.through", truncate(*f.Through, 40), "an RFC 3339 time such as \"2026-12-01T00:00:00Z\", or null")
+			}
+			l.Forgotten.Through = t.UTC()
+		}
 	}
 	if len(errs) > 0 {
 		return Ledger{}, recordError(RecordKindRunLedger, spec.Lock, errs)

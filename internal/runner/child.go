@@ -67,15 +67,16 @@ type child struct {
 // startChild starts argv with the runner's stdin, stdout and stderr, and a
 // goroutine that reaps it. The goroutine ends when the child exits; the
 // runner always waits for done before it exits itself. Where the platform
-// has a guard the guard starts the command (startGuarded).
-func startChild(argv, env []string, log *slog.Logger) (*child, error) {
+// has a guard the guard starts the command (startGuarded): standby, the
+// one prepareGuard started while the runner waited, or a new one.
+func startChild(standby *guard, argv, env []string, log *slog.Logger) (*child, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	ownGroup := !stdinIsTerminal()
 	if guarded {
 		if cmd.Err != nil {
 			return nil, cmd.Err
 		}
-		return startGuarded(cmd.Path, argv, env, ownGroup, log)
+		return startGuarded(standby, cmd.Path, argv, env, ownGroup, log)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = env

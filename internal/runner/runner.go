@@ -53,7 +53,9 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := logformat.New(stderr, cfg.logFormat, cfg.logLevel)
 	becomeSubreaper()
-	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now()}
+	// The guard starts (a few ms) while the runner sets up and waits.
+	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now(), standby: prepareGuard()}
+	defer r.standby.discardUnused()
 	return r.run(ctx, sigCh)
 }
 
@@ -79,6 +81,9 @@ type runner struct {
 	// holder keeps the holder's service instance; nil without
 	// holder_service (holderservice.go).
 	holder *holderService
+	// standby is the guard that will start the command (guard.go); nil
+	// without one.
+	standby *guard
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -236,7 +241,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, WatchClient: r.watchClient,
 			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
-			Log:   r.holdLog, Observed: r.logObservation,
+			Clock: r.cfg.clock, Log: r.holdLog, Observed: r.logObservation,
 		})
 		if err == nil {
 			return h, r.pausedAfterAcquire(ctx)
