@@ -62,8 +62,11 @@ type AttemptSpec struct {
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
 	Outcome      string  `json:"outcome"`
-	// Reason: why a lost attempt was lost; absent when unknown.
-	Reason string `json:"reason,omitempty"`
+	// Reason: why a lost attempt was lost (absent when unknown), or why a
+	// released attempt was released. ReleasedBy: who released it
+	// ("released" only). Both absent otherwise.
+	Reason     string `json:"reason,omitempty"`
+	ReleasedBy string `json:"released_by,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -85,7 +88,8 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 		for _, a := range r.Attempts {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
-				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome), Reason: a.Reason,
+				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
+				Reason: a.Reason, ReleasedBy: a.ReleasedBy,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -229,10 +233,15 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 	bad := func(f, value, allowed string) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
-	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome), Reason: as.Reason}
+	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
+		Reason: as.Reason, ReleasedBy: as.ReleasedBy}
 	switch {
-	case as.Reason != "" && a.Outcome != RunLost:
-		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q attempt has a reason", RunLost))
+	case a.Outcome == RunReleased && (as.ReleasedBy == "" || ValidateReason(field+".reason", as.Reason) != nil):
+		bad("released_by", truncate(as.ReleasedBy, 40), "who released the holder, and a reason, for a \"released\" attempt")
+	case a.Outcome != RunReleased && as.ReleasedBy != "":
+		bad("released_by", truncate(as.ReleasedBy, 40), "absent unless the attempt is \"released\"")
+	case as.Reason != "" && a.Outcome != RunLost && a.Outcome != RunReleased:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q or %q attempt has a reason", RunLost, RunReleased))
 	case len(as.Reason) > MaxAttemptReason:
 		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("at most %d bytes", MaxAttemptReason))
 	}
@@ -263,7 +272,7 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		}
 	}
 	switch {
-	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed):
+	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed || a.Outcome == RunReleased):
 		bad("exit_code", fmt.Sprint(*as.ExitCode), fmt.Sprintf("null for a %q attempt", a.Outcome))
 	case as.ExitCode == nil && (a.Outcome == RunSucceeded || a.Outcome == RunFailed):
 		bad("exit_code", "null", fmt.Sprintf("the command's exit code for a %q attempt", a.Outcome))

@@ -63,6 +63,7 @@ type lockDataSourceModel struct {
 	LastContact          timetypes.GoDuration `tfsdk:"last_contact"`
 	LastRun              types.Object         `tfsdk:"last_run"`
 	HolderServices       types.List           `tfsdk:"holder_services"`
+	Paused               types.String         `tfsdk:"paused"`
 }
 
 // lockHolderModel is one element of holders.
@@ -238,6 +239,7 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 			},
 			"last_run":        lastRunSchemaAttribute(),
 			"holder_services": holderServicesSchemaAttribute(),
+			"paused":          pausedDataSourceAttribute(),
 		},
 	}
 }
@@ -271,6 +273,7 @@ func (d *lockDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	decl, declared, listErr := d.declaredLock(ctx, key)
 	state.LastRun = d.lastRun(ctx, decl, declared, listErr, &resp.Diagnostics)
 	state.HolderServices = d.holderServices(ctx, decl, view, consistent, &resp.Diagnostics)
+	state.Paused = d.paused(ctx, decl, declared, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -304,6 +307,7 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 		Consistent:           types.BoolValue(consistent),
 		LastRun:              types.ObjectNull(lastRunAttrTypes),
 		HolderServices:       types.ListNull(holderServicesType),
+		Paused:               types.StringNull(),
 		Exists:               types.BoolValue(view.Pair != nil),
 		Held:                 types.BoolValue(false),
 		Session:              types.StringNull(),

@@ -41,7 +41,7 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			"run_id": schema.StringAttribute{MarkdownDescription: "The run ID, e.g. `2026-12-01T00:00:00Z` (a `run_once` period slot).", Computed: true},
 			"outcome": schema.StringAttribute{
 				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (lock lost while the command ran), `crashed` (holder " +
-					"vanished without an outcome) or `exhausted` (`max_attempts` without a success).",
+					"vanished without an outcome), `released` (session ended by `consullock release`) or `exhausted` (`max_attempts` without a success).",
 				Computed: true,
 			},
 			"node":          schema.StringAttribute{MarkdownDescription: "Node of the latest attempt's holder.", Computed: true},

@@ -65,6 +65,8 @@ type lockResourceModel struct {
 	ForceDestroy    types.Bool              `tfsdk:"force_destroy"`
 	Flags           types.String            `tfsdk:"flags"`
 	RegistryKey     types.String            `tfsdk:"registry_key"`
+	Paused          types.String            `tfsdk:"paused"`
+	PauseKey        types.String            `tfsdk:"pause_key"`
 }
 
 func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -139,6 +141,8 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
+			"paused":         pausedSchemaAttribute(),
+			"pause_key":      pauseKeySchemaAttribute(),
 			"run_once":       runOnceSchemaAttribute(),
 			"holder_service": holderServiceSchemaAttribute(),
 			"waiters":        waitersSchemaAttribute(),
@@ -300,7 +304,7 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	if cfg.Key.IsNull() {
 		plan.Key = key
 	}
-	plan.Flags, plan.RegistryKey = flags, registryKey
+	plan.Flags, plan.RegistryKey, plan.PauseKey = flags, registryKey, r.pauseKeyOf(plan.Name)
 	if r.data != nil {
 		r.data.planned.addLock(knownString(plan.Name), knownString(plan.Prefix), knownString(plan.Key))
 	}
@@ -460,6 +464,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
 	plan.RegistryKey = types.StringValue(recordKey)
+	r.applyPaused(ctx, plan, nil, &resp.Diagnostics)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
 	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, l)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
@@ -599,6 +604,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		}
 	}
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, recIndex)...)
+	r.readPaused(ctx, &state, &resp.Diagnostics)
 	// resp.State starts as the prior state: setting an unchanged model
 	// again would only cost a conversion per resource on every refresh.
 	if state != prior {
@@ -647,6 +653,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(res.Key.Flags))
 	plan.RegistryKey = types.StringValue(newKey)
+	r.applyPaused(ctx, plan, &state, &resp.Diagnostics)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
 	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, l)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
@@ -689,7 +696,9 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	}
 	if err != nil {
 		r.lockApplyError(ctx, consul.LockDelete, l, recordKey, err, &resp.Diagnostics)
+		return
 	}
+	r.deletePaused(ctx, l.Name, &resp.Diagnostics)
 }
 
 func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
@@ -728,6 +737,7 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 		ForceDestroy:    types.BoolValue(false),
 		Flags:           types.StringValue(lockmodel.FormatFlags(decl.Flags())),
 		RegistryKey:     types.StringValue(rec.Key),
+		PauseKey:        types.StringValue(lockmodel.PauseKey(r.data.registryPrefix, name)),
 	}
 	state.setDeclared(decl)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, rec.ModifyIndex)...)

@@ -129,6 +129,9 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 		}
 		return signalExitCode(setupSig)
 	}
+	if p := (pausedError{}); errors.As(err, &p) {
+		return r.logPaused(p.p, "") // no session was made
+	}
 	if errors.Is(err, errPastDeadline) {
 		return lockmodel.ExitRunPastDeadline // logged by resolveRun; no session was made
 	}
@@ -156,6 +159,9 @@ func (r *runner) setup(ctx context.Context) error {
 			return err
 		}
 		if err := r.checkHolderNode(); err != nil {
+			return err
+		}
+		if err := r.checkPause(ctx); err != nil {
 			return err
 		}
 	} else {
@@ -243,6 +249,9 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
 			Clock: r.cfg.clock, Log: r.holdLog, Observed: r.logObservation,
 		})
+		if err == nil {
+			return h, r.pausedAfterAcquire(ctx)
+		}
 		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {
 			return h, err
 		}
