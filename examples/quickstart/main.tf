@@ -58,10 +58,11 @@ resource "consullock_acl_policy" "workers" {
   lock_keys             = [consullock_lock.nightly_report.key]
   run_ledgers           = [consullock_lock.nightly_report.name]
   session_node_prefixes = [var.worker_node_prefix]
-  # `consullock run` reads the declaration and its session profile.
+  # `consullock run` reads the declaration, its session profile and pause.
   read_keys = [
     consullock_lock.nightly_report.registry_key,
     consullock_session_defaults.nightly_report.registry_key,
+    consullock_lock.nightly_report.pause_key,
   ]
 }
 

@@ -36,10 +36,14 @@ resource "consullock_lock" "nightly_report" {
 
 # The workers may hold the lock, write its run ledger and nothing else.
 resource "consullock_acl_policy" "workers" {
-  name                  = "nightly-report-workers"
-  lock_keys             = [consullock_lock.nightly_report.key]
-  run_ledgers           = [consullock_lock.nightly_report.name]
-  read_keys             = [consullock_lock.nightly_report.registry_key, consullock_session_defaults.nightly_report.registry_key]
+  name        = "nightly-report-workers"
+  lock_keys   = [consullock_lock.nightly_report.key]
+  run_ledgers = [consullock_lock.nightly_report.name]
+  read_keys = [
+    consullock_lock.nightly_report.registry_key,
+    consullock_session_defaults.nightly_report.registry_key,
+    consullock_lock.nightly_report.pause_key,
+  ]
   session_node_prefixes = ["worker-"]
 }
 

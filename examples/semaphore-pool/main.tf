@@ -75,6 +75,7 @@ resource "consullock_acl_policy" "thumbnailers" {
   read_keys = [
     consullock_lock.thumbnailers.registry_key,
     consullock_session_defaults.thumbnailers.registry_key,
+    consullock_lock.thumbnailers.pause_key,
   ]
   agent_read = var.allow_consul_lock
 }

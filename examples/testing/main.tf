@@ -51,6 +51,7 @@ resource "consullock_acl_policy" "workers" {
   read_keys = [
     consullock_lock.job.registry_key,
     consullock_session_defaults.job.registry_key,
+    consullock_lock.job.pause_key,
   ]
 }
 
