@@ -33,13 +33,16 @@ const (
 	// RunCrashed: the holder vanished without recording an outcome; the
 	// next holder found its attempt still running under another session.
 	RunCrashed RunOutcome = "crashed"
+	// RunTimedOut: the command ran past its max_runtime; its runner
+	// stopped it (SIGTERM, then SIGKILL after -grace) and recorded so.
+	RunTimedOut RunOutcome = "timed_out"
 	// RunExhausted (runs only): max_attempts attempts were made and none
 	// succeeded; no further attempt starts unless max_attempts is raised.
 	RunExhausted RunOutcome = "exhausted"
 )
 
 // attemptOutcomes are the outcomes an attempt may have.
-var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed}
+var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut}
 
 // runOutcomes are the outcomes a run may have.
 var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
@@ -47,7 +50,7 @@ var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
 // Retried reports whether a run whose latest attempt ended with o gets
 // another attempt (while attempts remain).
 func (o RunOutcome) Retried() bool {
-	return o == RunFailed || o == RunLost || o == RunCrashed
+	return o == RunFailed || o == RunLost || o == RunCrashed || o == RunTimedOut
 }
 
 // Exit codes of `consullock run` for a run it does not execute.
@@ -81,6 +84,9 @@ type Attempt struct {
 	// there is none (crashed, or lost before the command exited).
 	ExitCode *int
 	Outcome  RunOutcome
+	// Output is the tail of the command's stderr (-keep-output, TailOutput);
+	// "" when not kept.
+	Output string
 }
 
 // Run is one run ID's history.
@@ -88,6 +94,10 @@ type Run struct {
 	ID       string
 	Outcome  RunOutcome
 	Attempts []Attempt // oldest first, numbered 1, 2, ...
+	// NotBefore: no attempt of the run starts before it (retry_after,
+	// jobcontrol.go); zero when the next attempt may start at once, and
+	// while an attempt runs.
+	NotBefore time.Time
 }
 
 // Succeeded returns the run's succeeded attempt, if any.
@@ -155,6 +165,10 @@ const (
 	// BeginExhausted: do not run; the run used up its attempts (Attempts).
 	// Write Ledger when Changed, release, exit ExitRunExhausted.
 	BeginExhausted
+	// BeginWait: do not run yet; the run's NotBefore (retry_after) is
+	// after now. Write Ledger when Changed (a crashed attempt recorded),
+	// release the lock, wait until NotBefore without holding it, try again.
+	BeginWait
 )
 
 func (k BeginKind) String() string {
@@ -165,6 +179,8 @@ func (k BeginKind) String() string {
 		return "already succeeded"
 	case BeginExhausted:
 		return "attempts exhausted"
+	case BeginWait:
+		return "wait for not_before"
 	}
 	return fmt.Sprintf("BeginKind(%d)", int(k))
 }
@@ -184,8 +200,10 @@ type BeginDecision struct {
 	Changed bool
 	// Succeeded is the attempt that succeeded (BeginAlreadySucceeded).
 	Succeeded Attempt
-	// Attempts are the run's attempts (BeginExhausted).
+	// Attempts are the run's attempts (BeginExhausted, BeginWait).
 	Attempts []Attempt
+	// NotBefore is when the next attempt may start (BeginWait).
+	NotBefore time.Time
 }
 
 // Begin decides what holder h, which holds the lock, does with run id. The
@@ -206,6 +224,14 @@ type BeginDecision struct {
 // A new run goes first in the ledger. Begin never prunes (see Prune). It
 // refuses an invalid run ID or maxAttempts, and a holder without session.
 func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (BeginDecision, error) {
+	return l.BeginWith(id, h, AttemptPolicy{MaxAttempts: maxAttempts}, now)
+}
+
+// BeginWith is Begin under policy p: with p's retry wait, an attempt found
+// crashed sets the run's NotBefore, and a run whose NotBefore is after now
+// is BeginWait (rules in jobcontrol.go), checked after Exhausted.
+func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time) (BeginDecision, error) {
+	maxAttempts := p.MaxAttempts
 	if err := ValidateRunID(id); err != nil {
 		return BeginDecision{}, err
 	}
@@ -233,6 +259,7 @@ func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (B
 		}
 		last.Outcome, last.Finished, last.ExitCode = RunCrashed, now.UTC(), nil
 		run.Outcome = RunCrashed
+		run.NotBefore = p.notBefore(last.Number, now)
 		changed = true
 	}
 	if len(run.Attempts) >= maxAttempts {
@@ -245,6 +272,14 @@ func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (B
 		}
 		return d, nil
 	}
+	if run.NotBefore.After(now) {
+		d := BeginDecision{Kind: BeginWait, Ledger: l, Changed: changed, NotBefore: run.NotBefore, Attempts: slices.Clone(run.Attempts)}
+		if changed {
+			d.Ledger = out
+		}
+		return d, nil
+	}
+	run.NotBefore = time.Time{}
 	n := len(run.Attempts) + 1
 	run.Attempts = append(run.Attempts, Attempt{
 		Number: n, Node: h.Node, Session: h.Session, FencingToken: h.FencingToken,
@@ -266,10 +301,19 @@ var ErrAttemptNotRunning = errors.New("the attempt is not running in the ledger"
 // transaction); anything else on an attempt that is not running is
 // ErrAttemptNotRunning.
 func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now time.Time) (Ledger, error) {
+	return l.FinishWith(id, n, AttemptResult{Outcome: outcome, ExitCode: exitCode}, AttemptPolicy{}, now)
+}
+
+// FinishWith is Finish of result res (also "timed_out", and the kept
+// output) under policy p: a retried outcome of the latest attempt sets
+// the run's NotBefore to now plus p's wait (jobcontrol.go) while attempts
+// remain.
+func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy, now time.Time) (Ledger, error) {
+	outcome, exitCode := res.Outcome, res.ExitCode
 	switch outcome {
-	case RunSucceeded, RunFailed, RunLost:
+	case RunSucceeded, RunFailed, RunLost, RunTimedOut:
 	default:
-		return l, fmt.Errorf("lockmodel: an attempt finishes %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, outcome)
+		return l, fmt.Errorf("lockmodel: an attempt finishes %q, %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, RunTimedOut, outcome)
 	}
 	switch {
 	case outcome == RunSucceeded && (exitCode == nil || *exitCode != 0):
@@ -295,13 +339,16 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 	out := l.clone()
 	run := &out.Runs[i]
 	at := &run.Attempts[j]
-	at.Outcome, at.Finished = outcome, now.UTC()
+	at.Outcome, at.Finished, at.Output = outcome, now.UTC(), res.Output
 	if exitCode != nil {
 		c := *exitCode
 		at.ExitCode = &c
 	}
 	if j == len(run.Attempts)-1 {
 		run.Outcome = outcome
+		if outcome.Retried() {
+			run.NotBefore = p.notBefore(n, now)
+		}
 	}
 	return out, nil
 }
