@@ -68,16 +68,19 @@ type child struct {
 // goroutine that reaps it. The goroutine ends when the child exits; the
 // runner always waits for done before it exits itself. Where the platform
 // has a guard the guard starts the command (startGuarded).
-func startChild(argv, env []string, log *slog.Logger) (*child, error) {
+func startChild(argv, env []string, stderr *os.File, log *slog.Logger) (*child, error) {
+	if stderr == nil {
+		stderr = os.Stderr
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	ownGroup := !stdinIsTerminal()
 	if guarded {
 		if cmd.Err != nil {
 			return nil, cmd.Err
 		}
-		return startGuarded(cmd.Path, argv, env, ownGroup, log)
+		return startGuarded(cmd.Path, argv, env, stderr, ownGroup, log)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.Env = env
 	cmd.SysProcAttr = sysProcAttr(ownGroup)
 	if err := cmd.Start(); err != nil {

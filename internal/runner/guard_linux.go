@@ -35,7 +35,7 @@ type guard struct {
 // command's exit, or when the guard itself has died (the runner then kills
 // what is left of the tree, and the child's state is the guard's: killed
 // by SIGKILL, exit 137).
-func startGuarded(path string, argv, env []string, ownGroup bool, log *slog.Logger) (*child, error) {
+func startGuarded(path string, argv, env []string, stderr *os.File, ownGroup bool, log *slog.Logger) (*child, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("guard: control socket: %w", err)
@@ -43,7 +43,7 @@ func startGuarded(path string, argv, env []string, ownGroup bool, log *slog.Logg
 	ours, theirs := os.NewFile(uintptr(fds[0]), "guard control"), os.NewFile(uintptr(fds[1]), "guard control")
 	cmd := exec.Command("/proc/self/exe", guardArgs(ownGroup, path, argv)...)
 	cmd.Args[0] = os.Args[0]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{theirs} // guardFD
 	err = cmd.Start()

@@ -20,7 +20,7 @@ const guarded = false
 // guard does not exist here; a child never has one.
 type guard struct{}
 
-func startGuarded(string, []string, []string, bool, *slog.Logger) (*child, error) {
+func startGuarded(string, []string, []string, *os.File, bool, *slog.Logger) (*child, error) {
 	return nil, fmt.Errorf("no guard on this platform")
 }
 
