@@ -111,6 +111,9 @@ type LockRun struct {
 	Started      string  `json:"started"`
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
+	// NotBefore is when the run's next attempt may start
+	// (run_once.retry_after); null when it may start at once.
+	NotBefore *string `json:"not_before"`
 	// AttemptList is every attempt, oldest first (only with -lock).
 	AttemptList []LockRunAttempt `json:"attempt_list,omitempty"`
 }
@@ -125,6 +128,9 @@ type LockRunAttempt struct {
 	Started      string  `json:"started"`
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
+	// Output is the tail of the command's stderr (-keep-output); absent
+	// when not kept.
+	Output string `json:"output,omitempty"`
 }
 
 // setRuns fills LastRun (and the history -lock shows) from the lock's run
@@ -161,9 +167,13 @@ func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 	out := make([]LockRun, 0, len(l.Runs))
 	for _, r := range l.Runs {
 		run := LockRun{RunID: r.ID, Outcome: string(r.Outcome), Attempts: len(r.Attempts), MaxAttempts: maxAttempts}
+		if !r.NotBefore.IsZero() {
+			nb := r.NotBefore.UTC().Format(time.RFC3339Nano)
+			run.NotBefore = &nb
+		}
 		for _, a := range r.Attempts {
 			ra := LockRunAttempt{Attempt: a.Number, Outcome: string(a.Outcome), Node: a.Node, Session: a.Session,
-				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode}
+				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Output: a.Output}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
 				ra.Finished = &f
