@@ -229,7 +229,7 @@ func renderOutputs(w io.Writer, runs []LockRun) {
 			}
 			fmt.Fprintf(w, "\nStderr of %s attempt %d (its last %d bytes):\n", r.RunID, a.Attempt, len(a.Output))
 			for _, line := range strings.Split(strings.TrimRight(a.Output, "\n"), "\n") {
-				fmt.Fprintf(w, "  | %s\n", printable(line))
+				fmt.Fprintf(w, "  | %s\n", terminalSafe(line))
 			}
 		}
 	}
@@ -282,9 +282,9 @@ func renderQueue(w io.Writer, waiters string, q []QueueWaiter) {
 	_ = tw.Flush()
 }
 
-// printable is s with control characters other than tab shown as '?', so
+// terminalSafe is s with control characters other than tab shown as '?', so
 // that a command's stderr cannot drive the terminal status prints to.
-func printable(s string) string {
+func terminalSafe(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
 			return '?'
