@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // A command past run_once.max_runtime is sent SIGTERM at the deadline and,
@@ -25,8 +26,8 @@ func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
 		t.Fatalf("runner exited %d, want %d (max_runtime):\n%s", code, ExitMaxRuntime, a.out.String())
 	}
 	events := recordEvents(t, record)
-	start, term := events["start a"], events["term a"]
-	if start == 0 || term == 0 || events["end a"] != 0 {
+	term := events["term a"]
+	if events["start a"] == 0 || term == 0 || events["end a"] != 0 {
 		t.Fatalf("child events %v: want start and term (SIGTERM), and no end (it ignored SIGTERM and was killed)", events)
 	}
 	run := ledgerRun(t, l, "r1")
@@ -51,10 +52,25 @@ func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
 	}
 }
 
+// A lock without run_once: -max-runtime stops the command the same way
+// (SIGTERM, here obeyed) and the runner exits 118.
+func TestJobControl_maxRuntimeFlagStopsTheCommandOfAPlainLock(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	record := filepath.Join(t.TempDir(), "record")
+	p := startRun(t, "runner", runnerToken(t, prefix), []string{"-key", prefix + "/job", "-ttl", "10s", "-lock-delay", "0s", "-max-runtime", "1s"},
+		childArgs(record, "a", "-sleep", "5m")...)
+	if code := p.wait(time.Minute); code != ExitMaxRuntime {
+		t.Fatalf("runner exited %d, want %d:\n%s", code, ExitMaxRuntime, p.out.String())
+	}
+	if events := recordEvents(t, record); events["term a"] == 0 || events["end a"] == 0 {
+		t.Fatalf("child events %v: want SIGTERM, then its own end", events)
+	}
+}
+
 // After a failed attempt, the runner waiting for the lock starts attempt 2
 // only retry_after after the outcome (by the ledger's own times), holding
-// no session meanwhile; a runner of a lock without run_once honours
-// -max-runtime the same way.
+// no session meanwhile.
 func TestJobControl_attempt2StartsAfterRetryAfterAndNotBefore(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 2 * time.Second
