@@ -174,7 +174,9 @@ func isNetworkError(err error) bool {
 }
 
 var (
-	statusText = regexp.MustCompile(`^Unexpected response code: (\d{3}) \((.*)\)$`)
+	// statusText is the api's error for an answer but 200; some calls
+	// (Session().Renew) leave Consul's answer out.
+	statusText = regexp.MustCompile(`^Unexpected response code: (\d{3})(?: \((.*)\))?$`)
 	// failedTxnText is how api.KV.Txn reports any answer but 200 and 409:
 	// the body without its status. A read-only transaction cannot go
 	// through writeTxn (only KV.Txn sends ?consistent), so the status is

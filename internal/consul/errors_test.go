@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -178,4 +179,15 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr
+}
+
+// The api reports some refusals as "Unexpected response code: N" without
+// Consul's answer (Session().Renew): still classified by the status.
+func TestClassify_statusWithoutBody(t *testing.T) {
+	if k := Classify("renew", errors.New("Unexpected response code: 403")).Kind; k != KindPermissionDenied {
+		t.Errorf("403 without a body: %s, want permission denied", k)
+	}
+	if k := Classify("renew", errors.New("Unexpected response code: 500")).Kind; k != KindValidation {
+		t.Errorf("500 without a body: %s, want invalid input", k)
+	}
 }

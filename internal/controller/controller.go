@@ -120,6 +120,9 @@ type Controller struct {
 	// reaper: locks whose former holders' instances are to be removed
 	// (holderservice.go).
 	reaper holderReaper
+	// blind is why the registry watch sees no declaration although some
+	// may be there (a *consul.BlindError's text); nil when it can see.
+	blind atomic.Pointer[string]
 }
 
 // declVersion is the version of a declaration record the registry watch

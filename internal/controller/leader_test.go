@@ -154,7 +154,7 @@ func steppedDown(c *running, d time.Duration) bool {
 func TestLeader_profileStopsBeforeATakeOver(t *testing.T) {
 	r := lockmodel.NewStopRule(leaderProfile, LeaderGrace)
 	if !r.Feasible() {
-		t.Fatalf("leader profile: %s", r.Problem("LeaderGrace"))
+		t.Fatalf("leader profile: %s", r.Verdict())
 	}
 	if r.DeadBy()+r.Margin > r.TakeOverAfter() {
 		t.Fatalf("a cut-off leader stops acting %s after its last renewal; another may lead from %s", r.DeadBy(), r.TakeOverAfter())

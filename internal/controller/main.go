@@ -20,6 +20,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Main is the `controller` program:
@@ -27,7 +28,7 @@ import (
 //	controller -mode observe|repair|enforce -listen 127.0.0.1:9464 [-registry-prefix consul-lock]
 //	           [-register-service consullock-controller [-service-address HOST]]
 //
-// It reads the Consul CLI's CONSUL_* environment, logs JSON to stderr, and
+// It reads the Consul CLI's CONSUL_* environment, logs JSON (-log-format) to stderr, and
 // exits 0 after SIGTERM or SIGINT once it has stopped acting and released
 // its leader lock.
 func Main(ctx context.Context, args []string) int {
@@ -44,6 +45,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	grace := fs.Duration("apply-grace", compliance.DefaultApplyGrace, "how long after a declaration changes its object is left to the apply that wrote it (0 = none)")
 	noHA := fs.Bool("no-leader-election", false, "act without electing a leader: only for a single replica")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	var format logformat.Format
+	logformat.Var(fs, &format, logformat.JSON)
 	register := fs.String("register-service", "", "register the -listen endpoint with the Consul agent as a service of this name (for Prometheus's consul_sd), with an HTTP check on /readyz; deregistered on a clean stop. Needs service:write on the name")
 	advertise := fs.String("service-address", "", "with -register-service: the address Consul lists for the endpoint and its check calls (default: the -listen IP, or the node's address when -listen has none, e.g. :9464)")
 	fs.Usage = func() {
@@ -83,7 +86,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "controller: -log-level: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	log := logformat.New(stderr, format, lvl)
 
 	settings, err := consul.SettingsFromEnv()
 	if err != nil {
@@ -183,7 +186,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 // Handler serves /metrics, /healthz (the process is alive) and /readyz
-// (every watch has answered since start and none is failing now).
+// (every watch has answered since start, none is failing now, and the
+// token is not blind to the registry: consul.BlindError).
 func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
@@ -191,6 +195,11 @@ func (c *Controller) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if blind := c.blind.Load(); blind != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", *blind)
+			return
+		}
 		if failing := c.failing.Load(); !c.Ready() || failing > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: initial sync done=%v, failing watches=%d\n", c.Ready(), failing)

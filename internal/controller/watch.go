@@ -113,13 +113,22 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		return 0, consul.Classify("watch registry "+prefix, err)
 	}
 	if meta.filtered {
+		if err := c.checkBlind(ctx, prefix, false); err != nil {
+			return 0, err
+		}
 		return 0, filtered("watch registry "+prefix, "key:read", prefix)
 	}
 	if index != 0 && meta.lastIndex == index {
-		return index, nil // wait timed out without a change
+		// The wait timed out without a change; a token that was blind
+		// may have been granted read meanwhile.
+		if c.blind.Load() != nil {
+			c.noteVisibility(ctx, prefix)
+		}
+		return index, nil
 	}
 	c.registryListed = listed
 	declChanged, ledgersChanged := c.diffRecords(prefix, changes)
+	c.noteVisibility(ctx, prefix)
 	c.mu.Lock()
 	synced := c.registrySync
 	c.mu.Unlock()
@@ -177,6 +186,53 @@ func recordKind(prefix, key string) (string, bool) {
 		return kind, true
 	}
 	return "", false
+}
+
+// declarationsVisible reports whether the registry listing holds a
+// declaration (not only run ledgers or records that did not decode).
+func (c *Controller) declarationsVisible() bool {
+	for _, r := range c.records {
+		switch r.value.(type) {
+		case lockmodel.Lock, lockmodel.SessionProfile, lockmodel.ACLPolicySpec:
+			return true
+		}
+	}
+	return false
+}
+
+// checkBlind sets or clears c.blind. Seeing a declaration clears it;
+// otherwise consul.CheckListable (one request) decides whether nothing
+// visible may be a denial: it returns the *consul.BlindError then, or the
+// check's own error.
+func (c *Controller) checkBlind(ctx context.Context, prefix string, visible bool) error {
+	var err error
+	if !visible {
+		err = c.watcher.CheckListable(ctx, prefix)
+	}
+	if b, ok := consul.IsBlind(err); ok {
+		msg := b.Error()
+		if c.blind.Swap(&msg) == nil {
+			c.log.Warn("blind", "registry", prefix, "error", b.Error())
+		}
+		return b
+	}
+	if err != nil {
+		return err
+	}
+	if c.blind.Swap(nil) != nil {
+		c.log.Info("no longer blind", "registry", prefix)
+	}
+	return nil
+}
+
+// noteVisibility is checkBlind for an answer already applied: being
+// blind is for /readyz to say, and a failed check is logged and tried
+// again at the next answer.
+func (c *Controller) noteVisibility(ctx context.Context, prefix string) {
+	err := c.checkBlind(ctx, prefix, c.declarationsVisible())
+	if _, blind := consul.IsBlind(err); err != nil && !blind && ctx.Err() == nil {
+		c.log.Warn("cannot check whether the token may read the registry", "registry", prefix, "error", err.Error())
+	}
 }
 
 // diffRecords applies the changes a registry answer brought to c.records

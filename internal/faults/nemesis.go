@@ -51,13 +51,27 @@ const (
 	// lock-delay. Either way the stall is at most 2 x ttl + lock_delay
 	// (WaiterKillStalls).
 	FaultWaiterKill FaultKind = "waiter-kill"
+	// FaultOnceExit is a fault timed to a run-once command's exit: armed
+	// at At, it strikes when the next run-once command ends (the moment
+	// the job's guard applies its effect, just before the command exits)
+	// within OnceExitArmed, and is undone For later. Target says which:
+	// "client-freeze" (SIGSTOP the client agent of the runner whose
+	// command ends: its outcome transaction, renewals and all, meet a hung
+	// agent) or "leader-kill" (SIGKILL the Raft leader: no transaction
+	// commits until an election). Its checker: no runner exits 0 for a run
+	// whose ledger does not record that success (SuccessExitsNotRecorded).
+	FaultOnceExit FaultKind = "once-exit"
 )
+
+// OnceExitArmed is how long an armed FaultOnceExit waits for a run-once
+// command to end; one that saw none is skipped.
+const OnceExitArmed = 10 * time.Second
 
 // FaultKinds lists every kind, in the order the summary prints them.
 var FaultKinds = []FaultKind{
 	FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut, FaultRunnerFreeze, FaultRunnerKill,
 	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill, FaultClockSkew,
-	FaultWaiterKill,
+	FaultWaiterKill, FaultOnceExit,
 }
 
 // Step is one fault of a schedule: at At after the start, Kind on Target,
@@ -140,11 +154,12 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 	}
 	// busy: when a group of targets is free again.
 	busy := map[string]time.Duration{}
-	weights := []struct {
+	type weighted struct {
 		kind   FaultKind
 		weight int
 		group  string
-	}{
+	}
+	weights := []weighted{
 		{FaultLeaderKill, 2, "servers"},
 		{FaultClientFreeze, 2, "clients"},
 		{FaultClientKill, 2, "clients"},
@@ -157,10 +172,14 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 		{FaultPoolResize, 1, ""},
 		{FaultControllerKill, 2, "controllers"},
 		{FaultClockSkew, 2, "skews"},
+		{FaultOnceExit, 2, "servers"},
 		{FaultWaiterKill, 2, ""},
 	}
 	if len(cfg.Queued) == 0 {
 		weights = weights[:len(weights)-1] // no queued mutex: no waiter kills
+	}
+	if cfg.Once == "" {
+		weights = slices.DeleteFunc(weights, func(w weighted) bool { return w.kind == FaultOnceExit })
 	}
 	var steps []Step
 	limit := 0
@@ -244,11 +263,25 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 			}
 		case FaultWaiterKill:
 			s.Target = cfg.Queued[r.IntN(len(cfg.Queued))]
+		case FaultOnceExit:
+			s.Target, s.For = "leader-kill", between(cfg.MinFor, cfg.MaxFor)
+			if busy["clients"] <= at && r.IntN(2) == 1 {
+				s.Target = "client-freeze"
+			}
 		}
 		if group != "" {
 			// The group is busy until the fault is undone and a little
 			// after: a restarted server must be promoted to voter again.
 			busy[group] = max(busy[group], at+s.For+cfg.MinGap)
+		}
+		if kind == FaultOnceExit {
+			// It strikes up to OnceExitArmed after At: the servers (and,
+			// for a freeze, the clients) are busy until it is undone.
+			end := at + OnceExitArmed + s.For + cfg.MinGap
+			busy["servers"] = max(busy["servers"], end)
+			if s.Target == "client-freeze" {
+				busy["clients"] = max(busy["clients"], end)
+			}
 		}
 		steps = append(steps, s)
 	}
@@ -528,9 +561,12 @@ type OnceRun struct {
 	Outcome           string
 	Attempts          int
 	SucceededAttempts int
-	Exits             map[int]int // the run's runners' exit codes
-	Waves             int         // how many times its runners were started
-	LedgerError       string      // why the ledger could not be read
+	// AttemptOutcomes are the ledger's outcomes of the run's attempts, in
+	// order.
+	AttemptOutcomes []string
+	Exits           map[int]int // the run's runners' exit codes
+	Waves           int         // how many times its runners were started
+	LedgerError     string      // why the ledger could not be read
 	// Stopped: the end of the test stopped its runners (SIGTERM).
 	Stopped bool
 }
@@ -581,6 +617,24 @@ func RunOnceViolations(runs []OnceRun) (n int, evidence []string) {
 			continue
 		}
 		n++
+	}
+	return n, evidence
+}
+
+// SuccessExitsNotRecorded checks that a runner that exited 0 (with
+// -exit-code-if-done 122: it ran the command, which exited 0) did so for a
+// success the run ledger records: no run with more such runners than
+// succeeded attempts. One more is a runner that told its scheduler
+// "succeeded" while its attempt reads crashed (or running, or lost): the
+// next holder then ran the command again, or may. A runner whose outcome
+// could not be recorded must exit ExitOutcomeNotRecorded (120) instead.
+func SuccessExitsNotRecorded(runs []OnceRun) (n int, evidence []string) {
+	for _, r := range runs {
+		if r.Exits[0] > r.SucceededAttempts && r.LedgerError == "" {
+			n++
+			evidence = append(evidence, fmt.Sprintf("run %s: %d runners exited 0, the ledger records %d succeeded attempts (attempts: %s)",
+				r.ID, r.Exits[0], r.SucceededAttempts, strings.Join(r.AttemptOutcomes, ", ")))
+		}
 	}
 	return n, evidence
 }

@@ -161,6 +161,8 @@ type nemesis struct {
 	// skewExits the exits of the extra runners they started.
 	skewWindows []skewWindow
 	skewExits   map[int]int
+	// onceExit is the armed FaultOnceExit (nil: none).
+	onceExit *onceExit
 }
 
 type skewWindow struct {
@@ -411,8 +413,13 @@ func (n *nemesis) run(steps []Step) {
 		}
 		n.inject(i, s, &wg)
 	}
-	// The end of the schedule: undo every fault still in force.
+	// The end of the schedule: a fault timed to a command's exit that has
+	// not struck is skipped; every fault still in force is undone.
 	n.mu.Lock()
+	if n.onceExit != nil {
+		n.onceExit = nil
+		n.skipped[FaultOnceExit]++
+	}
 	pending := n.undos
 	n.undos = map[int]func(){}
 	n.mu.Unlock()
@@ -499,6 +506,10 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 		undo = n.skewClock(s)
 	case FaultWaiterKill:
 		ok = n.killFirstWaiter(i, n.target(s))
+	case FaultOnceExit:
+		n.armOnceExit(i, s, wg)
+		t.Logf("nemesis step %d: %s (armed for %s)", i, s, OnceExitArmed)
+		return
 	}
 	n.mu.Lock()
 	if ok {
@@ -508,6 +519,12 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 	}
 	n.mu.Unlock()
 	t.Logf("nemesis step %d: %s (injected: %v)", i, s, ok)
+	n.undoAfter(i, s, undo, wg)
+}
+
+// undoAfter runs undo (nil: none) s.For from now, or at the end of the
+// schedule.
+func (n *nemesis) undoAfter(i int, s Step, undo func(), wg *sync.WaitGroup) {
 	if undo == nil {
 		return
 	}
@@ -529,6 +546,80 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 		}
 		once()
 	}
+}
+
+// onceExit is an armed FaultOnceExit: step i, waiting for a run-once
+// command to end.
+type onceExit struct {
+	i  int
+	s  Step
+	wg *sync.WaitGroup
+}
+
+// armOnceExit arms step i: the next run-once command to end within
+// OnceExitArmed fires it (fireOnceExit); else it is skipped.
+func (n *nemesis) armOnceExit(i int, s Step, wg *sync.WaitGroup) {
+	a := &onceExit{i: i, s: s, wg: wg}
+	n.mu.Lock()
+	n.onceExit = a
+	n.mu.Unlock()
+	time.AfterFunc(OnceExitArmed, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.onceExit == a {
+			n.onceExit = nil
+			n.skipped[s.Kind]++
+		}
+	})
+}
+
+// fireOnceExit strikes the armed FaultOnceExit, if any, as the command of
+// run-once worker ends (the once front calls it before it answers the
+// command's end): the worker's client agent frozen, or the Raft leader
+// killed.
+func (n *nemesis) fireOnceExit(worker string) {
+	n.mu.Lock()
+	a := n.onceExit
+	n.onceExit = nil
+	if a != nil {
+		// Taken before the end of the schedule disarms: its undo is
+		// registered before run's Wait can return.
+		a.wg.Add(1)
+		defer a.wg.Done()
+	}
+	n.mu.Unlock()
+	if a == nil {
+		return
+	}
+	var undo func()
+	ok := false
+	switch a.s.Target {
+	case "client-freeze":
+		_, runner, _ := strings.Cut(worker, "/")
+		nodeName := runner[:max(strings.LastIndex(runner, "."), 0)]
+		for _, c := range n.cluster.Clients {
+			if c.Name != nodeName {
+				continue
+			}
+			n.markAll(fmt.Sprintf("nemesis: %s %s (%s: as the command of %s ends)", FaultClientFreeze, c.Name, FaultOnceExit, worker))
+			if err := c.Freeze(); err != nil {
+				n.errorf("freezing %s: %v", c.Name, err)
+				break
+			}
+			undo, ok = func() { _ = c.Thaw() }, true
+		}
+	default:
+		undo, ok = n.killLeader()
+	}
+	n.mu.Lock()
+	if ok {
+		n.injected[a.s.Kind]++
+	} else {
+		n.skipped[a.s.Kind]++
+	}
+	n.mu.Unlock()
+	n.t.Logf("nemesis step %d: %s struck as the command of %s ended (injected: %v)", a.i, a.s, worker, ok)
+	n.undoAfter(a.i, a.s, undo, a.wg)
 }
 
 func replicaIndex(target string) int {
@@ -933,6 +1024,7 @@ func (n *nemesis) check(steps []Step) {
 	onceRep := Check("nemesis once", onceLog, n.once.profile.WorstCaseGap())
 	runs := n.once.results()
 	onceViolations, onceEvidence := RunOnceViolations(runs)
+	unrecorded, unrecordedEvidence := SuccessExitsNotRecorded(runs)
 	mutexLog := n.mutex.store.Log()
 	type ephFigures struct{ executions, completed, racing int }
 	eph := map[*harness]*ephFigures{n.mutex: {}, n.handoff: {}}
@@ -1038,6 +1130,9 @@ func (n *nemesis) check(steps []Step) {
 		}},
 		{"fencing: semaphore holder whose token is not above one admitted before its runner started", inversions, func() string { return strings.Join(inversionExamples, "\n") }},
 		{"run once: run IDs not succeeded exactly once (effect applied twice, two succeeded attempts, a success without its effect, or more runners exiting 0 than commands completed)", onceViolations, func() string { return strings.Join(onceEvidence, "\n") + "\n" + dumpLog(onceLog) }},
+		{"run once: runners that exited 0 for a success the ledger does not record (their attempt read crashed)", unrecorded, func() string {
+			return strings.Join(unrecordedEvidence, "\n") + "\nsee the logs in " + n.once.dir
+		}},
 		{"runner exits the guide does not allow", unexpected + onceUnexpected, func() string {
 			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))
 		}},

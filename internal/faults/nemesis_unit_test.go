@@ -48,11 +48,21 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 			if s.Kind == FaultClockSkew && strings.HasPrefix(s.Target, "controller-") {
 				groups = append(groups, "controllers") // a replica restarted skewed
 			}
+			until := s.At + s.For
+			if s.Kind == FaultOnceExit {
+				// It strikes up to OnceExitArmed after At, on the servers'
+				// leader or on a client agent; either way no other fault
+				// on the servers meanwhile.
+				groups, until = []string{"servers"}, s.At+OnceExitArmed+s.For
+				if s.Target == "client-freeze" {
+					groups = append(groups, "clients")
+				}
+			}
 			for _, group := range groups {
 				if s.At < busyUntil[group] {
 					t.Fatalf("seed %d: %s overlaps an earlier fault on the %s", seed, s, group)
 				}
-				busyUntil[group] = s.At + s.For
+				busyUntil[group] = until
 			}
 			targets[s.Kind+" "+FaultKind(strings.TrimRight(s.Target, "0123456789"))] = true
 			switch s.Kind {
@@ -81,6 +91,10 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 					t.Errorf("seed %d: %s: a resize changes the limit (from %d) to one of 2, 3", seed, s, limit)
 				}
 				limit = s.Value
+			case FaultOnceExit:
+				if s.Target != "leader-kill" && s.Target != "client-freeze" || s.For <= 0 {
+					t.Errorf("seed %d: %s: want leader-kill or client-freeze, and a duration", seed, s)
+				}
 			case FaultClientFreeze, FaultClientKill, FaultClientCut:
 				if s.Target != "client-1" && s.Target != "client-2" && s.Target != "client-3" || s.For <= 0 {
 					t.Errorf("seed %d: %s: want client-1..3 and a duration", seed, s)
@@ -96,7 +110,7 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 			"runner-kill once", "session-destroy once", "key-delete once", "runner-freeze once", "runner-freeze mutex",
 			"clock-skew controller-", "clock-skew runner-",
 			"runner-kill handoff", "runner-freeze handoff", "session-destroy handoff", "key-delete handoff", "profile-change handoff",
-			"waiter-kill mutex", "waiter-kill handoff",
+			"waiter-kill mutex", "waiter-kill handoff", "once-exit leader-kill", "once-exit client-freeze",
 		} {
 			if !targets[want] {
 				t.Errorf("seed %d: no %s in 30 minutes", seed, want)
@@ -117,6 +131,34 @@ func TestSchedule_withoutQueuedMutexesKillsNoWaiter(t *testing.T) {
 				t.Fatalf("seed %d: %s with no queued mutex and no hand-off mutex configured", seed, s)
 			}
 		}
+	}
+}
+
+func TestSchedule_withoutARunOnceLockTimesNoFaultToItsExits(t *testing.T) {
+	cfg := unitScheduleConfig
+	cfg.Once = ""
+	for seed := uint64(1); seed <= 5; seed++ {
+		for _, s := range Schedule(seed, cfg) {
+			if s.Kind == FaultOnceExit || s.Target == "once" {
+				t.Fatalf("seed %d: %s with no run-once lock configured", seed, s)
+			}
+		}
+	}
+}
+
+func TestSuccessExitsNotRecorded(t *testing.T) {
+	runs := []OnceRun{
+		{ID: "ok", Exits: map[int]int{0: 1, 122: 2}, SucceededAttempts: 1, AttemptOutcomes: []string{"succeeded"}},
+		{ID: "exit-120", Exits: map[int]int{120: 1, 0: 1}, SucceededAttempts: 1, AttemptOutcomes: []string{"crashed", "succeeded"}},
+		// Issue 31: runner a exited 0, its attempt read crashed, b ran it again.
+		{ID: "ran-twice", Exits: map[int]int{0: 2}, SucceededAttempts: 1, AttemptOutcomes: []string{"crashed", "succeeded"}},
+		{ID: "lost-success", Exits: map[int]int{0: 1, 121: 2}, SucceededAttempts: 0, AttemptOutcomes: []string{"crashed", "failed"}},
+		{ID: "unread", Exits: map[int]int{0: 1}, LedgerError: "not in the ledger"},
+	}
+	n, evidence := SuccessExitsNotRecorded(runs)
+	if n != 2 || len(evidence) != 2 || !strings.Contains(evidence[0], "run ran-twice: 2 runners exited 0") ||
+		!strings.Contains(evidence[1], "crashed, failed") {
+		t.Fatalf("SuccessExitsNotRecorded = %d %q; want ran-twice and lost-success", n, evidence)
 	}
 }
 

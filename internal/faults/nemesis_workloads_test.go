@@ -34,7 +34,9 @@ import (
 // mutex workers' (nemesisAllowedExits), plus 121 (the run used up its
 // attempts) and 122 (-exit-code-if-done: the run had already succeeded,
 // the command was not started), from the runner guide's "Exit codes".
-var nemesisOnceAllowedExits = append([]int{lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct}, nemesisAllowedExits...)
+// 120 is the runner's ExitOutcomeNotRecorded: the command exited, its
+// outcome could not be recorded (a fault struck as it ended).
+var nemesisOnceAllowedExits = append([]int{lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct, 120}, nemesisAllowedExits...)
 
 const (
 	// onceWork is how long a run-once command works.
@@ -83,7 +85,7 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 		n.fatalf("%v", err)
 	}
 	t.Cleanup(o.store.Close)
-	o.url = newOnceFront(t, o.store)
+	o.url = newOnceFront(t, o.store, n.fireOnceExit)
 	name := fmt.Sprintf("faults-nemesis-once-%d", os.Getpid())
 	o.profile = lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: time.Second}
 	// The run-once lock's waiters race (no waiters declared), while the
@@ -139,7 +141,9 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 // newOnceFront serves the run-once store's writes with the job's own
 // guard (examples/run-once): the end of a run ID whose effect is applied
 // already is logged with OnceRepeatNote instead of applying it again.
-func newOnceFront(t *testing.T, store *Store) string {
+// ended is called with the worker of each end applied, before the answer
+// lets its command exit.
+func newOnceFront(t *testing.T, store *Store, ended func(worker string)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -162,10 +166,14 @@ func newOnceFront(t *testing.T, store *Store) string {
 			}
 		}
 		out := store.Apply(in)
-		if out.Accepted && out.Kind == KindEnd && id != "" {
+		applied := out.Accepted && out.Kind == KindEnd && id != ""
+		if applied {
 			done[id] = true
 		}
 		mu.Unlock()
+		if applied {
+			ended(in.Worker)
+		}
 		rw.Header().Set("Content-Type", "application/json")
 		if !out.Accepted {
 			rw.WriteHeader(http.StatusConflict)
@@ -316,6 +324,7 @@ func (o *onceWorkload) readLedger(run *OnceRun) {
 	r := ledger.Runs[i]
 	run.Outcome, run.Attempts = string(r.Outcome), len(r.Attempts)
 	for _, a := range r.Attempts {
+		run.AttemptOutcomes = append(run.AttemptOutcomes, string(a.Outcome))
 		if a.Outcome == lockmodel.RunSucceeded {
 			run.SucceededAttempts++
 		}

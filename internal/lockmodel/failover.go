@@ -117,53 +117,97 @@ func (r StopRule) DeadBy() time.Duration {
 	return r.LossAfter() + r.Grace
 }
 
-// Problem explains, with the numbers, why the rule is not feasible; "" when
-// it is. graceSource names where the grace comes from, e.g. "-grace" or
-// "the runner's default -grace".
-func (r StopRule) Problem(graceSource string) string {
+// Verdict says in one line, with the numbers, why the rule is not
+// feasible; "" when it is. Fix says what to change.
+func (r StopRule) Verdict() string {
 	if r.Feasible() {
 		return ""
 	}
-	need := r.RenewEvery + r.RenewTimeout + r.Grace + r.Margin
-	if r.HealthChecks {
-		return fmt.Sprintf("a holder cut off from Consul cannot be stopped in time: with health checks Consul may end "+
-			"the session the moment the node fails, and another holder may acquire lock_delay %s after the last renewal "+
-			"(lock_delay is clamped to %s), but the runner needs renew_every %s + renewal timeout %s + %s %s + margin %s = %s "+
-			"to renew, notice and kill. Raise lock_delay above %s, or lower renew_every or the grace",
-			FormatDuration(r.LockDelay), FormatDuration(MaxLockDelay), FormatDuration(r.RenewEvery), FormatDuration(r.RenewTimeout),
-			graceSource, FormatDuration(r.Grace), FormatDuration(r.Margin), FormatDuration(need), FormatDuration(need))
+	renew := fmt.Sprintf("renew_every %s + renewal timeout %s", FormatDuration(r.RenewEvery), FormatDuration(r.RenewTimeout))
+	if r.MinLossAfter() >= r.TTL {
+		return fmt.Sprintf("A holder must stop a ttl %s after its last renewal, but a renewal alone may take %s = %s.",
+			FormatDuration(r.TTL), renew, FormatDuration(r.MinLossAfter()))
 	}
-	return fmt.Sprintf("a holder cut off from Consul cannot be stopped in time: without health checks another holder may "+
-		"acquire 2 x ttl + lock_delay = %s after the last renewal, and the runner stops a holder at the latest a ttl (%s) "+
-		"without renewal, but it needs renew_every %s + renewal timeout %s to renew, and %s %s + margin %s more to kill. "+
-		"Raise ttl or lock_delay, or lower renew_every or the grace",
-		FormatDuration(r.TakeOverAfter()), FormatDuration(r.TTL), FormatDuration(r.RenewEvery), FormatDuration(r.RenewTimeout),
-		graceSource, FormatDuration(r.Grace), FormatDuration(r.Margin))
+	need := r.MinLossAfter() + r.Grace + r.Margin
+	takeOver := fmt.Sprintf("2 x ttl + lock_delay = %s", FormatDuration(r.TakeOverAfter()))
+	if r.HealthChecks {
+		takeOver = fmt.Sprintf("lock_delay %s", FormatDuration(r.LockDelay))
+		if r.LockDelay > MaxLockDelay {
+			takeOver = fmt.Sprintf("lock_delay %s (Consul's cap)", FormatDuration(MaxLockDelay))
+		}
+		takeOver += " (health checks)"
+	}
+	return fmt.Sprintf("Another holder may take over %s after a cut-off holder's last renewal, but stopping it takes %s + -grace %s + margin %s = %s.",
+		takeOver, renew, FormatDuration(r.Grace), FormatDuration(r.Margin), FormatDuration(need))
+}
+
+// Fix says in one line which attribute to set to what for the rule to be
+// feasible (with the same grace); "" when it is feasible.
+func (r StopRule) Fix() string {
+	if r.Feasible() {
+		return ""
+	}
+	attr, value, ok := r.fix()
+	switch {
+	case !ok:
+		return fmt.Sprintf("Set lock_delay = %q and lower renew_every, or give the runner a shorter -grace.", FormatDuration(MaxLockDelay))
+	case attr == "lock_delay":
+		return fmt.Sprintf("Set lock_delay = %q or longer.", FormatDuration(value))
+	default:
+		return fmt.Sprintf("Set renew_every = %q or shorter.", FormatDuration(value))
+	}
+}
+
+// fix is the smallest change of one attribute that makes the rule
+// feasible: lock_delay raised to a whole number of seconds (at most
+// MaxLockDelay), else renew_every lowered to a whole number of seconds
+// (or 500, 200, 100 ms). ok is false when neither alone does.
+func (r StopRule) fix() (attr string, value time.Duration, ok bool) {
+	for l := r.LockDelay.Truncate(time.Second) + time.Second; l <= MaxLockDelay; l += time.Second {
+		if r.with("lock_delay", l).Feasible() {
+			return "lock_delay", l, true
+		}
+	}
+	var candidates []time.Duration
+	for e := (r.RenewEvery - 1).Truncate(time.Second); e >= time.Second; e -= time.Second {
+		candidates = append(candidates, e)
+	}
+	for _, e := range append(candidates, 500*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond) {
+		if e < r.RenewEvery && r.with("renew_every", e).Feasible() {
+			return "renew_every", e, true
+		}
+	}
+	return "", 0, false
+}
+
+// with is r with lock_delay or renew_every (and its renewal timeout)
+// set to v.
+func (r StopRule) with(attr string, v time.Duration) StopRule {
+	switch attr {
+	case "lock_delay":
+		r.LockDelay = v
+	case "renew_every":
+		r.RenewEvery, r.RenewTimeout = v, RenewTimeout(v)
+	}
+	return r
 }
 
 // StopWarning is the plan warning for profile p when `consullock run` with
 // its default -grace cannot stop a holder cut off from Consul before
-// another may take over; nil when it can.
+// another may take over; nil when it can. Its detail is two lines: the
+// verdict and the fix.
 func (p SessionProfile) StopWarning() *Warning {
 	r := NewStopRule(p, DefaultRunnerGrace)
-	problem := r.Problem("the runner's default -grace")
-	if problem == "" {
+	if r.Feasible() {
 		return nil
 	}
+	field, _, ok := r.fix()
+	if !ok {
+		field = "lock_delay"
+	}
 	return &Warning{
-		Field:   "lock_delay",
+		Field:   field,
 		Summary: "Holders Cut Off From Consul Cannot Stop In Time",
-		Detail: fmt.Sprintf("With ttl %s, lock_delay %s, renew_every %s and %s, %s (assuming `consullock run` with its "+
-			"default -grace %s; a shorter -grace helps). The runner will stop its command %s after its last renewal, "+
-			"SIGKILL at %s, while another holder may start at %s.",
-			FormatDuration(r.TTL), FormatDuration(r.LockDelay), FormatDuration(r.RenewEvery), checksText(r.HealthChecks), problem,
-			FormatDuration(DefaultRunnerGrace), FormatDuration(r.LossAfter()), FormatDuration(r.DeadBy()), FormatDuration(r.TakeOverAfter())),
+		Detail:  r.Verdict() + "\n" + r.Fix(),
 	}
-}
-
-func checksText(health bool) string {
-	if health {
-		return "health checks (node_checks/service_checks)"
-	}
-	return "no health checks"
 }

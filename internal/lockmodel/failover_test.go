@@ -76,8 +76,8 @@ func TestStopRule(t *testing.T) {
 			if tc.feasible && r.LossAfter() <= r.MinLossAfter() {
 				t.Errorf("feasible, yet a healthy holder whose renewal takes the whole timeout would lose the lock")
 			}
-			if problem := r.Problem("-grace"); (problem == "") != tc.feasible {
-				t.Errorf("Problem = %q, feasible %v", problem, tc.feasible)
+			if verdict := r.Verdict(); (verdict == "") != tc.feasible {
+				t.Errorf("Verdict = %q, feasible %v", verdict, tc.feasible)
 			}
 		})
 	}
@@ -100,17 +100,96 @@ func TestNewStopRuleUsesTheProfileWithDefaults(t *testing.T) {
 	}
 }
 
-func TestStopWarningNamesTheAttributesAndNumbers(t *testing.T) {
+func TestStopWarningIsTheVerdictThenTheFix(t *testing.T) {
 	if w := (SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second}).StopWarning(); w != nil {
 		t.Fatalf("Consul's defaults are feasible with the default grace, got %+v", w)
 	}
-	w := SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}.StopWarning()
+	p := SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}
+	w := p.StopWarning()
 	if w == nil {
 		t.Fatal("lock_delay 1s with serfHealth: want a warning")
 	}
-	for _, want := range []string{"lock_delay 1s", "renew_every 3.333333333s", "ttl 10s", "default -grace 5s", "node_checks"} {
+	r := NewStopRule(p, DefaultRunnerGrace)
+	if w.Detail != r.Verdict()+"\n"+r.Fix() || w.Field != "lock_delay" {
+		t.Errorf("warning on %s:\n%s\nwant the verdict, then the fix, on lock_delay", w.Field, w.Detail)
+	}
+	for _, want := range []string{"lock_delay 1s", "renew_every 3.333333333s", "-grace 5s", `lock_delay = "12s"`} {
 		if !strings.Contains(w.Detail, want) {
 			t.Errorf("warning detail does not say %q:\n%s", want, w.Detail)
 		}
+	}
+}
+
+// TestStopRuleVerdictAndFix: an infeasible rule has a one-line verdict
+// with the numbers and a one-line fix naming one attribute and a value;
+// applying that fix makes the rule feasible. A feasible rule has neither.
+func TestStopRuleVerdictAndFix(t *testing.T) {
+	s := time.Second
+	cases := []struct {
+		name       string
+		profile    SessionProfile
+		grace      time.Duration
+		verdict    []string // substrings
+		attr       string
+		value      time.Duration
+		feasible   bool
+		fixSays    string
+		verdictLen int
+	}{
+		{name: "Consul's defaults", profile: SessionProfile{TTL: 15 * s, LockDelay: 15 * s}, grace: DefaultRunnerGrace, feasible: true},
+		{
+			name: "the quickstart's profile before: lock_delay 2s with serfHealth", profile: SessionProfile{TTL: 10 * s, LockDelay: 2 * s}, grace: DefaultRunnerGrace,
+			verdict: []string{"lock_delay 2s", "11.333333333s", "renew_every 3.333333333s", "renewal timeout 2s", "grace 5s", "margin 1s"},
+			attr:    "lock_delay", value: 12 * s, fixSays: `Set lock_delay = "12s" or longer`,
+		},
+		{
+			name: "lock_delay 0 with health checks", profile: SessionProfile{TTL: 10 * s, LockDelay: 0, RenewEvery: 3 * s}, grace: 0,
+			verdict: []string{"lock_delay 0s", "6s"}, attr: "lock_delay", value: 7 * s,
+		},
+		{
+			name: "renew_every too slow for its ttl", profile: SessionProfile{TTL: 10 * s, LockDelay: 60 * s, RenewEvery: 9 * s}, grace: DefaultRunnerGrace,
+			verdict: []string{"ttl 10s", "renew_every 9s", "11s"}, attr: "renew_every", value: 7 * s, fixSays: `Set renew_every = "7s" or shorter`,
+		},
+		{
+			name: "no health checks, grace longer than ttl", profile: SessionProfile{TTL: 10 * s, LockDelay: 0, NodeChecks: []string{}}, grace: 20 * s,
+			verdict: []string{"2 x ttl + lock_delay = 20s", "grace 20s"}, attr: "lock_delay", value: 7 * s,
+		},
+		{
+			name: "need above the 60s lock_delay cap", profile: SessionProfile{TTL: 3 * time.Minute, LockDelay: 15 * s, RenewEvery: 58 * s}, grace: DefaultRunnerGrace,
+			verdict: []string{"lock_delay 15s", "1m6s"}, attr: "renew_every", value: 6 * s,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewStopRule(tc.profile, tc.grace)
+			v, f := r.Verdict(), r.Fix()
+			if tc.feasible {
+				if v != "" || f != "" || !r.Feasible() {
+					t.Fatalf("feasible rule: verdict %q, fix %q", v, f)
+				}
+				return
+			}
+			if r.Feasible() || v == "" || f == "" {
+				t.Fatalf("infeasible rule: feasible %v, verdict %q, fix %q", r.Feasible(), v, f)
+			}
+			for _, want := range tc.verdict {
+				if !strings.Contains(v, want) {
+					t.Errorf("verdict does not say %q: %s", want, v)
+				}
+			}
+			if strings.Contains(v+f, "\n") || len(v) > 240 || len(f) > 120 {
+				t.Errorf("not two short lines (%d, %d chars):\n%s\n%s", len(v), len(f), v, f)
+			}
+			attr, value, ok := r.fix()
+			if !ok || attr != tc.attr || value != tc.value {
+				t.Fatalf("fix = %s %s (%v), want %s %s", attr, value, ok, tc.attr, tc.value)
+			}
+			if !strings.Contains(f, attr) || !strings.Contains(f, `"`+FormatDuration(value)+`"`) || !strings.Contains(f, tc.fixSays) {
+				t.Errorf("fix text %q does not name %s = %q (%q)", f, attr, FormatDuration(value), tc.fixSays)
+			}
+			if fixed := r.with(attr, value); !fixed.Feasible() {
+				t.Errorf("the fix %s = %s leaves the rule infeasible: %s", attr, value, fixed.Verdict())
+			}
+		})
 	}
 }

@@ -63,11 +63,14 @@ const (
 	DefaultKeepOutput = 0
 
 	// Upper bounds of a ledger record's parts other than kept output, in
-	// encoded bytes: an attempt (a 256-byte node name escaped, session,
-	// token, two times, exit code, outcome, keys), a run (a 128-byte run ID,
-	// outcome, not_before, keys) and the record's envelope.
+	// encoded bytes: an attempt (a 256-byte node name and a 512-byte loss
+	// reason, each escaped to at most twice its size as runners write them,
+	// without control characters; session, token, two times, exit code,
+	// outcome, keys), a run (a 128-byte run ID, outcome, not_before, keys),
+	// the full list of pruned runs and the record's envelope.
 	ledgerAttemptOverhead = 2048
 	ledgerRunOverhead     = 512
+	ledgerPrunedBytes     = MaxPrunedRuns * (MaxRunIDLength + 40)
 	ledgerEnvelope        = 1024
 )
 
@@ -171,6 +174,7 @@ type AttemptResult struct {
 	Outcome  RunOutcome
 	ExitCode *int   // nil when there is none
 	Output   string // TailOutput of the command's stderr; "" when not kept
+	Reason   string // why a lost attempt's lock was lost; "" otherwise
 }
 
 // KeepOutputBudget is the largest -keep-output a lock with keep runs of
@@ -179,7 +183,7 @@ type AttemptResult struct {
 // MaxLedgerBytes. 0 when nothing fits.
 func KeepOutputBudget(keep, maxAttempts int) int {
 	keep, maxAttempts = max(keep, 1), max(maxAttempts, 1)
-	per := (MaxLedgerBytes-ledgerEnvelope-keep*ledgerRunOverhead)/(keep*maxAttempts) - ledgerAttemptOverhead
+	per := (MaxLedgerBytes-ledgerEnvelope-ledgerPrunedBytes-keep*ledgerRunOverhead)/(keep*maxAttempts) - ledgerAttemptOverhead
 	return min(max(per, 0), MaxKeepOutput)
 }
 

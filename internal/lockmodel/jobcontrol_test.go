@@ -190,8 +190,9 @@ func FuzzTailOutput(f *testing.F) {
 }
 
 // The documented bound: keep runs of max_attempts attempts, each with the
-// largest output the lock allows, the worst bytes (each escaped to 6) and
-// the longest names, fit Consul's limit on a KV value.
+// largest output the lock allows of the worst bytes (each escaped to 6),
+// the longest node names and loss reasons (escaped to twice their size)
+// and a full list of pruned runs, fit Consul's limit on a KV value.
 func TestKeepOutputBudget_aFullLedgerFitsConsulsLimit(t *testing.T) {
 	for _, c := range []struct{ keep, attempts int }{{20, 3}, {1, 1}, {5, 10}, {100, 5}, {1000, 1}} {
 		size := KeepOutputBudget(c.keep, c.attempts)
@@ -202,14 +203,17 @@ func TestKeepOutputBudget_aFullLedgerFitsConsulsLimit(t *testing.T) {
 			continue
 		}
 		worst := TailOutput([]byte(strings.Repeat("\x01", size)), size)
-		node := strings.Repeat("\x02", 256)
+		node := strings.Repeat(`"`, 256)
 		l := Ledger{Lock: strings.Repeat("n", 128)}
+		for p := range MaxPrunedRuns {
+			l.Pruned = append(l.Pruned, PrunedRun{ID: fmt.Sprintf("p%0*d", MaxRunIDLength-1, p), Outcome: RunSucceeded})
+		}
 		for r := 0; r < c.keep; r++ {
-			run := Run{ID: fmt.Sprintf("%0*d", MaxRunIDLength, r), Outcome: RunFailed, NotBefore: t0}
+			run := Run{ID: fmt.Sprintf("%0*d", MaxRunIDLength, r), Outcome: RunLost, NotBefore: t0}
 			for a := 1; a <= c.attempts; a++ {
 				run.Attempts = append(run.Attempts, Attempt{Number: a, Node: node, Session: nodeA.Session, FencingToken: ^uint64(0),
 					Started: t0.Add(123456789 * time.Nanosecond), Finished: t0.Add(987654321 * time.Nanosecond), ExitCode: code(255),
-					Outcome: RunFailed, Output: worst})
+					Outcome: RunLost, Output: worst, Reason: strings.Repeat(`"`, MaxAttemptReason)})
 			}
 			l.Runs = append(l.Runs, run)
 		}

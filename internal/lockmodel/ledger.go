@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // The run ledger: per lock, the runs of a run-once job and their attempts,
@@ -87,7 +88,15 @@ type Attempt struct {
 	// Output is the tail of the command's stderr (-keep-output, TailOutput);
 	// "" when not kept.
 	Output string
+	// Reason is, for a lost attempt, why the runner decided the lock was
+	// lost (its loss reason, at most MaxAttemptReason bytes); "" when
+	// unknown.
+	Reason string
 }
+
+// MaxAttemptReason bounds an attempt's reason, so that a lost attempt
+// costs a bounded part of the ledger (MaxLedgerBytes).
+const MaxAttemptReason = 512
 
 // Run is one run ID's history.
 type Run struct {
@@ -114,6 +123,75 @@ func (r Run) Succeeded() (Attempt, bool) {
 type Ledger struct {
 	Lock string
 	Runs []Run // most recently begun first
+	// Pruned is what remains of the done runs Prune dropped (most recently
+	// pruned first), at most MaxPrunedRuns; Forgotten what fell off it.
+	Pruned    []PrunedRun
+	Forgotten Forgotten
+}
+
+// PrunedRun is a run Prune dropped from Runs that is done: its ID and its
+// outcome, succeeded or exhausted. Begin does not run it again. Pruned
+// runs that are not done (failed, lost or crashed with attempts left) are
+// not kept: run again, they start over at attempt 1.
+type PrunedRun struct {
+	ID      string
+	Outcome RunOutcome // RunSucceeded or RunExhausted
+}
+
+// MaxPrunedRuns bounds Ledger.Pruned: past it, the oldest pruned runs are
+// forgotten (Forgotten). About 50 bytes each in the record.
+const MaxPrunedRuns = 1000
+
+// Forgotten counts the done runs that fell off Ledger.Pruned, and Through
+// is the latest of their run IDs that is an RFC 3339 time (a run_once
+// period slot's ID; zero when none was): Begin refuses a run ID it cannot
+// find that is such a time at or before Through, since it may be a
+// forgotten run that succeeded. Any other run ID it cannot find is new to
+// it.
+type Forgotten struct {
+	Runs    int
+	Through time.Time
+}
+
+// ErrRunForgotten: Begin was asked for a run ID that is not in the ledger
+// but may be one of the runs it forgot (Forgotten): it is not run.
+var ErrRunForgotten = errors.New("the run may be one the ledger has forgotten")
+
+// prunedRun finds run id among the pruned runs.
+func (l Ledger) prunedRun(id string) (PrunedRun, bool) {
+	for _, p := range l.Pruned {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return PrunedRun{}, false
+}
+
+// forgets reports whether run id, not in the ledger, may be a run the
+// ledger forgot: a time at or before Forgotten.Through.
+func (l Ledger) forgets(id string) bool {
+	if l.Forgotten.Runs == 0 || l.Forgotten.Through.IsZero() {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, id)
+	return err == nil && !t.After(l.Forgotten.Through)
+}
+
+// DoneRun is run id when it is done (succeeded, or attempts used up under
+// maxAttempts), from Runs or Pruned; ok is false otherwise. A pruned run
+// has no attempts.
+func (l Ledger) DoneRun(id string, maxAttempts int) (Run, bool) {
+	if i := l.Find(id); i >= 0 {
+		r := l.Runs[i]
+		if _, ok := r.Succeeded(); ok || r.Outcome == RunExhausted && len(r.Attempts) >= maxAttempts {
+			return r, true
+		}
+		return Run{}, false
+	}
+	if p, ok := l.prunedRun(id); ok {
+		return Run{ID: p.ID, Outcome: p.Outcome}, true
+	}
+	return Run{}, false
 }
 
 // Find returns the index of run id in l.Runs, or -1.
@@ -137,7 +215,7 @@ func (l Ledger) LastRun() (Run, bool) {
 // clone copies l deeply enough that editing a copy's runs and attempts
 // leaves l as it was.
 func (l Ledger) clone() Ledger {
-	out := Ledger{Lock: l.Lock, Runs: make([]Run, len(l.Runs))}
+	out := Ledger{Lock: l.Lock, Runs: make([]Run, len(l.Runs)), Pruned: slices.Clone(l.Pruned), Forgotten: l.Forgotten}
 	for i, r := range l.Runs {
 		r.Attempts = slices.Clone(r.Attempts)
 		out.Runs[i] = r
@@ -198,8 +276,12 @@ type BeginDecision struct {
 	// to write (the holder's own attempt already recorded, or a run
 	// already marked exhausted).
 	Changed bool
-	// Succeeded is the attempt that succeeded (BeginAlreadySucceeded).
+	// Succeeded is the attempt that succeeded (BeginAlreadySucceeded);
+	// zero for a pruned run (Pruned).
 	Succeeded Attempt
+	// Pruned: the run is done, as the ledger's pruned runs say (no
+	// attempts kept).
+	Pruned bool
 	// Attempts are the run's attempts (BeginExhausted, BeginWait).
 	Attempts []Attempt
 	// NotBefore is when the next attempt may start (BeginWait).
@@ -221,8 +303,12 @@ type BeginDecision struct {
 //     starts. Failed, lost and crashed runs are thus retried until
 //     maxAttempts, and raising max_attempts gives an exhausted run more.
 //
-// A new run goes first in the ledger. Begin never prunes (see Prune). It
-// refuses an invalid run ID or maxAttempts, and a holder without session.
+// A run no longer in Runs but among the pruned runs is done: succeeded
+// (AlreadySucceeded) or exhausted (Exhausted, with no attempts), with
+// Pruned set. A run ID in neither that may be a forgotten run (Forgotten)
+// is refused with ErrRunForgotten. A new run goes first in the ledger.
+// Begin never prunes (see Prune). It refuses an invalid run ID or
+// maxAttempts, and a holder without session.
 func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (BeginDecision, error) {
 	return l.BeginWith(id, h, AttemptPolicy{MaxAttempts: maxAttempts}, now)
 }
@@ -244,6 +330,17 @@ func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time
 	out := l.clone()
 	i := out.Find(id)
 	if i < 0 {
+		if p, ok := l.prunedRun(id); ok {
+			if p.Outcome == RunSucceeded {
+				return BeginDecision{Kind: BeginAlreadySucceeded, Ledger: l, Pruned: true}, nil
+			}
+			return BeginDecision{Kind: BeginExhausted, Ledger: l, Pruned: true}, nil
+		}
+		if l.forgets(id) {
+			return BeginDecision{}, fmt.Errorf("%w: run %q is not in the ledger of lock %q, which has forgotten %d pruned runs with run IDs up to %s "+
+				"(it remembers the last %d pruned runs that succeeded or used up their attempts); not running it",
+				ErrRunForgotten, id, l.Lock, l.Forgotten.Runs, l.Forgotten.Through.UTC().Format(time.RFC3339Nano), MaxPrunedRuns)
+		}
 		out.Runs = slices.Insert(out.Runs, 0, Run{ID: id, Outcome: RunRunning})
 		i = 0
 	}
@@ -304,12 +401,23 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 	return l.FinishWith(id, n, AttemptResult{Outcome: outcome, ExitCode: exitCode}, AttemptPolicy{}, now)
 }
 
-// FinishWith is Finish of result res (also "timed_out", and the kept
-// output) under policy p: a retried outcome of the latest attempt sets
-// the run's NotBefore to now plus p's wait (jobcontrol.go) while attempts
-// remain.
+// FinishWithReason is Finish that also records, for a lost attempt, why
+// the lock was lost (cut to MaxAttemptReason bytes). Another outcome
+// keeps no reason: a command that exited by itself ended the attempt,
+// whatever happened to the lock afterwards.
+func (l Ledger) FinishWithReason(id string, n int, outcome RunOutcome, exitCode *int, reason string, now time.Time) (Ledger, error) {
+	return l.FinishWith(id, n, AttemptResult{Outcome: outcome, ExitCode: exitCode, Reason: reason}, AttemptPolicy{}, now)
+}
+
+// FinishWith is Finish of result res (also "timed_out", the kept output
+// and a lost attempt's reason) under policy p: a retried outcome of the
+// latest attempt sets the run's NotBefore to now plus p's wait
+// (jobcontrol.go) while attempts remain.
 func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy, now time.Time) (Ledger, error) {
-	outcome, exitCode := res.Outcome, res.ExitCode
+	outcome, exitCode, reason := res.Outcome, res.ExitCode, res.Reason
+	if outcome != RunLost {
+		reason = ""
+	}
 	switch outcome {
 	case RunSucceeded, RunFailed, RunLost, RunTimedOut:
 	default:
@@ -339,7 +447,7 @@ func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy,
 	out := l.clone()
 	run := &out.Runs[i]
 	at := &run.Attempts[j]
-	at.Outcome, at.Finished, at.Output = outcome, now.UTC(), res.Output
+	at.Outcome, at.Finished, at.Output, at.Reason = outcome, now.UTC(), res.Output, truncateReason(reason)
 	if exitCode != nil {
 		c := *exitCode
 		at.ExitCode = &c
@@ -353,13 +461,29 @@ func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy,
 	return out, nil
 }
 
+// truncateReason cuts reason to MaxAttemptReason bytes, on a rune
+// boundary.
+func truncateReason(reason string) string {
+	if len(reason) <= MaxAttemptReason {
+		return reason
+	}
+	cut := MaxAttemptReason - len("...")
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + "..."
+}
+
 func equalExitCodes(a, b *int) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // Prune keeps the keep most recently begun runs, and run current (the one
 // being written) wherever it is: the ledger stays bounded, and the holder
-// that writes it never drops its own run.
+// that writes it never drops its own run. Of the runs it drops, those that
+// are done (succeeded, exhausted) go first in Pruned, as their ID and
+// outcome, so that Begin never runs them again; past MaxPrunedRuns the
+// oldest are forgotten (Forgotten).
 func (l Ledger) Prune(keep int, current string) Ledger {
 	if keep < 1 {
 		keep = 1
@@ -367,9 +491,33 @@ func (l Ledger) Prune(keep int, current string) Ledger {
 	if len(l.Runs) <= keep {
 		return l
 	}
-	out := Ledger{Lock: l.Lock, Runs: slices.Clone(l.Runs[:keep])}
+	out := Ledger{Lock: l.Lock, Runs: slices.Clone(l.Runs[:keep]), Forgotten: l.Forgotten}
+	dropped := slices.Clone(l.Runs[keep:])
 	if i := l.Find(current); i >= keep {
+		// The run current replaces was begun after every other dropped.
+		replaced := out.Runs[keep-1]
 		out.Runs[keep-1] = l.Runs[i]
+		dropped = slices.Delete(dropped, i-keep, i-keep+1)
+		dropped = slices.Insert(dropped, 0, replaced)
+	}
+	for _, r := range dropped {
+		_, succeeded := r.Succeeded()
+		switch {
+		case succeeded:
+			out.Pruned = append(out.Pruned, PrunedRun{ID: r.ID, Outcome: RunSucceeded})
+		case r.Outcome == RunExhausted:
+			out.Pruned = append(out.Pruned, PrunedRun{ID: r.ID, Outcome: RunExhausted})
+		}
+	}
+	out.Pruned = append(out.Pruned, l.Pruned...)
+	if len(out.Pruned) > MaxPrunedRuns {
+		for _, p := range out.Pruned[MaxPrunedRuns:] {
+			out.Forgotten.Runs++
+			if t, err := time.Parse(time.RFC3339Nano, p.ID); err == nil && t.After(out.Forgotten.Through) {
+				out.Forgotten.Through = t.UTC()
+			}
+		}
+		out.Pruned = slices.Clip(out.Pruned[:MaxPrunedRuns])
 	}
 	return out
 }

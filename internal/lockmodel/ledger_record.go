@@ -25,6 +25,23 @@ func RunLedgerKey(registryPrefix, lock string) string {
 type LedgerSpec struct {
 	Lock string    `json:"lock"`
 	Runs []RunSpec `json:"runs"`
+	// Pruned and Forgotten are absent while empty: a ledger that never
+	// pruned a done run is what earlier versions wrote.
+	Pruned    []PrunedRunSpec `json:"pruned,omitempty"`
+	Forgotten *ForgottenSpec  `json:"forgotten,omitempty"`
+}
+
+// PrunedRunSpec is one pruned run in a LedgerSpec.
+type PrunedRunSpec struct {
+	RunID   string `json:"run_id"`
+	Outcome string `json:"outcome"`
+}
+
+// ForgottenSpec is a LedgerSpec's Forgotten; through is null when no
+// forgotten run ID was a time.
+type ForgottenSpec struct {
+	Runs    int     `json:"runs"`
+	Through *string `json:"through"`
 }
 
 // RunSpec is one run in a LedgerSpec.
@@ -51,6 +68,8 @@ type AttemptSpec struct {
 	// Output is the tail of the command's stderr (-keep-output); absent
 	// when not kept.
 	Output string `json:"output,omitempty"`
+	// Reason: why a lost attempt was lost; absent when unknown.
+	Reason string `json:"reason,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -76,7 +95,7 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 		for _, a := range r.Attempts {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
-				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
+				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome), Reason: a.Reason,
 				Output: a.Output,
 			}
 			if !a.Finished.IsZero() {
@@ -86,6 +105,16 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 			rs.Attempts = append(rs.Attempts, as)
 		}
 		spec.Runs = append(spec.Runs, rs)
+	}
+	for _, p := range l.Pruned {
+		spec.Pruned = append(spec.Pruned, PrunedRunSpec{RunID: p.ID, Outcome: string(p.Outcome)})
+	}
+	if l.Forgotten.Runs > 0 || !l.Forgotten.Through.IsZero() {
+		spec.Forgotten = &ForgottenSpec{Runs: l.Forgotten.Runs}
+		if !l.Forgotten.Through.IsZero() {
+			th := l.Forgotten.Through.UTC().Format(time.RFC3339Nano)
+			spec.Forgotten.Through = &th
+		}
 	}
 	if _, err := ledgerFromSpec(spec); err != nil {
 		return nil, err
@@ -190,6 +219,35 @@ func ledgerFromSpec(spec LedgerSpec) (Ledger, error) {
 		}
 		l.Runs = append(l.Runs, run)
 	}
+	if len(spec.Pruned) > MaxPrunedRuns {
+		bad("pruned", fmt.Sprintf("%d runs", len(spec.Pruned)), fmt.Sprintf("at most %d pruned runs", MaxPrunedRuns))
+	}
+	for i, ps := range spec.Pruned {
+		pf := fmt.Sprintf("pruned[%d]", i)
+		add(validateRunID(pf+".run_id", ps.RunID))
+		if seen[ps.RunID] {
+			bad(pf+".run_id", ps.RunID, "each run ID at most once, in runs or pruned")
+		}
+		seen[ps.RunID] = true
+		o := RunOutcome(ps.Outcome)
+		if o != RunSucceeded && o != RunExhausted {
+			bad(pf+".outcome", ps.Outcome, outcomesAllowed([]RunOutcome{RunSucceeded, RunExhausted}))
+		}
+		l.Pruned = append(l.Pruned, PrunedRun{ID: ps.RunID, Outcome: o})
+	}
+	if f := spec.Forgotten; f != nil {
+		if f.Runs < 1 {
+			bad("forgotten.runs", fmt.Sprint(f.Runs), "1 or more (absent when none was forgotten)")
+		}
+		l.Forgotten.Runs = f.Runs
+		if f.Through != nil {
+			t, err := time.Parse(time.RFC3339Nano, *f.Through)
+			if err != nil {
+				bad("forgotten.through", truncate(*f.Through, 40), "an RFC 3339 time such as \"2026-12-01T00:00:00Z\", or null")
+			}
+			l.Forgotten.Through = t.UTC()
+		}
+	}
 	if len(errs) > 0 {
 		return Ledger{}, recordError(RecordKindRunLedger, spec.Lock, errs)
 	}
@@ -201,9 +259,15 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 	bad := func(f, value, allowed string) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
-	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome), Output: as.Output}
+	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome), Reason: as.Reason, Output: as.Output}
 	if len(as.Output) > MaxKeepOutput {
 		bad("output", fmt.Sprintf("%d bytes", len(as.Output)), fmt.Sprintf("at most %d bytes of the command's stderr", MaxKeepOutput))
+	}
+	switch {
+	case as.Reason != "" && a.Outcome != RunLost:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q attempt has a reason", RunLost))
+	case len(as.Reason) > MaxAttemptReason:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("at most %d bytes", MaxAttemptReason))
 	}
 	if as.Node == "" || len(as.Node) > 256 {
 		bad("node", truncate(as.Node, 40), "the holder's node name, 1 to 256 bytes")

@@ -58,6 +58,8 @@ func TestDecodeLedger_refusesWhatItCannotTrust(t *testing.T) {
 		{"not JSON", `{"schema_version":1,`, []string{"not a JSON object"}, false},
 		{"truncated", ledgerRecord[:len(ledgerRecord)/2], []string{"not a JSON object"}, false},
 		{"newer schema", edit(`"schema_version":1`, `"schema_version":2`), []string{"newer consullock"}, true},
+		{"a reason on a succeeded attempt", edit(`"exit_code":0,"outcome":"succeeded"`, `"exit_code":0,"outcome":"succeeded","reason":"x"`),
+			[]string{"runs[0].attempts[1].reason", "lost"}, false},
 		{"a lock record", lockRecord, []string{`"lock" record, not "run_ledger"`}, false},
 		{"names differ", edit(`"lock":"nightly"`, `"lock":"other"`), []string{`has a spec named "other"`}, false},
 		{"runs not a list", edit(`"runs":[`, `"runs":{"x":[`)[:0] + `{"schema_version":1,"kind":"run_ledger","name":"n","spec":{"lock":"n","runs":{}}}`, []string{"unreadable spec"}, false},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -241,5 +242,149 @@ func TestPrune_keepsTheNewestAndNeverTheCurrentRun(t *testing.T) {
 	}
 	if len(l.Runs) != 5 {
 		t.Error("Prune changed the ledger it was given")
+	}
+}
+
+// TestFinishWithReason: a lost attempt records why (the runner's loss
+// reason, as it logged it), bounded to MaxAttemptReason bytes; the reason
+// survives the record; other outcomes may carry none, and Finish records
+// none.
+func TestFinishWithReason(t *testing.T) {
+	started := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
+	why := "the token lost session:write on worker-1: no successful session renewal for 5.3s"
+	l, err := started.FinishWithReason("r1", 1, RunLost, nil, why, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Runs[0].Attempts[0]; a.Outcome != RunLost || a.Reason != why {
+		t.Fatalf("attempt %+v, want lost with the reason", a)
+	}
+	checkLedger(t, l)
+	b, _ := EncodeLedger(l)
+	if !strings.Contains(string(b), `"reason":"the token lost session:write on worker-1`) {
+		t.Errorf("the record does not carry the reason: %s", b)
+	}
+	long, err := started.FinishWithReason("r1", 1, RunLost, nil, strings.Repeat("x", 2*MaxAttemptReason), t0)
+	if err != nil || len(long.Runs[0].Attempts[0].Reason) > MaxAttemptReason {
+		t.Fatalf("a long reason: %v, %d bytes kept", err, len(long.Runs[0].Attempts[0].Reason))
+	}
+	checkLedger(t, long)
+	if l, err := started.FinishWithReason("r1", 1, RunSucceeded, code(0), why, t0); err != nil || l.Runs[0].Attempts[0].Reason != "" {
+		t.Errorf("a succeeded attempt (the command exited, then the lock was lost): %v, reason %q; want none", err, l.Runs[0].Attempts[0].Reason)
+	}
+	if l := finish(t, started, "r1", 1, RunLost, nil, t0); l.Runs[0].Attempts[0].Reason != "" {
+		t.Error("Finish recorded a reason")
+	}
+	b, _ = EncodeLedger(finish(t, started, "r1", 1, RunLost, nil, t0))
+	if strings.Contains(string(b), "reason") {
+		t.Errorf("an attempt without a reason has the field: %s", b)
+	}
+}
+
+// Issue 31, item 5a: a run pruned from the ledger after keep newer runs
+// is not forgotten: run again with the same ID (an explicit -run-id used as
+// an idempotency key, a scheduler retrying an old launch), it is not run.
+func TestBegin_aPrunedRunThatSucceededIsNotRunAgain(t *testing.T) {
+	l := Ledger{Lock: "nightly"}
+	for i := range 5 {
+		id := fmt.Sprintf("r%d", i)
+		l = finish(t, begin(t, l, id, nodeA, 3, t0).Ledger, id, 1, RunSucceeded, code(0), t0).Prune(3, id)
+	}
+	if l.Find("r0") >= 0 {
+		t.Fatalf("r0 was not pruned: %+v", l)
+	}
+	checkLedger(t, l)
+	if d := begin(t, l, "r0", nodeB, 3, t0); d.Kind != BeginAlreadySucceeded || d.Changed {
+		t.Fatalf("Begin(pruned r0) = %v (changed %v), want already succeeded, nothing written", d.Kind, d.Changed)
+	}
+}
+
+func TestPrune_keepsDoneRunsCompactlyAndForgetsPastTheBound(t *testing.T) {
+	l := Ledger{Lock: "nightly"}
+	// r0 exhausted (1 attempt of 1, failed), r1 failed with attempts left,
+	// r2.. succeeded.
+	l = finish(t, begin(t, l, "r0", nodeA, 1, t0).Ledger, "r0", 1, RunFailed, code(3), t0)
+	l = begin(t, l, "r0", nodeB, 1, t0).Ledger // marks it exhausted
+	l = finish(t, begin(t, l, "r1", nodeA, 3, t0).Ledger, "r1", 1, RunFailed, code(3), t0)
+	l = finish(t, begin(t, l, "r2", nodeA, 3, t0).Ledger, "r2", 1, RunSucceeded, code(0), t0)
+	l = l.Prune(1, "r2")
+	if want := []PrunedRun{{"r0", RunExhausted}}; !reflect.DeepEqual(l.Pruned, want) {
+		t.Fatalf("pruned %+v, want %+v (r1, not done, is not kept)", l.Pruned, want)
+	}
+	checkLedger(t, l)
+	if d := begin(t, l, "r0", nodeC, 1, t0); d.Kind != BeginExhausted || !d.Pruned || d.Changed {
+		t.Errorf("Begin(pruned exhausted r0) = %+v, want exhausted, pruned, nothing written", d)
+	}
+	if d := begin(t, l, "r1", nodeC, 3, t0); d.Kind != BeginRun || d.Attempt != 1 {
+		t.Errorf("Begin(pruned failed r1) = %+v, want attempt 1 of a fresh run", d)
+	}
+	if r, ok := l.DoneRun("r0", 1); !ok || r.Outcome != RunExhausted {
+		t.Errorf("DoneRun(r0) = %+v %v", r, ok)
+	}
+
+	// The current run kept in place of a newer one: the newer one goes
+	// first among the pruned.
+	l = Ledger{Lock: "nightly"}
+	for _, id := range []string{"a", "b", "c"} {
+		l = finish(t, begin(t, l, id, nodeA, 3, t0).Ledger, id, 1, RunSucceeded, code(0), t0)
+	}
+	if got := l.Prune(1, "a"); len(got.Runs) != 1 || got.Runs[0].ID != "a" ||
+		!reflect.DeepEqual(got.Pruned, []PrunedRun{{"c", RunSucceeded}, {"b", RunSucceeded}}) {
+		t.Errorf("Prune(1, a) = %+v", got)
+	}
+
+	// Past MaxPrunedRuns: slot run IDs (times) up to the newest forgotten
+	// one are refused; other run IDs are new.
+	l = Ledger{Lock: "every-minute"}
+	slot := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	id := func(i int) string { return slot.Add(time.Duration(i) * time.Minute).Format(time.RFC3339) }
+	n := MaxPrunedRuns + 20 + 3
+	for i := range n {
+		l = finish(t, begin(t, l, id(i), nodeA, 3, t0).Ledger, id(i), 1, RunSucceeded, code(0), t0).Prune(20, id(i))
+	}
+	if len(l.Pruned) != MaxPrunedRuns || l.Forgotten.Runs != 3 || !l.Forgotten.Through.Equal(slot.Add(2*time.Minute)) {
+		t.Fatalf("pruned %d, forgotten %+v; want %d and 3 through %s", len(l.Pruned), l.Forgotten, MaxPrunedRuns, id(2))
+	}
+	checkLedger(t, l)
+	for i := range 3 {
+		if _, err := l.Begin(id(i), nodeB, 3, t0); !errors.Is(err, ErrRunForgotten) || !strings.Contains(err.Error(), "remembers the last 1000") {
+			t.Errorf("Begin(forgotten %s) = %v, want ErrRunForgotten naming the bound", id(i), err)
+		}
+	}
+	if d := begin(t, l, id(3), nodeB, 3, t0); d.Kind != BeginAlreadySucceeded || !d.Pruned {
+		t.Errorf("Begin(oldest remembered %s) = %+v, want already succeeded", id(3), d)
+	}
+	if d := begin(t, l, "manual-1", nodeB, 3, t0); d.Kind != BeginRun {
+		t.Errorf("Begin(a new run ID that is not a time) = %+v, want run", d)
+	}
+	if d := begin(t, l, id(n+5), nodeB, 3, t0); d.Kind != BeginRun {
+		t.Errorf("Begin(a later slot) = %+v, want run", d)
+	}
+	if b, err := EncodeLedger(l); err != nil || len(b) > 150*1024 {
+		t.Errorf("the ledger with %d pruned runs encodes to %d bytes (%v)", len(l.Pruned), len(b), err)
+	} else {
+		t.Logf("MEASURED a ledger of 20 runs (1 attempt each) and %d pruned runs: %d bytes", len(l.Pruned), len(b))
+	}
+}
+
+func TestDecodeLedger_refusesBadPrunedRuns(t *testing.T) {
+	l := Ledger{Lock: "nightly", Pruned: []PrunedRun{{"r0", RunSucceeded}}}
+	b, err := EncodeLedger(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, field string }{
+		{`"outcome":"succeeded"`, `"outcome":"failed"`, "pruned[0].outcome"},
+		{`"run_id":"r0"`, `"run_id":"bad id"`, "pruned[0].run_id"},
+		{`"pruned":[`, `"forgotten":{"runs":0,"through":null},"pruned":[`, "forgotten.runs"},
+		{`"pruned":[`, `"forgotten":{"runs":2,"through":"yesterday"},"pruned":[`, "forgotten.through"},
+	} {
+		bad := strings.Replace(string(b), c.from, c.to, 1)
+		if bad == string(b) {
+			t.Fatalf("%s: %q not in %s", c.field, c.from, b)
+		}
+		if _, err := DecodeLedger([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("DecodeLedger with a bad %s: %v", c.field, err)
+		}
 	}
 }

@@ -221,6 +221,22 @@ func FormatDuration(d time.Duration) string {
 	return d.String()
 }
 
+// ShortDuration is d as a user writes it: FormatDuration without trailing
+// zero minutes and seconds ("1h", "1h30m", "2m", "90s" for 1m30s stays
+// "1m30s"; "0s"). It parses back to d. The provider puts it in state read
+// back from a record (an import), so that the usual spelling in the
+// configuration plans no change.
+func ShortDuration(d time.Duration) string {
+	s := FormatDuration(d)
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // ConsulDuration is the text to send in a session create request. It is
 // always explicit ("0s", "15s"): the Go api omits a zero LockDelay and the
 // server then applies its 15s default, so "0s" must be written out.

@@ -378,3 +378,16 @@ func FuzzValidateSessionProfile(f *testing.F) {
 		}
 	})
 }
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 15 * time.Second: "15s", time.Minute: "1m", 90 * time.Second: "1m30s", time.Hour: "1h",
+		90 * time.Minute: "1h30m", time.Hour + 5*time.Second: "1h0m5s", 24 * time.Hour: "24h", 3333333333: "3.333333333s",
+	} {
+		got := ShortDuration(d)
+		back, err := time.ParseDuration(got)
+		if got != want || err != nil || back != d {
+			t.Errorf("ShortDuration(%s) = %q (parses to %s, %v), want %q", d, got, back, err, want)
+		}
+	}
+}

@@ -40,6 +40,10 @@ type HoldOptions struct {
 	// a TLS, handshake on the hand-over's path). The same settings as the
 	// hold's client.
 	WatchClient *consul.Client
+	// Clock is the wall clock of what the hold writes for other processes
+	// to compare with their own clocks: the hand-off's started (waiters =
+	// "handoff"). The zero Clock is the system's.
+	Clock lockmodel.Clock
 	// Log gets the hold's events; the hold adds the key to each line.
 	Log *slog.Logger
 	// Observed, when set, is called with every observation of the renewer
@@ -96,8 +100,8 @@ func (e *LostError) Error() string { return e.Reason }
 func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, error) {
 	log := o.Log.With("key", o.Lock.Key)
 	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
-	if problem := rule.Problem("its grace"); problem != "" && !o.RuleWarned {
-		log.Warn("this holder cannot be sure to stop before another takes over", "detail", problem)
+	if verdict := rule.Verdict(); verdict != "" && !o.RuleWarned {
+		log.Warn("holders cut off from Consul cannot stop in time", "verdict", verdict, "fix", rule.Fix())
 	}
 	s := o.Session
 	if s == nil {
@@ -108,6 +112,9 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, o.Lock, o.Profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
+	if m, ok := h.proto.(*mutex); ok {
+		m.clock = o.Clock
+	}
 	if w, ok := h.proto.(watchVia); ok && o.WatchClient != nil {
 		w.watchVia(o.WatchClient)
 	}

@@ -60,6 +60,10 @@ type Observation struct {
 	At time.Time
 	// Detail says what was seen, for the loss message and the log.
 	Detail string
+	// Cause is, for a renewal Consul refused, what the refusal means for
+	// the hold ("the token lost session:write on web-1"); it leads the
+	// loss reason when no renewal succeeds after it.
+	Cause string
 }
 
 // Verdict is the judge's decision.
@@ -91,7 +95,9 @@ type Verdict struct {
 type LossJudge struct {
 	rule        lockmodel.StopRule
 	lastContact time.Time
-	decided     Verdict
+	// cause is the Cause of the latest refused renewal since lastContact.
+	cause   string
+	decided Verdict
 }
 
 // NewLossJudge starts judging a session created (or last renewed) at
@@ -108,7 +114,11 @@ func (j *LossJudge) Observe(o Observation) Verdict {
 	switch o.Kind {
 	case ObsRenewed:
 		if o.At.After(j.lastContact) {
-			j.lastContact = o.At
+			j.lastContact, j.cause = o.At, ""
+		}
+	case ObsRenewFailed:
+		if o.Cause != "" && o.At.After(j.lastContact) {
+			j.cause = o.Cause
 		}
 	case ObsSessionGone:
 		j.decided = Verdict{Lost: true, Reason: "the session no longer exists (renewal answered 404): " +
@@ -137,7 +147,11 @@ func (j *LossJudge) Check(now time.Time) Verdict {
 			"and another holder may acquire from %s after the last renewal on (the command must be dead by then, %s grace included)",
 			lockmodel.FormatDuration(r.LossAfter()), lockmodel.FormatDuration(r.TakeOverAfter()), lockmodel.FormatDuration(r.Grace))
 	}
-	j.decided = Verdict{Lost: true, Reason: fmt.Sprintf("no successful session renewal for %s, %s", since.Round(time.Millisecond), why)}
+	reason := fmt.Sprintf("no successful session renewal for %s, %s", since.Round(time.Millisecond), why)
+	if j.cause != "" {
+		reason = j.cause + ": " + reason
+	}
+	j.decided = Verdict{Lost: true, Reason: reason}
 	return j.decided
 }
 

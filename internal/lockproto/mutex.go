@@ -46,6 +46,8 @@ type mutex struct {
 	// (followQueue, waiters = "handoff"), so that the release does not
 	// wait for a listing.
 	queueSeen atomic.Pointer[api.KVPairs]
+	// clock dates the hand-off (HoldOptions.Clock).
+	clock lockmodel.Clock
 }
 
 func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }

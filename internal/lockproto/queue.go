@@ -3,7 +3,6 @@ package lockproto
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -258,7 +257,7 @@ func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs 
 	for _, p := range pairs {
 		values[p.Key] = p.Value
 	}
-	next, ok := lockmodel.NextHolder(QueueEntries(pairs), values, s.ID, time.Now())
+	next, ok := lockmodel.NextHolder(QueueEntries(pairs), values, s.ID, m.clock.Now())
 	if !ok {
 		return false, false
 	}

@@ -178,7 +178,7 @@ func RenewLoop(ctx context.Context, c *consul.Client, id string, every, timeout 
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, timeout)
-		entry, _, err := c.Session().Renew(id, (&api.WriteOptions{}).WithContext(rctx))
+		entry, err := c.RenewSession(rctx, id)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -187,7 +187,8 @@ func RenewLoop(ctx context.Context, c *consul.Client, id string, every, timeout 
 		next := every - time.Since(sent)
 		switch {
 		case err != nil:
-			o = Observation{Session: id, Kind: ObsRenewFailed, At: sent, Detail: consul.Classify("renew session "+id, err).Error()}
+			e := consul.Classify("renew session "+id, err)
+			o = Observation{Session: id, Kind: ObsRenewFailed, At: sent, Detail: e.Error(), Cause: RefusalCause(e)}
 			next = min(renewRetry, every)
 		case entry == nil:
 			o = Observation{Session: id, Kind: ObsSessionGone, At: sent, Detail: "session " + id}
@@ -204,6 +205,24 @@ func RenewLoop(ctx context.Context, c *consul.Client, id string, every, timeout 
 		}
 		timer.Reset(max(next, 0))
 	}
+}
+
+// RefusalCause is what a request Consul refused means for a holder: "the
+// token lost session:write on web-1" for a 403 naming the permission,
+// "the token is invalid or expired" for an unknown token; "" for any
+// other error.
+func RefusalCause(e *consul.Error) string {
+	switch {
+	case e == nil:
+		return ""
+	case e.Kind == consul.KindPermissionDenied && e.Permission != "":
+		return fmt.Sprintf("the token lost %s on %s", e.Permission, e.Resource)
+	case e.Kind == consul.KindPermissionDenied:
+		return "the token lost a permission (HTTP 403)"
+	case e.Kind == consul.KindInvalidToken:
+		return "the token is invalid or expired"
+	}
+	return ""
 }
 
 // sessionLockDelay returns the lock-delay of session id when the token may

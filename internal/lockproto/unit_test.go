@@ -87,6 +87,16 @@ func TestLossJudge(t *testing.T) {
 			{&Observation{Kind: ObsRenewFailed, At: at(5 * time.Second), Detail: "connection refused"}, 5 * time.Second, false, ""},
 			{nil, 7*time.Second + time.Millisecond, true, "no successful session renewal for 7.001s"},
 		}},
+		{"renewals refused with 403 name the lost permission in the loss", delayRule, []step{
+			{&Observation{Kind: ObsRenewFailed, At: at(2 * time.Second), Cause: "the token lost session:write on web-1"}, 2 * time.Second, false, ""},
+			{nil, 7*time.Second + time.Millisecond, true, "the token lost session:write on web-1: no successful session renewal for 7.001s"},
+		}},
+		{"a refusal followed by a renewal is forgotten", delayRule, []step{
+			{&Observation{Kind: ObsRenewFailed, At: at(2 * time.Second), Cause: "the token lost session:write on web-1"}, 2 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewed, At: at(3 * time.Second)}, 3 * time.Second, false, ""},
+			{&Observation{Kind: ObsRenewFailed, At: at(5 * time.Second), Detail: "connection refused"}, 5 * time.Second, false, ""},
+			{nil, 10*time.Second + time.Millisecond, true, "no successful session renewal for 7.001s"},
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,7 +109,8 @@ func TestLossJudge(t *testing.T) {
 				if !v.Lost {
 					v = j.Check(at(s.now))
 				}
-				if v.Lost != s.lost || (s.lost && !strings.Contains(v.Reason, s.about)) {
+				if v.Lost != s.lost || (s.lost && !strings.Contains(v.Reason, s.about)) ||
+					(v.Lost && strings.Contains(v.Reason, "lost session:write") && !strings.Contains(s.about, "lost session:write")) {
 					t.Fatalf("step %d: verdict %+v, want lost=%v about %q", i, v, s.lost, s.about)
 				}
 			}

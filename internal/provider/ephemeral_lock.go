@@ -355,7 +355,7 @@ func (e *lockEphemeral) Renew(ctx context.Context, req ephemeral.RenewRequest, r
 	rule := lockmodel.NewStopRule(h.Profile, 0)
 	sent := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, rule.RenewTimeout)
-	entry, _, err := e.data.client.Session().Renew(h.Session, (&api.WriteOptions{}).WithContext(rctx))
+	entry, err := e.data.client.RenewSession(rctx, h.Session)
 	cancel()
 	if err == nil && entry != nil {
 		err = e.checkHeld(ctx, h)

@@ -101,6 +101,9 @@ func TestExamples_fmtAndValidate(t *testing.T) {
 			if strings.HasSuffix(rel, "/import-by-identity") || underHeldLock[rel] {
 				return // these plan only against existing objects or inside a held lock
 			}
+			if config, ok := declaredElsewhere[rel]; ok {
+				declare(t, *tofu, config)
+			}
 			out, err := runTofu(work, "plan", "-no-color", "-input=false", "-lock=false")
 			if err != nil {
 				t.Fatalf("tofu plan %s: %v\n%s", rel, err, out)
@@ -153,9 +156,8 @@ func exampleWarnings(out string) []string {
 // "outside the declared locks" check only speaks when there are some.
 func declareOtherLock(t *testing.T, tofu testenv.Tofu) {
 	t.Helper()
-	tofu.Dir = t.TempDir()
 	name := strings.ReplaceAll(testenv.UniquePrefix("other"), "/", "-")
-	config := fmt.Sprintf(`
+	declare(t, tofu, fmt.Sprintf(`
 resource "consullock_session_defaults" "other" {
   name = %[1]q
 }
@@ -165,16 +167,82 @@ resource "consullock_lock" "other" {
   prefix           = "other/%[1]s"
   session_defaults = consullock_session_defaults.other.name
 }
-`, name)
+`, name))
+}
+
+// declaredElsewhere are the locks that the reference pages' policy and
+// token snippets grant on: a policy's locks are declared in the same
+// configuration or another one, as here.
+var declaredElsewhere = map[string]string{
+	"examples/resources/consullock_acl_policy": `
+resource "consullock_session_defaults" "fast" {
+  name       = "fast"
+  ttl        = "15s"
+  lock_delay = "15s"
+}
+resource "consullock_lock" "nightly_report" {
+  name             = "nightly-report"
+  prefix           = "jobs/nightly-report"
+  session_defaults = consullock_session_defaults.fast.name
+}
+resource "consullock_lock" "reindex" {
+  name             = "reindex"
+  prefix           = "jobs/reindex"
+  limit            = 3
+  session_defaults = consullock_session_defaults.fast.name
+}
+resource "consullock_lock" "nightly_ingest" {
+  name             = "nightly-ingest"
+  prefix           = "jobs/nightly-ingest"
+  waiters          = "queue"
+  session_defaults = consullock_session_defaults.fast.name
+}
+resource "consullock_lock" "scheduler" {
+  name             = "scheduler"
+  prefix           = "service/scheduler"
+  session_defaults = consullock_session_defaults.fast.name
+}
+`,
+	"examples/resources/consullock_acl_token": `
+resource "consullock_session_defaults" "fast" {
+  name       = "fast"
+  ttl        = "15s"
+  lock_delay = "15s"
+}
+resource "consullock_lock" "nightly_report" {
+  name             = "nightly-report"
+  prefix           = "jobs/nightly-report"
+  session_defaults = consullock_session_defaults.fast.name
+}
+`,
+	"examples/ephemeral-resources/consullock_acl_token": `
+resource "consullock_session_defaults" "fast" {
+  name       = "fast"
+  ttl        = "15s"
+  lock_delay = "15s"
+}
+resource "consullock_lock" "migrations" {
+  name             = "migrations"
+  prefix           = "locks/prod/migrations"
+  session_defaults = consullock_session_defaults.fast.name
+}
+`,
+}
+
+// declare applies config in a directory of its own and destroys it when
+// the test ends.
+func declare(t *testing.T, tofu testenv.Tofu, config string) {
+	t.Helper()
+	tofu.Dir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(tofu.Dir, "main.tf"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := tofu.Run(context.Background(), "apply", "-auto-approve", "-no-color", "-input=false"); err != nil {
-		t.Fatalf("declaring another lock: %v\n%s", err, out)
+		t.Fatalf("declaring %s: %v\n%s", config, err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := tofu.Run(context.Background(), "destroy", "-auto-approve", "-no-color", "-input=false"); err != nil {
-			t.Errorf("destroying the other lock: %v\n%s", err, out)
+			t.Errorf("destroying %s: %v\n%s", config, err, out)
 		}
 	})
 }

@@ -77,6 +77,8 @@ type retryModel struct {
 type providerData struct {
 	client         *consul.Client
 	registryPrefix string
+	// planned are the declarations of the current plan (ModifyPlan).
+	planned *plannedDeclarations
 }
 
 func (p *consullockProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -269,7 +271,7 @@ func (p *consullockProvider) Configure(ctx context.Context, req provider.Configu
 		}
 		return
 	}
-	data := &providerData{client: client, registryPrefix: registryPrefix}
+	data := &providerData{client: client, registryPrefix: registryPrefix, planned: newPlannedDeclarations()}
 	resp.ResourceData = data
 	resp.DataSourceData = data
 	resp.EphemeralResourceData = data

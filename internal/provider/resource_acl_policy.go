@@ -312,7 +312,12 @@ func (r *aclPolicyResource) inputWarnings(ctx context.Context, in lockmodel.Rule
 		}
 	}
 	// With no lock declared, every key would be "outside the declared locks":
-	// say nothing rather than something useless.
+	// say nothing rather than something useless. The locks this plan
+	// declares count as declared.
+	if lockPrefixes != nil && r.data != nil {
+		names, paths := r.data.planned.locks()
+		lockPrefixes, lockNames = append(lockPrefixes, paths...), append(lockNames, names...)
+	}
 	ws := in.Warnings(lockPrefixes)
 	return append(ws, lockmodel.SessionNodePrefixWarnings(in.SessionNodePrefixes, lockNames)...)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -301,6 +302,10 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		plan.Key = key
 	}
 	plan.Flags, plan.RegistryKey = flags, registryKey
+	if r.data != nil {
+		r.data.planned.addLock(knownString(plan.Name), knownString(plan.Prefix), knownString(plan.Key))
+	}
+	r.checkProfileAtPlan(ctx, req, plan, &resp.Diagnostics)
 	var state lockResourceModel
 	if !req.State.Raw.IsNull() {
 		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
@@ -330,6 +335,39 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+// knownString is v's value, "" when null or unknown.
+func knownString(v types.String) string {
+	if v.IsNull() || v.IsUnknown() {
+		return ""
+	}
+	return v.ValueString()
+}
+
+// checkProfileAtPlan makes a session_defaults name that is neither
+// declared in this plan nor recorded in Consul a plan error, as apply
+// would find it (profileNotFound). A name unknown at plan, unchanged
+// from the state, or that Consul cannot be asked about is left to apply.
+func (r *lockResource) checkProfileAtPlan(ctx context.Context, req resource.ModifyPlanRequest, plan lockResourceModel, diags *diag.Diagnostics) {
+	name := knownString(plan.SessionDefaults)
+	if r.data == nil || name == "" || r.data.planned.hasProfile(name) {
+		return
+	}
+	if !req.State.Raw.IsNull() {
+		var prior types.String
+		if d := req.State.GetAttribute(ctx, path.Root("session_defaults"), &prior); !d.HasError() && knownString(prior) == name {
+			return
+		}
+	}
+	_, found, err := r.data.client.Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, name)
+	if err != nil {
+		tflog.Debug(ctx, "cannot read the session profile at plan; apply checks it", map[string]any{"session_defaults": name, "error": err.Error()})
+		return
+	}
+	if !found {
+		r.profileNotFound(lockmodel.Lock{SessionDefaults: name}, diags)
+	}
 }
 
 // computed returns what ModifyPlan computes from a lock's inputs, unknown
@@ -709,7 +747,7 @@ func (r *lockResource) profileKey(l lockmodel.Lock) string {
 
 func (r *lockResource) profileNotFound(l lockmodel.Lock, diags *diag.Diagnostics) {
 	diags.AddAttributeError(path.Root("session_defaults"), "Session Profile Not Found",
-		fmt.Sprintf("session_defaults is %q, but no session profile of that name is recorded under registry prefix %q (key %s). "+
+		fmt.Sprintf("session_defaults is %q, but no session profile of that name is declared in this configuration or recorded under registry prefix %q (key %s). "+
 			"Declare it with a consullock_session_defaults resource named %q, and set session_defaults = consullock_session_defaults.<resource name>.name "+
 			"so that the profile is created before the lock.", l.SessionDefaults, r.data.registryPrefix, r.profileKey(l), l.SessionDefaults))
 }

@@ -67,15 +67,15 @@ resource "consullock_lock" "test" {
 		CheckDestroy:             checkKeysGone(key, recordKey),
 		Steps: []resource.TestStep{
 			{
-				// Written as the record writes them, so that the import
-				// below reads back the same strings.
-				Config: cfg(`run_once = { period = "24h0m0s", offset = "2h0m0s" }`),
+				// Written as a user writes them; the import below reads the
+				// same strings back (lockmodel.ShortDuration).
+				Config: cfg(`run_once = { period = "24h", offset = "2h" }`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once"), knownvalue.ObjectExact(map[string]knownvalue.Check{
-						"period": knownvalue.StringExact("24h0m0s"), "offset": knownvalue.StringExact("2h0m0s"),
+						"period": knownvalue.StringExact("24h"), "offset": knownvalue.StringExact("2h"),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
 						"max_runtime": knownvalue.Null(), "retry_after": knownvalue.Null(), "retry_backoff": knownvalue.Float64Exact(2),
 						"schedule": knownvalue.Null(), "time_zone": knownvalue.Null(), "starting_deadline": knownvalue.Null(),
@@ -163,7 +163,7 @@ resource "consullock_lock" "test" {
 		CheckDestroy:             checkKeysGone(key, recordKey),
 		Steps: []resource.TestStep{
 			{
-				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", starting_deadline = "10m0s" }`),
+				Config: cfg(`run_once = { schedule = "30 2 * * *", time_zone = "Europe/Berlin", starting_deadline = "10m" }`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					// The next slots are known at plan, in the zone's offset.
 					PreApply: []plancheck.PlanCheck{
@@ -175,7 +175,7 @@ resource "consullock_lock" "test" {
 					statecheck.ExpectKnownValue(addr, runOnce, knownvalue.ObjectExact(map[string]knownvalue.Check{
 						"schedule": knownvalue.StringExact("30 2 * * *"), "time_zone": knownvalue.StringExact("Europe/Berlin"),
 						"max_runtime": knownvalue.Null(), "retry_after": knownvalue.Null(), "retry_backoff": knownvalue.Float64Exact(2),
-						"starting_deadline": knownvalue.StringExact("10m0s"), "period": knownvalue.Null(), "offset": knownvalue.Null(),
+						"starting_deadline": knownvalue.StringExact("10m"), "period": knownvalue.Null(), "offset": knownvalue.Null(),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin}),
 					})),

@@ -777,7 +777,7 @@ resource "consullock_lock" "test" {
   name             = "imported"
   prefix           = "%s/imported"
   session_defaults = consullock_session_defaults.fast.name
-  max_hold         = "45m0s"
+  max_hold         = "45m"
   description      = "Import me"
 }
 `, p)
@@ -799,6 +799,7 @@ resource "consullock_lock" "test" {
 				ImportStateId:                        "fast",
 				ImportStateVerify:                    true,
 				ImportStateVerifyIdentifierAttribute: "name",
+				ImportStateVerifyIgnore:              []string{"renew_every"}, // the ttl's default: imported null
 			},
 			{
 				ResourceName:  "consullock_lock.test",
@@ -825,7 +826,7 @@ resource "consullock_lock" "test" {
   session_defaults = "missing-profile"
 }
 `, p),
-				ExpectError: diagRE(fmt.Sprintf(`session_defaults is "missing-profile", but no session profile of that name is recorded under registry prefix %q`, reg),
+				ExpectError: diagRE(fmt.Sprintf(`session_defaults is "missing-profile", but no session profile of that name is declared in this configuration or recorded under registry prefix %q`, reg),
 					`Declare it with a consullock_session_defaults resource named "missing-profile"`),
 			},
 		},

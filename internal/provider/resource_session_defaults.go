@@ -220,8 +220,13 @@ func (m *sessionDefaultsModel) setProfile(p lockmodel.SessionProfile, registryKe
 	m.TTL = keepDuration(m.TTL, p.TTL)
 	m.LockDelay = keepDuration(m.LockDelay, p.LockDelay)
 	m.Behavior = types.StringValue(string(p.Behavior))
-	m.RenewEvery = keepDuration(m.RenewEvery, p.RenewEvery)
-	m.WorstCaseGap = keepDuration(m.WorstCaseGap, p.WorstCaseGap())
+	if !m.RenewEvery.IsNull() || p.RenewEvery != lockmodel.DefaultRenewEvery(p.TTL) {
+		m.RenewEvery = keepDuration(m.RenewEvery, p.RenewEvery)
+	}
+	// else: read with no prior value (an import) and the default of the
+	// ttl: it stays null, so that -generate-config-out does not pin it and
+	// it keeps following ttl (ModifyPlan keeps it null while ttl stays).
+	m.WorstCaseGap = keepDurationAs(m.WorstCaseGap, p.WorstCaseGap(), lockmodel.FormatDuration)
 	checks := make([]attr.Value, 0, len(p.NodeChecks))
 	for _, c := range p.NodeChecks {
 		checks = append(checks, types.StringValue(c))
@@ -306,9 +311,13 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 		return
 	}
 	if cfg.RenewEvery.IsNull() {
-		if unknown["ttl"] {
+		switch {
+		case unknown["ttl"]:
 			plan.RenewEvery = timetypes.NewGoDurationUnknown()
-		} else {
+		case r.importedDefaultRenewEvery(ctx, req, p.TTL):
+			plan.RenewEvery = timetypes.NewGoDurationNull()
+			p.RenewEvery = lockmodel.DefaultRenewEvery(p.TTL)
+		default:
 			plan.RenewEvery = keepDuration(plan.RenewEvery, lockmodel.DefaultRenewEvery(p.TTL))
 			p.RenewEvery = lockmodel.DefaultRenewEvery(p.TTL)
 		}
@@ -316,10 +325,11 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 	if unknown["ttl"] || unknown["lock_delay"] {
 		plan.WorstCaseGap = timetypes.NewGoDurationUnknown()
 	} else {
-		plan.WorstCaseGap = keepDuration(plan.WorstCaseGap, p.WorstCaseGap())
+		plan.WorstCaseGap = keepDurationAs(plan.WorstCaseGap, p.WorstCaseGap(), lockmodel.FormatDuration)
 	}
 	plan.RegistryKey = types.StringUnknown()
 	if r.data != nil && !unknown["name"] {
+		r.data.planned.addProfile(p.Name)
 		plan.RegistryKey = types.StringValue(lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindSessionDefaults, p.Name))
 	}
 	var warnings []lockmodel.Warning
@@ -339,6 +349,24 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 	}
 	addWarnings(&resp.Diagnostics, warnings)
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+// importedDefaultRenewEvery reports whether the state holds renew_every
+// null (an imported default, see setProfile) with the same ttl: the plan
+// keeps it null.
+func (r *sessionDefaultsResource) importedDefaultRenewEvery(ctx context.Context, req resource.ModifyPlanRequest, ttl time.Duration) bool {
+	if req.State.Raw.IsNull() {
+		return false
+	}
+	var renew, priorTTL timetypes.GoDuration
+	if d := req.State.GetAttribute(ctx, path.Root("renew_every"), &renew); d.HasError() || !renew.IsNull() {
+		return false
+	}
+	if d := req.State.GetAttribute(ctx, path.Root("ttl"), &priorTTL); d.HasError() || priorTTL.IsNull() || priorTTL.IsUnknown() {
+		return false
+	}
+	prior, d := priorTTL.ValueGoDuration()
+	return !d.HasError() && prior == ttl
 }
 
 // record renders the model's registry record, reporting invalid input on its

@@ -212,6 +212,16 @@ resource "consullock_session_defaults" "test" {
 				ImportStateId:                        "imported",
 				ImportStateVerify:                    true,
 				ImportStateVerifyIdentifierAttribute: "name",
+				// renew_every was not declared: the default of the ttl is
+				// imported as null, so that -generate-config-out does not pin
+				// it (TestAccImport_generatedConfigPlansClean).
+				ImportStateVerifyIgnore: []string{"renew_every"},
+				ImportStateCheck: func(states []*terraform.InstanceState) error {
+					if len(states) != 1 || states[0].Attributes["renew_every"] != "" {
+						return fmt.Errorf("imported renew_every %q, want null (the default of the ttl)", states[0].Attributes["renew_every"])
+					}
+					return nil
+				},
 			},
 			{
 				ResourceName:  "consullock_session_defaults.test",

@@ -172,13 +172,21 @@ func attributeTitle(p path.Path) string {
 	return strings.Join(words, " ")
 }
 
-// keepDuration returns prior when it already says d, else d in canonical
-// form.
+// keepDuration returns prior when it already says d, else d as a user
+// writes it (lockmodel.ShortDuration: "1h", not "1h0m0s"), so that an
+// imported value plans no change against the usual spelling.
 func keepDuration(prior timetypes.GoDuration, d time.Duration) timetypes.GoDuration {
+	return keepDurationAs(prior, d, lockmodel.ShortDuration)
+}
+
+// keepDurationAs is keepDuration with the text format of a new value; a
+// computed attribute that a provider function also returns
+// (worst_case_gap) keeps the function's lockmodel.FormatDuration.
+func keepDurationAs(prior timetypes.GoDuration, d time.Duration, format func(time.Duration) string) timetypes.GoDuration {
 	if !prior.IsNull() && !prior.IsUnknown() {
 		if pd, diags := prior.ValueGoDuration(); !diags.HasError() && pd == d {
 			return prior
 		}
 	}
-	return timetypes.NewGoDurationValueFromStringMust(lockmodel.FormatDuration(d))
+	return timetypes.NewGoDurationValueFromStringMust(format(d))
 }

@@ -67,8 +67,10 @@ type child struct {
 // startChild starts argv with the runner's stdin, stdout and stderr, and a
 // goroutine that reaps it. The goroutine ends when the child exits; the
 // runner always waits for done before it exits itself. Where the platform
-// has a guard the guard starts the command (startGuarded).
-func startChild(argv, env []string, stderr *os.File, log *slog.Logger) (*child, error) {
+// has a guard the guard starts the command (startGuarded): standby, the
+// one prepareGuard started while the runner waited, or a new one.
+// stderr is the command's stderr; nil is the runner's.
+func startChild(standby *guard, argv, env []string, stderr *os.File, log *slog.Logger) (*child, error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
@@ -78,7 +80,7 @@ func startChild(argv, env []string, stderr *os.File, log *slog.Logger) (*child, 
 		if cmd.Err != nil {
 			return nil, cmd.Err
 		}
-		return startGuarded(cmd.Path, argv, env, stderr, ownGroup, log)
+		return startGuarded(standby, cmd.Path, argv, env, stderr, ownGroup, log)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.Env = env

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // config is the parsed command line.
@@ -25,6 +26,7 @@ type config struct {
 	node           string
 	childExitCode  bool
 	logLevel       slog.Level
+	logFormat      logformat.Format
 	// runID (-run-id) names the run of a run-once job; "" derives it from
 	// the lock's run_once period, or runs without the ledger.
 	runID string
@@ -133,6 +135,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stderr in the attempt's ledger entry (status -lock shows it); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
 	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN; its failure is logged and changes nothing")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logformat.Var(fs, &cfg.logFormat, logformat.Text)
 	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
 	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
 	behavior := fs.String("behavior", "", "with -key: session behavior, release or delete (default release; delete with -limit above 1, as api.Semaphore)")

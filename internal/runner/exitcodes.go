@@ -16,6 +16,14 @@ const (
 	ExitOK = 0
 	// ExitUsage: bad flags or arguments; nothing was contacted.
 	ExitUsage = 2
+	// ExitOutcomeNotRecorded: run once: the command exited (by itself),
+	// but its outcome could not be recorded in the run ledger: Consul was
+	// unreachable for as long as the session could hold the lock and the
+	// lock-delay after (lockmodel.OutcomeWait), or the attempt was recorded
+	// crashed first. The next holder records the attempt crashed and runs
+	// the command again while attempts remain; a scheduler must not take
+	// this for a success.
+	ExitOutcomeNotRecorded = 120
 	// ExitLockLost: the lock was lost while the child ran (key taken or
 	// released, session invalidated, or no successful renewal for longer than
 	// the stop rule allows, lockmodel.StopRule);

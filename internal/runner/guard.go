@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,25 +12,26 @@ import (
 
 // The guard keeps a job from outliving its runner. Where the platform has
 // one (guard_linux.go), the runner does not start the command itself: it
-// starts its own binary again as the guard,
-//
-//	<runner binary> __consullock-run-guard [-group] -- <path> <argv...>
-//
-// and the guard starts the command, with the runner's stdin, stdout,
-// stderr and the command's environment, as its own child. The guard is the
-// subreaper of the command's tree, so every process the command starts,
-// also one that calls setsid, stays its descendant. It kills that whole
-// tree when the runner dies (the end of the runner's side of the control
-// socket, which no other process holds, is the sign: the kernel closes it
-// whatever ends the runner, SIGKILL included), and when the runner asks it
-// to before it releases the lock. The runner is a subreaper too: when the
-// guard is killed, the runner adopts the tree and kills it.
+// starts its own binary again as the guard (`<runner binary>
+// __consullock-run-guard`) when it begins to wait for the lock, so that
+// the guard's start costs the hand-over nothing, and once it holds the lock
+// it sends the guard the command (path, argv, environment); the guard
+// starts it with the runner's stdin, stdout and stderr as its own child.
+// The guard is the subreaper of the command's tree, so every process the
+// command starts, also one that calls setsid, stays its descendant. It
+// kills that whole tree when the runner dies (the end of the runner's side
+// of the control socket, which no other process holds, is the sign: the
+// kernel closes it whatever ends the runner, SIGKILL included; a caught
+// parent-death signal comes sooner), and when the runner asks it to before
+// it releases the lock. The runner is a subreaper too: when the guard is
+// killed, the runner adopts the tree and kills it.
 //
 // The control socket is the guard's file descriptor guardFD. Each message
-// is one line, a word and a number:
+// is one line, a word and a number; start is followed by that many bytes
+// of JSON (guardStart):
 //
-//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | ended <processes killed>
-//	runner -> guard: signal <number> | end
+//	runner -> guard: start <length> | signal <number> | end
+//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | finished <wait status> | ended <processes killed>
 const (
 	// GuardCommand is the first argument that makes the binary the guard
 	// (internal/cli dispatches it before any other parsing). Not a command
@@ -40,13 +42,30 @@ const (
 
 // The messages' words.
 const (
+	msgStart   = "start"   // start the command: the length of the guardStart that follows
 	msgStarted = "started" // the command runs: its pid
 	msgFailed  = "failed"  // the command could not start: the errno
 	msgExited  = "exited"  // the command exited and was reaped: its wait status
-	msgEnded   = "ended"   // the tree is killed and reaped; the guard exits: how many were killed
-	msgSignal  = "signal"  // send this signal to the command (its group if it has one)
-	msgEnd     = "end"     // kill the tree, report ended, exit
+	// msgFinished: the command exited and left no process: its wait status;
+	// the guard exits (nothing is left to guard, and a hand-over need not
+	// wait for the round trip of end).
+	msgFinished = "finished"
+	msgEnded    = "ended"  // the tree is killed and reaped; the guard exits: how many were killed
+	msgSignal   = "signal" // send this signal to the command (its group if it has one)
+	msgEnd      = "end"    // kill the tree, report ended, exit
 )
+
+// guardStart is the command the guard starts.
+type guardStart struct {
+	Path     string   `json:"path"`
+	Argv     []string `json:"argv"`
+	Env      []string `json:"env"`
+	OwnGroup bool     `json:"own_group"` // in a process group of its own
+}
+
+// maxGuardStart bounds what the guard reads as a start (argv and
+// environment are bounded by the kernel's ARG_MAX well below it).
+const maxGuardStart = 64 << 20
 
 // guardMsg is one message on the control socket.
 type guardMsg struct {
@@ -77,34 +96,46 @@ func readGuardMsg(r *bufio.Reader) (guardMsg, error) {
 	return guardMsg{kind: kind, n: n}, nil
 }
 
-// guardArgs are the guard's arguments after GuardCommand.
-func guardArgs(ownGroup bool, path string, argv []string) []string {
-	args := []string{GuardCommand}
-	if ownGroup {
-		args = append(args, "-group")
-	}
-	return append(append(args, "--", path), argv...)
-}
-
-// parseGuardArgs reads what guardArgs wrote.
-func parseGuardArgs(args []string) (ownGroup bool, path string, argv []string, err error) {
-	if len(args) > 0 && args[0] == "-group" {
-		ownGroup, args = true, args[1:]
-	}
-	if len(args) < 3 || args[0] != "--" {
-		return false, "", nil, fmt.Errorf("usage: %s [-group] -- <path> <argv...>", GuardCommand)
-	}
-	return ownGroup, args[1], args[2:], nil
-}
-
-// GuardMain is the guard's main (args: the words after GuardCommand). It
-// is started by the runner only, with the control socket as file
-// descriptor 3.
-func GuardMain(args []string) int {
-	ownGroup, path, argv, err := parseGuardArgs(args)
+func writeGuardStart(w io.Writer, s guardStart) error {
+	b, err := json.Marshal(s)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "consullock run guard:", err)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s %d\n%s", msgStart, len(b), b)
+	return err
+}
+
+// readGuardStart reads the start message; io.EOF if the runner went away
+// first.
+func readGuardStart(r *bufio.Reader) (guardStart, error) {
+	m, err := readGuardMsg(r)
+	if err != nil {
+		return guardStart{}, err
+	}
+	if m.kind != msgStart || m.n < 0 || m.n > maxGuardStart {
+		return guardStart{}, fmt.Errorf("guard protocol: want %s, got %s %d", msgStart, m.kind, m.n)
+	}
+	b := make([]byte, m.n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return guardStart{}, err
+	}
+	var s guardStart
+	if err := json.Unmarshal(b, &s); err != nil {
+		return guardStart{}, fmt.Errorf("guard protocol: start: %w", err)
+	}
+	if s.Path == "" || len(s.Argv) == 0 {
+		return guardStart{}, fmt.Errorf("guard protocol: start without a command")
+	}
+	return s, nil
+}
+
+// GuardMain is the guard's main (args: the words after GuardCommand, none).
+// It is started by the runner only, with the control socket as file
+// descriptor guardFD.
+func GuardMain(args []string) int {
+	if len(args) != 0 {
+		fmt.Fprintf(os.Stderr, "consullock run guard: no arguments expected; %s is started by consullock run only\n", GuardCommand)
 		return ExitUsage
 	}
-	return runGuard(ownGroup, path, argv)
+	return runGuard()
 }

@@ -92,4 +92,13 @@ func BenchmarkKilledRunnerJobTree(b *testing.B) {
 		len(lastBeat), pct(lastBeat, 0.5).Round(time.Microsecond), pct(lastBeat, 0.99).Round(time.Microsecond),
 		lastBeat[len(lastBeat)-1].Round(time.Microsecond), pct(reaped, 0.5).Round(time.Microsecond),
 		pct(reaped, 0.99).Round(time.Microsecond), reaped[len(reaped)-1].Round(time.Microsecond))
+	round := func(ds []time.Duration) []time.Duration {
+		out := make([]time.Duration, len(ds))
+		for i, d := range ds {
+			out[i] = d.Round(100 * time.Microsecond)
+		}
+		return out
+	}
+	b.Logf("MEASURED last heartbeat, sorted: %v", round(lastBeat))
+	b.Logf("MEASURED tree reaped, sorted: %v", round(reaped))
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -26,25 +27,36 @@ type guard struct {
 	conn  *os.File  // the runner's end of the control socket
 	mu    sync.Mutex
 	ended chan int      // the guard's "ended": how many it killed
-	gone  chan struct{} // closed once the guard has exited and been reaped
+	gone  chan struct{} // closed once the guard has exited and been reaped (after a start)
+	// used: a start was sent; discard then leaves the guard to the child.
+	used    bool
+	discard func()
 }
 
-// startGuarded starts the guard, which starts path with argv (the
-// command) in its own process group when ownGroup, and returns once the
-// command runs. The child's done is closed when the guard reports the
-// command's exit, or when the guard itself has died (the runner then kills
-// what is left of the tree, and the child's state is the guard's: killed
-// by SIGKILL, exit 137).
-func startGuarded(path string, argv, env []string, stderr *os.File, ownGroup bool, log *slog.Logger) (*child, error) {
+// errGuardLost: the guard went away before it answered the start.
+var errGuardLost = errors.New("the guard exited before it started the command")
+
+// prepareGuard starts a guard that waits for its command (see guard.go),
+// or returns nil if it cannot: startChild then starts one itself, and
+// reports why if that fails too.
+func prepareGuard() *guard {
+	g, err := newGuard(os.Stderr)
+	if err != nil {
+		return nil
+	}
+	return g
+}
+
+// newGuard starts a guard whose command gets stderr as its stderr.
+func newGuard(stderr *os.File) (*guard, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("guard: control socket: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "guard control"), os.NewFile(uintptr(fds[1]), "guard control")
-	cmd := exec.Command("/proc/self/exe", guardArgs(ownGroup, path, argv)...)
+	cmd := exec.Command("/proc/self/exe", GuardCommand)
 	cmd.Args[0] = os.Args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
-	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{theirs} // guardFD
 	err = cmd.Start()
 	_ = theirs.Close() // the guard's alone now: its end closes when it dies
@@ -53,21 +65,79 @@ func startGuarded(path string, argv, env []string, stderr *os.File, ownGroup boo
 		return nil, fmt.Errorf("guard: %w", err)
 	}
 	g := &guard{cmd: cmd, conn: ours, ended: make(chan int, 1), gone: make(chan struct{})}
-	r := bufio.NewReader(ours)
+	// Unused, the guard has nothing to end: killed, it costs a runner that
+	// leaves (a run-once waiter) nothing, not even the rest of its start.
+	g.discard = sync.OnceFunc(func() {
+		if !g.used {
+			_ = g.conn.Close()
+			_ = g.cmd.Process.Kill()
+			go func() { _ = g.cmd.Wait() }() // reaped if the runner lives on
+		}
+	})
+	return g, nil
+}
+
+// discardUnused ends a guard that never got its command (the runner
+// exits without having run it). Nil-safe and idempotent.
+func (g *guard) discardUnused() {
+	if g != nil {
+		g.discard()
+	}
+}
+
+// startGuarded has the guard standby (or, if it is nil or died while
+// waiting, a new one) start path with argv and env, in a process group of
+// its own when ownGroup, and returns once the command runs. The child's
+// done is closed when the guard reports the command's exit, or when the
+// guard itself has died (the runner then kills what is left of the tree,
+// and the child's state is the guard's: killed by SIGKILL, exit 137).
+// A command whose stderr is not the runner's (-keep-output's pipe) gets a
+// new guard: the standby's stderr is the runner's.
+func startGuarded(standby *guard, path string, argv, env []string, stderr *os.File, ownGroup bool, log *slog.Logger) (*child, error) {
+	spec := guardStart{Path: path, Argv: argv, Env: env, OwnGroup: ownGroup}
+	if stderr != os.Stderr {
+		standby.discardUnused()
+		standby = nil
+	}
+	if standby != nil {
+		c, err := standby.start(spec, log)
+		if !errors.Is(err, errGuardLost) {
+			return c, err
+		}
+		log.Warn("the command's guard exited while the runner waited for the lock; starting another", "guard_pid", standby.cmd.Process.Pid)
+	}
+	g, err := newGuard(stderr)
+	if err != nil {
+		return nil, err
+	}
+	return g.start(spec, log)
+}
+
+// start sends the guard its command and waits for its answer.
+func (g *guard) start(spec guardStart, log *slog.Logger) (*child, error) {
+	g.used = true
+	fail := func(err error) (*child, error) {
+		_ = g.conn.Close()
+		_ = g.cmd.Process.Kill()
+		_ = g.cmd.Wait()
+		return nil, err
+	}
+	r := bufio.NewReader(g.conn)
+	if err := writeGuardStart(g.conn, spec); err != nil {
+		return fail(errGuardLost)
+	}
 	first, err := readGuardMsg(r)
 	switch {
-	case err == nil && first.kind == msgStarted:
-	case err == nil && first.kind == msgFailed:
-		_ = cmd.Wait()
-		_ = ours.Close()
-		return nil, &fs.PathError{Op: "fork/exec", Path: path, Err: syscall.Errno(first.n)}
-	default:
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = ours.Close()
-		return nil, fmt.Errorf("guard did not start the command (%v): %s", err, cmd.ProcessState)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return fail(errGuardLost)
+	case err != nil:
+		return fail(fmt.Errorf("guard: %w", err))
+	case first.kind == msgFailed:
+		return fail(&fs.PathError{Op: "fork/exec", Path: spec.Path, Err: syscall.Errno(first.n)})
+	case first.kind != msgStarted:
+		return fail(fmt.Errorf("guard protocol: want %s, got %s", msgStarted, first.kind))
 	}
-	c := &child{cmd: cmd, commandPID: first.n, ownGroup: ownGroup, guard: g, done: make(chan struct{})}
+	c := &child{cmd: g.cmd, commandPID: first.n, ownGroup: spec.OwnGroup, guard: g, done: make(chan struct{})}
 	go g.follow(c, r, log)
 	return c, nil
 }
@@ -84,10 +154,13 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 			break
 		}
 		switch m.kind {
-		case msgExited:
+		case msgExited, msgFinished:
 			if !reported {
 				reported = true
 				c.state = reportedExit{syscall.WaitStatus(m.n)}
+				if m.kind == msgFinished {
+					g.ended <- 0 // before done: endTree need not ask
+				}
 				close(c.done)
 			}
 		case msgEnded:
@@ -136,11 +209,14 @@ func (g *guard) signal(c *child, sig os.Signal) error {
 }
 
 // endTree has the guard kill every process the command left (also those
-// outside its process group), waits until it confirms and has exited, at
-// most killWait each.
+// outside its process group) and waits, at most killWait, until it
+// confirms; the guard then exits (follow reaps it), which the lock's
+// release need not wait for.
 func (g *guard) endTree(log *slog.Logger) {
 	start := time.Now()
 	select {
+	case <-g.ended: // finished: the command left nothing
+		return
 	case <-g.gone:
 		return
 	default:
@@ -157,10 +233,6 @@ func (g *guard) endTree(log *slog.Logger) {
 			log.Warn("the command's guard did not confirm that the processes the command left are gone; releasing the lock anyway",
 				"guard_pid", g.cmd.Process.Pid, "waited", killWait)
 		}
-	}
-	select {
-	case <-g.gone:
-	case <-time.After(killWait):
 	}
 }
 
@@ -187,16 +259,23 @@ func (e reportedExit) String() string {
 	return s
 }
 
-// runGuard is the guard: it starts the command, reports it, forwards the
-// runner's signals, reaps every process of the tree, and kills the tree
-// when the runner asks or dies.
-func runGuard(ownGroup bool, path string, argv []string) int {
+// runGuard is the guard: it waits for its command, starts it, reports
+// it, forwards the runner's signals, reaps every process of the tree, and
+// kills the tree when the runner asks or dies.
+func runGuard() int {
+	// Caught, not ignored (the command gets the default handlers at exec),
+	// from the start: a terminal's signals reach the guard too (it is in
+	// the runner's process group), and the runner forwards them.
+	caught := make(chan os.Signal, 8)
+	signal.Notify(caught, forwardedSignals...)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
 	// The guard adopts the orphans of the command's tree. The runner's
 	// death is signalled twice: by the end of the control socket (below),
-	// and by a parent-death signal, which must be one the guard catches (a
-	// SIGKILL would leave the tree to init) and only makes it look at its
-	// parent: the kernel sends it also when the runner's thread that started
-	// the guard ends, while the runner lives on.
+	// and, sooner, by a parent-death signal, which must be one the guard
+	// catches (a SIGKILL would leave the tree to init) and only makes it
+	// look at its parent: the kernel sends it also when the runner's thread
+	// that started the guard ends, while the runner lives on.
 	runnerPID := os.Getppid()
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
@@ -204,15 +283,14 @@ func runGuard(ownGroup bool, path string, argv []string) int {
 	ctl := os.NewFile(guardFD, "guard control")
 	report := func(kind string, n int) { _ = writeGuardMsg(ctl, kind, n) }
 
-	// Caught, not ignored: the command gets the default handlers at exec.
-	// A terminal's signals reach the runner, which forwards them.
-	caught := make(chan os.Signal, 8)
-	signal.Notify(caught, forwardedSignals...)
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
-
-	cmd := &exec.Cmd{Path: path, Args: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: sysProcAttr(ownGroup)}
+	r := bufio.NewReader(ctl)
+	spec, err := readGuardStart(r)
+	if err != nil {
+		return 0 // the runner went away before it held the lock
+	}
+	cmd := &exec.Cmd{Path: spec.Path, Args: spec.Argv, Env: spec.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: sysProcAttr(spec.OwnGroup)}
+	ownGroup := spec.OwnGroup
 	if err := cmd.Start(); err != nil {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {
@@ -226,7 +304,6 @@ func runGuard(ownGroup bool, path string, argv []string) int {
 	ctlMsgs := make(chan guardMsg)
 	go func() {
 		defer close(ctlMsgs)
-		r := bufio.NewReader(ctl)
 		for {
 			m, err := readGuardMsg(r)
 			if err != nil {
@@ -258,8 +335,14 @@ func runGuard(ownGroup bool, path string, argv []string) int {
 			}
 			if reaped && !exited {
 				// Reported after the reaping above, so that the runner finds
-				// no zombie of the tree in the command's group.
+				// no zombie of the tree in the command's group. No child
+				// left means no descendant (orphans come to the guard).
 				exited = true
+				var ws syscall.WaitStatus
+				if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+					report(msgFinished, int(status))
+					return 0
+				}
 				report(msgExited, int(status))
 			}
 		case m, ok := <-ctlMsgs:

@@ -240,3 +240,34 @@ func TestRun_killedGuardLeavesNoProcessOfItsJob(t *testing.T) {
 		t.Fatalf("runner a did not say that the guard was killed:\n%s", a.out.String())
 	}
 }
+
+// The guard starts while the runner waits for the lock; one killed in the
+// meantime is replaced when the lock is acquired, and the command runs as
+// usual.
+func TestRun_guardKilledWhileWaitingIsReplaced(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 0))
+	token := runnerToken(t, prefix)
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "runner a", token, []string{"-lock", l.Name}, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-exit", "7")...)
+	waitForTwoSessions(t, "consullock run "+l.Name)
+	kids := directChildren(t, b.cmd.Process.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("waiting runner b has children %v, want its guard", kids)
+	}
+	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d, want 0", code)
+	}
+	if code := b.wait(time.Minute); code != 7 {
+		t.Fatalf("runner b exited %d, want its command's 7", code)
+	}
+	startOf(t, record, "b")
+	waitOutput(t, b, "the command's guard exited while the runner waited for the lock; starting another")
+}

@@ -20,7 +20,11 @@ const guarded = false
 // guard does not exist here; a child never has one.
 type guard struct{}
 
-func startGuarded(string, []string, []string, *os.File, bool, *slog.Logger) (*child, error) {
+func prepareGuard() *guard { return nil }
+
+func (*guard) discardUnused() {}
+
+func startGuarded(*guard, string, []string, []string, *os.File, bool, *slog.Logger) (*child, error) {
 	return nil, fmt.Errorf("no guard on this platform")
 }
 
@@ -28,7 +32,7 @@ func (*guard) signal(*child, os.Signal) error { return os.ErrProcessDone }
 
 func (*guard) endTree(*slog.Logger) {}
 
-func runGuard(bool, string, []string) int {
+func runGuard() int {
 	fmt.Fprintln(os.Stderr, "consullock run guard: not available on this platform")
 	return ExitUsage
 }

@@ -9,28 +9,32 @@ import (
 	"testing"
 )
 
-// The guard's arguments read back as written, a command whose own
-// arguments look like the guard's flags included.
-func TestGuardArgs_roundTrip(t *testing.T) {
-	for _, tc := range []struct {
-		ownGroup bool
-		path     string
-		argv     []string
-	}{
-		{true, "/bin/sh", []string{"sh", "-c", "exit 0"}},
-		{false, "./job", []string{"./job", "-group", "--", ""}},
-	} {
-		args := guardArgs(tc.ownGroup, tc.path, tc.argv)
-		if args[0] != GuardCommand {
-			t.Fatalf("args %q do not start with %s", args, GuardCommand)
-		}
-		ownGroup, path, argv, err := parseGuardArgs(args[1:])
-		if err != nil || ownGroup != tc.ownGroup || path != tc.path || !slices.Equal(argv, tc.argv) {
-			t.Fatalf("parse(%q) = %v %q %q %v, want %v %q %q", args, ownGroup, path, argv, err, tc.ownGroup, tc.path, tc.argv)
-		}
+// The start message reads back as written, a command whose arguments and
+// environment hold newlines and NULs included; a torn one is an error.
+func TestGuardStart_readsWhatWasWritten(t *testing.T) {
+	want := guardStart{Path: "/bin/sh", Argv: []string{"sh", "-c", "echo 'a\nb'", "start 3", "\x00"}, Env: []string{"A=1\n2", "B="}, OwnGroup: true}
+	var buf bytes.Buffer
+	if err := writeGuardStart(&buf, want); err != nil {
+		t.Fatal(err)
 	}
-	if _, _, _, err := parseGuardArgs([]string{"/bin/sh", "sh"}); err == nil {
-		t.Fatal("arguments without -- were accepted")
+	if err := writeGuardMsg(&buf, msgSignal, 15); err != nil {
+		t.Fatal(err)
+	}
+	whole := buf.String()
+	r := bufio.NewReader(&buf)
+	got, err := readGuardStart(r)
+	if err != nil || got.Path != want.Path || !slices.Equal(got.Argv, want.Argv) || !slices.Equal(got.Env, want.Env) || got.OwnGroup != want.OwnGroup {
+		t.Fatalf("read %+v %v, want %+v", got, err, want)
+	}
+	if m, err := readGuardMsg(r); err != nil || m != (guardMsg{msgSignal, 15}) {
+		t.Fatalf("the message after the start: %+v %v", m, err)
+	}
+	torn := whole[:len(whole)/2]
+	if _, err := readGuardStart(bufio.NewReader(strings.NewReader(torn))); err == nil {
+		t.Fatalf("a torn start %q was read", torn)
+	}
+	if _, err := readGuardStart(bufio.NewReader(strings.NewReader(""))); err != io.EOF {
+		t.Fatalf("no start: %v, want io.EOF (the runner went away)", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -380,5 +381,45 @@ func TestHandOff_runOnceSuccessIsNotHandedOff(t *testing.T) {
 	}
 	if left := queueEntries(t, l); len(left) != 0 {
 		t.Fatalf("queue entries left: %+v", left)
+	}
+}
+
+// Issue 31, item 5d: the hand-off dates the next holder's value (its
+// started, from which max_hold counts) with the releasing runner's clock
+// (lockmodel.Clock, moved by EnvClockOffset in fault injection), as the
+// runner dates its own acquisitions, not with time.Now().
+func TestHandOff_startedUsesTheRunnersClock(t *testing.T) {
+	t.Parallel()
+	l, token := declareHandOff(t, nil, fastProfile(t, time.Second))
+	record := filepath.Join(t.TempDir(), "record")
+	const offset = 2 * time.Hour
+	args := append([]string{"run", "-lock", l.Name, "--", childBin}, childArgs(record, "a", "-wait-stdin")...)
+	a := startProc(t, "runner a", append(processEnv(agent.Addr, token), lockmodel.EnvClockOffset+"="+offset.String()), runnerBin, args...)
+	waitStarted(t, record, "a")
+	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-wait-stdin")...)
+	waitOutput(t, b, "first in the waiter queue")
+	a.closeStdin()
+	waitStarted(t, record, "b")
+	before := time.Now()
+	if !strings.Contains(b.out.String(), logHandedIn) {
+		t.Fatalf("runner b was not handed the lock:\n%s\n%s", a.out.String(), b.out.String())
+	}
+	pair, _, err := agent.Client().KV().Get(l.Key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || pair == nil {
+		t.Fatalf("read %s: %v", l.Key, err)
+	}
+	b.closeStdin()
+	var v lockmodel.HolderValue
+	if err := json.Unmarshal(pair.Value, &v); err != nil {
+		t.Fatalf("holder value %q: %v", pair.Value, err)
+	}
+	if skew := v.Started.Sub(before); skew < offset-time.Minute || skew > offset+time.Minute {
+		t.Fatalf("the hand-off dated b's started %s, %s from the system clock; want the releasing runner's clock, %s ahead",
+			v.Started.Format(time.RFC3339Nano), skew.Round(time.Millisecond), offset)
+	}
+	for _, p := range []*proc{a, b} {
+		if code := p.wait(time.Minute); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
 	}
 }

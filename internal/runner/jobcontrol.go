@@ -268,7 +268,8 @@ func (r *runner) runWaits(l lockmodel.Ledger) (runDone, bool) {
 	return runDone{kind: lockmodel.BeginWait, run: run}, true
 }
 
-// result is the attempt's result with the kept output.
-func (o *runOnce) result(outcome lockmodel.RunOutcome, exitCode *int) lockmodel.AttemptResult {
-	return lockmodel.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output}
+// result is the attempt's result with the kept output and, for a lost
+// attempt, why the lock was lost.
+func (o *runOnce) result(outcome lockmodel.RunOutcome, exitCode *int, reason string) lockmodel.AttemptResult {
+	return lockmodel.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output, Reason: reason}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Main runs `consullock run` with args (the words after "run") and returns
@@ -50,9 +51,11 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "consullock run: %v\nRun 'consullock run -h' for usage.\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return ExitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	log := logformat.New(stderr, cfg.logFormat, cfg.logLevel)
 	becomeSubreaper()
-	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now()}
+	// The guard starts (a few ms) while the runner sets up and waits.
+	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now(), standby: prepareGuard()}
+	defer r.standby.discardUnused()
 	return r.run(ctx, sigCh)
 }
 
@@ -78,6 +81,9 @@ type runner struct {
 	// holder keeps the holder's service instance; nil without
 	// holder_service (holderservice.go).
 	holder *holderService
+	// standby is the guard that will start the command (guard.go); nil
+	// without one.
+	standby *guard
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -163,13 +169,9 @@ func (r *runner) setup(ctx context.Context) error {
 		r.log.Warn(w.Summary, "detail", w.Detail)
 	}
 	r.stop = lockmodel.NewStopRule(r.profile, r.cfg.grace)
-	if problem := r.stop.Problem("-grace"); problem != "" {
-		r.log.Warn("this profile cannot guarantee that a holder cut off from Consul stops before another takes over",
-			"detail", problem, "ttl", lockmodel.FormatDuration(r.stop.TTL), "lock_delay", lockmodel.FormatDuration(r.stop.LockDelay),
-			"health_checks", r.stop.HealthChecks, "renew_every", lockmodel.FormatDuration(r.stop.RenewEvery),
-			"renew_timeout", lockmodel.FormatDuration(r.stop.RenewTimeout), "grace", r.cfg.grace,
-			"stops_after", lockmodel.FormatDuration(r.stop.LossAfter()), "killed_by", lockmodel.FormatDuration(r.stop.DeadBy()),
-			"take_over_from", lockmodel.FormatDuration(r.stop.TakeOverAfter()))
+	if verdict := r.stop.Verdict(); verdict != "" {
+		r.log.Warn("holders cut off from Consul cannot stop in time", "session_defaults", r.profile.Name,
+			"verdict", verdict, "fix", r.stop.Fix())
 	}
 	if r.lock.MaxHold > 0 {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
@@ -240,7 +242,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, WatchClient: r.watchClient,
 			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
-			Log:   r.holdLog, Observed: r.logObservation,
+			Clock: r.cfg.clock, Log: r.holdLog, Observed: r.logObservation,
 		})
 		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {
 			return h, err

@@ -172,15 +172,31 @@ type decision struct {
 // decide takes the ledger (the watch's copy when it is at least as new as
 // the acquisition's view, else a consistent read), decides (lockmodel
 // Begin) and writes the decision when it changes the ledger, guarded by
-// h's session. A lost check-and-set is decided again on a fresh read.
+// h's session. A lost check-and-set is decided again on a fresh read. A
+// transient failure (a read, or a write whose answer was lost and could
+// not be settled) is tried again on a fresh read while the hold lasts (ctx
+// ends when it is lost): a start that did commit then reads as this
+// session's own running attempt, which Begin hands back without a write,
+// so that an attempt is never counted without its command running.
 func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	run := r.once
 	holder := lockmodel.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
-	for try := 1; ; try++ {
+	transient := func(failures int, err error) bool {
+		if !retryable(err) || ctx.Err() != nil {
+			return false
+		}
+		r.log.Warn("cannot read or write the run ledger yet; reading it again while the lock is held", "error", err.Error())
+		sleepUntil(ctx, consul.Backoff(100*time.Millisecond, 2*time.Second, failures), time.Now().Add(time.Minute))
+		return ctx.Err() == nil
+	}
+	for try, changed, failures := 1, 0, 0; ; try++ {
 		l, index, fresh := r.watchedCopy(h)
 		if try > 1 || !fresh {
 			var err error
 			if l, index, err = r.client.ReadLedger(ctx, run.ledgerKey, r.cfg.lockName); err != nil {
+				if failures++; transient(failures, err) {
+					continue
+				}
 				return decision{err: err}
 			}
 		} else {
@@ -194,31 +210,49 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		index, err = r.client.BeginRun(ctx, consul.LedgerWrite{
 			LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey, Index: index, Ledger: written,
 		})
-		if errors.Is(err, consul.ErrLedgerChanged) && try < ledgerTries {
+		if errors.Is(err, consul.ErrLedgerChanged) && changed+1 < ledgerTries {
+			changed++
 			continue
+		}
+		if err != nil {
+			if failures++; transient(failures, err) {
+				continue
+			}
 		}
 		return decision{begin: d, ledger: written, index: index, err: err}
 	}
 }
 
 // finishRun records the outcome of this holder's attempt and releases the
-// lock in one transaction; released says whether that transaction did. A transient failure (no cluster leader, the
-// agent unreachable) is sent again, after a read of the ledger, for as
-// long as the hold is not lost: releasing without the outcome would make
-// the next holder run a command that succeeded again. When the session no
-// longer holds the lock, the outcome is recorded afterwards with a
-// check-and-set (recordAfterLoss).
-func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) (released bool) {
+// lock in one transaction; released says whether that transaction did,
+// recorded whether the outcome is in the ledger (by this runner: released,
+// or after a loss; false when it could not be recorded, or the attempt was
+// recorded crashed first). The command has exited: the hold's loss judge,
+// which exists to stop the command in time, no longer bounds this. A
+// transient failure (no cluster leader, the agent unreachable, renewals
+// too) is sent again, after a read of the ledger, until Consul answers
+// that the session no longer holds the lock or the session is certainly
+// gone (lockmodel.OutcomeDeadlines: 2 x TTL after the last confirmed
+// renewal): releasing without the outcome would make the next holder run a
+// command that succeeded again. Then the outcome is recorded with a
+// check-and-set within the lock-delay that follows (recordAfterLoss).
+func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) (released, recorded bool) {
 	run := r.once
 	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
+	dl := lockmodel.NewOutcomeDeadlines(r.profile.TTL, r.profile.LockDelay, h.LastContact(), time.Now())
 	ledger, index := run.ledger, run.index
 	for changed, failures := 0, 0; ; {
-		next, err := ledger.FinishWith(run.id, run.attempt, run.result(outcome, exitCode), run.policy, r.cfg.clock.Now())
+		if !time.Now().Before(dl.Fenced) {
+			log.Warn("the session is gone by now (2 x ttl since the last confirmed renewal); recording the outcome without it",
+				"last_contact", h.LastContact().Format(time.RFC3339Nano), "ttl", lockmodel.FormatDuration(r.profile.TTL))
+			return false, r.recordAfterLoss(ctx, log, outcome, exitCode, h.Reason(), dl.AfterLoss(time.Now()))
+		}
+		next, err := ledger.FinishWith(run.id, run.attempt, run.result(outcome, exitCode, h.Reason()), run.policy, r.cfg.clock.Now())
 		if err != nil {
 			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
-			return false
+			return false, false
 		}
-		wctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+		wctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), dl.Fenced))
 		_, err = r.client.FinishRunAndRelease(wctx, consul.RunRelease{
 			LedgerWrite: consul.LedgerWrite{LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey,
 				Index: index, Ledger: next.Prune(run.keep, run.id)},
@@ -228,33 +262,30 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 		switch {
 		case err == nil:
 			log.Info("run outcome recorded; lock released", "exit_code", exitCodeText(exitCode))
-			return true
+			return true, true
 		case errors.Is(err, consul.ErrFenceLost):
-			r.recordAfterLoss(ctx, log, outcome, exitCode)
-			return false
+			return false, r.recordAfterLoss(ctx, log, outcome, exitCode, h.Reason(), dl.AfterLoss(time.Now()))
 		case errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries:
 			changed++
-		case retryable(err) && h.Reason() == "":
+		case retryable(err):
 			failures++
-			log.Warn("cannot record the run's outcome yet; trying again while the lock is held", "error", err.Error())
-			select {
-			case <-h.Lost():
-			case <-time.After(consul.Backoff(100*time.Millisecond, 2*time.Second, failures)):
-			}
+			log.Warn("cannot record the run's outcome yet; trying again while the session may hold the lock", "error", err.Error(),
+				"until", dl.Fenced.Format(time.RFC3339Nano), "lock_lost", h.Reason())
+			sleepUntil(ctx, consul.Backoff(100*time.Millisecond, 2*time.Second, failures), dl.Fenced)
 		default:
 			log.Error("cannot record the run's outcome; the next holder will find the attempt running and record it crashed",
 				"error", err.Error(), "lock_lost", h.Reason())
-			return false
+			return false, false
 		}
 		// Decided again on the ledger as it is now (a lost answer may have
 		// committed, or another writer changed it); kept as it was when
 		// the read fails for now.
-		switch l, i, err := r.readLedger(ctx); {
+		switch l, i, err := r.readLedgerBy(ctx, dl.Fenced); {
 		case err == nil:
 			ledger, index = l, i
 		case !retryable(err):
 			log.Error("cannot read the run ledger again to record the run's outcome", "error", err.Error())
-			return false
+			return false, false
 		}
 	}
 }
@@ -267,46 +298,84 @@ func retryable(err error) bool {
 	return errors.As(err, &ce) && ce.Kind == consul.KindTransient || errors.Is(err, context.DeadlineExceeded)
 }
 
-// recordAfterLoss records the outcome of an attempt whose holder no longer
-// holds the lock: best effort, with a check-and-set of the ledger as read,
+// recordAfterLoss records the outcome of an attempt whose session no
+// longer holds the lock (or is certainly gone), with reason the loss's
+// cause for a lost attempt: with a check-and-set of the ledger as read,
 // and only while the attempt is still "running" (a next holder that found
-// it so has recorded it crashed, and that stands).
-func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome lockmodel.RunOutcome, exitCode *int) {
+// it so has recorded it crashed, and that stands). A transient failure, or
+// an answer lost, is tried again on a fresh read until deadline: a next
+// holder acquires only after the lock-delay that follows the session's
+// end. It reports whether the outcome is recorded.
+func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome lockmodel.RunOutcome, exitCode *int, reason string, deadline time.Time) bool {
 	run := r.once
-	for try := 1; try <= ledgerTries; try++ {
-		l, index, err := r.readLedger(ctx)
-		if err != nil {
-			log.Warn("lock lost: cannot read the run ledger to record the outcome", "error", err.Error())
-			return
+	for changed, failures := 0, 0; changed < ledgerTries; {
+		if failures > 0 {
+			if !time.Now().Before(deadline) {
+				log.Warn("lock lost: the outcome could not be recorded within the lock-delay; the next holder records the attempt crashed",
+					"deadline", deadline.Format(time.RFC3339Nano))
+				return false
+			}
+			sleepUntil(ctx, consul.Backoff(100*time.Millisecond, time.Second, failures), deadline)
 		}
-		next, err := l.FinishWith(run.id, run.attempt, run.result(outcome, exitCode), run.policy, r.cfg.clock.Now())
+		l, index, err := r.readLedgerBy(ctx, deadline)
 		if err != nil {
-			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
-			return
+			if !retryable(err) {
+				log.Warn("lock lost: cannot read the run ledger to record the outcome", "error", err.Error())
+				return false
+			}
+			failures++
+			log.Warn("lock lost: cannot read the run ledger yet to record the outcome; trying again", "error", err.Error())
+			continue
 		}
 		if attemptOutcome(l, run.id, run.attempt) == outcome {
 			log.Info("the outcome is already recorded in the run ledger")
-			return
+			return true
+		}
+		next, err := l.FinishWith(run.id, run.attempt, run.result(outcome, exitCode, reason), run.policy, r.cfg.clock.Now())
+		if err != nil {
+			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
+			return false
 		}
 		value, err := lockmodel.EncodeLedger(next.Prune(run.keep, run.id))
 		if err != nil {
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
-			return
+			return false
 		}
-		wctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+		wctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), deadline))
 		ok, _, err := r.client.KV().CAS(&api.KVPair{Key: run.ledgerKey, Value: value, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(wctx))
 		cancel()
 		switch {
 		case err != nil:
-			// Not sent again: the answer may be lost, not the write.
-			log.Warn("lock lost: recording the outcome failed; the next holder records the attempt crashed", "error", err.Error())
-			return
+			// Its answer may be lost, not the write: the next read tells.
+			failures++
+			log.Warn("lock lost: recording the outcome failed; trying again", "error", err.Error())
 		case ok:
 			log.Info("lock lost: outcome recorded in the run ledger after the loss")
-			return
+			return true
+		default:
+			changed++
 		}
 	}
 	log.Warn("lock lost: the run ledger kept changing; the outcome is not recorded")
+	return false
+}
+
+// earliest is the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// sleepUntil waits d, but not past deadline nor once ctx ends.
+func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) {
+	t := time.NewTimer(max(min(d, time.Until(deadline)), 0))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // attemptOutcome is the outcome ledger l records for attempt n of run id
@@ -323,7 +392,13 @@ func attemptOutcome(l lockmodel.Ledger, id string, n int) lockmodel.RunOutcome {
 }
 
 func (r *runner) readLedger(ctx context.Context) (lockmodel.Ledger, uint64, error) {
-	rctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
+	return r.readLedgerBy(ctx, time.Now().Add(lockproto.CleanupTimeout))
+}
+
+// readLedgerBy reads the ledger consistently, for at most CleanupTimeout
+// and not past deadline.
+func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (lockmodel.Ledger, uint64, error) {
+	rctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), deadline))
 	defer cancel()
 	return r.client.ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
 }
@@ -372,19 +447,16 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 
 // runIsDone reports whether ledger l shows this run succeeded, or
 // exhausted with no attempt left under the declared max_attempts.
+// A run pruned from the ledger is done when its pruned outcome says so.
 func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
-	i := l.Find(r.once.id)
-	if i < 0 {
+	run, ok := l.DoneRun(r.once.id, r.once.maxAttempts)
+	switch {
+	case !ok:
 		return runDone{}, false
-	}
-	run := l.Runs[i]
-	if _, ok := run.Succeeded(); ok {
-		return runDone{kind: lockmodel.BeginAlreadySucceeded, run: run}, true
-	}
-	if run.Outcome == lockmodel.RunExhausted && len(run.Attempts) >= r.once.maxAttempts {
+	case run.Outcome == lockmodel.RunExhausted:
 		return runDone{kind: lockmodel.BeginExhausted, run: run}, true
 	}
-	return runDone{}, false
+	return runDone{kind: lockmodel.BeginAlreadySucceeded, run: run}, true
 }
 
 // reportDone logs why the command is not started and returns the exit

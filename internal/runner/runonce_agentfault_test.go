@@ -38,7 +38,7 @@ const agentFaultGrace = time.Second
 func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
 	rule := lockmodel.NewStopRule(agentFaultProfile, agentFaultGrace)
 	if !rule.Feasible() {
-		t.Fatalf("test profile: %s", rule.Problem("-grace"))
+		t.Fatalf("test profile: %s", rule.Verdict())
 	}
 	c := testenv.StartClusterT(t, testenv.ClusterOptions{Servers: 3, Clients: 3})
 	freeze := func(t *testing.T, n *testenv.Node) {

@@ -68,6 +68,62 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 	}
 	t.Logf("MEASURED %d run IDs x 6 runners on 3 client agents, %d with the Raft leader killed as the command ended: one execution and one succeeded attempt each",
 		ids, kills)
+	t.Run("election-longer-than-the-stop-rule", func(t *testing.T) { longElectionAsTheCommandEnds(t, c, record) })
+}
+
+// Issue 31, item 1, on the cluster: the Raft leader and a follower are
+// killed as the holder's command ends, so that no leader is elected for
+// longer than the stop rule's loss_after (renewals fail too: the loss
+// judge fires) and shorter than 2 x ttl; then one of them is started
+// again. The holder's runner keeps sending its outcome until the new
+// leader commits it; the next holder finds the run succeeded and does not
+// run it again.
+func longElectionAsTheCommandEnds(t *testing.T, c *testenv.Cluster, record string) {
+	p := lockmodel.SessionProfile{Name: "cluster-election", TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second}
+	rule := lockmodel.NewStopRule(p, time.Second)
+	noLeader := rule.LossAfter() + 2*time.Second
+	l := declareClusterRunOnce(t, c, p, lockmodel.Lock{Name: "cluster-election", Prefix: "jobs/cluster-election",
+		RunOnce: &lockmodel.RunOnce{Period: time.Hour}})
+	args := []string{"-lock", l.Name, "-run-id", "election", "-grace", "1s"}
+	a := startRunAt(t, "runner a on "+c.Clients[0].Name, c.Clients[0].Addr, c.ManagementToken, args,
+		childArgs(record, "election.a", "-wait-stdin")...)
+	waitStarted(t, record, "election.a")
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *testenv.Node
+	for _, s := range c.Servers {
+		if s != leader && follower == nil {
+			follower = s
+		}
+	}
+	leader.Kill()
+	follower.Kill()
+	killed := time.Now()
+	a.closeStdin()
+	time.Sleep(noLeader)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := follower.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d, want 0:\n%s", code, a.out.String())
+	}
+	if !strings.Contains(a.out.String(), `lock_lost="no successful session renewal`) {
+		t.Fatalf("the loss judge did not fire during %s without a leader (loss after %s):\n%s", noLeader, rule.LossAfter(), a.out.String())
+	}
+	restartKilledServers(t, c)
+	if run := clusterLedgerRun(t, c, l.Name, "election"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		t.Fatalf("after %s without a leader the ledger says %+v; want attempt 1 succeeded:\n%s", noLeader, run, a.out.String())
+	}
+	b := startRunAt(t, "runner b on "+c.Clients[1].Name, c.Clients[1].Addr, c.ManagementToken, args, childArgs(record, "election.b")...)
+	if code := b.wait(time.Minute); code != 0 || !strings.Contains(b.out.String(), "run already succeeded") {
+		t.Fatalf("runner b exited %d, want 0 without running:\n%s", code, b.out.String())
+	}
+	t.Logf("MEASURED no leader for %s + the restart (loss after %s): runner a exited %s after the kill, its outcome recorded",
+		noLeader, rule.LossAfter(), a.exited.Sub(killed).Round(time.Millisecond))
 }
 
 // declareClusterRunOnce writes profile and lock l (with profile as its

@@ -30,8 +30,14 @@ import (
 // runner's rules plus key write on the lock's ledger only.
 func declareRunOnce(t testing.TB, ro lockmodel.RunOnce) (lockmodel.Lock, string) {
 	t.Helper()
+	return declareRunOnceWith(t, ro, fastProfile(t, time.Second))
+}
+
+// declareRunOnceWith is declareRunOnce with session profile p.
+func declareRunOnceWith(t testing.TB, ro lockmodel.RunOnce, p *lockmodel.SessionProfile) (lockmodel.Lock, string) {
+	t.Helper()
 	prefix := testenv.UniquePrefix(t.Name())
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, RunOnce: &ro}, fastProfile(t, time.Second))
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, RunOnce: &ro}, p)
 	rules := fmt.Sprintf(`key_prefix %q { policy = "write" }
 key_prefix "%s/" { policy = "read" }
 key %q { policy = "write" }
@@ -477,7 +483,7 @@ func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
 		t.Fatalf("after a %s transaction outage (%d transactions refused) the ledger says %+v; want attempt 1 succeeded",
 			outage, proxy.failed.Load(), run)
 	}
-	if !strings.Contains(a.out.String(), "cannot record the run's outcome yet; trying again while the lock is held") {
+	if !strings.Contains(a.out.String(), "cannot record the run's outcome yet; trying again while the session may hold the lock") {
 		t.Fatalf("the runner does not say it tried again:\n%s", a.out.String())
 	}
 	b := startRun(t, "runner b", token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "b")...)

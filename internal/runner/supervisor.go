@@ -70,9 +70,12 @@ const (
 //
 // On exit a holder that recorded its attempt records the outcome in the
 // transaction that releases the lock (runner.finishRun, sent again while
-// Consul cannot commit and the lock is held): succeeded or failed by the
-// command's own exit code, lost when the lock was lost before it exited,
-// failed with the runner's code when it never started.
+// Consul cannot commit and the session may still hold the lock, whatever
+// the loss judge says once the command has exited; then a check-and-set
+// within the lock-delay): succeeded or failed by the command's own exit
+// code, lost when the lock was lost before it exited, failed with the
+// runner's code when it never started. An outcome of a command that exited
+// by itself that could not be recorded makes the exit code 120.
 //
 // Outside waiting and deciding a signal is forwarded to the command. A
 // cancelled context while holding sends SIGTERM and arms grace (SIGKILL
@@ -131,7 +134,7 @@ func newSupervisor(r *runner) *supervisor {
 // run waits for the lock with session first (already created), runs the
 // command, and returns the exit code once the hold is released.
 func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) (code int) {
-	defer func() { s.cleanup(context.WithoutCancel(ctx), code) }()
+	defer func() { code = s.cleanup(context.WithoutCancel(ctx), code) }()
 	s.r.holder = newHolderService(s.r)
 	s.startWaiting(ctx, first)
 	ctxDone := ctx.Done()
@@ -235,8 +238,10 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 // what left its process group), stops the timers, abandons an acquisition
 // still waiting, and releases the hold (release, then destroy the session); a run-once
 // attempt's outcome is recorded in the release's own transaction, and the
-// hold then only destroys its session. code is the exit code.
-func (s *supervisor) cleanup(ctx context.Context, code int) {
+// hold then only destroys its session. code is the exit code; cleanup
+// returns it, or ExitOutcomeNotRecorded when the command exited by itself
+// and its outcome could not be recorded.
+func (s *supervisor) cleanup(ctx context.Context, code int) int {
 	if s.ch != nil {
 		s.ch.endTree(s.r.log) // nothing the command started outlives the hold
 	}
@@ -267,11 +272,17 @@ func (s *supervisor) cleanup(ctx context.Context, code int) {
 			if s.tail != nil {
 				s.r.once.output = s.tail.tail(time.Second)
 			}
-			s.hook = &hookResult{outcome: outcome, exitCode: exitCode}
-			if s.r.finishRun(ctx, s.hold, outcome, exitCode) {
-				s.hook.recorded = true
+			released, recorded := s.r.finishRun(ctx, s.hold, outcome, exitCode)
+			s.hook = &hookResult{outcome: outcome, exitCode: exitCode, recorded: recorded}
+			if released {
 				s.hold.Destroy(ctx) // the outcome's transaction released the lock
-				return
+				return code
+			}
+			if !recorded && s.childCode != nil {
+				s.r.log.Error("the command exited but its outcome could not be recorded in the run ledger; "+
+					"the next holder will record the attempt crashed and may run the command again",
+					"run_id", s.r.once.id, "attempt", s.r.once.attempt, "command_exit_code", *s.childCode, "exit_code", ExitOutcomeNotRecorded)
+				code = ExitOutcomeNotRecorded
 			}
 		} else if s.ch != nil {
 			outcome, exitCode := s.outcome(code)
@@ -279,6 +290,7 @@ func (s *supervisor) cleanup(ctx context.Context, code int) {
 		}
 		s.hold.Release(ctx)
 	}
+	return code
 }
 
 // outcome is the outcome of this holder's attempt: the command's own exit
@@ -343,7 +355,7 @@ func (s *supervisor) startCommand() (int, bool) {
 		}
 		defer stderr.Close() // the command has its own copy
 	}
-	c, err := startChild(s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), stderr, log)
+	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), stderr, log)
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true
@@ -563,6 +575,9 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	case d.err != nil:
 		log.Error("cannot use the run ledger; the command was not started", "ledger", run.ledgerKey, "error", d.err.Error())
 		return ExitSetup, true
+	case d.begin.Pruned:
+		log.Info("the run was pruned from the run ledger; the ledger keeps its outcome only", "run_id", run.id, "outcome", d.begin.Kind.String())
+		return s.r.reportDone(d.begin.Kind, nil, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginAlreadySucceeded:
 		return s.r.reportDone(d.begin.Kind, []lockmodel.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginExhausted:

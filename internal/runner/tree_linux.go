@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -117,6 +118,12 @@ func killTree() int {
 	self := os.Getpid()
 	killed := map[int]bool{}
 	for {
+		// No child left (all reaped): then no descendant either, as every
+		// orphan is reparented to the caller. The common case, no walk.
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+			return len(killed)
+		}
 		found := 0
 		walkTree(self, func(p treeProc) {
 			found++
@@ -129,7 +136,6 @@ func killTree() int {
 			return len(killed)
 		}
 		// Block until one of them is gone, then reap whatever else is.
-		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(-1, &ws, 0, nil)
 		reapAdopted()
 	}

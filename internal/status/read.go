@@ -199,10 +199,18 @@ func (r *reader) registryList(ctx context.Context, index uint64, wait bool) (dec
 	if err != nil {
 		return declarations{}, 0, r.c.Classify(ctx, "list the declarations under "+prefix, err)
 	}
+	d := decodeRegistry(r.registry, pairs)
+	if meta.ResultsFilteredByACLs || len(d.locks)+len(d.profiles) == 0 {
+		// Nothing visible may be a denial: Consul filters a listing, and
+		// tells only some tokens (none to a request without a token).
+		if err := r.c.CheckListable(ctx, prefix); err != nil {
+			return declarations{}, 0, err
+		}
+	}
 	if meta.ResultsFilteredByACLs {
 		return declarations{}, 0, filteredErr("list the declarations under "+prefix, "key:read", prefix)
 	}
-	return decodeRegistry(r.registry, pairs), meta.LastIndex, nil
+	return d, meta.LastIndex, nil
 }
 
 func (r *reader) keyList(ctx context.Context, prefix string, index uint64, wait bool) ([]*api.KVPair, uint64, error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/logformat"
 )
 
 // Exit codes, for monitoring scripts.
@@ -26,7 +27,7 @@ const (
 	ExitOK          = 0 // every lock compliant
 	ExitViolation   = 1 // a finding, or an always-held lock without a holder
 	ExitUsage       = 2
-	ExitUnreachable = 3 // Consul unreachable, or the token lacks a permission
+	ExitUnreachable = 3 // Consul unreachable, the token lacks a permission, or it cannot see the declarations (blind)
 )
 
 // Main is the `status` program:
@@ -59,8 +60,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	always := fs.String("always-held", "", "comma-separated lock names that must always have a holder, in addition to the locks declared always_held (\"*\" = every lock); one without a holder exits 1")
 	fs.StringVar(&o.registry, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
 	fs.BoolVar(&o.printRules, "print-rules", false, "print the read-only ACL rules this program needs for the declared locks, and exit")
+	var format logformat.Format
+	logformat.Var(fs, &format, logformat.Text)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: consullock status [flags]\n\nEvery declared lock, its holders, fencing token and compliance. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 all compliant, 1 a violation or an always-held lock without a holder, 2 usage, 3 Consul unreachable or permission denied.\n\n")
+		fmt.Fprintf(stderr, "Usage: consullock status [flags]\n\nEvery declared lock, its holders, fencing token and compliance. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 all compliant, 1 a violation or an always-held lock without a holder, 2 usage, 3 Consul unreachable, permission denied, or blind (no declaration visible and the token may not read the registry).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -69,6 +72,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitUsage
 	}
+	// Diagnostics on stderr: as they are in text, one event a line in json.
+	stderr = logformat.Messages(stderr, format, "status: ")
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "status: unexpected arguments %q\n", fs.Args())
 		return ExitUsage
@@ -155,6 +160,16 @@ func writeJSON(w io.Writer, v any) {
 // fail reports a read error: exit 3 for an unreachable Consul or a missing
 // permission (named), 1 otherwise.
 func fail(stderr io.Writer, err error) int {
+	if b, ok := consul.IsBlind(err); ok {
+		what := b.Token()
+		if b.NoToken {
+			what = "no token is set (CONSUL_HTTP_TOKEN and CONSUL_HTTP_TOKEN_FILE are empty), so Consul answered as the anonymous token, which"
+		}
+		fmt.Fprintf(stderr, "status: Blind: no declaration is visible under %s and this may be a denial, not an empty registry: %s lacks \"key:read\" on %q. "+
+			"Set CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) to a token with the read-only rules of `consullock status -print-rules`.\n",
+			b.Prefix, what, b.Prefix)
+		return ExitUnreachable
+	}
 	var ce *consul.Error
 	if errors.As(err, &ce) {
 		switch ce.Kind {
