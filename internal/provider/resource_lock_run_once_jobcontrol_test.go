@@ -28,7 +28,7 @@ func TestAccLock_runOnceJobControlIsRecordedAndBadInputFailsAtPlan(t *testing.T)
 resource "consullock_lock" "test" {
   name   = "nightly"
   prefix = "%s/nightly"
-  run_once = { period = "24h0m0s", %s }
+  run_once = { period = "24h", %s }
 }
 `, p, runOnce)
 	}
@@ -46,10 +46,10 @@ resource "consullock_lock" "test" {
 			bad(`retry_after = "-5m"`, diagRE(`run_once.retry_after: "-5m" is not allowed; a duration from 0s (retry at once) to 24h0m0s`)),
 			bad(`retry_backoff = 0.5`, regexp.MustCompile(`(?s)run_once.retry_backoff.*between\s+1.000000\s+and\s+10.000000.*0.500000`)),
 			{
-				Config: cfg(`max_runtime = "30m0s", retry_after = "1m0s", retry_backoff = 3`),
+				Config: cfg(`max_runtime = "30m", retry_after = "1m", retry_backoff = 3`),
 				Check:  checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: day, MaxAttempts: 3, Keep: 20, MaxRuntime: 30 * time.Minute, RetryAfter: time.Minute, RetryBackoff: 3}),
 				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("max_runtime"), knownvalue.StringExact("30m0s")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("max_runtime"), knownvalue.StringExact("30m")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("retry_backoff"), knownvalue.Float64Exact(3)),
 				},
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
