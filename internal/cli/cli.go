@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6/tf6server"
 
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/jobctl"
 	"github.com/consullock/terraform-provider-consullock/internal/provider"
 	"github.com/consullock/terraform-provider-consullock/internal/runner"
 	"github.com/consullock/terraform-provider-consullock/internal/status"
@@ -35,6 +36,9 @@ const ProviderAddress = "registry.terraform.io/consullock/consullock"
 // programs that work are listed here.
 var commands = map[string]func(ctx context.Context, args []string) int{
 	"controller": controller.Main,
+	"pause":      jobctl.PauseMain,
+	"release":    jobctl.ReleaseMain,
+	"resume":     jobctl.ResumeMain,
 	"run":        runner.Main,
 	"status":     status.Main,
 }

@@ -24,13 +24,15 @@ type Metrics struct {
 	repairErrors      *prometheus.CounterVec
 	watchErrors       *prometheus.CounterVec
 	reconcileDuration prometheus.Histogram
-	runMeter          *runMeter // the run ledgers (runs.go)
+	runMeter          *runMeter   // the run ledgers (runs.go)
+	pauseMeter        *pauseMeter // the pause records (pauses.go)
 }
 
 func newMetrics(c *Controller) *Metrics {
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		runMeter: newRunMeter(c.cfg.Clock.Now),
+		Registry:   prometheus.NewRegistry(),
+		runMeter:   newRunMeter(c.cfg.Clock.Now),
+		pauseMeter: newPauseMeter(),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "consullock_leader", Help: "1 when this controller replica holds the leader lock and acts, else 0.",
 		}),
@@ -64,7 +66,7 @@ func newMetrics(c *Controller) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.leader, m.lockWatches, m.handovers, m.violations, m.drift, m.pending, m.repairs, m.repairErrors,
-		m.watchErrors, m.reconcileDuration, &lockCollector{c: c}, m.runMeter,
+		m.watchErrors, m.reconcileDuration, &lockCollector{c: c}, m.runMeter, m.pauseMeter,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -18,7 +18,7 @@ import (
 // run that used up its attempts without a success.
 var runOutcomeLabels = []string{
 	string(lockmodel.RunSucceeded), string(lockmodel.RunFailed), string(lockmodel.RunLost),
-	string(lockmodel.RunCrashed), string(lockmodel.RunTimedOut), string(lockmodel.RunExhausted),
+	string(lockmodel.RunCrashed), string(lockmodel.RunTimedOut), string(lockmodel.RunReleased), string(lockmodel.RunExhausted),
 }
 
 var (

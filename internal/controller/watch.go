@@ -137,6 +137,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 	}
 	locks := map[string]lockmodel.Lock{}
 	ledgers := map[string]lockmodel.Ledger{}
+	pauses := map[string]lockmodel.Pause{}
 	if declChanged || !synced {
 		profiles := map[string]lockmodel.SessionProfile{}
 		policies := map[string]lockmodel.ACLPolicySpec{}
@@ -152,6 +153,9 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 			case lockmodel.Ledger:
 				ledgers[r.name] = v
 				continue
+			case lockmodel.Pause:
+				pauses[r.name] = v
+				continue
 			default:
 				continue
 			}
@@ -161,8 +165,11 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		c.trigger()
 	} else {
 		for _, r := range c.records {
-			if v, ok := r.value.(lockmodel.Ledger); ok {
+			switch v := r.value.(type) {
+			case lockmodel.Ledger:
 				ledgers[r.name] = v
+			case lockmodel.Pause:
+				pauses[r.name] = v
 			}
 		}
 		c.mu.Lock()
@@ -170,6 +177,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		c.mu.Unlock()
 	}
 	c.metrics.runMeter.observe(ledgers, locks)
+	c.metrics.pauseMeter.observe(pauses, locks)
 	return meta.lastIndex, nil
 }
 
@@ -182,7 +190,7 @@ func recordKind(prefix, key string) (string, bool) {
 		return "", false
 	}
 	switch kind {
-	case lockmodel.KindLock, lockmodel.KindSessionDefaults, lockmodel.KindACLPolicy, lockmodel.KindRuns:
+	case lockmodel.KindLock, lockmodel.KindSessionDefaults, lockmodel.KindACLPolicy, lockmodel.KindRuns, lockmodel.KindPauses:
 		return kind, true
 	}
 	return "", false
@@ -241,8 +249,8 @@ func (c *Controller) noteVisibility(ctx context.Context, prefix string) {
 func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChanged, ledgersChanged bool) {
 	for _, ch := range changes {
 		kind, _ := recordKind(prefix, ch.key)
-		if kind == lockmodel.KindRuns {
-			ledgersChanged = true
+		if kind == lockmodel.KindRuns || kind == lockmodel.KindPauses {
+			ledgersChanged = true // read only, for metrics: no reconcile
 		} else {
 			declChanged = true
 		}
@@ -282,6 +290,12 @@ func (c *Controller) decodeRecord(key string, p compliance.LiveKey, kind, name s
 		var l lockmodel.Ledger
 		if l, err = lockmodel.DecodeLedger(p.Value); err == nil {
 			r.value = l
+		}
+	case lockmodel.KindPauses:
+		// A pause record: read only, for consullock_lock_paused (pauses.go).
+		var ps lockmodel.Pause
+		if ps, err = lockmodel.DecodePauseRecord(p.Value); err == nil {
+			r.name, r.value = ps.Lock, ps
 		}
 	}
 	if err != nil {

@@ -18,8 +18,10 @@ const (
 	readmeBudget = 8 * 1024
 	// Each page under docs/ (what the Terraform Registry publishes).
 	pageBudget = 15 * 1024
-	// docs/ as a whole.
-	docsBudget = 150 * 1024
+	// docs/ as a whole: 150 KiB for what shipped before calendar schedules,
+	// the run guard and job control, which added their reference attributes
+	// and guide sections (about 12 KiB).
+	docsBudget = 165 * 1024
 )
 
 // TestDocs_withinBudget: README.md, each published page and docs/ as a whole

@@ -37,13 +37,18 @@ const (
 	// RunTimedOut: the command ran past its max_runtime; its runner
 	// stopped it (SIGTERM, then SIGKILL after -grace) and recorded so.
 	RunTimedOut RunOutcome = "timed_out"
+	// RunReleased: an operator ended the holder's session with
+	// `consullock release` while the attempt ran (ReleasedBy, Reason say
+	// who and why). It counts toward max_attempts and is retried like a
+	// lost attempt.
+	RunReleased RunOutcome = "released"
 	// RunExhausted (runs only): max_attempts attempts were made and none
 	// succeeded; no further attempt starts unless max_attempts is raised.
 	RunExhausted RunOutcome = "exhausted"
 )
 
 // attemptOutcomes are the outcomes an attempt may have.
-var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut}
+var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut, RunReleased}
 
 // runOutcomes are the outcomes a run may have.
 var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
@@ -51,7 +56,7 @@ var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
 // Retried reports whether a run whose latest attempt ended with o gets
 // another attempt (while attempts remain).
 func (o RunOutcome) Retried() bool {
-	return o == RunFailed || o == RunLost || o == RunCrashed || o == RunTimedOut
+	return o == RunFailed || o == RunLost || o == RunCrashed || o == RunTimedOut || o == RunReleased
 }
 
 // Exit codes of `consullock run` for a run it does not execute.
@@ -89,9 +94,12 @@ type Attempt struct {
 	// "" when not kept.
 	Output string
 	// Reason is, for a lost attempt, why the runner decided the lock was
-	// lost (its loss reason, at most MaxAttemptReason bytes); "" when
-	// unknown.
+	// lost (its loss reason, at most MaxAttemptReason bytes); for a
+	// released attempt, the operator's reason. "" when unknown.
 	Reason string
+	// ReleasedBy is who released a released attempt's holder (`consullock
+	// release`); "" for every other outcome.
+	ReleasedBy string
 }
 
 // MaxAttemptReason bounds an attempt's reason, so that a lost attempt
@@ -459,6 +467,29 @@ func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy,
 		}
 	}
 	return out, nil
+}
+
+// Release records that the holder session of the attempt running under
+// session was ended by `consullock release`: outcome released, by, reason,
+// at now. found is false when no attempt of that session is running (the
+// lock is not a run-once lock's current attempt): then l is returned
+// unchanged.
+func (l Ledger) Release(session, by, reason string, now time.Time) (out Ledger, run string, attempt int, found bool) {
+	for i, r := range l.Runs {
+		for j, a := range r.Attempts {
+			if a.Session != session || a.Outcome != RunRunning {
+				continue
+			}
+			out = l.clone()
+			at := &out.Runs[i].Attempts[j]
+			at.Outcome, at.Finished, at.ReleasedBy, at.Reason = RunReleased, now.UTC(), by, truncateReason(reason)
+			if j == len(r.Attempts)-1 {
+				out.Runs[i].Outcome = RunReleased
+			}
+			return out, r.ID, a.Number, true
+		}
+	}
+	return l, "", 0, false
 }
 
 // truncateReason cuts reason to MaxAttemptReason bytes, on a rune

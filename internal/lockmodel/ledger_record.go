@@ -68,8 +68,11 @@ type AttemptSpec struct {
 	// Output is the tail of the command's stderr (-keep-output); absent
 	// when not kept.
 	Output string `json:"output,omitempty"`
-	// Reason: why a lost attempt was lost; absent when unknown.
-	Reason string `json:"reason,omitempty"`
+	// Reason: why a lost attempt was lost (absent when unknown), or why a
+	// released attempt was released. ReleasedBy: who released it
+	// ("released" only). Both absent otherwise.
+	Reason     string `json:"reason,omitempty"`
+	ReleasedBy string `json:"released_by,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -95,8 +98,8 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 		for _, a := range r.Attempts {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
-				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome), Reason: a.Reason,
-				Output: a.Output,
+				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
+				Reason: a.Reason, ReleasedBy: a.ReleasedBy, Output: a.Output,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -259,13 +262,18 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 	bad := func(f, value, allowed string) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
-	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome), Reason: as.Reason, Output: as.Output}
+	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
+		Reason: as.Reason, ReleasedBy: as.ReleasedBy, Output: as.Output}
 	if len(as.Output) > MaxKeepOutput {
 		bad("output", fmt.Sprintf("%d bytes", len(as.Output)), fmt.Sprintf("at most %d bytes of the command's stderr", MaxKeepOutput))
 	}
 	switch {
-	case as.Reason != "" && a.Outcome != RunLost:
-		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q attempt has a reason", RunLost))
+	case a.Outcome == RunReleased && (as.ReleasedBy == "" || ValidateReason(field+".reason", as.Reason) != nil):
+		bad("released_by", truncate(as.ReleasedBy, 40), "who released the holder, and a reason, for a \"released\" attempt")
+	case a.Outcome != RunReleased && as.ReleasedBy != "":
+		bad("released_by", truncate(as.ReleasedBy, 40), "absent unless the attempt is \"released\"")
+	case as.Reason != "" && a.Outcome != RunLost && a.Outcome != RunReleased:
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q or %q attempt has a reason", RunLost, RunReleased))
 	case len(as.Reason) > MaxAttemptReason:
 		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("at most %d bytes", MaxAttemptReason))
 	}
@@ -296,7 +304,7 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		}
 	}
 	switch {
-	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed):
+	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed || a.Outcome == RunReleased):
 		bad("exit_code", fmt.Sprint(*as.ExitCode), fmt.Sprintf("null for a %q attempt", a.Outcome))
 	case as.ExitCode == nil && (a.Outcome == RunSucceeded || a.Outcome == RunFailed):
 		bad("exit_code", "null", fmt.Sprintf("the command's exit code for a %q attempt", a.Outcome))

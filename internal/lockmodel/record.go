@@ -49,6 +49,8 @@ func RegistryKindOf(recordKind string) string {
 		return KindACLPolicy
 	case RecordKindRunLedger:
 		return KindRuns
+	case RecordKindPause:
+		return KindPauses
 	}
 	return ""
 }
@@ -154,6 +156,10 @@ var (
 )
 
 // Validate reports every problem of s as FieldErrors.
+// IsUUID reports whether s is a UUID, as Consul writes session and
+// accessor IDs.
+func IsUUID(s string) bool { return uuidRE.MatchString(s) }
+
 func (s ACLPolicySpec) Validate() error {
 	var errs FieldErrors
 	errs = append(errs, AsFieldErrors(ValidateName("name", s.Name))...)
@@ -400,8 +406,8 @@ func DecodeRecord(data []byte) (Record, error) {
 		return Record{}, fmt.Errorf("registry record %q has schema_version %d; a consullock record has schema_version 1 to %d",
 			r.Name, r.SchemaVersion, RecordSchemaVersion)
 	case RegistryKindOf(r.Kind) == "":
-		return Record{}, fmt.Errorf("registry record %q has kind %q; want one of %q, %q, %q, %q",
-			r.Name, r.Kind, RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy, RecordKindRunLedger)
+		return Record{}, fmt.Errorf("registry record %q has kind %q; want one of %q, %q, %q, %q, %q",
+			r.Name, r.Kind, RecordKindLock, RecordKindSessionDefaults, RecordKindACLPolicy, RecordKindRunLedger, RecordKindPause)
 	case len(bytes.TrimSpace(r.Spec)) == 0 || bytes.Equal(bytes.TrimSpace(r.Spec), []byte("null")):
 		return Record{}, fmt.Errorf("%s record %q has no spec", r.Kind, r.Name)
 	}

@@ -40,7 +40,7 @@ func TestRecordsMarkdownExamples(t *testing.T) {
 			t.Errorf("%s example is not what consullock writes:\n got %s\nwant %s", r.Kind, got, want.Bytes())
 		}
 	}
-	if want := map[string]int{RecordKindLock: 4, RecordKindSessionDefaults: 1, RecordKindACLPolicy: 1, RecordKindRunLedger: 1}; !reflect.DeepEqual(kinds, want) {
+	if want := map[string]int{RecordKindLock: 4, RecordKindSessionDefaults: 1, RecordKindACLPolicy: 1, RecordKindRunLedger: 1, RecordKindPause: 1}; !reflect.DeepEqual(kinds, want) {
 		t.Fatalf("RECORDS.md has examples %v, want %v", kinds, want)
 	}
 }
@@ -72,6 +72,12 @@ func reencode(kind string, b []byte) ([]byte, error) {
 			return nil, err
 		}
 		return EncodeLedger(l)
+	case RecordKindPause:
+		p, err := DecodePauseRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		return EncodePauseRecord(p)
 	}
 	return nil, errors.New("unknown kind " + kind)
 }

@@ -260,9 +260,16 @@ scrape_configs:
 		b, _ := httpGet(metricsURL)
 		return missed.Match(b) && bytes.Contains(b, []byte(`consullock_lock_next_slot_timestamp_seconds{lock="minutely"}`))
 	})
+	// idle was paused two days ago (consullock pause): past the rule's day.
+	pause, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "idle", Reason: "INC-9", By: "alice", At: t0.Add(-48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(lockmodel.PauseKey(registry, "idle"), pause, 0)
 	fired := map[string]time.Duration{}
 	want := map[string]string{"ConsulLockUnheld": "daemon", "ConsulLockHolderPastMaxHold": "report",
-		"ConsulLockRunMissed": "nightly", "ConsulLockRunAttemptsExhausted": "flaky", "ConsulLockRunMissed/schedule": "minutely"}
+		"ConsulLockRunMissed": "nightly", "ConsulLockRunAttemptsExhausted": "flaky", "ConsulLockRunMissed/schedule": "minutely",
+		"ConsulLockPausedTooLong": "idle"}
 	waitFor(t, 3*time.Minute, "the alerts to fire", func() bool {
 		b, err := httpGet(promAPI + "alerts")
 		if err != nil {
@@ -294,10 +301,10 @@ scrape_configs:
 		return len(fired) == len(want)
 	})
 	t.Logf("fault to firing through Prometheus's API: ConsulLockUnheld %s (worst_case_gap 20s), ConsulLockHolderPastMaxHold %s (max_hold 3s), "+
-		"ConsulLockRunMissed %s (by schedule %s), ConsulLockRunAttemptsExhausted %s; scrape and evaluation every 1s",
+		"ConsulLockRunMissed %s (by schedule %s), ConsulLockRunAttemptsExhausted %s, ConsulLockPausedTooLong %s; scrape and evaluation every 1s",
 		fired["ConsulLockUnheld"].Round(100*time.Millisecond), fired["ConsulLockHolderPastMaxHold"].Round(100*time.Millisecond),
 		fired["ConsulLockRunMissed"].Round(100*time.Millisecond), fired["ConsulLockRunMissed/schedule"].Round(100*time.Millisecond),
-		fired["ConsulLockRunAttemptsExhausted"].Round(100*time.Millisecond))
+		fired["ConsulLockRunAttemptsExhausted"].Round(100*time.Millisecond), fired["ConsulLockPausedTooLong"].Round(100*time.Millisecond))
 	// Neither fired before its own threshold could have passed.
 	if fired["ConsulLockUnheld"] < 20*time.Second || fired["ConsulLockHolderPastMaxHold"] < 3*time.Second {
 		t.Errorf("an alert fired before its threshold: %v", fired)

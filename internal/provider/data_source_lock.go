@@ -63,6 +63,7 @@ type lockDataSourceModel struct {
 	LastContact          timetypes.GoDuration `tfsdk:"last_contact"`
 	LastRun              types.Object         `tfsdk:"last_run"`
 	HolderServices       types.List           `tfsdk:"holder_services"`
+	Paused               types.String         `tfsdk:"paused"`
 }
 
 // lockHolderModel is one element of holders.
@@ -85,11 +86,10 @@ var lockHolderAttrTypes = map[string]attr.Type{
 }
 
 // fencingTokenDescription is the contract users build fencing on.
-const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key, read as the key's " +
-	"`ModifyIndex` while it is held (a write to the key while still held, such as a flag repair, raises it without a new holder). " +
-	"Every later holder's token is strictly greater, also across re-creation of the key and plain writes, so a store that remembers " +
-	"the highest token it has seen can refuse an earlier holder. For a semaphore, the highest of the holders' tokens. " +
-	"Null when the key is not held."
+const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key (the key's " +
+	"`ModifyIndex` while held; a write while still held, such as a flag repair, raises it). Every later " +
+	"holder's is strictly greater, also across re-creation and plain writes. A semaphore: the highest " +
+	"holder's. Null when not held."
 
 func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_lock"
@@ -103,20 +103,19 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 			"(and, for a semaphore, one KV list and one session list), for `last_run` and `holder_services` one list of the lock records, then one ledger read and (with `holder_service`) one health query.",
 		Attributes: map[string]schema.Attribute{
 			"key": schema.StringAttribute{
-				MarkdownDescription: "The lock key, e.g. `jobs/nightly/.lock` (a `consullock_lock`'s `key`) or a raw key such as `service/job/leader`. " +
-					"For a semaphore, the `<prefix>/.lock` key.",
+				MarkdownDescription: "The lock key, e.g. a `consullock_lock`'s `key` or a raw key such as `service/job/leader`; a " +
+					"semaphore's `<prefix>/.lock`.",
 				Required:   true,
 				Validators: []validator.String{keyPathValidator{}},
 			},
 			"consistent": schema.BoolAttribute{
-				MarkdownDescription: "Read with `?consistent` (default `true`): the leader confirms it is still the leader, " +
-					"so the answer is current, and a cluster without a leader is an error. `false` reads `?stale` from any server: " +
-					"it answers without a leader, possibly out of date; check `known_leader` and `last_contact`.",
+				MarkdownDescription: "Read with `?consistent` (default `true`): current, and an error without a cluster leader. `false` " +
+					"reads `?stale` from any server, possibly out of date (see `known_leader`, `last_contact`).",
 				Optional: true,
 				Computed: true,
 			},
 			"exists": schema.BoolAttribute{
-				MarkdownDescription: "Whether the key exists. A missing key is not an error: `exists` and `held` are `false` and the other attributes null.",
+				MarkdownDescription: "Whether the key exists; when not, `held` is `false` and the rest null (not an error).",
 				Computed:            true,
 			},
 			"held": schema.BoolAttribute{
@@ -132,8 +131,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"value": schema.StringAttribute{
-				MarkdownDescription: "The key's value as text: what the holder sent with its acquire request (a release writes its request body too; " +
-					"`api.Lock` sends its value back). Null when the value is not valid UTF-8: use `value_base64`.",
+				MarkdownDescription: "The key's value as text (what the holder sent with its acquire or release). Null when not valid " +
+					"UTF-8: use `value_base64`.",
 				Computed: true,
 			},
 			"value_base64": schema.StringAttribute{
@@ -141,9 +140,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"lock_index": schema.Int64Attribute{
-				MarkdownDescription: "Consul's LockIndex: how many times the key has been acquired while free. It is not a fencing token: " +
-					"a plain write resets it to 0 and a deleted key re-created starts again at 1 (`consul lock` deletes unheld keys " +
-					"when it exits; sessions with behavior `delete` delete the key). Use `fencing_token`.",
+				MarkdownDescription: "Consul's LockIndex: acquisitions of the free key. Not a fencing token: a plain write resets it to 0, " +
+					"a re-created key restarts at 1. Use `fencing_token`.",
 				Computed: true,
 			},
 			"fencing_token": schema.Int64Attribute{
@@ -159,8 +157,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"flags": schema.StringAttribute{
-				MarkdownDescription: "The key's flags as 16 hex digits: `" + lockmodel.FormatFlags(lockmodel.LockFlagValue) + "` for an `api.Lock` mutex, `" +
-					lockmodel.FormatFlags(lockmodel.SemaphoreFlagValue) + "` for an `api.Semaphore`. A string because the values exceed what Terraform numbers hold exactly.",
+				MarkdownDescription: "The key's flags as 16 hex digits (a string: they exceed Terraform's exact numbers): `" +
+					lockmodel.FormatFlags(lockmodel.LockFlagValue) + "` api.Lock, `" + lockmodel.FormatFlags(lockmodel.SemaphoreFlagValue) + "` api.Semaphore.",
 				Computed: true,
 			},
 			"session_name": schema.StringAttribute{
@@ -168,24 +166,24 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"session_ttl": schema.StringAttribute{
-				MarkdownDescription: "TTL of the holding session; null when it has none. Consul invalidates a session that is not renewed within about twice its TTL.",
+				MarkdownDescription: "TTL of the holding session; null when it has none.",
 				Computed:            true,
 				CustomType:          timetypes.GoDurationType{},
 			},
 			"session_lock_delay": schema.StringAttribute{
-				MarkdownDescription: "Lock-delay of the holding session: after the session is invalidated or destroyed, no one can acquire the key for this long. " +
-					"A release does not apply it.",
-				Computed:   true,
-				CustomType: timetypes.GoDurationType{},
+				MarkdownDescription: "Lock-delay of the holding session, applied when it is invalidated or destroyed (not on a release).",
+				Computed:            true,
+				CustomType:          timetypes.GoDurationType{},
 			},
 			"session_behavior": schema.StringAttribute{
 				MarkdownDescription: "What Consul does with the key when the holding session is invalidated: `release` or `delete`.",
 				Computed:            true,
 			},
 			"session_node_checks": schema.ListAttribute{
-				MarkdownDescription: "Node health checks the holding session is bound to (including the legacy `Checks` field); if one goes critical the session is invalidated.",
-				Computed:            true,
-				ElementType:         types.StringType,
+				MarkdownDescription: "Node checks the holding session is bound to (legacy `Checks` included); a critical one invalidates " +
+					"it.",
+				Computed:    true,
+				ElementType: types.StringType,
 			},
 			"session_service_checks": schema.ListAttribute{
 				MarkdownDescription: "IDs of the service health checks the holding session is bound to.",
@@ -197,8 +195,8 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"holders": schema.ListNestedAttribute{
-				MarkdownDescription: "For a semaphore: the holders, from the contender keys `<prefix>/<session>` that are held and listed in the holder table, " +
-					"sorted by session. Null for a mutex.",
+				MarkdownDescription: "A semaphore's holders (held contender keys `<prefix>/<session>` listed in the table), sorted by " +
+					"session. Null for a mutex.",
 				Computed: true,
 				NestedObject: schema.NestedAttributeObject{
 					Attributes: map[string]schema.Attribute{
@@ -234,12 +232,14 @@ func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed:            true,
 			},
 			"last_contact": schema.StringAttribute{
-				MarkdownDescription: "How long ago the answering server last heard from the leader (`X-Consul-LastContact`); `0s` when the leader answered.",
-				Computed:            true,
-				CustomType:          timetypes.GoDurationType{},
+				MarkdownDescription: "How long ago the answering server heard from the leader (`X-Consul-LastContact`); `0s` from the " +
+					"leader.",
+				Computed:   true,
+				CustomType: timetypes.GoDurationType{},
 			},
 			"last_run":        lastRunSchemaAttribute(),
 			"holder_services": holderServicesSchemaAttribute(),
+			"paused":          pausedDataSourceAttribute(),
 		},
 	}
 }
@@ -273,6 +273,7 @@ func (d *lockDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	decl, declared, listErr := d.declaredLock(ctx, key)
 	state.LastRun = d.lastRun(ctx, decl, declared, listErr, &resp.Diagnostics)
 	state.HolderServices = d.holderServices(ctx, decl, view, consistent, &resp.Diagnostics)
+	state.Paused = d.paused(ctx, decl, declared, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -306,6 +307,7 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 		Consistent:           types.BoolValue(consistent),
 		LastRun:              types.ObjectNull(lastRunAttrTypes),
 		HolderServices:       types.ListNull(holderServicesType),
+		Paused:               types.StringNull(),
 		Exists:               types.BoolValue(view.Pair != nil),
 		Held:                 types.BoolValue(false),
 		Session:              types.StringNull(),

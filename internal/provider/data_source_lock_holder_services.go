@@ -33,10 +33,9 @@ var holderServicesType = types.ObjectType{AttrTypes: holderServiceAttrTypes}
 
 func holderServicesSchemaAttribute() schema.ListNestedAttribute {
 	return schema.ListNestedAttribute{
-		MarkdownDescription: "The current holders' service instances, when the declared lock has a `holder_service`: one per holder " +
-			"that has registered one (`consullock run`), sorted by session. Null when the key is not declared as a `consullock_lock` " +
-			"with `holder_service` under the provider's `registry_prefix`. One health query; the token needs `service:read` on the " +
-			"name and `node:read` (instances it may not read are left out).",
+		MarkdownDescription: "With a declared `holder_service`: the instances the current holders registered, sorted by session. " +
+			"Null without one. One health query; needs `service:read` on the name and `node:read` (instances it " +
+			"may not read are left out).",
 		Computed: true,
 		NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 			"id":      schema.StringAttribute{MarkdownDescription: "Service ID, `<name>-<session>`.", Computed: true},
@@ -46,8 +45,8 @@ func holderServicesSchemaAttribute() schema.ListNestedAttribute {
 			"address": schema.StringAttribute{MarkdownDescription: "The instance's address, or its node's.", Computed: true},
 			"port":    schema.Int64Attribute{MarkdownDescription: "The instance's port; 0 for none.", Computed: true},
 			"status": schema.StringAttribute{
-				MarkdownDescription: "Aggregated health of the instance's TTL check and its node's checks: `passing`, `warning` or " +
-					"`critical`. DNS answers only instances that are not critical.",
+				MarkdownDescription: "Health of the instance's TTL check and node checks: `passing`, `warning` or `critical` (DNS skips " +
+					"`critical`).",
 				Computed: true,
 			},
 			"fencing_token": schema.Int64Attribute{MarkdownDescription: "The fencing token in the instance's meta.", Computed: true},

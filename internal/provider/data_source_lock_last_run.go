@@ -33,18 +33,17 @@ var lastRunAttrTypes = map[string]attr.Type{
 
 func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
-		MarkdownDescription: "The most recently begun run of the lock's run ledger (`consullock_lock.run_once`, or " +
-			"`consullock run -run-id`), read from `<registry_prefix>/runs/<lock name>` of the declared lock whose key this is. " +
-			"`node`, `fencing_token`, `started`, `finished` and `exit_code` are those of the run's latest attempt. Null when " +
-			"the key is not declared as a `consullock_lock` under the provider's `registry_prefix`, or the lock has no ledger yet. " +
-			"The token needs `key:read` on the registry's `locks/` and `runs/` records; without it, a warning and null.",
+		MarkdownDescription: "The newest run in the lock's run ledger `<registry_prefix>/runs/<lock name>`; `node`, " +
+			"`fencing_token`, `started`, `finished` and `exit_code` are its latest attempt's. Null when no " +
+			"`consullock_lock` under the provider's `registry_prefix` declares this key, or it has no ledger yet. " +
+			"Needs `key:read` on the registry's `locks/` and `runs/`; without it, a warning and null.",
 		Computed: true,
 		Attributes: map[string]schema.Attribute{
 			"run_id": schema.StringAttribute{MarkdownDescription: "The run ID, e.g. `2026-12-01T00:00:00Z` (a `run_once` period slot).", Computed: true},
 			"outcome": schema.StringAttribute{
-				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (the lock was lost while the command ran), " +
-					"`crashed` (a holder vanished without recording an outcome), `timed_out` (stopped at `run_once.max_runtime`) " +
-					"or `exhausted` (`max_attempts` made without a success).",
+				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (lock lost while the command ran), `crashed` (holder " +
+					"vanished without an outcome), `timed_out` (stopped at `run_once.max_runtime`), `released` (session ended by " +
+					"`consullock release`) or `exhausted` (`max_attempts` without a success).",
 				Computed: true,
 			},
 			"node":          schema.StringAttribute{MarkdownDescription: "Node of the latest attempt's holder.", Computed: true},

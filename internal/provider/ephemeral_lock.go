@@ -87,14 +87,12 @@ func (e *lockEphemeral) Metadata(_ context.Context, req ephemeral.MetadataReques
 
 func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, resp *ephemeral.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "Holds a Consul lock for the duration of a run. Open creates a session and waits for the lock, " +
-			"the CLI renews the session while the run goes on, and Close releases the lock and then destroys the session. " +
-			"Nothing of it is written to plan or state. The CLI opens ephemeral resources separately in the plan and in the apply " +
-			"phase: the lock is held during each, not between them. Needs OpenTofu 1.11 or Terraform 1.10 or later.",
+		MarkdownDescription: "Holds a Consul lock for the duration of a run (plan and apply each hold it separately); nothing " +
+			"reaches plan or state. OpenTofu 1.11 or Terraform 1.10+.",
 		Attributes: map[string]schema.Attribute{
 			"lock": schema.StringAttribute{
-				MarkdownDescription: "Name of a declared lock (`consullock_lock`): its key, limit and session profile are read from " +
-					"the registry, as `consullock run -lock` does. Exactly one of `lock` and `key`.",
+				MarkdownDescription: "Name of a declared lock: key, limit and profile come from the registry, as with `consullock run " +
+					"-lock`. Exactly one of `lock` and `key`.",
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: "a lock name"}},
 			},
@@ -130,10 +128,10 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 				Validators: []validator.String{durationBetween(time.Second, 24*time.Hour)},
 			},
 			"value": schema.StringAttribute{
-				MarkdownDescription: "Value written into the key while it is held. Default: a JSON object naming the node, the " +
-					"provider's process ID, the start time and the lock (and for a semaphore the session's lock_delay, " +
-					"which other holders' waiters count when the session ends without a release), as `consullock run` writes. " +
-					"A value of your own is written as given; for a semaphore, such waiters then count 60s.",
+				MarkdownDescription: "Value written into the key while held. Default: JSON naming the node, the provider's PID, the start " +
+					"and the lock (a semaphore's also its session's lock_delay, which other holders' waiters count when " +
+					"it ends without a release), as `consullock run` writes. A value of your own is written as given " +
+					"(such waiters then count 60s).",
 				Optional: true,
 			},
 			"session": schema.StringAttribute{
@@ -141,8 +139,8 @@ func (e *lockEphemeral) Schema(_ context.Context, _ ephemeral.SchemaRequest, res
 				Computed:            true,
 			},
 			"fencing_token": schema.Int64Attribute{
-				MarkdownDescription: "The Raft index at which the holder's session acquired the lock; it only grows from holder to holder. " +
-					"Pass it to what the lock guards and refuse writes with a lower token than the highest seen.",
+				MarkdownDescription: "The Raft index at which the session acquired the lock; it only grows from holder to holder. Give it " +
+					"to what the lock guards, which refuses tokens lower than the highest seen.",
 				Computed: true,
 			},
 			"lock_index": schema.Int64Attribute{

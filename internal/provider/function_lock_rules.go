@@ -31,13 +31,12 @@ func (f *lockRulesFunction) Metadata(_ context.Context, _ function.MetadataReque
 func (f *lockRulesFunction) Definition(_ context.Context, _ function.DefinitionRequest, resp *function.DefinitionResponse) {
 	resp.Definition = function.Definition{
 		Summary: "Least-privilege Consul ACL rules for lock holders",
-		MarkdownDescription: "Returns the canonical ACL rules text that `consullock_acl_policy` renders for the same inputs " +
-			"(one implementation), for use with `consul_acl_policy`, Vault's Consul secrets engine roles or Nomad. " +
-			"The object takes the attributes " + "`lock_keys`, `semaphore_prefixes`, `session_node_prefixes` (required, at least one), " +
-			"`read_keys`, `run_ledgers`, `holder_services`, `queue_prefixes` (lists of strings) and `agent_read` (bool), with the meaning they have on `consullock_acl_policy`; " +
-			"omitted ones are empty (`agent_read` false). `run_ledgers` names locks whose run ledger " +
-			"`<registry_prefix>/runs/<name>` gets key write; a function cannot see the provider's configuration, so give " +
-			"`registry_prefix` when it is not the default `consul-lock`.",
+		MarkdownDescription: "Returns the rules text `consullock_acl_policy` renders for the same inputs (one implementation), for " +
+			"`consul_acl_policy`, Vault's Consul secrets engine or Nomad. The object takes `lock_keys`, " +
+			"`semaphore_prefixes`, `session_node_prefixes` (required, at least one), `read_keys`, `run_ledgers`, " +
+			"`holder_services`, `queue_prefixes` (lists of strings) and `agent_read` (bool), as on " +
+			"`consullock_acl_policy`; omitted ones are empty. A function cannot see the provider's configuration: " +
+			"give `registry_prefix` for `run_ledgers` when it is not `consul-lock`.",
 		Parameters: []function.Parameter{
 			function.DynamicParameter{
 				Name:                "inputs",

@@ -167,10 +167,9 @@ func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest,
 				ElementType:         types.StringType,
 			},
 			"retry": schema.SingleNestedAttribute{
-				MarkdownDescription: "How transient failures are retried: connection errors, HTTP 429, 502, 503, 504 and Consul's " +
-					"\"No cluster leader\". Permission errors, missing objects and Consul's validation errors are never retried. " +
-					"Creating a token, policy or session and check-and-set writes are not sent again once they may have reached Consul; " +
-					"a lost answer is settled by reading back.",
+				MarkdownDescription: "How transient failures are retried: connection errors, HTTP 429, 502, 503, 504, \"No cluster leader\". " +
+					"Never retried: permission errors, missing objects, validation errors, nor a create or check-and-set " +
+					"that may have reached Consul (its lost answer is settled by reading back).",
 				Optional: true,
 				Attributes: map[string]schema.Attribute{
 					"max_attempts": schema.Int64Attribute{

@@ -153,13 +153,10 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 			},
 			"run_ledgers": runLedgersSchemaAttribute(),
 			"holder_services": schema.SetAttribute{
-				MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" " +
-					"{ policy = \"write\" }` on each, all a holder needs to register its instance on its agent, pass its TTL " +
-					"check and deregister it (verified on Consul 1.14). No other service name may be registered with it. " +
-					"With holder services the rules also grant `node_prefix \"<p>\" { policy = \"read\" }` on each " +
-					"`session_node_prefixes` entry: an agentless runner (`consullock run -node`) lists the lock's instances on its " +
-					"node to deregister former holders', which Consul hides without node read. Read only, on the runners' nodes; " +
-					"no node write.",
+				MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" { policy = " +
+					"\"write\" }` on each, all a holder needs to register, check and deregister its instance. Also grants " +
+					"`node_prefix \"<p>\" { policy = \"read\" }` on each `session_node_prefixes` entry, so an agentless " +
+					"runner can list (and remove) former holders' instances on its node. No node write.",
 				Optional:    true,
 				ElementType: types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
@@ -167,15 +164,15 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				})},
 			},
 			"agent_read": schema.BoolAttribute{
-				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which `consul lock` needs to learn its agent's node name. " +
-					"Holders that use the HTTP API directly do not need it. Default `false`.",
+				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which only `consul lock` needs (to learn its node " +
+					"name). Default `false`.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
 			"rules": schema.StringAttribute{
-				MarkdownDescription: "The canonical HCL rules rendered from the inputs, known at plan time. After a refresh it " +
-					"holds the live rules when they grant something else, so the plan shows the drift.",
+				MarkdownDescription: "The canonical HCL rules, known at plan. After a refresh, the live rules when they grant something " +
+					"else (the plan shows the drift).",
 				Computed:   true,
 				CustomType: aclRulesType{},
 			},

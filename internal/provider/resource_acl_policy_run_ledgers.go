@@ -21,10 +21,9 @@ import (
 
 func runLedgersSchemaAttribute() schema.SetAttribute {
 	return schema.SetAttribute{
-		MarkdownDescription: "Names of `run_once` locks whose holders record their runs: `key \"<registry_prefix>/runs/<name>\" " +
-			"{ policy = \"write\" }` on each, the lock's run ledger, with the provider's `registry_prefix`. Nothing else under " +
-			"the registry is granted: a worker of lock `a` cannot write lock `b`'s ledger. Holders also need `read_keys` on the " +
-			"lock's declaration `<registry_prefix>/locks/<name>` (and its session profile's record).",
+		MarkdownDescription: "Names of `run_once` locks whose holders record their runs: `key \"<registry_prefix>/runs/<name>\" { " +
+			"policy = \"write\" }` on each ledger, nothing else under the registry. Holders also need `read_keys` " +
+			"on the lock's declaration and its profile's record.",
 		Optional:    true,
 		ElementType: types.StringType,
 		Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{

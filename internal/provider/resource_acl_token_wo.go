@@ -26,9 +26,8 @@ var (
 )
 
 var secretIDWOAttribute = schema.StringAttribute{
-	MarkdownDescription: "The token's secret, chosen elsewhere (a UUID), sent to Consul when the token is created and never " +
-		"stored in plan or state; `secret_id` is then null. Consul cannot change a token's secret, so a new secret takes a new token: " +
-		"change `secret_id_wo_version` to rotate (the token is replaced). Needs OpenTofu 1.11 or Terraform 1.11 or later.",
+	MarkdownDescription: "The token's secret (a UUID) chosen elsewhere, sent at creation and never stored; `secret_id` is then " +
+		"null. Rotate with `secret_id_wo_version` (the token is replaced). OpenTofu or Terraform 1.11+.",
 	Optional:  true,
 	Sensitive: true,
 	WriteOnly: true,

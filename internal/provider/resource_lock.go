@@ -65,6 +65,8 @@ type lockResourceModel struct {
 	ForceDestroy    types.Bool              `tfsdk:"force_destroy"`
 	Flags           types.String            `tfsdk:"flags"`
 	RegistryKey     types.String            `tfsdk:"registry_key"`
+	Paused          types.String            `tfsdk:"paused"`
+	PauseKey        types.String            `tfsdk:"pause_key"`
 }
 
 func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -94,9 +96,9 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				PlanModifiers: []planmodifier.String{requiresReplaceIfPathChanged()},
 			},
 			"key": schema.StringAttribute{
-				MarkdownDescription: "The key holders acquire. Default `<prefix>/.lock`, known at plan time, which is what " +
-					"`consul lock`, api.Lock and api.Semaphore use. A mutex may name another key equal to or under the prefix, " +
-					"such as `service/job/leader`; a semaphore's key is always `<prefix>/.lock`. Changing it replaces the lock.",
+				MarkdownDescription: "The key holders acquire. Default `<prefix>/.lock` (what `consul lock`, api.Lock and api.Semaphore " +
+					"use), known at plan. A mutex may name another key at or under the prefix (`service/job/leader`). " +
+					"Changing it replaces the lock.",
 				Optional:      true,
 				Computed:      true,
 				Validators:    []validator.String{keyPathValidator{}},
@@ -114,14 +116,14 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				PlanModifiers: []planmodifier.Int64{requiresReplaceIfLockKindChanged()},
 			},
 			"session_defaults": schema.StringAttribute{
-				MarkdownDescription: "Name of the `consullock_session_defaults` profile holders use. It must exist when the lock " +
-					"is applied: reference the profile's `name` attribute so that it is created first.",
+				MarkdownDescription: "Name of the `consullock_session_defaults` profile holders use; it must exist at apply (reference the " +
+					"profile's `name`).",
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: allowedText(lockmodel.ValidateName("session_defaults", ""))}},
 			},
 			"max_hold": schema.StringAttribute{
-				MarkdownDescription: "Longest time one holder may keep the lock, e.g. `2h`; at least `1s`. The controller reports " +
-					"longer holds in `repair` mode and ends the holder's session in `enforce` mode. Unset means no limit.",
+				MarkdownDescription: "Longest one holder may keep the lock, at least `1s` (e.g. `2h`): the controller reports longer " +
+					"holds, and ends them in `enforce` mode. Unset: no limit.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateMaxHold, what: allowedText(lockmodel.ValidateMaxHold("max_hold", -1))}},
@@ -132,33 +134,34 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Validators:          []validator.String{domainStringRule{check: lockmodel.ValidateDescription, what: fmt.Sprintf("text of at most %d characters", lockmodel.MaxDescriptionLength)}},
 			},
 			"always_held": schema.BoolAttribute{
-				MarkdownDescription: "The lock must always have a holder, as a singleton daemon run with `consullock run` does. " +
-					"`consullock status` then exits 1 when it has none, and the `ConsulLockUnheld` alert fires once it has been " +
-					"unheld for longer than its profile's `worst_case_gap`. Changing it rewrites only the declaration record. Default `false`.",
+				MarkdownDescription: "The lock must always have a holder (a singleton daemon): `consullock status` exits 1 without one, " +
+					"and `ConsulLockUnheld` fires after `worst_case_gap` unheld. Rewrites only the declaration record. " +
+					"Default `false`.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
+			"paused":         pausedSchemaAttribute(),
+			"pause_key":      pauseKeySchemaAttribute(),
 			"run_once":       runOnceSchemaAttribute(),
 			"holder_service": holderServiceSchemaAttribute(),
 			"waiters":        waitersSchemaAttribute(),
 			"force_destroy": schema.BoolAttribute{
-				MarkdownDescription: "Allow destroying the lock while it is held: the holders' sessions are ended (so that their " +
-					"lock-delay keeps the next holder out while their commands stop), then the key is deleted. The provider's token " +
-					"then needs `session` write on the holders' nodes. Apply `true` before destroying. Default `false`: destroying a " +
-					"held lock fails and names the holder.",
+				MarkdownDescription: "Allow destroying a held lock: the holders' sessions are ended (their lock-delay keeps the next " +
+					"holder out while their commands stop), then the key is deleted. Needs `session` write on the " +
+					"holders' nodes; apply `true` before destroying. Default `false`: destroy fails and names the holder.",
 				Optional: true,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 			},
 			"flags": schema.StringAttribute{
-				MarkdownDescription: "The key's KV flags in hex (a string: the 64-bit values exceed what Terraform numbers hold exactly): " +
-					"`0x2ddccbc058a50c18` (api.Lock) or `0xe0f69a2baa414de0` (api.Semaphore). Refresh shows the live flags.",
+				MarkdownDescription: "The key's flags in hex (a string: they exceed Terraform's exact numbers): `0x2ddccbc058a50c18` " +
+					"(api.Lock) or `0xe0f69a2baa414de0` (api.Semaphore), live after refresh.",
 				Computed: true,
 			},
 			"registry_key": schema.StringAttribute{
-				MarkdownDescription: "Consul KV key of the lock's record, `<registry_prefix>/locks/<name>`. Empty after a refresh " +
-					"that found the record missing or unreadable, so that the plan shows it will be rewritten.",
+				MarkdownDescription: "KV key of the lock's record, `<registry_prefix>/locks/<name>`; empty after a refresh found it " +
+					"missing or unreadable (the plan rewrites it).",
 				Computed: true,
 			},
 		},
@@ -301,7 +304,7 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	if cfg.Key.IsNull() {
 		plan.Key = key
 	}
-	plan.Flags, plan.RegistryKey = flags, registryKey
+	plan.Flags, plan.RegistryKey, plan.PauseKey = flags, registryKey, r.pauseKeyOf(plan.Name)
 	if r.data != nil {
 		r.data.planned.addLock(knownString(plan.Name), knownString(plan.Prefix), knownString(plan.Key))
 	}
@@ -461,6 +464,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(flags))
 	plan.RegistryKey = types.StringValue(recordKey)
+	r.applyPaused(ctx, plan, nil, &resp.Diagnostics)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
 	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, l)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
@@ -600,6 +604,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		}
 	}
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, recIndex)...)
+	r.readPaused(ctx, &state, &resp.Diagnostics)
 	// resp.State starts as the prior state: setting an unchanged model
 	// again would only cost a conversion per resource on every refresh.
 	if state != prior {
@@ -648,6 +653,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	}
 	plan.Flags = types.StringValue(lockmodel.FormatFlags(res.Key.Flags))
 	plan.RegistryKey = types.StringValue(newKey)
+	r.applyPaused(ctx, plan, &state, &resp.Diagnostics)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, res.RecordIndex)...)
 	resp.Diagnostics.Append(setRunOnceSince(ctx, resp.Private, l)...)
 	resp.Diagnostics.Append(setUnheldKeyIndex(ctx, resp.Private, res.Key)...)
@@ -690,7 +696,9 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	}
 	if err != nil {
 		r.lockApplyError(ctx, consul.LockDelete, l, recordKey, err, &resp.Diagnostics)
+		return
 	}
+	r.deletePaused(ctx, l.Name, &resp.Diagnostics)
 }
 
 func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
@@ -729,6 +737,7 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 		ForceDestroy:    types.BoolValue(false),
 		Flags:           types.StringValue(lockmodel.FormatFlags(decl.Flags())),
 		RegistryKey:     types.StringValue(rec.Key),
+		PauseKey:        types.StringValue(lockmodel.PauseKey(r.data.registryPrefix, name)),
 	}
 	state.setDeclared(decl)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, rec.ModifyIndex)...)

@@ -79,31 +79,27 @@ func nextSlots(r *lockmodel.RunOnce, now time.Time) types.List {
 
 func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 	a := schema.SingleNestedAttribute{
-		MarkdownDescription: "Run the lock's command once per run, not merely one at a time: `consullock run -lock NAME` " +
-			"records every attempt in the lock's run ledger (`<registry_prefix>/runs/<name>`) and does not run a run that " +
-			"already succeeded on any node. Without `-run-id`, the run ID is the UTC `period` slot containing the runner's " +
-			"start, or with `schedule` the latest scheduled slot at or before it. Set one of `period` and `schedule`. " +
-			"Only on a mutex (`limit = 1`). Changing it rewrites only the declaration record.",
+		MarkdownDescription: "Run the command once per run, not merely one at a time: `consullock run` records each attempt in the " +
+			"run ledger `<registry_prefix>/runs/<name>` and skips a run that already succeeded. Without `-run-id` " +
+			"the run ID is the `period` slot of the runner's start, or the latest `schedule` slot at or before it. Set one " +
+			"of `period` and `schedule`. Mutex only. Changing it rewrites only the declaration record.",
 		Optional: true,
 		Attributes: map[string]schema.Attribute{
 			"period": schema.StringAttribute{
-				MarkdownDescription: "Width of a run slot, e.g. `24h` or `1h`; `1m` to `8784h` (366 days). Triggers must fire " +
-					"further from a slot boundary than the nodes' clock skew, or nodes disagree on the run. A period shorter " +
-					"than the session profile's `worst_case_gap` earns a warning: a crashed run may not be taken over within it.",
+				MarkdownDescription: "Width of a UTC run slot, `1m` to `8784h` (366 days), e.g. `24h`. Triggers must fire further from a slot " +
+					"boundary than the nodes' clock skew. Shorter than the profile's `worst_case_gap` warns: a crashed " +
+					"run may not be taken over within it.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
 			},
 			"schedule": schema.StringAttribute{
-				MarkdownDescription: "Instead of `period`: runs by the calendar, a 5-field cron expression " +
-					"(`minute hour day-of-month month day-of-week`, e.g. `\"0 2 * * 1-5\"` for 02:00 on weekdays; day-of-week `0`-`6` " +
-					"or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`, read in `time_zone`. Without " +
-					"`-run-id`, the run ID is the scheduled time of the latest slot at or before the runner's start, in RFC 3339 " +
-					"with the zone's offset (`2026-03-29T02:00:00+02:00`; `Z` for a zero offset), also given to the command as " +
-					"`CONSUL_LOCK_SCHEDULED_TIME`. Daylight saving: a local time skipped by the clock change is one slot at the end " +
-					"of the gap (02:30 on the spring-forward night runs at 03:00), a time that occurs twice is one slot at its first " +
-					"occurrence; unlike a Kubernetes CronJob, which skips the first and runs the second twice. Triggers (cron, systemd " +
-					"timers) must fire after the slot's time by more than the nodes' clock skew, e.g. at 02:01 for `0 2 * * *`.",
+				MarkdownDescription: "Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: " +
+					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. " +
+					"The run ID is the latest slot's time in RFC 3339 with the zone's offset (`2026-03-29T02:00:00+02:00`, `Z` " +
+					"for a zero offset), also `CONSUL_LOCK_SCHEDULED_TIME`. A local time skipped by a DST change is one slot at " +
+					"the end of the gap, one that occurs twice is one slot at its first occurrence (a CronJob skips the first " +
+					"and runs the second twice). Fire triggers after the slot by more than the nodes' clock skew (02:01 for `0 2 * * *`).",
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: lockmodel.ScheduleAllowed}},
 			},
@@ -133,8 +129,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 				ElementType: types.StringType,
 			},
 			"offset": schema.StringAttribute{
-				MarkdownDescription: "Moves the slot boundaries: slots start at the Unix epoch plus `offset` plus whole periods " +
-					"(`period = \"24h\"`, `offset = \"2h\"`: each slot starts at 02:00 UTC). From `0s` to less than `period`. Unset means `0s`.",
+				MarkdownDescription: "Moves the slot boundaries: slots start at the Unix epoch + `offset` + whole periods (`24h` with " +
+					"`2h`: 02:00 UTC). `0s` (default) to less than `period`.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 			},

@@ -17,11 +17,10 @@ import (
 
 func waitersSchemaAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
-		MarkdownDescription: "How waiting `consullock run` processes take the lock when it is released: `race` (every " +
-			"waiter wakes and tries, as `consul lock` and api.Lock do), `queue` (waiters line up under `<prefix>/.queue/` and a " +
-			"release wakes the first in line) or `handoff` (the same line, and the releasing runner hands the lock to the first " +
-			"in line in its release transaction). `queue` and `handoff` are only on a mutex and need `queue_prefixes` in the " +
-			"workers' policy. Default `race`.",
+		MarkdownDescription: "How waiting runners take the lock on a release: `race` (all wake and try, as `consul lock`), `queue` " +
+			"(they line up under `<prefix>/.queue/`; a release wakes the first) or `handoff` (the same line; the " +
+			"releasing runner hands the lock to the first). `queue` and `handoff`: mutex only, workers need " +
+			"`queue_prefixes`. Default `race`.",
 		Optional:   true,
 		Computed:   true,
 		Default:    stringdefault.StaticString(lockmodel.WaitersRace),

@@ -85,8 +85,8 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"ttl": schema.StringAttribute{
-				MarkdownDescription: "Session TTL, from `10s` to `24h` (Consul's range). Consul invalidates a session that was not " +
-					"renewed after about 2 x TTL. Default `15s`.",
+				MarkdownDescription: "Session TTL, `10s` to `24h`; Consul invalidates an unrenewed session after about 2 x TTL. Default " +
+					"`15s`.",
 				Optional:   true,
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
@@ -94,9 +94,9 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateTTL, what: allowedText(lockmodel.ValidateTTL("ttl", -1))}},
 			},
 			"lock_delay": schema.StringAttribute{
-				MarkdownDescription: "How long Consul keeps a key unacquirable after the holder's session is invalidated " +
-					"(destroyed, expired or failed its checks), from `0s` to `60s`; Consul silently clamps longer values, " +
-					"so they are refused. A release starts no lock-delay. `0s` is allowed with a warning: it is only safe for idempotent work. Default `15s`.",
+				MarkdownDescription: "How long Consul keeps a key unacquirable after the holder's session is invalidated (destroyed, " +
+					"expired, failed a check); a release starts none. `0s` to `60s` (Consul silently clamps more); `0s` " +
+					"warns: safe only for idempotent work. Default `15s`.",
 				Optional:   true,
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
@@ -104,17 +104,16 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateLockDelay, what: allowedText(lockmodel.ValidateLockDelay("lock_delay", -1))}},
 			},
 			"behavior": schema.StringAttribute{
-				MarkdownDescription: "What Consul does with held keys when the session is invalidated: `release` keeps them, " +
-					"`delete` deletes them (api.Semaphore and `consul lock -n` use `delete`). Default `release`.",
+				MarkdownDescription: "What Consul does with held keys when the session is invalidated: `release` keeps them, `delete` " +
+					"deletes them (as api.Semaphore and `consul lock -n`). Default `release`.",
 				Optional:   true,
 				Computed:   true,
 				Default:    stringdefault.StaticString(string(lockmodel.BehaviorRelease)),
 				Validators: []validator.String{stringvalidator.OneOf(lockmodel.Behaviors()...)},
 			},
 			"node_checks": schema.ListAttribute{
-				MarkdownDescription: "Node health checks the session is bound to; a failing check invalidates it. " +
-					"Default `[\"serfHealth\"]`. An empty list means no node checks and earns a warning: the lock then survives " +
-					"node failure until the TTL lapses.",
+				MarkdownDescription: "Node checks the session is bound to; a failing one invalidates it. Default `[\"serfHealth\"]`; `[]` " +
+					"warns (a dead node's lock then lasts until the TTL lapses).",
 				Optional:    true,
 				Computed:    true,
 				ElementType: types.StringType,
@@ -139,16 +138,15 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				},
 			},
 			"renew_every": schema.StringAttribute{
-				MarkdownDescription: "How often holders renew the session: above `0s` and below ttl/2, so one renewal may " +
-					"fail before the session lapses. Default ttl/3, shown at plan time.",
+				MarkdownDescription: "How often holders renew: above `0s`, below ttl/2 (one renewal may fail). Default ttl/3, shown at " +
+					"plan.",
 				Optional:   true,
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
 			},
 			"worst_case_gap": schema.StringAttribute{
-				MarkdownDescription: "2 x ttl + lock_delay, known at plan time: after a holder crashes, the longest time in " +
-					"which nobody runs the job; and the longest time in which a holder whose session was invalidated " +
-					"(e.g. it was partitioned) may still be running while it no longer holds the lock.",
+				MarkdownDescription: "2 x ttl + lock_delay, known at plan: the longest nobody runs the job after a holder crashes, and the " +
+					"longest a holder whose session was invalidated (e.g. partitioned) may still run.",
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
 			},

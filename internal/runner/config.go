@@ -32,6 +32,8 @@ type config struct {
 	runID string
 	// exitIfDone is the exit code when the run already succeeded.
 	exitIfDone int
+	// exitIfPaused is the exit code when the lock is paused.
+	exitIfPaused int
 	// Session settings for -key (the profile of an undeclared key).
 	profile lockmodel.SessionProfile
 	command []string
@@ -88,10 +90,16 @@ clocks differ (for schedule "0 2 * * *", at 02:01, not 02:00), or pass
 slot's time exits 119 without running it; backfill a missed slot (status
 -lock lists them) with -run-id <its ID>.
 
+Pause: a lock paused (consullock pause, or consullock_lock.paused) is not
+run: the runner logs who paused it, when and why, and exits 0 (or
+-exit-code-if-paused); a waiter leaves when the pause appears; a command
+already running is left to finish.
+
 Exit codes: the command's own; 0 (or -exit-code-if-done) the run already
-succeeded; 2 usage error; 119 started past run_once.starting_deadline;
+succeeded; 0 (or -exit-code-if-paused) the lock is paused; 2 usage error;
 118 the command ran past its max_runtime and was stopped (outcome
-timed_out); 121 the run used up its attempts; 123 lock lost;
+timed_out); 119 started past run_once.starting_deadline;
+121 the run used up its attempts; 123 lock lost;
 124 -timeout passed before the lock was acquired (or before the run's
 next attempt may start: retry_after); 125 setup error (also an
 unreadable or invalid run ledger); 126 command not executable; 127 command
@@ -128,6 +136,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
 	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00; a missed slot's ID backfills it)")
 	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
+	fs.IntVar(&cfg.exitIfPaused, "exit-code-if-paused", lockmodel.ExitPaused, "exit code when the lock is paused (consullock pause, consullock_lock.paused) and the command was not started, e.g. 120 to tell it from a run")
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
 	serviceRegistration := fs.String("service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
@@ -170,6 +179,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.serviceVia, cfg.serviceViaReason, err = lockmodel.HolderVia(*serviceRegistration, cfg.node); err != nil {
 		return cfg, usageErrorf("%v", err)
+	}
+	if cfg.exitIfPaused < 0 || cfg.exitIfPaused > 255 {
+		return cfg, usageErrorf("-exit-code-if-paused %d: want an exit code from 0 to 255", cfg.exitIfPaused)
 	}
 	if cfg.timeout < 0 {
 		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)

@@ -106,6 +106,12 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 	err := r.setup(setupCtx)
 	var first *lockproto.Session
 	if err == nil && setupCtx.Err() == nil {
+		if code, done := r.doneBeforeSession(setupCtx); done {
+			close(stopWatch)
+			<-watchDone
+			cancelSetup()
+			return code
+		}
 		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
 		// Not cancelled by a signal: a create cancelled in flight may have
 		// made a session whose ID never arrives, left to expire. The
@@ -122,6 +128,9 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 			_ = lockproto.DestroySession(ctx, r.client, first.ID)
 		}
 		return signalExitCode(setupSig)
+	}
+	if p := (pausedError{}); errors.As(err, &p) {
+		return r.logPaused(p.p, "") // no session was made
 	}
 	if errors.Is(err, errPastDeadline) {
 		return lockmodel.ExitRunPastDeadline // logged by resolveRun; no session was made
@@ -154,6 +163,9 @@ func (r *runner) setup(ctx context.Context) error {
 			return err
 		}
 		if err := r.checkHolderNode(); err != nil {
+			return err
+		}
+		if err := r.checkPause(ctx); err != nil {
 			return err
 		}
 	} else {
@@ -244,6 +256,9 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
 			Clock: r.cfg.clock, Log: r.holdLog, Observed: r.logObservation,
 		})
+		if err == nil {
+			return h, r.pausedAfterAcquire(ctx)
+		}
 		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {
 			return h, err
 		}

@@ -403,6 +403,26 @@ func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (lockmode
 	return r.client.ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
 }
 
+// doneBeforeSession reads the run ledger (consistently) before any session
+// exists: a runner that arrives after its run succeeded, or used up its
+// attempts, leaves without a single Consul write. A read that fails, or
+// a run not done, leaves the decision to the holder, as without it.
+func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
+	if r.once == nil {
+		return 0, false
+	}
+	l, _, err := r.readLedger(ctx)
+	if err != nil {
+		r.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
+		return 0, false
+	}
+	d, ok := r.runIsDone(l)
+	if !ok {
+		return 0, false
+	}
+	return r.reportDone(d.kind, d.run.Attempts, "before creating a session"), true
+}
+
 // runDone is what a waiter saw in the ledger: its run is done.
 type runDone struct {
 	kind lockmodel.BeginKind // BeginAlreadySucceeded or BeginExhausted

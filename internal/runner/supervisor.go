@@ -90,6 +90,10 @@ type supervisor struct {
 	stopWait  context.CancelFunc // abandons the acquisition
 	waitStart time.Time
 	timeout   *time.Timer // -timeout while waiting; nil without one
+	// paused brings a pause seen while waiting (pause.go); stopPause
+	// ends that watch.
+	paused    chan lockmodel.Pause
+	stopPause func()
 
 	// Run once: the waiter's watch of the ledger, and the decision.
 	ledgerDone chan runDone // nil without a watch, or once received
@@ -151,6 +155,8 @@ func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *loc
 			code, done = s.onSignal(sig)
 		case <-s.timeoutC():
 			code, done = s.onTimeout()
+		case p := <-s.pausedC():
+			code, done = s.onPaused(p)
 		case res := <-s.acq:
 			code, done = s.onAcquired(ctx, res)
 		case d := <-s.ledgerC():
@@ -224,6 +230,7 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 	if s.r.cfg.timeout > 0 {
 		s.timeout = time.NewTimer(s.r.cfg.timeout)
 	}
+	s.startPauseWatch(ctx)
 	if s.r.once != nil {
 		lctx, stop := context.WithCancel(ctx)
 		s.stopLedger, s.ledgerDone, s.ledgerExit = stop, make(chan runDone, 1), make(chan struct{})
@@ -256,6 +263,9 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 		s.drain.Stop()
 	}
 	s.stopWait()
+	if s.stopPause != nil {
+		s.stopPause()
+	}
 	s.stopLedger()
 	if s.ledgerExit != nil {
 		<-s.ledgerExit
@@ -315,8 +325,14 @@ func (s *supervisor) outcome(code int) (lockmodel.RunOutcome, *int) {
 func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bool) {
 	s.acq = nil
 	log := s.r.log
-	var lost *lockproto.LostError
+	var (
+		lost   *lockproto.LostError
+		paused pausedError
+	)
 	switch {
+	case errors.As(res.err, &paused):
+		s.hold = res.hold // released by cleanup; no attempt was recorded
+		return s.r.logPaused(paused.p, "; found right after acquiring, released"), true
 	case errors.As(res.err, &lost) && s.r.once != nil:
 		return s.lostAtOnce(ctx, lost)
 	case errors.As(res.err, &lost):

@@ -34,6 +34,9 @@ type declarations struct {
 	// ledgers are the locks' run ledgers (<registry>/runs/<lock>), by
 	// lock name; they are in the same registry listing.
 	ledgers map[string]lockmodel.Ledger
+	// pauses are the locks' pause records (<registry>/pauses/<lock>), by
+	// lock name, from the same listing.
+	pauses map[string]lockmodel.Pause
 }
 
 // world is what one read saw: declarations, the key listings by prefix and
@@ -103,7 +106,8 @@ func (w *world) holderService(name, session string) *HolderService {
 
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
-		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]lockmodel.Ledger{}}
+		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]lockmodel.Ledger{},
+		pauses: map[string]lockmodel.Pause{}}
 	for _, p := range pairs {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix+"/"), "/")
 		if !ok || name == "" || strings.Contains(name, "/") {
@@ -136,6 +140,16 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 				continue
 			}
 			d.ledgers[name] = l
+		case lockmodel.KindPauses:
+			ps, err := lockmodel.DecodePauseRecord(p.Value)
+			if err == nil && ps.Lock != name {
+				err = fmt.Errorf("pause record of lock %q stored under the name %q", ps.Lock, name)
+			}
+			if err != nil {
+				d.bad[p.Key] = err.Error()
+				continue
+			}
+			d.pauses[name] = ps
 		}
 	}
 	return d

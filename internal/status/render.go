@@ -71,6 +71,9 @@ func renderTable(w io.Writer, rep *Report) {
 		if l.Kind == "semaphore" && l.State != "missing" {
 			state = fmt.Sprintf("%s %d/%d", l.State, len(l.Holders), l.Limit)
 		}
+		if l.Paused != nil {
+			state += " PAUSED (" + l.Paused.Reason + ")"
+		}
 		lead := fmt.Sprintf("%s\t%s\t%s\t%s", l.Name, l.Key, kindText(l), state)
 		next := "-"
 		if l.NextSlot != nil {
@@ -115,6 +118,9 @@ func renderDetail(w io.Writer, l Lock) {
 	row("Key:", l.Key)
 	row("Kind:", kindText(l))
 	row("State:", l.State)
+	if l.Paused != nil {
+		row("Paused:", fmt.Sprintf("PAUSED by %s at %s: %s (new runs do not start; resume with consullock resume -lock %s)", l.Paused.By, l.Paused.At, l.Paused.Reason, l.Name))
+	}
 	if l.FencingToken != nil {
 		row("Fencing token:", fmt.Sprint(*l.FencingToken))
 	} else {
@@ -207,6 +213,9 @@ func renderRuns(w io.Writer, runs []LockRun) {
 			}
 			if a.ExitCode != nil {
 				exit = fmt.Sprint(*a.ExitCode)
+			}
+			if a.ReleasedBy != "" {
+				exit += " (released by " + a.ReleasedBy + ": " + a.Reason + ")"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
 				dash(a.Node), a.FencingToken, a.Started, finished, exit)

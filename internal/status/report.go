@@ -81,6 +81,9 @@ type Lock struct {
 	// Decide the controller runs (in observe mode).
 	Findings    []Finding `json:"findings"`
 	Description string    `json:"description"`
+	// Paused is the lock's pause (consullock pause, consullock_lock.paused):
+	// who, when and why; null when it is not paused.
+	Paused *Pause `json:"paused"`
 	// LastRun is the most recently begun run of the lock's run ledger
 	// (run once); null when the lock has no ledger.
 	LastRun *LockRun `json:"last_run"`
@@ -118,6 +121,13 @@ type LockRun struct {
 	AttemptList []LockRunAttempt `json:"attempt_list,omitempty"`
 }
 
+// Pause is a paused lock's pause record.
+type Pause struct {
+	Reason string `json:"reason"`
+	By     string `json:"by"`
+	At     string `json:"at"` // RFC 3339, UTC
+}
+
 // LockRunAttempt is one attempt of a run.
 type LockRunAttempt struct {
 	Attempt      int     `json:"attempt"`
@@ -131,6 +141,9 @@ type LockRunAttempt struct {
 	// Output is the tail of the command's stderr (-keep-output); absent
 	// when not kept.
 	Output string `json:"output,omitempty"`
+	// ReleasedBy and Reason: a "released" attempt only.
+	ReleasedBy string `json:"released_by,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // setRuns fills LastRun (and the history -lock shows) from the lock's run
@@ -173,7 +186,8 @@ func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 		}
 		for _, a := range r.Attempts {
 			ra := LockRunAttempt{Attempt: a.Number, Outcome: string(a.Outcome), Node: a.Node, Session: a.Session,
-				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Output: a.Output}
+				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode,
+				ReleasedBy: a.ReleasedBy, Reason: a.Reason, Output: a.Output}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
 				ra.Finished = &f
@@ -290,6 +304,9 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
 		}
 		out.setRuns(l, w.decl.ledgers)
+		if p, ok := w.decl.pauses[l.Name]; ok {
+			out.Paused = &Pause{Reason: p.Reason, By: p.By, At: p.At.Format(time.RFC3339)}
+		}
 		out.setSlots(l, w.decl.ledgers, now)
 		p := byKey[l.Key]
 		if p == nil {

@@ -1,6 +1,4 @@
-# Who holds the nightly report's lock right now? The read is consistent by
-# default: with no cluster leader it fails instead of answering from a
-# possibly stale server.
+# Who holds it now (a consistent read: fails without a cluster leader).
 data "consullock_lock" "nightly_report" {
   key = "jobs/nightly-report/.lock"
 }
@@ -14,8 +12,7 @@ output "nightly_report_holder" {
   } : null
 }
 
-# The last run of a run_once lock: who ran it, with which fencing token, and
-# how it ended.
+# The last run of a run_once lock.
 data "consullock_lock" "nightly_ingest" {
   key = "jobs/nightly-ingest/.lock"
 }

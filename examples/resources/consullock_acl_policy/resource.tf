@@ -1,32 +1,17 @@
-# Lock holders of the nightly report: one mutex and one semaphore, sessions
-# only on the worker nodes, and `consul lock` support.
+# Holders of a mutex and a semaphore on the worker-* nodes.
 resource "consullock_acl_policy" "nightly_report" {
   name        = "nightly-report-holders"
   description = "Lock holders of the nightly report jobs"
 
-  # `consul lock jobs/nightly-report ...` acquires jobs/nightly-report/.lock.
-  lock_keys = ["jobs/nightly-report/.lock"]
-
-  # `consul lock -n 3 jobs/reindex ...` writes jobs/reindex/.lock and
-  # jobs/reindex/<session>.
-  semaphore_prefixes = ["jobs/reindex"]
-
-  # Session rules match NODE names: holders run on nodes named worker-*.
-  session_node_prefixes = ["worker-"]
-
-  # Let holders read the declaration that `consullock run` reads.
-  read_keys = ["consul-lock/locks/nightly-report"]
-
-  # `consul lock` asks its agent for the node name.
-  agent_read = true
+  lock_keys             = ["jobs/nightly-report/.lock"]
+  semaphore_prefixes    = ["jobs/reindex"] # jobs/reindex/.lock and jobs/reindex/<session>
+  session_node_prefixes = ["worker-"]      # session rules match node names
+  read_keys             = ["consul-lock/locks/nightly-report"]
+  agent_read            = true # only for `consul lock`, which asks its agent for the node name
 }
 
-# Workers of a run_once lock: they hold the lock, read its declaration and
-# profile, and record their runs in its run ledger
-# (key write on consul-lock/runs/nightly-ingest, and no other ledger).
-# The lock's waiters queue (waiters = "queue"): key_prefix write on
-# jobs/nightly-ingest/.queue/ for their queue entries, nothing else under
-# the prefix.
+# Workers of a run_once lock whose waiters queue: its run ledger and
+# jobs/nightly-ingest/.queue/, nothing else under the prefix.
 resource "consullock_acl_policy" "nightly_ingest" {
   name                  = "nightly-ingest-workers"
   lock_keys             = ["jobs/nightly-ingest/.lock"]
@@ -36,11 +21,8 @@ resource "consullock_acl_policy" "nightly_ingest" {
   session_node_prefixes = ["worker-"]
 }
 
-# Workers of a lock with holder_service: the holder registers
-# scheduler.service.consul on its agent, which needs service "scheduler"
-# write and nothing more about services. holder_services also renders
-# node_prefix "worker-" read (an agentless runner lists the instances on
-# its -node to remove former holders'); no node write.
+# Workers of a lock with holder_service: service "scheduler" write (and node
+# read on worker-*, to find former holders' instances); no node write.
 resource "consullock_acl_policy" "scheduler" {
   name                  = "scheduler-workers"
   lock_keys             = ["service/scheduler/.lock"]

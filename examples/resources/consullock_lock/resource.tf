@@ -11,9 +11,7 @@ resource "consullock_session_defaults" "workers" {
   behavior   = "delete"
 }
 
-# A mutex: `consul lock jobs/nightly-report ./report.sh` (or api.Lock, or
-# `consullock run -lock nightly-report -- ./report.sh`) acquires
-# jobs/nightly-report/.lock.
+# A mutex, jobs/nightly-report/.lock (`consul lock jobs/nightly-report`).
 resource "consullock_lock" "nightly_report" {
   name             = "nightly-report"
   prefix           = "jobs/nightly-report"
@@ -22,8 +20,7 @@ resource "consullock_lock" "nightly_report" {
   description      = "Nightly billing report; runs on exactly one worker"
 }
 
-# A semaphore: at most three thumbnail workers at once,
-# `consul lock -n 3 jobs/thumbnailers ./work.sh`.
+# A semaphore: at most three workers at once (`consul lock -n 3`).
 resource "consullock_lock" "thumbnailers" {
   name             = "thumbnailers"
   prefix           = "jobs/thumbnailers"
@@ -31,9 +28,7 @@ resource "consullock_lock" "thumbnailers" {
   session_defaults = consullock_session_defaults.workers.name
 }
 
-# A mutex on a raw key that an application acquires through the HTTP API.
-# Its leader must always be running somewhere: `consullock status` exits 1
-# and the ConsulLockUnheld alert fires when it has no holder.
+# A raw key an application acquires; status and alerts flag it unheld.
 resource "consullock_lock" "billing_leader" {
   name        = "billing-leader"
   prefix      = "service/billing"
@@ -41,13 +36,8 @@ resource "consullock_lock" "billing_leader" {
   always_held = true
 }
 
-# Run once per day, however many workers are triggered: each worker's timer
-# runs `consullock run -lock nightly-ingest -- ./ingest.sh` at 02:05 UTC; one
-# runs the job, the others find the day's run succeeded and exit 0. A failed
-# or crashed run is attempted again by the next worker, three times at most.
-# Every worker is triggered at once, so the waiters queue: a release wakes
-# one of them instead of all. Their policy needs
-# consullock_acl_policy's queue_prefixes = ["jobs/nightly-ingest"].
+# Once per day on one of the workers triggered at 02:05 UTC; waiters queue
+# (their policy needs queue_prefixes = ["jobs/nightly-ingest"]).
 resource "consullock_lock" "nightly_ingest" {
   name             = "nightly-ingest"
   prefix           = "jobs/nightly-ingest"
@@ -55,17 +45,14 @@ resource "consullock_lock" "nightly_ingest" {
   waiters          = "queue"
   run_once = {
     period       = "24h"
-    offset       = "2h" # run IDs are 02:00 UTC each day: triggers fire well inside the slot
+    offset       = "2h" # slots start at 02:00 UTC
     max_attempts = 3
     keep         = 30
   }
 }
 
-# An active/passive scheduler found through Consul DNS: whichever worker runs
-# `consullock run -lock scheduler -- ./scheduler` is `scheduler.service.consul`
-# (SRV port 7070, meta fencing_token) while, and only while, it holds the lock.
-# Its workers' policy needs service "scheduler" write:
-# consullock_acl_policy's holder_services = ["scheduler"].
+# The holder is scheduler.service.consul while, and only while, it holds
+# (its policy needs holder_services = ["scheduler"]).
 resource "consullock_lock" "scheduler" {
   name             = "scheduler"
   prefix           = "service/scheduler"

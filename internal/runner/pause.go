@@ -1,0 +1,132 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+)
+
+// Pause (lockmodel.Pause): a runner that finds its lock paused at start
+// does not run the command; a waiter leaves when the pause appears, or
+// when it finds it right after acquiring (then it releases at once). A
+// command already running is left to finish: a pause stops new runs, it
+// does not end the current one (`consullock release` does).
+
+// pausedError: the lock is paused; the command does not run.
+type pausedError struct{ p lockmodel.Pause }
+
+func (e pausedError) Error() string {
+	return fmt.Sprintf("lock %q is paused by %s since %s: %s", e.p.Lock, e.p.By, e.p.At.Format(time.RFC3339), e.p.Reason)
+}
+
+// pauseWaitTime is the longest wait of a waiter's blocking query on the
+// pause record.
+const pauseWaitTime = 5 * time.Minute
+
+// checkPause reads the pause record of a declared lock: a pausedError
+// when it is paused. A token that may not read the record (a policy
+// written before pauses existed) is warned about and treated as not
+// paused, so that an upgrade does not stop every job.
+func (r *runner) checkPause(ctx context.Context) error {
+	if r.cfg.lockName == "" {
+		return nil
+	}
+	p, _, err := r.client.Registry(r.cfg.registryPrefix).ReadPause(ctx, r.cfg.lockName)
+	switch {
+	case errors.Is(err, consul.ErrPermissionDenied):
+		r.log.Warn("cannot read the lock's pause record; running as if not paused. Add the key to the worker policy's read_keys (consullock_lock.pause_key)",
+			"pause_key", lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "error", err.Error())
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the pause record: %w", err)
+	case p != nil:
+		return pausedError{*p}
+	}
+	return nil
+}
+
+// logPaused says why the command did not run and returns the exit code.
+func (r *runner) logPaused(p lockmodel.Pause, when string) int {
+	r.log.Warn("the lock is paused; the command was not run"+when, "paused_by", p.By, "paused_at", p.At.Format(time.RFC3339),
+		"paused_for", p.PausedFor(r.cfg.clock.Now()).Round(time.Second).String(), "reason", p.Reason, "exit_code", r.cfg.exitIfPaused)
+	return r.cfg.exitIfPaused
+}
+
+// watchPause follows the pause record while the runner waits and sends
+// the pause when one appears. It returns when ctx ends or after sending.
+func (r *runner) watchPause(ctx context.Context, out chan<- lockmodel.Pause) {
+	key := lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)
+	var index uint64
+	for {
+		pair, meta, err := r.watchClient.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: pauseWaitTime}).WithContext(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.log.Debug("watching the pause record failed", "error", err.Error())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if pair != nil {
+			if p, err := lockmodel.DecodePauseRecord(pair.Value); err == nil {
+				out <- p
+				return
+			}
+		}
+		index = lockproto.NextIndex(index, meta.LastIndex)
+	}
+}
+
+// startPauseWatch starts watchPause for a waiter of a declared lock; the
+// returned stop ends it and waits for it.
+func (s *supervisor) startPauseWatch(ctx context.Context) {
+	if s.r.cfg.lockName == "" {
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.paused = make(chan lockmodel.Pause, 1)
+	s.stopPause = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		s.r.watchPause(pctx, s.paused)
+	}()
+}
+
+func (s *supervisor) pausedC() <-chan lockmodel.Pause {
+	if s.state != waiting || s.acq == nil {
+		return nil
+	}
+	return s.paused
+}
+
+// onPaused: the lock was paused while this runner waited: it leaves.
+func (s *supervisor) onPaused(p lockmodel.Pause) (int, bool) {
+	return s.r.logPaused(p, "; stopped waiting"), true
+}
+
+// pausedAfterAcquire checks the pause record once more right after the
+// lock was acquired, so that a waiter acquiring just after a pause (before
+// its watch saw it) does not run: a pausedError, or nil. A failed read is
+// only logged: the pause was checked at start.
+func (r *runner) pausedAfterAcquire(ctx context.Context) error {
+	err := r.checkPause(ctx)
+	if p := (pausedError{}); errors.As(err, &p) {
+		return err
+	}
+	if err != nil {
+		r.log.Warn("could not check the pause record after acquiring; running", "error", err.Error())
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package status
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// A paused lock shows PAUSED with its reason in the table, who and when
+// in -lock, and paused in -json; its released attempt shows who released
+// it and why; the pause comes with the registry listing (no request).
+func TestStatusPausedAndReleased(t *testing.T) {
+	f := newFixture(t)
+	f.profile(strict)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}, false)
+	f.lock(lockmodel.Lock{Name: "plain", SessionDefaults: "strict"}, false)
+	_, before := f.report()
+
+	at := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "nightly", Reason: "INC-1: billing outage", By: "alice@ops", At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.put(lockmodel.PauseKey(f.registry, "nightly"), rec)
+	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{{ID: "r1", Outcome: lockmodel.RunReleased, Attempts: []lockmodel.Attempt{
+		{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(-time.Hour),
+			Finished: at, Outcome: lockmodel.RunReleased, ReleasedBy: "bob@ops", Reason: "stuck on NFS"},
+	}}}}
+	lrec, err := lockmodel.EncodeLedger(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), lrec)
+
+	code, rep := f.report()
+	if code != ExitOK || len(rep.BadRecords) != 0 {
+		t.Fatalf("exit %d, bad records %+v", code, rep.BadRecords)
+	}
+	n := lockByName(t, rep, "nightly")
+	if n.Paused == nil || n.Paused.Reason != "INC-1: billing outage" || n.Paused.By != "alice@ops" || n.Paused.At != "2026-12-01T02:00:00Z" {
+		t.Fatalf("nightly paused %+v", n.Paused)
+	}
+	if p := lockByName(t, rep, "plain"); p.Paused != nil {
+		t.Fatalf("plain paused %+v, want null", p.Paused)
+	}
+	if rep.ConsulRequests != before.ConsulRequests {
+		t.Fatalf("%d requests with a pause, %d without", rep.ConsulRequests, before.ConsulRequests)
+	}
+	_, out, _ := f.run()
+	if !strings.Contains(out, "PAUSED (INC-1: billing outage)") {
+		t.Fatalf("table lacks the pause:\n%s", out)
+	}
+	_, out, _ = f.run("-lock", "nightly")
+	if !strings.Contains(out, "PAUSED by alice@ops at 2026-12-01T02:00:00Z: INC-1: billing outage") {
+		t.Fatalf("detail lacks the pause:\n%s", out)
+	}
+	if !strings.Contains(out, "(released by bob@ops: stuck on NFS)") {
+		t.Fatalf("detail lacks the release:\n%s", out)
+	}
+	_, out, _ = f.run("-lock", "nightly", "-json")
+	var l Lock
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Runs) != 1 || len(l.Runs[0].AttemptList) != 1 || l.Runs[0].AttemptList[0].ReleasedBy != "bob@ops" || l.Runs[0].AttemptList[0].Reason != "stuck on NFS" {
+		t.Fatalf("runs %+v", l.Runs)
+	}
+}
