@@ -18,7 +18,7 @@ import (
 // run that used up its attempts without a success.
 var runOutcomeLabels = []string{
 	string(lockmodel.RunSucceeded), string(lockmodel.RunFailed), string(lockmodel.RunLost),
-	string(lockmodel.RunCrashed), string(lockmodel.RunReleased), string(lockmodel.RunExhausted),
+	string(lockmodel.RunCrashed), string(lockmodel.RunTimedOut), string(lockmodel.RunReleased), string(lockmodel.RunExhausted),
 }
 
 var (
@@ -28,6 +28,8 @@ var (
 		"The lock's declared run_once.period (absent without run_once, and with run_once.schedule).", []string{"lock"}, nil)
 	descNextSlot = prometheus.NewDesc("consullock_lock_next_slot_timestamp_seconds",
 		"Unix time of the run_once lock's next slot (its period or schedule), at the scrape.", []string{"lock"}, nil)
+	descNextAttempt = prometheus.NewDesc("consullock_lock_next_attempt_timestamp_seconds",
+		"Unix time before which the lock's newest run starts no next attempt (its ledger's not_before, run_once.retry_after); absent when none waits.", []string{"lock"}, nil)
 	descLastSlot = prometheus.NewDesc("consullock_lock_last_slot_timestamp_seconds",
 		"Unix time of the run_once lock's latest slot at or before the scrape: the run a trigger now runs.", []string{"lock"}, nil)
 )
@@ -73,7 +75,7 @@ func newRunMeter(now func() time.Time) *runMeter {
 	return &runMeter{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_lock_runs_total",
-			Help: "Attempts of run-once runs seen finished in the lock's run ledger, by outcome (succeeded, failed, lost, crashed), and runs seen using up max_attempts without a success (exhausted). Derived from the ledgers; each counted once per controller.",
+			Help: "Attempts of run-once runs seen finished in the lock's run ledger, by outcome (succeeded, failed, lost, crashed, timed_out), and runs seen using up max_attempts without a success (exhausted). Derived from the ledgers; each counted once per controller.",
 		}, []string{"lock", "outcome"}),
 		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_lock_missed_slots_total",
@@ -193,6 +195,7 @@ func (m *runMeter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRunPeriod
 	ch <- descNextSlot
 	ch <- descLastSlot
+	ch <- descNextAttempt
 }
 
 // countMissed adds the slots newly seen missed at now, and exports each
@@ -238,6 +241,11 @@ func (m *runMeter) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, p := range m.period {
 		ch <- prometheus.MustNewConstMetric(descRunPeriod, prometheus.GaugeValue, p.Seconds(), name)
+	}
+	for name, l := range m.ledgers {
+		if r, ok := l.LastRun(); ok && !r.NotBefore.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descNextAttempt, prometheus.GaugeValue, float64(r.NotBefore.UnixNano())/1e9, name)
+		}
 	}
 }
 

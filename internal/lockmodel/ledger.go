@@ -34,6 +34,9 @@ const (
 	// RunCrashed: the holder vanished without recording an outcome; the
 	// next holder found its attempt still running under another session.
 	RunCrashed RunOutcome = "crashed"
+	// RunTimedOut: the command ran past its max_runtime; its runner
+	// stopped it (SIGTERM, then SIGKILL after -grace) and recorded so.
+	RunTimedOut RunOutcome = "timed_out"
 	// RunReleased: an operator ended the holder's session with
 	// `consullock release` while the attempt ran (ReleasedBy, Reason say
 	// who and why). It counts toward max_attempts and is retried like a
@@ -45,7 +48,7 @@ const (
 )
 
 // attemptOutcomes are the outcomes an attempt may have.
-var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunReleased}
+var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut, RunReleased}
 
 // runOutcomes are the outcomes a run may have.
 var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
@@ -53,7 +56,7 @@ var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
 // Retried reports whether a run whose latest attempt ended with o gets
 // another attempt (while attempts remain).
 func (o RunOutcome) Retried() bool {
-	return o == RunFailed || o == RunLost || o == RunCrashed || o == RunReleased
+	return o == RunFailed || o == RunLost || o == RunCrashed || o == RunTimedOut || o == RunReleased
 }
 
 // Exit codes of `consullock run` for a run it does not execute.
@@ -87,6 +90,9 @@ type Attempt struct {
 	// there is none (crashed, or lost before the command exited).
 	ExitCode *int
 	Outcome  RunOutcome
+	// Output is the tail of the command's stderr (-keep-output, TailOutput);
+	// "" when not kept.
+	Output string
 	// Reason is, for a lost attempt, why the runner decided the lock was
 	// lost (its loss reason, at most MaxAttemptReason bytes); for a
 	// released attempt, the operator's reason. "" when unknown.
@@ -105,6 +111,10 @@ type Run struct {
 	ID       string
 	Outcome  RunOutcome
 	Attempts []Attempt // oldest first, numbered 1, 2, ...
+	// NotBefore: no attempt of the run starts before it (retry_after,
+	// jobcontrol.go); zero when the next attempt may start at once, and
+	// while an attempt runs.
+	NotBefore time.Time
 }
 
 // Succeeded returns the run's succeeded attempt, if any.
@@ -241,6 +251,10 @@ const (
 	// BeginExhausted: do not run; the run used up its attempts (Attempts).
 	// Write Ledger when Changed, release, exit ExitRunExhausted.
 	BeginExhausted
+	// BeginWait: do not run yet; the run's NotBefore (retry_after) is
+	// after now. Write Ledger when Changed (a crashed attempt recorded),
+	// release the lock, wait until NotBefore without holding it, try again.
+	BeginWait
 )
 
 func (k BeginKind) String() string {
@@ -251,6 +265,8 @@ func (k BeginKind) String() string {
 		return "already succeeded"
 	case BeginExhausted:
 		return "attempts exhausted"
+	case BeginWait:
+		return "wait for not_before"
 	}
 	return fmt.Sprintf("BeginKind(%d)", int(k))
 }
@@ -274,8 +290,10 @@ type BeginDecision struct {
 	// Pruned: the run is done, as the ledger's pruned runs say (no
 	// attempts kept).
 	Pruned bool
-	// Attempts are the run's attempts (BeginExhausted).
+	// Attempts are the run's attempts (BeginExhausted, BeginWait).
 	Attempts []Attempt
+	// NotBefore is when the next attempt may start (BeginWait).
+	NotBefore time.Time
 }
 
 // Begin decides what holder h, which holds the lock, does with run id. The
@@ -300,6 +318,14 @@ type BeginDecision struct {
 // Begin never prunes (see Prune). It refuses an invalid run ID or
 // maxAttempts, and a holder without session.
 func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (BeginDecision, error) {
+	return l.BeginWith(id, h, AttemptPolicy{MaxAttempts: maxAttempts}, now)
+}
+
+// BeginWith is Begin under policy p: with p's retry wait, an attempt found
+// crashed sets the run's NotBefore, and a run whose NotBefore is after now
+// is BeginWait (rules in jobcontrol.go), checked after Exhausted.
+func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time) (BeginDecision, error) {
+	maxAttempts := p.MaxAttempts
 	if err := ValidateRunID(id); err != nil {
 		return BeginDecision{}, err
 	}
@@ -338,6 +364,7 @@ func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (B
 		}
 		last.Outcome, last.Finished, last.ExitCode = RunCrashed, now.UTC(), nil
 		run.Outcome = RunCrashed
+		run.NotBefore = p.notBefore(last.Number, now)
 		changed = true
 	}
 	if len(run.Attempts) >= maxAttempts {
@@ -350,6 +377,14 @@ func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (B
 		}
 		return d, nil
 	}
+	if run.NotBefore.After(now) {
+		d := BeginDecision{Kind: BeginWait, Ledger: l, Changed: changed, NotBefore: run.NotBefore, Attempts: slices.Clone(run.Attempts)}
+		if changed {
+			d.Ledger = out
+		}
+		return d, nil
+	}
+	run.NotBefore = time.Time{}
 	n := len(run.Attempts) + 1
 	run.Attempts = append(run.Attempts, Attempt{
 		Number: n, Node: h.Node, Session: h.Session, FencingToken: h.FencingToken,
@@ -371,7 +406,7 @@ var ErrAttemptNotRunning = errors.New("the attempt is not running in the ledger"
 // transaction); anything else on an attempt that is not running is
 // ErrAttemptNotRunning.
 func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now time.Time) (Ledger, error) {
-	return l.FinishWithReason(id, n, outcome, exitCode, "", now)
+	return l.FinishWith(id, n, AttemptResult{Outcome: outcome, ExitCode: exitCode}, AttemptPolicy{}, now)
 }
 
 // FinishWithReason is Finish that also records, for a lost attempt, why
@@ -379,13 +414,22 @@ func (l Ledger) Finish(id string, n int, outcome RunOutcome, exitCode *int, now 
 // keeps no reason: a command that exited by itself ended the attempt,
 // whatever happened to the lock afterwards.
 func (l Ledger) FinishWithReason(id string, n int, outcome RunOutcome, exitCode *int, reason string, now time.Time) (Ledger, error) {
+	return l.FinishWith(id, n, AttemptResult{Outcome: outcome, ExitCode: exitCode, Reason: reason}, AttemptPolicy{}, now)
+}
+
+// FinishWith is Finish of result res (also "timed_out", the kept output
+// and a lost attempt's reason) under policy p: a retried outcome of the
+// latest attempt sets the run's NotBefore to now plus p's wait
+// (jobcontrol.go) while attempts remain.
+func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy, now time.Time) (Ledger, error) {
+	outcome, exitCode, reason := res.Outcome, res.ExitCode, res.Reason
 	if outcome != RunLost {
 		reason = ""
 	}
 	switch outcome {
-	case RunSucceeded, RunFailed, RunLost:
+	case RunSucceeded, RunFailed, RunLost, RunTimedOut:
 	default:
-		return l, fmt.Errorf("lockmodel: an attempt finishes %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, outcome)
+		return l, fmt.Errorf("lockmodel: an attempt finishes %q, %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, RunTimedOut, outcome)
 	}
 	switch {
 	case outcome == RunSucceeded && (exitCode == nil || *exitCode != 0):
@@ -411,13 +455,16 @@ func (l Ledger) FinishWithReason(id string, n int, outcome RunOutcome, exitCode 
 	out := l.clone()
 	run := &out.Runs[i]
 	at := &run.Attempts[j]
-	at.Outcome, at.Finished, at.Reason = outcome, now.UTC(), truncateReason(reason)
+	at.Outcome, at.Finished, at.Output, at.Reason = outcome, now.UTC(), res.Output, truncateReason(reason)
 	if exitCode != nil {
 		c := *exitCode
 		at.ExitCode = &c
 	}
 	if j == len(run.Attempts)-1 {
 		run.Outcome = outcome
+		if outcome.Retried() {
+			run.NotBefore = p.notBefore(n, now)
+		}
 	}
 	return out, nil
 }

@@ -49,6 +49,9 @@ type RunSpec struct {
 	RunID    string        `json:"run_id"`
 	Outcome  string        `json:"outcome"`
 	Attempts []AttemptSpec `json:"attempts"`
+	// NotBefore (RFC 3339, UTC): no attempt starts before it
+	// (retry_after); absent when the next may start at once.
+	NotBefore string `json:"not_before,omitempty"`
 }
 
 // AttemptSpec is one attempt in a RunSpec. Times are RFC 3339 in UTC;
@@ -62,6 +65,9 @@ type AttemptSpec struct {
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
 	Outcome      string  `json:"outcome"`
+	// Output is the tail of the command's stderr (-keep-output); absent
+	// when not kept.
+	Output string `json:"output,omitempty"`
 	// Reason: why a lost attempt was lost (absent when unknown), or why a
 	// released attempt was released. ReleasedBy: who released it
 	// ("released" only). Both absent otherwise.
@@ -71,8 +77,9 @@ type AttemptSpec struct {
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
 // KV value (kv_max_value_size, 512 KiB; agent/config/default.go). A ledger
-// grows by about 300 bytes per attempt, so keep x attempts stays far below
-// it in practice; past it, Consul would refuse the write.
+// grows by about 300 bytes per attempt, plus its kept output (at most
+// KeepOutputBudget each), so keep x attempts stays below it; past it,
+// Consul would refuse the write.
 const MaxLedgerBytes = 512 * 1024
 
 // maxLedgerRuns bounds what a decoder accepts: a ledger pruned to the
@@ -85,11 +92,14 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 	spec := LedgerSpec{Lock: l.Lock, Runs: make([]RunSpec, 0, len(l.Runs))}
 	for _, r := range l.Runs {
 		rs := RunSpec{RunID: r.ID, Outcome: string(r.Outcome), Attempts: make([]AttemptSpec, 0, len(r.Attempts))}
+		if !r.NotBefore.IsZero() {
+			rs.NotBefore = r.NotBefore.UTC().Format(time.RFC3339Nano)
+		}
 		for _, a := range r.Attempts {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
 				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
-				Reason: a.Reason, ReleasedBy: a.ReleasedBy,
+				Reason: a.Reason, ReleasedBy: a.ReleasedBy, Output: a.Output,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -113,6 +123,18 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 		return nil, err
 	}
 	b, err := encodeRecord(RecordKindRunLedger, l.Lock, spec)
+	// Too big (attempts kept output under a larger -keep-output, or
+	// max_attempts was raised): the oldest outputs go first.
+	for i := len(spec.Runs) - 1; err == nil && len(b) > MaxLedgerBytes && i >= 0; i-- {
+		dropped := false
+		for j := range spec.Runs[i].Attempts {
+			dropped = dropped || spec.Runs[i].Attempts[j].Output != ""
+			spec.Runs[i].Attempts[j].Output = ""
+		}
+		if dropped {
+			b, err = encodeRecord(RecordKindRunLedger, l.Lock, spec)
+		}
+	}
 	if err == nil && len(b) > MaxLedgerBytes {
 		return nil, &FieldError{Field: FieldRunOnceKeep, Value: fmt.Sprintf("%d runs (%d bytes)", len(l.Runs), len(b)),
 			Allowed: fmt.Sprintf("a ledger of at most %d bytes, Consul's limit on a KV value: lower run_once.keep", MaxLedgerBytes)}
@@ -152,6 +174,13 @@ func ledgerFromSpec(spec LedgerSpec) (Ledger, error) {
 		}
 		seen[rs.RunID] = true
 		run := Run{ID: rs.RunID, Outcome: RunOutcome(rs.Outcome)}
+		if rs.NotBefore != "" {
+			t, err := time.Parse(time.RFC3339Nano, rs.NotBefore)
+			if err != nil {
+				bad(rf+".not_before", truncate(rs.NotBefore, 40), "an RFC 3339 time such as \"2026-12-01T00:05:00Z\", or absent")
+			}
+			run.NotBefore = t.UTC()
+		}
 		if !slices.Contains(runOutcomes, run.Outcome) {
 			bad(rf+".outcome", rs.Outcome, outcomesAllowed(runOutcomes))
 		}
@@ -234,7 +263,10 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
 	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
-		Reason: as.Reason, ReleasedBy: as.ReleasedBy}
+		Reason: as.Reason, ReleasedBy: as.ReleasedBy, Output: as.Output}
+	if len(as.Output) > MaxKeepOutput {
+		bad("output", fmt.Sprintf("%d bytes", len(as.Output)), fmt.Sprintf("at most %d bytes of the command's stderr", MaxKeepOutput))
+	}
 	switch {
 	case a.Outcome == RunReleased && (as.ReleasedBy == "" || ValidateReason(field+".reason", as.Reason) != nil):
 		bad("released_by", truncate(as.ReleasedBy, 40), "who released the holder, and a reason, for a \"released\" attempt")

@@ -112,6 +112,11 @@ type RunOnceSpec struct {
 	// Since (RFC 3339, UTC) is when these slots were declared; absent when
 	// unknown.
 	Since string `json:"since,omitempty"`
+	// Job control (jobcontrol.go); absent = none, 0s, and the default
+	// factor: a record without them is what earlier versions wrote.
+	MaxRuntime   string  `json:"max_runtime,omitempty"`
+	RetryAfter   string  `json:"retry_after,omitempty"`
+	RetryBackoff float64 `json:"retry_backoff,omitempty"`
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
@@ -211,6 +216,13 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		if !r.Since.IsZero() {
 			spec.RunOnce.Since = r.Since.UTC().Truncate(time.Second).Format(time.RFC3339)
 		}
+		if r.MaxRuntime != 0 {
+			spec.RunOnce.MaxRuntime = FormatDuration(r.MaxRuntime)
+		}
+		if r.RetryAfter != 0 {
+			spec.RunOnce.RetryAfter = FormatDuration(r.RetryAfter)
+		}
+		spec.RunOnce.RetryBackoff = r.RetryBackoff
 	}
 	if h := n.HolderService; h != nil {
 		spec.HolderService = &HolderServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
@@ -255,8 +267,11 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		period, perr := parseRecordDuration(FieldRunOncePeriod, r.Period, 0)
 		offset, oerr := parseRecordDuration(FieldRunOnceOffset, r.Offset, 0)
 		deadline, derr := parseRecordDuration(FieldRunOnceStartingDeadline, r.StartingDeadline, 0)
+		runtime, rerr := parseRecordDuration(FieldRunOnceMaxRuntime, r.MaxRuntime, 0)
+		retry, aerr := parseRecordDuration(FieldRunOnceRetryAfter, r.RetryAfter, 0)
 		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep,
-			Schedule: r.Schedule, TimeZone: r.TimeZone, StartingDeadline: deadline}
+			Schedule: r.Schedule, TimeZone: r.TimeZone, StartingDeadline: deadline,
+			MaxRuntime: runtime, RetryAfter: retry, RetryBackoff: r.RetryBackoff}
 		if r.Since != "" {
 			since, err := time.Parse(time.RFC3339, r.Since)
 			if err != nil {
@@ -265,10 +280,12 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 			l.RunOnce.Since = since.UTC()
 		}
 		judged = l
-		if perr != nil || oerr != nil || derr != nil {
+		if perr != nil || oerr != nil || derr != nil || rerr != nil || aerr != nil {
 			// Judge the rest without the unreadable durations: one error
 			// per field.
-			errs = append(errs, append(append(AsFieldErrors(perr), AsFieldErrors(oerr)...), AsFieldErrors(derr)...)...)
+			for _, err := range []error{perr, oerr, derr, rerr, aerr} {
+				errs = append(errs, AsFieldErrors(err)...)
+			}
 			judged.RunOnce = nil
 		}
 	}

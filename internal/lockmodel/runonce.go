@@ -74,6 +74,14 @@ type RunOnce struct {
 	// the provider: no slot before it is missed (MissedSlots). Zero when
 	// unknown (a record written before it existed).
 	Since time.Time
+	// MaxRuntime stops an attempt's command this long after it started
+	// (SIGTERM, SIGKILL after -grace; outcome "timed_out"); 0 is none.
+	MaxRuntime time.Duration
+	// RetryAfter is the wait before the attempt after the first retried
+	// one, RetryBackoff (>= 1; 0 means DefaultRetryBackoff) its factor per
+	// attempt (jobcontrol.go).
+	RetryAfter   time.Duration
+	RetryBackoff float64
 }
 
 // WithDefaults returns r with MaxAttempts and Keep defaulted.
@@ -142,6 +150,7 @@ func (r RunOnce) Validate() error {
 	if r.Keep < 0 || r.Keep > MaxRunKeep {
 		errs = append(errs, &FieldError{Field: FieldRunOnceKeep, Value: strconv.Itoa(r.Keep), Allowed: runKeepAllowed})
 	}
+	errs = append(errs, r.validateJobControl()...)
 	return errs.Err()
 }
 

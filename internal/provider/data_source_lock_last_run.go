@@ -28,6 +28,7 @@ var lastRunAttrTypes = map[string]attr.Type{
 	"finished":      timetypes.RFC3339Type{},
 	"exit_code":     types.Int64Type,
 	"attempts":      types.Int64Type,
+	"not_before":    timetypes.RFC3339Type{},
 }
 
 func lastRunSchemaAttribute() schema.SingleNestedAttribute {
@@ -41,7 +42,8 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			"run_id": schema.StringAttribute{MarkdownDescription: "The run ID, e.g. `2026-12-01T00:00:00Z` (a `run_once` period slot).", Computed: true},
 			"outcome": schema.StringAttribute{
 				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (lock lost while the command ran), `crashed` (holder " +
-					"vanished without an outcome), `released` (session ended by `consullock release`) or `exhausted` (`max_attempts` without a success).",
+					"vanished without an outcome), `timed_out` (stopped at `run_once.max_runtime`), `released` (session ended by " +
+					"`consullock release`) or `exhausted` (`max_attempts` without a success).",
 				Computed: true,
 			},
 			"node":          schema.StringAttribute{MarkdownDescription: "Node of the latest attempt's holder.", Computed: true},
@@ -59,6 +61,11 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 				Computed:            true,
 			},
 			"attempts": schema.Int64Attribute{MarkdownDescription: "How many attempts the run has had.", Computed: true},
+			"not_before": schema.StringAttribute{
+				MarkdownDescription: "When the run's next attempt may start (`run_once.retry_after`, RFC 3339 on the clock of the " +
+					"holder that recorded the outcome); null when it may start at once, while an attempt runs, and once the run is done.",
+				Computed: true, CustomType: timetypes.RFC3339Type{},
+			},
 		},
 	}
 }
@@ -97,7 +104,10 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 		return null
 	}
 	a := run.Attempts[len(run.Attempts)-1]
-	finished, exit := timetypes.NewRFC3339Null(), types.Int64Null()
+	finished, exit, notBefore := timetypes.NewRFC3339Null(), types.Int64Null(), timetypes.NewRFC3339Null()
+	if !run.NotBefore.IsZero() {
+		notBefore = timetypes.NewRFC3339TimeValue(run.NotBefore)
+	}
 	if !a.Finished.IsZero() {
 		finished = timetypes.NewRFC3339TimeValue(a.Finished)
 	}
@@ -113,6 +123,7 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 		"finished":      finished,
 		"exit_code":     exit,
 		"attempts":      types.Int64Value(int64(len(run.Attempts))),
+		"not_before":    notBefore,
 	})
 	diags.Append(ds...)
 	return obj

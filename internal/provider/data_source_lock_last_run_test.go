@@ -90,14 +90,17 @@ data "consullock_lock" "raw" {
 						"run_id": knownvalue.StringExact("2026-12-01T00:00:00Z"), "outcome": knownvalue.StringExact("running"),
 						"node": knownvalue.StringExact("worker-1"), "fencing_token": knownvalue.NotNull(),
 						"started": knownvalue.StringExact("2026-12-01T00:05:00Z"), "finished": knownvalue.Null(),
-						"exit_code": knownvalue.Null(), "attempts": knownvalue.Int64Exact(1),
+						"exit_code": knownvalue.Null(), "attempts": knownvalue.Int64Exact(1), "not_before": knownvalue.Null(),
 					})),
 				},
 			},
 			{
-				// It fails with exit 3; the outcome is recorded with the release.
+				// It fails with exit 3; the outcome is recorded with the
+				// release, and with retry_after 1m the next attempt's not_before.
 				PreConfig: func() {
-					done, err := started.Finish("2026-12-01T00:00:00Z", 1, lockmodel.RunFailed, func() *int { c := 3; return &c }(), started1.Add(time.Minute))
+					done, err := started.FinishWith("2026-12-01T00:00:00Z", 1,
+						lockmodel.AttemptResult{Outcome: lockmodel.RunFailed, ExitCode: func() *int { c := 3; return &c }()},
+						lockmodel.AttemptPolicy{MaxAttempts: 3, RetryAfter: time.Minute}, started1.Add(time.Minute))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -114,6 +117,7 @@ data "consullock_lock" "raw" {
 					lastRun(knownvalue.ObjectPartial(map[string]knownvalue.Check{
 						"outcome": knownvalue.StringExact("failed"), "exit_code": knownvalue.Int64Exact(3),
 						"finished": knownvalue.StringExact("2026-12-01T00:06:00Z"), "attempts": knownvalue.Int64Exact(1),
+						"not_before": knownvalue.StringExact("2026-12-01T00:07:00Z"),
 					})),
 					statecheck.ExpectKnownValue("data.consullock_lock.test", tfjsonpath.New("held"), knownvalue.Bool(false)),
 				},

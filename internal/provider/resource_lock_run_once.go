@@ -35,6 +35,9 @@ type lockRunOnceModel struct {
 	TimeZone         types.String         `tfsdk:"time_zone"`
 	StartingDeadline timetypes.GoDuration `tfsdk:"starting_deadline"`
 	NextSlots        types.List           `tfsdk:"next_slots"`
+	MaxRuntime       timetypes.GoDuration `tfsdk:"max_runtime"`
+	RetryAfter       timetypes.GoDuration `tfsdk:"retry_after"`
+	RetryBackoff     types.Float64        `tfsdk:"retry_backoff"`
 }
 
 // nextSlotCount is how many slots run_once.next_slots shows.
@@ -43,7 +46,8 @@ const nextSlotCount = 3
 // sameDeclared reports whether m and o declare the same (next_slots aside).
 func (m *lockRunOnceModel) sameDeclared(o *lockRunOnceModel) bool {
 	return m.Period == o.Period && m.Offset == o.Offset && m.MaxAttempts == o.MaxAttempts && m.Keep == o.Keep &&
-		m.sameSlots(o) && m.StartingDeadline == o.StartingDeadline
+		m.sameSlots(o) && m.StartingDeadline == o.StartingDeadline &&
+		m.MaxRuntime == o.MaxRuntime && m.RetryAfter == o.RetryAfter && m.RetryBackoff.Equal(o.RetryBackoff)
 }
 
 // sameSlots reports whether m and o name the same slots.
@@ -74,7 +78,7 @@ func nextSlots(r *lockmodel.RunOnce, now time.Time) types.List {
 }
 
 func runOnceSchemaAttribute() schema.SingleNestedAttribute {
-	return schema.SingleNestedAttribute{
+	a := schema.SingleNestedAttribute{
 		MarkdownDescription: "Run the command once per run, not merely one at a time: `consullock run` records each attempt in the " +
 			"run ledger `<registry_prefix>/runs/<name>` and skips a run that already succeeded. Without `-run-id` " +
 			"the run ID is the `period` slot of the runner's start, or the latest `schedule` slot at or before it. Set one " +
@@ -149,6 +153,10 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 			},
 		},
 	}
+	for name, attr := range runOnceJobControlAttributes() {
+		a.Attributes[name] = attr
+	}
+	return a
 }
 
 // runOnce converts a known run_once (nil for none).
@@ -164,6 +172,11 @@ func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *lockmodel.RunOnce {
 		r.TimeZone = m.TimeZone.ValueString()
 	}
 	r.StartingDeadline = goDuration(m.StartingDeadline, diags)
+	r.MaxRuntime = goDuration(m.MaxRuntime, diags)
+	r.RetryAfter = goDuration(m.RetryAfter, diags)
+	if v := m.RetryBackoff.ValueFloat64(); !m.RetryBackoff.IsUnknown() && v != lockmodel.DefaultRetryBackoff {
+		r.RetryBackoff = v // the default is recorded as absent, as before retry_backoff existed
+	}
 	return r
 }
 
@@ -229,12 +242,25 @@ func runOnceState(prior *lockRunOnceModel, r *lockmodel.RunOnce) *lockRunOnceMod
 		Schedule:         types.StringNull(),
 		TimeZone:         types.StringNull(),
 		StartingDeadline: timetypes.NewGoDurationNull(),
+		MaxRuntime:       timetypes.NewGoDurationNull(),
+		RetryAfter:       timetypes.NewGoDurationNull(),
+		RetryBackoff:     types.Float64Value(lockmodel.DefaultRetryBackoff),
+	}
+	if r.RetryBackoff != 0 {
+		m.RetryBackoff = types.Float64Value(r.RetryBackoff)
 	}
 	if r.Schedule != "" {
 		m.Schedule, m.TimeZone = types.StringValue(r.Schedule), types.StringValue(r.TimeZone)
 	}
 	if prior == nil {
-		prior = &lockRunOnceModel{Period: timetypes.NewGoDurationNull(), Offset: timetypes.NewGoDurationNull(), StartingDeadline: timetypes.NewGoDurationNull()}
+		prior = &lockRunOnceModel{Period: timetypes.NewGoDurationNull(), Offset: timetypes.NewGoDurationNull(), StartingDeadline: timetypes.NewGoDurationNull(),
+			MaxRuntime: timetypes.NewGoDurationNull(), RetryAfter: timetypes.NewGoDurationNull()}
+	}
+	if r.MaxRuntime != 0 {
+		m.MaxRuntime = keepDuration(prior.MaxRuntime, r.MaxRuntime)
+	}
+	if r.RetryAfter != 0 || !(prior.RetryAfter.IsNull() || prior.RetryAfter.IsUnknown()) {
+		m.RetryAfter = keepDuration(prior.RetryAfter, r.RetryAfter)
 	}
 	if r.Period != 0 {
 		m.Period = keepDuration(prior.Period, r.Period)

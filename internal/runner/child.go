@@ -69,16 +69,20 @@ type child struct {
 // runner always waits for done before it exits itself. Where the platform
 // has a guard the guard starts the command (startGuarded): standby, the
 // one prepareGuard started while the runner waited, or a new one.
-func startChild(standby *guard, argv, env []string, log *slog.Logger) (*child, error) {
+// stderr is the command's stderr; nil is the runner's.
+func startChild(standby *guard, argv, env []string, stderr *os.File, log *slog.Logger) (*child, error) {
+	if stderr == nil {
+		stderr = os.Stderr
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	ownGroup := !stdinIsTerminal()
 	if guarded {
 		if cmd.Err != nil {
 			return nil, cmd.Err
 		}
-		return startGuarded(standby, cmd.Path, argv, env, ownGroup, log)
+		return startGuarded(standby, cmd.Path, argv, env, stderr, ownGroup, log)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.Env = env
 	cmd.SysProcAttr = sysProcAttr(ownGroup)
 	if err := cmd.Start(); err != nil {

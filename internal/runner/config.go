@@ -46,6 +46,11 @@ type config struct {
 	serviceVia, serviceViaReason string
 	// clock is the wall clock (lockmodel.EnvClockOffset: fault injection).
 	clock lockmodel.Clock
+	// Job control (jobcontrol.go): -max-runtime (0: none, or the lock's
+	// run_once.max_runtime), -keep-output bytes of stderr, -on-outcome.
+	maxRuntime time.Duration
+	keepOutput int
+	onOutcome  string
 }
 
 // Defaults of the flags.
@@ -91,9 +96,12 @@ run: the runner logs who paused it, when and why, and exits 0 (or
 already running is left to finish.
 
 Exit codes: the command's own; 0 (or -exit-code-if-done) the run already
-succeeded; 0 (or -exit-code-if-paused) the lock is paused; 2 usage error; 119 started past run_once.starting_deadline;
+succeeded; 0 (or -exit-code-if-paused) the lock is paused; 2 usage error;
+118 the command ran past its max_runtime and was stopped (outcome
+timed_out); 119 started past run_once.starting_deadline;
 121 the run used up its attempts; 123 lock lost;
-124 -timeout passed before the lock was acquired; 125 setup error (also an
+124 -timeout passed before the lock was acquired (or before the run's
+next attempt may start: retry_after); 125 setup error (also an
 unreadable or invalid run ledger); 126 command not executable; 127 command
 not found; 128+N interrupted by signal N.
 
@@ -132,6 +140,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
 	serviceRegistration := fs.String("service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
+	fs.DurationVar(&cfg.maxRuntime, "max-runtime", 0, "stop the command this long after it started (SIGTERM, SIGKILL after -grace) and exit 118; run once: the attempt is timed_out (default: the lock's run_once.max_runtime; the shorter wins when both are set)")
+	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stderr in the attempt's ledger entry (status -lock shows it); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
+	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN; its failure is logged and changes nothing")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logformat.Var(fs, &cfg.logFormat, logformat.Text)
 	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
@@ -177,6 +188,12 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.grace < 0 {
 		return cfg, usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
+	}
+	if err := lockmodel.ValidateMaxRuntime(lockmodel.FlagMaxRuntime, cfg.maxRuntime); err != nil {
+		return cfg, usageErrorf("%v", err)
+	}
+	if err := lockmodel.ValidateKeepOutput(cfg.keepOutput, 0, 0); err != nil {
+		return cfg, usageErrorf("%v", err)
 	}
 
 	if err := cfg.resolveLock(set, *ttl, *lockDelay, *behavior, *renewEvery); err != nil {

@@ -40,14 +40,15 @@ var errGuardLost = errors.New("the guard exited before it started the command")
 // or returns nil if it cannot: startChild then starts one itself, and
 // reports why if that fails too.
 func prepareGuard() *guard {
-	g, err := newGuard()
+	g, err := newGuard(os.Stderr)
 	if err != nil {
 		return nil
 	}
 	return g
 }
 
-func newGuard() (*guard, error) {
+// newGuard starts a guard whose command gets stderr as its stderr.
+func newGuard(stderr *os.File) (*guard, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("guard: control socket: %w", err)
@@ -55,7 +56,7 @@ func newGuard() (*guard, error) {
 	ours, theirs := os.NewFile(uintptr(fds[0]), "guard control"), os.NewFile(uintptr(fds[1]), "guard control")
 	cmd := exec.Command("/proc/self/exe", GuardCommand)
 	cmd.Args[0] = os.Args[0]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.ExtraFiles = []*os.File{theirs} // guardFD
 	err = cmd.Start()
 	_ = theirs.Close() // the guard's alone now: its end closes when it dies
@@ -90,8 +91,14 @@ func (g *guard) discardUnused() {
 // done is closed when the guard reports the command's exit, or when the
 // guard itself has died (the runner then kills what is left of the tree,
 // and the child's state is the guard's: killed by SIGKILL, exit 137).
-func startGuarded(standby *guard, path string, argv, env []string, ownGroup bool, log *slog.Logger) (*child, error) {
+// A command whose stderr is not the runner's (-keep-output's pipe) gets a
+// new guard: the standby's stderr is the runner's.
+func startGuarded(standby *guard, path string, argv, env []string, stderr *os.File, ownGroup bool, log *slog.Logger) (*child, error) {
 	spec := guardStart{Path: path, Argv: argv, Env: env, OwnGroup: ownGroup}
+	if stderr != os.Stderr {
+		standby.discardUnused()
+		standby = nil
+	}
 	if standby != nil {
 		c, err := standby.start(spec, log)
 		if !errors.Is(err, errGuardLost) {
@@ -99,7 +106,7 @@ func startGuarded(standby *guard, path string, argv, env []string, ownGroup bool
 		}
 		log.Warn("the command's guard exited while the runner waited for the lock; starting another", "guard_pid", standby.cmd.Process.Pid)
 	}
-	g, err := newGuard()
+	g, err := newGuard(stderr)
 	if err != nil {
 		return nil, err
 	}

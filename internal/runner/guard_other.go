@@ -24,7 +24,7 @@ func prepareGuard() *guard { return nil }
 
 func (*guard) discardUnused() {}
 
-func startGuarded(*guard, string, []string, []string, bool, *slog.Logger) (*child, error) {
+func startGuarded(*guard, string, []string, []string, *os.File, bool, *slog.Logger) (*child, error) {
 	return nil, fmt.Errorf("no guard on this platform")
 }
 

@@ -89,8 +89,13 @@ func helperMain(args []string) int {
 	spawnOnTerm := fs.String("spawn-on-term", "exit", "-on-term of the spawned copy")
 	heartbeat := fs.String("heartbeat", "", "only append \"<pid> <unix ns>\" to this file every -every, until killed")
 	every := fs.Duration("every", 5*time.Millisecond, "the interval of -heartbeat")
+	stderrBytes := fs.Int("stderr", 0, "write this many bytes of -stderr-byte to stderr first, then \"END\"")
+	stderrByte := fs.String("stderr-byte", "x", "the byte -stderr repeats")
 	if err := fs.Parse(args); err != nil {
 		return 99
+	}
+	if *stderrBytes > 0 {
+		_, _ = os.Stderr.WriteString(strings.Repeat(*stderrByte, *stderrBytes) + "END")
 	}
 	if *heartbeat != "" {
 		beatForever(*heartbeat, *every)

@@ -135,11 +135,15 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 	if errors.Is(err, errPastDeadline) {
 		return lockmodel.ExitRunPastDeadline // logged by resolveRun; no session was made
 	}
+	if errors.Is(err, errUsage) {
+		r.log.Error("usage error", "error", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return ExitUsage // found before anything was written
+	}
 	if err != nil {
 		r.log.Error("setup failed", "error", err.Error())
 		return ExitSetup
 	}
-	return newSupervisor(r).run(ctx, sigCh, first)
+	return r.superviseRuns(ctx, sigCh, first)
 }
 
 // setup builds the client and resolves the lock and its session profile.
@@ -185,7 +189,10 @@ func (r *runner) setup(ctx context.Context) error {
 		r.log.Info("max_hold is enforced by the controller in enforce mode; the runner reports it as a lost lock",
 			"max_hold", lockmodel.FormatDuration(r.lock.MaxHold))
 	}
-	return r.resolveRun()
+	if err := r.resolveRun(); err != nil {
+		return err
+	}
+	return r.checkKeepOutput()
 }
 
 func (r *runner) lockLabel() string {

@@ -65,6 +65,10 @@ type runOnce struct {
 	// watched is the waiter's latest copy of the ledger (watchLedger),
 	// for the holder's first decision (watchedCopy).
 	watched ledgerCopy
+	// policy is max_attempts and the retry wait (jobcontrol.go); output
+	// the tail of the command's stderr, set before the outcome is recorded.
+	policy lockmodel.AttemptPolicy
+	output string
 }
 
 // ledgerCopy is a ledger as a watch answered it: decoded, its ModifyIndex
@@ -150,7 +154,7 @@ func (r *runner) resolveRun() error {
 	} else if _, ok := spec.ScheduledTime(id); ok && ro != nil {
 		scheduled = id // a slot given with -run-id: a backfill
 	}
-	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep, scheduled: scheduled,
+	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep, scheduled: scheduled, policy: spec.Policy(),
 		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName)}
 	r.log.Info("run once", "run_id", id, "from", from, "max_attempts", spec.MaxAttempts, "ledger", r.once.ledgerKey)
 	return nil
@@ -198,7 +202,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		} else {
 			r.log.Debug("deciding on the watched copy of the run ledger", "index", index, "seen", h.Grant.Seen)
 		}
-		d, err := l.Begin(run.id, holder, run.maxAttempts, r.cfg.clock.Now())
+		d, err := l.BeginWith(run.id, holder, run.policy, r.cfg.clock.Now())
 		if err != nil || !d.Changed {
 			return decision{begin: d, ledger: l, index: index, err: err}
 		}
@@ -243,7 +247,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 				"last_contact", h.LastContact().Format(time.RFC3339Nano), "ttl", lockmodel.FormatDuration(r.profile.TTL))
 			return false, r.recordAfterLoss(ctx, log, outcome, exitCode, h.Reason(), dl.AfterLoss(time.Now()))
 		}
-		next, err := ledger.FinishWithReason(run.id, run.attempt, outcome, exitCode, h.Reason(), r.cfg.clock.Now())
+		next, err := ledger.FinishWith(run.id, run.attempt, run.result(outcome, exitCode, h.Reason()), run.policy, r.cfg.clock.Now())
 		if err != nil {
 			log.Error("cannot record the run's outcome in the ledger", "ledger", run.ledgerKey, "error", err.Error())
 			return false, false
@@ -327,7 +331,7 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 			log.Info("the outcome is already recorded in the run ledger")
 			return true
 		}
-		next, err := l.FinishWithReason(run.id, run.attempt, outcome, exitCode, reason, r.cfg.clock.Now())
+		next, err := l.FinishWith(run.id, run.attempt, run.result(outcome, exitCode, reason), run.policy, r.cfg.clock.Now())
 		if err != nil {
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
 			return false
@@ -452,6 +456,9 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 			r.log.Debug("the run ledger does not decode; the holder reports it", "error", err.Error())
 		} else if done, ok := r.runIsDone(l); ok {
 			out <- done
+			return
+		} else if wait, ok := r.runWaits(l); ok {
+			out <- wait
 			return
 		}
 		index = lockproto.NextIndex(index, meta.LastIndex)

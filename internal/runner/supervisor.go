@@ -115,6 +115,13 @@ type supervisor struct {
 	grace    *time.Timer  // SIGTERM -> SIGKILL
 	drain    *time.Ticker // polls the process group while draining
 	killedAt time.Time    // when the group was sent SIGKILL while draining
+
+	// Job control (jobcontrol.go).
+	deadline  *time.Timer // max_runtime; nil without one
+	timedOut  bool        // the deadline passed; the command was sent SIGTERM
+	waitUntil time.Time   // the run's not_before: leave, sleep, wait again
+	tail      *stderrTail // -keep-output; nil without
+	hook      *hookResult // what -on-outcome is told; nil if nothing ran
 }
 
 type acquireResult struct {
@@ -158,6 +165,8 @@ func (s *supervisor) run(ctx context.Context, sigCh <-chan os.Signal, first *loc
 			code, done = s.onDecided(d)
 		case <-s.lostC():
 			s.onLost()
+		case <-s.deadlineC():
+			s.onDeadline()
 		case <-s.grace.C:
 			s.onGrace()
 		case <-s.drainC():
@@ -244,6 +253,9 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 		s.ch.endTree(s.r.log) // nothing the command started outlives the hold
 	}
 	s.grace.Stop()
+	if s.deadline != nil {
+		s.deadline.Stop()
+	}
 	if s.timeout != nil {
 		s.timeout.Stop()
 	}
@@ -267,7 +279,11 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 		s.r.holder.wait() // deregistered before the release
 		if s.r.once != nil && s.r.once.attempt > 0 {
 			outcome, exitCode := s.outcome(code)
+			if s.tail != nil {
+				s.r.once.output = s.tail.tail(time.Second)
+			}
 			released, recorded := s.r.finishRun(ctx, s.hold, outcome, exitCode)
+			s.hook = &hookResult{outcome: outcome, exitCode: exitCode, recorded: recorded}
 			if released {
 				s.hold.Destroy(ctx) // the outcome's transaction released the lock
 				return code
@@ -278,6 +294,9 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 					"run_id", s.r.once.id, "attempt", s.r.once.attempt, "command_exit_code", *s.childCode, "exit_code", ExitOutcomeNotRecorded)
 				code = ExitOutcomeNotRecorded
 			}
+		} else if s.ch != nil {
+			outcome, exitCode := s.outcome(code)
+			s.hook = &hookResult{outcome: outcome, exitCode: exitCode}
 		}
 		s.hold.Release(ctx)
 	}
@@ -290,6 +309,8 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 // failed with the runner's code when the command never started.
 func (s *supervisor) outcome(code int) (lockmodel.RunOutcome, *int) {
 	switch {
+	case s.timedOut && s.lossWhy == "":
+		return lockmodel.RunTimedOut, s.childCode
 	case s.childCode != nil && *s.childCode == 0:
 		return lockmodel.RunSucceeded, s.childCode
 	case s.childCode != nil:
@@ -341,12 +362,22 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 func (s *supervisor) startCommand() (int, bool) {
 	log, g, id := s.r.log, s.hold.Grant, s.hold.Session.ID
 	s.r.holder.reap(s.hold) // agentless: former holders' instances leave DNS first
-	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), log)
+	var stderr *os.File
+	if s.r.once != nil && s.r.cfg.keepOutput > 0 {
+		var err error
+		if s.tail, stderr, err = newStderrTail(s.r.cfg.keepOutput, os.Stderr); err != nil {
+			log.Error("cannot make a pipe for the command's stderr (-keep-output)", "error", err.Error())
+			return ExitSetup, true
+		}
+		defer stderr.Close() // the command has its own copy
+	}
+	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), stderr, log)
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true
 	}
 	s.ch, s.state = c, holding
+	s.armDeadline()
 	log.Info("command started", "pid", c.pid(), "own_process_group", c.ownGroup)
 	s.r.holder.start(s.hold)
 	return 0, false
@@ -434,7 +465,7 @@ func (s *supervisor) onGrace() {
 		s.r.log.Warn("processes left by the command did not exit within the grace period; killing them", "pgid", s.ch.pid(), "grace", s.r.cfg.grace)
 		_ = s.ch.signal(sigKill)
 		s.killedAt = time.Now()
-	case s.state == terminating || s.cancelled:
+	case s.state == terminating || s.cancelled || s.timedOut:
 		s.r.log.Error("command did not exit within the grace period; killing it", "pid", s.ch.pid(), "grace", s.r.cfg.grace)
 		_ = s.ch.signal(sigKill)
 	}
@@ -476,6 +507,10 @@ func (s *supervisor) onChildExit() (int, bool) {
 	s.exitCode = childExitCode(ch.state, s.r.cfg.childExitCode)
 	own := childExitCode(ch.state, true)
 	s.childCode = &own
+	if s.timedOut {
+		s.exitCode = ExitMaxRuntime
+		log.Error("the command was stopped at its max_runtime", "status", ch.state.String(), "exit_code", s.exitCode, "held", held)
+	}
 	log.Info("command exited", "status", ch.state.String(), "exit_code", s.exitCode, "held", held)
 	if !ch.groupLeft() {
 		return s.exitCode, true
@@ -530,6 +565,9 @@ func (s *supervisor) abortDeciding(code int) {
 // leaves without acquiring.
 func (s *supervisor) onLedger(d runDone) (int, bool) {
 	s.ledgerDone = nil
+	if d.kind == lockmodel.BeginWait {
+		return s.retryWait(d.run.NotBefore, "while waiting for the lock")
+	}
 	return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true
 }
 
@@ -560,6 +598,8 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 		return s.r.reportDone(d.begin.Kind, []lockmodel.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginExhausted:
 		return s.r.reportDone(d.begin.Kind, d.begin.Attempts, "after acquiring the lock"), true
+	case d.begin.Kind == lockmodel.BeginWait:
+		return s.retryWait(d.begin.NotBefore, "after acquiring the lock")
 	}
 	log.Info("run attempt recorded; starting the command", "run_id", run.id, "attempt", run.attempt, "max_attempts", run.maxAttempts)
 	return s.startCommand()
@@ -573,6 +613,9 @@ func (s *supervisor) lostAtOnce(ctx context.Context, lost *lockproto.LostError) 
 	select {
 	case d := <-s.ledgerDone:
 		s.ledgerDone = nil
+		if d.kind == lockmodel.BeginWait {
+			return s.retryWait(d.run.NotBefore, "while waiting for the lock")
+		}
 		return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true
 	default:
 	}

@@ -61,7 +61,7 @@ func TestStartErrorExitCode(t *testing.T) {
 func TestExitCodesAreDistinct(t *testing.T) {
 	codes := []int{ExitOK, ExitUsage, ExitOutcomeNotRecorded, ExitLockLost, ExitTimeout, ExitSetup, ExitCannotExecute, ExitNotFound,
 		signalExitCode(syscall.SIGINT), signalExitCode(syscall.SIGTERM),
-		lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct, lockmodel.ExitRunPastDeadline}
+		lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct, lockmodel.ExitRunPastDeadline, ExitMaxRuntime}
 	if got := slices.Compact(slices.Sorted(slices.Values(codes))); len(got) != len(codes) {
 		t.Fatalf("exit codes collide: %v", codes)
 	}

@@ -186,6 +186,9 @@ func lastRunText(r *LockRun) string {
 	if r == nil {
 		return "-"
 	}
+	if r.NotBefore != nil {
+		return fmt.Sprintf("%s %s %d/%d, next not before %s", r.RunID, r.Outcome, r.Attempts, r.MaxAttempts, *r.NotBefore)
+	}
 	return fmt.Sprintf("%s %s %d/%d", r.RunID, r.Outcome, r.Attempts, r.MaxAttempts)
 }
 
@@ -217,8 +220,28 @@ func renderRuns(w io.Writer, runs []LockRun) {
 			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
 				dash(a.Node), a.FencingToken, a.Started, finished, exit)
 		}
+		if r.NotBefore != nil {
+			fmt.Fprintf(tw, "  \tnext attempt not before %s (run_once.retry_after)\n", *r.NotBefore)
+		}
 	}
 	_ = tw.Flush()
+	renderOutputs(w, runs)
+}
+
+// renderOutputs prints the stderr tails the attempts kept (-keep-output),
+// each line indented, after the history.
+func renderOutputs(w io.Writer, runs []LockRun) {
+	for _, r := range runs {
+		for _, a := range r.AttemptList {
+			if a.Output == "" {
+				continue
+			}
+			fmt.Fprintf(w, "\nStderr of %s attempt %d (its last %d bytes):\n", r.RunID, a.Attempt, len(a.Output))
+			for _, line := range strings.Split(strings.TrimRight(a.Output, "\n"), "\n") {
+				fmt.Fprintf(w, "  | %s\n", terminalSafe(line))
+			}
+		}
+	}
 }
 
 // renderSlots prints a run_once lock's next slot and its missed slots.
@@ -266,4 +289,15 @@ func renderQueue(w io.Writer, waiters string, q []QueueWaiter) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s%s\n", position, e.Session, dash(e.Node), pid, note)
 	}
 	_ = tw.Flush()
+}
+
+// terminalSafe is s with control characters other than tab shown as '?', so
+// that a command's stderr cannot drive the terminal status prints to.
+func terminalSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
+			return '?'
+		}
+		return r
+	}, s)
 }

@@ -114,6 +114,9 @@ type LockRun struct {
 	Started      string  `json:"started"`
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
+	// NotBefore is when the run's next attempt may start
+	// (run_once.retry_after); null when it may start at once.
+	NotBefore *string `json:"not_before"`
 	// AttemptList is every attempt, oldest first (only with -lock).
 	AttemptList []LockRunAttempt `json:"attempt_list,omitempty"`
 }
@@ -135,6 +138,9 @@ type LockRunAttempt struct {
 	Started      string  `json:"started"`
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
+	// Output is the tail of the command's stderr (-keep-output); absent
+	// when not kept.
+	Output string `json:"output,omitempty"`
 	// ReleasedBy and Reason: a "released" attempt only.
 	ReleasedBy string `json:"released_by,omitempty"`
 	Reason     string `json:"reason,omitempty"`
@@ -174,10 +180,14 @@ func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 	out := make([]LockRun, 0, len(l.Runs))
 	for _, r := range l.Runs {
 		run := LockRun{RunID: r.ID, Outcome: string(r.Outcome), Attempts: len(r.Attempts), MaxAttempts: maxAttempts}
+		if !r.NotBefore.IsZero() {
+			nb := r.NotBefore.UTC().Format(time.RFC3339Nano)
+			run.NotBefore = &nb
+		}
 		for _, a := range r.Attempts {
 			ra := LockRunAttempt{Attempt: a.Number, Outcome: string(a.Outcome), Node: a.Node, Session: a.Session,
 				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode,
-				ReleasedBy: a.ReleasedBy, Reason: a.Reason}
+				ReleasedBy: a.ReleasedBy, Reason: a.Reason, Output: a.Output}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
 				ra.Finished = &f

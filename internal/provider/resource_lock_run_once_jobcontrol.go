@@ -1,0 +1,67 @@
+package provider
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
+	"github.com/hashicorp/terraform-plugin-framework-validators/float64validator"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/float64default"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// run_once's job-control attributes: max_runtime, retry_after,
+// retry_backoff (the rules are lockmodel's, jobcontrol.go).
+
+func runOnceJobControlAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"max_runtime": schema.StringAttribute{
+			MarkdownDescription: fmt.Sprintf("Longest an attempt's command may run, counted from its start: the runner "+
+				"sends SIGTERM at the deadline and SIGKILL after its `-grace`, records the attempt `timed_out` (it counts "+
+				"toward `max_attempts`) and exits %d. Like a Job's `activeDeadlineSeconds`. `%s` to `%s`; unset means no "+
+				"deadline. Unlike `max_hold` (the longest hold of the lock, reported by the controller and ended only in "+
+				"enforce mode, by ending the session), it stops the command itself; keep `max_runtime` plus `-grace` below `max_hold`.",
+				118, lockmodel.MinMaxRuntime, lockmodel.FormatDuration(lockmodel.MaxMaxRuntime)),
+			Optional:   true,
+			CustomType: timetypes.GoDurationType{},
+			Validators: []validator.String{domainDurationRule{check: validateMaxRuntime, what: allowedText(validateMaxRuntime("max_runtime", 0))}},
+		},
+		"retry_after": schema.StringAttribute{
+			MarkdownDescription: fmt.Sprintf("Wait before the next attempt after a `failed`, `lost`, `crashed` or "+
+				"`timed_out` one: the holder records the run's `not_before` with the outcome, and no runner starts the next "+
+				"attempt before it; waiting runners leave the lock and sleep until then. The wait after attempt n is "+
+				"`retry_after` x `retry_backoff`^(n-1), at most `%s`. `0s` to `%s`; unset means the next attempt may start at once.",
+				lockmodel.FormatDuration(lockmodel.MaxRetryWait), lockmodel.FormatDuration(lockmodel.MaxRetryAfter)),
+			Optional:   true,
+			CustomType: timetypes.GoDurationType{},
+			Validators: []validator.String{domainDurationRule{check: validateRetryAfter, what: allowedText(validateRetryAfter("retry_after", -1))}},
+		},
+		"retry_backoff": schema.Float64Attribute{
+			MarkdownDescription: fmt.Sprintf("Factor by which the wait grows after each retried attempt (`1` keeps it at "+
+				"`retry_after`). `1` to `%g`, default `%g`.", lockmodel.MaxRetryBackoff, lockmodel.DefaultRetryBackoff),
+			Optional:   true,
+			Computed:   true,
+			Default:    float64default.StaticFloat64(lockmodel.DefaultRetryBackoff),
+			Validators: []validator.Float64{float64validator.Between(1, lockmodel.MaxRetryBackoff)},
+		},
+	}
+}
+
+// validateMaxRuntime: "0s" would read back as unset, so it is refused.
+func validateMaxRuntime(field string, d time.Duration) error {
+	if d == 0 {
+		d = -1
+	}
+	err := lockmodel.ValidateMaxRuntime(field, d)
+	if fe, ok := err.(*lockmodel.FieldError); ok && d == -1 {
+		fe.Value = "0s"
+	}
+	return err
+}
+
+func validateRetryAfter(field string, d time.Duration) error {
+	return lockmodel.ValidateRetryAfter(field, d)
+}

@@ -1,0 +1,275 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+)
+
+// Job control in the runner (lockmodel jobcontrol.go has the rules):
+//
+//   - max_runtime: the command is sent SIGTERM max_runtime after it started,
+//     SIGKILL after -grace; the attempt is "timed_out" and the runner exits
+//     ExitMaxRuntime.
+//   - retries that wait: a holder told BeginWait releases the lock and ends
+//     its session, and so does a waiter whose ledger watch shows the run's
+//     not_before ahead; the runner then sleeps until not_before, with no
+//     session and no Consul request, and waits for the lock again with a
+//     new session (superviseRuns).
+//   - -keep-output: the command's stderr goes through a pipe the runner
+//     copies to its own stderr, keeping the last bytes for the attempt.
+//   - -on-outcome: a shell command run after the outcome is recorded.
+
+// ExitMaxRuntime: the command ran past max_runtime and was stopped.
+const ExitMaxRuntime = 118
+
+// Environment of the -on-outcome command, besides EnvRunID, EnvAttempt,
+// EnvFencingToken and EnvLockKey.
+const (
+	EnvOutcome  = "CONSUL_LOCK_OUTCOME"   // succeeded, failed, lost, timed_out
+	EnvExitCode = "CONSUL_LOCK_EXIT_CODE" // the command's; "" when none
+	EnvNode     = "CONSUL_LOCK_NODE"      // the holder's node
+	// EnvOutcomeRecorded is "true" when the outcome is in the run ledger.
+	EnvOutcomeRecorded = "CONSUL_LOCK_OUTCOME_RECORDED"
+)
+
+// hookTimeout bounds the -on-outcome command: it is then killed.
+const hookTimeout = time.Minute
+
+// maxRuntime is the command's deadline: the lock's run_once.max_runtime
+// and -max-runtime, the shorter when both are set; 0 is none.
+func (r *runner) maxRuntime() time.Duration {
+	d := r.cfg.maxRuntime
+	if ro := r.lock.RunOnce; ro != nil && ro.MaxRuntime > 0 && (d == 0 || ro.MaxRuntime < d) {
+		d = ro.MaxRuntime
+	}
+	return d
+}
+
+// checkKeepOutput refuses a -keep-output the lock's ledger cannot hold
+// (keep x max_attempts attempts of it), before anything is written.
+func (r *runner) checkKeepOutput() error {
+	if r.cfg.keepOutput == 0 {
+		return nil
+	}
+	if r.once == nil {
+		return usageErrorf("-keep-output needs a run-once lock (run_once, or -run-id): the output is kept in the run ledger")
+	}
+	if err := lockmodel.ValidateKeepOutput(r.cfg.keepOutput, r.once.keep, r.once.maxAttempts); err != nil {
+		return usageErrorf("%v", err)
+	}
+	return nil
+}
+
+// superviseRuns runs supervisors until one ends without a retry wait: a
+// supervisor that left because the run's next attempt may not start yet
+// (not_before) has released the lock and ended its session; the runner
+// sleeps until then and waits for the lock again with a new session.
+func (r *runner) superviseRuns(ctx context.Context, sigCh <-chan os.Signal, first *lockproto.Session) int {
+	for {
+		s := newSupervisor(r)
+		code := s.run(ctx, sigCh, first)
+		s.runHook(ctx)
+		if s.waitUntil.IsZero() {
+			return code
+		}
+		if code, done := r.sleepUntil(ctx, sigCh, s.waitUntil); done {
+			return code
+		}
+		var err error
+		if first, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
+			r.log.Error("cannot create a session for the next attempt", "error", err.Error())
+			return ExitSetup
+		}
+	}
+}
+
+// sleepUntil waits, holding nothing, until t on the runner's clock; a
+// signal, the context or a -timeout that passes first ends the runner.
+func (r *runner) sleepUntil(ctx context.Context, sigCh <-chan os.Signal, t time.Time) (int, bool) {
+	wait := t.Sub(r.cfg.clock.Now())
+	if r.cfg.timeout > 0 && time.Since(r.started)+wait > r.cfg.timeout {
+		r.log.Error("the run's next attempt may start only after -timeout", "not_before", t.Format(time.RFC3339Nano),
+			"timeout", r.cfg.timeout, "exit_code", ExitTimeout)
+		return ExitTimeout, true
+	}
+	r.log.Info("waiting for the run's next attempt without holding the lock (run_once.retry_after)",
+		"run_id", r.once.id, "not_before", t.Format(time.RFC3339Nano), "wait", wait.Round(time.Millisecond))
+	timer := time.NewTimer(max(wait, 0))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return 0, false
+		case <-ctx.Done():
+			r.log.Error("cancelled while waiting for the run's next attempt", "error", context.Cause(ctx))
+			return ExitSetup, true
+		case sig := <-sigCh:
+			if abortsWaiting(sig) {
+				r.log.Warn("interrupted while waiting for the run's next attempt", "signal", sig.String())
+				return signalExitCode(sig), true
+			}
+		}
+	}
+}
+
+// retryWait: the ledger says the run's next attempt may not start before
+// t; the supervisor leaves (releasing what it holds) and superviseRuns
+// sleeps.
+func (s *supervisor) retryWait(t time.Time, seen string) (int, bool) {
+	s.waitUntil = t
+	s.r.log.Info("the run's next attempt may not start yet; leaving the lock", "run_id", s.r.once.id, "seen", seen,
+		"not_before", t.Format(time.RFC3339Nano))
+	return 0, true
+}
+
+// armDeadline starts the max_runtime timer with the command.
+func (s *supervisor) armDeadline() {
+	if d := s.r.maxRuntime(); d > 0 {
+		s.deadline = time.NewTimer(d)
+	}
+}
+
+func (s *supervisor) deadlineC() <-chan time.Time {
+	if s.deadline == nil || s.state != holding || s.timedOut {
+		return nil
+	}
+	return s.deadline.C
+}
+
+// onDeadline: the command ran for max_runtime: SIGTERM, SIGKILL after
+// -grace (onGrace); its exit ends the hold as timed out.
+func (s *supervisor) onDeadline() {
+	s.timedOut = true
+	s.r.log.Error("the command ran past its max_runtime; stopping it", "max_runtime", lockmodel.FormatDuration(s.r.maxRuntime()),
+		"pid", s.ch.pid(), "signal", "SIGTERM", "grace", s.r.cfg.grace)
+	if err := s.ch.signal(sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.r.log.Warn("could not signal the command", "error", err.Error())
+	}
+	s.grace.Reset(s.r.cfg.grace)
+}
+
+// stderrTail copies the command's stderr to the runner's and keeps its
+// last size bytes (plus a rune's worth, for TailOutput to cut cleanly).
+type stderrTail struct {
+	size int
+	mu   sync.Mutex
+	buf  []byte
+	done chan struct{} // closed at EOF: every writer is gone
+}
+
+// newStderrTail returns the tail and the pipe end to give the command as
+// its stderr (close it once the command started).
+func newStderrTail(size int, to io.Writer) (*stderrTail, *os.File, error) {
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	t := &stderrTail{size: size, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		defer rd.Close()
+		b := make([]byte, 32*1024)
+		for {
+			n, err := rd.Read(b)
+			if n > 0 {
+				_, _ = to.Write(b[:n])
+				t.keep(b[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return t, wr, nil
+}
+
+func (t *stderrTail) keep(b []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if limit := t.size + 4; len(t.buf) > 2*limit {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-limit:]...)
+	}
+}
+
+// tail is what the attempt keeps: once every writer has closed the pipe
+// (the command and what it left have ended), or after at most wait.
+func (t *stderrTail) tail(wait time.Duration) string {
+	select {
+	case <-t.done:
+	case <-time.After(wait):
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return lockmodel.TailOutput(t.buf, t.size)
+}
+
+// hookResult is what -on-outcome is told.
+type hookResult struct {
+	outcome  lockmodel.RunOutcome
+	exitCode *int
+	recorded bool
+}
+
+// runHook runs -on-outcome once the supervisor has ended (the outcome is
+// recorded and the lock released), when a command was started. Its
+// failure is logged and changes nothing.
+func (s *supervisor) runHook(ctx context.Context) {
+	cmdline := s.r.cfg.onOutcome
+	if cmdline == "" || s.ch == nil || s.hook == nil {
+		return
+	}
+	log := s.r.log.With("on_outcome", cmdline)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(hctx, "/bin/sh", "-c", cmdline)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	env := append(os.Environ(),
+		EnvOutcome+"="+string(s.hook.outcome), EnvExitCode+"=", EnvNode+"="+s.hold.Session.Node,
+		EnvFencingToken+"="+strconv.FormatUint(s.hold.Grant.FencingToken, 10), EnvLockKey+"="+s.r.lock.Key,
+		EnvOutcomeRecorded+"="+strconv.FormatBool(s.hook.recorded))
+	if s.hook.exitCode != nil {
+		env = append(env, EnvExitCode+"="+strconv.Itoa(*s.hook.exitCode))
+	}
+	if s.r.once != nil {
+		env = append(env, EnvRunID+"="+s.r.once.id, EnvAttempt+"="+strconv.Itoa(s.r.once.attempt))
+	}
+	cmd.Env = env
+	if err := cmd.Run(); err != nil {
+		log.Warn("the -on-outcome command failed; the run's outcome stands", "error", err.Error(), "outcome", string(s.hook.outcome))
+		return
+	}
+	log.Info("the -on-outcome command ran", "outcome", string(s.hook.outcome))
+}
+
+// runWaits reports whether ledger l shows this run waiting for its next
+// attempt (not_before ahead on the runner's clock, no attempt running,
+// attempts left): the waiter then leaves rather than take the lock.
+func (r *runner) runWaits(l lockmodel.Ledger) (runDone, bool) {
+	i := l.Find(r.once.id)
+	if i < 0 {
+		return runDone{}, false
+	}
+	run := l.Runs[i]
+	n := len(run.Attempts)
+	if run.NotBefore.IsZero() || !run.NotBefore.After(r.cfg.clock.Now()) || n >= r.once.maxAttempts ||
+		(n > 0 && run.Attempts[n-1].Outcome == lockmodel.RunRunning) {
+		return runDone{}, false
+	}
+	return runDone{kind: lockmodel.BeginWait, run: run}, true
+}
+
+// result is the attempt's result with the kept output and, for a lost
+// attempt, why the lock was lost.
+func (o *runOnce) result(outcome lockmodel.RunOutcome, exitCode *int, reason string) lockmodel.AttemptResult {
+	return lockmodel.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output, Reason: reason}
+}

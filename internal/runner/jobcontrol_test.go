@@ -1,0 +1,204 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// A command past run_once.max_runtime is sent SIGTERM at the deadline and,
+// ignoring it, SIGKILL after -grace; the attempt is recorded timed_out and
+// counts toward max_attempts (the next runner finds the run exhausted).
+func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
+	t.Parallel()
+	const maxRuntime, grace = time.Second, 500 * time.Millisecond
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1, MaxRuntime: maxRuntime})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", grace.String()}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m", "-on-term", "ignore")...)
+	if code := a.wait(time.Minute); code != ExitMaxRuntime {
+		t.Fatalf("runner exited %d, want %d (max_runtime):\n%s", code, ExitMaxRuntime, a.out.String())
+	}
+	events := recordEvents(t, record)
+	term := events["term a"]
+	if events["start a"] == 0 || term == 0 || events["end a"] != 0 {
+		t.Fatalf("child events %v: want start and term (SIGTERM), and no end (it ignored SIGTERM and was killed)", events)
+	}
+	run := ledgerRun(t, l, "r1")
+	at := run.Attempts[0]
+	// The ledger's start is recorded before the command starts.
+	sent := time.Unix(0, term).Sub(at.Started)
+	if sent < maxRuntime {
+		t.Fatalf("SIGTERM %s after the recorded start, before max_runtime %s", sent, maxRuntime)
+	}
+	if len(run.Attempts) != 1 || at.Outcome != lockmodel.RunTimedOut || at.ExitCode == nil || *at.ExitCode != 128+9 {
+		t.Fatalf("ledger run %+v; want attempt 1 timed_out, killed (exit 137)", run)
+	}
+	held := at.Finished.Sub(at.Started)
+	if held < maxRuntime {
+		t.Fatalf("recorded after %s, before max_runtime", held)
+	}
+	t.Logf("SIGTERM %s after the recorded start (max_runtime %s); outcome recorded %s after it (deadline + grace = %s)",
+		sent.Round(time.Millisecond), maxRuntime, held.Round(time.Millisecond), maxRuntime+grace)
+	b := startRun(t, "runner b", token, args, childArgs(record, "b")...)
+	if code := b.wait(time.Minute); code != lockmodel.ExitRunExhausted {
+		t.Fatalf("runner b exited %d, want %d: a timed_out attempt counts toward max_attempts", code, lockmodel.ExitRunExhausted)
+	}
+}
+
+// A lock without run_once: -max-runtime stops the command the same way
+// (SIGTERM, here obeyed) and the runner exits 118.
+func TestJobControl_maxRuntimeFlagStopsTheCommandOfAPlainLock(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	record := filepath.Join(t.TempDir(), "record")
+	p := startRun(t, "runner", runnerToken(t, prefix), []string{"-key", prefix + "/job", "-ttl", "10s", "-lock-delay", "0s", "-max-runtime", "1s"},
+		childArgs(record, "a", "-sleep", "5m")...)
+	if code := p.wait(time.Minute); code != ExitMaxRuntime {
+		t.Fatalf("runner exited %d, want %d:\n%s", code, ExitMaxRuntime, p.out.String())
+	}
+	if events := recordEvents(t, record); events["term a"] == 0 || events["end a"] == 0 {
+		t.Fatalf("child events %v: want SIGTERM, then its own end", events)
+	}
+}
+
+// After a failed attempt, the runner waiting for the lock starts attempt 2
+// only retry_after after the outcome (by the ledger's own times), holding
+// no session meanwhile.
+func TestJobControl_attempt2StartsAfterRetryAfterAndNotBefore(t *testing.T) {
+	t.Parallel()
+	const retryAfter = 2 * time.Second
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 3, RetryAfter: retryAfter, RetryBackoff: 1})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "300ms", "-exit", "3")...)
+	waitStarted(t, record, "a")
+	b := startRun(t, "runner b", token, args, childArgs(record, "b")...)
+	if code := a.wait(time.Minute); code != 3 {
+		t.Fatalf("runner a exited %d, want 3", code)
+	}
+	waitOutput(t, b, "waiting for the run's next attempt without holding the lock")
+	if n := len(sessionsNamed(t, "consullock run "+l.Name)); n != 0 {
+		t.Fatalf("%d sessions while runner b waits for not_before, want none", n)
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0:\n%s", code, b.out.String())
+	}
+	run := ledgerRun(t, l, "r1")
+	if len(run.Attempts) != 2 || run.Outcome != lockmodel.RunSucceeded || !run.NotBefore.IsZero() {
+		t.Fatalf("ledger run %+v; want attempt 2 succeeded, no wait left", run)
+	}
+	gap := run.Attempts[1].Started.Sub(run.Attempts[0].Finished)
+	if gap < retryAfter {
+		t.Fatalf("attempt 2 started %s after attempt 1's outcome, before retry_after %s", gap, retryAfter)
+	}
+	t.Logf("attempt 2 started %s after attempt 1's outcome (retry_after %s)", gap.Round(time.Millisecond), retryAfter)
+}
+
+// The attempt keeps the last -keep-output bytes of stderr (status -lock
+// shows them); -on-outcome runs after the outcome is recorded, with the
+// run's facts in its environment, and its own failure changes nothing.
+func TestJobControl_keptOutputIsTheBoundedTailAndOnOutcomeRuns(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1})
+	dir := t.TempDir()
+	record, hookOut := filepath.Join(dir, "record"), filepath.Join(dir, "hook")
+	args := []string{"-lock", l.Name, "-run-id", "r1", "-keep-output", "100",
+		"-on-outcome", "env | grep ^CONSUL_LOCK_ > " + hookOut + "; exit 7"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-stderr", "10000", "-exit", "4")...)
+	if code := a.wait(time.Minute); code != 4 {
+		t.Fatalf("runner exited %d, want the command's 4 (a failing -on-outcome changes nothing):\n%s", code, a.out.String())
+	}
+	at := ledgerRun(t, l, "r1").Attempts[0]
+	if want := strings.Repeat("x", 97) + "END"; at.Output != want {
+		t.Fatalf("kept output %q (%d bytes), want the last 100 bytes of stderr", at.Output, len(at.Output))
+	}
+	b, err := os.ReadFile(hookOut)
+	if err != nil {
+		t.Fatalf("-on-outcome did not run: %v", err)
+	}
+	env := string(b)
+	for _, want := range []string{EnvRunID + "=r1\n", EnvAttempt + "=1\n", EnvOutcome + "=failed\n", EnvExitCode + "=4\n",
+		EnvNode + "=" + at.Node + "\n", EnvFencingToken + "=" + strconv.FormatUint(at.FencingToken, 10) + "\n", EnvOutcomeRecorded + "=true\n"} {
+		if !strings.Contains(env, want) {
+			t.Fatalf("-on-outcome environment lacks %q:\n%s", want, env)
+		}
+	}
+	if !strings.Contains(a.out.String(), "the -on-outcome command failed") {
+		t.Fatalf("the hook's failure is not logged:\n%s", a.out.String())
+	}
+}
+
+// keep runs of the largest output a lock allows, of bytes that each take
+// six in JSON: the ledger stays within MaxLedgerBytes, every output within
+// -keep-output.
+func TestJobControl_ledgerStaysBoundedWithKeepRunsOfMaximalOutput(t *testing.T) {
+	t.Parallel()
+	const keep = 3
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1, Keep: keep})
+	size := lockmodel.KeepOutputBudget(keep, 1)
+	record := filepath.Join(t.TempDir(), "record")
+	for i := range keep + 1 {
+		id := "r" + strconv.Itoa(i)
+		p := startRun(t, "runner "+id, token, []string{"-lock", l.Name, "-run-id", id, "-keep-output", strconv.Itoa(size)},
+			childArgs(record, id, "-stderr", strconv.Itoa(2*size), "-stderr-byte", "\x01", "-exit", "1")...)
+		if code := p.wait(time.Minute); code != 1 {
+			t.Fatalf("runner %s exited %d, want 1:\n%s", id, code, p.out.String())
+		}
+	}
+	ledger, pair := readLedger(t, l)
+	if len(pair.Value) > lockmodel.MaxLedgerBytes || len(ledger.Runs) != keep {
+		t.Fatalf("ledger %d bytes with %d runs; want at most %d bytes, %d runs", len(pair.Value), len(ledger.Runs), lockmodel.MaxLedgerBytes, keep)
+	}
+	for _, r := range ledger.Runs {
+		if o := r.Attempts[0].Output; !strings.HasSuffix(o, "END") || len(o) < 100 {
+			t.Fatalf("run %s kept %d bytes, want the tail up to END", r.ID, len(o))
+		}
+	}
+	t.Logf("keep %d runs x -keep-output %d bytes of worst output: ledger %d of %d bytes", keep, size, len(pair.Value), lockmodel.MaxLedgerBytes)
+}
+
+// Bad input is a usage error naming the flag, and nothing is written: a
+// -keep-output the lock's ledger cannot hold, a negative -max-runtime.
+func TestJobControl_badInputNamesTheFlagAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 100, Keep: 1000})
+	record := filepath.Join(t.TempDir(), "record")
+	for _, c := range []struct{ flag, value string }{{"-keep-output", "4096"}, {"-max-runtime", "-1s"}, {"-keep-output", "-1"}, {"-max-runtime", "10ms"}} {
+		p := startRun(t, "runner "+c.flag, token, []string{"-lock", l.Name, "-run-id", "r1", c.flag, c.value}, childArgs(record, "x")...)
+		if code := p.wait(time.Minute); code != ExitUsage || !strings.Contains(p.out.String(), c.flag) {
+			t.Fatalf("%s %s: exit %d, want %d naming the flag:\n%s", c.flag, c.value, code, ExitUsage, p.out.String())
+		}
+	}
+	if ledger, pair := readLedger(t, l); pair != nil {
+		t.Fatalf("a ledger was written: %+v", ledger)
+	}
+	if _, err := os.Stat(record); err == nil {
+		t.Fatal("the command ran")
+	}
+}
+
+// recordEvents maps "<kind> <tag>" of the child's record to its time (ns).
+func recordEvents(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		at, _ := strconv.ParseInt(strings.TrimPrefix(f[2], "at="), 10, 64)
+		out[f[0]+" "+strings.TrimPrefix(f[1], "tag=")] = at
+	}
+	return out
+}
