@@ -153,7 +153,8 @@ worker_token="$(tf output -raw worker_token)"
 # workers TAG ARGS...: starts three workers at once, as each worker's timer
 # does at 02:00, each `consullock run -lock nightly-report` with only the
 # workers' token. The job prints its run ID, attempt and fencing token;
-# attempt 1 of run "crash" sleeps 300s (to be killed), any other 2s.
+# attempt 1 of run "crash" sleeps 300s (to be killed), its attempt 2 8s
+# (long enough to be shown as the holder), any other run 2s.
 workers() {
   local tag=$1 i
   shift
@@ -161,7 +162,7 @@ workers() {
   for i in 1 2 3; do
     CONSUL_HTTP_TOKEN="$worker_token" "$bin/consullock" run -lock nightly-report "$@" -- sh -c \
       "echo \"worker $i: running the nightly report, run \$CONSUL_LOCK_RUN_ID attempt \$CONSUL_LOCK_ATTEMPT, fencing token \$CONSUL_LOCK_FENCING_TOKEN\"
-       if [ \"\$CONSUL_LOCK_RUN_ID\" = crash ] && [ \"\$CONSUL_LOCK_ATTEMPT\" = 1 ]; then exec sleep 300; fi; sleep 2" \
+       if [ \"\$CONSUL_LOCK_RUN_ID\" = crash ]; then [ \"\$CONSUL_LOCK_ATTEMPT\" = 1 ] && exec sleep 300; exec sleep 8; fi; sleep 2" \
       >"$demo/once-$tag-$i.log" 2>&1 &
     once+=($!)
     pids+=($!)
