@@ -65,9 +65,7 @@ var (
 func labNotebookWording(text string) []string {
 	var bad []string
 	text = commandArgument.ReplaceAllString(text, "--since <day>")
-	for _, m := range labWording.FindAllString(text, -1) {
-		bad = append(bad, m)
-	}
+	bad = append(bad, labWording.FindAllString(text, -1)...)
 	for _, m := range commitAsDate.FindAllStringSubmatch(text, -1) {
 		hash := m[1] + m[2]
 		// A hash has both letters and digits; "(deadline)" or a number

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-func testEnv(terminal bool) (env, *bytes.Buffer, *bytes.Buffer) {
+func testEnv(terminal bool) (env, *bytes.Buffer) {
 	var out, errs bytes.Buffer
-	return env{stdin: strings.NewReader(""), stdout: &out, stderr: &errs, isTerminal: func() bool { return terminal }, now: time.Now}, &out, &errs
+	return env{stdin: strings.NewReader(""), stdout: &out, stderr: &errs, isTerminal: func() bool { return terminal }, now: time.Now}, &errs
 }
 
 // Bad flags exit 2 before Consul is contacted, naming the flag; with
@@ -29,17 +29,19 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{Release, []string{"-lock", "a", "-reason", "x", "-session", "nope", "-yes"}, "-session \"nope\""},
 		{Release, []string{"-lock", "a"}, "-reason: "},
 	} {
-		e, _, errs := testEnv(true)
+		e, errs := testEnv(true)
 		if code := tc.prog(context.Background(), tc.args, e); code != ExitUsage || !strings.Contains(errs.String(), tc.want) || !strings.Contains(errs.String(), "nothing was written") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %q", tc.args, code, errs.String(), tc.want)
 		}
 	}
-	e, _, errs := testEnv(true)
+	e, errs := testEnv(true)
 	if code := Pause(context.Background(), []string{"-log-format", "json", "-lock", "a", "-reason", ""}, e); code != ExitUsage {
 		t.Fatalf("exit %d", code)
 	}
 	var ev map[string]any
-	if err := json.Unmarshal(errs.Bytes(), &ev); err != nil || ev["level"] != "ERROR" || !strings.Contains(ev["msg"].(string), "-reason: ") {
+	err := json.Unmarshal(errs.Bytes(), &ev)
+	msg, _ := ev["msg"].(string)
+	if err != nil || ev["level"] != "ERROR" || !strings.Contains(msg, "-reason: ") {
 		t.Fatalf("json stderr %q: %v", errs.String(), err)
 	}
 }
@@ -47,7 +49,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 // release refuses without -yes when stdin is not a terminal, before
 // Consul is contacted.
 func TestRelease_refusesWithoutYesOffTerminal(t *testing.T) {
-	e, _, errs := testEnv(false)
+	e, errs := testEnv(false)
 	if code := Release(context.Background(), []string{"-lock", "a", "-reason", "stuck"}, e); code != ExitRefused || !strings.Contains(errs.String(), "without -yes") {
 		t.Fatalf("exit %d, stderr %q", code, errs.String())
 	}

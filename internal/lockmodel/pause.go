@@ -1,6 +1,7 @@
 package lockmodel
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -73,11 +74,11 @@ func ValidateReason(field, reason string) error {
 // Validate checks p as a reader and a writer do.
 func (p Pause) Validate() error {
 	var errs FieldErrors
-	if err := ValidateName("lock", p.Lock); err != nil {
-		errs = append(errs, err.(*FieldError))
-	}
-	if err := ValidateReason("reason", p.Reason); err != nil {
-		errs = append(errs, err.(*FieldError))
+	for _, err := range []error{ValidateName("lock", p.Lock), ValidateReason("reason", p.Reason)} {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			errs = append(errs, fe)
+		}
 	}
 	if p.By == "" || utf8.RuneCountInString(p.By) > 256 {
 		errs = append(errs, &FieldError{Field: "by", Value: p.By, Allowed: "who paused the lock, 1 to 256 characters"})

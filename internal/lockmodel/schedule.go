@@ -90,7 +90,9 @@ type Schedule struct {
 func ParseSchedule(expr, zone string) (Schedule, error) {
 	key := [2]string{expr, zone}
 	if s, ok := parsedSchedules.Load(key); ok {
-		return s.(Schedule), nil
+		if sched, ok := s.(Schedule); ok {
+			return sched, nil
+		}
 	}
 	s, err := parseSchedule(expr, zone)
 	if err == nil && parsedCount.Add(1) <= maxParsedSchedules {
@@ -386,9 +388,9 @@ func (s Schedule) NextSlots(t time.Time, n int) []time.Time {
 	return out
 }
 
-// Between is the slots in (from, to], oldest first, at most the last max
-// of them (max <= 0: all).
-func (s Schedule) Between(from, to time.Time, max int) []time.Time {
+// Between is the slots in (from, to], oldest first, at most the last limit
+// of them (limit <= 0: all).
+func (s Schedule) Between(from, to time.Time, limit int) []time.Time {
 	var out []time.Time
 	for t := from; ; {
 		next, ok := s.Next(t)
@@ -396,7 +398,7 @@ func (s Schedule) Between(from, to time.Time, max int) []time.Time {
 			break
 		}
 		out = append(out, next)
-		if max > 0 && len(out) > max {
+		if limit > 0 && len(out) > limit {
 			out = out[1:]
 		}
 		t = next

@@ -196,7 +196,11 @@ func TestSchedule_robfigDiffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched.(*cron.SpecSchedule).Location = berlin
+	spec, ok := sched.(*cron.SpecSchedule)
+	if !ok {
+		t.Fatalf("robfig parsed %T, not a SpecSchedule", sched)
+	}
+	spec.Location = berlin
 	if next := sched.Next(utc("2026-03-28T12:00:00Z")); !next.Equal(utc("2026-03-30T00:30:00Z")) {
 		t.Errorf("robfig after the 28th: %s; the note says it skips the 29th", next.UTC())
 	}

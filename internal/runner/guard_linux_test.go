@@ -120,9 +120,10 @@ func requireNoBeatAfter(t *testing.T, beats []string, next time.Time) {
 	}
 }
 
-// startOf is the recorded start of the child tagged tag.
-func startOf(t *testing.T, record, tag string) time.Time {
+// startOfB is the recorded start of the child tagged b, the next holder's.
+func startOfB(t *testing.T, record string) time.Time {
 	t.Helper()
+	const tag = "b"
 	for _, r := range readRuns(t, record) {
 		if r.tag == tag && !r.start.IsZero() {
 			return r.start
@@ -180,7 +181,7 @@ func TestRun_killedRunnerLeavesNoProcessOfItsJob(t *testing.T) {
 	if code := b.wait(time.Minute); code != 0 {
 		t.Fatalf("runner b exited %d, want 0", code)
 	}
-	requireNoBeatAfter(t, beats, startOf(t, record, "b"))
+	requireNoBeatAfter(t, beats, startOfB(t, record))
 }
 
 // Issue 31, item 2: what the command leaves outside its process group (a
@@ -203,7 +204,7 @@ func TestRun_endsWhatTheCommandLeftOutsideItsGroupBeforeReleasing(t *testing.T) 
 	if code := b.wait(time.Minute); code != 0 {
 		t.Fatalf("runner b exited %d, want 0", code)
 	}
-	requireNoBeatAfter(t, beats, startOf(t, record, "b"))
+	requireNoBeatAfter(t, beats, startOfB(t, record))
 }
 
 // Issue 31, item 2: kill -9 of the guard (the runner's own child, which
@@ -235,7 +236,7 @@ func TestRun_killedGuardLeavesNoProcessOfItsJob(t *testing.T) {
 	if code := b.wait(time.Minute); code != 0 {
 		t.Fatalf("runner b exited %d, want 0", code)
 	}
-	requireNoBeatAfter(t, beats, startOf(t, record, "b"))
+	requireNoBeatAfter(t, beats, startOfB(t, record))
 	if !strings.Contains(a.out.String(), "the command's guard was killed") {
 		t.Fatalf("runner a did not say that the guard was killed:\n%s", a.out.String())
 	}
@@ -268,6 +269,6 @@ func TestRun_guardKilledWhileWaitingIsReplaced(t *testing.T) {
 	if code := b.wait(time.Minute); code != 7 {
 		t.Fatalf("runner b exited %d, want its command's 7", code)
 	}
-	startOf(t, record, "b")
+	startOfB(t, record)
 	waitOutput(t, b, "the command's guard exited while the runner waited for the lock; starting another")
 }

@@ -60,7 +60,7 @@ func TestRunOnce_outcomeIsRecordedAfterACompleteOutageLongerThanTheStopRule(t *t
 	a.closeStdin()
 	waitOutput(t, a, "command exited")
 	time.Sleep(time.Until(cut.Add(outage)))
-	link = healDropping(t, link)
+	healDropping(t, link)
 	code := a.wait(time.Minute)
 	out := a.out.String()
 	if code != 0 {
