@@ -128,13 +128,15 @@ func TestSummary_quickstartPlans(t *testing.T) {
 			"| max_hold | `1h` |",
 			// The profile and its failover bound.
 			"| ttl | `10s` |",
-			"| lock_delay | `5s` |",
-			"| worst_case_gap | `25s` |",
-			"**worst_case_gap 25s**",
-			// Least privilege, line by line.
-			"```diff\n+key \"jobs/nightly-report/.lock\" {\n+  policy = \"write\"\n+}\n",
+			"| lock_delay | `15s` |",
+			"| worst_case_gap | `35s` |",
+			"**worst_case_gap 35s**",
+			// Least privilege, line by line: the lock, its run ledger, the
+			// pause record read, sessions on the workers; no agent read.
+			"\n+key \"jobs/nightly-report/.lock\" {\n+  policy = \"write\"\n+}\n",
+			"\n+key \"consul-lock/runs/nightly-report\" {\n+  policy = \"write\"\n+}\n",
+			"\n+key \"consul-lock/pauses/nightly-report\" {\n+  policy = \"read\"\n+}\n",
 			"\n+session_prefix \"worker-\" {\n",
-			"\n+agent_prefix \"\" {\n",
 			// The token: its policies, never its secret.
 			"| policies | `nightly-report-workers` |",
 			"`secret_id` is sensitive and never shown here.",
