@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -130,6 +131,7 @@ func TestHolderService_agentlessFormerHolderOnAnotherNodeLeavesDNS(t *testing.T)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, a.cmd.Process.Pid)
 	killed := time.Now()
 	if _, err := agent.Client().Session().Destroy(runA.session, nil); err != nil {
 		t.Fatal(err)
@@ -163,4 +165,27 @@ func TestHolderService_agentlessFormerHolderOnAnotherNodeLeavesDNS(t *testing.T)
 	}
 	t.Logf("agentless runner on node a frozen, its session destroyed: DNS named A until %s after the destroy; B (node b) started its command %s after the destroy, %s after the last answer naming A; %d samples",
 		lastA.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond), runB.start.Sub(lastA).Round(time.Millisecond), len(samples))
+}
+
+// waitStopped waits until process pid is stopped (state T in
+// /proc/<pid>/stat): a loaded machine may deliver SIGSTOP late, and a
+// runner still running withdraws its own instance, which is not what the
+// test is about.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name in parentheses.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not stopped 5s after SIGSTOP: %s", pid, b)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
