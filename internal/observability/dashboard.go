@@ -85,6 +85,12 @@ func Dashboard() ([]byte, error) {
 		WithPanel(series("Since last successful run", "Time since each run-once lock's newest recorded success, against its run_once.period (ConsulLockRunMissed fires past period + grace).", "s",
 			query(`time() - max by (lock) (consullock_lock_last_success_timestamp_seconds`+sel+`)`, "{{lock}} since success"),
 			query(`max by (lock) (consullock_lock_run_period_seconds`+sel+`)`, "{{lock}} period"))).
+		WithPanel(series("Paused and missed", "Locks paused (1 while a pause record stands: consullock pause, or consullock_lock.paused), and scheduled slots that passed with no run (run_once.schedule).", "short",
+			query(`max by (lock) (consullock_lock_paused`+sel+`)`, "{{lock}} paused"),
+			query(`max by (lock) (consullock_lock_missed_slots_total`+sel+`)`, "{{lock}} missed slots"))).
+		WithPanel(series("Until the next start", "Time until each run-once lock's next scheduled slot, and until its next attempt may start after a failed one (the ledger's not_before, run_once.retry_after).", "s",
+			query(`max by (lock) (consullock_lock_next_slot_timestamp_seconds`+sel+`) - time()`, "{{lock}} next slot"),
+			query(`max by (lock) (consullock_lock_next_attempt_timestamp_seconds`+sel+`) - time()`, "{{lock}} next attempt"))).
 		WithRow(dashboard.NewRowBuilder("Controller")).
 		WithPanel(series("Violations by reason", "Holder sessions found weaker than their profile, or past max_hold.", "short",
 			query(`max by (reason) (increase(consullock_violations_total[$__rate_interval]))`, "{{reason}}"))).
