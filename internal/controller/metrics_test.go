@@ -160,6 +160,7 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 	acquired := time.Now()
 	h.acquire(l.Key, s1)
 	s.waitFor(index, 1)
+	s.waitFor(handovers, 1) // counted from the same watch answer, in its own step
 	s.want("acquire", held, 1)
 	s.want("acquire", holders, 1)
 	s.want("acquire", unheld, 0)
@@ -204,10 +205,12 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 		}
 		return nil
 	})
+	// Taken before the release: the controller's watch may see it before
+	// the release's own answer reaches this test.
+	released := time.Now()
 	if _, _, err := h.api.KV().Release(&api.KVPair{Key: l.Key, Session: s2, Flags: lockmodel.LockFlagValue}, nil); err != nil {
 		t.Fatal(err)
 	}
-	released := time.Now()
 	s.waitFor(held, 0)
 	time.Sleep(time.Second)
 	s.scrape()
