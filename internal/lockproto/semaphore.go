@@ -125,13 +125,16 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 			delete(table.Holders, s.ID)
 		}
 		if len(table.Holders) >= m.lock.Limit {
+			// Learn the lock-delays of the holders while they live (a
+			// session that has ended can no longer be read), before
+			// saying that we wait: a holder that ends after the log line
+			// frees its slot after its own lock-delay, not Consul's
+			// maximum.
+			m.learnLockDelays(ctx, s, table, pairs, dead)
 			if holders := slices.Sorted(maps.Keys(table.Holders)); !slices.Equal(holders, lastSeen) {
 				lastSeen = holders
 				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
 			}
-			// Learn the lock-delays of the holders while they live: a
-			// session that has ended can no longer be read.
-			m.learnLockDelays(ctx, s, table, pairs, dead)
 			waitIndex = NextIndex(waitIndex, meta.LastIndex)
 			if freeIn > 0 {
 				// Wake when a dead holder's slot frees, if nothing
