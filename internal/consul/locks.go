@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -200,27 +199,6 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 			return outcomeOverwritten, nil
 		}
 	})
-}
-
-// TxnError turns a transaction's error list into an *Error: permission
-// denied when Consul said so, else a conflict (KindValidation) carrying
-// Consul's words.
-func TxnError(op string, errs api.TxnErrors) *Error {
-	msgs := make([]string, 0, len(errs))
-	kind := KindValidation
-	for _, e := range errs {
-		msgs = append(msgs, fmt.Sprintf("operation %d: %s", e.OpIndex, e.What))
-		if strings.Contains(e.What, "Permission denied") || strings.Contains(e.What, "lacks permission") {
-			kind = KindPermissionDenied
-		}
-	}
-	out := &Error{Kind: kind, Op: op, StatusCode: 409, Message: strings.Join(msgs, "; ")}
-	if kind == KindPermissionDenied {
-		if m := lacksPermission.FindStringSubmatch(out.Message); m != nil {
-			out.Permission, out.Resource = m[1], m[2]
-		}
-	}
-	return out
 }
 
 // EndHolderSessions destroys the holders' sessions, one by one, and returns

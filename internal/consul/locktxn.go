@@ -201,12 +201,18 @@ func hiddenKey(op, key, need string) *Error {
 // reports a refused request (403 ACL not found, 500 no leader) as bare
 // text, it keeps the HTTP status, so that Classify tells an expired token
 // or a transient error from the rest. ok is false when Consul rolled the
-// transaction back (HTTP 409); resp then lists why.
+// transaction back (HTTP 409); resp then lists why (TxnError reads it).
 func (c *Client) writeTxn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.TxnResponse, err error) {
 	txn := make(api.TxnOps, 0, len(ops))
 	for _, op := range ops {
 		txn = append(txn, &api.TxnOp{KV: op})
 	}
+	return c.WriteTxn(ctx, txn)
+}
+
+// WriteTxn is writeTxn for ops already wrapped as api.TxnOps: the lock
+// protocol's acquisitions and hand-overs.
+func (c *Client) WriteTxn(ctx context.Context, txn api.TxnOps) (ok bool, resp *api.TxnResponse, err error) {
 	resp = &api.TxnResponse{}
 	_, err = c.Raw().Write("/v1/txn", txn, resp, (&api.WriteOptions{}).WithContext(ctx))
 	var se api.StatusError
