@@ -212,8 +212,8 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 // Destroying a session needs 'session:write' on its node: a denial stops
 // at that holder, with an error naming the rule to grant and the sessions
 // already ended, so that the caller deletes nothing.
-func (c *Client) EndHolderSessions(ctx context.Context, holders []LockHolder) ([]LockHolder, error) {
-	var ended []LockHolder
+func (c *Client) EndHolderSessions(ctx context.Context, holders []HolderSession) ([]HolderSession, error) {
+	var ended []HolderSession
 	for _, h := range holders {
 		op := fmt.Sprintf("end session %s on node %q holding the lock", h.Session, h.Node)
 		if h.LockDelay < 0 {
@@ -246,7 +246,7 @@ func (c *Client) EndHolderSessions(ctx context.Context, holders []LockHolder) ([
 
 // endedSoFar says which sessions were ended before a failure, and that
 // nothing was deleted.
-func endedSoFar(ended []LockHolder) string {
+func endedSoFar(ended []HolderSession) string {
 	if len(ended) == 0 {
 		return "No session was ended and nothing was deleted."
 	}
