@@ -34,7 +34,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst := l.HolderService.Instance(lockmodel.Holder{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
+	inst := l.HolderService.Instance(lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
 		lockmodel.NewHolderCheck(strict), "", 0)
 	if err := client.RegisterHolderService(ctx, inst); err != nil {
 		t.Fatal(err)
