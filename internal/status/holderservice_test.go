@@ -47,7 +47,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 
 	_, rep := f.report()
 	h := lockByName(t, rep, "web").Holders
-	want := HolderService{ID: inst.ID, Name: name, Address: "127.0.0.1", Port: 8080, Status: api.HealthPassing}
+	want := HolderInstance{ID: inst.ID, Name: name, Address: "127.0.0.1", Port: 8080, Status: api.HealthPassing}
 	if len(h) != 1 || h[0].Service == nil || *h[0].Service != want {
 		t.Fatalf("holders %+v, want one with service %+v", h, want)
 	}
