@@ -41,7 +41,7 @@ func baseState() State {
 		},
 		Sessions:     map[string]lockmodel.ObservedSession{},
 		LivePolicies: map[string]LivePolicy{policyID: {ID: policyID, Name: "holder", Rules: rules, ModifyIndex: 12}},
-		HeldSince:    map[Holder]time.Time{},
+		HeldSince:    map[HoldID]time.Time{},
 		Now:          t0,
 	}
 }
@@ -57,7 +57,7 @@ func holdMutex(st *State, s lockmodel.ObservedSession, since time.Time) {
 	k := st.Keys[mutexKey]
 	k.Session, k.LockIndex = s.ID, 1
 	st.Keys[mutexKey] = k
-	st.HeldSince[Holder{Lock: "report", Session: s.ID}] = since
+	st.HeldSince[HoldID{Lock: "report", Session: s.ID}] = since
 }
 
 // holdSlots makes sessions hold their contender keys of the semaphore
@@ -375,8 +375,8 @@ func TestDecide_holdersThatPredateTheirProfile(t *testing.T) {
 }
 
 func TestTrackHolds(t *testing.T) {
-	a, b := Holder{Lock: "report", Session: sessA}, Holder{Lock: "report", Session: sessB}
-	o := Holder{Lock: "other", Session: sessB}
+	a, b := HoldID{Lock: "report", Session: sessA}, HoldID{Lock: "report", Session: sessB}
+	o := HoldID{Lock: "other", Session: sessB}
 	look := map[string]time.Time{}
 	got := TrackHolds(nil, map[string]map[string]uint64{"report": {sessA: 1}, "other": {sessB: 0}}, look, t0)
 	if !got[a].FirstSeen.Equal(t0) || !got[a].NotBefore.IsZero() {

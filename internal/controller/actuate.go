@@ -75,7 +75,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
 		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]compliance.LiveKey{},
-		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.Holder]time.Time{}, Now: c.cfg.Clock.Now(),
+		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.HoldID]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
 		rec, found, err := c.readDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy)
@@ -172,7 +172,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 			}
 		}
 		c.mu.Lock()
-		h := compliance.Holder{Lock: l.Name, Session: d.Session}
+		h := compliance.HoldID{Lock: l.Name, Session: d.Session}
 		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
 			st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
 		}

@@ -93,10 +93,10 @@ type Controller struct {
 	policyHashes map[string]string // live policy ID -> Hash from the list
 	livePolicies map[string]compliance.LivePolicy
 	policySync   bool
-	heldSince    map[compliance.Holder]compliance.Hold
+	heldSince    map[compliance.HoldID]compliance.Hold
 	// holdStart is when each hold began (lockmodel.HoldStart), as of the
 	// last snapshot; lastLook is when each lock's state was last known.
-	holdStart map[compliance.Holder]time.Time
+	holdStart map[compliance.HoldID]time.Time
 	lastLook  map[string]time.Time
 	// profileSwitched is, by lock name, the record ModifyIndex at which
 	// this controller saw the lock start naming another profile.
@@ -203,8 +203,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		badRecords:      map[string]uint64{},
 		groups:          map[string]*group{},
 		keyGroup:        map[string]string{},
-		heldSince:       map[compliance.Holder]compliance.Hold{},
-		holdStart:       map[compliance.Holder]time.Time{},
+		heldSince:       map[compliance.HoldID]compliance.Hold{},
+		holdStart:       map[compliance.HoldID]time.Time{},
 		lastLook:        map[string]time.Time{},
 		profileSwitched: map[string]uint64{},
 		lockStatus:      map[string]*lockStatus{},

@@ -252,7 +252,7 @@ func (c *Controller) rebuildView() {
 func (c *Controller) forgetLock(name string) {
 	v := &c.view
 	for s := range v.looked[name] {
-		h := compliance.Holder{Lock: name, Session: s}
+		h := compliance.HoldID{Lock: name, Session: s}
 		delete(c.heldSince, h)
 		delete(c.holdStart, h)
 	}

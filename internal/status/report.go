@@ -272,7 +272,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 	}
 	st := compliance.State{
 		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]compliance.LiveKey{},
-		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.Holder]time.Time{},
+		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.HoldID]time.Time{},
 		ProfileIndex: w.decl.profileIndex, Now: now, Settling: map[string]bool{},
 	}
 	for name := range w.pending {
@@ -341,7 +341,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 		for _, h := range out.Holders {
 			if !h.started.IsZero() {
-				st.HeldSince[compliance.Holder{Lock: l.Name, Session: h.Session}] = h.started
+				st.HeldSince[compliance.HoldID{Lock: l.Name, Session: h.Session}] = h.started
 			}
 		}
 		out.State = "unheld"
