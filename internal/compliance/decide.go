@@ -41,9 +41,6 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("-mode: %q is not allowed; use observe, repair or enforce", s)
 }
 
-// LiveKey is a lock key as a KV read returned it.
-type LiveKey = lockmodel.KeyEntry
-
 // LivePolicy is an ACL policy as Consul returned it.
 type LivePolicy struct {
 	ID, Name    string
@@ -68,7 +65,7 @@ type State struct {
 	// semaphore's prefix (its contender keys <prefix>/<session>); a
 	// declared key that is absent here does not exist, unless it is in
 	// UnknownKeys.
-	Keys map[string]LiveKey
+	Keys map[string]lockmodel.KeyEntry
 	// UnknownKeys are keys whose watch has not answered yet (or failed):
 	// their absence from Keys proves nothing.
 	UnknownKeys map[string]bool
@@ -311,7 +308,7 @@ func recreateKey(l lockmodel.Lock, repair bool) Decision {
 }
 
 // keyDrift compares an existing key with its declaration.
-func keyDrift(l lockmodel.Lock, live LiveKey, repair bool) []Decision {
+func keyDrift(l lockmodel.Lock, live lockmodel.KeyEntry, repair bool) []Decision {
 	if live.Flags != l.Flags() {
 		d := Decision{
 			Kind: KindRestoreFlags, Act: repair, Lock: l.Name, Key: l.Key,

@@ -17,7 +17,7 @@ type HoldID struct {
 // session the holder table lists that also holds its contender key in
 // keys. Sessions the session watch has not seen are left out: nothing is
 // judged on a guess; without a session watch answer (nil) there are none.
-func HolderSessions(l lockmodel.Lock, keys map[string]LiveKey, sessions map[string]lockmodel.ObservedSession) []lockmodel.ObservedSession {
+func HolderSessions(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessions map[string]lockmodel.ObservedSession) []lockmodel.ObservedSession {
 	if sessions == nil {
 		return nil
 	}

@@ -137,7 +137,7 @@ type declVersion struct {
 type group struct {
 	prefix string
 	keys   map[string]bool
-	live   map[string]compliance.LiveKey
+	live   map[string]lockmodel.KeyEntry
 	// listed is the watch's last answer, every key in it (owned by the
 	// watch's goroutine): the next answer is walked alongside it.
 	listed []listed
@@ -584,10 +584,10 @@ func semaphoreDir(l lockmodel.Lock) string {
 // session's hold on l, as the last watch answer saw it: the lock key of a
 // mutex, the contender key <prefix>/<session> of a semaphore. false when
 // it is not known or not held by session (c.mu held).
-func (c *Controller) holderKey(l lockmodel.Lock, session string) (compliance.LiveKey, bool) {
+func (c *Controller) holderKey(l lockmodel.Lock, session string) (lockmodel.KeyEntry, bool) {
 	n, err := l.Normalize()
 	if err != nil {
-		return compliance.LiveKey{}, false
+		return lockmodel.KeyEntry{}, false
 	}
 	key := n.Key
 	if n.IsSemaphore() {

@@ -230,7 +230,7 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live compliance.LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
+func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live lockmodel.KeyEntry, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
 	ls := c.lockStatus[name]
 	if ls == nil {
 		ls = &lockStatus{holders: map[string]bool{}}

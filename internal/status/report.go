@@ -271,7 +271,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 	}
 	st := compliance.State{
-		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]compliance.LiveKey{},
+		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]lockmodel.KeyEntry{},
 		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.HoldID]time.Time{},
 		ProfileIndex: w.decl.profileIndex, Now: now, Settling: map[string]bool{},
 	}
