@@ -42,7 +42,7 @@ type Config struct {
 	// after, and a controller acting in between would do the apply's write
 	// itself (or, for a change it saw half of, undo it). Out-of-band drift
 	// of an object whose declaration did not change is repaired at once.
-	// 0 means DefaultApplyGrace; negative means none.
+	// 0 means compliance.DefaultApplyGrace; negative means none.
 	ApplyGrace time.Duration
 	// WatchClient serves the blocking queries; it should not retry on its
 	// own (RetrySettings.MaxAttempts 1): a connection error must reach the
@@ -54,11 +54,6 @@ type Config struct {
 	// the zero Clock is the system's.
 	Clock lockmodel.Clock
 }
-
-// DefaultApplyGrace is the default Config.ApplyGrace: far longer than the
-// milliseconds between the provider's declaration write and its live
-// write, short enough that a failed apply's object converges soon after.
-const DefaultApplyGrace = 5 * time.Second
 
 // Controller reconciles one registry.
 type Controller struct {
