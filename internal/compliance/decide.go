@@ -1,10 +1,3 @@
-// Package compliance is the pure decision of the consullock controller:
-// given the declarations and what was last seen of live Consul (State), it
-// says what differs and what the mode allows to be done about it (Decide).
-// It also holds the rules the controller and `consullock status` must apply
-// alike: when a difference is an apply in progress (Pending), how lock keys
-// are grouped into watches (GroupKeys), and how holds are tracked
-// (TrackHolds). Nothing here talks to Consul.
 package compliance
 
 import (
