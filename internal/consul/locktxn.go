@@ -389,9 +389,10 @@ func DescribeHolders(hs []HolderSession) string {
 	return fmt.Sprintf("%d holders: %s", len(parts), strings.Join(parts, ", "))
 }
 
-// liveHolders lists the live holders in a lock view: the mutex's session,
-// or the semaphore's holders whose sessions still exist.
-func liveHolders(view *LockView) []HolderSession {
+// HolderSessions lists the live holders in a lock view: the mutex's
+// session, or the semaphore's holders whose sessions still exist (their
+// LockDelay unknown, -1, as the view did not read their sessions).
+func (view *LockView) HolderSessions() []HolderSession {
 	var out []HolderSession
 	if view.Semaphore != nil {
 		for _, h := range view.Semaphore.Holders {
@@ -652,7 +653,7 @@ func (c *Client) deleteLock(ctx context.Context, a LockApply) (*LockApplied, err
 			ch.KeyOp, ch.KeyIndex = KeyLeave, 0
 			continue
 		}
-		holders := liveHolders(view)
+		holders := view.HolderSessions()
 		if len(holders) == 0 {
 			ch.KeyOp, ch.KeyIndex = KeyDelete, view.Pair.ModifyIndex
 			continue

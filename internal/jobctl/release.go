@@ -46,7 +46,7 @@ func Release(ctx context.Context, args []string, e env) int {
 	if err != nil {
 		return c.consulError(e, err)
 	}
-	holders := holdersOf(view)
+	holders := view.HolderSessions()
 	target, msg := pickHolder(holders, *session, l)
 	if msg != "" {
 		fmt.Fprintf(e.stderr, "consullock release: %s; nothing was changed\n", msg)
@@ -94,24 +94,6 @@ func Release(ctx context.Context, args []string, e env) int {
 		}
 	}
 	return ExitOK
-}
-
-// holdersOf lists the holders a read saw, with LockDelay unknown (-1)
-// unless the session was read.
-func holdersOf(v *consul.LockView) []consul.HolderSession {
-	var out []consul.HolderSession
-	if v.Semaphore != nil {
-		for _, h := range v.Semaphore.Holders {
-			if !h.SessionGone {
-				out = append(out, consul.HolderSession{Session: h.Session, Node: h.Node, LockDelay: -1})
-			}
-		}
-		return out
-	}
-	if v.Session != nil {
-		out = append(out, consul.HolderSession{Session: v.Session.ID, Name: v.Session.Name, Node: v.Session.Node, LockDelay: v.Session.LockDelay})
-	}
-	return out
 }
 
 // pickHolder chooses the holder to end: the one of session, or the only
