@@ -1,10 +1,3 @@
-// Package compliance is the pure decision of the consullock controller:
-// given the declarations and what was last seen of live Consul (State), it
-// says what differs and what the mode allows to be done about it (Decide).
-// It also holds the rules the controller and `consullock status` must apply
-// alike: when a difference is an apply in progress (Pending), how lock keys
-// are grouped into watches (GroupKeys), and how holds are tracked
-// (TrackHolds). Nothing here talks to Consul.
 package compliance
 
 import (
@@ -41,9 +34,6 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("-mode: %q is not allowed; use observe, repair or enforce", s)
 }
 
-// LiveKey is a lock key as a KV read returned it.
-type LiveKey = lockmodel.KeyEntry
-
 // LivePolicy is an ACL policy as Consul returned it.
 type LivePolicy struct {
 	ID, Name    string
@@ -68,7 +58,7 @@ type State struct {
 	// semaphore's prefix (its contender keys <prefix>/<session>); a
 	// declared key that is absent here does not exist, unless it is in
 	// UnknownKeys.
-	Keys map[string]LiveKey
+	Keys map[string]lockmodel.KeyEntry
 	// UnknownKeys are keys whose watch has not answered yet (or failed):
 	// their absence from Keys proves nothing.
 	UnknownKeys map[string]bool
@@ -85,7 +75,7 @@ type State struct {
 	// "started" the holder wrote, bounded by what this controller saw
 	// itself (TrackHolds), or its first sight when the holder wrote none.
 	// max_hold is measured from it.
-	HeldSince map[Holder]time.Time
+	HeldSince map[HoldID]time.Time
 
 	// ProfileIndex is the ModifyIndex (a Raft index) of each session
 	// profile's record, by profile name. A holder session created before
@@ -311,7 +301,7 @@ func recreateKey(l lockmodel.Lock, repair bool) Decision {
 }
 
 // keyDrift compares an existing key with its declaration.
-func keyDrift(l lockmodel.Lock, live LiveKey, repair bool) []Decision {
+func keyDrift(l lockmodel.Lock, live lockmodel.KeyEntry, repair bool) []Decision {
 	if live.Flags != l.Flags() {
 		d := Decision{
 			Kind: KindRestoreFlags, Act: repair, Lock: l.Name, Key: l.Key,
@@ -394,7 +384,7 @@ func judgeHolder(st State, l lockmodel.Lock, s lockmodel.ObservedSession, enforc
 		}
 	}
 	if l.MaxHold > 0 {
-		if since, ok := st.HeldSince[Holder{Lock: l.Name, Session: s.ID}]; ok {
+		if since, ok := st.HeldSince[HoldID{Lock: l.Name, Session: s.ID}]; ok {
 			if held := st.Now.Sub(since); held > l.MaxHold {
 				reasons = append(reasons, ReasonMaxHoldExceeded)
 				details = append(details, fmt.Sprintf("session %s has held lock %q for %s (from the start its holder value gives, bounded by what this controller saw, else from its first sight); max_hold is %s",

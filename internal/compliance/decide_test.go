@@ -35,13 +35,13 @@ func baseState() State {
 		Policies: map[string]lockmodel.ACLPolicySpec{
 			"holder": {Name: "holder", ID: policyID, Rules: rules},
 		},
-		Keys: map[string]LiveKey{
+		Keys: map[string]lockmodel.KeyEntry{
 			mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 10},
 			semKey:   {Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{}}`), ModifyIndex: 11},
 		},
 		Sessions:     map[string]lockmodel.ObservedSession{},
 		LivePolicies: map[string]LivePolicy{policyID: {ID: policyID, Name: "holder", Rules: rules, ModifyIndex: 12}},
-		HeldSince:    map[Holder]time.Time{},
+		HeldSince:    map[HoldID]time.Time{},
 		Now:          t0,
 	}
 }
@@ -57,7 +57,7 @@ func holdMutex(st *State, s lockmodel.ObservedSession, since time.Time) {
 	k := st.Keys[mutexKey]
 	k.Session, k.LockIndex = s.ID, 1
 	st.Keys[mutexKey] = k
-	st.HeldSince[Holder{Lock: "report", Session: s.ID}] = since
+	st.HeldSince[HoldID{Lock: "report", Session: s.ID}] = since
 }
 
 // holdSlots makes sessions hold their contender keys of the semaphore
@@ -65,7 +65,7 @@ func holdMutex(st *State, s lockmodel.ObservedSession, since time.Time) {
 // (lockmodel.Holders).
 func holdSlots(st *State, sessions ...string) {
 	for _, id := range sessions {
-		st.Keys["jobs/thumbs/"+id] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Session: id, LockIndex: 1, ModifyIndex: 29}
+		st.Keys["jobs/thumbs/"+id] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, Session: id, LockIndex: 1, ModifyIndex: 29}
 	}
 }
 
@@ -122,13 +122,13 @@ func TestDecide(t *testing.T) {
 			st.Keys[mutexKey] = k
 		}, []want{{kind: KindHeldKeyDrift, act: false, lock: "report"}}},
 		{"repair restores a semaphore's Limit", ModeRepair, func(st *State) {
-			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":9,"Holders":{"` + sessA + `":true}}`), ModifyIndex: 20}
+			st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":9,"Holders":{"` + sessA + `":true}}`), ModifyIndex: 20}
 		}, []want{{kind: KindRestoreLimit, act: true, lock: "thumbs"}}},
 		{"an empty semaphore value is a fresh semaphore, not drift", ModeRepair, func(st *State) {
-			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 20}
+			st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 20}
 		}, nil},
 		{"a semaphore value that is not a table is only reported", ModeRepair, func(st *State) {
-			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Value: []byte("garbage"), ModifyIndex: 20}
+			st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, Value: []byte("garbage"), ModifyIndex: 20}
 		}, []want{{kind: KindUnusableKey, act: false, lock: "thumbs"}}},
 
 		{"repair puts back widened ACL rules", ModeRepair, func(st *State) {
@@ -210,7 +210,7 @@ func TestDecide(t *testing.T) {
 			bad := compliant(sessB)
 			bad.TTL = time.Hour
 			st.Sessions[sessA], st.Sessions[sessB] = compliant(sessA), bad
-			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
+			st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
 				Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true,"` + sessB + `":true}}`)}
 			holdSlots(st, sessA, sessB)
 		}, []want{{kind: KindEndSession, act: true, lock: "thumbs", reasons: []string{lockmodel.ViolationTTLTooLong}}}},
@@ -218,7 +218,7 @@ func TestDecide(t *testing.T) {
 			bad := compliant(sessA)
 			bad.TTL = time.Hour
 			holdMutex(st, bad, t0)
-			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
+			st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
 				Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true}}`)}
 			holdSlots(st, sessA)
 		}, []want{{kind: KindEndSession, act: true, lock: "report", reasons: []string{lockmodel.ViolationTTLTooLong}}}},
@@ -260,7 +260,7 @@ func TestDecide_writesWhatConsulLockClientsNeed(t *testing.T) {
 
 func TestDecide_restoreLimitKeepsHolders(t *testing.T) {
 	st := baseState()
-	st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 42,
+	st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 42,
 		Value: []byte(`{"Limit":1,"Holders":{"` + sessA + `":true}}`)}
 	got := Decide(st, ModeRepair)
 	if len(got) != 1 {
@@ -350,7 +350,7 @@ func TestDecide_holdersThatPredateTheirProfile(t *testing.T) {
 		{"repair reports a predating semaphore holder the same way", ModeRepair, func(st *State) {
 			st.ProfileIndex = map[string]uint64{"strict": 100}
 			st.Sessions[sessB] = tooLong(sessB, 99)
-			st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
+			st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, ModifyIndex: 30,
 				Value: []byte(`{"Limit":3,"Holders":{"` + sessB + `":true}}`)}
 			holdSlots(st, sessB)
 		}, []want{{kind: KindHolderPredatesProfile, act: false, lock: "thumbs", reasons: predates}}},
@@ -375,8 +375,8 @@ func TestDecide_holdersThatPredateTheirProfile(t *testing.T) {
 }
 
 func TestTrackHolds(t *testing.T) {
-	a, b := Holder{Lock: "report", Session: sessA}, Holder{Lock: "report", Session: sessB}
-	o := Holder{Lock: "other", Session: sessB}
+	a, b := HoldID{Lock: "report", Session: sessA}, HoldID{Lock: "report", Session: sessB}
+	o := HoldID{Lock: "other", Session: sessB}
 	look := map[string]time.Time{}
 	got := TrackHolds(nil, map[string]map[string]uint64{"report": {sessA: 1}, "other": {sessB: 0}}, look, t0)
 	if !got[a].FirstSeen.Equal(t0) || !got[a].NotBefore.IsZero() {
@@ -434,12 +434,12 @@ func TestPending(t *testing.T) {
 
 func TestDecision_IsDrift(t *testing.T) {
 	st := baseState()
-	st.Keys = map[string]LiveKey{semKey: {Flags: 0, ModifyIndex: 11}}
+	st.Keys = map[string]lockmodel.KeyEntry{semKey: {Flags: 0, ModifyIndex: 11}}
 	st.LivePolicies[policyID] = LivePolicy{ID: policyID, Name: "holder", Rules: `key_prefix "" { policy = "write" }`}
 	bad := compliant(sessA)
 	bad.TTL = time.Minute
 	st.Sessions[sessA] = bad
-	st.Keys[semKey] = LiveKey{Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true}}`), ModifyIndex: 11}
+	st.Keys[semKey] = lockmodel.KeyEntry{Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{"` + sessA + `":true}}`), ModifyIndex: 11}
 	holdSlots(&st, sessA)
 	var drift, other []Kind
 	for _, d := range Decide(st, ModeRepair) {

@@ -6,8 +6,8 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// Holder identifies one session holding one lock.
-type Holder struct {
+// HoldID identifies one hold: one session holding one lock.
+type HoldID struct {
 	Lock, Session string
 }
 
@@ -17,7 +17,7 @@ type Holder struct {
 // session the holder table lists that also holds its contender key in
 // keys. Sessions the session watch has not seen are left out: nothing is
 // judged on a guess; without a session watch answer (nil) there are none.
-func HolderSessions(l lockmodel.Lock, keys map[string]LiveKey, sessions map[string]lockmodel.ObservedSession) []lockmodel.ObservedSession {
+func HolderSessions(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessions map[string]lockmodel.ObservedSession) []lockmodel.ObservedSession {
 	if sessions == nil {
 		return nil
 	}
@@ -66,8 +66,8 @@ func (h Hold) Evidence() lockmodel.HoldEvidence {
 //   - A hold of a looked-at lock that is no longer current is forgotten;
 //     the holds of locks not looked at this time (their state is unknown)
 //     are kept as they are.
-func TrackHolds(prev map[Holder]Hold, looks map[string]map[string]uint64, lastLook map[string]time.Time, now time.Time) map[Holder]Hold {
-	out := make(map[Holder]Hold, len(prev))
+func TrackHolds(prev map[HoldID]Hold, looks map[string]map[string]uint64, lastLook map[string]time.Time, now time.Time) map[HoldID]Hold {
+	out := make(map[HoldID]Hold, len(prev))
 	for h, p := range prev {
 		if _, looked := looks[h.Lock]; !looked {
 			out[h] = p
@@ -75,7 +75,7 @@ func TrackHolds(prev map[Holder]Hold, looks map[string]map[string]uint64, lastLo
 	}
 	for lock, sessions := range looks {
 		for session, acq := range sessions {
-			h := Holder{Lock: lock, Session: session}
+			h := HoldID{Lock: lock, Session: session}
 			p, ok := prev[h]
 			if !ok || p.Acquisition != acq {
 				p = Hold{FirstSeen: now, NotBefore: lastLook[lock], Acquisition: acq}

@@ -30,6 +30,22 @@ const (
 	KindValidation
 	// KindTransient: connection trouble, no leader, overload; retry later.
 	KindTransient
+
+	// The kinds below say why Consul refused a lock or a check-and-set
+	// (TxnError; KindSessionInvalid also from Classify).
+
+	// KindHeld: the key is held by another session (a lock or unlock op),
+	// or not by the session a check-session op named (also when the key
+	// is gone).
+	KindHeld
+	// KindLockDelay: the key is in the lock-delay that followed its
+	// holder's session; a lock op succeeds once it has passed.
+	KindLockDelay
+	// KindStaleIndex: the key is not at the index the op expected (a
+	// check-and-set, index check or create-only check lost).
+	KindStaleIndex
+	// KindSessionInvalid: the session no longer exists.
+	KindSessionInvalid
 )
 
 func (k Kind) String() string {
@@ -44,6 +60,14 @@ func (k Kind) String() string {
 		return "invalid input"
 	case KindTransient:
 		return "transient"
+	case KindHeld:
+		return "held by another session"
+	case KindLockDelay:
+		return "in lock-delay"
+	case KindStaleIndex:
+		return "stale index"
+	case KindSessionInvalid:
+		return "invalid session"
 	default:
 		return "unknown"
 	}
@@ -153,6 +177,9 @@ func Classify(op string, err error) *Error {
 		}
 	case se.Code == http.StatusBadRequest || se.Code == http.StatusConflict || se.Code == http.StatusRequestEntityTooLarge:
 		out.Kind = KindValidation
+	case se.Code == http.StatusInternalServerError && txnOpKind(se.Body) == KindSessionInvalid:
+		// "raft apply failed: invalid session": an acquire's words.
+		out.Kind = KindSessionInvalid
 	case se.Code == http.StatusInternalServerError:
 		if isTransientServerError(se.Body) {
 			out.Kind = KindTransient

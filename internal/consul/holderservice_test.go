@@ -40,7 +40,7 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 	worker, denied := newClient(t, tokWith.SecretID), newClient(t, tokWithout.SecretID)
 
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second})
-	h := lockmodel.Holder{Lock: "holder-acl", Session: testenv.NewUUID(), FencingToken: 42, Node: agent.NodeName, PID: 1}
+	h := lockmodel.HolderIdentity{Lock: "holder-acl", Session: testenv.NewUUID(), FencingToken: 42, Node: agent.NodeName, PID: 1}
 	inst := lockmodel.HolderService{Name: name, Port: 8080}.Instance(h, check, "", 0)
 
 	wantForbidden := func(what string, err error) {
@@ -123,7 +123,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	nodeOnly := mint("node", lockmodel.RenderRules(base)+nodeWrite)
 
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, NodeChecks: []string{}})
-	h := lockmodel.Holder{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
+	h := lockmodel.HolderIdentity{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
 	inst := lockmodel.HolderService{Name: name, Port: 8080}.Instance(h, check, "", 0)
 	wantForbidden := func(what string, err error) {
 		t.Helper()
@@ -203,7 +203,7 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{})
 	spec := lockmodel.HolderService{Name: name}
 	register := func(node, lock, session string) HolderInstanceRef {
-		in := spec.Instance(lockmodel.Holder{Lock: lock, Session: session, Node: node}, check, "", 0)
+		in := spec.Instance(lockmodel.HolderIdentity{Lock: lock, Session: session, Node: node}, check, "", 0)
 		if lock == "other" {
 			in.ID += "-other" // another lock declaring the same service name
 		}

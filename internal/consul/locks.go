@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -202,27 +201,6 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 	})
 }
 
-// TxnError turns a transaction's error list into an *Error: permission
-// denied when Consul said so, else a conflict (KindValidation) carrying
-// Consul's words.
-func TxnError(op string, errs api.TxnErrors) *Error {
-	msgs := make([]string, 0, len(errs))
-	kind := KindValidation
-	for _, e := range errs {
-		msgs = append(msgs, fmt.Sprintf("operation %d: %s", e.OpIndex, e.What))
-		if strings.Contains(e.What, "Permission denied") || strings.Contains(e.What, "lacks permission") {
-			kind = KindPermissionDenied
-		}
-	}
-	out := &Error{Kind: kind, Op: op, StatusCode: 409, Message: strings.Join(msgs, "; ")}
-	if kind == KindPermissionDenied {
-		if m := lacksPermission.FindStringSubmatch(out.Message); m != nil {
-			out.Permission, out.Resource = m[1], m[2]
-		}
-	}
-	return out
-}
-
 // EndHolderSessions destroys the holders' sessions, one by one, and returns
 // those it ended (with their lock-delay, read first when unknown). Ending a
 // session, unlike releasing its key, puts every key it held under its
@@ -234,8 +212,8 @@ func TxnError(op string, errs api.TxnErrors) *Error {
 // Destroying a session needs 'session:write' on its node: a denial stops
 // at that holder, with an error naming the rule to grant and the sessions
 // already ended, so that the caller deletes nothing.
-func (c *Client) EndHolderSessions(ctx context.Context, holders []LockHolder) ([]LockHolder, error) {
-	var ended []LockHolder
+func (c *Client) EndHolderSessions(ctx context.Context, holders []HolderSession) ([]HolderSession, error) {
+	var ended []HolderSession
 	for _, h := range holders {
 		op := fmt.Sprintf("end session %s on node %q holding the lock", h.Session, h.Node)
 		if h.LockDelay < 0 {
@@ -268,7 +246,7 @@ func (c *Client) EndHolderSessions(ctx context.Context, holders []LockHolder) ([
 
 // endedSoFar says which sessions were ended before a failure, and that
 // nothing was deleted.
-func endedSoFar(ended []LockHolder) string {
+func endedSoFar(ended []HolderSession) string {
 	if len(ended) == 0 {
 		return "No session was ended and nothing was deleted."
 	}

@@ -201,12 +201,18 @@ func hiddenKey(op, key, need string) *Error {
 // reports a refused request (403 ACL not found, 500 no leader) as bare
 // text, it keeps the HTTP status, so that Classify tells an expired token
 // or a transient error from the rest. ok is false when Consul rolled the
-// transaction back (HTTP 409); resp then lists why.
+// transaction back (HTTP 409); resp then lists why (TxnError reads it).
 func (c *Client) writeTxn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.TxnResponse, err error) {
 	txn := make(api.TxnOps, 0, len(ops))
 	for _, op := range ops {
 		txn = append(txn, &api.TxnOp{KV: op})
 	}
+	return c.WriteTxn(ctx, txn)
+}
+
+// WriteTxn is writeTxn for ops already wrapped as api.TxnOps: the lock
+// protocol's acquisitions and hand-overs.
+func (c *Client) WriteTxn(ctx context.Context, txn api.TxnOps) (ok bool, resp *api.TxnResponse, err error) {
 	resp = &api.TxnResponse{}
 	_, err = c.Raw().Write("/v1/txn", txn, resp, (&api.WriteOptions{}).WithContext(ctx))
 	var se api.StatusError
@@ -284,7 +290,7 @@ type LockApplied struct {
 	// it now declares another key: that key.
 	RecordLeftFor string
 	// Ended are the holder sessions delete ended (Force).
-	Ended []LockHolder
+	Ended []HolderSession
 	// LeftBehind is set, with an error, when create wrote the lock and
 	// then could not take it back.
 	LeftBehind bool
@@ -354,20 +360,21 @@ func (e *UnreadableProfileError) Error() string {
 func (e *UnreadableProfileError) Unwrap() error { return e.Err }
 
 // LockHeldError: delete found the lock held and Force was not set.
-type LockHeldError struct{ Holders []LockHolder }
+type LockHeldError struct{ Holders []HolderSession }
 
 func (e *LockHeldError) Error() string { return "lock is held by " + DescribeHolders(e.Holders) }
 
-// LockHolder is a live session holding a lock key (or a semaphore contender
-// key listed in the holder table).
-type LockHolder struct {
+// HolderSession is the session of a live holder of a lock key (or of a
+// semaphore contender key listed in the holder table): what ending a
+// holder needs.
+type HolderSession struct {
 	Session, Name, Node string
 	// LockDelay is the session's lock-delay; -1 when it was not read.
 	LockDelay time.Duration
 }
 
 // DescribeHolders names holders for a message.
-func DescribeHolders(hs []LockHolder) string {
+func DescribeHolders(hs []HolderSession) string {
 	parts := make([]string, 0, len(hs))
 	for _, h := range hs {
 		name := ""
@@ -382,20 +389,21 @@ func DescribeHolders(hs []LockHolder) string {
 	return fmt.Sprintf("%d holders: %s", len(parts), strings.Join(parts, ", "))
 }
 
-// liveHolders lists the live holders in a lock view: the mutex's session,
-// or the semaphore's holders whose sessions still exist.
-func liveHolders(view *LockView) []LockHolder {
-	var out []LockHolder
+// HolderSessions lists the live holders in a lock view: the mutex's
+// session, or the semaphore's holders whose sessions still exist (their
+// LockDelay unknown, -1, as the view did not read their sessions).
+func (view *LockView) HolderSessions() []HolderSession {
+	var out []HolderSession
 	if view.Semaphore != nil {
 		for _, h := range view.Semaphore.Holders {
 			if !h.SessionGone {
-				out = append(out, LockHolder{Session: h.Session, Node: h.Node, LockDelay: -1})
+				out = append(out, HolderSession{Session: h.Session, Node: h.Node, LockDelay: -1})
 			}
 		}
 		return out
 	}
 	if s := view.Session; s != nil {
-		out = append(out, LockHolder{Session: s.ID, Name: s.Name, Node: s.Node, LockDelay: s.LockDelay})
+		out = append(out, HolderSession{Session: s.ID, Name: s.Name, Node: s.Node, LockDelay: s.LockDelay})
 	}
 	return out
 }
@@ -645,7 +653,7 @@ func (c *Client) deleteLock(ctx context.Context, a LockApply) (*LockApplied, err
 			ch.KeyOp, ch.KeyIndex = KeyLeave, 0
 			continue
 		}
-		holders := liveHolders(view)
+		holders := view.HolderSessions()
 		if len(holders) == 0 {
 			ch.KeyOp, ch.KeyIndex = KeyDelete, view.Pair.ModifyIndex
 			continue
@@ -678,7 +686,7 @@ func (c *Client) deleteLock(ctx context.Context, a LockApply) (*LockApplied, err
 // holdersTakeOverDelay is the longest lock-delay a waiter counts for the
 // ended holders (lockmodel.DeadHolderLockDelay each): the most
 // Consul allows for a holder whose lock-delay is unknown.
-func holdersTakeOverDelay(holders []LockHolder) time.Duration {
+func holdersTakeOverDelay(holders []HolderSession) time.Duration {
 	var d time.Duration
 	for _, h := range holders {
 		var known []time.Duration // a negative LockDelay: not known

@@ -307,9 +307,9 @@ func TestHoldersTakeOverDelay(t *testing.T) {
 		{[]time.Duration{2 * time.Minute}, lockmodel.MaxLockDelay},
 		{[]time.Duration{time.Second, -1}, lockmodel.MaxLockDelay},
 	} {
-		hs := make([]LockHolder, 0, len(tc.delays))
+		hs := make([]HolderSession, 0, len(tc.delays))
 		for _, d := range tc.delays {
-			hs = append(hs, LockHolder{LockDelay: d})
+			hs = append(hs, HolderSession{LockDelay: d})
 		}
 		if got := holdersTakeOverDelay(hs); got != tc.want {
 			t.Errorf("holdersTakeOverDelay(%v) = %s, want %s", tc.delays, got, tc.want)

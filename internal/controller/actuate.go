@@ -74,8 +74,8 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 	reg := c.client.Registry(c.cfg.RegistryPrefix)
 	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
-		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]compliance.LiveKey{},
-		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.Holder]time.Time{}, Now: c.cfg.Clock.Now(),
+		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]lockmodel.KeyEntry{},
+		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.HoldID]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
 		rec, found, err := c.readDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy)
@@ -125,7 +125,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 		return compliance.Decision{}, false, consul.Classify("read lock key "+l.Key, err)
 	}
 	if pair != nil {
-		st.Keys[l.Key] = compliance.LiveKey{Flags: pair.Flags, Value: pair.Value, Session: pair.Session, LockIndex: pair.LockIndex, ModifyIndex: pair.ModifyIndex}
+		st.Keys[l.Key] = lockmodel.KeyEntry{Flags: pair.Flags, Value: pair.Value, Session: pair.Session, LockIndex: pair.LockIndex, ModifyIndex: pair.ModifyIndex}
 	}
 	if d.Session != "" {
 		if l.SessionDefaults != "" {
@@ -165,14 +165,14 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 			if cp != nil {
 				// Decide's holders (lockmodel.Holders) need it too: a
 				// listed session holds a slot only while it holds it.
-				st.Keys[cp.Key] = compliance.LiveKey{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
+				st.Keys[cp.Key] = lockmodel.KeyEntry{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
 				if cp.Session == d.Session {
 					value = cp.Value
 				}
 			}
 		}
 		c.mu.Lock()
-		h := compliance.Holder{Lock: l.Name, Session: d.Session}
+		h := compliance.HoldID{Lock: l.Name, Session: d.Session}
 		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
 			st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
 		}

@@ -42,7 +42,7 @@ type Config struct {
 	// after, and a controller acting in between would do the apply's write
 	// itself (or, for a change it saw half of, undo it). Out-of-band drift
 	// of an object whose declaration did not change is repaired at once.
-	// 0 means DefaultApplyGrace; negative means none.
+	// 0 means compliance.DefaultApplyGrace; negative means none.
 	ApplyGrace time.Duration
 	// WatchClient serves the blocking queries; it should not retry on its
 	// own (RetrySettings.MaxAttempts 1): a connection error must reach the
@@ -54,11 +54,6 @@ type Config struct {
 	// the zero Clock is the system's.
 	Clock lockmodel.Clock
 }
-
-// DefaultApplyGrace is the default Config.ApplyGrace: far longer than the
-// milliseconds between the provider's declaration write and its live
-// write, short enough that a failed apply's object converges soon after.
-const DefaultApplyGrace = 5 * time.Second
 
 // Controller reconciles one registry.
 type Controller struct {
@@ -93,10 +88,10 @@ type Controller struct {
 	policyHashes map[string]string // live policy ID -> Hash from the list
 	livePolicies map[string]compliance.LivePolicy
 	policySync   bool
-	heldSince    map[compliance.Holder]compliance.Hold
+	heldSince    map[compliance.HoldID]compliance.Hold
 	// holdStart is when each hold began (lockmodel.HoldStart), as of the
 	// last snapshot; lastLook is when each lock's state was last known.
-	holdStart map[compliance.Holder]time.Time
+	holdStart map[compliance.HoldID]time.Time
 	lastLook  map[string]time.Time
 	// profileSwitched is, by lock name, the record ModifyIndex at which
 	// this controller saw the lock start naming another profile.
@@ -137,7 +132,7 @@ type declVersion struct {
 type group struct {
 	prefix string
 	keys   map[string]bool
-	live   map[string]compliance.LiveKey
+	live   map[string]lockmodel.KeyEntry
 	// listed is the watch's last answer, every key in it (owned by the
 	// watch's goroutine): the next answer is walked alongside it.
 	listed []listed
@@ -203,8 +198,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		badRecords:      map[string]uint64{},
 		groups:          map[string]*group{},
 		keyGroup:        map[string]string{},
-		heldSince:       map[compliance.Holder]compliance.Hold{},
-		holdStart:       map[compliance.Holder]time.Time{},
+		heldSince:       map[compliance.HoldID]compliance.Hold{},
+		holdStart:       map[compliance.HoldID]time.Time{},
 		lastLook:        map[string]time.Time{},
 		profileSwitched: map[string]uint64{},
 		lockStatus:      map[string]*lockStatus{},
@@ -584,10 +579,10 @@ func semaphoreDir(l lockmodel.Lock) string {
 // session's hold on l, as the last watch answer saw it: the lock key of a
 // mutex, the contender key <prefix>/<session> of a semaphore. false when
 // it is not known or not held by session (c.mu held).
-func (c *Controller) holderKey(l lockmodel.Lock, session string) (compliance.LiveKey, bool) {
+func (c *Controller) holderKey(l lockmodel.Lock, session string) (lockmodel.KeyEntry, bool) {
 	n, err := l.Normalize()
 	if err != nil {
-		return compliance.LiveKey{}, false
+		return lockmodel.KeyEntry{}, false
 	}
 	key := n.Key
 	if n.IsSemaphore() {

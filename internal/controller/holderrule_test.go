@@ -22,7 +22,7 @@ import (
 func TestHolders_agreeWithTheOneRule(t *testing.T) {
 	for _, c := range holdercases.Cases {
 		l := c.Lock()
-		keys := map[string]compliance.LiveKey{}
+		keys := map[string]lockmodel.KeyEntry{}
 		for _, e := range c.Entries(l.Prefix, holdercases.ID) {
 			keys[e.Key] = e.KeyEntry
 		}

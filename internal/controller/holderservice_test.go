@@ -47,7 +47,7 @@ func TestRepair_removesAgentlessHoldersInstancesNobodyTookOver(t *testing.T) {
 		return s
 	}
 	register := func(node, s string) string {
-		in := lockmodel.HolderService{Name: service}.Instance(lockmodel.Holder{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 0)
+		in := lockmodel.HolderService{Name: service}.Instance(lockmodel.HolderIdentity{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 0)
 		if err := mgmt.RegisterHolderServiceCatalog(ctx, node, in); err != nil {
 			t.Fatal(err)
 		}

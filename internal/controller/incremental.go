@@ -39,7 +39,7 @@ type view struct {
 	// From the lock key watches: the keys of the answered watches, the
 	// declared keys whose watch has not answered, and by session the
 	// keys whose Session it is.
-	keys        map[string]compliance.LiveKey
+	keys        map[string]lockmodel.KeyEntry
 	unknown     map[string]bool
 	keySessions map[string]map[string]bool
 
@@ -69,7 +69,7 @@ type view struct {
 func newView() view {
 	return view{
 		all: true, norm: map[string]lockmodel.Lock{}, owner: map[string]string{}, profileLocks: map[string][]string{},
-		keys: map[string]compliance.LiveKey{}, unknown: map[string]bool{}, keySessions: map[string]map[string]bool{},
+		keys: map[string]lockmodel.KeyEntry{}, unknown: map[string]bool{}, keySessions: map[string]map[string]bool{},
 		byLock: map[string][]compliance.Decision{}, dirty: map[string]bool{}, due: map[string]time.Time{},
 		graceEnds: map[string]time.Time{}, looked: map[string]map[string]uint64{}, unlooked: map[string]bool{},
 	}
@@ -121,7 +121,7 @@ func (c *Controller) touchSession(session string) {
 
 // setKey records key as the watches now see it (absent: gone or unknown)
 // and marks its lock dirty.
-func (c *Controller) setKey(key string, e compliance.LiveKey, present bool) {
+func (c *Controller) setKey(key string, e lockmodel.KeyEntry, present bool) {
 	v := &c.view
 	if old, ok := v.keys[key]; ok && old.Session != "" {
 		if ks := v.keySessions[old.Session]; ks != nil {
@@ -147,7 +147,7 @@ func (c *Controller) setKey(key string, e compliance.LiveKey, present bool) {
 
 // diffKeys applies one lock key watch answer: old and live are the
 // group's previous and new answers (each counting only when synced).
-func (c *Controller) diffKeys(g *group, old map[string]compliance.LiveKey, wasSynced bool, live map[string]compliance.LiveKey, synced bool) {
+func (c *Controller) diffKeys(g *group, old map[string]lockmodel.KeyEntry, wasSynced bool, live map[string]lockmodel.KeyEntry, synced bool) {
 	if !wasSynced {
 		old = nil
 	}
@@ -161,7 +161,7 @@ func (c *Controller) diffKeys(g *group, old map[string]compliance.LiveKey, wasSy
 	}
 	for key := range old {
 		if _, ok := live[key]; !ok {
-			c.setKey(key, compliance.LiveKey{}, false)
+			c.setKey(key, lockmodel.KeyEntry{}, false)
 		}
 	}
 	if wasSynced != synced {
@@ -179,7 +179,7 @@ func (c *Controller) diffKeys(g *group, old map[string]compliance.LiveKey, wasSy
 // sameEntry reports whether two answers show the same version of a key:
 // Consul raises ModifyIndex on every write; the rest guards hand-made
 // answers.
-func sameEntry(a, b compliance.LiveKey) bool {
+func sameEntry(a, b lockmodel.KeyEntry) bool {
 	return a.ModifyIndex == b.ModifyIndex && a.Session == b.Session && a.Flags == b.Flags && a.LockIndex == b.LockIndex
 }
 
@@ -232,7 +232,7 @@ func (c *Controller) refreshUnknown() {
 func (c *Controller) rebuildView() {
 	v := &c.view
 	c.indexDeclarations()
-	v.keys, v.keySessions = map[string]compliance.LiveKey{}, map[string]map[string]bool{}
+	v.keys, v.keySessions = map[string]lockmodel.KeyEntry{}, map[string]map[string]bool{}
 	for _, g := range c.groups {
 		if g.synced {
 			for key, e := range g.live {
@@ -252,7 +252,7 @@ func (c *Controller) rebuildView() {
 func (c *Controller) forgetLock(name string) {
 	v := &c.view
 	for s := range v.looked[name] {
-		h := compliance.Holder{Lock: name, Session: s}
+		h := compliance.HoldID{Lock: name, Session: s}
 		delete(c.heldSince, h)
 		delete(c.holdStart, h)
 	}

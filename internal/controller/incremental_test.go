@@ -54,7 +54,7 @@ type world struct {
 	locks    map[string]lockmodel.Lock
 	profiles map[string]lockmodel.SessionProfile
 	versions map[string]uint64 // by compliance.SettlingKey
-	keys     map[string]compliance.LiveKey
+	keys     map[string]lockmodel.KeyEntry
 	sessions map[string]lockmodel.ObservedSession
 	declared bool // declarations changed since the last feed
 
@@ -64,7 +64,7 @@ type world struct {
 	seen     map[string]declVersion
 	prev     map[string]lockmodel.Lock
 	switched map[string]uint64
-	holds    map[compliance.Holder]compliance.Hold
+	holds    map[compliance.HoldID]compliance.Hold
 	lastLook map[string]time.Time
 }
 
@@ -85,9 +85,9 @@ func newWorld(t *testing.T, seed uint64, mode compliance.Mode) *world {
 	w := &world{
 		t: t, rnd: rand.New(rand.NewPCG(seed, 24)), c: c, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 		index: 100, locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
-		versions: map[string]uint64{}, keys: map[string]compliance.LiveKey{}, sessions: map[string]lockmodel.ObservedSession{},
+		versions: map[string]uint64{}, keys: map[string]lockmodel.KeyEntry{}, sessions: map[string]lockmodel.ObservedSession{},
 		declared: true, seen: map[string]declVersion{}, switched: map[string]uint64{},
-		holds: map[compliance.Holder]compliance.Hold{}, lastLook: map[string]time.Time{},
+		holds: map[compliance.HoldID]compliance.Hold{}, lastLook: map[string]time.Time{},
 	}
 	for range 4 {
 		w.declareLock()
@@ -162,7 +162,7 @@ func sortedNames[V any](m map[string]V) []string {
 	return out
 }
 
-func (w *world) setKey(key string, e compliance.LiveKey) {
+func (w *world) setKey(key string, e lockmodel.KeyEntry) {
 	e.ModifyIndex = w.write()
 	w.keys[key] = e
 }
@@ -196,7 +196,7 @@ func (w *world) changeOnce() string {
 		return w.declareProfile()
 	case 3, 4:
 		if l, ok := w.someLock(); ok {
-			e := compliance.LiveKey{Flags: l.Flags()}
+			e := lockmodel.KeyEntry{Flags: l.Flags()}
 			if w.pick(4) == 0 {
 				e.Flags = 7
 			}
@@ -287,7 +287,7 @@ func (w *world) acquire() string {
 	if err != nil {
 		return "acquire refused: unusable table"
 	}
-	w.setKey(semaphoreDir(l)+id, compliance.LiveKey{Session: id, Value: value, Flags: lockmodel.SemaphoreFlagValue})
+	w.setKey(semaphoreDir(l)+id, lockmodel.KeyEntry{Session: id, Value: value, Flags: lockmodel.SemaphoreFlagValue})
 	if w.pick(5) != 0 { // else it waits
 		if st.Holders == nil {
 			st.Holders = map[string]bool{}
@@ -339,7 +339,7 @@ func (w *world) feed() {
 	}
 	c.mu.Unlock()
 	for _, g := range groups {
-		live := map[string]compliance.LiveKey{}
+		live := map[string]lockmodel.KeyEntry{}
 		for key, e := range w.keys {
 			if strings.HasPrefix(key, g.prefix) && g.covers(key) {
 				live[key] = e
@@ -392,8 +392,8 @@ func (w *world) referenceDeclarations() {
 func (w *world) reference() compliance.State {
 	st := compliance.State{
 		Locks: w.locks, Profiles: w.profiles, Policies: map[string]lockmodel.ACLPolicySpec{},
-		Keys: map[string]compliance.LiveKey{}, Sessions: w.sessions, Now: w.now,
-		HeldSince: map[compliance.Holder]time.Time{}, ProfileIndex: map[string]uint64{}, ProfileSwitched: w.switched,
+		Keys: map[string]lockmodel.KeyEntry{}, Sessions: w.sessions, Now: w.now,
+		HeldSince: map[compliance.HoldID]time.Time{}, ProfileIndex: map[string]uint64{}, ProfileSwitched: w.switched,
 	}
 	for id, v := range w.seen {
 		if compliance.Pending(v.index, v.index, v.changed, w.now, worldGrace) {
@@ -488,8 +488,8 @@ func (w *world) compare() error {
 	return nil
 }
 
-func cloneHolds(m map[compliance.Holder]time.Time) map[compliance.Holder]time.Time {
-	out := make(map[compliance.Holder]time.Time, len(m))
+func cloneHolds(m map[compliance.HoldID]time.Time) map[compliance.HoldID]time.Time {
+	out := make(map[compliance.HoldID]time.Time, len(m))
 	for k, v := range m {
 		out[k] = v
 	}

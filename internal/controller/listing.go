@@ -15,8 +15,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // A lock key watch lists every key under its prefix at each change there,
@@ -40,7 +40,7 @@ type listed struct {
 // entry, or gone.
 type keyChange struct {
 	key     string
-	entry   compliance.LiveKey
+	entry   lockmodel.KeyEntry
 	present bool
 }
 
@@ -223,23 +223,23 @@ type rawEntry struct {
 	modifyIndex         uint64
 }
 
-// decode returns the entry's key and its LiveKey.
-func (e *rawEntry) decode() (string, compliance.LiveKey, error) {
+// decode returns the entry's key and its KeyEntry.
+func (e *rawEntry) decode() (string, lockmodel.KeyEntry, error) {
 	key, err := unquote(e.key, e.keyEscaped)
 	if err != nil {
-		return "", compliance.LiveKey{}, err
+		return "", lockmodel.KeyEntry{}, err
 	}
-	le := compliance.LiveKey{Flags: e.flags, LockIndex: e.lockIndex, ModifyIndex: e.modifyIndex}
+	le := lockmodel.KeyEntry{Flags: e.flags, LockIndex: e.lockIndex, ModifyIndex: e.modifyIndex}
 	if e.session != nil {
 		if le.Session, err = unquote(e.session, bytes.IndexByte(e.session, '\\') >= 0); err != nil {
-			return "", compliance.LiveKey{}, err
+			return "", lockmodel.KeyEntry{}, err
 		}
 	}
 	if len(e.value) > 0 {
 		le.Value = make([]byte, base64.StdEncoding.DecodedLen(len(e.value)))
 		n, err := base64.StdEncoding.Decode(le.Value, e.value)
 		if err != nil {
-			return "", compliance.LiveKey{}, fmt.Errorf("%w: Value of %q: %v", errListing, key, err)
+			return "", lockmodel.KeyEntry{}, fmt.Errorf("%w: Value of %q: %v", errListing, key, err)
 		}
 		le.Value = le.Value[:n]
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -48,20 +47,20 @@ func TestDecodeListing_agreesWithEncodingJSON(t *testing.T) {
 		return data
 	}
 	// want is what encoding/json reads of data, among the covered keys.
-	want := func(data []byte) map[string]compliance.LiveKey {
+	want := func(data []byte) map[string]lockmodel.KeyEntry {
 		var pairs api.KVPairs
 		if err := json.Unmarshal(data, &pairs); err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]compliance.LiveKey{}
+		out := map[string]lockmodel.KeyEntry{}
 		for _, p := range pairs {
 			if covers(p.Key) {
-				out[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: nonEmpty(p.Value), Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+				out[p.Key] = lockmodel.KeyEntry{Flags: p.Flags, Value: nonEmpty(p.Value), Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
 			}
 		}
 		return out
 	}
-	apply := func(m map[string]compliance.LiveKey, changes []keyChange) {
+	apply := func(m map[string]lockmodel.KeyEntry, changes []keyChange) {
 		for _, ch := range changes {
 			if ch.present {
 				ch.entry.Value = nonEmpty(ch.entry.Value)
@@ -85,7 +84,7 @@ func TestDecodeListing_agreesWithEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("listing %d: %v\n%s", i, err, first)
 		}
-		got := map[string]compliance.LiveKey{}
+		got := map[string]lockmodel.KeyEntry{}
 		apply(got, changes)
 		if w := want(first); !reflect.DeepEqual(got, w) {
 			t.Fatalf("listing %d: got %+v\nwant %+v\n%s", i, got, w, first)
@@ -210,10 +209,10 @@ func BenchmarkListing(b *testing.B) {
 				if err := json.Unmarshal(second, &out); err != nil {
 					b.Fatal(err)
 				}
-				live := make(map[string]compliance.LiveKey, len(out))
+				live := make(map[string]lockmodel.KeyEntry, len(out))
 				for _, p := range out {
 					if covers(p.Key) {
-						live[p.Key] = compliance.LiveKey{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
+						live[p.Key] = lockmodel.KeyEntry{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}
 					}
 				}
 			}

@@ -158,11 +158,11 @@ func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]
 func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Time) time.Time {
 	v := &c.view
 	if len(looks) > 0 {
-		prev := map[compliance.Holder]compliance.Hold{}
+		prev := map[compliance.HoldID]compliance.Hold{}
 		lastLook := make(map[string]time.Time, len(looks))
 		for name := range looks {
 			for s := range v.looked[name] {
-				h := compliance.Holder{Lock: name, Session: s}
+				h := compliance.HoldID{Lock: name, Session: s}
 				if hold, ok := c.heldSince[h]; ok {
 					prev[h] = hold
 				}
@@ -181,7 +181,7 @@ func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Tim
 			delete(v.due, name)
 			l := c.locks[name]
 			for s := range look {
-				h := compliance.Holder{Lock: name, Session: s}
+				h := compliance.HoldID{Lock: name, Session: s}
 				var value []byte
 				if lk, ok := c.holderKey(l, s); ok {
 					value = lk.Value
@@ -230,7 +230,7 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live compliance.LiveKey, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
+func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live lockmodel.KeyEntry, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
 	ls := c.lockStatus[name]
 	if ls == nil {
 		ls = &lockStatus{holders: map[string]bool{}}

@@ -31,7 +31,7 @@ func snapshotController(t *testing.T, value []byte) *Controller {
 	c.registrySync = true
 	c.locks = map[string]lockmodel.Lock{"report": {Name: "report", Prefix: "jobs/report", Key: mutexKey, Limit: 1, MaxHold: time.Hour}}
 	c.sessions = map[string]lockmodel.ObservedSession{sessA: compliant(sessA)}
-	c.groups[mutexKey] = &group{prefix: mutexKey, synced: true, live: map[string]compliance.LiveKey{
+	c.groups[mutexKey] = &group{prefix: mutexKey, synced: true, live: map[string]lockmodel.KeyEntry{
 		mutexKey: {Flags: lockmodel.LockFlagValue, Session: sessA, LockIndex: 1, ModifyIndex: 10, Value: value}}}
 	c.keyGroup[mutexKey] = mutexKey
 	return c
@@ -45,7 +45,7 @@ func snapshotController(t *testing.T, value []byte) *Controller {
 // A start in the future, none, or the zero time is timed from first sight.
 func TestSnapshot_maxHoldIsTimedByHoldStart(t *testing.T) {
 	now := time.Now() // with a monotonic reading, as the controller's
-	holder := compliance.Holder{Lock: "report", Session: sessA}
+	holder := compliance.HoldID{Lock: "report", Session: sessA}
 	started := func(at time.Time) []byte {
 		return []byte(`{"node":"n1","pid":1,"started":"` + at.UTC().Format(time.RFC3339Nano) + `"}`)
 	}
@@ -100,10 +100,10 @@ func TestSnapshot_maxHoldIsTimedByHoldStart(t *testing.T) {
 		c := snapshotController(t, started(now.Add(-2*time.Hour)))
 		g := c.groups[mutexKey]
 		held := g.live[mutexKey]
-		c.markGroup(g, map[string]compliance.LiveKey{mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 9}}, true)
+		c.markGroup(g, map[string]lockmodel.KeyEntry{mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 9}}, true)
 		unheldAt := now.Add(-time.Minute)
 		c.snapshot(unheldAt)
-		c.markGroup(g, map[string]compliance.LiveKey{mutexKey: held}, true)
+		c.markGroup(g, map[string]lockmodel.KeyEntry{mutexKey: held}, true)
 		st, _, _ := c.snapshot(now)
 		if since := st.HeldSince[holder]; !since.Equal(unheldAt) {
 			t.Errorf("held since %s; want %s, when this controller last saw the lock unheld", since, unheldAt)

@@ -266,7 +266,7 @@ func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChange
 
 // decodeRecord decodes one registry record of kind; one that does not
 // decode is reported (reportBadRecord) and kept without a value.
-func (c *Controller) decodeRecord(key string, p compliance.LiveKey, kind, name string) record {
+func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name string) record {
 	r := record{index: p.ModifyIndex, kind: kind, name: name}
 	var err error
 	switch kind {
@@ -349,8 +349,8 @@ func (c *Controller) applyChanges(g *group, changes []keyChange) {
 	if !g.synced {
 		// The first answer since start or a failure: the group's keys
 		// were unknown (and g.live empty: markGroup cleared it).
-		c.diffKeys(g, nil, false, map[string]compliance.LiveKey{}, true)
-		g.live, g.synced = map[string]compliance.LiveKey{}, true
+		c.diffKeys(g, nil, false, map[string]lockmodel.KeyEntry{}, true)
+		g.live, g.synced = map[string]lockmodel.KeyEntry{}, true
 	}
 	for _, ch := range changes {
 		if ch.present {
@@ -372,7 +372,7 @@ func (g *group) covers(key string) bool {
 
 // markGroup records a group's answer (synced false: the watch failed and
 // its keys are unknown) and marks dirty the locks whose keys it changed.
-func (c *Controller) markGroup(g *group, live map[string]compliance.LiveKey, synced bool) {
+func (c *Controller) markGroup(g *group, live map[string]lockmodel.KeyEntry, synced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.groups[g.prefix] != g {

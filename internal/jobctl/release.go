@@ -46,7 +46,7 @@ func Release(ctx context.Context, args []string, e env) int {
 	if err != nil {
 		return c.consulError(e, err)
 	}
-	holders := holdersOf(view)
+	holders := view.HolderSessions()
 	target, msg := pickHolder(holders, *session, l)
 	if msg != "" {
 		fmt.Fprintf(e.stderr, "consullock release: %s; nothing was changed\n", msg)
@@ -63,7 +63,7 @@ func Release(ctx context.Context, args []string, e env) int {
 			return ExitRefused
 		}
 	}
-	ended, err := client.EndHolderSessions(ctx, []consul.LockHolder{target})
+	ended, err := client.EndHolderSessions(ctx, []consul.HolderSession{target})
 	if errors.Is(err, consul.ErrPermissionDenied) {
 		fmt.Fprintf(e.stderr, "consullock release: the token may not end session %s on node %q; nothing was changed. "+
 			"consullock release needs session write on the holder's node: session_prefix %q { policy = \"write\" } "+
@@ -96,29 +96,11 @@ func Release(ctx context.Context, args []string, e env) int {
 	return ExitOK
 }
 
-// holdersOf lists the holders a read saw, with LockDelay unknown (-1)
-// unless the session was read.
-func holdersOf(v *consul.LockView) []consul.LockHolder {
-	var out []consul.LockHolder
-	if v.Semaphore != nil {
-		for _, h := range v.Semaphore.Holders {
-			if !h.SessionGone {
-				out = append(out, consul.LockHolder{Session: h.Session, Node: h.Node, LockDelay: -1})
-			}
-		}
-		return out
-	}
-	if v.Session != nil {
-		out = append(out, consul.LockHolder{Session: v.Session.ID, Name: v.Session.Name, Node: v.Session.Node, LockDelay: v.Session.LockDelay})
-	}
-	return out
-}
-
 // pickHolder chooses the holder to end: the one of session, or the only
 // one; msg says why none is chosen.
-func pickHolder(holders []consul.LockHolder, session string, l lockmodel.Lock) (consul.LockHolder, string) {
+func pickHolder(holders []consul.HolderSession, session string, l lockmodel.Lock) (consul.HolderSession, string) {
 	if len(holders) == 0 {
-		return consul.LockHolder{}, fmt.Sprintf("lock %s is not held (key %s)", l.Name, l.Key)
+		return consul.HolderSession{}, fmt.Sprintf("lock %s is not held (key %s)", l.Name, l.Key)
 	}
 	if session != "" {
 		for _, h := range holders {
@@ -126,10 +108,10 @@ func pickHolder(holders []consul.LockHolder, session string, l lockmodel.Lock) (
 				return h, ""
 			}
 		}
-		return consul.LockHolder{}, fmt.Sprintf("-session %s does not hold lock %s; it is held by %s", session, l.Name, consul.DescribeHolders(holders))
+		return consul.HolderSession{}, fmt.Sprintf("-session %s does not hold lock %s; it is held by %s", session, l.Name, consul.DescribeHolders(holders))
 	}
 	if len(holders) > 1 {
-		return consul.LockHolder{}, fmt.Sprintf("lock %s has %d holders: %s; -session is required to pick one", l.Name, len(holders), consul.DescribeHolders(holders))
+		return consul.HolderSession{}, fmt.Sprintf("lock %s has %d holders: %s; -session is required to pick one", l.Name, len(holders), consul.DescribeHolders(holders))
 	}
 	return holders[0], ""
 }

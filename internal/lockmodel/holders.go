@@ -43,41 +43,13 @@ type LockHolder struct {
 	Entry KeyEntry
 }
 
-// Holders is the one rule for who holds a lock, which the data source
-// (consul.ReadLock), status, the controller (judging, max_hold,
-// consullock_lock_holder_info) and the protocol (lockproto, a holder
-// watching for loss) share. The holders come sorted by session ID.
-//
-// A mutex is held by the session its key names.
-//
-// A semaphore slot is held, as api.Semaphore's monitor judges it, by a
-// session that both
-//
-//   - is listed in the holder table <prefix>/.lock ({"Limit":N,
-//     "Holders":{...}}), and
-//   - holds its own contender key <prefix>/<session>.
-//
-// The table alone is not proof: api.Semaphore prunes a dead holder from it
-// only when someone writes it next, and a holder that lost its contender
-// key (released, deleted, or taken by another session) is listed until
-// then while it holds nothing; its own monitor already says it lost. A
-// contender key alone is not proof either: a waiter holds its key before
-// it gets into the table. The table's Limit does not count: a resize keeps
-// every listed holder its slot. A table that does not decode has no
-// holders.
-//
-// When the observer read the sessions too (Sessions non-nil), a holder
-// whose session that read does not list is left out. In one Consul state
-// this never happens: ending a session releases or deletes its keys in the
-// same Raft write. It happens when the two reads are not the same moment,
-// and bounds the error: a session read newer than the key read (status
-// reads keys first) drops a holder that has ended since, correctly; one
-// older (the controller's separate watches) leaves out a holder whose
-// session it has not seen yet, for at most one round of its session watch,
-// and never reports a session that had ended by the newer read as holding.
-// An observer without a session read (the data source, which reports the
-// key read's moment and flags a holder that ended a moment later; the
-// protocol, whose own session is alive while it renews) passes nil.
+// Holders is the one rule for who holds a lock, shared by the data source
+// (consul.ReadLock), status, the controller and lockproto; the holders
+// come sorted by session ID. A mutex is held by the session its key names;
+// a semaphore slot by a session that the holder table lists and that holds
+// its own contender key <prefix>/<session>. With st.Sessions set, a holder
+// whose session that read does not list is left out. Why both conditions,
+// and the error between two reads: the package doc, "Who holds a lock".
 func Holders(st LockState) []LockHolder {
 	var candidates []string
 	switch {

@@ -178,9 +178,9 @@ func HolderCheckID(serviceID string) string {
 	return "service:" + serviceID
 }
 
-// Holder is who registers an instance: the lock, the holder's session, its
-// fencing token, node and process.
-type Holder struct {
+// HolderIdentity is who registers an instance: the lock, the holder's
+// session, its fencing token, node and process.
+type HolderIdentity struct {
 	Lock         string
 	Session      string
 	FencingToken uint64
@@ -207,7 +207,7 @@ type HolderInstance struct {
 // Instance is h's instance of s. address and port, when set, override
 // the node's address and the declared port (a runner's -service-address
 // and -service-port, e.g. several holders on one host).
-func (s HolderService) Instance(h Holder, check HolderCheck, address string, port int) HolderInstance {
+func (s HolderService) Instance(h HolderIdentity, check HolderCheck, address string, port int) HolderInstance {
 	id := HolderServiceID(s.Name, h.Session)
 	meta := make(map[string]string, len(s.Meta)+len(HolderMetaKeys))
 	for k, v := range s.Meta {

@@ -71,7 +71,7 @@ func TestLock_validateNamesHolderServiceFields(t *testing.T) {
 func TestHolderService_instance(t *testing.T) {
 	s := HolderService{Name: "web", Tags: []string{"leader"}, Port: 8080, Meta: map[string]string{"team": "a"}}
 	check := NewHolderCheck(SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second})
-	h := Holder{Lock: "web-leader", Session: "0b5c2a1e-0000-4000-8000-000000000001", FencingToken: 4242, Node: "n1", PID: 77}
+	h := HolderIdentity{Lock: "web-leader", Session: "0b5c2a1e-0000-4000-8000-000000000001", FencingToken: 4242, Node: "n1", PID: 77}
 	in := s.Instance(h, check, "", 0)
 	if in.ID != "web-0b5c2a1e-0000-4000-8000-000000000001" || in.CheckID != "service:"+in.ID || in.Port != 8080 || in.Name != "web" {
 		t.Fatalf("instance = %+v", in)
@@ -88,7 +88,7 @@ func TestHolderService_instance(t *testing.T) {
 	if o := s.Instance(h, check, "10.0.0.7", 9000); o.Port != 9000 || o.Address != "10.0.0.7" {
 		t.Errorf("overrides: port %d address %q", o.Port, o.Address)
 	}
-	other := s.Instance(Holder{Session: "other"}, check, "", 0)
+	other := s.Instance(HolderIdentity{Session: "other"}, check, "", 0)
 	if other.ID == in.ID {
 		t.Errorf("two holders share the instance ID %s", in.ID)
 	}

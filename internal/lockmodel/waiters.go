@@ -8,35 +8,13 @@ import (
 	"time"
 )
 
-// How a mutex's waiters take the lock when it is released (consullock_lock's
-// waiters).
-//
-// With WaitersRace (the default, and what `consul lock` and api.Lock do)
-// every waiter blocks on the lock key, so a release wakes all of them and
-// each tries to acquire: one Raft write per waiter and hand-over, all but one
-// refused.
-//
-// With WaitersQueue each waiting `consullock run` first writes an entry
-// <prefix>/.queue/<session>, acquired with its own session (so Consul clears
-// it when the session ends), and waits in the order of the entries'
-// CreateIndex: the first in line blocks on the lock key, every other entry
-// blocks on the entry before it. A release then wakes one waiter, and the
-// hand-over costs the same requests for 2 waiters as for 100. Acquiring stays
-// the same lock transaction (the fencing token is unchanged); the queue only
-// decides who tries, so waiters that do not queue (`consul lock`, older
-// runners) are still excluded and may still win a race. The price is liveness
-// after a crash: a waiter killed while first in line keeps the waiters behind
-// it from trying until Consul ends its session (at most about 2 x ttl after
-// its last renewal), as a killed holder does.
-//
-// WaitersHandOff is WaitersQueue with one Raft write fewer per hand-over: a
-// releasing runner hands the lock to the first in line in its release
-// transaction (HandOff: unlock, lock with that waiter's session and the
-// holder value of its entry, delete its entry), so the waiter wakes holding
-// the lock instead of waking to acquire it. Its price is a longer stall
-// after a crash: a waiter killed while first in line is given the lock, and
-// the lock then waits for Consul to end that session and for the session's
-// lock-delay (ttl x 2 + lock_delay at most) before anyone else may take it.
+// Waiters modes of a mutex (consullock_lock's waiters): with WaitersRace
+// (the default, as api.Lock) every waiter tries at each release; with
+// WaitersQueue waiters line up in <prefix>/.queue/<session> by CreateIndex
+// and only the first tries; with WaitersHandOff the releasing runner locks
+// the key for the first in line in its release transaction. Their costs
+// and what a crash does: the package doc, "How a mutex's waiters take the
+// lock".
 const (
 	WaitersRace    = "race"
 	WaitersQueue   = "queue"

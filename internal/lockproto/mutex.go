@@ -70,123 +70,131 @@ func (m *mutex) Acquire(ctx context.Context, s *Session, holder func() []byte) (
 // first in a waiter queue does. entry, when set, is the waiter's queue
 // entry, deleted by the acquisition's own transaction.
 func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entry string) (Grant, error) {
-	kv := m.c.KV()
-	var (
-		waitIndex    uint64
-		failures     int
-		holderSeen   string // the last session seen holding the key
-		delays       = map[string]time.Duration{}
-		freedAt      time.Time // when the key was seen to go free
-		delayRetries int       // lock-delay retries since then
-	)
-	fail := func(op string, err error) error {
-		return waitAfterError(ctx, m.log, op+" "+m.lock.Key, err, &failures)
-	}
-	// heldByOther: pair (read at index last) is held by another session;
-	// the next read blocks until it changes.
-	heldByOther := func(pair *api.KVPair, last uint64) {
-		if pair.Session != holderSeen {
-			holderSeen = pair.Session
-			m.holderSeen = holderSeen
-			if _, ok := delays[holderSeen]; !ok {
-				// A runner's value carries its lock-delay; another
-				// holder's (consul lock) is read from its session.
-				if d, ok := lockmodel.HolderLockDelay(pair.Value); ok {
-					delays[holderSeen] = d
-				} else if d, ok := sessionLockDelay(ctx, m.c, holderSeen); ok {
-					delays[holderSeen] = d
-				}
-			}
-			m.log.Info("waiting for the lock", "holder_session", holderSeen, "holder", string(pair.Value))
-		}
-		freedAt, delayRetries = time.Time{}, 0
-		waitIndex = NextIndex(waitIndex, last)
-	}
 	// A lock handed to this waiter is taken from this read (handedOver), so
 	// with waiters = "handoff" it must be the leader's confirmed view.
-	consistent := m.lock.HandsOff() && entry != ""
+	r := &racer{m: m, s: s, delays: map[string]time.Duration{}, consistent: m.lock.HandsOff() && entry != ""}
 	for {
-		pair, meta, err := kv.Get(m.lock.Key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: acquireWaitTime, RequireConsistent: consistent}).WithContext(ctx))
+		pair, meta, err := m.c.KV().Get(m.lock.Key, (&api.QueryOptions{WaitIndex: r.waitIndex, WaitTime: acquireWaitTime, RequireConsistent: r.consistent}).WithContext(ctx))
 		if err != nil {
-			if werr := fail("read lock key", err); werr != nil {
+			if werr := r.fail(ctx, "read lock key", err); werr != nil {
 				return Grant{}, werr
 			}
-			waitIndex = 0
 			continue
 		}
-		failures = 0
-		seen := meta.LastIndex
+		r.failures = 0
 		if pair != nil {
 			if err := lockmodel.CheckCompatible(m.lock, pair.Flags, pair.Value); err != nil {
 				return Grant{}, err
 			}
 		}
 		switch {
-		case pair != nil && pair.Session == s.ID && consistent:
+		case pair != nil && pair.Session == s.ID && r.consistent:
 			return m.handedOver(pair), nil
 		case pair != nil && pair.Session == s.ID:
 			// An earlier lock op succeeded but its answer was lost: lock
 			// again below (the holder may) to learn the token.
 		case pair != nil && pair.Session != "":
-			heldByOther(pair, meta.LastIndex)
+			r.heldByOther(ctx, pair, meta.LastIndex)
 			continue
 		}
-		if freedAt.IsZero() && holderSeen != "" {
-			freedAt = time.Now()
+		if r.freedAt.IsZero() && r.holderSeen != "" {
+			r.freedAt = time.Now()
 		}
-
-		won, ok, err := m.lockTxn(ctx, m.pair(s, lockmodel.WithLockDelay(holder(), m.declaredDelay)), &entry)
-		if err != nil {
-			if errors.Is(err, ErrSessionInvalid) {
-				return Grant{}, err
-			}
-			if werr := fail("acquire lock key", err); werr != nil {
-				return Grant{}, werr
-			}
-			waitIndex = 0
-			continue
+		if g, won, err := r.attempt(ctx, holder, &entry, meta.LastIndex); won || err != nil {
+			return g, err
 		}
-		if ok {
-			m.acquired = won.ModifyIndex
-			return Grant{FencingToken: won.ModifyIndex, LockIndex: won.LockIndex, Seen: seen}, nil
-		}
-
-		// false: another contender was first, or the key is in the
-		// lock-delay of its previous holder's session.
-		pair, meta, err = kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-		if err != nil {
-			if werr := fail("read lock key", err); werr != nil {
-				return Grant{}, werr
-			}
-			waitIndex = 0
-			continue
-		}
-		if pair != nil && pair.Session == s.ID && consistent {
-			return m.handedOver(pair), nil
-		}
-		if pair != nil && pair.Session == s.ID {
-			waitIndex = 0 // ours after all (an answer lost): lock again for the token
-			continue
-		}
-		if pair != nil && pair.Session != "" {
-			// Another contender was first: wait on it from this read,
-			// not from a second read of the same state.
-			heldByOther(pair, meta.LastIndex)
-			continue
-		}
-		delay, known := delays[holderSeen]
-		if !known {
-			delay = m.declaredDelay
-		}
-		wait := lockDelayWait(freedAt, delay, delayRetries, time.Now())
-		delayRetries++
-		m.log.Info("lock key is in its lock-delay; acquiring again when it can have passed",
-			"previous_session", holderSeen, "lock_delay", lockmodel.FormatDuration(delay), "retry_in", wait.Round(time.Millisecond))
-		if err := sleepCtx(ctx, wait); err != nil {
-			return Grant{}, err
-		}
-		waitIndex = 0
 	}
+}
+
+// racer is one race for the mutex key: what the waiting has learnt.
+type racer struct {
+	m          *mutex
+	s          *Session
+	consistent bool // read the key consistently (a hand-over is taken from the read)
+	waitIndex  uint64
+	failures   int
+	holderSeen string                   // the last session seen holding the key
+	delays     map[string]time.Duration // the lock-delays of the holders seen
+	freedAt    time.Time                // when the key was seen to go free
+	retries    int                      // lock-delay retries since then
+}
+
+// fail waits out a transient error (nil: read again from index 0) or
+// returns the error that ends the race.
+func (r *racer) fail(ctx context.Context, op string, err error) error {
+	r.waitIndex = 0
+	return waitAfterError(ctx, r.m.log, op+" "+r.m.lock.Key, err, &r.failures)
+}
+
+// heldByOther: pair (read at index last) is held by another session; the
+// next read blocks until it changes.
+func (r *racer) heldByOther(ctx context.Context, pair *api.KVPair, last uint64) {
+	if pair.Session != r.holderSeen {
+		r.holderSeen = pair.Session
+		r.m.holderSeen = pair.Session
+		if _, ok := r.delays[pair.Session]; !ok {
+			// A runner's value carries its lock-delay; another holder's
+			// (consul lock) is read from its session.
+			if d, ok := lockmodel.HolderLockDelay(pair.Value); ok {
+				r.delays[pair.Session] = d
+			} else if d, ok := sessionLockDelay(ctx, r.m.c, pair.Session); ok {
+				r.delays[pair.Session] = d
+			}
+		}
+		r.m.log.Info("waiting for the lock", "holder_session", pair.Session, "holder", string(pair.Value))
+	}
+	r.freedAt, r.retries = time.Time{}, 0
+	r.waitIndex = NextIndex(r.waitIndex, last)
+}
+
+// attempt runs one lock op on the key seen free at index seen. won is true
+// with the grant when the session holds the lock; an error ends the race;
+// otherwise the race reads again.
+func (r *racer) attempt(ctx context.Context, holder func() []byte, entry *string, seen uint64) (g Grant, won bool, err error) {
+	m := r.m
+	acquired, ok, err := m.lockTxn(ctx, m.pair(r.s, lockmodel.WithLockDelay(holder(), m.declaredDelay)), entry)
+	switch {
+	case errors.Is(err, ErrSessionInvalid):
+		return Grant{}, false, err
+	case err != nil:
+		return Grant{}, false, r.fail(ctx, "acquire lock key", err)
+	case ok:
+		m.acquired = acquired.ModifyIndex
+		return Grant{FencingToken: acquired.ModifyIndex, LockIndex: acquired.LockIndex, Seen: seen}, true, nil
+	}
+	// Refused: another contender was first, or the key is in the
+	// lock-delay of its previous holder's session.
+	pair, meta, err := m.c.KV().Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	switch {
+	case err != nil:
+		return Grant{}, false, r.fail(ctx, "read lock key", err)
+	case pair != nil && pair.Session == r.s.ID && r.consistent:
+		return m.handedOver(pair), true, nil
+	case pair != nil && pair.Session == r.s.ID:
+		r.waitIndex = 0 // ours after all (an answer lost): lock again for the token
+	case pair != nil && pair.Session != "":
+		// Another contender was first: wait on it from this read, not
+		// from a second read of the same state.
+		r.heldByOther(ctx, pair, meta.LastIndex)
+	default:
+		return Grant{}, false, r.waitLockDelay(ctx)
+	}
+	return Grant{}, false, nil
+}
+
+// waitLockDelay waits until the lock-delay of the previous holder can have
+// passed (lockDelayWait), then has the race read again.
+func (r *racer) waitLockDelay(ctx context.Context) error {
+	delay, known := r.delays[r.holderSeen]
+	if !known {
+		delay = r.m.declaredDelay
+	}
+	wait := lockDelayWait(r.freedAt, delay, r.retries, time.Now())
+	r.retries++
+	r.m.log.Info("lock key is in its lock-delay; acquiring again when it can have passed",
+		"previous_session", r.holderSeen, "lock_delay", lockmodel.FormatDuration(delay), "retry_in", wait.Round(time.Millisecond))
+	r.waitIndex = 0
+	return sleepCtx(ctx, wait)
 }
 
 func describeHolder(pair *api.KVPair) string {

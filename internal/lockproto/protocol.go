@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -86,35 +85,28 @@ func lockKey(ctx context.Context, c *consul.Client, pair *api.KVPair) (entry *ap
 // runLockTxn runs ops, whose "lock" op is on key, and returns the entry the
 // transaction wrote for key (the last of its results for key with the
 // highest ModifyIndex: the lock op's, also after an unlock op on key in the
-// same transaction). ok is false with no error when Consul refused for a reason the
-// protocol expects (the key held by another session or in its lock-delay,
-// a stale check-and-set index, a failed session check); err is
-// ErrSessionInvalid when Consul no longer knows the session, and names any
-// other refusal (a permission denied).
+// same transaction). ok is false with no error when Consul refused for a
+// reason the protocol expects (consul.TxnError's KindHeld, KindLockDelay,
+// KindStaleIndex); err is ErrSessionInvalid when Consul no longer knows the
+// session, and TxnError's *consul.Error for any other refusal (a
+// permission denied).
 func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key string) (*api.KVPair, bool, error) {
-	ok, resp, _, err := c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	ok, resp, err := c.WriteTxn(ctx, ops)
 	if err != nil {
-		if isInvalidSession(err) {
+		if consul.KindOf(err) == consul.KindSessionInvalid {
 			return nil, false, ErrSessionInvalid
 		}
 		return nil, false, err
 	}
 	if !ok {
-		var whats []string
-		for _, e := range resp.Errors {
-			whats = append(whats, e.What)
-		}
-		what := strings.Join(whats, "; ")
-		switch {
-		case strings.Contains(what, "invalid session"):
+		e := consul.TxnError("lock "+key, resp.Errors)
+		switch e.Kind {
+		case consul.KindSessionInvalid:
 			return nil, false, ErrSessionInvalid
-		case strings.Contains(what, "lock is already held"), strings.Contains(what, "due to lock delay"),
-			strings.Contains(what, "index is stale"), strings.Contains(what, "failed session check"),
-			strings.Contains(what, "failed to check session"):
+		case consul.KindHeld, consul.KindLockDelay, consul.KindStaleIndex:
 			return nil, false, nil
 		}
-		return nil, false, &lockTxnRefused{key: key, what: what,
-			denied: consul.TxnError("lock "+key, resp.Errors).Kind == consul.KindPermissionDenied}
+		return nil, false, e
 	}
 	var entry *api.KVPair
 	for _, r := range resp.Results {
@@ -128,25 +120,9 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 	return entry, true, nil
 }
 
-// lockTxnRefused is runLockTxn's error for a refusal the protocol does
-// not expect: its text is Consul's words; denied is consul.TxnError's
-// reading of them (the one reading of transaction errors).
-type lockTxnRefused struct {
-	key, what string
-	denied    bool
-}
-
-func (e *lockTxnRefused) Error() string {
-	return fmt.Sprintf("lock %s: Consul refused the transaction: %s", e.key, e.what)
-}
-
 // ErrSessionInvalid: Consul refused an acquisition because the session no
-// longer exists (it answers HTTP 500 "invalid session").
+// longer exists (consul.KindSessionInvalid).
 var ErrSessionInvalid = errors.New("the session no longer exists")
-
-func isInvalidSession(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "invalid session")
-}
 
 // CleanupTimeout bounds each of the two cleanup steps when a hold ends:
 // releasing the lock, and destroying the session.
@@ -222,7 +198,7 @@ func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error,
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if isInvalidSession(err) {
+	if consul.KindOf(err) == consul.KindSessionInvalid {
 		return ErrSessionInvalid
 	}
 	e := consul.Classify(op, err)

@@ -2,7 +2,6 @@ package lockproto
 
 import (
 	"context"
-	"errors"
 
 	"github.com/hashicorp/consul/api"
 
@@ -112,7 +111,7 @@ func (m *mutex) enqueue(ctx context.Context, s *Session, entry string, holder fu
 		case err == nil:
 			m.log.Warn("Consul refused this runner's waiter queue entry; racing for the lock instead", "entry", entry)
 			return false, nil
-		case isInvalidSession(err):
+		case consul.KindOf(err) == consul.KindSessionInvalid:
 			return false, ErrSessionInvalid
 		case consul.KindOf(err) == consul.KindPermissionDenied:
 			m.log.Warn("cannot queue for the lock: the token lacks the waiter queue grant; racing for the lock instead",
@@ -164,8 +163,7 @@ func (m *mutex) leaveQueue(ctx context.Context, entry string) {
 // lock: the delete is dropped (*entry cleared) and the lock tried again.
 func (m *mutex) lockTxn(ctx context.Context, pair *api.KVPair, entry *string) (*api.KVPair, bool, error) {
 	won, ok, err := runLockTxn(ctx, m.c, LockTxnOps(pair, *entry), pair.Key)
-	var refused *lockTxnRefused
-	if *entry != "" && errors.As(err, &refused) && refused.denied {
+	if *entry != "" && consul.KindOf(err) == consul.KindPermissionDenied {
 		m.log.Warn("the token may no longer delete this runner's queue entry; acquiring without deleting it",
 			"missing_grant", QueueGrant(m.lock), "error", err.Error())
 		*entry = ""
@@ -267,7 +265,7 @@ func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs 
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: m.lock.Key, Value: next.Value, Flags: lockmodel.LockFlagValue, Session: next.Session}},
 		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: next.Entry.Key}},
 	}
-	ok, resp, _, err := m.c.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	ok, resp, err := m.c.WriteTxn(ctx, ops)
 	switch {
 	case err != nil:
 		m.log.Debug("hand-over transaction failed", "next_session", next.Session, "error", consul.Classify("hand over "+m.lock.Key, err).Error())

@@ -13,7 +13,11 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// session is a Consul session this runner created and owns.
+// Session is a Consul session as the protocols use it: a lock's holder,
+// created by CreateSession (the runner calls it; the controller's
+// leadership and the ephemeral lock get one from AcquireHold) and ended
+// by whoever created it (DestroySession). Release needs only ID, so a
+// caller that kept just the ID (the ephemeral lock's Close) builds one.
 type Session struct {
 	ID string
 	// Node is the node the session lives on, as Consul recorded it.

@@ -74,7 +74,7 @@ data "consullock_lock" "plain" {
 					token := kvPair(t, key).ModifyIndex
 					check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: time.Hour, LockDelay: 15 * time.Second})
 					inst = lockmodel.HolderService{Name: service, Port: 8080}.Instance(
-						lockmodel.Holder{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 1}, check, "", 0)
+						lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 1}, check, "", 0)
 					if err := client.RegisterHolderService(ctx, inst); err != nil {
 						t.Fatal(err)
 					}

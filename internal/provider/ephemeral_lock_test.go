@@ -488,7 +488,7 @@ ephemeral "consullock_lock" "l" {
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []tfresource.TestStep{
 			{Config: config(noSession.SecretID), ExpectError: diagRE("Cannot Acquire Lock", `the token lacks "session:write"`)},
-			{Config: config(noKey.SecretID), ExpectError: diagRE("Cannot Acquire Lock", "lacks permission 'key:write'")},
+			{Config: config(noKey.SecretID), ExpectError: diagRE("Cannot Acquire Lock", `the token lacks "key:write"`)},
 		},
 	})
 	assertUnheld(t, key)

@@ -92,7 +92,7 @@ func (hs *holderService) start(h *lockproto.Hold) {
 		return
 	}
 	hs.started = true
-	holder := lockmodel.Holder{Lock: hs.r.lock.Name, Session: h.Session.ID, FencingToken: h.Grant.FencingToken, Node: h.Session.Node, PID: os.Getpid()}
+	holder := lockmodel.HolderIdentity{Lock: hs.r.lock.Name, Session: h.Session.ID, FencingToken: h.Grant.FencingToken, Node: h.Session.Node, PID: os.Getpid()}
 	in := hs.spec.Instance(holder, hs.check, hs.r.cfg.serviceAddress, hs.r.cfg.servicePort)
 	go hs.keep(in, h)
 }

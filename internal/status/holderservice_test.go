@@ -34,7 +34,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst := l.HolderService.Instance(lockmodel.Holder{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
+	inst := l.HolderService.Instance(lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
 		lockmodel.NewHolderCheck(strict), "", 0)
 	if err := client.RegisterHolderService(ctx, inst); err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 
 	_, rep := f.report()
 	h := lockByName(t, rep, "web").Holders
-	want := HolderService{ID: inst.ID, Name: name, Address: "127.0.0.1", Port: 8080, Status: api.HealthPassing}
+	want := HolderInstance{ID: inst.ID, Name: name, Address: "127.0.0.1", Port: 8080, Status: api.HealthPassing}
 	if len(h) != 1 || h[0].Service == nil || *h[0].Service != want {
 		t.Fatalf("holders %+v, want one with service %+v", h, want)
 	}

@@ -95,10 +95,10 @@ func (r *reader) readHolderServices(ctx context.Context, w *world) error {
 
 // holderService is session's instance of service name; nil when it has
 // none.
-func (w *world) holderService(name, session string) *HolderService {
+func (w *world) holderService(name, session string) *HolderInstance {
 	for _, v := range w.services[name] {
 		if v.Session == session {
-			return &HolderService{ID: v.ID, Name: name, Address: v.Address, Port: v.Port, Status: v.Status}
+			return &HolderInstance{ID: v.ID, Name: name, Address: v.Address, Port: v.Port, Status: v.Status}
 		}
 	}
 	return nil

@@ -51,11 +51,11 @@ type Lock struct {
 	Kind  string `json:"kind"`
 	Limit int    `json:"limit"`
 	// State is "held", "unheld" or "missing" (the key does not exist).
-	State        string   `json:"state"`
-	Holders      []Holder `json:"holders"`
-	FencingToken *uint64  `json:"fencing_token"`
-	LockIndex    uint64   `json:"lock_index"`
-	ModifyIndex  uint64   `json:"modify_index"`
+	State        string         `json:"state"`
+	Holders      []HolderReport `json:"holders"`
+	FencingToken *uint64        `json:"fencing_token"`
+	LockIndex    uint64         `json:"lock_index"`
+	ModifyIndex  uint64         `json:"modify_index"`
 	// Contenders are semaphore contender keys whose session does not hold
 	// a slot (waiting); null for a mutex (see Queue for a queued one's).
 	Contenders *int `json:"contenders"`
@@ -200,8 +200,8 @@ func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 	return out
 }
 
-// Holder is one session holding a lock.
-type Holder struct {
+// HolderReport is one session holding a lock, as status reports it.
+type HolderReport struct {
 	Session      string `json:"session"`
 	SessionName  string `json:"session_name"`
 	Node         string `json:"node"`
@@ -221,12 +221,12 @@ type Holder struct {
 	Violations   []string `json:"violations"`
 	// Service is the holder's instance of its lock's holder_service;
 	// null when the lock has none or the holder registered none.
-	Service *HolderService `json:"service"`
+	Service *HolderInstance `json:"service"`
 	started time.Time
 }
 
-// HolderService is a holder's service instance as the catalog shows it.
-type HolderService struct {
+// HolderInstance is a holder's service instance as the catalog shows it.
+type HolderInstance struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Address string `json:"address"`
@@ -271,8 +271,8 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 	}
 	st := compliance.State{
-		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]compliance.LiveKey{},
-		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.Holder]time.Time{},
+		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]lockmodel.KeyEntry{},
+		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.HoldID]time.Time{},
 		ProfileIndex: w.decl.profileIndex, Now: now, Settling: map[string]bool{},
 	}
 	for name := range w.pending {
@@ -287,7 +287,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 	for _, name := range names {
 		l := w.decl.locks[name]
 		out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
-			AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []Holder{}, Findings: []Finding{}, Description: l.Description,
+			AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []HolderReport{}, Findings: []Finding{}, Description: l.Description,
 			Pending: w.pending[name]}
 		if l.IsSemaphore() {
 			out.Kind = "semaphore"
@@ -341,7 +341,7 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 		}
 		for _, h := range out.Holders {
 			if !h.started.IsZero() {
-				st.HeldSince[compliance.Holder{Lock: l.Name, Session: h.Session}] = h.started
+				st.HeldSince[compliance.HoldID{Lock: l.Name, Session: h.Session}] = h.started
 			}
 		}
 		out.State = "unheld"
@@ -425,8 +425,8 @@ func (r *Report) summarize() {
 
 // holder describes the session id holding a key whose ModifyIndex is its
 // fencing token (the shared definition: the Raft index of the hold).
-func holder(w *world, id string, token uint64, value []byte, now time.Time) Holder {
-	h := Holder{Session: id, FencingToken: token, Compliant: true, Violations: []string{}, Value: printable(value),
+func holder(w *world, id string, token uint64, value []byte, now time.Time) HolderReport {
+	h := HolderReport{Session: id, FencingToken: token, Compliant: true, Violations: []string{}, Value: printable(value),
 		NodeChecks: []string{}, ServiceCheck: []string{}}
 	if e := w.raw[id]; e != nil {
 		s := w.sessions[id]
