@@ -2,7 +2,7 @@
 # make image-check: builds the release's OCI image of consullock from the
 # `kos:` section of .goreleaser.yml with ko (in-process, no Docker daemon)
 # into an OCI image layout (dist/image), and inspects it with Go code
-# (internal/deploycheck/imagecheck): linux/amd64 and linux/arm64, user
+# (tests/deploycheck/imagecheck, in the tests module): linux/amd64 and linux/arm64, user
 # 65532, entrypoint /ko-app/consullock, the OCI labels,
 # an ELF binary per platform, and this machine's one run from the image's
 # filesystem (-version, then `status` against a real Consul agent when
@@ -23,4 +23,6 @@ fi
 if [[ -z "${CONSUL_BIN:-}" && -x bin/consul ]]; then
   export CONSUL_BIN="$root/bin/consul"
 fi
-go run ./internal/deploycheck/imagecheck -config .goreleaser.yml -ko bin/ko -out "${IMAGE_LAYOUT:-dist/image}"
+# Built from the tests module, run from the root: ko builds ./cmd/consullock here.
+go -C tests build -o "$root/bin/imagecheck" ./deploycheck/imagecheck
+bin/imagecheck -config .goreleaser.yml -ko bin/ko -out "${IMAGE_LAYOUT:-dist/image}"

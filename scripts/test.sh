@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command (make test, and .ci/run through it): every package, the
-# acceptance tests through the real OpenTofu against real Consul agents;
+# The test command (make test, and .ci/run through it): every package of
+# both modules (the product's, then the harnesses' in tests/: fault suite,
+# deployment and docs checks, dashboard, CLI benchmark), the acceptance
+# tests through the real OpenTofu against real Consul agents;
 # then the controller's tests that drive the CLI (TestTerraform_*,
 # TestApplyGrace_*) once more against the newest supported Consul
 # (bin/consul-1.16.3, or CONSUL_BIN_NEWEST), whose watches answer in
@@ -20,6 +22,9 @@ cd "$root"
 start=$SECONDS
 go test -v ${TEST_FLAGS:--count=1 -timeout 45m} ./... >"$log" 2>&1
 status=$?
+go -C tests test -v ${TEST_FLAGS:--count=1 -timeout 45m} ./... >>"$log" 2>&1
+tests_status=$?
+[[ $status -eq 0 ]] && status=$tests_status
 grep -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)' "$log"
 
 echo

@@ -8,7 +8,7 @@ import (
 // EnvClockOffset is a fault-injection hook, not a feature: the offset
 // (a Go duration, e.g. "-90s") that CONSULLOCK_CLOCK_OFFSET gives the wall
 // clock of `consullock run` and `consullock controller`, read once at
-// start. The nemesis (internal/faults) sets it to test clock skew between
+// start. The nemesis (tests/faults) sets it to test clock skew between
 // nodes; users never set it, and the user docs do not name it.
 const EnvClockOffset = "CONSULLOCK_CLOCK_OFFSET"
 

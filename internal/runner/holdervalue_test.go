@@ -15,7 +15,7 @@ import (
 // The holder value's "started" is when the lock was taken, not when the
 // runner began to wait: the controller measures max_hold from it, and a
 // runner that had waited longer than max_hold was ended by the controller
-// in enforce mode the moment it acquired (found by internal/faults).
+// in enforce mode the moment it acquired (found by tests/faults).
 func TestRun_holderValueStartedIsTheAcquisitionNotTheWait(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.UniquePrefix(t.Name())

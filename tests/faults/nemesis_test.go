@@ -115,7 +115,7 @@ func TestNemesis(t *testing.T) {
 		}
 		length = d
 	}
-	replay := fmt.Sprintf("NEMESIS_SEED=%d NEMESIS_LENGTH=%s go test -count=1 -timeout 60m -run TestNemesis ./internal/faults/", seed, length)
+	replay := fmt.Sprintf("NEMESIS_SEED=%d NEMESIS_LENGTH=%s go -C tests test -count=1 -timeout 60m -run TestNemesis ./faults/", seed, length)
 	if full {
 		replay = "FAULTS_FULL=1 " + replay
 	}

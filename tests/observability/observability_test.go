@@ -87,7 +87,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 var metricRef = regexp.MustCompile(`\bconsullock_[a-z_]+`)
 
 // TestDashboardUpToDate fails when the committed dashboard JSON is not what
-// the generator writes (run `go generate ./internal/observability/`).
+// the generator writes (run `go generate ./observability/` in tests/).
 func TestDashboardUpToDate(t *testing.T) {
 	want, err := Dashboard()
 	if err != nil {
@@ -98,7 +98,7 @@ func TestDashboardUpToDate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is stale: run `go generate ./internal/observability/` and commit it", DashboardFile)
+		t.Fatalf("%s is stale: run `go generate ./observability/` in tests/ and commit it", DashboardFile)
 	}
 }
 

@@ -1,12 +1,12 @@
 // Command gendashboard writes the consullock Grafana dashboard JSON to the
-// file named by its argument (go generate ./internal/observability/).
+// file named by its argument (in tests/: go generate ./observability/).
 package main
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/consullock/terraform-provider-consullock/internal/observability"
+	"github.com/consullock/terraform-provider-consullock/tests/observability"
 )
 
 func main() {

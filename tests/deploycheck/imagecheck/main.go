@@ -10,7 +10,8 @@
 // env) is read from .goreleaser.yml, so the image differs from a release's
 // only by the base layers under /ko-app.
 //
-//	go run ./internal/deploycheck/imagecheck -ko bin/ko -out dist/image
+//	go -C tests build -o ../bin/imagecheck ./deploycheck/imagecheck  # from the repository root
+//	bin/imagecheck -ko bin/ko -out dist/image
 package main
 
 import (
