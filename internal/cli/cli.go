@@ -9,6 +9,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -74,7 +75,7 @@ func serve(version string, args []string, stdout, stderr io.Writer) int {
 	debug := flags.Bool("debug", false, "start the provider in debug mode for a debugger (prints TF_REATTACH_PROVIDERS)")
 	showVersion := flags.Bool("version", false, "print the version and exit")
 	if err := flags.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2

@@ -3,6 +3,7 @@ package consul
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/consul/api"
@@ -64,7 +65,7 @@ func (c *Client) readKeys(ctx context.Context, op, need string, keys ...string) 
 	if err != nil {
 		// The error is shared by every read of the batch: name this one's
 		// keys on a copy.
-		if e, ok := err.(*Error); ok {
+		if e := (*Error)(nil); errors.As(err, &e) {
 			named := *e
 			named.Op = op
 			return nil, &named

@@ -98,7 +98,7 @@ func ParseAddress(addr string) (scheme, hostport string, err error) {
 	if strings.Contains(raw, "://") {
 		u, perr := url.Parse(raw)
 		if perr != nil {
-			return "", "", fmt.Errorf("%q is not a valid address: %v; use host:port or https://host:port", addr, perr)
+			return "", "", fmt.Errorf("%q is not a valid address: %w; use host:port or https://host:port", addr, perr)
 		}
 		if u.Scheme != "http" && u.Scheme != "https" {
 			return "", "", fmt.Errorf("%q has scheme %q; use http:// or https://", addr, u.Scheme)

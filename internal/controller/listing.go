@@ -239,7 +239,7 @@ func (e *rawEntry) decode() (string, lockmodel.KeyEntry, error) {
 		le.Value = make([]byte, base64.StdEncoding.DecodedLen(len(e.value)))
 		n, err := base64.StdEncoding.Decode(le.Value, e.value)
 		if err != nil {
-			return "", lockmodel.KeyEntry{}, fmt.Errorf("%w: Value of %q: %v", errListing, key, err)
+			return "", lockmodel.KeyEntry{}, fmt.Errorf("%w: Value of %q: %w", errListing, key, err)
 		}
 		le.Value = le.Value[:n]
 	}

@@ -231,11 +231,11 @@ func decodeRules(text string, out *hclPolicy) (err error) {
 	}()
 	file, err := hcl.Parse(text)
 	if err != nil {
-		return fmt.Errorf("failed to parse ACL rules: %v", err)
+		return fmt.Errorf("failed to parse ACL rules: %w", err)
 	}
 	unknown := checkKnown(rootSchema, nil, file.Node, "")
 	if err := hcl.DecodeObject(out, file); err != nil {
-		return fmt.Errorf("failed to parse ACL rules: %v", err)
+		return fmt.Errorf("failed to parse ACL rules: %w", err)
 	}
 	return unknown
 }

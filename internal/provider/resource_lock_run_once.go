@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -197,7 +198,7 @@ func validateStartingDeadline(field string, d time.Duration) error {
 		d = -1 // lockmodel reads 0 as "no deadline", which is written as unset here
 	}
 	err := renamed(lockmodel.RunOnce{Schedule: "@daily", StartingDeadline: d}.Validate(), lockmodel.FieldRunOnceStartingDeadline, field)
-	if fe, ok := err.(*lockmodel.FieldError); ok && d == -1 {
+	if fe := (*lockmodel.FieldError)(nil); errors.As(err, &fe) && d == -1 {
 		fe.Value = "0s"
 	}
 	return err

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,7 +57,7 @@ func validateMaxRuntime(field string, d time.Duration) error {
 		d = -1
 	}
 	err := lockmodel.ValidateMaxRuntime(field, d)
-	if fe, ok := err.(*lockmodel.FieldError); ok && d == -1 {
+	if fe := (*lockmodel.FieldError)(nil); errors.As(err, &fe) && d == -1 {
 		fe.Value = "0s"
 	}
 	return err

@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -83,7 +84,7 @@ func writeGuardMsg(w io.Writer, kind string, n int) error {
 func readGuardMsg(r *bufio.Reader) (guardMsg, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
-		if err == io.EOF && line != "" {
+		if errors.Is(err, io.EOF) && line != "" {
 			err = io.ErrUnexpectedEOF
 		}
 		return guardMsg{}, err

@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -33,7 +34,7 @@ func TestGuardStart_readsWhatWasWritten(t *testing.T) {
 	if _, err := readGuardStart(bufio.NewReader(strings.NewReader(torn))); err == nil {
 		t.Fatalf("a torn start %q was read", torn)
 	}
-	if _, err := readGuardStart(bufio.NewReader(strings.NewReader(""))); err != io.EOF {
+	if _, err := readGuardStart(bufio.NewReader(strings.NewReader(""))); !errors.Is(err, io.EOF) {
 		t.Fatalf("no start: %v, want io.EOF (the runner went away)", err)
 	}
 }
@@ -53,11 +54,11 @@ func TestGuardMsg_readsWhatWasWritten(t *testing.T) {
 			t.Fatalf("read %+v %v, want %+v", got, err, want)
 		}
 	}
-	if _, err := readGuardMsg(r); err != io.EOF {
+	if _, err := readGuardMsg(r); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the last message: %v, want io.EOF", err)
 	}
 	for _, bad := range []string{"exited 2", "exited x\n"} {
-		if _, err := readGuardMsg(bufio.NewReader(strings.NewReader(bad))); err == nil || err == io.EOF {
+		if _, err := readGuardMsg(bufio.NewReader(strings.NewReader(bad))); err == nil || errors.Is(err, io.EOF) {
 			t.Fatalf("%q read without an error (%v)", bad, err)
 		}
 	}

@@ -72,7 +72,7 @@ func TestSummary_quickstartPlans(t *testing.T) {
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = stdout, &stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("tofu %s: %v\n%s\n%s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+			return fmt.Errorf("tofu %s: %w\n%s\n%s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
 		}
 		return nil
 	}
