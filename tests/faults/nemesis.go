@@ -145,20 +145,37 @@ func NemesisConfig(length time.Duration) ScheduleConfig {
 // lock or the hand-off mutex; freezes only the fenced ones (the mutexes,
 // run once). A waiter kill picks one of the queued mutexes.
 func Schedule(seed uint64, cfg ScheduleConfig) []Step {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	between := func(lo, hi time.Duration) time.Duration {
-		if hi <= lo {
-			return lo
-		}
-		return lo + time.Duration(r.Int64N(int64(hi-lo)))
+	sc := newScheduler(seed, cfg)
+	var steps []Step
+	for at := sc.between(cfg.MinGap, cfg.MaxGap); at <= cfg.Length; at += sc.between(cfg.MinGap, cfg.MaxGap) {
+		kind, group := sc.pick(at)
+		s := sc.step(at, kind)
+		sc.occupy(at, group, s)
+		steps = append(steps, s)
 	}
-	// busy: when a group of targets is free again.
-	busy := map[string]time.Duration{}
-	type weighted struct {
-		kind   FaultKind
-		weight int
-		group  string
-	}
+	return steps
+}
+
+// weighted is a fault kind's chance in a schedule and the group of
+// targets it keeps busy ("" for none).
+type weighted struct {
+	kind   FaultKind
+	weight int
+	group  string
+}
+
+// scheduler holds one schedule's draw: its random source (the order of
+// its draws is the seed's meaning: never reorder them), when each group
+// of targets is free again, and the semaphore's current limit.
+type scheduler struct {
+	r       *rand.Rand
+	cfg     ScheduleConfig
+	weights []weighted
+	busy    map[string]time.Duration
+	limit   int
+}
+
+func newScheduler(seed uint64, cfg ScheduleConfig) *scheduler {
 	weights := []weighted{
 		{FaultLeaderKill, 2, "servers"},
 		{FaultClientFreeze, 2, "clients"},
@@ -181,111 +198,139 @@ func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 	if cfg.Once == "" {
 		weights = slices.DeleteFunc(weights, func(w weighted) bool { return w.kind == FaultOnceExit })
 	}
-	var steps []Step
-	limit := 0
+	sc := &scheduler{
+		r:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		cfg:     cfg,
+		weights: weights,
+		busy:    map[string]time.Duration{},
+	}
 	if len(cfg.Limits) > 0 {
-		limit = cfg.Limits[0]
+		sc.limit = cfg.Limits[0]
 	}
-	for at := between(cfg.MinGap, cfg.MaxGap); at <= cfg.Length; at += between(cfg.MinGap, cfg.MaxGap) {
-		total := 0
-		for _, w := range weights {
-			if busy[w.group] <= at || w.group == "" {
-				total += w.weight
-			}
-		}
-		pick := r.IntN(total)
-		var kind FaultKind
-		var group string
-		for _, w := range weights {
-			if w.group != "" && busy[w.group] > at {
-				continue
-			}
-			if pick < w.weight {
-				kind, group = w.kind, w.group
-				break
-			}
-			pick -= w.weight
-		}
-		s := Step{At: at, Kind: kind}
-		locks := []string{cfg.Mutex, cfg.Semaphore}
-		fenced := []string{cfg.Mutex}
-		profiled := []string{cfg.Mutex, cfg.Semaphore}
-		if cfg.Once != "" {
-			locks, fenced = append(locks, cfg.Once), append(fenced, cfg.Once)
-		}
-		if cfg.HandOff != "" {
-			locks, fenced, profiled = append(locks, cfg.HandOff), append(fenced, cfg.HandOff), append(profiled, cfg.HandOff)
-		}
-		lock := locks[r.IntN(len(locks))]
-		switch kind {
-		case FaultLeaderKill:
-			s.Target, s.For = "raft-leader", between(cfg.MinFor, cfg.MaxFor)
-		case FaultClientFreeze, FaultClientKill, FaultClientCut:
-			s.Target, s.For = fmt.Sprintf("client-%d", 1+r.IntN(cfg.Clients)), between(cfg.MinFor, cfg.MaxFor)
-		case FaultRunnerFreeze:
-			// A fenced holder only: a semaphore's slots have no fencing
-			// token the store could check, and a frozen command wakes up
-			// to write whatever it was about to. Up to three times the
-			// longest other fault: past 2 x TTL the session is gone and
-			// another holder takes over while it sleeps.
-			s.Target, s.For = fenced[r.IntN(len(fenced))], between(cfg.MinFor, 3*cfg.MaxFor)
-		case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
-			s.Target = lock
-		case FaultProfileChange:
-			// The mutexes' or the semaphore's profile (the run-once
-			// lock's stays).
-			s.Target, s.Value = profiled[r.IntN(len(profiled))], 1+r.IntN(max(1, cfg.ProfileVariants))
-		case FaultPoolResize:
-			next := limit
-			for len(cfg.Limits) > 1 && next == limit {
-				next = cfg.Limits[r.IntN(len(cfg.Limits))]
-			}
-			limit = next
-			s.Target, s.Value = cfg.Semaphore, next
-		case FaultControllerKill:
-			s.Target, s.For = fmt.Sprintf("controller-%d", 1+r.IntN(max(1, cfg.Controllers))), between(cfg.MinFor, cfg.MaxFor)
-		case FaultClockSkew:
-			// Skews last longer than other faults (up to 3 x MaxFor):
-			// max_hold and the hold's start are judged over seconds.
-			s.For = between(cfg.MinFor, 3*cfg.MaxFor)
-			skew := between(cfg.MinSkew, cfg.MaxSkew).Round(time.Second)
-			if r.IntN(2) == 1 {
-				skew = -skew
-			}
-			s.Value = int(skew / time.Second)
-			if busy["controllers"] <= at && r.IntN(2) == 1 {
-				// A replica restarted skewed: no kill of a replica
-				// meanwhile.
-				s.Target = fmt.Sprintf("controller-%d", 1+r.IntN(max(1, cfg.Controllers)))
-				busy["controllers"] = at + s.For + cfg.MinGap
-			} else {
-				s.Target = fmt.Sprintf("runner-%d", 1+r.IntN(cfg.Clients))
-			}
-		case FaultWaiterKill:
-			s.Target = cfg.Queued[r.IntN(len(cfg.Queued))]
-		case FaultOnceExit:
-			s.Target, s.For = "leader-kill", between(cfg.MinFor, cfg.MaxFor)
-			if busy["clients"] <= at && r.IntN(2) == 1 {
-				s.Target = "client-freeze"
-			}
-		}
-		if group != "" {
-			// The group is busy until the fault is undone and a little
-			// after: a restarted server must be promoted to voter again.
-			busy[group] = max(busy[group], at+s.For+cfg.MinGap)
-		}
-		if kind == FaultOnceExit {
-			// It strikes up to OnceExitArmed after At: the servers (and,
-			// for a freeze, the clients) are busy until it is undone.
-			end := at + OnceExitArmed + s.For + cfg.MinGap
-			busy["servers"] = max(busy["servers"], end)
-			if s.Target == "client-freeze" {
-				busy["clients"] = max(busy["clients"], end)
-			}
-		}
-		steps = append(steps, s)
+	return sc
+}
+
+func (sc *scheduler) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
 	}
-	return steps
+	return lo + time.Duration(sc.r.Int64N(int64(hi-lo)))
+}
+
+// pick draws the kind of the fault at at among those whose group is free.
+func (sc *scheduler) pick(at time.Duration) (FaultKind, string) {
+	free := func(w weighted) bool { return w.group == "" || sc.busy[w.group] <= at }
+	total := 0
+	for _, w := range sc.weights {
+		if free(w) {
+			total += w.weight
+		}
+	}
+	pick := sc.r.IntN(total)
+	for _, w := range sc.weights {
+		if !free(w) {
+			continue
+		}
+		if pick < w.weight {
+			return w.kind, w.group
+		}
+		pick -= w.weight
+	}
+	return "", ""
+}
+
+// step draws the target, duration and value of a fault of kind at at.
+func (sc *scheduler) step(at time.Duration, kind FaultKind) Step {
+	cfg, r := sc.cfg, sc.r
+	s := Step{At: at, Kind: kind}
+	locks := []string{cfg.Mutex, cfg.Semaphore}
+	fenced := []string{cfg.Mutex}
+	profiled := []string{cfg.Mutex, cfg.Semaphore}
+	if cfg.Once != "" {
+		locks, fenced = append(locks, cfg.Once), append(fenced, cfg.Once)
+	}
+	if cfg.HandOff != "" {
+		locks, fenced, profiled = append(locks, cfg.HandOff), append(fenced, cfg.HandOff), append(profiled, cfg.HandOff)
+	}
+	lock := locks[r.IntN(len(locks))]
+	switch kind {
+	case FaultLeaderKill:
+		s.Target, s.For = "raft-leader", sc.between(cfg.MinFor, cfg.MaxFor)
+	case FaultClientFreeze, FaultClientKill, FaultClientCut:
+		s.Target, s.For = fmt.Sprintf("client-%d", 1+r.IntN(cfg.Clients)), sc.between(cfg.MinFor, cfg.MaxFor)
+	case FaultRunnerFreeze:
+		// A fenced holder only: a semaphore's slots have no fencing
+		// token the store could check, and a frozen command wakes up
+		// to write whatever it was about to. Up to three times the
+		// longest other fault: past 2 x TTL the session is gone and
+		// another holder takes over while it sleeps.
+		s.Target, s.For = fenced[r.IntN(len(fenced))], sc.between(cfg.MinFor, 3*cfg.MaxFor)
+	case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
+		s.Target = lock
+	case FaultProfileChange:
+		// The mutexes' or the semaphore's profile (the run-once
+		// lock's stays).
+		s.Target, s.Value = profiled[r.IntN(len(profiled))], 1+r.IntN(max(1, cfg.ProfileVariants))
+	case FaultPoolResize:
+		next := sc.limit
+		for len(cfg.Limits) > 1 && next == sc.limit {
+			next = cfg.Limits[r.IntN(len(cfg.Limits))]
+		}
+		sc.limit = next
+		s.Target, s.Value = cfg.Semaphore, next
+	case FaultControllerKill:
+		s.Target, s.For = sc.controller(), sc.between(cfg.MinFor, cfg.MaxFor)
+	case FaultClockSkew:
+		sc.skew(&s)
+	case FaultWaiterKill:
+		s.Target = cfg.Queued[r.IntN(len(cfg.Queued))]
+	case FaultOnceExit:
+		s.Target, s.For = "leader-kill", sc.between(cfg.MinFor, cfg.MaxFor)
+		if sc.busy["clients"] <= at && r.IntN(2) == 1 {
+			s.Target = "client-freeze"
+		}
+	}
+	return s
+}
+
+func (sc *scheduler) controller() string {
+	return fmt.Sprintf("controller-%d", 1+sc.r.IntN(max(1, sc.cfg.Controllers)))
+}
+
+// skew draws a clock skew. Skews last longer than other faults (up to
+// 3 x MaxFor): max_hold and the hold's start are judged over seconds.
+func (sc *scheduler) skew(s *Step) {
+	cfg, r := sc.cfg, sc.r
+	s.For = sc.between(cfg.MinFor, 3*cfg.MaxFor)
+	skew := sc.between(cfg.MinSkew, cfg.MaxSkew).Round(time.Second)
+	if r.IntN(2) == 1 {
+		skew = -skew
+	}
+	s.Value = int(skew / time.Second)
+	if sc.busy["controllers"] <= s.At && r.IntN(2) == 1 {
+		// A replica restarted skewed: no kill of a replica meanwhile.
+		s.Target = sc.controller()
+		sc.busy["controllers"] = s.At + s.For + cfg.MinGap
+	} else {
+		s.Target = fmt.Sprintf("runner-%d", 1+r.IntN(cfg.Clients))
+	}
+}
+
+// occupy marks the targets of s busy. A group is busy until the fault is
+// undone and a little after: a restarted server must be promoted to voter
+// again. A once-exit fault strikes up to OnceExitArmed after At: the
+// servers (and, for a freeze, the clients) are busy until it is undone.
+func (sc *scheduler) occupy(at time.Duration, group string, s Step) {
+	if group != "" {
+		sc.busy[group] = max(sc.busy[group], at+s.For+sc.cfg.MinGap)
+	}
+	if s.Kind == FaultOnceExit {
+		end := at + OnceExitArmed + s.For + sc.cfg.MinGap
+		sc.busy["servers"] = max(sc.busy["servers"], end)
+		if s.Target == "client-freeze" {
+			sc.busy["clients"] = max(sc.busy["clients"], end)
+		}
+	}
 }
 
 // FormatSchedule prints a schedule one step a line, with its seed.
