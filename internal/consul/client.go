@@ -47,50 +47,17 @@ func (c *Client) Requests() uint64 { return c.requests.Load() }
 // New builds a client from fully resolved settings (the caller has already
 // applied attribute > environment > default). It does not contact Consul.
 func New(s Settings) (*Client, error) {
-	scheme, hostport, err := ParseAddress(s.Address)
+	scheme, hostport, err := resolveScheme(s)
 	if err != nil {
 		return nil, err
 	}
-	if s.Scheme != "" {
-		if scheme != "" && scheme != s.Scheme {
-			return nil, fmt.Errorf("address %q says %s but scheme is %q; make them agree", s.Address, scheme, s.Scheme)
-		}
-		scheme = s.Scheme
+	token, err := resolveToken(s)
+	if err != nil {
+		return nil, err
 	}
-	if scheme == "" {
-		scheme = "http"
-	}
-
-	token := s.Token
-	if s.TokenFile != "" {
-		data, err := os.ReadFile(s.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading token file %s: %w", s.TokenFile, err)
-		}
-		token = strings.TrimSpace(string(data))
-		if token == "" {
-			return nil, fmt.Errorf("token file %s is empty", s.TokenFile)
-		}
-	}
-
-	transport := cleanhttp.DefaultPooledTransport()
-	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	if scheme == "https" {
-		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
-			Address:            s.TLSServerName,
-			CAFile:             s.CAFile,
-			CAPem:              []byte(s.CAPEM),
-			CertFile:           s.CertFile,
-			CertPEM:            []byte(s.CertPEM),
-			KeyFile:            s.KeyFile,
-			KeyPEM:             []byte(s.KeyPEM),
-			InsecureSkipVerify: s.InsecureSkipVerify,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("TLS configuration: %w", err)
-		}
-		tlsConf.MinVersion = tls.VersionTLS12
-		transport.TLSClientConfig = tlsConf
+	transport, err := newTransport(s, scheme)
+	if err != nil {
+		return nil, err
 	}
 
 	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition, hasToken: token != ""}
@@ -128,6 +95,66 @@ func New(s Settings) (*Client, error) {
 	apiClient.SetHeaders(headers)
 	c.Client = apiClient
 	return c, nil
+}
+
+// resolveScheme reads the scheme from the address and the scheme
+// setting, which must agree; http when neither says.
+func resolveScheme(s Settings) (scheme, hostport string, err error) {
+	scheme, hostport, err = ParseAddress(s.Address)
+	if err != nil {
+		return "", "", err
+	}
+	if s.Scheme != "" {
+		if scheme != "" && scheme != s.Scheme {
+			return "", "", fmt.Errorf("address %q says %s but scheme is %q; make them agree", s.Address, scheme, s.Scheme)
+		}
+		scheme = s.Scheme
+	}
+	if scheme == "" {
+		scheme = "http"
+	}
+	return scheme, hostport, nil
+}
+
+// resolveToken is the token, read from the token file when one is set.
+func resolveToken(s Settings) (string, error) {
+	if s.TokenFile == "" {
+		return s.Token, nil
+	}
+	data, err := os.ReadFile(s.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("reading token file %s: %w", s.TokenFile, err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty", s.TokenFile)
+	}
+	return token, nil
+}
+
+// newTransport is a pooled transport with TLS 1.2 or later for https.
+func newTransport(s Settings, scheme string) (*http.Transport, error) {
+	transport := cleanhttp.DefaultPooledTransport()
+	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	if scheme != "https" {
+		return transport, nil
+	}
+	tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
+		Address:            s.TLSServerName,
+		CAFile:             s.CAFile,
+		CAPem:              []byte(s.CAPEM),
+		CertFile:           s.CertFile,
+		CertPEM:            []byte(s.CertPEM),
+		KeyFile:            s.KeyFile,
+		KeyPEM:             []byte(s.KeyPEM),
+		InsecureSkipVerify: s.InsecureSkipVerify,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("TLS configuration: %w", err)
+	}
+	tlsConf.MinVersion = tls.VersionTLS12
+	transport.TLSClientConfig = tlsConf
+	return transport, nil
 }
 
 // HTTPClient is the client's HTTP client (the token pinned, TLS and retries
