@@ -12,6 +12,16 @@ import (
 // write, short enough that a failed apply's object converges soon after.
 const DefaultApplyGrace = 5 * time.Second
 
+// ValidateApplyGrace checks an apply grace (field: the flag or setting
+// that gives it): 0 is none, else a positive duration.
+func ValidateApplyGrace(field string, d time.Duration) error {
+	if d < 0 {
+		return &lockmodel.FieldError{Field: field, Value: lockmodel.FormatDuration(d),
+			Allowed: "use 0 (none) or a positive duration, e.g. " + lockmodel.FormatDuration(DefaultApplyGrace)}
+	}
+	return nil
+}
+
 // Pending is the one rule that tells an apply in progress from drift; the
 // controller (its logs, metrics and repairs) and `consullock status` both
 // apply it. The provider writes a declaration first and its live object

@@ -1,7 +1,3 @@
-// Package controller keeps live Consul matching the declared lock policy
-// between applies: it watches the registry, the lock keys, the sessions and
-// the ACL policies with blocking queries, decides with the pure compliance.Decide, and
-// (when this replica is the leader) acts through a thin actuator.
 package controller
 
 import (
@@ -42,7 +38,8 @@ type Config struct {
 	// after, and a controller acting in between would do the apply's write
 	// itself (or, for a change it saw half of, undo it). Out-of-band drift
 	// of an object whose declaration did not change is repaired at once.
-	// 0 means compliance.DefaultApplyGrace; negative means none.
+	// 0 means none, as -apply-grace 0 does (the flag's default is
+	// compliance.DefaultApplyGrace); negative is refused.
 	ApplyGrace time.Duration
 	// WatchClient serves the blocking queries; it should not retry on its
 	// own (RetrySettings.MaxAttempts 1): a connection error must reach the
@@ -176,11 +173,8 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 	if cfg.WaitTime <= 0 {
 		cfg.WaitTime = 5 * time.Minute
 	}
-	switch {
-	case cfg.ApplyGrace == 0:
-		cfg.ApplyGrace = compliance.DefaultApplyGrace
-	case cfg.ApplyGrace < 0:
-		cfg.ApplyGrace = 0
+	if err := compliance.ValidateApplyGrace("ApplyGrace", cfg.ApplyGrace); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

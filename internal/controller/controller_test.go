@@ -141,7 +141,7 @@ func (h *harness) startWith(o startOpts) *running {
 		watchAddr = addr
 	}
 	logs := &logBuffer{}
-	cfg := Config{Mode: o.mode, RegistryPrefix: h.registry, DisableHA: !o.ha, WatchClient: h.clientAt(watchAddr, tok, 1),
+	cfg := Config{Mode: o.mode, RegistryPrefix: h.registry, DisableHA: !o.ha, WatchClient: h.clientAt(watchAddr, tok, 1), ApplyGrace: compliance.DefaultApplyGrace,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), WaitTime: 30 * time.Second}
 	if o.configure != nil {
 		o.configure(&cfg)

@@ -272,7 +272,7 @@ func TestLeadership_aStalledWriteIsGivenUpAndTriedAgain(t *testing.T) {
 // leader key. Before the fix a replica whose term had ended sent both.
 func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	h := newHarness(t, agent)
-	c, err := New(h.clientAt(agent.Addr, agent.ManagementToken, 1), Config{Mode: compliance.ModeEnforce, RegistryPrefix: h.registry})
+	c, err := New(h.clientAt(agent.Addr, agent.ManagementToken, 1), Config{Mode: compliance.ModeEnforce, RegistryPrefix: h.registry, ApplyGrace: compliance.DefaultApplyGrace})
 	if err != nil {
 		t.Fatal(err)
 	}

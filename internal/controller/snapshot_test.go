@@ -24,7 +24,7 @@ func compliant(id string) lockmodel.ObservedSession {
 // mutex (max_hold 1h) whose key's watch has answered with value.
 func snapshotController(t *testing.T, value []byte) *Controller {
 	t.Helper()
-	c, err := New(nil, Config{Mode: compliance.ModeEnforce})
+	c, err := New(nil, Config{Mode: compliance.ModeEnforce, ApplyGrace: compliance.DefaultApplyGrace})
 	if err != nil {
 		t.Fatal(err)
 	}

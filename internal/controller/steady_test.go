@@ -121,7 +121,7 @@ func measureSteadyState(tb testing.TB, locks int, window time.Duration) steadyRe
 	}
 	logs := &logBuffer{}
 	c, err := New(client, Config{Mode: compliance.ModeRepair, RegistryPrefix: registry, WatchClient: watcher,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)), ApplyGrace: compliance.DefaultApplyGrace})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestAlertsFireE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := controller.New(client, controller.Config{Mode: compliance.ModeObserve, RegistryPrefix: registry, DisableHA: true, ApplyGrace: -1})
+	ctrl, err := controller.New(client, controller.Config{Mode: compliance.ModeObserve, RegistryPrefix: registry, DisableHA: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := controller.New(client, controller.Config{Mode: compliance.ModeObserve})
+	c, err := controller.New(client, controller.Config{Mode: compliance.ModeObserve, ApplyGrace: compliance.DefaultApplyGrace})
 	if err != nil {
 		t.Fatal(err)
 	}
