@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // Raft writes per run (issue 37): Consul's Raft log index (the leader's
@@ -38,7 +38,7 @@ import (
 //
 // BENCH_WRITES_N=3,10,30 picks the node counts (make bench-writes).
 func BenchmarkWritesPerRun(b *testing.B) {
-	ns := benchInts(b, "BENCH_WRITES_N", []int{3, 10, 30})
+	ns := testenv.EnvInts(b, "BENCH_WRITES_N", []int{3, 10, 30})
 	admin := agent.Client()
 	b.ReportMetric(0, "ns/op")
 	for b.Loop() {
@@ -156,22 +156,4 @@ func raftIndex(t testing.TB, c *api.Client) uint64 {
 		t.Fatalf("no raft last_log_index in /v1/agent/self: %v", self["Stats"]["raft"])
 	}
 	return i
-}
-
-// benchInts reads a comma-separated list of counts from env, else def.
-func benchInts(b *testing.B, env string, def []int) []int {
-	b.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		return def
-	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			b.Fatalf("%s=%q: want counts such as 3,10,30", env, v)
-		}
-		out = append(out, n)
-	}
-	return out
 }

@@ -59,12 +59,12 @@ var phaseArgs = map[string][]string{
 }
 
 func BenchmarkCLI(b *testing.B) {
-	sizes := envInts(b, "BENCH_SIZES", []int{200, 2000})
+	sizes := testenv.EnvInts(b, "BENCH_SIZES", []int{200, 2000})
 	// BENCH_RUNS=3,1 runs the first size 3 times and the next once (a
 	// 2,000-lock cycle of three subjects, plans repeated 3 times, took
 	// about 16 minutes here).
-	runsPerSize := envInts(b, "BENCH_RUNS", []int{3, 1})
-	plansPerRun := envInts(b, "BENCH_PLANS", []int{3})[0]
+	runsPerSize := testenv.EnvInts(b, "BENCH_RUNS", []int{3, 1})
+	plansPerRun := testenv.EnvInts(b, "BENCH_PLANS", []int{3})[0]
 	ctx := context.Background()
 
 	agent, err := testenv.Start(ctx, testenv.Options{})
@@ -380,22 +380,6 @@ func medianInt(ns []int64) int64 {
 	s := slices.Clone(ns)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-func envInts(tb testing.TB, name string, def []int) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			tb.Fatalf("%s=%q: want positive integers separated by commas", name, v)
-		}
-		out = append(out, n)
-	}
-	return out
 }
 
 func tail(out []byte, n int) string {
