@@ -144,7 +144,7 @@ func (r *racer) heldByOther(ctx context.Context, pair *api.KVPair, last uint64) 
 		r.m.log.Info("waiting for the lock", "holder_session", pair.Session, "holder", string(pair.Value))
 	}
 	r.freedAt, r.retries = time.Time{}, 0
-	r.waitIndex = NextIndex(r.waitIndex, last)
+	r.waitIndex = consul.NextIndex(r.waitIndex, last)
 }
 
 // attempt runs one lock op on the key seen free at index seen. won is true
@@ -244,7 +244,7 @@ func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
 			return
 		}
-		index = NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }
 

@@ -134,16 +134,6 @@ const (
 	watchWaitTime   = 5 * time.Minute
 )
 
-// NextIndex is the WaitIndex for the next blocking query after one that
-// answered with last, following Consul's rules: an index that went
-// backwards restarts from 0, and an index is never below 1.
-func NextIndex(prev, last uint64) uint64 {
-	if last < prev {
-		return 0
-	}
-	return max(last, 1)
-}
-
 // backoff is the pause after the n-th consecutive failure (n from 1):
 // 250ms doubling up to 5s.
 func backoff(n int) time.Duration {

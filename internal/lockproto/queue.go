@@ -88,7 +88,7 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 		}
 		// From the listing's index: a change of the entry ahead between the
 		// listing and this read answers at once.
-		_, _, err = kv.Get(place.Ahead.Key, (&api.QueryOptions{WaitIndex: NextIndex(0, meta.LastIndex), WaitTime: acquireWaitTime}).WithContext(ctx))
+		_, _, err = kv.Get(place.Ahead.Key, (&api.QueryOptions{WaitIndex: consul.NextIndex(0, meta.LastIndex), WaitTime: acquireWaitTime}).WithContext(ctx))
 		if err != nil {
 			if werr := waitAfterError(ctx, m.log, "wait on queue entry "+place.Ahead.Key, err, &failures); werr != nil {
 				return Grant{}, werr
@@ -244,7 +244,7 @@ func (m *mutex) followQueue(ctx context.Context, kv *api.KV) {
 		}
 		failures = 0
 		m.queueSeen.Store(&pairs)
-		index = NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }
 

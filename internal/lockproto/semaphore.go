@@ -135,7 +135,7 @@ func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byt
 				lastSeen = holders
 				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
 			}
-			waitIndex = NextIndex(waitIndex, meta.LastIndex)
+			waitIndex = consul.NextIndex(waitIndex, meta.LastIndex)
 			if freeIn > 0 {
 				// Wake when a dead holder's slot frees, if nothing
 				// changes before.
@@ -375,7 +375,7 @@ func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observatio
 		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
 			return
 		}
-		index = NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }
 

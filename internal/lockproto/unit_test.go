@@ -156,16 +156,6 @@ func TestLockDelayWait(t *testing.T) {
 	}
 }
 
-func TestNextIndex(t *testing.T) {
-	for _, tc := range []struct{ prev, last, want uint64 }{
-		{0, 5, 5}, {5, 9, 9}, {9, 9, 9}, {9, 3, 0}, {0, 0, 1},
-	} {
-		if got := NextIndex(tc.prev, tc.last); got != tc.want {
-			t.Errorf("NextIndex(%d, %d) = %d, want %d", tc.prev, tc.last, got, tc.want)
-		}
-	}
-}
-
 func TestSessionCreateBodyWritesEverySettingOut(t *testing.T) {
 	p := lockmodel.SessionProfile{Name: "p", TTL: 10 * time.Second, LockDelay: 0, NodeChecks: []string{},
 		ServiceChecks: []lockmodel.ServiceCheck{{ID: "svc:web", Namespace: "ns"}}}.WithDefaults()

@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
-	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
 // Runners of a lock declared with waiters = "handoff"
@@ -68,7 +68,7 @@ func watchSessionEnd(t testing.TB, id string) func(timeout time.Duration) time.T
 				ended <- time.Now()
 				return
 			}
-			index = lockproto.NextIndex(index, meta.LastIndex)
+			index = consul.NextIndex(index, meta.LastIndex)
 		}
 	}()
 	return func(timeout time.Duration) time.Time {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -493,7 +494,7 @@ func waitKeyAt(t testing.TB, c *api.Client, key string, timeout time.Duration, c
 		if cond(pair) {
 			return pair
 		}
-		index = lockproto.NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -537,7 +538,7 @@ func waitSemaphoreHolders(t testing.TB, prefix string, n int, timeout time.Durat
 		if len(live) >= n {
 			return live
 		}
-		index = lockproto.NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
-	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
 // Pause (lockmodel.Pause): a runner that finds its lock paused at start
@@ -25,10 +24,6 @@ type pausedError struct{ p lockmodel.Pause }
 func (e pausedError) Error() string {
 	return fmt.Sprintf("lock %q is paused by %s since %s: %s", e.p.Lock, e.p.By, e.p.At.Format(time.RFC3339), e.p.Reason)
 }
-
-// pauseWaitTime is the longest wait of a waiter's blocking query on the
-// pause record.
-const pauseWaitTime = 5 * time.Minute
 
 // checkPause reads the pause record of a declared lock: a pausedError
 // when it is paused. A token that may not read the record (a policy
@@ -62,30 +57,15 @@ func (r *runner) logPaused(p lockmodel.Pause, when string) int {
 // watchPause follows the pause record while the runner waits and sends
 // the pause when one appears. It returns when ctx ends or after sending.
 func (r *runner) watchPause(ctx context.Context, out chan<- lockmodel.Pause) {
-	key := lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)
-	var index uint64
-	for {
-		pair, meta, err := r.watchClient.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: pauseWaitTime}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			r.log.Debug("watching the pause record failed", "error", err.Error())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
+	r.followKey(ctx, r.watchClient, lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", func(pair *api.KVPair, _ uint64) bool {
 		if pair != nil {
 			if p, err := lockmodel.DecodePauseRecord(pair.Value); err == nil {
 				out <- p
-				return
+				return false
 			}
 		}
-		index = lockproto.NextIndex(index, meta.LastIndex)
-	}
+		return true
+	})
 }
 
 // startPauseWatch starts watchPause for a waiter of a declared lock; the

@@ -12,8 +12,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
-	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -609,6 +609,6 @@ func waitForSessionsAt(t testing.TB, c *api.Client, node string, match func(name
 		if count >= n {
 			return
 		}
-		index = lockproto.NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }

@@ -46,10 +46,6 @@ var errPastDeadline = errors.New("started past run_once.starting_deadline")
 // holder that lost the lock recording its outcome, or a hand edit).
 const ledgerTries = 5
 
-// ledgerWaitTime is the longest wait of a waiter's blocking query on the
-// ledger.
-const ledgerWaitTime = 5 * time.Minute
-
 // runOnce is the run this runner is part of.
 type runOnce struct {
 	id          string
@@ -434,35 +430,45 @@ type runDone struct {
 // its attempts. A ledger that does not decode is left to the holder to
 // report (the waiter then decides after acquiring, and refuses to run).
 func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
-	var index uint64
-	kv := r.client.KV()
-	for {
-		pair, meta, err := kv.Get(r.once.ledgerKey, (&api.QueryOptions{WaitIndex: index, WaitTime: ledgerWaitTime}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			r.log.Debug("reading the run ledger failed", "error", err.Error())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
+	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", func(pair *api.KVPair, asOf uint64) bool {
 		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
-		r.once.watched.set(l, modify, meta.LastIndex, err == nil)
+		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
 			r.log.Debug("the run ledger does not decode; the holder reports it", "error", err.Error())
 		} else if done, ok := r.runIsDone(l); ok {
 			out <- done
-			return
+			return false
 		} else if wait, ok := r.runWaits(l); ok {
 			out <- wait
-			return
+			return false
 		}
-		index = lockproto.NextIndex(index, meta.LastIndex)
+		return true
+	})
+}
+
+// followKey follows key with blocking queries (consul.Follow) until ctx
+// ends or handle returns false; handle sees every answer that may have
+// changed, with its X-Consul-Index. Failed reads are logged (what names
+// the key) and retried.
+func (r *runner) followKey(ctx context.Context, c *consul.Client, key, what string, handle func(pair *api.KVPair, asOf uint64) bool) {
+	type answer struct {
+		pair *api.KVPair
+		asOf uint64
 	}
+	f := &consul.Follower{}
+	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (answer, *api.QueryMeta, error) {
+		pair, meta, err := c.KV().Get(key, o)
+		if err != nil {
+			return answer{}, nil, err
+		}
+		return answer{pair, meta.LastIndex}, meta, nil
+	}, func(a answer, err error) bool {
+		if err != nil {
+			r.log.Debug("reading "+what+" failed", "error", err.Error(), "retry_in", f.RetryIn().String())
+			return true
+		}
+		return !f.Changed() || handle(a.pair, a.asOf)
+	})
 }
 
 // runIsDone reports whether ledger l shows this run succeeded, or

@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
-	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
 // BenchmarkRunOnceWaiterExit measures how fast waiters leave once a run
@@ -105,6 +105,6 @@ func waitSucceeded(b testing.TB, l lockmodel.Lock, id string) time.Time {
 				}
 			}
 		}
-		index = lockproto.NextIndex(index, meta.LastIndex)
+		index = consul.NextIndex(index, meta.LastIndex)
 	}
 }

@@ -25,6 +25,16 @@ type countingProxy struct {
 
 	mu       sync.Mutex
 	requests []string
+	failNext func(*http.Request) bool // the first request it selects gets a 500
+}
+
+// failOnce makes the first request that sel selects from now on fail with
+// a 500 that is not Consul's text of a passing condition (so the client
+// does not retry it itself).
+func (p *countingProxy) failOnce(sel func(*http.Request) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext = sel
 }
 
 func newCountingProxy(t *testing.T, hold func(*http.Request) bool, delay time.Duration) *countingProxy {
@@ -36,10 +46,18 @@ func newCountingProxy(t *testing.T, hold func(*http.Request) bool, delay time.Du
 	p := &countingProxy{hold: hold, delay: delay}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fail := false
+		p.mu.Lock()
 		if !strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
-			p.mu.Lock()
 			p.requests = append(p.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-			p.mu.Unlock()
+		}
+		if p.failNext != nil && p.failNext(r) {
+			fail, p.failNext = true, nil
+		}
+		p.mu.Unlock()
+		if fail {
+			http.Error(w, "injected failure", http.StatusInternalServerError)
+			return
 		}
 		if p.hold != nil && p.hold(r) {
 			time.Sleep(p.delay)
@@ -177,5 +195,55 @@ func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) 
 	run := ledgerRun(t, l, "r1")
 	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunFailed || run.Attempts[1].Outcome != lockmodel.RunSucceeded {
 		t.Fatalf("ledger run r1: %+v; want attempt 1 failed, attempt 2 succeeded", run)
+	}
+}
+
+// TestRunOnce_aWaitersFailedLedgerReadIsFollowedByOneFromIndex0: B waits
+// while A runs; its first blocking query on the ledger fails. B's next
+// ledger query must not block on the index it had (after an agent restart
+// that index may not come back for a long time, hiding every change):
+// Consul's rule is to start again from 0. Then A succeeds and B leaves
+// without running. Failed before the one follower: watchLedger kept its
+// index after an error.
+func TestRunOnce_aWaitersFailedLedgerReadIsFollowedByOneFromIndex0(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	proxy := newCountingProxy(t, nil, 0)
+	proxy.failOnce(func(r *http.Request) bool {
+		return r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+ledgerKey(l) && r.URL.Query().Get("index") != ""
+	})
+	b := startRunAt(t, "runner b", proxy.addr, token, args, childArgs(record, "b")...)
+	ledgerGet := "GET /v1/kv/" + ledgerKey(l) + "?"
+	var after []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		after = nil
+		for _, r := range proxy.seen() {
+			if strings.HasPrefix(r, ledgerGet) && (len(after) > 0 || strings.Contains(r, "index=")) {
+				after = append(after, r)
+			}
+		}
+		if len(after) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B sent %d ledger queries from its first blocking one on, want 2: %q", len(after), proxy.seen())
+		}
+	}
+	if !strings.Contains(after[0], "index=") || strings.Contains(after[1], "index=") {
+		t.Fatalf("ledger queries around the failed one: %q; want the failed one blocking and the next from index 0 (no index)", after[:2])
+	}
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d, want 0:\n%s", code, a.out.String())
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0 (the run succeeded):\n%s", code, b.out.String())
+	}
+	if runs := readRuns(t, record); len(runs) != 1 || runs[0].tag != "a" {
+		t.Fatalf("executions %+v; want a's only", runs)
 	}
 }
