@@ -15,6 +15,13 @@ type Fence struct {
 	Key, Session string
 }
 
+// Op is the fence's transaction op (etcd's Mutex.IsOwner comparison):
+// check-session, which fails the whole transaction unless Session holds
+// Key at the moment it commits.
+func (f Fence) Op() *api.KVTxnOp {
+	return &api.KVTxnOp{Verb: api.KVCheckSession, Key: f.Key, Session: f.Session}
+}
+
 // ErrFenceLost: Consul refused a fenced write because the fence's session
 // no longer holds its key.
 var ErrFenceLost = errors.New("the fencing session no longer holds its key")
@@ -27,7 +34,7 @@ var ErrFenceLost = errors.New("the fencing session no longer holds its key")
 func (c *Client) FencedCAS(ctx context.Context, f Fence, pair *api.KVPair) (ok bool, err error) {
 	var ops api.KVTxnOps
 	if f.Session != "" {
-		ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckSession, Key: f.Key, Session: f.Session})
+		ops = append(ops, f.Op())
 	}
 	write := len(ops)
 	ops = append(ops, &api.KVTxnOp{Verb: api.KVCAS, Key: pair.Key, Flags: pair.Flags, Value: pair.Value, Index: pair.ModifyIndex})

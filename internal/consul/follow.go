@@ -40,6 +40,14 @@ func (f *Follower) Options(ctx context.Context) *api.QueryOptions {
 // Index is the index the next query waits on (0: it does not block).
 func (f *Follower) Index() uint64 { return f.index }
 
+// From makes the next query wait for a change after index, one the
+// caller saw by other means (its own write, another query).
+func (f *Follower) From(index uint64) { f.index = index }
+
+// Reset makes the next query read at once (index 0), as after a failure
+// but without counting one: what the caller saw is no longer enough.
+func (f *Follower) Reset() { f.index = 0 }
+
 // Answered records an answer whose X-Consul-Index is last and reports
 // whether it may differ from the one before: false only for a wait that
 // ended without a change (the same index).

@@ -53,9 +53,9 @@ func DecodeLedgerPair(key, lock string, pair *api.KVPair) (lockmodel.Ledger, uin
 
 // LedgerWrite is one guarded write of a lock's ledger by its holder.
 type LedgerWrite struct {
-	// LockKey and Session: the write commits only while Session holds
-	// LockKey (a check-session op in the same transaction).
-	LockKey, Session string
+	// Fence is the holder's (Hold.IsOwner): the write commits only while
+	// its session holds the lock key (Fence.Op in the same transaction).
+	Fence Fence
 	// LedgerKey is the ledger's key; Index its ModifyIndex as read
 	// (ReadLedger; 0 when it was absent): the write is a check-and-set.
 	LedgerKey string
@@ -81,7 +81,7 @@ func (c *Client) BeginRun(ctx context.Context, w LedgerWrite) (uint64, error) {
 		return 0, err
 	}
 	ops := api.KVTxnOps{
-		{Verb: api.KVCheckSession, Key: w.LockKey, Session: w.Session},
+		w.Fence.Op(),
 		{Verb: api.KVCAS, Key: w.LedgerKey, Value: value, Index: w.Index},
 	}
 	return c.ledgerTxn(ctx, "record the start of a run in "+w.LedgerKey, w, value, ops, false)
@@ -109,11 +109,11 @@ func (c *Client) FinishRunAndRelease(ctx context.Context, r RunRelease) (uint64,
 		return 0, err
 	}
 	ops := api.KVTxnOps{
-		{Verb: api.KVCheckSession, Key: r.LockKey, Session: r.Session},
+		r.Fence.Op(),
 		{Verb: api.KVCAS, Key: r.LedgerKey, Value: value, Index: r.Index},
-		{Verb: api.KVUnlock, Key: r.LockKey, Session: r.Session, Flags: r.Flags, Value: r.Value},
+		{Verb: api.KVUnlock, Key: r.Fence.Key, Session: r.Fence.Session, Flags: r.Flags, Value: r.Value},
 	}
-	return c.ledgerTxn(ctx, "record the outcome of a run in "+r.LedgerKey+" and release "+r.LockKey, r.LedgerWrite, value, ops, true)
+	return c.ledgerTxn(ctx, "record the outcome of a run in "+r.LedgerKey+" and release "+r.Fence.Key, r.LedgerWrite, value, ops, true)
 }
 
 // ledgerTxn runs a guarded ledger write (ops: check-session first, the
@@ -133,7 +133,7 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 			refused = ErrLedgerChanged
 			for _, e := range resp.Errors {
 				if e.OpIndex != 1 { // the check-session or the unlock
-					refused = fmt.Errorf("%s: %w (%s held by session %s: %s)", op, ErrFenceLost, w.LockKey, w.Session, e.What)
+					refused = fmt.Errorf("%s: %w (%s held by session %s: %s)", op, ErrFenceLost, w.Fence.Key, w.Fence.Session, e.What)
 				}
 			}
 			return false, nil
@@ -145,19 +145,19 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 		}
 		return true, nil
 	}, func() (writeOutcome, error) {
-		got, err := c.readKeys(ctx, op, "settling a ledger write needs permission 'key:read' on the ledger and the lock key", w.LedgerKey, w.LockKey)
+		got, err := c.readKeys(ctx, op, "settling a ledger write needs permission 'key:read' on the ledger and the lock key", w.LedgerKey, w.Fence.Key)
 		if err != nil {
 			return 0, err
 		}
-		ledger, lock := got[w.LedgerKey], got[w.LockKey]
-		held := lock != nil && lock.Session == w.Session
+		ledger, lock := got[w.LedgerKey], got[w.Fence.Key]
+		held := lock != nil && lock.Session == w.Fence.Session
 		written := ledger != nil && ledger.ModifyIndex > w.Index && bytes.Equal(ledger.Value, value)
 		switch {
 		case written && (!releases || !held):
 			index = ledger.ModifyIndex
 			return outcomeApplied, nil
 		case !held:
-			refused = fmt.Errorf("%s: %w (%s is no longer held by session %s)", op, ErrFenceLost, w.LockKey, w.Session)
+			refused = fmt.Errorf("%s: %w (%s is no longer held by session %s)", op, ErrFenceLost, w.Fence.Key, w.Fence.Session)
 			return outcomeOverwritten, nil
 		}
 		refused = ErrLedgerChanged

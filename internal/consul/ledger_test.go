@@ -64,7 +64,7 @@ func (f *ledgerFixture) begin(t *testing.T, c *Client, l lockmodel.Ledger) (lock
 	if err != nil || d.Kind != lockmodel.BeginRun {
 		t.Fatalf("Begin: %v %v", d.Kind, err)
 	}
-	next, err := c.BeginRun(context.Background(), LedgerWrite{LockKey: f.lockKey, Session: f.holder, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
+	next, err := c.BeginRun(context.Background(), LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.holder}, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
 	return d.Ledger, next, err
 }
 
@@ -106,7 +106,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 
 	// Another session (a runner that does not hold the lock): refused, nothing written.
 	d, _ := lockmodel.Ledger{Lock: "job"}.Begin("r1", lockmodel.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 1}, 3, time.Now())
-	_, err := f.c.BeginRun(ctx, LedgerWrite{LockKey: f.lockKey, Session: f.other, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
+	_, err := f.c.BeginRun(ctx, LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.other}, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
 	if !errors.Is(err, ErrFenceLost) {
 		t.Fatalf("BeginRun by a session that does not hold the lock: %v; want ErrFenceLost", err)
 	}
@@ -151,12 +151,12 @@ func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := RunRelease{LedgerWrite: LedgerWrite{LockKey: f.lockKey, Session: f.holder, LedgerKey: f.ledgerKey, Index: index, Ledger: done},
+	release := RunRelease{LedgerWrite: LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.holder}, LedgerKey: f.ledgerKey, Index: index, Ledger: done},
 		Flags: held.Flags, Value: held.Value}
 
 	// Not the holder: refused, the lock stays held, the ledger unchanged.
 	notHolder := release
-	notHolder.Session = f.other
+	notHolder.Fence.Session = f.other
 	if _, err := f.c.FinishRunAndRelease(ctx, notHolder); !errors.Is(err, ErrFenceLost) {
 		t.Fatalf("FinishRunAndRelease by another session: %v; want ErrFenceLost", err)
 	}
@@ -217,7 +217,7 @@ func TestLedgerWrites_lostAnswerIsSettledByARead(t *testing.T) {
 	done, _ := started.Finish("r1", 1, lockmodel.RunFailed, func() *int { c := 3; return &c }(), time.Now())
 	held := f.live(t, f.lockKey)
 	lossy = lossyClient(t, txn)
-	next, err := lossy.FinishRunAndRelease(ctx, RunRelease{LedgerWrite: LedgerWrite{LockKey: f.lockKey, Session: f.holder, LedgerKey: f.ledgerKey, Index: index, Ledger: done},
+	next, err := lossy.FinishRunAndRelease(ctx, RunRelease{LedgerWrite: LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.holder}, LedgerKey: f.ledgerKey, Index: index, Ledger: done},
 		Flags: held.Flags, Value: held.Value})
 	if err != nil || next <= index {
 		t.Fatalf("FinishRunAndRelease with a lost answer: %d, %v; want success at a higher index", next, err)

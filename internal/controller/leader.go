@@ -122,10 +122,10 @@ func (c *Controller) leadOnce(ctx context.Context) (led bool, err error) {
 	log.Info("became leader", "fencing_token", h.Grant.FencingToken)
 	termCtx, endTerm := context.WithCancel(ctx)
 	defer endTerm()
-	c.setTerm(&term{ctx: termCtx, fence: consul.Fence{Key: c.LeaderKey(), Session: h.Session.ID}})
+	c.setTerm(&term{ctx: termCtx, fence: h.IsOwner()})
 
 	select {
-	case <-h.Lost():
+	case <-h.Done():
 	case <-ctx.Done():
 	}
 	// End the term: cancel what it has in flight, wait for the action to
@@ -137,7 +137,9 @@ func (c *Controller) leadOnce(ctx context.Context) (led bool, err error) {
 	c.setTerm(nil)
 	c.actMu.Lock()
 	defer c.actMu.Unlock()
-	h.Release(context.WithoutCancel(ctx))
+	if err := h.Unlock(context.WithoutCancel(ctx)); err != nil {
+		log.Warn("giving leadership up failed; the next replica takes over when the session ends", "error", err.Error())
+	}
 	if ctx.Err() != nil {
 		log.Info("released leadership")
 		return true, nil

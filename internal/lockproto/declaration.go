@@ -60,12 +60,3 @@ func ConsulDefaultProfile(l lockmodel.Lock) lockmodel.SessionProfile {
 	}
 	return p.WithDefaults()
 }
-
-// Detach stops renewing and watching the hold without releasing the lock
-// or destroying the session: the caller takes the session over and renews
-// it from then on (the provider's ephemeral lock, renewed by the CLI's
-// Renew calls, possibly from another process).
-func (h *Hold) Detach() {
-	h.cancel()
-	h.wg.Wait()
-}

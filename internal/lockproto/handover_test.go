@@ -100,7 +100,7 @@ func TestHold_watchBlocksFromTheAcquisitionsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release(ctx)
+	defer unlock(t, h)
 	var watch []loggedRequest
 	for _, r := range proxy.waitKeyReads(t, key, 2) {
 		if r.query.Has("consistent") {
@@ -209,7 +209,7 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer held.Release(ctx)
+	defer unlock(t, held)
 	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil || pair == nil {
 		t.Fatalf("read %s: %v", key, err)
@@ -257,16 +257,14 @@ func TestHold_releaseGoesOverAnIdleConnection(t *testing.T) {
 		}
 		return c
 	}
-	opts := holdOptions(t, key)
-	opts.WatchClient = client()
-	h, err := AcquireHold(ctx, client(), opts)
+	h, err := AcquireHold(ctx, client(), holdOptions(t, key), WithWatchClient(client()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for len(proxy.keyReads(key)) == 0 || !proxy.keyReads(key)[len(proxy.keyReads(key))-1].query.Has("consistent") {
 		time.Sleep(5 * time.Millisecond) // until the watch blocks
 	}
-	h.Release(ctx)
+	unlock(t, h)
 
 	proxy.mu.Lock()
 	defer proxy.mu.Unlock()

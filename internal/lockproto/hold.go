@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -25,33 +26,44 @@ type HoldOptions struct {
 	// Grace is how long the holder needs, after Lost, to stop what it
 	// does under the lock; the stop rule decides loss that much earlier.
 	Grace time.Duration
-	// RuleWarned: the caller has already warned that the stop rule is not
-	// feasible (the runner, with its own numbers); AcquireHold then does
-	// not warn again.
-	RuleWarned bool
 	// Value gives the value to write at acquisition. It is called for
 	// every attempt; the winning attempt's value is written again at
 	// release.
 	Value func() []byte
-	// WatchClient, when set, is a client with connections of its own for
-	// the hold's watch, whose blocking query keeps a connection busy while
-	// the lock is held: the release then goes over the connection the
-	// acquisition left idle instead of dialling one (a TCP, and with TLS
-	// a TLS, handshake on the hand-over's path). The same settings as the
-	// hold's client.
-	WatchClient *consul.Client
 	// Clock is the wall clock of what the hold writes for other processes
 	// to compare with their own clocks: the hand-off's started (waiters =
 	// "handoff"). The zero Clock is the system's.
 	Clock lockmodel.Clock
 	// Log gets the hold's events; the hold adds the key to each line.
 	Log *slog.Logger
-	// Observed, when set, is called with every observation of the renewer
-	// and the watcher, whether the lock was held then, and the time the
-	// lock counts as lost if no renewal succeeds before. It replaces the
-	// hold's own logging of failed requests (for a caller that logs them
-	// its own way) and must not block.
-	Observed func(o Observation, held bool, lostIfNoRenewalBy time.Time)
+
+	ruleWarned  bool
+	watchClient *consul.Client
+	observed    func(o Observation, held bool, lostIfNoRenewalBy time.Time)
+}
+
+// HoldOption is one caller's behaviour of a hold (etcd concurrency's
+// options): AcquireHold applies them to its HoldOptions.
+type HoldOption func(*HoldOptions)
+
+// WithRuleWarned: the caller has already warned that the stop rule is not
+// feasible (the runner, with its own numbers); the hold does not again.
+func WithRuleWarned() HoldOption { return func(o *HoldOptions) { o.ruleWarned = true } }
+
+// WithWatchClient has the hold's watch use c, a client with connections of
+// its own (the same settings as the hold's): the watch's blocking query
+// keeps a connection busy while the lock is held, and the release then
+// goes over the connection the acquisition left idle instead of dialling
+// one (a TCP, and with TLS a TLS, handshake on the hand-over's path).
+func WithWatchClient(c *consul.Client) HoldOption { return func(o *HoldOptions) { o.watchClient = c } }
+
+// WithObserver has f called with every observation of the renewer and the
+// watcher, whether the lock was held then, and the time the lock counts as
+// lost if no renewal succeeds before. It replaces the hold's own logging
+// of failed requests (for a caller that logs them its own way) and must
+// not block.
+func WithObserver(f func(o Observation, held bool, lostIfNoRenewalBy time.Time)) HoldOption {
+	return func(o *HoldOptions) { o.observed = f }
 }
 
 // Hold is a lock held by a session of its own: the session is renewed,
@@ -97,10 +109,13 @@ func (e *LostError) Error() string { return e.Reason }
 // *LostError when the lock was lost by the time it was acquired. On every
 // error the lock is released if the session got it (unless the session is
 // gone) and the session destroyed, and the caller may start over.
-func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, error) {
+func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...HoldOption) (*Hold, error) {
+	for _, opt := range opts {
+		opt(&o)
+	}
 	log := o.Log.With("key", o.Lock.Key)
 	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
-	if verdict := rule.Verdict(); verdict != "" && !o.RuleWarned {
+	if verdict := rule.Verdict(); verdict != "" && !o.ruleWarned {
 		log.Warn("holders cut off from Consul cannot stop in time", "verdict", verdict, "fix", rule.Fix())
 	}
 	s := o.Session
@@ -115,8 +130,8 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 	if m, ok := h.proto.(*mutex); ok {
 		m.clock = o.Clock
 	}
-	if w, ok := h.proto.(watchVia); ok && o.WatchClient != nil {
-		w.watchVia(o.WatchClient)
+	if w, ok := h.proto.(watchVia); ok && o.watchClient != nil {
+		w.watchVia(o.watchClient)
 	}
 	obs := make(chan Observation, 16)
 	h.goFn(wctx, func(ctx context.Context) { RenewLoop(ctx, c, s.ID, rule.RenewEvery, rule.RenewTimeout, obs) })
@@ -146,7 +161,9 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 				h.Value = h.Grant.Value // written by the holder that handed the lock over
 			}
 			if err != nil {
-				h.end(context.WithoutCancel(ctx), !errors.Is(err, ErrSessionInvalid))
+				if cerr := h.end(context.WithoutCancel(ctx), !errors.Is(err, ErrSessionInvalid)); cerr != nil {
+					log.Warn("cleaning up after the acquisition failed", "error", cerr.Error())
+				}
 				return nil, err
 			}
 			h.goFn(wctx, func(ctx context.Context) { h.proto.Watch(ctx, s, obs) })
@@ -160,7 +177,9 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions) (*Hold, e
 				if err := <-done; err != nil { // the session is gone: its error is only detail
 					h.opts.Log.Debug("acquisition stopped", "key", h.opts.Lock.Key, "error", err.Error())
 				}
-				h.end(context.WithoutCancel(ctx), false)
+				if cerr := h.end(context.WithoutCancel(ctx), false); cerr != nil {
+					log.Warn("cleaning up after the session ended", "error", cerr.Error())
+				}
 				return nil, fmtSessionGone(ob.Detail)
 			}
 		}
@@ -188,11 +207,11 @@ func (h *Hold) goFn(ctx context.Context, f func(ctx context.Context)) {
 	}()
 }
 
-// observed hands o to the Observed hook, or else logs a failed request
+// observed hands o to the observer (WithObserver), or else logs a failed request
 // while the lock is held.
 func (h *Hold) observed(o Observation, held bool, deadline time.Time) {
-	if h.opts.Observed != nil {
-		h.opts.Observed(o, held, deadline)
+	if h.opts.observed != nil {
+		h.opts.observed(o, held, deadline)
 		return
 	}
 	if held && (o.Kind == ObsRenewFailed || o.Kind == ObsReadFailed) {
@@ -229,10 +248,19 @@ func (h *Hold) judge(ctx context.Context, j *LossJudge, obs <-chan Observation) 
 	}
 }
 
-// Lost is closed when the lock is lost; Reason says why.
-func (h *Hold) Lost() <-chan struct{} { return h.lost }
+// Done is closed when the lock is lost (etcd's Session.Done); Reason says
+// why. The holder must stop what it does under the lock.
+func (h *Hold) Done() <-chan struct{} { return h.lost }
 
-// Reason says why the lock was lost ("" before Lost is closed).
+// IsOwner is the condition of a write fenced by this hold (etcd's
+// Mutex.IsOwner): the session still holds the lock key, or for a
+// semaphore its contender key. consul.FencedCAS and the run ledger's
+// writes put it in their transactions.
+func (h *Hold) IsOwner() consul.Fence {
+	return consul.Fence{Key: h.proto.ownerKey(h.Session), Session: h.Session.ID}
+}
+
+// Reason says why the lock was lost ("" before Done is closed).
 func (h *Hold) Reason() string {
 	select {
 	case <-h.lost:
@@ -245,34 +273,47 @@ func (h *Hold) Reason() string {
 // LastContact is the hold's last confirmed contact with the cluster: the
 // send time of the latest renewal Consul answered, while waiting or since
 // (the session's creation when none has been answered yet). A holder that
-// takes the session over (Detach) counts its contact deadline from here.
+// takes the session over (Orphan) counts its contact deadline from here.
 // An acquisition is not contact: it does not restart the session's TTL.
 func (h *Hold) LastContact() time.Time {
 	return time.Unix(0, h.contact.Load())
 }
 
-// Release stops renewing and watching, releases the lock if the session
+// Unlock stops renewing and watching, releases the lock if the session
 // still holds it (a release sets no lock-delay, so the next holder starts
 // at once), then destroys the session. Each step is bounded by
-// CleanupTimeout; failures are logged, and the session then ends by TTL.
-func (h *Hold) Release(ctx context.Context) {
-	h.end(ctx, true)
+// CleanupTimeout; the error joins the steps' failures (the session then
+// ends by TTL, and a lock still held frees after its lock-delay).
+func (h *Hold) Unlock(ctx context.Context) error {
+	return h.end(ctx, true)
 }
 
-// Destroy stops renewing and watching and destroys the session without a
-// release of its own: for a holder whose transaction already released the
-// lock (the runner's FinishRunAndRelease), so that nothing is sent twice.
-func (h *Hold) Destroy(ctx context.Context) {
-	h.end(ctx, false)
+// Close stops renewing and watching and destroys the session without a
+// release of its own (etcd's Session.Close): for a holder whose
+// transaction already released the lock (the runner's
+// FinishRunAndRelease), so that nothing is sent twice. A lock the session
+// still holds frees after its lock-delay.
+func (h *Hold) Close(ctx context.Context) error {
+	return h.end(ctx, false)
 }
 
-func (h *Hold) end(ctx context.Context, release bool) {
+// Orphan stops renewing and watching the hold without releasing the lock
+// or destroying the session (etcd's Session.Orphan): the caller takes the
+// session over and renews it from then on (the provider's ephemeral lock,
+// renewed by the CLI's Renew calls, possibly from another process).
+func (h *Hold) Orphan() {
+	h.cancel()
+	h.wg.Wait()
+}
+
+func (h *Hold) end(ctx context.Context, release bool) error {
 	// The release is on the hand-over's path and goes before the renewer
 	// and the watcher are waited for (they only stop); ending keeps the
 	// judge from calling the release a loss.
 	h.ending.Store(true)
 	h.cancel()
 	log := h.log.With("session", h.Session.ID)
+	var errs []error
 	if release {
 		value := h.Value
 		if value == nil {
@@ -280,7 +321,7 @@ func (h *Hold) end(ctx context.Context, release bool) {
 		}
 		switch released, err := h.proto.Release(ctx, h.Session, value); {
 		case err != nil:
-			log.Warn("release failed; the lock frees when the session ends", "error", err.Error())
+			errs = append(errs, fmt.Errorf("release the lock (it frees when the session ends): %w", err))
 		case released:
 			log.Info("lock released")
 		default:
@@ -289,8 +330,9 @@ func (h *Hold) end(ctx context.Context, release bool) {
 	}
 	h.wg.Wait()
 	if err := DestroySession(ctx, h.c, h.Session.ID); err != nil {
-		log.Warn("session destroy failed; Consul invalidates it after about 2 x TTL", "error", err.Error())
+		errs = append(errs, fmt.Errorf("destroy the session (Consul invalidates it after about 2 x TTL): %w", err))
 	} else {
 		log.Info("session destroyed")
 	}
+	return errors.Join(errs...)
 }

@@ -46,8 +46,16 @@ func holdTest(t *testing.T) (*consul.Client, string, context.Context) {
 	return c, testenv.UniquePrefix(t.Name()) + "/.lock", ctx
 }
 
+// unlock ends h (Unlock) and fails the test on an error.
+func unlock(t *testing.T, h *Hold) {
+	t.Helper()
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Errorf("unlock: %v", err)
+	}
+}
+
 // A hold is the lock acquired with a txn lock op (its fencing token is the
-// key's ModifyIndex), Lost closes when the key is taken away, and Release
+// key's ModifyIndex), Done closes when the key is taken away, and Unlock
 // releases the key before it destroys the session, so the next holder
 // does not wait for the lock-delay.
 func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
@@ -63,7 +71,7 @@ func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
 		pair.Flags != lockmodel.LockFlagValue {
 		t.Fatalf("key after AcquireHold: %+v (%v); hold %+v", pair, err, h.Grant)
 	}
-	h.Release(ctx)
+	unlock(t, h)
 	pair, _, _ = kv.Get(key, &api.QueryOptions{RequireConsistent: true})
 	if pair == nil || pair.Session != "" {
 		t.Fatalf("key after Release: %+v; want it released and kept", pair)
@@ -86,14 +94,14 @@ func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-next.Lost():
+	case <-next.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lost not closed after the key was deleted")
 	}
 	if next.Reason() == "" {
 		t.Fatal("no reason given for the loss")
 	}
-	next.Release(ctx)
+	unlock(t, next)
 }
 
 // A hold that waited longer than the stop rule lets a holder go without
@@ -128,7 +136,7 @@ func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release(ctx)
+	defer unlock(t, h)
 	if waited := time.Since(h.Session.Created); waited < heldFor {
 		t.Fatalf("acquired after %s, before the other session released (%s)", waited, heldFor)
 	}
@@ -154,14 +162,14 @@ func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
 	var calls int
 	o.Value = func() []byte { calls++; return []byte(fmt.Sprintf("attempt %d", calls)) }
 	seen := make(chan Observation, 64)
-	o.Observed = func(ob Observation, held bool, _ time.Time) {
+	observer := WithObserver(func(ob Observation, held bool, _ time.Time) {
 		select {
 		case seen <- ob:
 		default:
 		}
-	}
+	})
 
-	h, err := AcquireHold(ctx, c, o)
+	h, err := AcquireHold(ctx, c, o, observer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +182,9 @@ func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
 			t.Fatalf("observation about session %q, want %q", ob.Session, s.ID)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the Observed hook got nothing within 10s (renewal every 500ms)")
+		t.Fatal("the observer got nothing within 10s (renewal every 500ms)")
 	}
-	h.Release(ctx)
+	unlock(t, h)
 	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil || pair == nil || pair.Session != "" || string(pair.Value) != string(h.Value) || string(h.Value) != "attempt 1" {
 		t.Fatalf("key after Release: %+v (%v); want it released with the winning value %q", pair, err, h.Value)

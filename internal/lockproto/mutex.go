@@ -37,7 +37,7 @@ type mutex struct {
 	// token): Watch blocks on it from its first read, since the
 	// acquisition's own answer showed the key held at that index.
 	acquired uint64
-	// watchC, when set, is the client Watch uses (HoldOptions.WatchClient).
+	// watchC, when set, is the client Watch uses (WithWatchClient).
 	watchC *consul.Client
 	// holderSeen is the last session seen holding the key (race), for
 	// PlaceInQueue, which leaves the holder's own entry out of the queue.
@@ -53,6 +53,8 @@ type mutex struct {
 func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
 
 func (m *mutex) Key() string { return m.lock.Key }
+
+func (m *mutex) ownerKey(*Session) string { return m.lock.Key }
 
 func (m *mutex) pair(s *Session, holder []byte) *api.KVPair {
 	return &api.KVPair{Key: m.lock.Key, Value: holder, Session: s.ID, Flags: lockmodel.LockFlagValue}
@@ -73,15 +75,16 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 	// A lock handed to this waiter is taken from this read (handedOver), so
 	// with waiters = "handoff" it must be the leader's confirmed view.
 	r := &racer{m: m, s: s, delays: map[string]time.Duration{}, consistent: m.lock.HandsOff() && entry != ""}
+	r.f = consul.Follower{Wait: acquireWaitTime, Consistent: r.consistent}
 	for {
-		pair, meta, err := m.c.KV().Get(m.lock.Key, (&api.QueryOptions{WaitIndex: r.waitIndex, WaitTime: acquireWaitTime, RequireConsistent: r.consistent}).WithContext(ctx))
+		pair, meta, err := m.c.KV().Get(m.lock.Key, r.f.Options(ctx))
 		if err != nil {
 			if werr := r.fail(ctx, "read lock key", err); werr != nil {
 				return Grant{}, werr
 			}
 			continue
 		}
-		r.failures = 0
+		r.f.Answered(meta.LastIndex)
 		if pair != nil {
 			if err := lockmodel.CheckCompatible(m.lock, pair.Flags, pair.Value); err != nil {
 				return Grant{}, err
@@ -94,7 +97,7 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 			// An earlier lock op succeeded but its answer was lost: lock
 			// again below (the holder may) to learn the token.
 		case pair != nil && pair.Session != "":
-			r.heldByOther(ctx, pair, meta.LastIndex)
+			r.heldByOther(ctx, pair)
 			continue
 		}
 		if r.freedAt.IsZero() && r.holderSeen != "" {
@@ -111,8 +114,7 @@ type racer struct {
 	m          *mutex
 	s          *Session
 	consistent bool // read the key consistently (a hand-over is taken from the read)
-	waitIndex  uint64
-	failures   int
+	f          consul.Follower
 	holderSeen string                   // the last session seen holding the key
 	delays     map[string]time.Duration // the lock-delays of the holders seen
 	freedAt    time.Time                // when the key was seen to go free
@@ -122,13 +124,12 @@ type racer struct {
 // fail waits out a transient error (nil: read again from index 0) or
 // returns the error that ends the race.
 func (r *racer) fail(ctx context.Context, op string, err error) error {
-	r.waitIndex = 0
-	return waitAfterError(ctx, r.m.log, op+" "+r.m.lock.Key, err, &r.failures)
+	return waitAfterError(ctx, r.m.log, op+" "+r.m.lock.Key, err, &r.f)
 }
 
-// heldByOther: pair (read at index last) is held by another session; the
-// next read blocks until it changes.
-func (r *racer) heldByOther(ctx context.Context, pair *api.KVPair, last uint64) {
+// heldByOther: pair, the follower's last answer, is held by another
+// session; the next read blocks until it changes.
+func (r *racer) heldByOther(ctx context.Context, pair *api.KVPair) {
 	if pair.Session != r.holderSeen {
 		r.holderSeen = pair.Session
 		r.m.holderSeen = pair.Session
@@ -144,7 +145,6 @@ func (r *racer) heldByOther(ctx context.Context, pair *api.KVPair, last uint64) 
 		r.m.log.Info("waiting for the lock", "holder_session", pair.Session, "holder", string(pair.Value))
 	}
 	r.freedAt, r.retries = time.Time{}, 0
-	r.waitIndex = consul.NextIndex(r.waitIndex, last)
 }
 
 // attempt runs one lock op on the key seen free at index seen. won is true
@@ -171,11 +171,12 @@ func (r *racer) attempt(ctx context.Context, holder func() []byte, entry *string
 	case pair != nil && pair.Session == r.s.ID && r.consistent:
 		return m.handedOver(pair), true, nil
 	case pair != nil && pair.Session == r.s.ID:
-		r.waitIndex = 0 // ours after all (an answer lost): lock again for the token
+		r.f.Reset() // ours after all (an answer lost): lock again for the token
 	case pair != nil && pair.Session != "":
 		// Another contender was first: wait on it from this read, not
 		// from a second read of the same state.
-		r.heldByOther(ctx, pair, meta.LastIndex)
+		r.f.Answered(meta.LastIndex)
+		r.heldByOther(ctx, pair)
 	default:
 		return Grant{}, false, r.waitLockDelay(ctx)
 	}
@@ -193,8 +194,8 @@ func (r *racer) waitLockDelay(ctx context.Context) error {
 	r.retries++
 	r.m.log.Info("lock key is in its lock-delay; acquiring again when it can have passed",
 		"previous_session", r.holderSeen, "lock_delay", lockmodel.FormatDuration(delay), "retry_in", wait.Round(time.Millisecond))
-	r.waitIndex = 0
-	return sleepCtx(ctx, wait)
+	r.f.Reset()
+	return consul.Sleep(ctx, wait)
 }
 
 func describeHolder(pair *api.KVPair) string {
@@ -218,34 +219,22 @@ func (m *mutex) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 		}()
 		defer func() { <-done }()
 	}
-	var (
-		index    = m.acquired
-		failures int
-	)
-	for {
-		sent := time.Now()
-		pair, meta, err := kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true, WaitIndex: index, WaitTime: watchWaitTime}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failures++
-			if !reportReadFailure(ctx, out, s, sent, err, "watch lock key "+m.lock.Key, failures) {
-				return
-			}
-			index = 0
-			continue
-		}
-		failures = 0
-		if pair == nil || pair.Session != s.ID {
+	f := &consul.Follower{Wait: watchWaitTime, Consistent: true}
+	f.From(m.acquired)
+	var sent time.Time
+	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
+		sent = time.Now()
+		return kv.Get(m.lock.Key, o)
+	}, func(pair *api.KVPair, err error) bool {
+		switch {
+		case err != nil:
+			return reportReadFailure(ctx, out, s, sent, err, "watch lock key "+m.lock.Key)
+		case pair == nil || pair.Session != s.ID:
 			send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyLost, At: sent, Detail: "key " + m.lock.Key + " is " + describeHolder(pair)})
-			return
+			return false
 		}
-		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
-			return
-		}
-		index = consul.NextIndex(index, meta.LastIndex)
-	}
+		return send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent})
+	})
 }
 
 func (m *mutex) Release(ctx context.Context, s *Session, holder []byte) (bool, error) {

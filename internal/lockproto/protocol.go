@@ -36,6 +36,8 @@ type Protocol interface {
 	// next holder starts without lock-delay. released is false when s did
 	// not hold it; then nothing changed.
 	Release(ctx context.Context, s *Session, holder []byte) (released bool, err error)
+	// ownerKey is the key s holds while it holds the lock (Hold.IsOwner).
+	ownerKey(s *Session) string
 }
 
 // New picks the protocol of lock l (normalised).
@@ -47,7 +49,7 @@ func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *s
 }
 
 // watchVia is implemented by the protocols: their Watch then uses c, a
-// client with connections of its own (HoldOptions.WatchClient).
+// client with connections of its own (WithWatchClient).
 type watchVia interface{ watchVia(c *consul.Client) }
 
 // Grant is what an acquisition returns.
@@ -168,23 +170,12 @@ func lockDelayWait(freedAt time.Time, delay time.Duration, retry int, now time.T
 	return backoff(max(retry, 1))
 }
 
-// sleepCtx waits d or until ctx ends, with a timer.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // waitAfterError decides what an error while waiting for the lock means:
 // transient ones (no leader, connection trouble, overload) are waited out
-// with backoff and nil is returned; anything else is returned classified,
-// and so is ctx's end.
-func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error, failures *int) error {
+// with f's back-off (the next query reads from index 0) and nil is
+// returned; anything else is returned classified, and so is ctx's end. A
+// retried write passes a follower of its own for the back-off.
+func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error, f *consul.Follower) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -195,23 +186,19 @@ func waitAfterError(ctx context.Context, log *slog.Logger, op string, err error,
 	if e.Kind != consul.KindTransient && !(e.Kind == consul.KindUnknown && consul.IsTransientText(err)) {
 		return e
 	}
-	*failures++
-	pause := backoff(*failures)
+	pause := f.Failed()
 	log.Warn("Consul request failed; retrying", "op", op, "error", e.Error(), "retry_in", pause)
-	return sleepCtx(ctx, pause)
+	return consul.Sleep(ctx, pause)
+}
+
+// reportReadFailure tells the loop a watch read of session s failed
+// (consul.Follow then waits the back-off); false means ctx ended and the
+// watch must stop.
+func reportReadFailure(ctx context.Context, out chan<- Observation, s *Session, sent time.Time, err error, op string) bool {
+	return send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify(op, err).Error()})
 }
 
 // send delivers o unless ctx ends first; it reports whether it did.
-// reportReadFailure tells the loop a watch read of session s failed and waits
-// the backoff for the failures so far; false means ctx ended and the watch
-// must stop.
-func reportReadFailure(ctx context.Context, out chan<- Observation, s *Session, sent time.Time, err error, op string, failures int) bool {
-	if !send(ctx, out, Observation{Session: s.ID, Kind: ObsReadFailed, At: sent, Detail: consul.Classify(op, err).Error()}) {
-		return false
-	}
-	return sleepCtx(ctx, backoff(failures)) == nil
-}
-
 func send(ctx context.Context, out chan<- Observation, o Observation) bool {
 	select {
 	case out <- o:

@@ -47,18 +47,18 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 		}
 	}()
 	var (
-		failures  int
+		retry     consul.Follower // the back-off of the queue's reads
 		lastAhead = "-"
 	)
 	for {
 		pairs, meta, err := kv.List(lockmodel.WaiterQueuePrefix(m.lock), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
-			if werr := waitAfterError(ctx, m.log, "list waiter queue "+lockmodel.WaiterQueuePrefix(m.lock), err, &failures); werr != nil {
+			if werr := waitAfterError(ctx, m.log, "list waiter queue "+lockmodel.WaiterQueuePrefix(m.lock), err, &retry); werr != nil {
 				return Grant{}, werr
 			}
 			continue
 		}
-		failures = 0
+		retry = consul.Follower{}
 		place := lockmodel.PlaceInQueue(QueueEntries(pairs), s.ID, m.holderSeen)
 		m.deleteStale(ctx, place.Stale)
 		if !place.Listed && m.lock.HandsOff() {
@@ -86,11 +86,12 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 			lastAhead = place.Ahead.Session
 			m.log.Info("waiting in the queue", "queue_position", place.Position, "ahead_session", place.Ahead.Session)
 		}
-		// From the listing's index: a change of the entry ahead between the
-		// listing and this read answers at once.
-		_, _, err = kv.Get(place.Ahead.Key, (&api.QueryOptions{WaitIndex: consul.NextIndex(0, meta.LastIndex), WaitTime: acquireWaitTime}).WithContext(ctx))
-		if err != nil {
-			if werr := waitAfterError(ctx, m.log, "wait on queue entry "+place.Ahead.Key, err, &failures); werr != nil {
+		// From the listing's answer: a change of the entry ahead between
+		// the listing and this read answers at once.
+		ahead := consul.Follower{Wait: acquireWaitTime}
+		ahead.Answered(meta.LastIndex)
+		if _, _, err = kv.Get(place.Ahead.Key, ahead.Options(ctx)); err != nil {
+			if werr := waitAfterError(ctx, m.log, "wait on queue entry "+place.Ahead.Key, err, &retry); werr != nil {
 				return Grant{}, werr
 			}
 		}
@@ -101,7 +102,7 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 // holder value). queued is false, after one warning, when the token lacks
 // the queue grant or Consul refuses the entry: the runner then races.
 func (m *mutex) enqueue(ctx context.Context, s *Session, entry string, holder func() []byte) (queued bool, err error) {
-	var failures int
+	var retry consul.Follower // the back-off of the write
 	for {
 		pair := &api.KVPair{Key: entry, Value: lockmodel.WithLockDelay(holder(), m.declaredDelay), Session: s.ID}
 		ok, _, err := m.c.KV().Acquire(pair, (&api.WriteOptions{}).WithContext(ctx))
@@ -118,7 +119,7 @@ func (m *mutex) enqueue(ctx context.Context, s *Session, entry string, holder fu
 				"missing_grant", QueueGrant(m.lock), "error", consul.Classify("write queue entry "+entry, err).Error())
 			return false, nil
 		}
-		if werr := waitAfterError(ctx, m.log, "write queue entry "+entry, err, &failures); werr != nil {
+		if werr := waitAfterError(ctx, m.log, "write queue entry "+entry, err, &retry); werr != nil {
 			return false, werr
 		}
 	}
@@ -224,28 +225,17 @@ func (m *mutex) handOff(ctx context.Context, s *Session, holder []byte) bool {
 // the lock is held (until ctx ends): one blocking query, answered when a
 // waiter joins or leaves.
 func (m *mutex) followQueue(ctx context.Context, kv *api.KV) {
-	var (
-		index    uint64
-		failures int
-	)
-	for {
-		pairs, meta, err := kv.List(lockmodel.WaiterQueuePrefix(m.lock), (&api.QueryOptions{WaitIndex: index, WaitTime: watchWaitTime}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return
-		}
+	f := &consul.Follower{Wait: watchWaitTime}
+	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (api.KVPairs, *api.QueryMeta, error) {
+		return kv.List(lockmodel.WaiterQueuePrefix(m.lock), o)
+	}, func(pairs api.KVPairs, err error) bool {
 		if err != nil {
 			m.queueSeen.Store(nil) // the release lists again
-			failures++
-			if sleepCtx(ctx, backoff(failures)) != nil {
-				return
-			}
-			index = 0
-			continue
+		} else {
+			m.queueSeen.Store(&pairs)
 		}
-		failures = 0
-		m.queueSeen.Store(&pairs)
-		index = consul.NextIndex(index, meta.LastIndex)
-	}
+		return true
+	})
 }
 
 // handOffTo is handOff on the queue listing pairs; tried is false when

@@ -283,7 +283,7 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	})
 	m.queueSeen.Store(stale) // as if the leaver's going had not reached the holder yet
 
-	h.Release(ctx)
+	unlock(t, h)
 	pair, _, err := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil || pair == nil || pair.Session != waiter.ID {
 		t.Fatalf("lock key after the release: %+v (%v); want it handed to the waiter now first (%s)", pair, err, waiter.ID)
@@ -296,7 +296,7 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 		t.Fatalf("the waiter's grant %+v came from a lock op of its own; want the lock handed to it", r.g)
 	}
 	select {
-	case <-h.Lost():
+	case <-h.Done():
 		t.Fatalf("the hold reports a loss after its own release: %s", h.Reason())
 	default:
 	}

@@ -53,7 +53,7 @@ type semaphore struct {
 	declaredDelay time.Duration
 	prefix        string
 	log           *slog.Logger
-	// watchC, when set, is the client Watch uses (HoldOptions.WatchClient).
+	// watchC, when set, is the client Watch uses (WithWatchClient).
 	watchC *consul.Client
 }
 
@@ -63,108 +63,132 @@ func (m *semaphore) watchVia(c *consul.Client) { m.watchC = c }
 
 func (m *semaphore) contenderKey(s *Session) string { return m.prefix + "/" + s.ID }
 
-func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error) {
-	kv := m.c.KV()
-	var failures int
-	fail := func(op string, err error) error {
-		return waitAfterError(ctx, m.log, op, err, &failures)
-	}
-	value := func() []byte { return lockmodel.WithLockDelay(holder(), m.declaredDelay) }
-	contender := &api.KVPair{Key: m.contenderKey(s), Value: value(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
-	for {
-		_, ok, err := lockKey(ctx, m.c, contender)
-		if errors.Is(err, ErrSessionInvalid) {
-			return Grant{}, err
-		}
-		if err != nil {
-			if werr := fail("create contender key "+contender.Key, err); werr != nil {
-				return Grant{}, werr
-			}
-			continue
-		}
-		if !ok {
-			return Grant{}, fmt.Errorf("create contender key %s: Consul refused the acquisition", contender.Key)
-		}
-		break
-	}
+func (m *semaphore) ownerKey(s *Session) string { return m.contenderKey(s) }
 
-	var (
-		waitIndex uint64
-		waitTime  = acquireWaitTime
-		lastSeen  []string
-		dead      = newDeadHolders(m.prefix)
-	)
-	for {
-		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: waitTime}).WithContext(ctx))
-		waitTime = acquireWaitTime
-		if err != nil {
-			if werr := fail("read semaphore "+m.prefix+"/", err); werr != nil {
-				return Grant{}, werr
-			}
-			waitIndex = 0
-			continue
-		}
-		failures = 0
-		table, tableIndex, err := m.table(pairs)
-		if err != nil {
-			return Grant{}, err
-		}
-		if !heldBy(pairs, contender.Key, s.ID) {
-			// Our contender key is gone: the session was invalidated
-			// (behavior delete) or someone deleted the key.
-			return Grant{}, ErrSessionInvalid
-		}
-		newlyDead, freeIn := dead.prune(table, pairs, time.Now())
-		for _, h := range newlyDead {
-			m.log.Info("a holder's session ended without leaving the semaphore; its slot frees when its lock-delay has passed",
-				"holder_session", h, "lock_delay", lockmodel.FormatDuration(dead.lockDelay(h)))
-		}
-		if table.Holders[s.ID] {
-			// Listed already: an earlier join succeeded but its answer
-			// was lost. Join again to learn the token.
-			delete(table.Holders, s.ID)
-		}
-		if len(table.Holders) >= m.lock.Limit {
-			// Learn the lock-delays of the holders while they live (a
-			// session that has ended can no longer be read), before
-			// saying that we wait: a holder that ends after the log line
-			// frees its slot after its own lock-delay, not Consul's
-			// maximum.
-			m.learnLockDelays(ctx, s, table, pairs, dead)
-			if holders := slices.Sorted(maps.Keys(table.Holders)); !slices.Equal(holders, lastSeen) {
-				lastSeen = holders
-				m.log.Info("waiting for a semaphore slot", "limit", m.lock.Limit, "holder_sessions", holders)
-			}
-			waitIndex = consul.NextIndex(waitIndex, meta.LastIndex)
-			if freeIn > 0 {
-				// Wake when a dead holder's slot frees, if nothing
-				// changes before.
-				waitTime = min(acquireWaitTime, freeIn+lockDelayMargin)
-			}
-			continue
-		}
-		table.Holders[s.ID] = true
-		tableValue, err := lockmodel.EncodeSemaphoreState(table)
-		if err != nil {
-			return Grant{}, err
-		}
-		contender.Value = value() // written again by the join: "started" is the admission
-		g, ok, err := m.join(ctx, s, contender, tableValue, tableIndex)
-		if errors.Is(err, ErrSessionInvalid) {
-			return Grant{}, err
-		}
-		if err != nil {
-			if werr := fail("update semaphore holder table "+m.lock.Key, err); werr != nil {
-				return Grant{}, werr
-			}
-			waitIndex = 0
-			continue
-		}
-		if ok {
-			return g, nil
-		}
-		waitIndex = 0 // another contender changed the table first; read it again
+func (m *semaphore) Acquire(ctx context.Context, s *Session, holder func() []byte) (Grant, error) {
+	w := &slotWaiter{m: m, s: s, holder: holder, dead: newDeadHolders(m.prefix), f: consul.Follower{Wait: acquireWaitTime}}
+	w.contender = &api.KVPair{Key: m.contenderKey(s), Value: w.value(), Session: s.ID, Flags: lockmodel.SemaphoreFlagValue}
+	if err := w.createContender(ctx); err != nil {
+		return Grant{}, err
 	}
+	for {
+		pairs, meta, err := m.c.KV().List(m.prefix+"/", w.f.Options(ctx))
+		w.f.Wait = acquireWaitTime
+		if err != nil {
+			if werr := waitAfterError(ctx, m.log, "read semaphore "+m.prefix+"/", err, &w.f); werr != nil {
+				return Grant{}, werr
+			}
+			continue
+		}
+		w.f.Answered(meta.LastIndex)
+		if g, done, err := w.step(ctx, pairs); done || err != nil {
+			return g, err
+		}
+	}
+}
+
+// slotWaiter is one contender's wait for a semaphore slot: what it has
+// learnt of the holders and the follower of the semaphore's prefix.
+type slotWaiter struct {
+	m         *semaphore
+	s         *Session
+	holder    func() []byte
+	contender *api.KVPair
+	dead      *deadHolders
+	lastSeen  []string // the holders last logged
+	f         consul.Follower
+}
+
+func (w *slotWaiter) value() []byte { return lockmodel.WithLockDelay(w.holder(), w.m.declaredDelay) }
+
+// createContender writes the contender key, acquired with the session.
+func (w *slotWaiter) createContender(ctx context.Context) error {
+	for {
+		_, ok, err := lockKey(ctx, w.m.c, w.contender)
+		switch {
+		case errors.Is(err, ErrSessionInvalid):
+			return err
+		case err != nil:
+			if werr := waitAfterError(ctx, w.m.log, "create contender key "+w.contender.Key, err, &w.f); werr != nil {
+				return werr
+			}
+		case !ok:
+			return fmt.Errorf("create contender key %s: Consul refused the acquisition", w.contender.Key)
+		default:
+			return nil
+		}
+	}
+}
+
+// step decides on one listing of the semaphore: wait (done false), or
+// join when a slot is free; done with the grant, or an error.
+func (w *slotWaiter) step(ctx context.Context, pairs api.KVPairs) (g Grant, done bool, err error) {
+	m, s := w.m, w.s
+	table, tableIndex, err := m.table(pairs)
+	if err != nil {
+		return Grant{}, true, err
+	}
+	if !heldBy(pairs, w.contender.Key, s.ID) {
+		// Our contender key is gone: the session was invalidated
+		// (behavior delete) or someone deleted the key.
+		return Grant{}, true, ErrSessionInvalid
+	}
+	newlyDead, freeIn := w.dead.prune(table, pairs, time.Now())
+	for _, h := range newlyDead {
+		m.log.Info("a holder's session ended without leaving the semaphore; its slot frees when its lock-delay has passed",
+			"holder_session", h, "lock_delay", lockmodel.FormatDuration(w.dead.lockDelay(h)))
+	}
+	// Listed already: an earlier join succeeded but its answer was lost.
+	// Join again to learn the token.
+	delete(table.Holders, s.ID)
+	if len(table.Holders) >= m.lock.Limit {
+		w.waitForSlot(ctx, table, pairs, freeIn)
+		return Grant{}, false, nil
+	}
+	return w.join(ctx, table, tableIndex)
+}
+
+// waitForSlot: every slot is taken; the next listing blocks until the
+// semaphore changes, or until a dead holder's slot frees.
+func (w *slotWaiter) waitForSlot(ctx context.Context, table lockmodel.SemaphoreState, pairs api.KVPairs, freeIn time.Duration) {
+	// Learn the lock-delays of the holders while they live (a session that
+	// has ended can no longer be read), before saying that we wait: a
+	// holder that ends after the log line frees its slot after its own
+	// lock-delay, not Consul's maximum.
+	w.m.learnLockDelays(ctx, w.s, table, pairs, w.dead)
+	if holders := slices.Sorted(maps.Keys(table.Holders)); !slices.Equal(holders, w.lastSeen) {
+		w.lastSeen = holders
+		w.m.log.Info("waiting for a semaphore slot", "limit", w.m.lock.Limit, "holder_sessions", holders)
+	}
+	if freeIn > 0 {
+		// Wake when a dead holder's slot frees, if nothing changes before.
+		w.f.Wait = min(acquireWaitTime, freeIn+lockDelayMargin)
+	}
+}
+
+// join writes the holder table listing s (m.join); a table changed first
+// by another contender has the waiter read it again.
+func (w *slotWaiter) join(ctx context.Context, table lockmodel.SemaphoreState, tableIndex uint64) (Grant, bool, error) {
+	table.Holders[w.s.ID] = true
+	tableValue, err := lockmodel.EncodeSemaphoreState(table)
+	if err != nil {
+		return Grant{}, true, err
+	}
+	w.contender.Value = w.value() // written again by the join: "started" is the admission
+	g, ok, err := w.m.join(ctx, w.s, w.contender, tableValue, tableIndex)
+	switch {
+	case errors.Is(err, ErrSessionInvalid):
+		return Grant{}, true, err
+	case err != nil:
+		if werr := waitAfterError(ctx, w.m.log, "update semaphore holder table "+w.m.lock.Key, err, &w.f); werr != nil {
+			return Grant{}, true, werr
+		}
+		return Grant{}, false, nil
+	case ok:
+		return g, true, nil
+	}
+	w.f.Reset() // another contender changed the table first; read it again
+	return Grant{}, false, nil
 }
 
 // join admits s: in one transaction it checks that s still holds its
@@ -349,34 +373,21 @@ func heldBy(pairs api.KVPairs, key, session string) bool {
 
 func (m *semaphore) Watch(ctx context.Context, s *Session, out chan<- Observation) {
 	kv := cmp.Or(m.watchC, m.c).KV()
-	var (
-		index    uint64
-		failures int
-	)
-	for {
-		sent := time.Now()
-		pairs, meta, err := kv.List(m.prefix+"/", (&api.QueryOptions{RequireConsistent: true, WaitIndex: index, WaitTime: watchWaitTime}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return
-		}
+	f := &consul.Follower{Wait: watchWaitTime, Consistent: true}
+	var sent time.Time
+	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (api.KVPairs, *api.QueryMeta, error) {
+		sent = time.Now()
+		return kv.List(m.prefix+"/", o)
+	}, func(pairs api.KVPairs, err error) bool {
 		if err != nil {
-			failures++
-			if !reportReadFailure(ctx, out, s, sent, err, "watch semaphore "+m.prefix+"/", failures) {
-				return
-			}
-			index = 0
-			continue
+			return reportReadFailure(ctx, out, s, sent, err, "watch semaphore "+m.prefix+"/")
 		}
-		failures = 0
 		if lost := m.lostBecause(pairs, s); lost != "" {
 			send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyLost, At: sent, Detail: lost})
-			return
+			return false
 		}
-		if !send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent}) {
-			return
-		}
-		index = consul.NextIndex(index, meta.LastIndex)
-	}
+		return send(ctx, out, Observation{Session: s.ID, Kind: ObsKeyHeld, At: sent})
+	})
 }
 
 // lostBecause says why pairs show that s no longer holds a slot, or "",

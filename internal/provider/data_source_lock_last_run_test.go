@@ -80,7 +80,7 @@ data "consullock_lock" "raw" {
 						t.Fatal(err)
 					}
 					started = d.Ledger
-					if index, err = client.BeginRun(ctx, consul.LedgerWrite{LockKey: key, Session: session, LedgerKey: ledgerKey, Ledger: started}); err != nil {
+					if index, err = client.BeginRun(ctx, consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: started}); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -106,7 +106,7 @@ data "consullock_lock" "raw" {
 					}
 					held := kvPair(t, key)
 					if _, err := client.FinishRunAndRelease(ctx, consul.RunRelease{
-						LedgerWrite: consul.LedgerWrite{LockKey: key, Session: session, LedgerKey: ledgerKey, Index: index, Ledger: done},
+						LedgerWrite: consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: done},
 						Flags:       held.Flags, Value: held.Value,
 					}); err != nil {
 						t.Fatal(err)

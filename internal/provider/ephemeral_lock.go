@@ -252,7 +252,7 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	}
 	// From here on the CLI renews the session (Renew), possibly from
 	// another provider process.
-	hold.Detach()
+	hold.Orphan()
 	fixed := hold.Value
 	// The contact deadline runs from the hold's latest renewal, which may
 	// be long after the session's creation when Open waited.

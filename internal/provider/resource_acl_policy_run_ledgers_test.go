@@ -91,7 +91,7 @@ session_prefix %q {
 			if err != nil {
 				return 0, lockmodel.Ledger{}, err
 			}
-			index, err := c.BeginRun(ctx, consul.LedgerWrite{LockKey: key, Session: session, LedgerKey: ledgerKey, Ledger: d.Ledger})
+			index, err := c.BeginRun(ctx, consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: d.Ledger})
 			return index, d.Ledger, err
 		}
 
@@ -105,7 +105,7 @@ session_prefix %q {
 			return err
 		}
 		if _, err := c.FinishRunAndRelease(ctx, consul.RunRelease{
-			LedgerWrite: consul.LedgerWrite{LockKey: keyA, Session: session, LedgerKey: ledgerA, Index: index, Ledger: done},
+			LedgerWrite: consul.LedgerWrite{Fence: consul.Fence{Key: keyA, Session: session}, LedgerKey: ledgerA, Index: index, Ledger: done},
 			Flags:       lockmodel.LockFlagValue,
 		}); err != nil {
 			return fmt.Errorf("worker FinishRunAndRelease on lock a: %w", err)

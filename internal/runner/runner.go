@@ -251,11 +251,11 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 		sess := s
 		h, err := lockproto.AcquireHold(ctx, r.client, lockproto.HoldOptions{
-			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, WatchClient: r.watchClient,
-			Grace: r.cfg.grace, RuleWarned: true, // setup warned with the runner's numbers
+			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, Grace: r.cfg.grace,
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
-			Clock: r.cfg.clock, Log: r.holdLog, Observed: r.logObservation,
-		})
+			Clock: r.cfg.clock, Log: r.holdLog,
+		}, lockproto.WithWatchClient(r.watchClient), lockproto.WithObserver(r.logObservation),
+			lockproto.WithRuleWarned()) // setup warned with the runner's numbers
 		if err == nil {
 			return h, r.pausedAfterAcquire(ctx)
 		}

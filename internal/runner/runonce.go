@@ -204,7 +204,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		}
 		written := d.Ledger.Prune(run.keep, run.id)
 		index, err = r.client.BeginRun(ctx, consul.LedgerWrite{
-			LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey, Index: index, Ledger: written,
+			Fence: h.IsOwner(), LedgerKey: run.ledgerKey, Index: index, Ledger: written,
 		})
 		if errors.Is(err, consul.ErrLedgerChanged) && changed+1 < ledgerTries {
 			changed++
@@ -250,7 +250,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 		}
 		wctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), dl.Fenced))
 		_, err = r.client.FinishRunAndRelease(wctx, consul.RunRelease{
-			LedgerWrite: consul.LedgerWrite{LockKey: r.lock.Key, Session: h.Session.ID, LedgerKey: run.ledgerKey,
+			LedgerWrite: consul.LedgerWrite{Fence: h.IsOwner(), LedgerKey: run.ledgerKey,
 				Index: index, Ledger: next.Prune(run.keep, run.id)},
 			Flags: r.lock.Flags(), Value: h.Value,
 		})

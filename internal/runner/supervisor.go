@@ -201,7 +201,7 @@ func (s *supervisor) lostC() <-chan struct{} {
 	if s.hold == nil || s.lossWhy != "" || s.state == waiting || s.state == terminating {
 		return nil
 	}
-	return s.hold.Lost()
+	return s.hold.Done()
 }
 
 func (s *supervisor) drainC() <-chan time.Time {
@@ -272,7 +272,7 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 	}
 	if s.acq != nil {
 		if res := <-s.acq; res.hold != nil {
-			res.hold.Release(ctx)
+			s.r.unlock(ctx, res.hold)
 		}
 	}
 	if s.hold != nil {
@@ -285,7 +285,10 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 			released, recorded := s.r.finishRun(ctx, s.hold, outcome, exitCode)
 			s.hook = &hookResult{outcome: outcome, exitCode: exitCode, recorded: recorded}
 			if released {
-				s.hold.Destroy(ctx) // the outcome's transaction released the lock
+				// The outcome's transaction released the lock.
+				if err := s.hold.Close(ctx); err != nil {
+					s.r.holdLog.Warn("ending the session failed", "session", s.hold.Session.ID, "error", err.Error())
+				}
 				return code
 			}
 			if !recorded && s.childCode != nil {
@@ -298,9 +301,17 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 			outcome, exitCode := s.outcome(code)
 			s.hook = &hookResult{outcome: outcome, exitCode: exitCode}
 		}
-		s.hold.Release(ctx)
+		s.r.unlock(ctx, s.hold)
 	}
 	return code
+}
+
+// unlock gives h up (Hold.Unlock) and logs what failed: the lock then
+// frees when the session ends.
+func (r *runner) unlock(ctx context.Context, h *lockproto.Hold) {
+	if err := h.Unlock(ctx); err != nil {
+		r.holdLog.Warn("giving the lock up failed", "session", h.Session.ID, "error", err.Error())
+	}
 }
 
 // outcome is the outcome of this holder's attempt: the command's own exit
