@@ -125,30 +125,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.lockName, "lock", "", "name of the declared lock (consullock_lock) to hold")
-	fs.StringVar(&cfg.key, "key", "", "KV key to lock when it has no declaration; session settings then come from -ttl, -lock-delay, -behavior")
-	fs.IntVar(&cfg.limit, "limit", 1, "with -key: number of holders; above 1 the key must be <prefix>/.lock and the api.Semaphore protocol is used (as consul lock -n)")
-	fs.StringVar(&cfg.registryPrefix, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declaration registry")
-	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up waiting for the lock after this long and exit 124 (0 waits forever)")
-	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "after the lock is lost, how long the command has between SIGTERM and SIGKILL; it counts against the lock-delay, see the runner guide")
-	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
-	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); for a lock with holder_service and -service-registration auto or catalog the holder's instance is on it too, so it must then be a DNS label (1 to 63 letters, digits or '-'; else exit 125)")
-	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
-	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00; a missed slot's ID backfills it)")
-	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
-	fs.IntVar(&cfg.exitIfPaused, "exit-code-if-paused", lockmodel.ExitPaused, "exit code when the lock is paused (consullock pause, consullock_lock.paused) and the command was not started, e.g. 120 to tell it from a run")
-	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
-	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
-	serviceRegistration := fs.String("service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
-	fs.DurationVar(&cfg.maxRuntime, "max-runtime", 0, "stop the command this long after it started (SIGTERM, SIGKILL after -grace) and exit 118; run once: the attempt is timed_out (default: the lock's run_once.max_runtime; the shorter wins when both are set)")
-	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stderr in the attempt's ledger entry (status -lock shows it); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
-	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN; its failure is logged and changes nothing")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logformat.Var(fs, &cfg.logFormat, logformat.Text)
-	ttl := fs.Duration("ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
-	lockDelay := fs.Duration("lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
-	behavior := fs.String("behavior", "", "with -key: session behavior, release or delete (default release; delete with -limit above 1, as api.Semaphore)")
-	renewEvery := fs.Duration("renew-every", 0, "with -key: renewal interval (default ttl/3)")
+	var x flagValues
+	cfg.defineFlags(fs, &x)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -163,43 +141,87 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	if len(cfg.command) == 0 {
 		return cfg, usageErrorf("no command given; put it after the options, e.g. consullock run -lock NAME -- /usr/local/bin/job --flag")
 	}
-	if err := cfg.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-		return cfg, usageErrorf("-log-level %q: want debug, info, warn or error", *logLevel)
-	}
-	prefix, err := lockmodel.ValidateRegistryPrefix(cfg.registryPrefix)
-	if err != nil {
-		return cfg, usageErrorf("-registry-prefix: %v", flagNames(err))
-	}
-	cfg.registryPrefix = prefix
-	if cfg.clock, err = lockmodel.ClockFromEnv(os.Getenv); err != nil {
-		return cfg, usageErrorf("%v", err)
-	}
-	if cfg.servicePort < 0 || cfg.servicePort > lockmodel.MaxServicePort {
-		return cfg, usageErrorf("-service-port %d: want a port from 1 to %d (0: the declared port)", cfg.servicePort, lockmodel.MaxServicePort)
-	}
-	if cfg.serviceVia, cfg.serviceViaReason, err = lockmodel.HolderVia(*serviceRegistration, cfg.node); err != nil {
-		return cfg, usageErrorf("%v", err)
-	}
-	if cfg.exitIfPaused < 0 || cfg.exitIfPaused > 255 {
-		return cfg, usageErrorf("-exit-code-if-paused %d: want an exit code from 0 to 255", cfg.exitIfPaused)
-	}
-	if cfg.timeout < 0 {
-		return cfg, usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)
-	}
-	if cfg.grace < 0 {
-		return cfg, usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
-	}
-	if err := lockmodel.ValidateMaxRuntime(lockmodel.FlagMaxRuntime, cfg.maxRuntime); err != nil {
-		return cfg, usageErrorf("%v", err)
-	}
-	if err := lockmodel.ValidateKeepOutput(cfg.keepOutput, 0, 0); err != nil {
-		return cfg, usageErrorf("%v", err)
+	if err := cfg.checkValues(x); err != nil {
+		return cfg, err
 	}
 
-	if err := cfg.resolveLock(set, *ttl, *lockDelay, *behavior, *renewEvery); err != nil {
+	if err := cfg.resolveLock(set, x.ttl, x.lockDelay, x.behavior, x.renewEvery); err != nil {
 		return cfg, err
 	}
 	return cfg, cfg.checkRunOnce(set)
+}
+
+// flagValues are the flags parsed into locals before they become config.
+type flagValues struct {
+	logLevel, serviceRegistration, behavior string
+	ttl, lockDelay, renewEvery              time.Duration
+}
+
+// defineFlags defines every flag of consullock run on fs.
+func (cfg *config) defineFlags(fs *flag.FlagSet, x *flagValues) {
+	fs.StringVar(&cfg.lockName, "lock", "", "name of the declared lock (consullock_lock) to hold")
+	fs.StringVar(&cfg.key, "key", "", "KV key to lock when it has no declaration; session settings then come from -ttl, -lock-delay, -behavior")
+	fs.IntVar(&cfg.limit, "limit", 1, "with -key: number of holders; above 1 the key must be <prefix>/.lock and the api.Semaphore protocol is used (as consul lock -n)")
+	fs.StringVar(&cfg.registryPrefix, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declaration registry")
+	fs.DurationVar(&cfg.timeout, "timeout", 0, "give up waiting for the lock after this long and exit 124 (0 waits forever)")
+	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "after the lock is lost, how long the command has between SIGTERM and SIGKILL; it counts against the lock-delay, see the runner guide")
+	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
+	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); for a lock with holder_service and -service-registration auto or catalog the holder's instance is on it too, so it must then be a DNS label (1 to 63 letters, digits or '-'; else exit 125)")
+	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
+	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00; a missed slot's ID backfills it)")
+	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
+	fs.IntVar(&cfg.exitIfPaused, "exit-code-if-paused", lockmodel.ExitPaused, "exit code when the lock is paused (consullock pause, consullock_lock.paused) and the command was not started, e.g. 120 to tell it from a run")
+	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
+	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
+	fs.StringVar(&x.serviceRegistration, "service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
+	fs.DurationVar(&cfg.maxRuntime, "max-runtime", 0, "stop the command this long after it started (SIGTERM, SIGKILL after -grace) and exit 118; run once: the attempt is timed_out (default: the lock's run_once.max_runtime; the shorter wins when both are set)")
+	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stderr in the attempt's ledger entry (status -lock shows it); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
+	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN; its failure is logged and changes nothing")
+	fs.StringVar(&x.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	logformat.Var(fs, &cfg.logFormat, logformat.Text)
+	fs.DurationVar(&x.ttl, "ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
+	fs.DurationVar(&x.lockDelay, "lock-delay", lockmodel.DefaultLockDelay, "with -key: session lock-delay (0s for none)")
+	fs.StringVar(&x.behavior, "behavior", "", "with -key: session behavior, release or delete (default release; delete with -limit above 1, as api.Semaphore)")
+	fs.DurationVar(&x.renewEvery, "renew-every", 0, "with -key: renewal interval (default ttl/3)")
+}
+
+// checkValues checks the flags that stand alone (each error names the flag,
+// the value and what is allowed) and applies the log level, the registry
+// prefix, the clock and the service registration.
+func (cfg *config) checkValues(x flagValues) error {
+	if err := cfg.logLevel.UnmarshalText([]byte(x.logLevel)); err != nil {
+		return usageErrorf("-log-level %q: want debug, info, warn or error", x.logLevel)
+	}
+	prefix, err := lockmodel.ValidateRegistryPrefix(cfg.registryPrefix)
+	if err != nil {
+		return usageErrorf("-registry-prefix: %v", flagNames(err))
+	}
+	cfg.registryPrefix = prefix
+	if cfg.clock, err = lockmodel.ClockFromEnv(os.Getenv); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if cfg.servicePort < 0 || cfg.servicePort > lockmodel.MaxServicePort {
+		return usageErrorf("-service-port %d: want a port from 1 to %d (0: the declared port)", cfg.servicePort, lockmodel.MaxServicePort)
+	}
+	if cfg.serviceVia, cfg.serviceViaReason, err = lockmodel.HolderVia(x.serviceRegistration, cfg.node); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if cfg.exitIfPaused < 0 || cfg.exitIfPaused > 255 {
+		return usageErrorf("-exit-code-if-paused %d: want an exit code from 0 to 255", cfg.exitIfPaused)
+	}
+	if cfg.timeout < 0 {
+		return usageErrorf("-timeout %s: want 0 (wait forever) or a positive duration", cfg.timeout)
+	}
+	if cfg.grace < 0 {
+		return usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
+	}
+	if err := lockmodel.ValidateMaxRuntime(lockmodel.FlagMaxRuntime, cfg.maxRuntime); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if err := lockmodel.ValidateKeepOutput(cfg.keepOutput, 0, 0); err != nil {
+		return usageErrorf("%v", err)
+	}
+	return nil
 }
 
 // checkRunOnce checks -run-id and -exit-code-if-done. A run ID needs a

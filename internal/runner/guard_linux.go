@@ -288,10 +288,10 @@ func runGuard() int {
 	if err != nil {
 		return 0 // the runner went away before it held the lock
 	}
-	cmd := &exec.Cmd{Path: spec.Path, Args: spec.Argv, Env: spec.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	g := &guardProc{report: report, ownGroup: spec.OwnGroup}
+	g.cmd = &exec.Cmd{Path: spec.Path, Args: spec.Argv, Env: spec.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: sysProcAttr(spec.OwnGroup)}
-	ownGroup := spec.OwnGroup
-	if err := cmd.Start(); err != nil {
+	if err := g.cmd.Start(); err != nil {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {
 			errno = syscall.ENOEXEC
@@ -299,20 +299,8 @@ func runGuard() int {
 		report(msgFailed, int(errno))
 		return ExitCannotExecute
 	}
-	report(msgStarted, cmd.Process.Pid)
-
-	ctlMsgs := make(chan guardMsg)
-	go func() {
-		defer close(ctlMsgs)
-		for {
-			m, err := readGuardMsg(r)
-			if err != nil {
-				return // the runner is gone
-			}
-			ctlMsgs <- m
-		}
-	}()
-	exited := false
+	report(msgStarted, g.cmd.Process.Pid)
+	ctlMsgs := readGuardMsgs(r)
 	for {
 		select {
 		case <-caught:
@@ -321,44 +309,87 @@ func runGuard() int {
 				return 0
 			}
 		case <-chld:
-			var status syscall.WaitStatus
-			reaped := false
-			for {
-				var ws syscall.WaitStatus
-				pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-				if pid <= 0 || err != nil {
-					break
-				}
-				if pid == cmd.Process.Pid {
-					status, reaped = ws, true
-				}
-			}
-			if reaped && !exited {
-				// Reported after the reaping above, so that the runner finds
-				// no zombie of the tree in the command's group. No child
-				// left means no descendant (orphans come to the guard).
-				exited = true
-				var ws syscall.WaitStatus
-				if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
-					report(msgFinished, int(status))
-					return 0
-				}
-				report(msgExited, int(status))
+			if g.reap() {
+				return 0
 			}
 		case m, ok := <-ctlMsgs:
 			if !ok {
 				killTree()
 				return 0
 			}
-			switch m.kind {
-			case msgSignal:
-				if !exited || ownGroup {
-					_ = signalChild(cmd.Process, ownGroup, syscall.Signal(m.n))
-				}
-			case msgEnd:
-				report(msgEnded, killTree())
+			if g.control(m) {
 				return 0
 			}
 		}
 	}
+}
+
+// guardProc is the guard's command and what it has reported of it.
+type guardProc struct {
+	cmd      *exec.Cmd
+	ownGroup bool
+	report   func(kind string, n int)
+	exited   bool // the command has exited (msgExited sent)
+}
+
+// readGuardMsgs delivers the runner's messages until the control socket
+// ends (the runner is gone), then closes the channel.
+func readGuardMsgs(r *bufio.Reader) <-chan guardMsg {
+	msgs := make(chan guardMsg)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := readGuardMsg(r)
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	return msgs
+}
+
+// reap reaps every exited process of the tree and reports the command's
+// exit; true when the tree is gone and the guard is done.
+func (g *guardProc) reap() bool {
+	var status syscall.WaitStatus
+	reaped := false
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			break
+		}
+		if pid == g.cmd.Process.Pid {
+			status, reaped = ws, true
+		}
+	}
+	if !reaped || g.exited {
+		return false
+	}
+	// Reported after the reaping above, so that the runner finds no zombie
+	// of the tree in the command's group. No child left means no
+	// descendant (orphans come to the guard).
+	g.exited = true
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+		g.report(msgFinished, int(status))
+		return true
+	}
+	g.report(msgExited, int(status))
+	return false
+}
+
+// control acts on one message of the runner; true when the guard is done.
+func (g *guardProc) control(m guardMsg) bool {
+	switch m.kind {
+	case msgSignal:
+		if !g.exited || g.ownGroup {
+			_ = signalChild(g.cmd.Process, g.ownGroup, syscall.Signal(m.n))
+		}
+	case msgEnd:
+		g.report(msgEnded, killTree())
+		return true
+	}
+	return false
 }
