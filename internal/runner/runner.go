@@ -67,6 +67,9 @@ type runner struct {
 	log     *slog.Logger
 	holdLog *slog.Logger
 	started time.Time
+	// waitStart is when the runner began to wait for the lock without a
+	// session (waitWhileHeld); -timeout counts from it.
+	waitStart time.Time
 
 	client *consul.Client
 	// watchClient has connections of its own for the hold's watch, so

@@ -401,22 +401,130 @@ func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (lockmode
 
 // doneBeforeSession reads the run ledger (consistently) before any session
 // exists: a runner that arrives after its run succeeded, or used up its
-// attempts, leaves without a single Consul write. A read that fails, or
-// a run not done, leaves the decision to the holder, as without it.
+// attempts, leaves without a single Consul write. While another session
+// holds the lock (a mutex whose waiters race), it waits without a session
+// too (waitWhileHeld) and reads the ledger again when the key changes: a
+// waiter that learns of the success this way writes nothing either. A read
+// that fails, or a run not done while the key is free, leaves the decision
+// to the holder, as without it.
 func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 	if r.once == nil {
 		return 0, false
 	}
-	l, _, err := r.readLedger(ctx)
-	if err != nil {
-		r.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
-		return 0, false
+	seen := "before creating a session"
+	for ; ; seen = "while waiting for the lock" {
+		l, _, err := r.readLedger(ctx)
+		if err != nil {
+			r.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
+			return 0, false
+		}
+		if d, ok := r.runIsDone(l); ok {
+			return r.reportDone(d.kind, d.run.Attempts, seen), true
+		}
+		switch w, p := r.waitWhileHeld(ctx); w {
+		case keyFree:
+			return 0, false
+		case keyTimedOut:
+			r.log.Error("timed out waiting for the lock", "timeout", r.cfg.timeout)
+			return ExitTimeout, true
+		case keyPaused:
+			return r.logPaused(p, "; stopped waiting"), true
+		}
 	}
-	d, ok := r.runIsDone(l)
-	if !ok {
-		return 0, false
+}
+
+// keyWait is how a wait without a session ended.
+type keyWait int
+
+const (
+	keyFree     keyWait = iota // free when first read, or the wait ended (ctx): go on with a session
+	keyChanged                 // the key changed after it was seen held, or the ledger shows the run done: read it again
+	keyTimedOut                // -timeout passed
+	keyPaused                  // the lock was paused
+)
+
+// waitWhileHeld waits without a session while another session holds the
+// lock: it follows the lock key, the ledger (watchedCopy is kept from it)
+// and the pause record with blocking queries, until the key changes, the
+// ledger shows the run done or a pause appears. Only a run-once mutex
+// whose waiters race waits so (a queued waiter needs its session for its
+// place in line). The time it waits counts against -timeout.
+func (r *runner) waitWhileHeld(ctx context.Context) (keyWait, lockmodel.Pause) {
+	if r.lock.IsSemaphore() || r.lock.Queued() {
+		return keyFree, lockmodel.Pause{}
 	}
-	return r.reportDone(d.kind, d.run.Attempts, "before creating a session"), true
+	if r.waitStart.IsZero() {
+		r.waitStart = time.Now()
+	}
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if r.cfg.timeout > 0 {
+		wctx, cancel = context.WithDeadline(ctx, r.waitStart.Add(r.cfg.timeout))
+	}
+	defer cancel()
+	fctx, stop := context.WithCancel(wctx)
+	ended := make(chan keyWait, 3)
+	paused := make(chan lockmodel.Pause, 1)
+	var wg sync.WaitGroup
+	for _, follow := range []func(){
+		func() { ended <- r.followHeldKey(fctx) },
+		func() { r.followLedgerUntilDone(fctx); ended <- keyChanged },
+		func() { r.watchPause(fctx, paused); ended <- keyPaused },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); follow() }()
+	}
+	var w keyWait
+	select {
+	case w = <-ended:
+	case <-fctx.Done():
+	}
+	stop()
+	wg.Wait()
+	select {
+	case p := <-paused:
+		return keyPaused, p
+	default:
+	}
+	switch {
+	case ctx.Err() != nil:
+		return keyFree, lockmodel.Pause{}
+	case wctx.Err() != nil:
+		return keyTimedOut, lockmodel.Pause{}
+	}
+	return w, lockmodel.Pause{}
+}
+
+// followHeldKey follows the lock key: keyFree when it is free at the first
+// answer, keyChanged when it changes after it was seen held.
+func (r *runner) followHeldKey(ctx context.Context) keyWait {
+	held := false
+	r.followKey(ctx, r.client, r.lock.Key, "the lock key", func(pair *api.KVPair, _ uint64) bool {
+		if held || pair == nil || pair.Session == "" {
+			return false
+		}
+		held = true
+		r.log.Info("waiting for the lock without a session while it is held (run once: its holder may finish the run)",
+			"holder_session", pair.Session, "timeout", r.cfg.timeout)
+		return true
+	})
+	if held {
+		return keyChanged
+	}
+	return keyFree
+}
+
+// followLedgerUntilDone follows the run ledger, keeping the watched copy,
+// until it shows this run done (or ctx ends).
+func (r *runner) followLedgerUntilDone(ctx context.Context) {
+	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", func(pair *api.KVPair, asOf uint64) bool {
+		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
+		r.once.watched.set(l, modify, asOf, err == nil)
+		if err != nil {
+			return true
+		}
+		_, done := r.runIsDone(l)
+		return !done
+	})
 }
 
 // runDone is what a waiter saw in the ledger: its run is done.

@@ -159,7 +159,7 @@ func TestRunOnce_costsOfAHandOverUseTheWatchedLedger(t *testing.T) {
 }
 
 // TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain: B's
-// proxy holds its watch's blocking queries on the ledger 3 s, so that when
+// proxy holds its watch's queries on the ledger 3 s, so that when
 // B wins the lock at A's release its copy still shows A's attempt running
 // (older than the read of the key that showed it free). B reads the ledger
 // once instead of deciding on the copy: no refused transaction (the copy
@@ -173,11 +173,13 @@ func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) 
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin", "-exit", "1")...)
 	waitStarted(t, record, "a")
 	watch := func(r *http.Request) bool {
-		return r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+ledgerKey(l) && r.URL.Query().Has("index")
+		// Every watch answer, the first (index 0) too: a waiter's watches
+		// start afresh once it has a session.
+		return r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+ledgerKey(l) && !r.URL.Query().Has("consistent")
 	}
 	proxy := newCountingProxy(t, watch, 3*time.Second)
 	b := startRunAt(t, "runner b", proxy.addr, token, args, childArgs(record, "b")...)
-	proxy.waitBlocking(t, ledgerKey(l), l.Key)
+	proxy.waitBlocking(t, l.Key)
 	a.closeStdin()
 	if code := a.wait(time.Minute); code != 1 {
 		t.Fatalf("runner a exited %d, want 1 (its command's):\n%s", code, a.out.String())
@@ -195,6 +197,39 @@ func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) 
 	run := ledgerRun(t, l, "r1")
 	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunFailed || run.Attempts[1].Outcome != lockmodel.RunSucceeded {
 		t.Fatalf("ledger run r1: %+v; want attempt 1 failed, attempt 2 succeeded", run)
+	}
+}
+
+// TestRunOnce_aWaiterThatLearnsOfTheSuccessWritesNothing: B arrives while
+// A runs the run; it waits without a session, sees A's success and exits 0
+// without one write (no session, no lock op, no destroy). Before, a waiter
+// created a session and destroyed it: 2 Raft writes per node that did not
+// run the job.
+func TestRunOnce_aWaiterThatLearnsOfTheSuccessWritesNothing(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	proxy := newCountingProxy(t, nil, 0)
+	b := startRunAt(t, "runner b", proxy.addr, token, args, childArgs(record, "b")...)
+	proxy.waitBlocking(t, l.Key)
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d:\n%s", code, a.out.String())
+	}
+	if code := b.wait(time.Minute); code != 0 || !strings.Contains(b.out.String(), `seen="while waiting for the lock"`) {
+		t.Fatalf("runner b exited %d, want 0 having seen the success while waiting:\n%s", code, b.out.String())
+	}
+	requests := proxy.seen()
+	writes := slices.DeleteFunc(slices.Clone(requests), func(r string) bool { return strings.HasPrefix(r, "GET ") })
+	t.Logf("MEASURED the waiter's requests: %d, writes %d %q", len(requests), len(writes), writes)
+	if len(writes) != 0 {
+		t.Fatalf("the waiter sent %d write requests, want none: %q", len(writes), writes)
+	}
+	if runs := readRuns(t, record); len(runs) != 1 || runs[0].tag != "a" {
+		t.Fatalf("executions %+v; want a's only", runs)
 	}
 }
 

@@ -186,7 +186,7 @@ func TestRunOnce_holderKilledMidRunIsRecordedCrashedAndRetried(t *testing.T) {
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
 	waitStarted(t, record, "a")
 	b := startRun(t, "runner b", token, args, childArgs(record, "b", "-sleep", "50ms")...)
-	waitForTwoSessions(t, "consullock run "+l.Name)
+	waitOutput(t, b, "holder_session=") // waiting, without a session
 	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunRunning || len(run.Attempts) != 1 {
 		t.Fatalf("while a runs, the ledger says %+v; want attempt 1 running", run)
 	}
@@ -497,9 +497,12 @@ func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
 // when the run has succeeded meanwhile, that is its answer: exit 0, "run
 // already succeeded", not 123. Its renewals and its watch of the ledger
 // fail through a proxy, so it acquires before it can see the success.
+// The waiter queues (waiters = "queue"), so it waits with a session.
 func TestRunOnce_waiterLostAtAcquisitionAfterTheSuccessExits0(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	// A queued waiter: it waits with its session (one that races waits
+	// without one, and learns of the success before any acquisition).
+	l, token := declareWithWaiters(t, lockmodel.WaitersQueue, &lockmodel.RunOnce{Period: time.Hour}, fastProfile(t, time.Second), false)
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)

@@ -228,7 +228,11 @@ func (s *supervisor) startWaiting(ctx context.Context, first *lockproto.Session)
 		s.acq <- acquireResult{hold: h, err: err}
 	}()
 	if s.r.cfg.timeout > 0 {
-		s.timeout = time.NewTimer(s.r.cfg.timeout)
+		waited := time.Duration(0)
+		if !s.r.waitStart.IsZero() {
+			waited = time.Since(s.r.waitStart) // without a session, before
+		}
+		s.timeout = time.NewTimer(max(s.r.cfg.timeout-waited, 0))
 	}
 	s.startPauseWatch(ctx)
 	if s.r.once != nil {
