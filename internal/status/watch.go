@@ -22,49 +22,26 @@ type update struct {
 	err    error
 }
 
-// fetch is one blocking query after index.
-type fetch func(ctx context.Context, index uint64) (uint64, func(*world), error)
+// fetch is one query of a watch, with its follower's options, and how to
+// apply its answer to the world.
+type fetch func(o *api.QueryOptions) (func(*world), *api.QueryMeta, error)
 
-// loop runs f until ctx ends, sending every change (not the timeouts of
-// an unchanged wait) to ch. After an error it waits and starts again from
-// index 0, as the controller's watches do.
+// loop follows f (consul.Follow: Consul's index rule and the one back-off)
+// until ctx ends, sending every change (not the timeouts of an unchanged
+// wait) and every error to ch.
 func loop(ctx context.Context, source string, gen int, f fetch, ch chan<- update) {
-	var index uint64
-	failures := 0
-	for ctx.Err() == nil {
-		next, apply, err := f(ctx, index)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failures++
-			select {
-			case ch <- update{source: source, gen: gen, err: err}:
-			case <-ctx.Done():
-				return
-			}
-			index = 0
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(min(time.Duration(failures)*500*time.Millisecond, 10*time.Second)):
-			}
-			continue
-		}
-		failures = 0
-		if index != 0 && next == index {
-			continue // the wait ended without a change
+	fl := &consul.Follower{}
+	_ = consul.Follow(ctx, fl, f, func(apply func(*world), err error) bool {
+		if err == nil && !fl.Changed() {
+			return true // the wait ended without a change
 		}
 		select {
-		case ch <- update{source: source, gen: gen, apply: apply}:
+		case ch <- update{source: source, gen: gen, apply: apply, err: err}:
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		}
-		if next < index || next == 0 {
-			next = max(1, min(next, index))
-		}
-		index = next
-	}
+	})
 }
 
 // watch redraws whenever a blocking query reports a change: one on the
@@ -79,13 +56,13 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 	lists := map[string]context.CancelFunc{}
 	gens := map[string]int{}
 	gen := 0
-	go loop(ctx, "registry", 0, func(ctx context.Context, index uint64) (uint64, func(*world), error) {
-		d, i, err := r.registryList(ctx, index, true)
-		return i, func(w *world) { w.decl = d }, err
+	go loop(ctx, "registry", 0, func(o *api.QueryOptions) (func(*world), *api.QueryMeta, error) {
+		d, meta, err := r.registryList(o)
+		return func(w *world) { w.decl = d }, meta, err
 	}, ch)
-	go loop(ctx, "sessions", 0, func(ctx context.Context, index uint64) (uint64, func(*world), error) {
-		raw, i, err := r.sessionList(ctx, index, true)
-		return i, func(w *world) { w.setSessions(raw) }, err
+	go loop(ctx, "sessions", 0, func(o *api.QueryOptions) (func(*world), *api.QueryMeta, error) {
+		raw, meta, err := r.sessionList(o)
+		return func(w *world) { w.setSessions(raw) }, meta, err
 	}, ch)
 	var last []byte
 	code := ExitOK
@@ -139,9 +116,9 @@ func watch(ctx context.Context, r *reader, o options, stdout, stderr io.Writer) 
 				gen++
 				lctx, lcancel := context.WithCancel(ctx)
 				lists[p], gens[p] = lcancel, gen
-				go loop(lctx, p, gen, func(ctx context.Context, index uint64) (uint64, func(*world), error) {
-					pairs, i, err := r.keyList(ctx, p, index, true)
-					return i, func(w *world) { w.pairs[p] = pairs }, err
+				go loop(lctx, p, gen, func(o *api.QueryOptions) (func(*world), *api.QueryMeta, error) {
+					pairs, meta, err := r.keyList(p, o)
+					return func(w *world) { w.pairs[p] = pairs }, meta, err
 				}, ch)
 			}
 			for p, stop := range lists {
