@@ -1,8 +1,6 @@
 package status
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"log"
 	"net/http"
@@ -58,16 +56,10 @@ func TestStatusWatch_aListingWhoseIndexWentBackIsReadAgainFromIndex0(t *testing.
 		mu.Unlock()
 		rp.ServeHTTP(w, r)
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the watch stops (its blocking queries)
 	t.Setenv("CONSUL_HTTP_ADDR", strings.TrimPrefix(srv.URL, "http://"))
 
-	pr, pw := newLineBuffer()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int)
-	go func() {
-		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, pw, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
+	pr := f.watch(nil)
 	pr.next(t) // the first frame: every listing answered, the watches block
 
 	mu.Lock()
