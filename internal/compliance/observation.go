@@ -56,6 +56,8 @@ func (o Observation) State() State {
 // what the observer saw itself of the hold (holds; nil: nothing). A hold
 // with neither a start nor evidence is left out (unknown). The holds are
 // HolderSessions': none without a session read (sessions nil).
+// Observation.State applies it to every lock; an observer that keeps its
+// State up to date lock by lock applies it to the locks it looks at again.
 func HoldStarts(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessions map[string]lockmodel.ObservedSession, holds map[HoldID]Hold, now time.Time) map[HoldID]time.Time {
 	if sessions == nil {
 		return nil
