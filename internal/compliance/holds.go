@@ -21,12 +21,8 @@ func HolderSessions(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessio
 	if sessions == nil {
 		return nil
 	}
-	st := lockmodel.LockState{Key: l.Key, Semaphore: l.IsSemaphore(), Keys: keys, Sessions: sessions}
-	if e, ok := keys[l.Key]; ok {
-		st.Entry = &e
-	}
 	var out []lockmodel.ObservedSession
-	for _, h := range lockmodel.Holders(st) {
+	for _, h := range lockmodel.Holders(lockStateOf(l, keys, sessions)) {
 		out = append(out, sessions[h.Session])
 	}
 	return out

@@ -1,8 +1,6 @@
 package status
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"regexp"
 	"sort"
@@ -153,13 +151,7 @@ func TestStatusWatchRedrawsTheWaiterQueue(t *testing.T) {
 	l := f.lock(lockmodel.Lock{Name: "job", Waiters: lockmodel.WaitersQueue}, false)
 	f.acquire(l, f.session("15s", "15s", "release"), time.Now())
 	waiter := f.session("15s", "15s", "release")
-	pr, pw := newLineBuffer()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int)
-	go func() {
-		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, pw, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
+	pr := f.watch(nil)
 	queue := func() []QueueWaiter {
 		line := pr.next(t)
 		var rep Report

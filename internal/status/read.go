@@ -194,71 +194,67 @@ type reader struct {
 	registry string
 }
 
-func (r *reader) q(ctx context.Context, index uint64, wait bool) *api.QueryOptions {
-	o := &api.QueryOptions{}
-	if wait {
-		o.WaitIndex = index
-	}
-	return o.WithContext(ctx)
-}
+// once is the options of a single read; a watch's come from its
+// consul.Follower.
+func once(ctx context.Context) *api.QueryOptions { return (&api.QueryOptions{}).WithContext(ctx) }
 
 func filteredErr(op, permission, resource string) error {
 	return &consul.Error{Kind: consul.KindPermissionDenied, Op: op, StatusCode: 200, Permission: permission, Resource: resource,
 		Message: "Consul filtered the results by ACLs"}
 }
 
-func (r *reader) registryList(ctx context.Context, index uint64, wait bool) (declarations, uint64, error) {
-	prefix := r.registry + "/"
-	pairs, meta, err := r.c.KV().List(prefix, r.q(ctx, index, wait))
+func (r *reader) registryList(o *api.QueryOptions) (declarations, *api.QueryMeta, error) {
+	ctx, prefix := o.Context(), r.registry+"/"
+	pairs, meta, err := r.c.KV().List(prefix, o)
 	if err != nil {
-		return declarations{}, 0, r.c.Classify(ctx, "list the declarations under "+prefix, err)
+		return declarations{}, nil, r.c.Classify(ctx, "list the declarations under "+prefix, err)
 	}
 	d := decodeRegistry(r.registry, pairs)
 	if meta.ResultsFilteredByACLs || len(d.locks)+len(d.profiles) == 0 {
 		// Nothing visible may be a denial: Consul filters a listing, and
 		// tells only some tokens (none to a request without a token).
 		if err := r.c.CheckListable(ctx, prefix); err != nil {
-			return declarations{}, 0, err
+			return declarations{}, nil, err
 		}
 	}
 	if meta.ResultsFilteredByACLs {
-		return declarations{}, 0, filteredErr("list the declarations under "+prefix, "key:read", prefix)
+		return declarations{}, nil, filteredErr("list the declarations under "+prefix, "key:read", prefix)
 	}
-	return d, meta.LastIndex, nil
+	return d, meta, nil
 }
 
-func (r *reader) keyList(ctx context.Context, prefix string, index uint64, wait bool) ([]*api.KVPair, uint64, error) {
+func (r *reader) keyList(prefix string, o *api.QueryOptions) ([]*api.KVPair, *api.QueryMeta, error) {
 	op := fmt.Sprintf("list the lock keys under %q", prefix)
-	pairs, meta, err := r.c.KV().List(prefix, r.q(ctx, index, wait))
+	pairs, meta, err := r.c.KV().List(prefix, o)
 	if err != nil {
-		return nil, 0, r.c.Classify(ctx, op, err)
+		return nil, nil, r.c.Classify(o.Context(), op, err)
 	}
 	if meta.ResultsFilteredByACLs {
-		return nil, 0, filteredErr(op, "key:read", prefix)
+		return nil, nil, filteredErr(op, "key:read", prefix)
 	}
-	return pairs, meta.LastIndex, nil
+	return pairs, meta, nil
 }
 
-func (r *reader) sessionList(ctx context.Context, index uint64, wait bool) (map[string]*api.SessionEntry, uint64, error) {
-	entries, meta, err := r.c.Session().List(r.q(ctx, index, wait))
+func (r *reader) sessionList(o *api.QueryOptions) (map[string]*api.SessionEntry, *api.QueryMeta, error) {
+	entries, meta, err := r.c.Session().List(o)
 	if err != nil {
-		return nil, 0, r.c.Classify(ctx, "list the sessions", err)
+		return nil, nil, r.c.Classify(o.Context(), "list the sessions", err)
 	}
 	if meta.ResultsFilteredByACLs {
 		// A holder hidden from the token would look like no holder.
-		return nil, 0, filteredErr("list the sessions", "session:read", `"" (session_prefix)`)
+		return nil, nil, filteredErr("list the sessions", "session:read", `"" (session_prefix)`)
 	}
 	out := make(map[string]*api.SessionEntry, len(entries))
 	for _, e := range entries {
 		out[e.ID] = e
 	}
-	return out, meta.LastIndex, nil
+	return out, meta, nil
 }
 
 // readOnce reads everything: 1 registry list, at most maxKeyLists key
 // lists, 1 session list.
 func (r *reader) readOnce(ctx context.Context) (*world, error) {
-	d, _, err := r.registryList(ctx, 0, false)
+	d, _, err := r.registryList(once(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -266,13 +262,13 @@ func (r *reader) readOnce(ctx context.Context) (*world, error) {
 	var prefixes []string
 	w.groups, prefixes = listPrefixes(d)
 	for _, p := range prefixes {
-		pairs, _, err := r.keyList(ctx, p, 0, false)
+		pairs, _, err := r.keyList(p, once(ctx))
 		if err != nil {
 			return nil, err
 		}
 		w.pairs[p] = pairs
 	}
-	raw, _, err := r.sessionList(ctx, 0, false)
+	raw, _, err := r.sessionList(once(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +317,7 @@ func (r *reader) pendingLocks(ctx context.Context, w *world, rep *Report, change
 	if len(drifted) == 0 {
 		return pending, nil
 	}
-	again, _, err := r.registryList(ctx, 0, false)
+	again, _, err := r.registryList(once(ctx))
 	if err != nil {
 		return nil, err
 	}

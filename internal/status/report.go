@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -260,7 +262,8 @@ type BadRecord struct {
 
 // build turns one read into a report. A lock must always have a holder when
 // its declaration says always_held, and also when alwaysHeld (the
-// -always-held flag) names it ("*" = every lock).
+// -always-held flag) names it ("*" = every lock). Compliance is Decide's, in
+// observe mode, on the State of what w read (compliance.Observation).
 func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time) *Report {
 	rep := &Report{SchemaVersion: SchemaVersion, RegistryPrefix: registry, Time: now.UTC().Truncate(time.Second),
 		Locks: []Lock{}, Undeclared: []Undeclared{}, BadRecords: []BadRecord{}, declared: map[string]int{}}
@@ -270,92 +273,113 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			byKey[p.Key] = p
 		}
 	}
-	st := compliance.State{
-		Locks: w.decl.locks, Profiles: w.decl.profiles, Keys: map[string]lockmodel.KeyEntry{},
-		UnknownKeys: map[string]bool{}, Sessions: w.sessions, HeldSince: map[compliance.HoldID]time.Time{},
-		ProfileIndex: w.decl.profileIndex, Now: now, Settling: map[string]bool{},
-	}
-	for name := range w.pending {
-		st.Settling[compliance.SettlingKey(lockmodel.KindLock, name)] = true
-	}
-	names := make([]string, 0, len(w.decl.locks))
-	for n := range w.decl.locks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	st := w.observation(byKey, now).State()
 	contenderKeys := map[string]bool{}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(w.decl.locks)) {
 		l := w.decl.locks[name]
-		out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
-			AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []HolderReport{}, Findings: []Finding{}, Description: l.Description,
-			Pending: w.pending[name]}
-		if l.IsSemaphore() {
-			out.Kind = "semaphore"
+		out := declaredLock(w, l, alwaysHeld, now)
+		if p := byKey[l.Key]; p != nil {
+			out.setLive(w, l, lockState(w, l, p, byKey, contenderKeys), byKey, st.HeldSince, now)
 		} else {
-			out.Waiters = lockmodel.WaitersRace
-		}
-		if l.Queued() {
-			out.Waiters, out.Queue = l.Waiters, []QueueWaiter{}
-		}
-		if l.MaxHold > 0 {
-			out.MaxHold = lockmodel.FormatDuration(l.MaxHold)
-		}
-		if p, ok := w.decl.profiles[l.SessionDefaults]; ok {
-			out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
-		}
-		out.setRuns(l, w.decl.ledgers)
-		if p, ok := w.decl.pauses[l.Name]; ok {
-			out.Paused = &Pause{Reason: p.Reason, By: p.By, At: p.At.Format(time.RFC3339)}
-		}
-		out.setSlots(l, w.decl.ledgers, now)
-		p := byKey[l.Key]
-		if p == nil {
 			out.State = "missing"
 			if l.Queued() {
 				out.Queue = queueOf(w, l, byKey, "")
 			}
-			rep.add(out)
-			continue
-		}
-		ls := lockState(w, l, p, byKey, contenderKeys)
-		st.Keys[l.Key] = *ls.Entry
-		maps.Copy(st.Keys, ls.Keys)
-		out.LockIndex, out.ModifyIndex = p.LockIndex, p.ModifyIndex
-		for _, h := range lockmodel.Holders(ls) {
-			hd := holder(w, h.Session, h.Entry.ModifyIndex, h.Entry.Value, now)
-			if l.HolderService != nil {
-				hd.Service = w.holderService(l.HolderService.Name, h.Session)
-			}
-			out.Holders = append(out.Holders, hd)
-		}
-		if l.IsSemaphore() {
-			waiting := len(lockmodel.Waiters(ls))
-			out.Contenders = &waiting
-		}
-		if l.Queued() {
-			holding := ""
-			if len(out.Holders) > 0 {
-				holding = out.Holders[0].Session
-			}
-			out.Queue = queueOf(w, l, byKey, holding)
-		}
-		for _, h := range out.Holders {
-			if !h.started.IsZero() {
-				st.HeldSince[compliance.HoldID{Lock: l.Name, Session: h.Session}] = h.started
-			}
-		}
-		out.State = "unheld"
-		if len(out.Holders) > 0 {
-			out.State = "held"
 		}
 		rep.add(out)
 	}
-	for _, d := range compliance.Decide(st, compliance.ModeObserve) {
-		i, ok := rep.declared[d.Lock]
+	rep.addFindings(compliance.Decide(st, compliance.ModeObserve))
+	for k, v := range w.decl.bad {
+		rep.BadRecords = append(rep.BadRecords, BadRecord{Key: k, Error: v})
+	}
+	sort.Slice(rep.BadRecords, func(i, j int) bool { return rep.BadRecords[i].Key < rep.BadRecords[j].Key })
+	rep.Undeclared = undeclared(w, byKey, contenderKeys)
+	rep.summarize()
+	return rep
+}
+
+// observation is what w read at now, listed keys by key, as compliance
+// judges it: a single read keeps no history of holds; a pending lock's
+// declaration is settling.
+func (w *world) observation(byKey map[string]*api.KVPair, now time.Time) compliance.Observation {
+	o := compliance.Observation{Locks: w.decl.locks, Profiles: w.decl.profiles, ProfileIndex: w.decl.profileIndex,
+		Keys: make(map[string]lockmodel.KeyEntry, len(byKey)), Sessions: w.sessions, Settling: map[string]bool{}, Now: now}
+	for key, p := range byKey {
+		o.Keys[key] = consul.KeyEntry(p)
+	}
+	for name := range w.pending {
+		o.Settling[compliance.SettlingKey(lockmodel.KindLock, name)] = true
+	}
+	return o
+}
+
+// declaredLock is what l's declaration (and its run ledger and pause
+// record) says of it, before its keys are looked at.
+func declaredLock(w *world, l lockmodel.Lock, alwaysHeld map[string]bool, now time.Time) Lock {
+	out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
+		AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []HolderReport{}, Findings: []Finding{}, Description: l.Description,
+		Pending: w.pending[l.Name]}
+	if l.IsSemaphore() {
+		out.Kind = "semaphore"
+	} else {
+		out.Waiters = lockmodel.WaitersRace
+	}
+	if l.Queued() {
+		out.Waiters, out.Queue = l.Waiters, []QueueWaiter{}
+	}
+	if l.MaxHold > 0 {
+		out.MaxHold = lockmodel.FormatDuration(l.MaxHold)
+	}
+	if p, ok := w.decl.profiles[l.SessionDefaults]; ok {
+		out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
+	}
+	out.setRuns(l, w.decl.ledgers)
+	if p, ok := w.decl.pauses[l.Name]; ok {
+		out.Paused = &Pause{Reason: p.Reason, By: p.By, At: p.At.Format(time.RFC3339)}
+	}
+	out.setSlots(l, w.decl.ledgers, now)
+	return out
+}
+
+// setLive fills in what l's existing key (ls.Entry) and the keys and
+// sessions around it show: its holders, each since heldSince (the State's
+// HeldSince), a semaphore's waiting contenders, a queue's waiters.
+func (out *Lock) setLive(w *world, l lockmodel.Lock, ls lockmodel.LockState, byKey map[string]*api.KVPair, heldSince map[compliance.HoldID]time.Time, now time.Time) {
+	out.LockIndex, out.ModifyIndex = ls.Entry.LockIndex, ls.Entry.ModifyIndex
+	for _, h := range lockmodel.Holders(ls) {
+		start, known := heldSince[compliance.HoldID{Lock: l.Name, Session: h.Session}]
+		hd := holder(w, h.Session, h.Entry, start, known, now)
+		if l.HolderService != nil {
+			hd.Service = w.holderService(l.HolderService.Name, h.Session)
+		}
+		out.Holders = append(out.Holders, hd)
+	}
+	if l.IsSemaphore() {
+		waiting := len(lockmodel.Waiters(ls))
+		out.Contenders = &waiting
+	}
+	if l.Queued() {
+		holding := ""
+		if len(out.Holders) > 0 {
+			holding = out.Holders[0].Session
+		}
+		out.Queue = queueOf(w, l, byKey, holding)
+	}
+	out.State = "unheld"
+	if len(out.Holders) > 0 {
+		out.State = "held"
+	}
+}
+
+// addFindings adds the decisions ds to their locks: a holder a decision
+// finds non-compliant is marked so, with its reasons.
+func (r *Report) addFindings(ds []compliance.Decision) {
+	for _, d := range ds {
+		i, ok := r.declared[d.Lock]
 		if !ok {
 			continue
 		}
-		l := &rep.Locks[i]
+		l := &r.Locks[i]
 		l.Findings = append(l.Findings, Finding{Kind: string(d.Kind), Session: d.Session, Reasons: d.Reasons, Detail: d.Detail})
 		for j := range l.Holders {
 			if h := &l.Holders[j]; h.Session == d.Session && d.Kind == compliance.KindHolderNonCompliant {
@@ -364,13 +388,6 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 			}
 		}
 	}
-	for k, v := range w.decl.bad {
-		rep.BadRecords = append(rep.BadRecords, BadRecord{Key: k, Error: v})
-	}
-	sort.Slice(rep.BadRecords, func(i, j int) bool { return rep.BadRecords[i].Key < rep.BadRecords[j].Key })
-	rep.Undeclared = undeclared(w, byKey, contenderKeys)
-	rep.summarize()
-	return rep
 }
 
 func (r *Report) add(l Lock) {
@@ -423,14 +440,16 @@ func (r *Report) summarize() {
 	r.Summary = s
 }
 
-// holder describes the session id holding a key whose ModifyIndex is its
-// fencing token (the shared definition: the Raft index of the hold).
-func holder(w *world, id string, token uint64, value []byte, now time.Time) HolderReport {
-	h := HolderReport{Session: id, FencingToken: token, Compliant: true, Violations: []string{}, Value: printable(value),
+// holder describes session id holding key entry e, whose ModifyIndex is
+// its fencing token (the shared definition: the Raft index of the hold),
+// held since start when known (the State's HeldSince, by
+// lockmodel.HoldStart: the holder's start, not after now).
+func holder(w *world, id string, e lockmodel.KeyEntry, start time.Time, known bool, now time.Time) HolderReport {
+	h := HolderReport{Session: id, FencingToken: e.ModifyIndex, Compliant: true, Violations: []string{}, Value: printable(e.Value),
 		NodeChecks: []string{}, ServiceCheck: []string{}}
-	if e := w.raw[id]; e != nil {
+	if se := w.raw[id]; se != nil {
 		s := w.sessions[id]
-		h.SessionName, h.Node = e.Name, e.Node
+		h.SessionName, h.Node = se.Name, se.Node
 		h.TTL, h.LockDelay = lockmodel.FormatDuration(s.TTL), lockmodel.FormatDuration(s.LockDelay)
 		h.Behavior = string(s.Behavior)
 		if h.Behavior == "" {
@@ -438,16 +457,14 @@ func holder(w *world, id string, token uint64, value []byte, now time.Time) Hold
 		}
 		h.NodeChecks, h.ServiceCheck = s.NodeChecks, s.ServiceChecks
 	}
-	// The controller's rule (lockmodel.HoldStart) with no evidence of our
-	// own: the holder's start, not after now; unknown without one.
-	if start, ok := lockmodel.HoldStart(value, lockmodel.HoldEvidence{}, now); ok {
+	if known {
 		h.started = start
 		t := start.UTC().Format(time.RFC3339)
 		h.Started = &t
 		h.HeldFor = lockmodel.FormatDuration(now.Sub(start).Round(time.Second))
 	}
 	var hv lockmodel.HolderValue
-	if h.Node == "" && json.Unmarshal(value, &hv) == nil {
+	if h.Node == "" && json.Unmarshal(e.Value, &hv) == nil {
 		h.Node = hv.Node
 	}
 	return h
@@ -460,7 +477,7 @@ func holder(w *world, id string, token uint64, value []byte, now time.Time) Hold
 // marks in contenderKeys; with the sessions status read after the keys.
 func lockState(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.KVPair, contenderKeys map[string]bool) lockmodel.LockState {
 	ls := lockmodel.LockState{Key: l.Key, Semaphore: l.IsSemaphore(), Keys: map[string]lockmodel.KeyEntry{}, Sessions: w.sessions,
-		Entry: &lockmodel.KeyEntry{Flags: p.Flags, Value: p.Value, Session: p.Session, LockIndex: p.LockIndex, ModifyIndex: p.ModifyIndex}}
+		Entry: new(consul.KeyEntry(p))}
 	if !ls.Semaphore {
 		return ls
 	}
@@ -470,7 +487,7 @@ func lockState(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.
 			continue
 		}
 		contenderKeys[key] = true
-		ls.Keys[key] = lockmodel.KeyEntry{Flags: kp.Flags, Value: kp.Value, Session: kp.Session, LockIndex: kp.LockIndex, ModifyIndex: kp.ModifyIndex}
+		ls.Keys[key] = consul.KeyEntry(kp)
 	}
 	return ls
 }

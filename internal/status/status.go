@@ -192,7 +192,7 @@ func fail(stderr io.Writer, err error) int {
 // printRules prints the read-only rules, narrowed to the prefixes status
 // lists when the registry is readable, else the broad ones.
 func printRules(ctx context.Context, r *reader, stdout, stderr io.Writer) int {
-	d, _, err := r.registryList(ctx, 0, false)
+	d, _, err := r.registryList(once(ctx))
 	var prefixes []string
 	if err != nil {
 		fmt.Fprintf(stderr, "status: cannot read the declarations (%v); printing rules for every key prefix\n", err)

@@ -407,14 +407,7 @@ func TestStatusWatchSeesHandover(t *testing.T) {
 
 	rec := newRecordingProxy(t)
 	t.Setenv("CONSUL_HTTP_ADDR", rec.addr)
-	pr, pw := newLineBuffer()
-	pw.mark = func(line string) { rec.event("frame", line) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int)
-	go func() {
-		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, pw, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
+	pr := f.watch(func(line string) { rec.event("frame", line) })
 	holderIn := func(line string) string {
 		var rep Report
 		if json.Unmarshal([]byte(line), &rep) != nil || len(rep.Locks) != 1 || len(rep.Locks[0].Holders) != 1 {
@@ -520,9 +513,17 @@ type lineBuffer struct {
 	mark func(line string)
 }
 
-func newLineBuffer() (*lineBuffer, *lineBuffer) {
-	b := &lineBuffer{lines: make(chan string, 1024)}
-	return b, b
+// watch runs `status -watch -json` until the test ends and returns its
+// output; mark, when set, is called with each line as it is written.
+func (f *fixture) watch(mark func(line string)) *lineBuffer {
+	b := &lineBuffer{lines: make(chan string, 1024), mark: mark}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, b, &bytes.Buffer{})
+	}()
+	f.t.Cleanup(func() { cancel(); <-done })
+	return b
 }
 
 func (b *lineBuffer) Write(p []byte) (int, error) {
@@ -690,13 +691,7 @@ func TestStatusPendingApplyIsNotDrift(t *testing.T) {
 func TestStatusWatchShowsAPendingApplyThenDrift(t *testing.T) {
 	f := newFixture(t)
 	sem := f.lock(lockmodel.Lock{Name: "sem", Limit: 3}, false)
-	pr, pw := newLineBuffer()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int)
-	go func() {
-		done <- Run(ctx, []string{"-registry-prefix", f.registry, "-watch", "-json"}, pw, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
+	pr := f.watch(nil)
 	frame := func() Lock {
 		line := pr.next(t)
 		var rep Report
