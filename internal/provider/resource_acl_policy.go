@@ -110,7 +110,7 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 			"Live rules are compared semantically: formatting, comments, ordering and HCL-vs-JSON differences are " +
 			"not drift; any change in what is granted is, and apply puts the declared rules back. The declaration " +
 			"(policy ID and canonical rules) is recorded at `<registry_prefix>/acl-policies/<name>`.",
-		Attributes: map[string]schema.Attribute{
+		Attributes: withAttributes(map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "The Consul policy ID.",
 				Computed:            true,
@@ -140,36 +140,6 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 			"semaphore_prefixes": semaphores,
 			"read_keys":          readKeys,
 			"queue_prefixes":     queues,
-			"session_node_prefixes": schema.SetAttribute{
-				MarkdownDescription: "Node-name prefixes where holders create their sessions: `session_prefix \"<n>\" { policy = \"write\" }` " +
-					"on each. Consul session rules match the **node** a session is created on, not the session's name. " +
-					"`\"\"` means any node and earns a plan warning.",
-				Required:    true,
-				ElementType: types.StringType,
-				Validators: []validator.Set{
-					setvalidator.SizeAtLeast(1),
-					setvalidator.ValueStringsAre(rulesValueValidator{field: "session_node_prefixes"}),
-				},
-			},
-			"run_ledgers": runLedgersSchemaAttribute(),
-			"holder_services": schema.SetAttribute{
-				MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" { policy = " +
-					"\"write\" }` on each, all a holder needs to register, check and deregister its instance. Also grants " +
-					"`node_prefix \"<p>\" { policy = \"read\" }` on each `session_node_prefixes` entry, so an agentless " +
-					"runner can list (and remove) former holders' instances on its node. No node write.",
-				Optional:    true,
-				ElementType: types.StringType,
-				Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
-					check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("holder_services", "")),
-				})},
-			},
-			"agent_read": schema.BoolAttribute{
-				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which only `consul lock` needs (to learn its node " +
-					"name). Default `false`.",
-				Optional: true,
-				Computed: true,
-				Default:  booldefault.StaticBool(false),
-			},
 			"rules": schema.StringAttribute{
 				MarkdownDescription: "The canonical HCL rules, known at plan. After a refresh, the live rules when they grant something " +
 					"else (the plan shows the drift).",
@@ -180,6 +150,42 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				MarkdownDescription: "KV key of the declaration record (`<registry_prefix>/acl-policies/<name>`) that the controller reads.",
 				Computed:            true,
 			},
+		}, policyGrantAttributes()),
+	}
+}
+
+// policyGrantAttributes are the inputs that grant sessions, run ledgers, holder services and agent reads.
+func policyGrantAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"session_node_prefixes": schema.SetAttribute{
+			MarkdownDescription: "Node-name prefixes where holders create their sessions: `session_prefix \"<n>\" { policy = \"write\" }` " +
+				"on each. Consul session rules match the **node** a session is created on, not the session's name. " +
+				"`\"\"` means any node and earns a plan warning.",
+			Required:    true,
+			ElementType: types.StringType,
+			Validators: []validator.Set{
+				setvalidator.SizeAtLeast(1),
+				setvalidator.ValueStringsAre(rulesValueValidator{field: "session_node_prefixes"}),
+			},
+		},
+		"run_ledgers": runLedgersSchemaAttribute(),
+		"holder_services": schema.SetAttribute{
+			MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" { policy = " +
+				"\"write\" }` on each, all a holder needs to register, check and deregister its instance. Also grants " +
+				"`node_prefix \"<p>\" { policy = \"read\" }` on each `session_node_prefixes` entry, so an agentless " +
+				"runner can list (and remove) former holders' instances on its node. No node write.",
+			Optional:    true,
+			ElementType: types.StringType,
+			Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
+				check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("holder_services", "")),
+			})},
+		},
+		"agent_read": schema.BoolAttribute{
+			MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which only `consul lock` needs (to learn its node " +
+				"name). Default `false`.",
+			Optional: true,
+			Computed: true,
+			Default:  booldefault.StaticBool(false),
 		},
 	}
 }

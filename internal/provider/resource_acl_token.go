@@ -107,7 +107,7 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"The secret is sensitive: it is kept out of plan output, logs and error messages, but it is stored in state, " +
 			"so protect the state as you protect the token, or set the secret with the write-only `secret_id_wo`, " +
 			"or use the ephemeral `consullock_acl_token`, neither of which is stored.",
-		Attributes: map[string]schema.Attribute{
+		Attributes: withAttributes(map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "The token's accessor ID (same as `accessor_id`).",
 				Computed:            true,
@@ -144,71 +144,83 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Validators: []validator.Set{setvalidator.ValueStringsAre(
 					stringvalidator.RegexMatches(aclRoleNameRE, "must be 1 to 256 letters, digits, '-' or '_' (Consul's role name rule)"))},
 			},
-			"service_identities": schema.SetNestedAttribute{
-				MarkdownDescription: "Service identities the token holds: the privileges to register and discover a service, " +
-					"as Consul grants them for `service_name`.",
-				Optional: true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"service_name": schema.StringAttribute{
-							MarkdownDescription: "The service's name.",
-							Required:            true,
-							Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
-						},
-						"datacenters": schema.SetAttribute{
-							MarkdownDescription: "Datacenters where the identity is valid. Default: all.",
-							Optional:            true,
-							ElementType:         types.StringType,
-							Validators:          []validator.Set{setvalidator.SizeAtLeast(1)},
-						},
-					},
-				},
-			},
-			"node_identities": schema.SetNestedAttribute{
-				MarkdownDescription: "Node identities the token holds: the privileges of a Consul agent on `node_name` in `datacenter`.",
-				Optional:            true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"node_name": schema.StringAttribute{
-							MarkdownDescription: "The node's name.",
-							Required:            true,
-							Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
-						},
-						"datacenter": schema.StringAttribute{
-							MarkdownDescription: "The node's datacenter.",
-							Required:            true,
-							Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
-						},
-					},
-				},
-			},
-			"local": schema.BoolAttribute{
-				MarkdownDescription: "Make the token valid only in the datacenter it is created in. Changing it replaces the token. Default `false`.",
-				Optional:            true,
-				Computed:            true,
-				Default:             booldefault.StaticBool(false),
-				PlanModifiers:       []planmodifier.Bool{boolplanmodifier.RequiresReplace()},
-			},
-			"expiration_ttl": schema.StringAttribute{
-				MarkdownDescription: fmt.Sprintf("Lifetime of the token from its creation, a Go duration from `%s` to `%s` "+
-					"(Consul's default limits). Changing it replaces the token. Default: never expires.",
-					minTokenExpirationTTL, maxTokenExpirationTTL),
-				Optional:   true,
-				CustomType: timetypes.GoDurationType{},
-				Validators: []validator.String{durationBetween(minTokenExpirationTTL, maxTokenExpirationTTL)},
-				PlanModifiers: []planmodifier.String{
-					sameDurationUsesState{},
-					stringplanmodifier.RequiresReplace(),
-				},
-			},
 			"secret_id_wo":         secretIDWOAttribute,
 			"secret_id_wo_version": secretIDWOVersionAttribute,
-			"expiration_time": schema.StringAttribute{
-				MarkdownDescription: "When the token expires (RFC 3339), if it has an `expiration_ttl`.",
-				Computed:            true,
-				CustomType:          timetypes.RFC3339Type{},
-				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+		}, tokenIdentityAttributes(), tokenLifetimeAttributes()),
+	}
+}
+
+// tokenIdentityAttributes are the service and node identities the token is linked to.
+func tokenIdentityAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"service_identities": schema.SetNestedAttribute{
+			MarkdownDescription: "Service identities the token holds: the privileges to register and discover a service, " +
+				"as Consul grants them for `service_name`.",
+			Optional: true,
+			NestedObject: schema.NestedAttributeObject{
+				Attributes: map[string]schema.Attribute{
+					"service_name": schema.StringAttribute{
+						MarkdownDescription: "The service's name.",
+						Required:            true,
+						Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
+					},
+					"datacenters": schema.SetAttribute{
+						MarkdownDescription: "Datacenters where the identity is valid. Default: all.",
+						Optional:            true,
+						ElementType:         types.StringType,
+						Validators:          []validator.Set{setvalidator.SizeAtLeast(1)},
+					},
+				},
 			},
+		},
+		"node_identities": schema.SetNestedAttribute{
+			MarkdownDescription: "Node identities the token holds: the privileges of a Consul agent on `node_name` in `datacenter`.",
+			Optional:            true,
+			NestedObject: schema.NestedAttributeObject{
+				Attributes: map[string]schema.Attribute{
+					"node_name": schema.StringAttribute{
+						MarkdownDescription: "The node's name.",
+						Required:            true,
+						Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
+					},
+					"datacenter": schema.StringAttribute{
+						MarkdownDescription: "The node's datacenter.",
+						Required:            true,
+						Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
+				},
+			},
+		},
+	}
+}
+
+// tokenLifetimeAttributes say where the token lives and until when.
+func tokenLifetimeAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"local": schema.BoolAttribute{
+			MarkdownDescription: "Make the token valid only in the datacenter it is created in. Changing it replaces the token. Default `false`.",
+			Optional:            true,
+			Computed:            true,
+			Default:             booldefault.StaticBool(false),
+			PlanModifiers:       []planmodifier.Bool{boolplanmodifier.RequiresReplace()},
+		},
+		"expiration_ttl": schema.StringAttribute{
+			MarkdownDescription: fmt.Sprintf("Lifetime of the token from its creation, a Go duration from `%s` to `%s` "+
+				"(Consul's default limits). Changing it replaces the token. Default: never expires.",
+				minTokenExpirationTTL, maxTokenExpirationTTL),
+			Optional:   true,
+			CustomType: timetypes.GoDurationType{},
+			Validators: []validator.String{durationBetween(minTokenExpirationTTL, maxTokenExpirationTTL)},
+			PlanModifiers: []planmodifier.String{
+				sameDurationUsesState{},
+				stringplanmodifier.RequiresReplace(),
+			},
+		},
+		"expiration_time": schema.StringAttribute{
+			MarkdownDescription: "When the token expires (RFC 3339), if it has an `expiration_ttl`.",
+			Computed:            true,
+			CustomType:          timetypes.RFC3339Type{},
+			PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 		},
 	}
 }

@@ -135,29 +135,34 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 			},
-			"max_attempts": schema.Int64Attribute{
-				MarkdownDescription: fmt.Sprintf("Attempts per run: a run that failed, lost its lock or whose holder crashed is "+
-					"attempted again by the next holder until this many attempts were made; then runners exit %d. `1` to `%d`, default `%d`.",
-					lockmodel.ExitRunExhausted, lockmodel.MaxMaxAttempts, lockmodel.DefaultMaxAttempts),
-				Optional:   true,
-				Computed:   true,
-				Default:    int64default.StaticInt64(lockmodel.DefaultMaxAttempts),
-				Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxMaxAttempts)},
-			},
-			"keep": schema.Int64Attribute{
-				MarkdownDescription: fmt.Sprintf("Runs the ledger keeps, most recent first; the holder that writes it prunes the rest. "+
-					"`1` to `%d`, default `%d`.", lockmodel.MaxRunKeep, lockmodel.DefaultRunKeep),
-				Optional:   true,
-				Computed:   true,
-				Default:    int64default.StaticInt64(lockmodel.DefaultRunKeep),
-				Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxRunKeep)},
-			},
 		},
 	}
-	for name, attr := range runOnceJobControlAttributes() {
-		a.Attributes[name] = attr
-	}
+	a.Attributes = withAttributes(a.Attributes, runOnceAttemptAttributes(), runOnceJobControlAttributes())
 	return a
+}
+
+// runOnceAttemptAttributes are how many attempts a run gets and how many
+// runs the ledger keeps.
+func runOnceAttemptAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"max_attempts": schema.Int64Attribute{
+			MarkdownDescription: fmt.Sprintf("Attempts per run: a run that failed, lost its lock or whose holder crashed is "+
+				"attempted again by the next holder until this many attempts were made; then runners exit %d. `1` to `%d`, default `%d`.",
+				lockmodel.ExitRunExhausted, lockmodel.MaxMaxAttempts, lockmodel.DefaultMaxAttempts),
+			Optional:   true,
+			Computed:   true,
+			Default:    int64default.StaticInt64(lockmodel.DefaultMaxAttempts),
+			Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxMaxAttempts)},
+		},
+		"keep": schema.Int64Attribute{
+			MarkdownDescription: fmt.Sprintf("Runs the ledger keeps, most recent first; the holder that writes it prunes the rest. "+
+				"`1` to `%d`, default `%d`.", lockmodel.MaxRunKeep, lockmodel.DefaultRunKeep),
+			Optional:   true,
+			Computed:   true,
+			Default:    int64default.StaticInt64(lockmodel.DefaultRunKeep),
+			Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxRunKeep)},
+		},
+	}
 }
 
 // runOnce converts a known run_once (nil for none).

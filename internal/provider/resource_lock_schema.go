@@ -26,7 +26,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"adopts a compatible existing key untouched, repairs deleted keys and drifted flags, and refuses to destroy a " +
 			"held lock unless `force_destroy` is set. It never changes what holders own: the key's value, session and " +
 			"LockIndex. The declaration is recorded at `<registry_prefix>/locks/<name>` for the controller and `consullock run`.",
-		Attributes: map[string]schema.Attribute{
+		Attributes: withAttributes(map[string]schema.Attribute{
 			"name": schema.StringAttribute{
 				MarkdownDescription: "Lock name, unique per registry prefix; `consullock run -lock NAME` uses it. Use 1 to 128 letters, digits, `-` or `_`. Changing it replaces the lock.",
 				Required:            true,
@@ -67,31 +67,15 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateName, what: allowedText(lockmodel.ValidateName("session_defaults", ""))}},
 			},
-			"max_hold": schema.StringAttribute{
-				MarkdownDescription: "Longest one holder may keep the lock, at least `1s` (e.g. `2h`): the controller reports longer " +
-					"holds, and ends them in `enforce` mode. Unset: no limit.",
-				Optional:   true,
-				CustomType: timetypes.GoDurationType{},
-				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateMaxHold, what: allowedText(lockmodel.ValidateMaxHold("max_hold", -1))}},
-			},
 			"description": schema.StringAttribute{
 				MarkdownDescription: fmt.Sprintf("Free text for operators, at most %d characters.", lockmodel.MaxDescriptionLength),
 				Optional:            true,
 				Validators:          []validator.String{domainStringRule{check: lockmodel.ValidateDescription, what: fmt.Sprintf("text of at most %d characters", lockmodel.MaxDescriptionLength)}},
 			},
-			"always_held": schema.BoolAttribute{
-				MarkdownDescription: "The lock must always have a holder (a singleton daemon): `consullock status` exits 1 without one, " +
-					"and `ConsulLockUnheld` fires after `worst_case_gap` unheld. Rewrites only the declaration record. " +
-					"Default `false`.",
-				Optional: true,
-				Computed: true,
-				Default:  booldefault.StaticBool(false),
-			},
-			"paused":         pausedSchemaAttribute(),
-			"pause_key":      pauseKeySchemaAttribute(),
-			"run_once":       runOnceSchemaAttribute(),
-			"holder_service": holderServiceSchemaAttribute(),
-			"waiters":        waitersSchemaAttribute(),
+			"paused":    pausedSchemaAttribute(),
+			"pause_key": pauseKeySchemaAttribute(),
+			"run_once":  runOnceSchemaAttribute(),
+			"waiters":   waitersSchemaAttribute(),
 			"force_destroy": schema.BoolAttribute{
 				MarkdownDescription: "Allow destroying a held lock: the holders' sessions are ended (their lock-delay keeps the next " +
 					"holder out while their commands stop), then the key is deleted. Needs `session` write on the " +
@@ -110,7 +94,29 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"missing or unreadable (the plan rewrites it).",
 				Computed: true,
 			},
+		}, lockHolderAttributes()),
+	}
+}
+
+// lockHolderAttributes are what the lock says of its holders.
+func lockHolderAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"max_hold": schema.StringAttribute{
+			MarkdownDescription: "Longest one holder may keep the lock, at least `1s` (e.g. `2h`): the controller reports longer " +
+				"holds, and ends them in `enforce` mode. Unset: no limit.",
+			Optional:   true,
+			CustomType: timetypes.GoDurationType{},
+			Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateMaxHold, what: allowedText(lockmodel.ValidateMaxHold("max_hold", -1))}},
 		},
+		"always_held": schema.BoolAttribute{
+			MarkdownDescription: "The lock must always have a holder (a singleton daemon): `consullock status` exits 1 without one, " +
+				"and `ConsulLockUnheld` fires after `worst_case_gap` unheld. Rewrites only the declaration record. " +
+				"Default `false`.",
+			Optional: true,
+			Computed: true,
+			Default:  booldefault.StaticBool(false),
+		},
+		"holder_service": holderServiceSchemaAttribute(),
 	}
 }
 

@@ -77,7 +77,7 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 			"give their Consul sessions. It is recorded in Consul KV at `<registry_prefix>/session-defaults/<name>`, " +
 			"where `consullock run` and the controller read it. `worst_case_gap` shows at plan time how long a crashed " +
 			"holder can leave the job unrun.",
-		Attributes: map[string]schema.Attribute{
+		Attributes: withAttributes(map[string]schema.Attribute{
 			"name": schema.StringAttribute{
 				MarkdownDescription: "Profile name, referenced by `consullock_lock.session_defaults`. Use 1 to 128 letters, digits, `-` or `_`. Changing it replaces the profile.",
 				Required:            true,
@@ -111,32 +111,6 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				Default:    stringdefault.StaticString(string(lockmodel.BehaviorRelease)),
 				Validators: []validator.String{stringvalidator.OneOf(lockmodel.Behaviors()...)},
 			},
-			"node_checks": schema.ListAttribute{
-				MarkdownDescription: "Node checks the session is bound to; a failing one invalidates it. Default `[\"serfHealth\"]`; `[]` " +
-					"warns (a dead node's lock then lasts until the TTL lapses).",
-				Optional:    true,
-				Computed:    true,
-				ElementType: types.StringType,
-				Default: listdefault.StaticValue(types.ListValueMust(types.StringType,
-					[]attr.Value{types.StringValue(lockmodel.DefaultNodeCheck)})),
-			},
-			"service_checks": schema.ListNestedAttribute{
-				MarkdownDescription: "Service health checks the session is bound to.",
-				Optional:            true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"id": schema.StringAttribute{
-							MarkdownDescription: "Check ID, e.g. `service:report`.",
-							Required:            true,
-						},
-						"namespace": schema.StringAttribute{
-							MarkdownDescription: "Namespace of the check's service (Consul Enterprise).",
-							Optional:            true,
-							Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
-						},
-					},
-				},
-			},
 			"renew_every": schema.StringAttribute{
 				MarkdownDescription: "How often holders renew: above `0s`, below ttl/2 (one renewal may fail). Default ttl/3, shown at " +
 					"plan.",
@@ -153,6 +127,38 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 			"registry_key": schema.StringAttribute{
 				MarkdownDescription: "Consul KV key of the profile's record, `<registry_prefix>/session-defaults/<name>`.",
 				Computed:            true,
+			},
+		}, sessionChecksAttributes()),
+	}
+}
+
+// sessionChecksAttributes are the health checks a session is bound to.
+func sessionChecksAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"node_checks": schema.ListAttribute{
+			MarkdownDescription: "Node checks the session is bound to; a failing one invalidates it. Default `[\"serfHealth\"]`; `[]` " +
+				"warns (a dead node's lock then lasts until the TTL lapses).",
+			Optional:    true,
+			Computed:    true,
+			ElementType: types.StringType,
+			Default: listdefault.StaticValue(types.ListValueMust(types.StringType,
+				[]attr.Value{types.StringValue(lockmodel.DefaultNodeCheck)})),
+		},
+		"service_checks": schema.ListNestedAttribute{
+			MarkdownDescription: "Service health checks the session is bound to.",
+			Optional:            true,
+			NestedObject: schema.NestedAttributeObject{
+				Attributes: map[string]schema.Attribute{
+					"id": schema.StringAttribute{
+						MarkdownDescription: "Check ID, e.g. `service:report`.",
+						Required:            true,
+					},
+					"namespace": schema.StringAttribute{
+						MarkdownDescription: "Namespace of the check's service (Consul Enterprise).",
+						Optional:            true,
+						Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
+				},
 			},
 		},
 	}
