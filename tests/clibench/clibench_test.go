@@ -12,6 +12,13 @@
 //
 // BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
 // developing.
+//
+// BENCH_BASELINE names a provider binary built from another commit (e.g.
+// main: git archive main | tar -x -C /tmp/main && go -C /tmp/main build -o
+// /tmp/base/terraform-provider-consullock .): it runs as one more subject,
+// "baseline", in the same turns on its own keys, and a second table
+// compares consullock with it, so that a change is measured against the
+// code before it on the same machine at the same time.
 package clibench
 
 import (
@@ -75,7 +82,7 @@ func BenchmarkCLI(b *testing.B) {
 	counter := newCountingProxy(b, agent.HTTPAddr())
 
 	dir := b.TempDir()
-	consullockDir, noopDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop")
+	consullockDir, noopDir, baselineDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop"), filepath.Join(dir, "baseline")
 	if err := testenv.BuildProvider(ctx, consullockDir); err != nil {
 		b.Fatal(err)
 	}
@@ -88,10 +95,11 @@ func BenchmarkCLI(b *testing.B) {
   dev_overrides {
     "registry.opentofu.org/consullock/consullock" = %q
     "registry.opentofu.org/bench/noop" = %q
+    "registry.opentofu.org/bench/%s" = %q
   }
   direct {}
 }
-`, consullockDir, noopDir), 0o600); err != nil {
+`, consullockDir, noopDir, baselineType, baselineDir), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	tofuBin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
@@ -108,8 +116,15 @@ func BenchmarkCLI(b *testing.B) {
 
 	subjects := []subject{
 		{name: "terraform_data", config: terraformDataConfig},
-		{name: "noop framework", config: shapedConfig("noop", "bench/noop"), provider: noopBin},
-		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
+		{name: "noop framework", config: shapedConfig("noop", "bench/noop", "bench"), provider: noopBin},
+		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock", "bench"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
+	}
+	if base := os.Getenv("BENCH_BASELINE"); base != "" {
+		bin := filepath.Join(baselineDir, "terraform-provider-"+baselineType)
+		if err := copyExecutable(base, bin); err != nil {
+			b.Fatal(err)
+		}
+		subjects = append(subjects, subject{name: "baseline", config: shapedConfig("consullock", "bench/"+baselineType, "base"), provider: bin})
 	}
 	if only := os.Getenv("BENCH_SUBJECTS"); only != "" {
 		subjects = slices.DeleteFunc(subjects, func(s subject) bool { return !slices.Contains(strings.Split(only, ","), s.name) })
@@ -171,6 +186,13 @@ func BenchmarkCLI(b *testing.B) {
 		})
 	}
 
+	if len(subjects) > 0 && subjects[len(subjects)-1].name == "baseline" {
+		for i, size := range sizes {
+			printBaselineRows(size, i == 0, func(phase string) (base, cl time.Duration) {
+				return median(times[key{size, "baseline", phase}]), median(times[key{size, "consullock", phase}])
+			})
+		}
+	}
 	b.Logf("medians of %v runs per size, %d plans per run; OpenTofu %s launching each provider binary; Consul %s", runsPerSize, plansPerRun, tofuBin, agent.Bin)
 }
 
@@ -204,7 +226,41 @@ func printRows(size int, header bool, row func(phase string) string) {
 	fmt.Print(table.String())
 }
 
-func shapedConfig(provider, source string) func(locks, profiles int) string {
+// baselineType is the provider type the baseline binary is installed as:
+// its resources keep the local name consullock (consullock_lock), its own
+// source address lets it sit beside the provider under test.
+const baselineType = "consullockbase"
+
+// printBaselineRows prints the comparison with BENCH_BASELINE of one size.
+func printBaselineRows(size int, header bool, medians func(phase string) (base, cl time.Duration)) {
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if header {
+		fmt.Fprintf(w, "locks\tphase\tbaseline\tconsullock\tvs baseline\t\n")
+	}
+	for _, phase := range phases {
+		base, cl := medians(phase)
+		fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fx\t\n", size, phase, base.Seconds(), cl.Seconds(), cl.Seconds()/base.Seconds())
+	}
+	_ = w.Flush()
+	fmt.Print(table.String())
+}
+
+// copyExecutable copies the executable from to the path to.
+func copyExecutable(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("BENCH_BASELINE: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
+}
+
+// shapedConfig is the configuration of provider's locks and profiles,
+// named stem-N with prefixes stem/N.
+func shapedConfig(provider, source, stem string) func(locks, profiles int) string {
 	return func(locks, profiles int) string {
 		return fmt.Sprintf(`terraform {
   required_providers {
@@ -218,17 +274,17 @@ variable "desc" {
 
 resource "%[1]s_session_defaults" "p" {
   count = %[3]d
-  name  = "bench-${count.index}"
+  name  = "%[5]s-${count.index}"
 }
 
 resource "%[1]s_lock" "l" {
   count            = %[2]d
-  name             = "bench-${count.index}"
-  prefix           = "bench/${count.index}"
+  name             = "%[5]s-${count.index}"
+  prefix           = "%[5]s/${count.index}"
   session_defaults = %[1]s_session_defaults.p[count.index %% %[3]d].name
   description      = var.desc
 }
-`, provider, locks, profiles, source)
+`, provider, locks, profiles, source, stem)
 	}
 }
 
