@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"unicode/utf8"
 
 	"github.com/hashicorp/consul/api"
@@ -96,150 +97,164 @@ func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequ
 }
 
 func (d *lockDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	attrs := map[string]schema.Attribute{
+		"key": schema.StringAttribute{
+			MarkdownDescription: "The lock key, e.g. a `consullock_lock`'s `key` or a raw key such as `service/job/leader`; a " +
+				"semaphore's `<prefix>/.lock`.",
+			Required:   true,
+			Validators: []validator.String{keyPathValidator{}},
+		},
+		"consistent": schema.BoolAttribute{
+			MarkdownDescription: "Read with `?consistent` (default `true`): current, and an error without a cluster leader. `false` " +
+				"reads `?stale` from any server, possibly out of date (see `known_leader`, `last_contact`).",
+			Optional: true,
+			Computed: true,
+		},
+		"exists": schema.BoolAttribute{
+			MarkdownDescription: "Whether the key exists; when not, `held` is `false` and the rest null (not an error).",
+			Computed:            true,
+		},
+		"held": schema.BoolAttribute{
+			MarkdownDescription: "Whether a session holds the key; for a semaphore, whether at least one slot is held.",
+			Computed:            true,
+		},
+		"value": schema.StringAttribute{
+			MarkdownDescription: "The key's value as text (what the holder sent with its acquire or release). Null when not valid " +
+				"UTF-8: use `value_base64`.",
+			Computed: true,
+		},
+		"value_base64": schema.StringAttribute{
+			MarkdownDescription: "The key's value, base64-encoded, for binary values.",
+			Computed:            true,
+		},
+		"lock_index": schema.Int64Attribute{
+			MarkdownDescription: "Consul's LockIndex: acquisitions of the free key. Not a fencing token: a plain write resets it to 0, " +
+				"a re-created key restarts at 1. Use `fencing_token`.",
+			Computed: true,
+		},
+		"fencing_token": schema.Int64Attribute{
+			MarkdownDescription: fencingTokenDescription,
+			Computed:            true,
+		},
+		"modify_index": schema.Int64Attribute{
+			MarkdownDescription: "Raft index of the key's last change.",
+			Computed:            true,
+		},
+		"create_index": schema.Int64Attribute{
+			MarkdownDescription: "Raft index at which the key was created; a larger one means the key was deleted and re-created.",
+			Computed:            true,
+		},
+		"flags": schema.StringAttribute{
+			MarkdownDescription: "The key's flags as 16 hex digits (a string: they exceed Terraform's exact numbers): `" +
+				lockmodel.FormatFlags(lockmodel.LockFlagValue) + "` api.Lock, `" + lockmodel.FormatFlags(lockmodel.SemaphoreFlagValue) + "` api.Semaphore.",
+			Computed: true,
+		},
+		"limit": schema.Int64Attribute{
+			MarkdownDescription: "For a semaphore: its limit as recorded in `<prefix>/.lock` (0 while no holder has written one). Null for a mutex.",
+			Computed:            true,
+		},
+		"holders": semaphoreHoldersSchemaAttribute(),
+		"known_leader": schema.BoolAttribute{
+			MarkdownDescription: "Whether the server that answered knew of a cluster leader (`X-Consul-KnownLeader`).",
+			Computed:            true,
+		},
+		"last_contact": schema.StringAttribute{
+			MarkdownDescription: "How long ago the answering server heard from the leader (`X-Consul-LastContact`); `0s` from the " +
+				"leader.",
+			Computed:   true,
+			CustomType: timetypes.GoDurationType{},
+		},
+		"last_run":        lastRunSchemaAttribute(),
+		"holder_services": holderServicesSchemaAttribute(),
+		"paused":          pausedDataSourceAttribute(),
+	}
+	maps.Copy(attrs, holdingSessionSchemaAttributes())
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Who holds a Consul lock key right now: the holder's session and node, the value it wrote, " +
 			"its `fencing_token` and Consul's `lock_index`. Works on keys of `consullock_lock`, `api.Lock`, `api.Semaphore`, " +
 			"`consul lock` and raw `?acquire=` users alike. Reads only: one KV read, one session read when the key is held " +
 			"(and, for a semaphore, one KV list and one session list), for `last_run` and `holder_services` one list of the lock records, then one ledger read and (with `holder_service`) one health query.",
-		Attributes: map[string]schema.Attribute{
-			"key": schema.StringAttribute{
-				MarkdownDescription: "The lock key, e.g. a `consullock_lock`'s `key` or a raw key such as `service/job/leader`; a " +
-					"semaphore's `<prefix>/.lock`.",
-				Required:   true,
-				Validators: []validator.String{keyPathValidator{}},
-			},
-			"consistent": schema.BoolAttribute{
-				MarkdownDescription: "Read with `?consistent` (default `true`): current, and an error without a cluster leader. `false` " +
-					"reads `?stale` from any server, possibly out of date (see `known_leader`, `last_contact`).",
-				Optional: true,
-				Computed: true,
-			},
-			"exists": schema.BoolAttribute{
-				MarkdownDescription: "Whether the key exists; when not, `held` is `false` and the rest null (not an error).",
-				Computed:            true,
-			},
-			"held": schema.BoolAttribute{
-				MarkdownDescription: "Whether a session holds the key; for a semaphore, whether at least one slot is held.",
-				Computed:            true,
-			},
-			"session": schema.StringAttribute{
-				MarkdownDescription: "ID of the session holding the key; null when not held (and for a semaphore, see `holders`).",
-				Computed:            true,
-			},
-			"node": schema.StringAttribute{
-				MarkdownDescription: "Node of the holding session.",
-				Computed:            true,
-			},
-			"value": schema.StringAttribute{
-				MarkdownDescription: "The key's value as text (what the holder sent with its acquire or release). Null when not valid " +
-					"UTF-8: use `value_base64`.",
-				Computed: true,
-			},
-			"value_base64": schema.StringAttribute{
-				MarkdownDescription: "The key's value, base64-encoded, for binary values.",
-				Computed:            true,
-			},
-			"lock_index": schema.Int64Attribute{
-				MarkdownDescription: "Consul's LockIndex: acquisitions of the free key. Not a fencing token: a plain write resets it to 0, " +
-					"a re-created key restarts at 1. Use `fencing_token`.",
-				Computed: true,
-			},
-			"fencing_token": schema.Int64Attribute{
-				MarkdownDescription: fencingTokenDescription,
-				Computed:            true,
-			},
-			"modify_index": schema.Int64Attribute{
-				MarkdownDescription: "Raft index of the key's last change.",
-				Computed:            true,
-			},
-			"create_index": schema.Int64Attribute{
-				MarkdownDescription: "Raft index at which the key was created; a larger one means the key was deleted and re-created.",
-				Computed:            true,
-			},
-			"flags": schema.StringAttribute{
-				MarkdownDescription: "The key's flags as 16 hex digits (a string: they exceed Terraform's exact numbers): `" +
-					lockmodel.FormatFlags(lockmodel.LockFlagValue) + "` api.Lock, `" + lockmodel.FormatFlags(lockmodel.SemaphoreFlagValue) + "` api.Semaphore.",
-				Computed: true,
-			},
-			"session_name": schema.StringAttribute{
-				MarkdownDescription: "Name of the holding session.",
-				Computed:            true,
-			},
-			"session_ttl": schema.StringAttribute{
-				MarkdownDescription: "TTL of the holding session; null when it has none.",
-				Computed:            true,
-				CustomType:          timetypes.GoDurationType{},
-			},
-			"session_lock_delay": schema.StringAttribute{
-				MarkdownDescription: "Lock-delay of the holding session, applied when it is invalidated or destroyed (not on a release).",
-				Computed:            true,
-				CustomType:          timetypes.GoDurationType{},
-			},
-			"session_behavior": schema.StringAttribute{
-				MarkdownDescription: "What Consul does with the key when the holding session is invalidated: `release` or `delete`.",
-				Computed:            true,
-			},
-			"session_node_checks": schema.ListAttribute{
-				MarkdownDescription: "Node checks the holding session is bound to (legacy `Checks` included); a critical one invalidates " +
-					"it.",
-				Computed:    true,
-				ElementType: types.StringType,
-			},
-			"session_service_checks": schema.ListAttribute{
-				MarkdownDescription: "IDs of the service health checks the holding session is bound to.",
-				Computed:            true,
-				ElementType:         types.StringType,
-			},
-			"limit": schema.Int64Attribute{
-				MarkdownDescription: "For a semaphore: its limit as recorded in `<prefix>/.lock` (0 while no holder has written one). Null for a mutex.",
-				Computed:            true,
-			},
-			"holders": schema.ListNestedAttribute{
-				MarkdownDescription: "A semaphore's holders (held contender keys `<prefix>/<session>` listed in the table), sorted by " +
-					"session. Null for a mutex.",
-				Computed: true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"session": schema.StringAttribute{
-							MarkdownDescription: "Holder session ID.",
-							Computed:            true,
-						},
-						"node": schema.StringAttribute{
-							MarkdownDescription: "Node of the holder session.",
-							Computed:            true,
-						},
-						"value": schema.StringAttribute{
-							MarkdownDescription: "Value of the holder's contender key as text; null when not valid UTF-8.",
-							Computed:            true,
-						},
-						"value_base64": schema.StringAttribute{
-							MarkdownDescription: "Value of the holder's contender key, base64-encoded.",
-							Computed:            true,
-						},
-						"lock_index": schema.Int64Attribute{
-							MarkdownDescription: "LockIndex of the holder's contender key.",
-							Computed:            true,
-						},
-						"fencing_token": schema.Int64Attribute{
-							MarkdownDescription: "The holder's fencing token: the ModifyIndex of its contender key, the Raft index at which it acquired its slot.",
-							Computed:            true,
-						},
-					},
+		Attributes: attrs,
+	}
+}
+
+// semaphoreHoldersSchemaAttribute is the data source's holders: a
+// semaphore's held slots.
+func semaphoreHoldersSchemaAttribute() schema.ListNestedAttribute {
+	return schema.ListNestedAttribute{
+		MarkdownDescription: "A semaphore's holders (held contender keys `<prefix>/<session>` listed in the table), sorted by " +
+			"session. Null for a mutex.",
+		Computed: true,
+		NestedObject: schema.NestedAttributeObject{
+			Attributes: map[string]schema.Attribute{
+				"session": schema.StringAttribute{
+					MarkdownDescription: "Holder session ID.",
+					Computed:            true,
+				},
+				"node": schema.StringAttribute{
+					MarkdownDescription: "Node of the holder session.",
+					Computed:            true,
+				},
+				"value": schema.StringAttribute{
+					MarkdownDescription: "Value of the holder's contender key as text; null when not valid UTF-8.",
+					Computed:            true,
+				},
+				"value_base64": schema.StringAttribute{
+					MarkdownDescription: "Value of the holder's contender key, base64-encoded.",
+					Computed:            true,
+				},
+				"lock_index": schema.Int64Attribute{
+					MarkdownDescription: "LockIndex of the holder's contender key.",
+					Computed:            true,
+				},
+				"fencing_token": schema.Int64Attribute{
+					MarkdownDescription: "The holder's fencing token: the ModifyIndex of its contender key, the Raft index at which it acquired its slot.",
+					Computed:            true,
 				},
 			},
-			"known_leader": schema.BoolAttribute{
-				MarkdownDescription: "Whether the server that answered knew of a cluster leader (`X-Consul-KnownLeader`).",
-				Computed:            true,
-			},
-			"last_contact": schema.StringAttribute{
-				MarkdownDescription: "How long ago the answering server heard from the leader (`X-Consul-LastContact`); `0s` from the " +
-					"leader.",
-				Computed:   true,
-				CustomType: timetypes.GoDurationType{},
-			},
-			"last_run":        lastRunSchemaAttribute(),
-			"holder_services": holderServicesSchemaAttribute(),
-			"paused":          pausedDataSourceAttribute(),
+		},
+	}
+}
+
+// holdingSessionSchemaAttributes describe the session holding the key.
+func holdingSessionSchemaAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"session": schema.StringAttribute{
+			MarkdownDescription: "ID of the session holding the key; null when not held (and for a semaphore, see `holders`).",
+			Computed:            true,
+		},
+		"node": schema.StringAttribute{
+			MarkdownDescription: "Node of the holding session.",
+			Computed:            true,
+		},
+		"session_name": schema.StringAttribute{
+			MarkdownDescription: "Name of the holding session.",
+			Computed:            true,
+		},
+		"session_ttl": schema.StringAttribute{
+			MarkdownDescription: "TTL of the holding session; null when it has none.",
+			Computed:            true,
+			CustomType:          timetypes.GoDurationType{},
+		},
+		"session_lock_delay": schema.StringAttribute{
+			MarkdownDescription: "Lock-delay of the holding session, applied when it is invalidated or destroyed (not on a release).",
+			Computed:            true,
+			CustomType:          timetypes.GoDurationType{},
+		},
+		"session_behavior": schema.StringAttribute{
+			MarkdownDescription: "What Consul does with the key when the holding session is invalidated: `release` or `delete`.",
+			Computed:            true,
+		},
+		"session_node_checks": schema.ListAttribute{
+			MarkdownDescription: "Node checks the holding session is bound to (legacy `Checks` included); a critical one invalidates " +
+				"it.",
+			Computed:    true,
+			ElementType: types.StringType,
+		},
+		"session_service_checks": schema.ListAttribute{
+			MarkdownDescription: "IDs of the service health checks the holding session is bound to.",
+			Computed:            true,
+			ElementType:         types.StringType,
 		},
 	}
 }

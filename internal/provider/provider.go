@@ -4,6 +4,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
@@ -87,121 +88,135 @@ func (p *consullockProvider) Metadata(_ context.Context, _ provider.MetadataRequ
 }
 
 func (p *consullockProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	attrs := map[string]schema.Attribute{
+		"address": schema.StringAttribute{
+			MarkdownDescription: "Consul HTTP API address, `host:port` or `https://host:port`. Environment: `CONSUL_HTTP_ADDR`. Default `127.0.0.1:8500`.",
+			Optional:            true,
+			Validators:          []validator.String{addressValidator{}},
+		},
+		"scheme": schema.StringAttribute{
+			MarkdownDescription: "`http` or `https`. Environment: `CONSUL_HTTP_SSL=true` means `https`. Default `http`, or the scheme given in `address`.",
+			Optional:            true,
+			Validators:          []validator.String{stringvalidator.OneOf("http", "https")},
+		},
+		"token": schema.StringAttribute{
+			MarkdownDescription: "ACL token. Environment: `CONSUL_HTTP_TOKEN`. Conflicts with `token_file`.",
+			Optional:            true,
+			Sensitive:           true,
+			Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("token_file"))},
+		},
+		"token_file": schema.StringAttribute{
+			MarkdownDescription: "File holding the ACL token. Environment: `CONSUL_HTTP_TOKEN_FILE`. Conflicts with `token`.",
+			Optional:            true,
+		},
+		"datacenter": schema.StringAttribute{
+			MarkdownDescription: "Datacenter to use. Default: the agent's.",
+			Optional:            true,
+		},
+		"namespace": schema.StringAttribute{
+			MarkdownDescription: "Namespace (Consul Enterprise). Environment: `CONSUL_NAMESPACE`.",
+			Optional:            true,
+		},
+		"partition": schema.StringAttribute{
+			MarkdownDescription: "Admin partition (Consul Enterprise). Environment: `CONSUL_PARTITION`.",
+			Optional:            true,
+		},
+		"headers": schema.MapAttribute{
+			MarkdownDescription: "Extra HTTP headers sent with every request (e.g. for an authenticating proxy). Sensitive, since such headers often carry credentials.",
+			Optional:            true,
+			Sensitive:           true,
+			ElementType:         types.StringType,
+		},
+		"retry": retrySchemaAttribute(),
+		"registry_prefix": schema.StringAttribute{
+			MarkdownDescription: "KV prefix under which declarations are recorded for the controller and the runner. Default `" + lockmodel.DefaultRegistryPrefix + "`.",
+			Optional:            true,
+			Validators:          []validator.String{keyPathValidator{}},
+		},
+	}
+	maps.Copy(attrs, tlsSchemaAttributes())
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Declares Consul leader-election locks, their session profiles and least-privilege ACLs. " +
 			"Every setting falls back to the Consul CLI's environment variable, then to the CLI's default. " +
 			"A setting that is not known until apply is an error, never a fallback.",
+		Attributes: attrs,
+	}
+}
+
+// retrySchemaAttribute is the provider's retry: how transient failures are
+// retried.
+func retrySchemaAttribute() schema.SingleNestedAttribute {
+	return schema.SingleNestedAttribute{
+		MarkdownDescription: "How transient failures are retried: connection errors, HTTP 429, 502, 503, 504, \"No cluster leader\". " +
+			"Never retried: permission errors, missing objects, validation errors, nor a create or check-and-set " +
+			"that may have reached Consul (its lost answer is settled by reading back).",
+		Optional: true,
 		Attributes: map[string]schema.Attribute{
-			"address": schema.StringAttribute{
-				MarkdownDescription: "Consul HTTP API address, `host:port` or `https://host:port`. Environment: `CONSUL_HTTP_ADDR`. Default `127.0.0.1:8500`.",
+			"max_attempts": schema.Int64Attribute{
+				MarkdownDescription: "Attempts per request including the first, 1 to 20. Default `5`.",
 				Optional:            true,
-				Validators:          []validator.String{addressValidator{}},
+				Validators:          []validator.Int64{int64validator.Between(1, 20)},
 			},
-			"scheme": schema.StringAttribute{
-				MarkdownDescription: "`http` or `https`. Environment: `CONSUL_HTTP_SSL=true` means `https`. Default `http`, or the scheme given in `address`.",
+			"min_wait": schema.StringAttribute{
+				MarkdownDescription: "First backoff (doubles per attempt, with jitter). Default `250ms`.",
 				Optional:            true,
-				Validators:          []validator.String{stringvalidator.OneOf("http", "https")},
+				CustomType:          timetypes.GoDurationType{},
+				Validators:          []validator.String{durationBetween(time.Millisecond, time.Minute)},
 			},
-			"token": schema.StringAttribute{
-				MarkdownDescription: "ACL token. Environment: `CONSUL_HTTP_TOKEN`. Conflicts with `token_file`.",
+			"max_wait": schema.StringAttribute{
+				MarkdownDescription: "Longest single backoff. Default `4s`.",
 				Optional:            true,
-				Sensitive:           true,
-				Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("token_file"))},
+				CustomType:          timetypes.GoDurationType{},
+				Validators:          []validator.String{durationBetween(time.Millisecond, 5*time.Minute)},
 			},
-			"token_file": schema.StringAttribute{
-				MarkdownDescription: "File holding the ACL token. Environment: `CONSUL_HTTP_TOKEN_FILE`. Conflicts with `token`.",
+			"max_elapsed": schema.StringAttribute{
+				MarkdownDescription: "No retry starts later than this after the first attempt. Default `30s`.",
 				Optional:            true,
+				CustomType:          timetypes.GoDurationType{},
+				Validators:          []validator.String{durationBetween(time.Millisecond, time.Hour)},
 			},
-			"datacenter": schema.StringAttribute{
-				MarkdownDescription: "Datacenter to use. Default: the agent's.",
-				Optional:            true,
-			},
-			"namespace": schema.StringAttribute{
-				MarkdownDescription: "Namespace (Consul Enterprise). Environment: `CONSUL_NAMESPACE`.",
-				Optional:            true,
-			},
-			"partition": schema.StringAttribute{
-				MarkdownDescription: "Admin partition (Consul Enterprise). Environment: `CONSUL_PARTITION`.",
-				Optional:            true,
-			},
-			"ca_file": schema.StringAttribute{
-				MarkdownDescription: "CA certificate file for verifying Consul's TLS certificate. Environment: `CONSUL_CACERT`. Conflicts with `ca_pem`.",
-				Optional:            true,
-				Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("ca_pem"))},
-			},
-			"ca_pem": schema.StringAttribute{
-				MarkdownDescription: "PEM-encoded CA certificate. Conflicts with `ca_file`.",
-				Optional:            true,
-			},
-			"cert_file": schema.StringAttribute{
-				MarkdownDescription: "Client certificate file for mutual TLS. Environment: `CONSUL_CLIENT_CERT`. Needs `key_file` or `key_pem`.",
-				Optional:            true,
-				Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("cert_pem"))},
-			},
-			"cert_pem": schema.StringAttribute{
-				MarkdownDescription: "PEM-encoded client certificate. Conflicts with `cert_file`.",
-				Optional:            true,
-			},
-			"key_file": schema.StringAttribute{
-				MarkdownDescription: "Client key file for mutual TLS. Environment: `CONSUL_CLIENT_KEY`.",
-				Optional:            true,
-				Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("key_pem"))},
-			},
-			"key_pem": schema.StringAttribute{
-				MarkdownDescription: "PEM-encoded client key. Conflicts with `key_file`.",
-				Optional:            true,
-				Sensitive:           true,
-			},
-			"tls_server_name": schema.StringAttribute{
-				MarkdownDescription: "Server name to verify in Consul's certificate. Environment: `CONSUL_TLS_SERVER_NAME`.",
-				Optional:            true,
-			},
-			"insecure_skip_verify": schema.BoolAttribute{
-				MarkdownDescription: "Skip verification of Consul's TLS certificate. Environment: `CONSUL_HTTP_SSL_VERIFY=false`. Default `false`.",
-				Optional:            true,
-			},
-			"headers": schema.MapAttribute{
-				MarkdownDescription: "Extra HTTP headers sent with every request (e.g. for an authenticating proxy). Sensitive, since such headers often carry credentials.",
-				Optional:            true,
-				Sensitive:           true,
-				ElementType:         types.StringType,
-			},
-			"retry": schema.SingleNestedAttribute{
-				MarkdownDescription: "How transient failures are retried: connection errors, HTTP 429, 502, 503, 504, \"No cluster leader\". " +
-					"Never retried: permission errors, missing objects, validation errors, nor a create or check-and-set " +
-					"that may have reached Consul (its lost answer is settled by reading back).",
-				Optional: true,
-				Attributes: map[string]schema.Attribute{
-					"max_attempts": schema.Int64Attribute{
-						MarkdownDescription: "Attempts per request including the first, 1 to 20. Default `5`.",
-						Optional:            true,
-						Validators:          []validator.Int64{int64validator.Between(1, 20)},
-					},
-					"min_wait": schema.StringAttribute{
-						MarkdownDescription: "First backoff (doubles per attempt, with jitter). Default `250ms`.",
-						Optional:            true,
-						CustomType:          timetypes.GoDurationType{},
-						Validators:          []validator.String{durationBetween(time.Millisecond, time.Minute)},
-					},
-					"max_wait": schema.StringAttribute{
-						MarkdownDescription: "Longest single backoff. Default `4s`.",
-						Optional:            true,
-						CustomType:          timetypes.GoDurationType{},
-						Validators:          []validator.String{durationBetween(time.Millisecond, 5*time.Minute)},
-					},
-					"max_elapsed": schema.StringAttribute{
-						MarkdownDescription: "No retry starts later than this after the first attempt. Default `30s`.",
-						Optional:            true,
-						CustomType:          timetypes.GoDurationType{},
-						Validators:          []validator.String{durationBetween(time.Millisecond, time.Hour)},
-					},
-				},
-			},
-			"registry_prefix": schema.StringAttribute{
-				MarkdownDescription: "KV prefix under which declarations are recorded for the controller and the runner. Default `" + lockmodel.DefaultRegistryPrefix + "`.",
-				Optional:            true,
-				Validators:          []validator.String{keyPathValidator{}},
-			},
+		},
+	}
+}
+
+// tlsSchemaAttributes are the provider's TLS settings.
+func tlsSchemaAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"ca_file": schema.StringAttribute{
+			MarkdownDescription: "CA certificate file for verifying Consul's TLS certificate. Environment: `CONSUL_CACERT`. Conflicts with `ca_pem`.",
+			Optional:            true,
+			Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("ca_pem"))},
+		},
+		"ca_pem": schema.StringAttribute{
+			MarkdownDescription: "PEM-encoded CA certificate. Conflicts with `ca_file`.",
+			Optional:            true,
+		},
+		"cert_file": schema.StringAttribute{
+			MarkdownDescription: "Client certificate file for mutual TLS. Environment: `CONSUL_CLIENT_CERT`. Needs `key_file` or `key_pem`.",
+			Optional:            true,
+			Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("cert_pem"))},
+		},
+		"cert_pem": schema.StringAttribute{
+			MarkdownDescription: "PEM-encoded client certificate. Conflicts with `cert_file`.",
+			Optional:            true,
+		},
+		"key_file": schema.StringAttribute{
+			MarkdownDescription: "Client key file for mutual TLS. Environment: `CONSUL_CLIENT_KEY`.",
+			Optional:            true,
+			Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("key_pem"))},
+		},
+		"key_pem": schema.StringAttribute{
+			MarkdownDescription: "PEM-encoded client key. Conflicts with `key_file`.",
+			Optional:            true,
+			Sensitive:           true,
+		},
+		"tls_server_name": schema.StringAttribute{
+			MarkdownDescription: "Server name to verify in Consul's certificate. Environment: `CONSUL_TLS_SERVER_NAME`.",
+			Optional:            true,
+		},
+		"insecure_skip_verify": schema.BoolAttribute{
+			MarkdownDescription: "Skip verification of Consul's TLS certificate. Environment: `CONSUL_HTTP_SSL_VERIFY=false`. Default `false`.",
+			Optional:            true,
 		},
 	}
 }

@@ -81,6 +81,38 @@ func (r *aclPolicyResource) Metadata(_ context.Context, req resource.MetadataReq
 	resp.TypeName = req.ProviderTypeName + "_acl_policy"
 }
 
+// sessionNodePrefixesSchemaAttribute is the policy's session_node_prefixes:
+// the nodes where holders may create sessions.
+func sessionNodePrefixesSchemaAttribute() schema.SetAttribute {
+	return schema.SetAttribute{
+		MarkdownDescription: "Node-name prefixes where holders create their sessions: `session_prefix \"<n>\" { policy = \"write\" }` " +
+			"on each. Consul session rules match the **node** a session is created on, not the session's name. " +
+			"`\"\"` means any node and earns a plan warning.",
+		Required:    true,
+		ElementType: types.StringType,
+		Validators: []validator.Set{
+			setvalidator.SizeAtLeast(1),
+			setvalidator.ValueStringsAre(rulesValueValidator{field: "session_node_prefixes"}),
+		},
+	}
+}
+
+// policyHolderServicesSchemaAttribute is the policy's holder_services: the
+// holder services its holders may register.
+func policyHolderServicesSchemaAttribute() schema.SetAttribute {
+	return schema.SetAttribute{
+		MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" { policy = " +
+			"\"write\" }` on each, all a holder needs to register, check and deregister its instance. Also grants " +
+			"`node_prefix \"<p>\" { policy = \"read\" }` on each `session_node_prefixes` entry, so an agentless " +
+			"runner can list (and remove) former holders' instances on its node. No node write.",
+		Optional:    true,
+		ElementType: types.StringType,
+		Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
+			check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("holder_services", "")),
+		})},
+	}
+}
+
 func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	keyList := func(what string) schema.SetAttribute {
 		return schema.SetAttribute{
@@ -136,33 +168,13 @@ func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(
 					datacenterPatternRE, "must be a datacenter name of 1 to 64 lower-case letters, digits, '-' or '_'"))},
 			},
-			"lock_keys":          lockKeys,
-			"semaphore_prefixes": semaphores,
-			"read_keys":          readKeys,
-			"queue_prefixes":     queues,
-			"session_node_prefixes": schema.SetAttribute{
-				MarkdownDescription: "Node-name prefixes where holders create their sessions: `session_prefix \"<n>\" { policy = \"write\" }` " +
-					"on each. Consul session rules match the **node** a session is created on, not the session's name. " +
-					"`\"\"` means any node and earns a plan warning.",
-				Required:    true,
-				ElementType: types.StringType,
-				Validators: []validator.Set{
-					setvalidator.SizeAtLeast(1),
-					setvalidator.ValueStringsAre(rulesValueValidator{field: "session_node_prefixes"}),
-				},
-			},
-			"run_ledgers": runLedgersSchemaAttribute(),
-			"holder_services": schema.SetAttribute{
-				MarkdownDescription: "Holder service names (`consullock_lock`'s `holder_service.name`): `service \"<name>\" { policy = " +
-					"\"write\" }` on each, all a holder needs to register, check and deregister its instance. Also grants " +
-					"`node_prefix \"<p>\" { policy = \"read\" }` on each `session_node_prefixes` entry, so an agentless " +
-					"runner can list (and remove) former holders' instances on its node. No node write.",
-				Optional:    true,
-				ElementType: types.StringType,
-				Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
-					check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("holder_services", "")),
-				})},
-			},
+			"lock_keys":             lockKeys,
+			"semaphore_prefixes":    semaphores,
+			"read_keys":             readKeys,
+			"queue_prefixes":        queues,
+			"session_node_prefixes": sessionNodePrefixesSchemaAttribute(),
+			"run_ledgers":           runLedgersSchemaAttribute(),
+			"holder_services":       policyHolderServicesSchemaAttribute(),
 			"agent_read": schema.BoolAttribute{
 				MarkdownDescription: "Grant `agent_prefix \"\" { policy = \"read\" }`, which only `consul lock` needs (to learn its node " +
 					"name). Default `false`.",

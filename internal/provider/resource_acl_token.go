@@ -144,44 +144,8 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Validators: []validator.Set{setvalidator.ValueStringsAre(
 					stringvalidator.RegexMatches(aclRoleNameRE, "must be 1 to 256 letters, digits, '-' or '_' (Consul's role name rule)"))},
 			},
-			"service_identities": schema.SetNestedAttribute{
-				MarkdownDescription: "Service identities the token holds: the privileges to register and discover a service, " +
-					"as Consul grants them for `service_name`.",
-				Optional: true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"service_name": schema.StringAttribute{
-							MarkdownDescription: "The service's name.",
-							Required:            true,
-							Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
-						},
-						"datacenters": schema.SetAttribute{
-							MarkdownDescription: "Datacenters where the identity is valid. Default: all.",
-							Optional:            true,
-							ElementType:         types.StringType,
-							Validators:          []validator.Set{setvalidator.SizeAtLeast(1)},
-						},
-					},
-				},
-			},
-			"node_identities": schema.SetNestedAttribute{
-				MarkdownDescription: "Node identities the token holds: the privileges of a Consul agent on `node_name` in `datacenter`.",
-				Optional:            true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"node_name": schema.StringAttribute{
-							MarkdownDescription: "The node's name.",
-							Required:            true,
-							Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
-						},
-						"datacenter": schema.StringAttribute{
-							MarkdownDescription: "The node's datacenter.",
-							Required:            true,
-							Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
-						},
-					},
-				},
-			},
+			"service_identities": serviceIdentitiesSchemaAttribute(),
+			"node_identities":    nodeIdentitiesSchemaAttribute(),
 			"local": schema.BoolAttribute{
 				MarkdownDescription: "Make the token valid only in the datacenter it is created in. Changing it replaces the token. Default `false`.",
 				Optional:            true,
@@ -208,6 +172,52 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Computed:            true,
 				CustomType:          timetypes.RFC3339Type{},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+		},
+	}
+}
+
+// serviceIdentitiesSchemaAttribute is the token's service_identities.
+func serviceIdentitiesSchemaAttribute() schema.SetNestedAttribute {
+	return schema.SetNestedAttribute{
+		MarkdownDescription: "Service identities the token holds: the privileges to register and discover a service, " +
+			"as Consul grants them for `service_name`.",
+		Optional: true,
+		NestedObject: schema.NestedAttributeObject{
+			Attributes: map[string]schema.Attribute{
+				"service_name": schema.StringAttribute{
+					MarkdownDescription: "The service's name.",
+					Required:            true,
+					Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
+				},
+				"datacenters": schema.SetAttribute{
+					MarkdownDescription: "Datacenters where the identity is valid. Default: all.",
+					Optional:            true,
+					ElementType:         types.StringType,
+					Validators:          []validator.Set{setvalidator.SizeAtLeast(1)},
+				},
+			},
+		},
+	}
+}
+
+// nodeIdentitiesSchemaAttribute is the token's node_identities.
+func nodeIdentitiesSchemaAttribute() schema.SetNestedAttribute {
+	return schema.SetNestedAttribute{
+		MarkdownDescription: "Node identities the token holds: the privileges of a Consul agent on `node_name` in `datacenter`.",
+		Optional:            true,
+		NestedObject: schema.NestedAttributeObject{
+			Attributes: map[string]schema.Attribute{
+				"node_name": schema.StringAttribute{
+					MarkdownDescription: "The node's name.",
+					Required:            true,
+					Validators:          []validator.String{stringvalidator.LengthBetween(1, 256)},
+				},
+				"datacenter": schema.StringAttribute{
+					MarkdownDescription: "The node's datacenter.",
+					Required:            true,
+					Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+				},
 			},
 		},
 	}

@@ -50,17 +50,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Validators:    []validator.String{keyPathValidator{}},
 				PlanModifiers: []planmodifier.String{requiresReplaceIfPathChanged()},
 			},
-			"limit": schema.Int64Attribute{
-				MarkdownDescription: fmt.Sprintf("How many holders at once: `1` is a mutex (api.Lock, `consul lock`), `2` to `%d` a "+
-					"semaphore (api.Semaphore, `consul lock -n N`). Changing a semaphore's limit rewrites only the Limit in its key: "+
-					"current holders keep their slots (a lower limit removes none). Changing between mutex and semaphore replaces "+
-					"the lock. Default `1`.", lockmodel.MaxSemaphoreLimit),
-				Optional:      true,
-				Computed:      true,
-				Default:       int64default.StaticInt64(1),
-				Validators:    []validator.Int64{int64validator.Between(1, lockmodel.MaxSemaphoreLimit)},
-				PlanModifiers: []planmodifier.Int64{requiresReplaceIfLockKindChanged()},
-			},
+			"limit": limitSchemaAttribute(),
 			"session_defaults": schema.StringAttribute{
 				MarkdownDescription: "Name of the `consullock_session_defaults` profile holders use; it must exist at apply (reference the " +
 					"profile's `name`).",
@@ -92,14 +82,7 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"run_once":       runOnceSchemaAttribute(),
 			"holder_service": holderServiceSchemaAttribute(),
 			"waiters":        waitersSchemaAttribute(),
-			"force_destroy": schema.BoolAttribute{
-				MarkdownDescription: "Allow destroying a held lock: the holders' sessions are ended (their lock-delay keeps the next " +
-					"holder out while their commands stop), then the key is deleted. Needs `session` write on the " +
-					"holders' nodes; apply `true` before destroying. Default `false`: destroy fails and names the holder.",
-				Optional: true,
-				Computed: true,
-				Default:  booldefault.StaticBool(false),
-			},
+			"force_destroy":  forceDestroySchemaAttribute(),
 			"flags": schema.StringAttribute{
 				MarkdownDescription: "The key's flags in hex (a string: they exceed Terraform's exact numbers): `0x2ddccbc058a50c18` " +
 					"(api.Lock) or `0xe0f69a2baa414de0` (api.Semaphore), live after refresh.",
@@ -111,6 +94,35 @@ func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true,
 			},
 		},
+	}
+}
+
+// limitSchemaAttribute is the lock's limit: a mutex (1) or a semaphore, and
+// the replacement when a lock changes between them.
+func limitSchemaAttribute() schema.Int64Attribute {
+	return schema.Int64Attribute{
+		MarkdownDescription: fmt.Sprintf("How many holders at once: `1` is a mutex (api.Lock, `consul lock`), `2` to `%d` a "+
+			"semaphore (api.Semaphore, `consul lock -n N`). Changing a semaphore's limit rewrites only the Limit in its key: "+
+			"current holders keep their slots (a lower limit removes none). Changing between mutex and semaphore replaces "+
+			"the lock. Default `1`.", lockmodel.MaxSemaphoreLimit),
+		Optional:      true,
+		Computed:      true,
+		Default:       int64default.StaticInt64(1),
+		Validators:    []validator.Int64{int64validator.Between(1, lockmodel.MaxSemaphoreLimit)},
+		PlanModifiers: []planmodifier.Int64{requiresReplaceIfLockKindChanged()},
+	}
+}
+
+// forceDestroySchemaAttribute is the lock's force_destroy: whether destroy
+// may end a holder's session.
+func forceDestroySchemaAttribute() schema.BoolAttribute {
+	return schema.BoolAttribute{
+		MarkdownDescription: "Allow destroying a held lock: the holders' sessions are ended (their lock-delay keeps the next " +
+			"holder out while their commands stop), then the key is deleted. Needs `session` write on the " +
+			"holders' nodes; apply `true` before destroying. Default `false`: destroy fails and names the holder.",
+		Optional: true,
+		Computed: true,
+		Default:  booldefault.StaticBool(false),
 	}
 }
 

@@ -120,23 +120,7 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				Default: listdefault.StaticValue(types.ListValueMust(types.StringType,
 					[]attr.Value{types.StringValue(lockmodel.DefaultNodeCheck)})),
 			},
-			"service_checks": schema.ListNestedAttribute{
-				MarkdownDescription: "Service health checks the session is bound to.",
-				Optional:            true,
-				NestedObject: schema.NestedAttributeObject{
-					Attributes: map[string]schema.Attribute{
-						"id": schema.StringAttribute{
-							MarkdownDescription: "Check ID, e.g. `service:report`.",
-							Required:            true,
-						},
-						"namespace": schema.StringAttribute{
-							MarkdownDescription: "Namespace of the check's service (Consul Enterprise).",
-							Optional:            true,
-							Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
-						},
-					},
-				},
-			},
+			"service_checks": serviceChecksSchemaAttribute(),
 			"renew_every": schema.StringAttribute{
 				MarkdownDescription: "How often holders renew: above `0s`, below ttl/2 (one renewal may fail). Default ttl/3, shown at " +
 					"plan.",
@@ -153,6 +137,28 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 			"registry_key": schema.StringAttribute{
 				MarkdownDescription: "Consul KV key of the profile's record, `<registry_prefix>/session-defaults/<name>`.",
 				Computed:            true,
+			},
+		},
+	}
+}
+
+// serviceChecksSchemaAttribute is the profile's service_checks: the
+// service health checks a holder's session is bound to.
+func serviceChecksSchemaAttribute() schema.ListNestedAttribute {
+	return schema.ListNestedAttribute{
+		MarkdownDescription: "Service health checks the session is bound to.",
+		Optional:            true,
+		NestedObject: schema.NestedAttributeObject{
+			Attributes: map[string]schema.Attribute{
+				"id": schema.StringAttribute{
+					MarkdownDescription: "Check ID, e.g. `service:report`.",
+					Required:            true,
+				},
+				"namespace": schema.StringAttribute{
+					MarkdownDescription: "Namespace of the check's service (Consul Enterprise).",
+					Optional:            true,
+					Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+				},
 			},
 		},
 	}
