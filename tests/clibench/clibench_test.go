@@ -194,10 +194,10 @@ func BenchmarkCLI(b *testing.B) {
 
 	if len(subjects) > 0 && subjects[len(subjects)-1].name == "baseline" {
 		for i, size := range sizes {
-			printBaselineRows(size, i == 0, func(phase string) [5]time.Duration {
+			printBaselineRows(size, i == 0, func(phase string) ([5]time.Duration, [2]int64) {
 				k := func(name string) key { return key{size, name, phase} }
 				return [5]time.Duration{median(times[k("baseline")]), median(times[k("consullock")]),
-					median(cpu[k("noop framework")]), median(cpu[k("baseline")]), median(cpu[k("consullock")])}
+					median(cpu[k("noop framework")]), median(cpu[k("baseline")]), median(cpu[k("consullock")])}, [2]int64{peakRSS[k("baseline")], peakRSS[k("consullock")]}
 			})
 		}
 	}
@@ -242,17 +242,19 @@ const baselineType = "consullockbase"
 // printBaselineRows prints the comparison with BENCH_BASELINE of one size:
 // the medians of wall time (baseline, consullock), then of CPU time of tofu
 // and the provider processes it ran (noop, baseline, consullock), which the
-// other processes sharing the machine disturb less than wall time.
-func printBaselineRows(size int, header bool, medians func(phase string) [5]time.Duration) {
+// other processes sharing the machine disturb less than wall time; then
+// the providers' peak RSS (baseline, consullock).
+func printBaselineRows(size int, header bool, medians func(phase string) ([5]time.Duration, [2]int64)) {
 	var table bytes.Buffer
 	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if header {
-		fmt.Fprintf(w, "locks\tphase\tbaseline\tconsullock\tvs baseline\tCPU noop\tCPU baseline\tCPU consullock\tCPU vs baseline\tCPU vs noop\t\n")
+		fmt.Fprintf(w, "locks\tphase\tbaseline\tconsullock\tvs baseline\tCPU noop\tCPU baseline\tCPU consullock\tCPU vs baseline\tCPU vs noop\tpeak RSS baseline\tpeak RSS consullock\t\n")
 	}
 	for _, phase := range phases {
-		m := medians(phase)
-		fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fx\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t\n", size, phase, m[0].Seconds(), m[1].Seconds(),
-			m[1].Seconds()/m[0].Seconds(), m[2].Seconds(), m[3].Seconds(), m[4].Seconds(), m[4].Seconds()/m[3].Seconds(), m[4].Seconds()/m[2].Seconds())
+		m, rss := medians(phase)
+		fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fx\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.0f MiB\t%.0f MiB\t\n", size, phase, m[0].Seconds(), m[1].Seconds(),
+			m[1].Seconds()/m[0].Seconds(), m[2].Seconds(), m[3].Seconds(), m[4].Seconds(), m[4].Seconds()/m[3].Seconds(), m[4].Seconds()/m[2].Seconds(),
+			float64(rss[0])/1024, float64(rss[1])/1024)
 	}
 	_ = w.Flush()
 	fmt.Print(table.String())
