@@ -15,6 +15,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -68,6 +69,20 @@ func Run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	return serve(version, args, stdout, stderr)
 }
 
+// serveGCPercent is the provider process's GOGC when the environment sets
+// none: the heap may grow to five times what is live before a collection.
+const serveGCPercent = 400
+
+// collectLessOften sets serveGCPercent unless the user set GOGC. A provider
+// process serves one CLI command and keeps little alive between requests,
+// but every request decodes and re-encodes whole objects: at Go's default
+// (100) a 200-lock plan spent a sixth of the provider's CPU collecting.
+func collectLessOften() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(serveGCPercent)
+	}
+}
+
 func serve(version string, args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("consullock", flag.ContinueOnError)
 	flags.SetOutput(stderr)
@@ -88,6 +103,7 @@ func serve(version string, args []string, stdout, stderr io.Writer) int {
 	for _, name := range quiet {
 		_ = os.Setenv(name, "OFF")
 	}
+	collectLessOften()
 	framework := providerserver.NewProtocol6(provider.New(version)())
 	server := framework
 	if len(quiet) > 0 {

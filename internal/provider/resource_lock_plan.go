@@ -15,10 +15,18 @@ import (
 )
 
 // ValidateConfig checks the rule that ties key to prefix and limit; each
-// attribute's own rules are checked by its validators.
+// attribute's own rules are checked by its validators. It reads only the
+// attributes these rules use: a whole-model Get per lock (the framework
+// matches each struct tag against a pattern on every Get) cost as much as
+// the rest of our code in a refresh-only plan.
 func (r *lockResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var cfg lockResourceModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	for _, a := range []struct {
+		name   string
+		target any
+	}{{"prefix", &cfg.Prefix}, {"key", &cfg.Key}, {"limit", &cfg.Limit}, {"waiters", &cfg.Waiters}, {"run_once", &cfg.RunOnce}} {
+		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root(a.name), a.target)...)
+	}
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -12,6 +12,13 @@
 //
 // BENCH_SUBJECTS (e.g. "consullock") limits the run to some subjects while
 // developing.
+//
+// BENCH_BASELINE names a provider binary built from another commit (e.g.
+// main: git archive main | tar -x -C /tmp/main && go -C /tmp/main build -o
+// /tmp/base/terraform-provider-consullock .): it runs as one more subject,
+// "baseline", in the same turns on its own keys, and a second table
+// compares consullock with it, so that a change is measured against the
+// code before it on the same machine at the same time.
 package clibench
 
 import (
@@ -75,7 +82,7 @@ func BenchmarkCLI(b *testing.B) {
 	counter := newCountingProxy(b, agent.HTTPAddr())
 
 	dir := b.TempDir()
-	consullockDir, noopDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop")
+	consullockDir, noopDir, baselineDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop"), filepath.Join(dir, "baseline")
 	if err := testenv.BuildProvider(ctx, consullockDir); err != nil {
 		b.Fatal(err)
 	}
@@ -88,10 +95,11 @@ func BenchmarkCLI(b *testing.B) {
   dev_overrides {
     "registry.opentofu.org/consullock/consullock" = %q
     "registry.opentofu.org/bench/noop" = %q
+    "registry.opentofu.org/bench/%s" = %q
   }
   direct {}
 }
-`, consullockDir, noopDir), 0o600); err != nil {
+`, consullockDir, noopDir, baselineType, baselineDir), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	tofuBin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
@@ -108,8 +116,15 @@ func BenchmarkCLI(b *testing.B) {
 
 	subjects := []subject{
 		{name: "terraform_data", config: terraformDataConfig},
-		{name: "noop framework", config: shapedConfig("noop", "bench/noop"), provider: noopBin},
-		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
+		{name: "noop framework", config: shapedConfig("noop", "bench/noop", "bench"), provider: noopBin},
+		{name: "consullock", config: shapedConfig("consullock", "consullock/consullock", "bench"), provider: filepath.Join(consullockDir, testenv.ProviderFile)},
+	}
+	if base := os.Getenv("BENCH_BASELINE"); base != "" {
+		bin := filepath.Join(baselineDir, "terraform-provider-"+baselineType)
+		if err := copyExecutable(base, bin); err != nil {
+			b.Fatal(err)
+		}
+		subjects = append(subjects, subject{name: "baseline", config: shapedConfig("consullock", "bench/"+baselineType, "base"), provider: bin})
 	}
 	if only := os.Getenv("BENCH_SUBJECTS"); only != "" {
 		subjects = slices.DeleteFunc(subjects, func(s subject) bool { return !slices.Contains(strings.Split(only, ","), s.name) })
@@ -118,7 +133,7 @@ func BenchmarkCLI(b *testing.B) {
 		size           int
 		subject, phase string
 	}
-	times := map[key][]time.Duration{}
+	times, cpu := map[key][]time.Duration{}, map[key][]time.Duration{}
 	requests := map[key][]int64{}
 	writes := map[key][]int64{}
 	peakRSS := map[key]int64{}
@@ -143,15 +158,21 @@ func BenchmarkCLI(b *testing.B) {
 				for j, s := range subjects {
 					counter.reset()
 					rss := sampleRSS(s.provider)
+					cmd := tofus[j].Command(ctx, phaseArgs[phase]...)
+					var combined bytes.Buffer
+					cmd.Stdout, cmd.Stderr = &combined, &combined
 					start := time.Now()
-					out, err := tofus[j].Run(ctx, phaseArgs[phase]...)
+					err := cmd.Run()
 					elapsed := time.Since(start)
+					out := combined.Bytes()
 					k := key{size, s.name, phase}
 					peakRSS[k] = max(peakRSS[k], rss())
 					if err != nil {
 						b.Fatalf("%s %s at %d locks: %v\n%s", s.name, phase, size, err, tail(out, 30))
 					}
 					times[k] = append(times[k], elapsed)
+					// Linux counts the children tofu waited for (the provider) in its usage.
+					cpu[k] = append(cpu[k], cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
 					requests[k] = append(requests[k], counter.total.Load())
 					writes[k] = append(writes[k], counter.writes.Load())
 				}
@@ -171,6 +192,15 @@ func BenchmarkCLI(b *testing.B) {
 		})
 	}
 
+	if len(subjects) > 0 && subjects[len(subjects)-1].name == "baseline" {
+		for i, size := range sizes {
+			printBaselineRows(size, i == 0, func(phase string) ([5]time.Duration, [2]int64) {
+				k := func(name string) key { return key{size, name, phase} }
+				return [5]time.Duration{median(times[k("baseline")]), median(times[k("consullock")]),
+					median(cpu[k("noop framework")]), median(cpu[k("baseline")]), median(cpu[k("consullock")])}, [2]int64{peakRSS[k("baseline")], peakRSS[k("consullock")]}
+			})
+		}
+	}
 	b.Logf("medians of %v runs per size, %d plans per run; OpenTofu %s launching each provider binary; Consul %s", runsPerSize, plansPerRun, tofuBin, agent.Bin)
 }
 
@@ -204,7 +234,47 @@ func printRows(size int, header bool, row func(phase string) string) {
 	fmt.Print(table.String())
 }
 
-func shapedConfig(provider, source string) func(locks, profiles int) string {
+// baselineType is the provider type the baseline binary is installed as:
+// its resources keep the local name consullock (consullock_lock), its own
+// source address lets it sit beside the provider under test.
+const baselineType = "consullockbase"
+
+// printBaselineRows prints the comparison with BENCH_BASELINE of one size:
+// the medians of wall time (baseline, consullock), then of CPU time of tofu
+// and the provider processes it ran (noop, baseline, consullock), which the
+// other processes sharing the machine disturb less than wall time; then
+// the providers' peak RSS (baseline, consullock).
+func printBaselineRows(size int, header bool, medians func(phase string) ([5]time.Duration, [2]int64)) {
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if header {
+		fmt.Fprintf(w, "locks\tphase\tbaseline\tconsullock\tvs baseline\tCPU noop\tCPU baseline\tCPU consullock\tCPU vs baseline\tCPU vs noop\tpeak RSS baseline\tpeak RSS consullock\t\n")
+	}
+	for _, phase := range phases {
+		m, rss := medians(phase)
+		fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fx\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.0f MiB\t%.0f MiB\t\n", size, phase, m[0].Seconds(), m[1].Seconds(),
+			m[1].Seconds()/m[0].Seconds(), m[2].Seconds(), m[3].Seconds(), m[4].Seconds(), m[4].Seconds()/m[3].Seconds(), m[4].Seconds()/m[2].Seconds(),
+			float64(rss[0])/1024, float64(rss[1])/1024)
+	}
+	_ = w.Flush()
+	fmt.Print(table.String())
+}
+
+// copyExecutable copies the executable from to the path to.
+func copyExecutable(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("BENCH_BASELINE: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
+}
+
+// shapedConfig is the configuration of provider's locks and profiles,
+// named stem-N with prefixes stem/N.
+func shapedConfig(provider, source, stem string) func(locks, profiles int) string {
 	return func(locks, profiles int) string {
 		return fmt.Sprintf(`terraform {
   required_providers {
@@ -218,17 +288,17 @@ variable "desc" {
 
 resource "%[1]s_session_defaults" "p" {
   count = %[3]d
-  name  = "bench-${count.index}"
+  name  = "%[5]s-${count.index}"
 }
 
 resource "%[1]s_lock" "l" {
   count            = %[2]d
-  name             = "bench-${count.index}"
-  prefix           = "bench/${count.index}"
+  name             = "%[5]s-${count.index}"
+  prefix           = "%[5]s/${count.index}"
   session_defaults = %[1]s_session_defaults.p[count.index %% %[3]d].name
   description      = var.desc
 }
-`, provider, locks, profiles, source)
+`, provider, locks, profiles, source, stem)
 	}
 }
 
