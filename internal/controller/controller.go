@@ -510,8 +510,8 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		c.groupWG.Add(1)
 		go func() {
 			defer c.groupWG.Done()
-			c.watch(gctx, "lock_keys", func(ctx context.Context, index uint64) (uint64, error) {
-				return c.pollGroup(ctx, g, index)
+			c.watch(gctx, "lock_keys", func(ctx context.Context, f *consul.Follower) (uint64, error) {
+				return c.pollGroup(ctx, g, f)
 			})
 		}()
 	}

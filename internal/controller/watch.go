@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -14,74 +13,47 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// Backoff bounds for failed watches.
-const (
-	watchMinBackoff = 200 * time.Millisecond
-	watchMaxBackoff = 15 * time.Second
-)
+// poll is one blocking query: it queries with f's options (f.Index is
+// the index it waits on) and returns the answer's X-Consul-Index.
+type poll func(ctx context.Context, f *consul.Follower) (uint64, error)
 
-// poll is one blocking query: it waits for a change after index and
-// returns the new index.
-type poll func(ctx context.Context, index uint64) (uint64, error)
-
-// watch runs p until ctx ends. After an error it waits with jittered
-// exponential backoff and starts again from index 0: the agent may have
-// restarted with a fresh (lower) raft index, and blocking on an index it
-// will not reach for a long time would hide every change. An index that
-// goes backwards in a successful answer is reset the same way.
+// watch runs p until ctx ends, following its index with a consul.Follower
+// (the index rule, its reset after an error, the jittered back-off). A
+// failing watch counts in c.failing until it answers again.
 func (c *Controller) watch(ctx context.Context, name string, p poll) {
-	var index uint64
-	failures := 0
+	f := &consul.Follower{Wait: c.cfg.WaitTime}
+	failing := false
 	defer func() {
-		if failures > 0 {
+		if failing {
 			c.failing.Add(-1)
 		}
 	}()
-	for ctx.Err() == nil {
-		next, err := p(ctx, index)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if failures == 0 {
+	query := func(*api.QueryOptions) (struct{}, *api.QueryMeta, error) {
+		last, err := p(ctx, f)
+		return struct{}{}, &api.QueryMeta{LastIndex: last}, err
+	}
+	_ = consul.Follow(ctx, f, query, func(_ struct{}, err error) bool {
+		switch {
+		case err != nil:
+			if !failing {
+				failing = true
 				c.failing.Add(1)
 			}
-			failures++
-			index = 0
 			c.metrics.watchErrors.WithLabelValues(name).Inc()
-			wait := backoff(failures)
-			c.log.Error("watch failed", "watch", name, "error", err.Error(), "retry_in", wait.String())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		if failures > 0 {
+			c.log.Error("watch failed", "watch", name, "error", err.Error(), "retry_in", f.RetryIn().String())
+		case failing:
+			failing = false
 			c.failing.Add(-1)
 			c.log.Info("watch recovered", "watch", name)
 		}
-		failures = 0
-		switch {
-		case next < index:
-			index = 0 // Consul's index went backwards: start over
-		case next == 0:
-			index = 1
-		default:
-			index = next
-		}
-	}
+		return true
+	})
 }
 
-// backoff is exponential from watchMinBackoff to watchMaxBackoff, each step
-// jittered between half and all of it.
-func backoff(failures int) time.Duration {
-	return consul.Jitter(consul.Backoff(watchMinBackoff, watchMaxBackoff, failures))
-}
-
-func (c *Controller) query(ctx context.Context, index uint64) *api.QueryOptions {
-	return (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WaitTime}).WithContext(ctx)
+// unchanged reports whether an answer with index last is a wait that
+// timed out without a change.
+func unchanged(f *consul.Follower, last uint64) bool {
+	return f.Index() != 0 && last == f.Index()
 }
 
 // filtered is the error for an answer Consul trimmed because the token may
@@ -105,10 +77,10 @@ type record struct {
 // are decoded. An answer that changed only run ledgers (every run-once
 // attempt writes one) updates the run metrics and leaves the
 // declarations, the lock watches and the verdicts alone.
-func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, error) {
+func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint64, error) {
 	prefix := c.cfg.RegistryPrefix + "/"
 	covers := func(key string) bool { _, ok := recordKind(prefix, key); return ok }
-	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, index, c.cfg.WaitTime, c.registryListed, covers)
+	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, f, c.registryListed, covers)
 	if err != nil {
 		return 0, consul.Classify("watch registry "+prefix, err)
 	}
@@ -118,13 +90,13 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		}
 		return 0, filtered("watch registry "+prefix, "key:read", prefix)
 	}
-	if index != 0 && meta.lastIndex == index {
+	if unchanged(f, meta.lastIndex) {
 		// The wait timed out without a change; a token that was blind
 		// may have been granted read meanwhile.
 		if c.blind.Load() != nil {
 			c.noteVisibility(ctx, prefix)
 		}
-		return index, nil
+		return meta.lastIndex, nil
 	}
 	c.registryListed = listed
 	declChanged, ledgersChanged := c.diffRecords(prefix, changes)
@@ -319,8 +291,8 @@ func (c *Controller) reportBadRecord(key string, index uint64, err error) {
 // pollGroup lists the keys under one group's prefix and keeps the declared
 // lock keys among them, and the contender keys of declared semaphores
 // (listKeys: uncompressed, and only the keys that changed are decoded).
-func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uint64, error) {
-	listed, changes, meta, err := listKeys(ctx, c.watcher, g.prefix, index, c.cfg.WaitTime, g.listed, g.covers)
+func (c *Controller) pollGroup(ctx context.Context, g *group, f *consul.Follower) (uint64, error) {
+	listed, changes, meta, err := listKeys(ctx, c.watcher, g.prefix, f, g.listed, g.covers)
 	if err != nil {
 		return 0, consul.Classify(fmt.Sprintf("watch lock keys under %q", g.prefix), err)
 	}
@@ -329,8 +301,8 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 		g.listed = nil // what the controller knew of the group is gone
 		return 0, filtered(fmt.Sprintf("watch lock keys under %q", g.prefix), "key:read", g.prefix)
 	}
-	if index != 0 && meta.lastIndex == index {
-		return index, nil
+	if unchanged(f, meta.lastIndex) {
+		return meta.lastIndex, nil
 	}
 	g.listed = listed
 	c.applyChanges(g, changes)
@@ -384,8 +356,8 @@ func (c *Controller) markGroup(g *group, live map[string]lockmodel.KeyEntry, syn
 }
 
 // pollSessions lists every session.
-func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, error) {
-	entries, meta, err := c.watcher.Session().List(c.query(ctx, index))
+func (c *Controller) pollSessions(ctx context.Context, f *consul.Follower) (uint64, error) {
+	entries, meta, err := c.watcher.Session().List(f.Options(ctx))
 	if err != nil {
 		return 0, consul.Classify("watch sessions", err)
 	}
@@ -395,8 +367,8 @@ func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, er
 		c.log.Warn("some sessions are hidden by ACLs; their holders are not checked",
 			"permission", "session:read", "hint", `grant session_prefix "" { policy = "read" }`)
 	}
-	if index != 0 && meta.LastIndex == index {
-		return index, nil
+	if unchanged(f, meta.LastIndex) {
+		return meta.LastIndex, nil
 	}
 	sessions := make(map[string]lockmodel.ObservedSession, len(entries))
 	for _, e := range entries {
@@ -411,8 +383,8 @@ func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, er
 
 // pollPolicies lists the ACL policies and reads only the declared ones
 // whose Hash changed since they were last read.
-func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, error) {
-	entries, meta, err := c.watcher.ACL().PolicyList(c.query(ctx, index))
+func (c *Controller) pollPolicies(ctx context.Context, f *consul.Follower) (uint64, error) {
+	entries, meta, err := c.watcher.ACL().PolicyList(f.Options(ctx))
 	if err != nil {
 		e := consul.Classify("watch ACL policies", err)
 		if e.Kind == consul.KindPermissionDenied && e.Permission == "" {
@@ -429,7 +401,7 @@ func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, er
 		hashes[e.ID] = fmt.Sprintf("%x", e.Hash)
 	}
 	c.mu.Lock()
-	changed := index == 0 || !sameHashes(hashes, c.policyHashes)
+	changed := f.Index() == 0 || !sameHashes(hashes, c.policyHashes)
 	c.policyHashes = hashes
 	c.view.policiesDirty = c.view.policiesDirty || changed
 	c.mu.Unlock()
