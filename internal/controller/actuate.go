@@ -173,10 +173,10 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 		}
 		c.mu.Lock()
 		h := compliance.HoldID{Lock: l.Name, Session: d.Session}
-		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
+		if hold, ok := c.recon.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
 			st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
 		}
-		st.ProfileSwitched = map[string]uint64{l.Name: c.profileSwitched[l.Name]}
+		st.ProfileSwitched = map[string]uint64{l.Name: c.cache.profileSwitched[l.Name]}
 		c.mu.Unlock()
 	}
 	return pick(compliance.Decide(st, c.cfg.Mode), d)

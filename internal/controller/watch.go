@@ -80,7 +80,7 @@ type record struct {
 func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint64, error) {
 	prefix := c.cfg.RegistryPrefix + "/"
 	covers := func(key string) bool { _, ok := recordKind(prefix, key); return ok }
-	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, f, c.registryListed, covers)
+	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, f, c.cache.registryListed, covers)
 	if err != nil {
 		return 0, consul.Classify("watch registry "+prefix, err)
 	}
@@ -98,11 +98,11 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 		}
 		return meta.lastIndex, nil
 	}
-	c.registryListed = listed
+	c.cache.registryListed = listed
 	declChanged, ledgersChanged := c.diffRecords(prefix, changes)
 	c.noteVisibility(ctx, prefix)
 	c.mu.Lock()
-	synced := c.registrySync
+	synced := c.cache.registrySync
 	c.mu.Unlock()
 	if !declChanged && !ledgersChanged && synced {
 		return meta.lastIndex, nil
@@ -114,7 +114,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 		profiles := map[string]lockmodel.SessionProfile{}
 		policies := map[string]lockmodel.ACLPolicySpec{}
 		versions := map[string]uint64{}
-		for _, r := range c.records {
+		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
 			case lockmodel.Lock:
 				locks[r.name] = v
@@ -136,7 +136,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 		c.setDeclarations(locks, profiles, policies, versions, c.cfg.Clock.Now())
 		c.trigger()
 	} else {
-		for _, r := range c.records {
+		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
 			case lockmodel.Ledger:
 				ledgers[r.name] = v
@@ -145,7 +145,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 			}
 		}
 		c.mu.Lock()
-		locks = c.locks // replaced, never changed in place
+		locks = c.cache.locks // replaced, never changed in place
 		c.mu.Unlock()
 	}
 	c.metrics.runMeter.observe(ledgers, locks)
@@ -171,7 +171,7 @@ func recordKind(prefix, key string) (string, bool) {
 // declarationsVisible reports whether the registry listing holds a
 // declaration (not only run ledgers or records that did not decode).
 func (c *Controller) declarationsVisible() bool {
-	for _, r := range c.records {
+	for _, r := range c.cache.records {
 		switch r.value.(type) {
 		case lockmodel.Lock, lockmodel.SessionProfile, lockmodel.ACLPolicySpec:
 			return true
@@ -215,7 +215,7 @@ func (c *Controller) noteVisibility(ctx context.Context, prefix string) {
 	}
 }
 
-// diffRecords applies the changes a registry answer brought to c.records
+// diffRecords applies the changes a registry answer brought to c.cache.records
 // (owned by the registry watch), decoding the records written, and
 // reports whether declarations and whether run ledgers changed.
 func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChanged, ledgersChanged bool) {
@@ -227,11 +227,11 @@ func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChange
 			declChanged = true
 		}
 		if !ch.present {
-			delete(c.records, ch.key)
+			delete(c.cache.records, ch.key)
 			continue
 		}
 		_, name, _ := strings.Cut(strings.TrimPrefix(ch.key, prefix), "/")
-		c.records[ch.key] = c.decodeRecord(ch.key, ch.entry, kind, name)
+		c.cache.records[ch.key] = c.decodeRecord(ch.key, ch.entry, kind, name)
 	}
 	return declChanged, ledgersChanged
 }
@@ -280,8 +280,8 @@ func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name s
 // It is ignored, never acted on.
 func (c *Controller) reportBadRecord(key string, index uint64, err error) {
 	c.mu.Lock()
-	seen := c.badRecords[key] == index
-	c.badRecords[key] = index
+	seen := c.cache.badRecords[key] == index
+	c.cache.badRecords[key] = index
 	c.mu.Unlock()
 	if !seen {
 		c.log.Error("declaration ignored", "record", key, "error", err.Error())
@@ -315,7 +315,7 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, f *consul.Follower
 func (c *Controller) applyChanges(g *group, changes []keyChange) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.groups[g.prefix] != g {
+	if c.cache.groups[g.prefix] != g {
 		return // replaced by a regrouping
 	}
 	if !g.synced {
@@ -347,7 +347,7 @@ func (g *group) covers(key string) bool {
 func (c *Controller) markGroup(g *group, live map[string]lockmodel.KeyEntry, synced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.groups[g.prefix] != g {
+	if c.cache.groups[g.prefix] != g {
 		return // replaced by a regrouping
 	}
 	old, wasSynced := g.live, g.synced
@@ -391,8 +391,8 @@ func (c *Controller) pollPolicies(ctx context.Context, f *consul.Follower) (uint
 			e.Permission, e.Resource = "acl:read", "/v1/acl/policies"
 		}
 		c.mu.Lock()
-		c.view.policiesDirty = c.view.policiesDirty || c.policySync
-		c.policySync = false
+		c.recon.view.policiesDirty = c.recon.view.policiesDirty || c.cache.policySync
+		c.cache.policySync = false
 		c.mu.Unlock()
 		return 0, e
 	}
@@ -401,16 +401,16 @@ func (c *Controller) pollPolicies(ctx context.Context, f *consul.Follower) (uint
 		hashes[e.ID] = fmt.Sprintf("%x", e.Hash)
 	}
 	c.mu.Lock()
-	changed := f.Index() == 0 || !sameHashes(hashes, c.policyHashes)
-	c.policyHashes = hashes
-	c.view.policiesDirty = c.view.policiesDirty || changed
+	changed := f.Index() == 0 || !sameHashes(hashes, c.cache.policyHashes)
+	c.cache.policyHashes = hashes
+	c.recon.view.policiesDirty = c.recon.view.policiesDirty || changed
 	c.mu.Unlock()
 	if err := c.fetchPolicies(ctx); err != nil {
 		return 0, err
 	}
 	c.mu.Lock()
-	c.view.policiesDirty = c.view.policiesDirty || !c.policySync
-	c.policySync = true
+	c.recon.view.policiesDirty = c.recon.view.policiesDirty || !c.cache.policySync
+	c.cache.policySync = true
 	c.mu.Unlock()
 	if changed {
 		c.trigger()
@@ -434,14 +434,14 @@ func sameHashes(a, b map[string]string) bool {
 // the one last read, and drops those no longer listed.
 func (c *Controller) fetchPolicies(ctx context.Context) error {
 	c.mu.Lock()
-	hashes := c.policyHashes
+	hashes := c.cache.policyHashes
 	if hashes == nil {
 		c.mu.Unlock()
 		return nil // not listed yet
 	}
-	cur := c.livePolicies
+	cur := c.cache.livePolicies
 	var todo []string
-	for _, spec := range c.policies {
+	for _, spec := range c.cache.policies {
 		if h, ok := hashes[spec.ID]; ok && spec.ID != "" {
 			if lp, have := cur[spec.ID]; !have || lp.Hash != h {
 				todo = append(todo, spec.ID)
@@ -467,19 +467,19 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 			Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex, Hash: fmt.Sprintf("%x", p.Hash)}
 	}
 	c.mu.Lock()
-	next := make(map[string]compliance.LivePolicy, len(c.policyHashes))
-	for id, lp := range c.livePolicies {
-		if _, listed := c.policyHashes[id]; listed {
+	next := make(map[string]compliance.LivePolicy, len(c.cache.policyHashes))
+	for id, lp := range c.cache.livePolicies {
+		if _, listed := c.cache.policyHashes[id]; listed {
 			next[id] = lp
 		}
 	}
 	for id, lp := range fetched {
 		next[id] = lp
 	}
-	if len(fetched) > 0 || len(next) != len(c.livePolicies) || (c.livePolicies == nil) != (next == nil) {
-		c.view.policiesDirty = true
+	if len(fetched) > 0 || len(next) != len(c.cache.livePolicies) || (c.cache.livePolicies == nil) != (next == nil) {
+		c.recon.view.policiesDirty = true
 	}
-	c.livePolicies = next
+	c.cache.livePolicies = next
 	c.mu.Unlock()
 	return nil
 }
