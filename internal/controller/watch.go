@@ -21,6 +21,9 @@ type poll func(ctx context.Context, f *consul.Follower) (uint64, error)
 // (the index rule, its reset after an error, the jittered back-off). A
 // failing watch counts in c.failing until it answers again.
 func (c *Controller) watch(ctx context.Context, name string, p poll) {
+	if ctx.Err() != nil {
+		return // consul.Follow queries once before it looks at ctx
+	}
 	f := &consul.Follower{Wait: c.cfg.WaitTime}
 	failing := false
 	defer func() {
