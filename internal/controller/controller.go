@@ -385,6 +385,12 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	c.cache.declSeen = seen
 	c.cache.registrySync = true
 	c.noteDeclarationChanges(oldLocks, oldSeen)
+	c.regroup(locks)
+}
+
+// assignWatches maps each declared lock key (a semaphore's directory and
+// its key alike) to the prefix of its watch, under the cap it returns.
+func (c *Controller) assignWatches(locks map[string]lockmodel.Lock) (map[string]string, int) {
 	keys := make([]string, 0, len(locks))
 	var semaphores []lockmodel.Lock
 	for _, l := range locks {
@@ -408,6 +414,13 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	for _, n := range semaphores {
 		assign[n.Key] = assign[semaphoreDir(n)]
 	}
+	return assign, maxWatches
+}
+
+// regroup assigns the keys of locks to lock key watches, stops the watches
+// no longer wanted and starts the new ones (c.mu held).
+func (c *Controller) regroup(locks map[string]lockmodel.Lock) {
+	assign, maxWatches := c.assignWatches(locks)
 	if n, over := compliance.WatchCapExceeded(assign, maxWatches); over && n != len(c.cache.groups) {
 		c.log.Warn("more lock watches than -max-lock-watches",
 			"lock_watches", n, "max_lock_watches", maxWatches,
