@@ -71,40 +71,49 @@ var errDeclarationChanging = errors.New("the declaration is being changed")
 // apply grace, belongs to an apply in progress: errDeclarationChanging.
 func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compliance.Decision, bool, error) {
 	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
-	reg := c.client.Registry(c.cfg.RegistryPrefix)
 	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
 		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]lockmodel.KeyEntry{},
 		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.HoldID]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
-		rec, found, err := c.readDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy)
-		if err != nil || !found {
-			return compliance.Decision{}, false, err
-		}
-		if !c.declarationSettled(compliance.SettlingKey(lockmodel.KindACLPolicy, d.Policy), rec.ModifyIndex, st.Now) {
-			return compliance.Decision{}, false, errDeclarationChanging
-		}
-		spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
-		if err != nil {
-			return compliance.Decision{}, false, err
-		}
-		st.Policies[spec.Name] = spec
-		st.LivePolicies = map[string]compliance.LivePolicy{}
-		if spec.ID != "" {
-			p, _, err := c.client.ACL().PolicyRead(spec.ID, q)
-			if err != nil {
-				if e := c.client.Classify(ctx, "read ACL policy "+spec.Name, err); e.Kind != consul.KindNotFound {
-					return compliance.Decision{}, false, e
-				}
-			} else if p != nil {
-				st.LivePolicies[p.ID] = compliance.LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
-					Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex}
-			}
-		}
-		return pick(compliance.Decide(st, c.cfg.Mode), d)
+		return c.recheckPolicy(ctx, d, st, q)
 	}
+	return c.recheckLock(ctx, d, st, q)
+}
 
+// recheckPolicy is recheck for a decision about an ACL policy.
+func (c *Controller) recheckPolicy(ctx context.Context, d compliance.Decision, st compliance.State, q *api.QueryOptions) (compliance.Decision, bool, error) {
+	rec, found, err := c.readDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy)
+	if err != nil || !found {
+		return compliance.Decision{}, false, err
+	}
+	if !c.declarationSettled(compliance.SettlingKey(lockmodel.KindACLPolicy, d.Policy), rec.ModifyIndex, st.Now) {
+		return compliance.Decision{}, false, errDeclarationChanging
+	}
+	spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
+	if err != nil {
+		return compliance.Decision{}, false, err
+	}
+	st.Policies[spec.Name] = spec
+	st.LivePolicies = map[string]compliance.LivePolicy{}
+	if spec.ID != "" {
+		p, _, err := c.client.ACL().PolicyRead(spec.ID, q)
+		if err != nil {
+			if e := c.client.Classify(ctx, "read ACL policy "+spec.Name, err); e.Kind != consul.KindNotFound {
+				return compliance.Decision{}, false, e
+			}
+		} else if p != nil {
+			st.LivePolicies[p.ID] = compliance.LivePolicy{ID: p.ID, Name: p.Name, Rules: p.Rules, Description: p.Description,
+				Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex}
+		}
+	}
+	return pick(compliance.Decide(st, c.cfg.Mode), d)
+}
+
+// recheckLock is recheck for a decision about a lock (and, with
+// d.Session, one of its holders).
+func (c *Controller) recheckLock(ctx context.Context, d compliance.Decision, st compliance.State, q *api.QueryOptions) (compliance.Decision, bool, error) {
 	rec, found, err := c.readDeclaration(ctx, lockmodel.KindLock, d.Lock)
 	if err != nil || !found {
 		return compliance.Decision{}, false, err
@@ -128,58 +137,69 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 		st.Keys[l.Key] = lockmodel.KeyEntry{Flags: pair.Flags, Value: pair.Value, Session: pair.Session, LockIndex: pair.LockIndex, ModifyIndex: pair.ModifyIndex}
 	}
 	if d.Session != "" {
-		if l.SessionDefaults != "" {
-			prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
-			if err != nil {
-				return compliance.Decision{}, false, err
-			}
-			if found {
-				p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
-				if err != nil {
-					return compliance.Decision{}, false, err
-				}
-				st.Profiles[p.Name] = p
-				st.ProfileIndex = map[string]uint64{p.Name: prec.ModifyIndex}
-			}
+		if ok, err := c.recheckHolder(ctx, d, l, pair, &st, q); err != nil || !ok {
+			return compliance.Decision{}, false, err
 		}
-		se, _, err := c.client.Session().Info(d.Session, q)
-		if err != nil {
-			return compliance.Decision{}, false, consul.Classify("read session "+d.Session, err)
-		}
-		if se == nil {
-			return compliance.Decision{}, false, nil // already gone
-		}
-		st.Sessions[se.ID] = consul.ObservedSession(se)
-		// The hold's value, read now: the mutex key's, or the holder's
-		// contender key's for a semaphore.
-		var value []byte
-		if !l.IsSemaphore() {
-			if pair != nil && pair.Session == d.Session {
-				value = pair.Value
-			}
-		} else {
-			cp, _, err := c.client.KV().Get(semaphoreDir(l)+d.Session, q)
-			if err != nil {
-				return compliance.Decision{}, false, consul.Classify("read semaphore contender key "+semaphoreDir(l)+d.Session, err)
-			}
-			if cp != nil {
-				// Decide's holders (lockmodel.Holders) need it too: a
-				// listed session holds a slot only while it holds it.
-				st.Keys[cp.Key] = lockmodel.KeyEntry{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
-				if cp.Session == d.Session {
-					value = cp.Value
-				}
-			}
-		}
-		c.mu.Lock()
-		h := compliance.HoldID{Lock: l.Name, Session: d.Session}
-		if hold, ok := c.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
-			st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
-		}
-		st.ProfileSwitched = map[string]uint64{l.Name: c.profileSwitched[l.Name]}
-		c.mu.Unlock()
 	}
 	return pick(compliance.Decide(st, c.cfg.Mode), d)
+}
+
+// recheckHolder reads into st what deciding on d.Session's hold of l
+// needs: the profile l names, the session (false: gone), the hold's value
+// and when it began.
+func (c *Controller) recheckHolder(ctx context.Context, d compliance.Decision, l lockmodel.Lock, pair *api.KVPair, st *compliance.State, q *api.QueryOptions) (bool, error) {
+	reg := c.client.Registry(c.cfg.RegistryPrefix)
+	if l.SessionDefaults != "" {
+		prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
+		if err != nil {
+			return false, err
+		}
+		if found {
+			p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
+			if err != nil {
+				return false, err
+			}
+			st.Profiles[p.Name] = p
+			st.ProfileIndex = map[string]uint64{p.Name: prec.ModifyIndex}
+		}
+	}
+	se, _, err := c.client.Session().Info(d.Session, q)
+	if err != nil {
+		return false, consul.Classify("read session "+d.Session, err)
+	}
+	if se == nil {
+		return false, nil // already gone
+	}
+	st.Sessions[se.ID] = consul.ObservedSession(se)
+	// The hold's value, read now: the mutex key's, or the holder's
+	// contender key's for a semaphore.
+	var value []byte
+	if !l.IsSemaphore() {
+		if pair != nil && pair.Session == d.Session {
+			value = pair.Value
+		}
+	} else {
+		cp, _, err := c.client.KV().Get(semaphoreDir(l)+d.Session, q)
+		if err != nil {
+			return false, consul.Classify("read semaphore contender key "+semaphoreDir(l)+d.Session, err)
+		}
+		if cp != nil {
+			// Decide's holders (lockmodel.Holders) need it too: a
+			// listed session holds a slot only while it holds it.
+			st.Keys[cp.Key] = lockmodel.KeyEntry{Flags: cp.Flags, Value: cp.Value, Session: cp.Session, LockIndex: cp.LockIndex, ModifyIndex: cp.ModifyIndex}
+			if cp.Session == d.Session {
+				value = cp.Value
+			}
+		}
+	}
+	c.mu.Lock()
+	h := compliance.HoldID{Lock: l.Name, Session: d.Session}
+	if hold, ok := c.recon.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
+		st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
+	}
+	st.ProfileSwitched = map[string]uint64{l.Name: c.cache.profileSwitched[l.Name]}
+	c.mu.Unlock()
+	return true, nil
 }
 
 // pick finds the fresh decision that corresponds to d.

@@ -72,37 +72,10 @@ type Controller struct {
 	// leader key.
 	actMu sync.Mutex
 
-	mu           sync.Mutex
-	locks        map[string]lockmodel.Lock
-	profiles     map[string]lockmodel.SessionProfile
-	policies     map[string]lockmodel.ACLPolicySpec
-	declSeen     map[string]declVersion // compliance.SettlingKey -> version last listed
-	badRecords   map[string]uint64      // key -> ModifyIndex already reported
-	registrySync bool
-	groups       map[string]*group // by watch prefix
-	keyGroup     map[string]string // lock key -> watch prefix
-	sessions     map[string]lockmodel.ObservedSession
-	policyHashes map[string]string // live policy ID -> Hash from the list
-	livePolicies map[string]compliance.LivePolicy
-	policySync   bool
-	heldSince    map[compliance.HoldID]compliance.Hold
-	// holdStart is when each hold began (lockmodel.HoldStart), as of the
-	// last snapshot; lastLook is when each lock's state was last known.
-	holdStart map[compliance.HoldID]time.Time
-	lastLook  map[string]time.Time
-	// profileSwitched is, by lock name, the record ModifyIndex at which
-	// this controller saw the lock start naming another profile.
-	profileSwitched map[string]uint64
-	lockStatus      map[string]*lockStatus
-	reported        map[string]string   // Decision.ID of findings already logged -> SettlingKey of their object
-	declReads       map[string]declRead // confirmDrift's consistent reads, for the acts of the same reconcile (reconcile loop only)
-	// records are the registry's records as last listed, by key: a record
-	// whose ModifyIndex did not move is not decoded again.
-	records map[string]record
-	// registryListed is the registry watch's last answer (owned by it).
-	registryListed []listed
-	// view keeps each lock's verdict and what it rests on (incremental.go).
-	view     view
+	// mu guards cache and recon (and the groups' live and synced).
+	mu       sync.Mutex
+	cache    cache      // what the watches saw (state.go)
+	recon    reconState // what the reconciler derives, tracks and reports
 	groupCtx context.Context
 	groupWG  *sync.WaitGroup
 
@@ -115,38 +88,6 @@ type Controller struct {
 	// blind is why the registry watch sees no declaration although some
 	// may be there (a *consul.BlindError's text); nil when it can see.
 	blind atomic.Pointer[string]
-}
-
-// declVersion is the version of a declaration record the registry watch
-// last listed, and when this controller saw it change (zero for records
-// that already existed when it started).
-type declVersion struct {
-	index   uint64
-	changed time.Time
-}
-
-// group is one blocking query on a prefix covering a set of lock keys.
-type group struct {
-	prefix string
-	keys   map[string]bool
-	live   map[string]lockmodel.KeyEntry
-	// listed is the watch's last answer, every key in it (owned by the
-	// watch's goroutine): the next answer is walked alongside it.
-	listed []listed
-	synced bool
-	gen    uint64
-	cancel context.CancelFunc
-}
-
-// lockStatus feeds the per-lock metrics.
-type lockStatus struct {
-	held         bool
-	holders      map[string]bool
-	lockIndex    uint64
-	seen         bool
-	lastHandover time.Time
-	unheldSince  time.Time
-	handovers    uint64
 }
 
 var groupGen atomic.Uint64
@@ -184,22 +125,9 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		cfg: cfg, client: client, watcher: cfg.WatchClient, log: cfg.Logger.With("mode", string(cfg.Mode)),
-		kick:            make(chan struct{}, 1),
-		locks:           map[string]lockmodel.Lock{},
-		profiles:        map[string]lockmodel.SessionProfile{},
-		policies:        map[string]lockmodel.ACLPolicySpec{},
-		declSeen:        map[string]declVersion{},
-		badRecords:      map[string]uint64{},
-		groups:          map[string]*group{},
-		keyGroup:        map[string]string{},
-		heldSince:       map[compliance.HoldID]compliance.Hold{},
-		holdStart:       map[compliance.HoldID]time.Time{},
-		lastLook:        map[string]time.Time{},
-		profileSwitched: map[string]uint64{},
-		lockStatus:      map[string]*lockStatus{},
-		reported:        map[string]string{},
-		records:         map[string]record{},
-		view:            newView(),
+		kick:  make(chan struct{}, 1),
+		cache: newCache(),
+		recon: newReconState(),
 	}
 	c.metrics = newMetrics(c)
 	return c, nil
@@ -371,10 +299,10 @@ func (c *Controller) observe(ds []compliance.Decision, settling map[string]bool)
 	for _, d := range ds {
 		id := d.ID()
 		current[id] = true
-		if _, ok := c.reported[id]; ok {
+		if _, ok := c.recon.reported[id]; ok {
 			continue
 		}
-		c.reported[id] = d.SettlingKey()
+		c.recon.reported[id] = d.SettlingKey()
 		for _, r := range d.Reasons {
 			c.metrics.violations.WithLabelValues(r).Inc()
 		}
@@ -385,9 +313,9 @@ func (c *Controller) observe(ds []compliance.Decision, settling map[string]bool)
 		attrs = append(attrs, logAttrs(d)...)
 		c.log.Warn("drift detected", attrs...)
 	}
-	for id, decl := range c.reported {
+	for id, decl := range c.recon.reported {
 		if !current[id] && !settling[decl] {
-			delete(c.reported, id)
+			delete(c.recon.reported, id)
 		}
 	}
 }
@@ -430,22 +358,22 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	defer c.mu.Unlock()
 	switched := map[string]uint64{}
 	for name, l := range locks {
-		switch old, ok := c.locks[name]; {
-		case ok && old.SessionDefaults != l.SessionDefaults && c.registrySync:
+		switch old, ok := c.cache.locks[name]; {
+		case ok && old.SessionDefaults != l.SessionDefaults && c.cache.registrySync:
 			switched[name] = versions[compliance.SettlingKey(lockmodel.KindLock, name)]
-		case ok && c.profileSwitched[name] != 0:
-			switched[name] = c.profileSwitched[name]
+		case ok && c.cache.profileSwitched[name] != 0:
+			switched[name] = c.cache.profileSwitched[name]
 		}
 	}
-	c.profileSwitched = switched
-	oldLocks, oldSeen := c.locks, c.declSeen
-	c.locks, c.profiles, c.policies = locks, profiles, policies
+	c.cache.profileSwitched = switched
+	oldLocks, oldSeen := c.cache.locks, c.cache.declSeen
+	c.cache.locks, c.cache.profiles, c.cache.policies = locks, profiles, policies
 	seen := make(map[string]declVersion, len(versions))
 	for id, index := range versions {
-		v, ok := c.declSeen[id]
+		v, ok := c.cache.declSeen[id]
 		if !ok || v.index != index {
 			v = declVersion{index: index}
-			if c.registrySync {
+			if c.cache.registrySync {
 				// Written while this controller watched: an apply may
 				// be between its declaration write and its live write.
 				v.changed = now
@@ -454,9 +382,15 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		}
 		seen[id] = v
 	}
-	c.declSeen = seen
-	c.registrySync = true
+	c.cache.declSeen = seen
+	c.cache.registrySync = true
 	c.noteDeclarationChanges(oldLocks, oldSeen)
+	c.regroup(locks)
+}
+
+// assignWatches maps each declared lock key (a semaphore's directory and
+// its key alike) to the prefix of its watch, under the cap it returns.
+func (c *Controller) assignWatches(locks map[string]lockmodel.Lock) (map[string]string, int) {
 	keys := make([]string, 0, len(locks))
 	var semaphores []lockmodel.Lock
 	for _, l := range locks {
@@ -480,7 +414,14 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 	for _, n := range semaphores {
 		assign[n.Key] = assign[semaphoreDir(n)]
 	}
-	if n, over := compliance.WatchCapExceeded(assign, maxWatches); over && n != len(c.groups) {
+	return assign, maxWatches
+}
+
+// regroup assigns the keys of locks to lock key watches, stops the watches
+// no longer wanted and starts the new ones (c.mu held).
+func (c *Controller) regroup(locks map[string]lockmodel.Lock) {
+	assign, maxWatches := c.assignWatches(locks)
+	if n, over := compliance.WatchCapExceeded(assign, maxWatches); over && n != len(c.cache.groups) {
 		c.log.Warn("more lock watches than -max-lock-watches",
 			"lock_watches", n, "max_lock_watches", maxWatches,
 			"detail", "the declared lock keys begin with more different characters than -max-lock-watches, and merging them would watch the whole KV store",
@@ -493,51 +434,51 @@ func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles m
 		}
 		want[prefix][key] = true
 	}
-	for prefix, g := range c.groups {
+	for prefix, g := range c.cache.groups {
 		if ks, ok := want[prefix]; !ok || !sameSet(ks, g.keys) {
 			g.cancel()
-			delete(c.groups, prefix)
+			delete(c.cache.groups, prefix)
 			c.diffKeys(g, g.live, g.synced, nil, false)
 		}
 	}
 	for prefix, ks := range want {
-		if _, ok := c.groups[prefix]; ok {
+		if _, ok := c.cache.groups[prefix]; ok {
 			continue
 		}
 		gctx, cancel := context.WithCancel(c.groupCtx)
 		g := &group{prefix: prefix, keys: ks, gen: groupGen.Add(1), cancel: cancel}
-		c.groups[prefix] = g
+		c.cache.groups[prefix] = g
 		c.groupWG.Add(1)
 		go func() {
 			defer c.groupWG.Done()
-			c.watch(gctx, "lock_keys", func(ctx context.Context, index uint64) (uint64, error) {
-				return c.pollGroup(ctx, g, index)
+			c.watch(gctx, "lock_keys", func(ctx context.Context, f *consul.Follower) (uint64, error) {
+				return c.pollGroup(ctx, g, f)
 			})
 		}()
 	}
-	c.keyGroup = assign
+	c.cache.keyGroup = assign
 	c.refreshUnknown()
-	c.metrics.lockWatches.Set(float64(len(c.groups)))
+	c.metrics.lockWatches.Set(float64(len(c.cache.groups)))
 }
 
 // noteDeclarationChanges marks dirty the locks whose declaration, or the
 // profile they name, changed since oldLocks and oldSeen, forgets the locks
 // no longer declared, and derives the lock indexes again.
 func (c *Controller) noteDeclarationChanges(oldLocks map[string]lockmodel.Lock, oldSeen map[string]declVersion) {
-	v := &c.view
-	for name, l := range c.locks {
+	v := &c.recon.view
+	for name, l := range c.cache.locks {
 		if old, ok := oldLocks[name]; !ok || old != l {
 			v.dirty[name] = true
 		}
 	}
 	for name := range oldLocks {
-		if _, ok := c.locks[name]; !ok {
+		if _, ok := c.cache.locks[name]; !ok {
 			v.dirty[name] = true
 			c.forgetLock(name)
 		}
 	}
 	for id := range oldSeen {
-		if _, ok := c.declSeen[id]; !ok {
+		if _, ok := c.cache.declSeen[id]; !ok {
 			delete(v.graceEnds, id)
 			if kind, _, _ := strings.Cut(id, "/"); kind == lockmodel.KindSessionDefaults {
 				c.touchProfile(id)
@@ -545,7 +486,7 @@ func (c *Controller) noteDeclarationChanges(oldLocks map[string]lockmodel.Lock, 
 		}
 	}
 	c.indexDeclarations()
-	for id, now := range c.declSeen {
+	for id, now := range c.cache.declSeen {
 		if kind, _, _ := strings.Cut(id, "/"); kind == lockmodel.KindSessionDefaults && oldSeen[id].index != now.index {
 			c.touchProfile(id)
 		}
@@ -558,8 +499,8 @@ func (c *Controller) noteDeclarationChanges(oldLocks map[string]lockmodel.Lock, 
 // declaration id (a compliance.SettlingKey).
 func (c *Controller) touchProfile(id string) {
 	_, name, _ := strings.Cut(id, "/")
-	for _, lock := range c.view.profileLocks[name] {
-		c.view.dirty[lock] = true
+	for _, lock := range c.recon.view.profileLocks[name] {
+		c.recon.view.dirty[lock] = true
 	}
 }
 
@@ -582,7 +523,7 @@ func (c *Controller) holderKey(l lockmodel.Lock, session string) (lockmodel.KeyE
 	if n.IsSemaphore() {
 		key = semaphoreDir(n) + session
 	}
-	lk, ok := c.view.keys[key]
+	lk, ok := c.recon.view.keys[key]
 	return lk, ok && lk.Session == session
 }
 
@@ -604,7 +545,7 @@ func sameSet(a, b map[string]bool) bool {
 func (c *Controller) declarationSettled(id string, index uint64, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.declSeen[id]
+	v, ok := c.cache.declSeen[id]
 	return ok && !compliance.Pending(v.index, index, v.changed, now, c.cfg.ApplyGrace)
 }
 
@@ -612,7 +553,7 @@ func (c *Controller) declarationSettled(id string, index uint64, now time.Time) 
 func (c *Controller) LockWatches() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.groups)
+	return len(c.cache.groups)
 }
 
 // String describes the controller for logs.

@@ -464,7 +464,7 @@ key %q { policy = "write" }`, key)
 	eventually(t, 10*time.Second, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.livePolicies[p.ID].ModifyIndex != upd.ModifyIndex {
+		if c.cache.livePolicies[p.ID].ModifyIndex != upd.ModifyIndex {
 			return fmt.Errorf("controller has not read the update")
 		}
 		return nil

@@ -18,7 +18,7 @@ import (
 func (c *Controller) holding(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ls := c.lockStatus[name]
+	ls := c.recon.lockStatus[name]
 	return ls != nil && ls.held
 }
 

@@ -103,7 +103,7 @@ func (c *Controller) reapHolderServices(ctx context.Context) {
 	names := c.reaper.take()
 	for name := range names {
 		c.mu.Lock()
-		l, ok := c.locks[name]
+		l, ok := c.cache.locks[name]
 		c.mu.Unlock()
 		if !ok || l.HolderService == nil {
 			continue

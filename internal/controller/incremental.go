@@ -75,13 +75,13 @@ func newView() view {
 	}
 }
 
-// indexDeclarations derives the lock indexes from c.locks.
+// indexDeclarations derives the lock indexes from c.cache.locks.
 func (c *Controller) indexDeclarations() {
-	v := &c.view
-	v.norm = make(map[string]lockmodel.Lock, len(c.locks))
-	v.owner = make(map[string]string, len(c.locks))
+	v := &c.recon.view
+	v.norm = make(map[string]lockmodel.Lock, len(c.cache.locks))
+	v.owner = make(map[string]string, len(c.cache.locks))
 	v.profileLocks = map[string][]string{}
-	for name, l := range c.locks {
+	for name, l := range c.cache.locks {
 		n, err := l.Normalize()
 		if err != nil {
 			continue
@@ -100,7 +100,7 @@ func (c *Controller) indexDeclarations() {
 // touchKey marks dirty the lock key belongs to: the lock whose key it is,
 // or the semaphore whose directory holds it.
 func (c *Controller) touchKey(key string) {
-	v := &c.view
+	v := &c.recon.view
 	if name, ok := v.owner[key]; ok {
 		v.dirty[name] = true
 		return
@@ -114,7 +114,7 @@ func (c *Controller) touchKey(key string) {
 
 // touchSession marks dirty the locks whose keys name session.
 func (c *Controller) touchSession(session string) {
-	for key := range c.view.keySessions[session] {
+	for key := range c.recon.view.keySessions[session] {
 		c.touchKey(key)
 	}
 }
@@ -122,7 +122,7 @@ func (c *Controller) touchSession(session string) {
 // setKey records key as the watches now see it (absent: gone or unknown)
 // and marks its lock dirty.
 func (c *Controller) setKey(key string, e lockmodel.KeyEntry, present bool) {
-	v := &c.view
+	v := &c.recon.view
 	if old, ok := v.keys[key]; ok && old.Session != "" {
 		if ks := v.keySessions[old.Session]; ks != nil {
 			delete(ks, key)
@@ -167,9 +167,9 @@ func (c *Controller) diffKeys(g *group, old map[string]lockmodel.KeyEntry, wasSy
 	if wasSynced != synced {
 		for key := range g.keys {
 			if synced {
-				delete(c.view.unknown, key)
+				delete(c.recon.view.unknown, key)
 			} else {
-				c.view.unknown[key] = true
+				c.recon.view.unknown[key] = true
 			}
 			c.touchKey(key)
 		}
@@ -187,10 +187,10 @@ func sameEntry(a, b lockmodel.KeyEntry) bool {
 // a session that came, went or changed are dirty. The first answer makes
 // every lock dirty (holders are judged only once sessions are known).
 func (c *Controller) setSessions(sessions map[string]lockmodel.ObservedSession) {
-	old := c.sessions
-	c.sessions = sessions
+	old := c.cache.sessions
+	c.cache.sessions = sessions
 	if old == nil {
-		c.view.all = true
+		c.recon.view.all = true
 		return
 	}
 	for id, s := range sessions {
@@ -209,31 +209,31 @@ func (c *Controller) setSessions(sessions map[string]lockmodel.ObservedSession) 
 // regrouping) and marks dirty the locks whose keys changed state.
 func (c *Controller) refreshUnknown() {
 	unknown := map[string]bool{}
-	for key, prefix := range c.keyGroup {
-		if g := c.groups[prefix]; g == nil || !g.synced {
+	for key, prefix := range c.cache.keyGroup {
+		if g := c.cache.groups[prefix]; g == nil || !g.synced {
 			unknown[key] = true
 		}
 	}
 	for key := range unknown {
-		if !c.view.unknown[key] {
+		if !c.recon.view.unknown[key] {
 			c.touchKey(key)
 		}
 	}
-	for key := range c.view.unknown {
+	for key := range c.recon.view.unknown {
 		if !unknown[key] {
 			c.touchKey(key)
 		}
 	}
-	c.view.unknown = unknown
+	c.recon.view.unknown = unknown
 }
 
 // rebuildView derives the view from the watches' last answers again and
 // marks every lock dirty.
 func (c *Controller) rebuildView() {
-	v := &c.view
+	v := &c.recon.view
 	c.indexDeclarations()
 	v.keys, v.keySessions = map[string]lockmodel.KeyEntry{}, map[string]map[string]bool{}
-	for _, g := range c.groups {
+	for _, g := range c.cache.groups {
 		if g.synced {
 			for key, e := range g.live {
 				c.setKey(key, e, true)
@@ -241,7 +241,7 @@ func (c *Controller) rebuildView() {
 		}
 	}
 	c.refreshUnknown()
-	for name := range c.locks {
+	for name := range c.cache.locks {
 		v.dirty[name] = true
 	}
 	v.policiesDirty = true
@@ -250,24 +250,24 @@ func (c *Controller) rebuildView() {
 
 // forgetLock drops the bookkeeping of a lock no longer declared.
 func (c *Controller) forgetLock(name string) {
-	v := &c.view
+	v := &c.recon.view
 	for s := range v.looked[name] {
 		h := compliance.HoldID{Lock: name, Session: s}
-		delete(c.heldSince, h)
-		delete(c.holdStart, h)
+		delete(c.recon.heldSince, h)
+		delete(c.recon.holdStart, h)
 	}
 	delete(v.looked, name)
 	delete(v.unlooked, name)
 	delete(v.due, name)
 	delete(v.byLock, name)
-	delete(c.lastLook, name)
-	delete(c.lockStatus, name)
+	delete(c.recon.lastLook, name)
+	delete(c.recon.lockStatus, name)
 }
 
 // startGrace notes that the declaration id (a compliance.SettlingKey) is
 // pending until end, and marks what it declares dirty.
 func (c *Controller) startGrace(id string, end time.Time) {
-	c.view.graceEnds[id] = end
+	c.recon.view.graceEnds[id] = end
 	c.touchDeclaration(id)
 }
 
@@ -276,16 +276,16 @@ func (c *Controller) touchDeclaration(id string) {
 	kind, name, _ := strings.Cut(id, "/")
 	switch kind {
 	case lockmodel.KindLock:
-		c.view.dirty[name] = true
+		c.recon.view.dirty[name] = true
 	case lockmodel.KindACLPolicy:
-		c.view.policiesDirty = true
+		c.recon.view.policiesDirty = true
 	}
 }
 
 // decideDirty decides again the dirty locks (and the policies, when
 // dirty) on st and returns every verdict in compliance.Decide's order.
 func (c *Controller) decideDirty(st compliance.State) []compliance.Decision {
-	v := &c.view
+	v := &c.recon.view
 	for name := range v.dirty {
 		if _, declared := st.Locks[name]; !declared {
 			delete(v.byLock, name)

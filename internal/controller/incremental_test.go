@@ -333,8 +333,8 @@ func (w *world) feed() {
 		w.declared = false
 	}
 	c.mu.Lock()
-	groups := make([]*group, 0, len(c.groups))
-	for _, g := range c.groups {
+	groups := make([]*group, 0, len(c.cache.groups))
+	for _, g := range c.cache.groups {
 		groups = append(groups, g)
 	}
 	c.mu.Unlock()
@@ -468,7 +468,7 @@ func (w *world) compare() error {
 		return fmt.Errorf("not ready")
 	}
 	got := c.decideDirty(st)
-	heldSince := cloneHolds(c.holdStart)
+	heldSince := cloneHolds(c.recon.holdStart)
 	c.mu.Unlock()
 	ref := w.reference()
 	want := compliance.Decide(ref, w.c.cfg.Mode)

@@ -76,25 +76,24 @@ var leaderProfile = lockmodel.SessionProfile{
 // however long, ends at most one term: the next campaign starts with a new
 // session as soon as Consul answers again.
 func (c *Controller) elect(ctx context.Context) {
-	failures := 0
+	// The campaign's pauses are the follower's back-off (consul.Follower):
+	// a term led starts the count again.
+	var retry consul.Follower
 	for ctx.Err() == nil {
 		led, err := c.leadOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if led {
-			failures = 0
+			retry = consul.Follower{}
 		}
 		if err == nil {
 			continue
 		}
-		failures++
-		wait := backoff(failures)
+		wait := retry.Failed()
 		c.log.Error("leader election failed", "key", c.LeaderKey(), "error", err.Error(), "retry_in", wait.String())
-		select {
-		case <-ctx.Done():
+		if consul.Sleep(ctx, wait) != nil {
 			return
-		case <-time.After(wait):
 		}
 	}
 }

@@ -50,13 +50,13 @@ type listMeta struct {
 	filtered  bool // X-Consul-Results-Filtered-By-ACLs
 }
 
-// listKeys is GET /v1/kv/<prefix>?recurse as a blocking query after index,
+// listKeys is GET /v1/kv/<prefix>?recurse as a blocking query on f.Index,
 // through the watch client (its token, TLS, headers, datacenter, namespace
 // and partition). It returns the answer's keys and the changes from prev
 // (the previous answer; nil for none) among the keys covers selects. An
 // empty prefix (404) is an empty listing; other statuses are
 // api.StatusError, as the api reports them.
-func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint64, wait time.Duration,
+func listKeys(ctx context.Context, cl *consul.Client, prefix string, f *consul.Follower,
 	prev []listed, covers func(string) bool) ([]listed, []keyChange, listMeta, error) {
 	params := url.Values{"recurse": {""}}
 	if cl.Datacenter != "" {
@@ -68,9 +68,9 @@ func listKeys(ctx context.Context, cl *consul.Client, prefix string, index uint6
 	if cl.Partition != "" {
 		params.Set("partition", cl.Partition)
 	}
-	if index != 0 {
+	if index := f.Index(); index != 0 {
 		params.Set("index", strconv.FormatUint(index, 10))
-		params.Set("wait", fmt.Sprintf("%dms", max(wait/time.Millisecond, 1)))
+		params.Set("wait", fmt.Sprintf("%dms", max(f.Wait/time.Millisecond, 1)))
 	}
 	u := url.URL{Scheme: cl.Scheme, Host: cl.Address, Path: "/v1/kv/" + strings.TrimPrefix(prefix, "/"), RawQuery: params.Encode()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)

@@ -179,7 +179,7 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		if decl != step.decl || ledgers != step.ledgers {
 			t.Errorf("%s: declarations changed %v, ledgers changed %v; want %v, %v", step.name, decl, ledgers, step.decl, step.ledgers)
 		}
-		if _, ok := c.records[prefix+"runs/a"].value.(lockmodel.Ledger); ok != step.runs {
+		if _, ok := c.cache.records[prefix+"runs/a"].value.(lockmodel.Ledger); ok != step.runs {
 			t.Errorf("%s: ledger kept %v, want %v", step.name, ok, step.runs)
 		}
 	}

@@ -152,7 +152,7 @@ func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
 	now := lc.c.cfg.Clock.Now()
 	lc.c.mu.Lock()
 	defer lc.c.mu.Unlock()
-	for name, ls := range lc.c.lockStatus {
+	for name, ls := range lc.c.recon.lockStatus {
 		held, unheld := 0.0, now.Sub(ls.unheldSince).Seconds()
 		if ls.held {
 			held, unheld = 1, 0
@@ -172,7 +172,7 @@ func (lc *lockCollector) Collect(ch chan<- prometheus.Metric) {
 // alerts that compare a lock with its own declaration (c.mu held).
 func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name string, ls *lockStatus, now time.Time) {
 	c := lc.c
-	l, ok := c.locks[name]
+	l, ok := c.cache.locks[name]
 	if !ok {
 		return
 	}
@@ -184,13 +184,13 @@ func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name strin
 	if l.MaxHold > 0 {
 		ch <- prometheus.MustNewConstMetric(descMaxHold, prometheus.GaugeValue, l.MaxHold.Seconds(), name)
 	}
-	if p, ok := c.profiles[l.SessionDefaults]; ok {
+	if p, ok := c.cache.profiles[l.SessionDefaults]; ok {
 		ch <- prometheus.MustNewConstMetric(descWorstCaseGap, prometheus.GaugeValue, p.WithDefaults().WorstCaseGap().Seconds(), name)
 	}
 	var newest uint64
 	for id := range ls.holders {
-		ch <- prometheus.MustNewConstMetric(descHolderInfo, prometheus.GaugeValue, 1, name, c.sessions[id].Node, id)
-		if start, ok := c.holdStart[compliance.HoldID{Lock: name, Session: id}]; ok {
+		ch <- prometheus.MustNewConstMetric(descHolderInfo, prometheus.GaugeValue, 1, name, c.cache.sessions[id].Node, id)
+		if start, ok := c.recon.holdStart[compliance.HoldID{Lock: name, Session: id}]; ok {
 			ch <- prometheus.MustNewConstMetric(descHeldFor, prometheus.GaugeValue, max(now.Sub(start).Seconds(), 0), name, id)
 		}
 		if lk, ok := c.holderKey(l, id); ok {

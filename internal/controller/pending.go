@@ -35,16 +35,16 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 		if !d.IsDrift() || settling[id] {
 			continue
 		}
-		if _, reported := c.reported[d.ID()]; reported {
+		if _, reported := c.recon.reported[d.ID()]; reported {
 			continue
 		}
 		if _, ok := judged[id]; !ok {
-			judged[id] = c.declSeen[id].index
+			judged[id] = c.cache.declSeen[id].index
 			check = append(check, id)
 		}
 	}
 	c.mu.Unlock()
-	c.declReads = map[string]declRead{}
+	c.recon.declReads = map[string]declRead{}
 	if len(check) == 0 {
 		return ds, settling, next
 	}
@@ -62,7 +62,7 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 			c.log.Error("reading a declaration before reporting drift failed; reported as drift", "declaration", id, "error", err.Error())
 			continue
 		}
-		c.declReads[id] = declRead{rec: rec, found: found, at: c.cfg.Clock.Now()}
+		c.recon.declReads[id] = declRead{rec: rec, found: found, at: c.cfg.Clock.Now()}
 		var current uint64
 		if found {
 			current = rec.ModifyIndex
@@ -72,8 +72,8 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 		}
 		pending[id] = true
 		c.mu.Lock()
-		if v, ok := c.declSeen[id]; !ok || v.index == judged[id] {
-			c.declSeen[id] = declVersion{index: current, changed: now}
+		if v, ok := c.cache.declSeen[id]; !ok || v.index == judged[id] {
+			c.cache.declSeen[id] = declVersion{index: current, changed: now}
 		}
 		c.mu.Unlock()
 		c.log.Debug("difference pending: the declaration changed after the version judged; the apply that wrote it is given time to write the object",
@@ -118,7 +118,7 @@ type declRead struct {
 // declReadReuse, else a new read. One repair then reads its declaration
 // once, not twice.
 func (c *Controller) readDeclaration(ctx context.Context, kind, name string) (consul.StoredRecord, bool, error) {
-	if r, ok := c.declReads[compliance.SettlingKey(kind, name)]; ok && c.cfg.Clock.Now().Sub(r.at) < declReadReuse {
+	if r, ok := c.recon.declReads[compliance.SettlingKey(kind, name)]; ok && c.cfg.Clock.Now().Sub(r.at) < declReadReuse {
 		return r.rec, r.found, nil
 	}
 	return c.client.Registry(c.cfg.RegistryPrefix).Get(ctx, kind, name)

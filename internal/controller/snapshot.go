@@ -16,23 +16,23 @@ import (
 // this order; all run with c.mu held.
 func (c *Controller) snapshotLocked(now time.Time) (compliance.State, bool, time.Time) {
 	c.noteReadiness()
-	if !c.registrySync {
+	if !c.cache.registrySync {
 		return compliance.State{}, false, time.Time{}
 	}
-	if c.view.all {
+	if c.recon.view.all {
 		c.rebuildView()
 	}
-	st := compliance.State{Locks: c.locks, Profiles: c.profiles, Sessions: c.sessions, Now: now,
-		Keys: c.view.keys, UnknownKeys: c.view.unknown}
+	st := compliance.State{Locks: c.cache.locks, Profiles: c.cache.profiles, Sessions: c.cache.sessions, Now: now,
+		Keys: c.recon.view.keys, UnknownKeys: c.recon.view.unknown}
 	var graceEnds, deadline time.Time
 	st.Settling, graceEnds = c.settling(now)
 	st.Policies, st.LivePolicies = c.policiesToJudge()
 	c.dueLocks(now)
 	looks := c.lookAtLocks(st, now)
 	deadline = c.trackHolds(looks, now)
-	st.HeldSince = c.holdStart
+	st.HeldSince = c.recon.holdStart
 	st.ProfileIndex, st.ProfileSwitched = c.profileLines()
-	c.view.lastSnapshot = now
+	c.recon.view.lastSnapshot = now
 	return st, true, earliest(graceEnds, deadline)
 }
 
@@ -49,14 +49,14 @@ func (c *Controller) noteReadiness() {
 	if c.ready.Load() {
 		return
 	}
-	ready := c.registrySync && c.sessions != nil
-	for _, g := range c.groups {
+	ready := c.cache.registrySync && c.cache.sessions != nil
+	for _, g := range c.cache.groups {
 		ready = ready && g.synced
 	}
 	if ready {
 		c.ready.Store(true)
-		c.log.Info("initial sync done", "locks", len(c.locks), "session_defaults", len(c.profiles),
-			"acl_policies", len(c.policies), "lock_watches", len(c.groups))
+		c.log.Info("initial sync done", "locks", len(c.cache.locks), "session_defaults", len(c.cache.profiles),
+			"acl_policies", len(c.cache.policies), "lock_watches", len(c.cache.groups))
 	}
 }
 
@@ -67,9 +67,9 @@ func (c *Controller) noteReadiness() {
 func (c *Controller) settling(now time.Time) (map[string]bool, time.Time) {
 	var settling map[string]bool
 	var next time.Time
-	for id, end := range c.view.graceEnds {
+	for id, end := range c.recon.view.graceEnds {
 		if !now.Before(end) {
-			delete(c.view.graceEnds, id)
+			delete(c.recon.view.graceEnds, id)
 			c.touchDeclaration(id)
 			continue
 		}
@@ -86,29 +86,29 @@ func (c *Controller) settling(now time.Time) (map[string]bool, time.Time) {
 // policies to judge them against (nil when the policy watch has not
 // answered).
 func (c *Controller) policiesToJudge() (map[string]lockmodel.ACLPolicySpec, map[string]compliance.LivePolicy) {
-	if !c.policySync {
-		return c.policies, nil
+	if !c.cache.policySync {
+		return c.cache.policies, nil
 	}
 	// A declared policy that is listed but not read yet is unknown, not
 	// missing: leave it out of this round.
-	policies, copied := c.policies, false
-	for name, spec := range c.policies {
-		_, listed := c.policyHashes[spec.ID]
-		if _, read := c.livePolicies[spec.ID]; listed && !read {
+	policies, copied := c.cache.policies, false
+	for name, spec := range c.cache.policies {
+		_, listed := c.cache.policyHashes[spec.ID]
+		if _, read := c.cache.livePolicies[spec.ID]; listed && !read {
 			if !copied {
-				policies, copied = maps.Clone(c.policies), true
+				policies, copied = maps.Clone(c.cache.policies), true
 			}
 			delete(policies, name)
 		}
 	}
-	return policies, c.livePolicies
+	return policies, c.cache.livePolicies
 }
 
 // dueLocks marks dirty the locks a max_hold deadline of which has passed.
 func (c *Controller) dueLocks(now time.Time) {
-	for name, at := range c.view.due {
+	for name, at := range c.recon.view.due {
 		if !now.Before(at) {
-			c.view.dirty[name] = true
+			c.recon.view.dirty[name] = true
 		}
 	}
 }
@@ -119,13 +119,13 @@ func (c *Controller) dueLocks(now time.Time) {
 // whose key state and holders' sessions are known.
 func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]map[string]uint64 {
 	looks := map[string]map[string]uint64{}
-	for name := range c.view.dirty {
-		l, ok := c.view.norm[name]
+	for name := range c.recon.view.dirty {
+		l, ok := c.recon.view.norm[name]
 		if !ok {
 			continue
 		}
 		if st.UnknownKeys[l.Key] {
-			c.view.unlooked[name] = true
+			c.recon.view.unlooked[name] = true
 			continue
 		}
 		live, exists := st.Keys[l.Key]
@@ -144,7 +144,7 @@ func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]
 			}
 			looks[name] = look
 		} else {
-			c.view.unlooked[name] = true
+			c.recon.view.unlooked[name] = true
 		}
 		c.updateLockStatus(name, l, live, exists, hs, now)
 	}
@@ -156,38 +156,38 @@ func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]
 // began (lockmodel.HoldStart) and their first max_hold deadline, and
 // returns the first deadline of all (zero when none).
 func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Time) time.Time {
-	v := &c.view
+	v := &c.recon.view
 	if len(looks) > 0 {
 		prev := map[compliance.HoldID]compliance.Hold{}
 		lastLook := make(map[string]time.Time, len(looks))
 		for name := range looks {
 			for s := range v.looked[name] {
 				h := compliance.HoldID{Lock: name, Session: s}
-				if hold, ok := c.heldSince[h]; ok {
+				if hold, ok := c.recon.heldSince[h]; ok {
 					prev[h] = hold
 				}
-				delete(c.heldSince, h)
-				delete(c.holdStart, h)
+				delete(c.recon.heldSince, h)
+				delete(c.recon.holdStart, h)
 			}
 			if at, ok := c.lastLookAt(name); ok {
 				lastLook[name] = at
 			}
 		}
-		maps.Copy(c.heldSince, compliance.TrackHolds(prev, looks, lastLook, now))
+		maps.Copy(c.recon.heldSince, compliance.TrackHolds(prev, looks, lastLook, now))
 		for name, look := range looks {
 			v.looked[name] = look
-			c.lastLook[name] = now
+			c.recon.lastLook[name] = now
 			delete(v.unlooked, name)
 			delete(v.due, name)
-			l := c.locks[name]
+			l := c.cache.locks[name]
 			for s := range look {
 				h := compliance.HoldID{Lock: name, Session: s}
 				var value []byte
 				if lk, ok := c.holderKey(l, s); ok {
 					value = lk.Value
 				}
-				start, _ := lockmodel.HoldStart(value, c.heldSince[h].Evidence(), now)
-				c.holdStart[h] = start
+				start, _ := lockmodel.HoldStart(value, c.recon.heldSince[h].Evidence(), now)
+				c.recon.holdStart[h] = start
 				if l.MaxHold > 0 {
 					v.due[name] = earliest(v.due[name], start.Add(l.MaxHold).Add(time.Millisecond))
 				}
@@ -205,21 +205,21 @@ func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Tim
 // for a lock that nothing touched since, the last snapshot (which would
 // have seen the same). false when it was never looked at.
 func (c *Controller) lastLookAt(name string) (time.Time, bool) {
-	at, ever := c.lastLook[name]
-	if !ever || c.view.unlooked[name] {
+	at, ever := c.recon.lastLook[name]
+	if !ever || c.recon.view.unlooked[name] {
 		return at, ever
 	}
-	return c.view.lastSnapshot, true
+	return c.recon.view.lastSnapshot, true
 }
 
 // profileLines returns the Raft indexes that tell a holder created under
 // an earlier profile (compliance.State.ProfileIndex, ProfileSwitched).
 func (c *Controller) profileLines() (map[string]uint64, map[string]uint64) {
 	index := map[string]uint64{}
-	for name := range c.profiles {
-		index[name] = c.declSeen[compliance.SettlingKey(lockmodel.KindSessionDefaults, name)].index
+	for name := range c.cache.profiles {
+		index[name] = c.cache.declSeen[compliance.SettlingKey(lockmodel.KindSessionDefaults, name)].index
 	}
-	return index, c.profileSwitched
+	return index, c.cache.profileSwitched
 }
 
 // earliest returns the earlier of two times, zero meaning none.
@@ -231,10 +231,10 @@ func earliest(a, b time.Time) time.Time {
 }
 
 func (c *Controller) updateLockStatus(name string, l lockmodel.Lock, live lockmodel.KeyEntry, exists bool, hs []lockmodel.ObservedSession, now time.Time) {
-	ls := c.lockStatus[name]
+	ls := c.recon.lockStatus[name]
 	if ls == nil {
 		ls = &lockStatus{holders: map[string]bool{}}
-		c.lockStatus[name] = ls
+		c.recon.lockStatus[name] = ls
 	}
 	held := exists && (live.Session != "" || len(hs) > 0)
 	cur := map[string]bool{}

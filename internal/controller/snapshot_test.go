@@ -28,12 +28,12 @@ func snapshotController(t *testing.T, value []byte) *Controller {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.registrySync = true
-	c.locks = map[string]lockmodel.Lock{"report": {Name: "report", Prefix: "jobs/report", Key: mutexKey, Limit: 1, MaxHold: time.Hour}}
-	c.sessions = map[string]lockmodel.ObservedSession{sessA: compliant(sessA)}
-	c.groups[mutexKey] = &group{prefix: mutexKey, synced: true, live: map[string]lockmodel.KeyEntry{
+	c.cache.registrySync = true
+	c.cache.locks = map[string]lockmodel.Lock{"report": {Name: "report", Prefix: "jobs/report", Key: mutexKey, Limit: 1, MaxHold: time.Hour}}
+	c.cache.sessions = map[string]lockmodel.ObservedSession{sessA: compliant(sessA)}
+	c.cache.groups[mutexKey] = &group{prefix: mutexKey, synced: true, live: map[string]lockmodel.KeyEntry{
 		mutexKey: {Flags: lockmodel.LockFlagValue, Session: sessA, LockIndex: 1, ModifyIndex: 10, Value: value}}}
-	c.keyGroup[mutexKey] = mutexKey
+	c.cache.keyGroup[mutexKey] = mutexKey
 	return c
 }
 
@@ -98,7 +98,7 @@ func TestSnapshot_maxHoldIsTimedByHoldStart(t *testing.T) {
 
 	t.Run("started 2h ago by its clock, but acquired after this controller saw the lock unheld", func(t *testing.T) {
 		c := snapshotController(t, started(now.Add(-2*time.Hour)))
-		g := c.groups[mutexKey]
+		g := c.cache.groups[mutexKey]
 		held := g.live[mutexKey]
 		c.markGroup(g, map[string]lockmodel.KeyEntry{mutexKey: {Flags: lockmodel.LockFlagValue, ModifyIndex: 9}}, true)
 		unheldAt := now.Add(-time.Minute)

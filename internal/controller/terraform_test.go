@@ -381,7 +381,7 @@ func TestTerraform_destroyLeavesNoOrphanAndNothingResurrected(t *testing.T) {
 		eventually(t, 10*time.Second, func() error {
 			w.c.mu.Lock()
 			defer w.c.mu.Unlock()
-			if _, ok := w.c.locks[w.job.Name]; !ok || w.c.livePolicies[policyID].ID == "" {
+			if _, ok := w.c.cache.locks[w.job.Name]; !ok || w.c.cache.livePolicies[policyID].ID == "" {
 				return fmt.Errorf("controller has not seen the declarations yet")
 			}
 			return nil
@@ -588,7 +588,7 @@ func TestApplyGrace_aLiveWriteSeenBeforeItsDeclarationIsPending(t *testing.T) {
 	eventually(t, 10*time.Second, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if !c.ready.Load() || c.livePolicies[p.ID].ID == "" {
+		if !c.ready.Load() || c.cache.livePolicies[p.ID].ID == "" {
 			return fmt.Errorf("controller not synced yet")
 		}
 		return nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -14,74 +13,50 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// Backoff bounds for failed watches.
-const (
-	watchMinBackoff = 200 * time.Millisecond
-	watchMaxBackoff = 15 * time.Second
-)
+// poll is one blocking query: it queries with f's options (f.Index is
+// the index it waits on) and returns the answer's X-Consul-Index.
+type poll func(ctx context.Context, f *consul.Follower) (uint64, error)
 
-// poll is one blocking query: it waits for a change after index and
-// returns the new index.
-type poll func(ctx context.Context, index uint64) (uint64, error)
-
-// watch runs p until ctx ends. After an error it waits with jittered
-// exponential backoff and starts again from index 0: the agent may have
-// restarted with a fresh (lower) raft index, and blocking on an index it
-// will not reach for a long time would hide every change. An index that
-// goes backwards in a successful answer is reset the same way.
+// watch runs p until ctx ends, following its index with a consul.Follower
+// (the index rule, its reset after an error, the jittered back-off). A
+// failing watch counts in c.failing until it answers again.
 func (c *Controller) watch(ctx context.Context, name string, p poll) {
-	var index uint64
-	failures := 0
+	if ctx.Err() != nil {
+		return // consul.Follow queries once before it looks at ctx
+	}
+	f := &consul.Follower{Wait: c.cfg.WaitTime}
+	failing := false
 	defer func() {
-		if failures > 0 {
+		if failing {
 			c.failing.Add(-1)
 		}
 	}()
-	for ctx.Err() == nil {
-		next, err := p(ctx, index)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if failures == 0 {
+	query := func(*api.QueryOptions) (struct{}, *api.QueryMeta, error) {
+		last, err := p(ctx, f)
+		return struct{}{}, &api.QueryMeta{LastIndex: last}, err
+	}
+	_ = consul.Follow(ctx, f, query, func(_ struct{}, err error) bool {
+		switch {
+		case err != nil:
+			if !failing {
+				failing = true
 				c.failing.Add(1)
 			}
-			failures++
-			index = 0
 			c.metrics.watchErrors.WithLabelValues(name).Inc()
-			wait := backoff(failures)
-			c.log.Error("watch failed", "watch", name, "error", err.Error(), "retry_in", wait.String())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		if failures > 0 {
+			c.log.Error("watch failed", "watch", name, "error", err.Error(), "retry_in", f.RetryIn().String())
+		case failing:
+			failing = false
 			c.failing.Add(-1)
 			c.log.Info("watch recovered", "watch", name)
 		}
-		failures = 0
-		switch {
-		case next < index:
-			index = 0 // Consul's index went backwards: start over
-		case next == 0:
-			index = 1
-		default:
-			index = next
-		}
-	}
+		return true
+	})
 }
 
-// backoff is exponential from watchMinBackoff to watchMaxBackoff, each step
-// jittered between half and all of it.
-func backoff(failures int) time.Duration {
-	return consul.Jitter(consul.Backoff(watchMinBackoff, watchMaxBackoff, failures))
-}
-
-func (c *Controller) query(ctx context.Context, index uint64) *api.QueryOptions {
-	return (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WaitTime}).WithContext(ctx)
+// unchanged reports whether an answer with index last is a wait that
+// timed out without a change.
+func unchanged(f *consul.Follower, last uint64) bool {
+	return f.Index() != 0 && last == f.Index()
 }
 
 // filtered is the error for an answer Consul trimmed because the token may
@@ -105,10 +80,10 @@ type record struct {
 // are decoded. An answer that changed only run ledgers (every run-once
 // attempt writes one) updates the run metrics and leaves the
 // declarations, the lock watches and the verdicts alone.
-func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, error) {
+func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint64, error) {
 	prefix := c.cfg.RegistryPrefix + "/"
 	covers := func(key string) bool { _, ok := recordKind(prefix, key); return ok }
-	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, index, c.cfg.WaitTime, c.registryListed, covers)
+	listed, changes, meta, err := listKeys(ctx, c.watcher, prefix, f, c.cache.registryListed, covers)
 	if err != nil {
 		return 0, consul.Classify("watch registry "+prefix, err)
 	}
@@ -118,19 +93,19 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		}
 		return 0, filtered("watch registry "+prefix, "key:read", prefix)
 	}
-	if index != 0 && meta.lastIndex == index {
+	if unchanged(f, meta.lastIndex) {
 		// The wait timed out without a change; a token that was blind
 		// may have been granted read meanwhile.
 		if c.blind.Load() != nil {
 			c.noteVisibility(ctx, prefix)
 		}
-		return index, nil
+		return meta.lastIndex, nil
 	}
-	c.registryListed = listed
+	c.cache.registryListed = listed
 	declChanged, ledgersChanged := c.diffRecords(prefix, changes)
 	c.noteVisibility(ctx, prefix)
 	c.mu.Lock()
-	synced := c.registrySync
+	synced := c.cache.registrySync
 	c.mu.Unlock()
 	if !declChanged && !ledgersChanged && synced {
 		return meta.lastIndex, nil
@@ -142,7 +117,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		profiles := map[string]lockmodel.SessionProfile{}
 		policies := map[string]lockmodel.ACLPolicySpec{}
 		versions := map[string]uint64{}
-		for _, r := range c.records {
+		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
 			case lockmodel.Lock:
 				locks[r.name] = v
@@ -164,7 +139,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 		c.setDeclarations(locks, profiles, policies, versions, c.cfg.Clock.Now())
 		c.trigger()
 	} else {
-		for _, r := range c.records {
+		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
 			case lockmodel.Ledger:
 				ledgers[r.name] = v
@@ -173,7 +148,7 @@ func (c *Controller) pollRegistry(ctx context.Context, index uint64) (uint64, er
 			}
 		}
 		c.mu.Lock()
-		locks = c.locks // replaced, never changed in place
+		locks = c.cache.locks // replaced, never changed in place
 		c.mu.Unlock()
 	}
 	c.metrics.runMeter.observe(ledgers, locks)
@@ -199,7 +174,7 @@ func recordKind(prefix, key string) (string, bool) {
 // declarationsVisible reports whether the registry listing holds a
 // declaration (not only run ledgers or records that did not decode).
 func (c *Controller) declarationsVisible() bool {
-	for _, r := range c.records {
+	for _, r := range c.cache.records {
 		switch r.value.(type) {
 		case lockmodel.Lock, lockmodel.SessionProfile, lockmodel.ACLPolicySpec:
 			return true
@@ -243,7 +218,7 @@ func (c *Controller) noteVisibility(ctx context.Context, prefix string) {
 	}
 }
 
-// diffRecords applies the changes a registry answer brought to c.records
+// diffRecords applies the changes a registry answer brought to c.cache.records
 // (owned by the registry watch), decoding the records written, and
 // reports whether declarations and whether run ledgers changed.
 func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChanged, ledgersChanged bool) {
@@ -255,11 +230,11 @@ func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChange
 			declChanged = true
 		}
 		if !ch.present {
-			delete(c.records, ch.key)
+			delete(c.cache.records, ch.key)
 			continue
 		}
 		_, name, _ := strings.Cut(strings.TrimPrefix(ch.key, prefix), "/")
-		c.records[ch.key] = c.decodeRecord(ch.key, ch.entry, kind, name)
+		c.cache.records[ch.key] = c.decodeRecord(ch.key, ch.entry, kind, name)
 	}
 	return declChanged, ledgersChanged
 }
@@ -308,8 +283,8 @@ func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name s
 // It is ignored, never acted on.
 func (c *Controller) reportBadRecord(key string, index uint64, err error) {
 	c.mu.Lock()
-	seen := c.badRecords[key] == index
-	c.badRecords[key] = index
+	seen := c.cache.badRecords[key] == index
+	c.cache.badRecords[key] = index
 	c.mu.Unlock()
 	if !seen {
 		c.log.Error("declaration ignored", "record", key, "error", err.Error())
@@ -319,8 +294,8 @@ func (c *Controller) reportBadRecord(key string, index uint64, err error) {
 // pollGroup lists the keys under one group's prefix and keeps the declared
 // lock keys among them, and the contender keys of declared semaphores
 // (listKeys: uncompressed, and only the keys that changed are decoded).
-func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uint64, error) {
-	listed, changes, meta, err := listKeys(ctx, c.watcher, g.prefix, index, c.cfg.WaitTime, g.listed, g.covers)
+func (c *Controller) pollGroup(ctx context.Context, g *group, f *consul.Follower) (uint64, error) {
+	listed, changes, meta, err := listKeys(ctx, c.watcher, g.prefix, f, g.listed, g.covers)
 	if err != nil {
 		return 0, consul.Classify(fmt.Sprintf("watch lock keys under %q", g.prefix), err)
 	}
@@ -329,8 +304,8 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 		g.listed = nil // what the controller knew of the group is gone
 		return 0, filtered(fmt.Sprintf("watch lock keys under %q", g.prefix), "key:read", g.prefix)
 	}
-	if index != 0 && meta.lastIndex == index {
-		return index, nil
+	if unchanged(f, meta.lastIndex) {
+		return meta.lastIndex, nil
 	}
 	g.listed = listed
 	c.applyChanges(g, changes)
@@ -343,7 +318,7 @@ func (c *Controller) pollGroup(ctx context.Context, g *group, index uint64) (uin
 func (c *Controller) applyChanges(g *group, changes []keyChange) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.groups[g.prefix] != g {
+	if c.cache.groups[g.prefix] != g {
 		return // replaced by a regrouping
 	}
 	if !g.synced {
@@ -375,7 +350,7 @@ func (g *group) covers(key string) bool {
 func (c *Controller) markGroup(g *group, live map[string]lockmodel.KeyEntry, synced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.groups[g.prefix] != g {
+	if c.cache.groups[g.prefix] != g {
 		return // replaced by a regrouping
 	}
 	old, wasSynced := g.live, g.synced
@@ -384,8 +359,8 @@ func (c *Controller) markGroup(g *group, live map[string]lockmodel.KeyEntry, syn
 }
 
 // pollSessions lists every session.
-func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, error) {
-	entries, meta, err := c.watcher.Session().List(c.query(ctx, index))
+func (c *Controller) pollSessions(ctx context.Context, f *consul.Follower) (uint64, error) {
+	entries, meta, err := c.watcher.Session().List(f.Options(ctx))
 	if err != nil {
 		return 0, consul.Classify("watch sessions", err)
 	}
@@ -395,8 +370,8 @@ func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, er
 		c.log.Warn("some sessions are hidden by ACLs; their holders are not checked",
 			"permission", "session:read", "hint", `grant session_prefix "" { policy = "read" }`)
 	}
-	if index != 0 && meta.LastIndex == index {
-		return index, nil
+	if unchanged(f, meta.LastIndex) {
+		return meta.LastIndex, nil
 	}
 	sessions := make(map[string]lockmodel.ObservedSession, len(entries))
 	for _, e := range entries {
@@ -411,16 +386,16 @@ func (c *Controller) pollSessions(ctx context.Context, index uint64) (uint64, er
 
 // pollPolicies lists the ACL policies and reads only the declared ones
 // whose Hash changed since they were last read.
-func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, error) {
-	entries, meta, err := c.watcher.ACL().PolicyList(c.query(ctx, index))
+func (c *Controller) pollPolicies(ctx context.Context, f *consul.Follower) (uint64, error) {
+	entries, meta, err := c.watcher.ACL().PolicyList(f.Options(ctx))
 	if err != nil {
 		e := consul.Classify("watch ACL policies", err)
 		if e.Kind == consul.KindPermissionDenied && e.Permission == "" {
 			e.Permission, e.Resource = "acl:read", "/v1/acl/policies"
 		}
 		c.mu.Lock()
-		c.view.policiesDirty = c.view.policiesDirty || c.policySync
-		c.policySync = false
+		c.recon.view.policiesDirty = c.recon.view.policiesDirty || c.cache.policySync
+		c.cache.policySync = false
 		c.mu.Unlock()
 		return 0, e
 	}
@@ -429,16 +404,16 @@ func (c *Controller) pollPolicies(ctx context.Context, index uint64) (uint64, er
 		hashes[e.ID] = fmt.Sprintf("%x", e.Hash)
 	}
 	c.mu.Lock()
-	changed := index == 0 || !sameHashes(hashes, c.policyHashes)
-	c.policyHashes = hashes
-	c.view.policiesDirty = c.view.policiesDirty || changed
+	changed := f.Index() == 0 || !sameHashes(hashes, c.cache.policyHashes)
+	c.cache.policyHashes = hashes
+	c.recon.view.policiesDirty = c.recon.view.policiesDirty || changed
 	c.mu.Unlock()
 	if err := c.fetchPolicies(ctx); err != nil {
 		return 0, err
 	}
 	c.mu.Lock()
-	c.view.policiesDirty = c.view.policiesDirty || !c.policySync
-	c.policySync = true
+	c.recon.view.policiesDirty = c.recon.view.policiesDirty || !c.cache.policySync
+	c.cache.policySync = true
 	c.mu.Unlock()
 	if changed {
 		c.trigger()
@@ -462,14 +437,14 @@ func sameHashes(a, b map[string]string) bool {
 // the one last read, and drops those no longer listed.
 func (c *Controller) fetchPolicies(ctx context.Context) error {
 	c.mu.Lock()
-	hashes := c.policyHashes
+	hashes := c.cache.policyHashes
 	if hashes == nil {
 		c.mu.Unlock()
 		return nil // not listed yet
 	}
-	cur := c.livePolicies
+	cur := c.cache.livePolicies
 	var todo []string
-	for _, spec := range c.policies {
+	for _, spec := range c.cache.policies {
 		if h, ok := hashes[spec.ID]; ok && spec.ID != "" {
 			if lp, have := cur[spec.ID]; !have || lp.Hash != h {
 				todo = append(todo, spec.ID)
@@ -495,19 +470,19 @@ func (c *Controller) fetchPolicies(ctx context.Context) error {
 			Datacenters: p.Datacenters, ModifyIndex: p.ModifyIndex, Hash: fmt.Sprintf("%x", p.Hash)}
 	}
 	c.mu.Lock()
-	next := make(map[string]compliance.LivePolicy, len(c.policyHashes))
-	for id, lp := range c.livePolicies {
-		if _, listed := c.policyHashes[id]; listed {
+	next := make(map[string]compliance.LivePolicy, len(c.cache.policyHashes))
+	for id, lp := range c.cache.livePolicies {
+		if _, listed := c.cache.policyHashes[id]; listed {
 			next[id] = lp
 		}
 	}
 	for id, lp := range fetched {
 		next[id] = lp
 	}
-	if len(fetched) > 0 || len(next) != len(c.livePolicies) || (c.livePolicies == nil) != (next == nil) {
-		c.view.policiesDirty = true
+	if len(fetched) > 0 || len(next) != len(c.cache.livePolicies) || (c.cache.livePolicies == nil) != (next == nil) {
+		c.recon.view.policiesDirty = true
 	}
-	c.livePolicies = next
+	c.cache.livePolicies = next
 	c.mu.Unlock()
 	return nil
 }

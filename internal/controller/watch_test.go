@@ -39,7 +39,7 @@ func TestWatch_aWriteOutsideTheLocksMakesTheControllerReadNothing(t *testing.T) 
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, key := range []string{a.Key, b.Key} {
-			if g := c.groups[c.keyGroup[key]]; g == nil || g.live[key].Flags != lockmodel.LockFlagValue {
+			if g := c.cache.groups[c.cache.keyGroup[key]]; g == nil || g.live[key].Flags != lockmodel.LockFlagValue {
 				return fmt.Errorf("the controller has not seen %s created", key)
 			}
 		}
