@@ -155,106 +155,112 @@ func DecodeLedger(data []byte) (Ledger, error) {
 }
 
 func ledgerFromSpec(spec LedgerSpec) (Ledger, error) {
-	var errs FieldErrors
-	add := func(err error) { errs = append(errs, AsFieldErrors(err)...) }
-	bad := func(field, value, allowed string) {
-		errs = append(errs, &FieldError{Field: field, Value: value, Allowed: allowed})
-	}
-	add(ValidateName("lock", spec.Lock))
+	var e specErrors
+	e.add(ValidateName("lock", spec.Lock))
 	if len(spec.Runs) > maxLedgerRuns {
-		bad("runs", fmt.Sprintf("%d runs", len(spec.Runs)), fmt.Sprintf("at most %d runs (keep is at most %d)", maxLedgerRuns, MaxRunKeep))
+		e.bad("runs", fmt.Sprintf("%d runs", len(spec.Runs)), fmt.Sprintf("at most %d runs (keep is at most %d)", maxLedgerRuns, MaxRunKeep))
 	}
 	l := Ledger{Lock: spec.Lock, Runs: make([]Run, 0, len(spec.Runs))}
 	seen := map[string]bool{}
 	for i, rs := range spec.Runs {
 		rf := fmt.Sprintf("runs[%d]", i)
-		add(validateRunID(rf+".run_id", rs.RunID))
+		e.add(validateRunID(rf+".run_id", rs.RunID))
 		if seen[rs.RunID] {
-			bad(rf+".run_id", rs.RunID, "each run ID at most once")
+			e.bad(rf+".run_id", rs.RunID, "each run ID at most once")
 		}
 		seen[rs.RunID] = true
-		run := Run{ID: rs.RunID, Outcome: RunOutcome(rs.Outcome)}
-		if rs.NotBefore != "" {
-			t, err := time.Parse(time.RFC3339Nano, rs.NotBefore)
-			if err != nil {
-				bad(rf+".not_before", truncate(rs.NotBefore, 40), "an RFC 3339 time such as \"2026-12-01T00:05:00Z\", or absent")
-			}
-			run.NotBefore = t.UTC()
-		}
-		if !slices.Contains(runOutcomes, run.Outcome) {
-			bad(rf+".outcome", rs.Outcome, outcomesAllowed(runOutcomes))
-		}
-		if len(rs.Attempts) == 0 || len(rs.Attempts) > MaxMaxAttempts {
-			bad(rf+".attempts", fmt.Sprintf("%d attempts", len(rs.Attempts)), fmt.Sprintf("1 to %d attempts", MaxMaxAttempts))
-		}
-		succeeded := 0
-		for j, as := range rs.Attempts {
-			af := fmt.Sprintf("%s.attempts[%d]", rf, j)
-			a, aerrs := attemptFromSpec(af, as)
-			errs = append(errs, aerrs...)
-			if as.Attempt != j+1 {
-				bad(af+".attempt", fmt.Sprint(as.Attempt), fmt.Sprintf("%d: attempts are numbered from 1 in order", j+1))
-			}
-			if a.Outcome == RunRunning && j != len(rs.Attempts)-1 {
-				bad(af+".outcome", as.Outcome, "an outcome other than \"running\": only the latest attempt may still run")
-			}
-			if a.Outcome == RunSucceeded {
-				succeeded++
-				if j != len(rs.Attempts)-1 {
-					bad(af+".outcome", as.Outcome, "\"succeeded\" only on the latest attempt: no attempt starts after a success")
-				}
-			}
-			run.Attempts = append(run.Attempts, a)
-		}
-		if n := len(rs.Attempts); n > 0 && n <= MaxMaxAttempts {
-			last := RunOutcome(rs.Attempts[n-1].Outcome)
-			want := last
-			if last.Retried() && run.Outcome == RunExhausted {
-				want = RunExhausted
-			}
-			if run.Outcome != want && slices.Contains(runOutcomes, run.Outcome) {
-				allowed := fmt.Sprintf("%q, the latest attempt's outcome", last)
-				if last.Retried() {
-					allowed += fmt.Sprintf(", or %q", RunExhausted)
-				}
-				bad(rf+".outcome", rs.Outcome, allowed)
-			}
-		}
-		l.Runs = append(l.Runs, run)
+		l.Runs = append(l.Runs, runFromSpec(rf, rs, &e))
 	}
 	if len(spec.Pruned) > MaxPrunedRuns {
-		bad("pruned", fmt.Sprintf("%d runs", len(spec.Pruned)), fmt.Sprintf("at most %d pruned runs", MaxPrunedRuns))
+		e.bad("pruned", fmt.Sprintf("%d runs", len(spec.Pruned)), fmt.Sprintf("at most %d pruned runs", MaxPrunedRuns))
 	}
 	for i, ps := range spec.Pruned {
 		pf := fmt.Sprintf("pruned[%d]", i)
-		add(validateRunID(pf+".run_id", ps.RunID))
+		e.add(validateRunID(pf+".run_id", ps.RunID))
 		if seen[ps.RunID] {
-			bad(pf+".run_id", ps.RunID, "each run ID at most once, in runs or pruned")
+			e.bad(pf+".run_id", ps.RunID, "each run ID at most once, in runs or pruned")
 		}
 		seen[ps.RunID] = true
 		o := RunOutcome(ps.Outcome)
 		if o != RunSucceeded && o != RunExhausted {
-			bad(pf+".outcome", ps.Outcome, outcomesAllowed([]RunOutcome{RunSucceeded, RunExhausted}))
+			e.bad(pf+".outcome", ps.Outcome, outcomesAllowed([]RunOutcome{RunSucceeded, RunExhausted}))
 		}
 		l.Pruned = append(l.Pruned, PrunedRun{ID: ps.RunID, Outcome: o})
 	}
 	if f := spec.Forgotten; f != nil {
 		if f.Runs < 1 {
-			bad("forgotten.runs", fmt.Sprint(f.Runs), "1 or more (absent when none was forgotten)")
+			e.bad("forgotten.runs", fmt.Sprint(f.Runs), "1 or more (absent when none was forgotten)")
 		}
 		l.Forgotten.Runs = f.Runs
 		if f.Through != nil {
 			t, err := time.Parse(time.RFC3339Nano, *f.Through)
 			if err != nil {
-				bad("forgotten.through", truncate(*f.Through, 40), "an RFC 3339 time such as \"2026-12-01T00:00:00Z\", or null")
+				e.bad("forgotten.through", truncate(*f.Through, 40), "an RFC 3339 time such as \"2026-12-01T00:00:00Z\", or null")
 			}
 			l.Forgotten.Through = t.UTC()
 		}
 	}
-	if len(errs) > 0 {
-		return Ledger{}, recordError(RecordKindRunLedger, spec.Lock, errs)
+	if len(e) > 0 {
+		return Ledger{}, recordError(RecordKindRunLedger, spec.Lock, FieldErrors(e))
 	}
 	return l, nil
+}
+
+// specErrors collects what a decoded record breaks, field by field.
+type specErrors FieldErrors
+
+func (e *specErrors) add(err error) { *e = append(*e, AsFieldErrors(err)...) }
+
+func (e *specErrors) bad(field, value, allowed string) {
+	*e = append(*e, &FieldError{Field: field, Value: value, Allowed: allowed})
+}
+
+// runFromSpec is run rs of a ledger record (field rf), its errors added to e.
+func runFromSpec(rf string, rs RunSpec, e *specErrors) Run {
+	run := Run{ID: rs.RunID, Outcome: RunOutcome(rs.Outcome)}
+	if rs.NotBefore != "" {
+		t, err := time.Parse(time.RFC3339Nano, rs.NotBefore)
+		if err != nil {
+			e.bad(rf+".not_before", truncate(rs.NotBefore, 40), "an RFC 3339 time such as \"2026-12-01T00:05:00Z\", or absent")
+		}
+		run.NotBefore = t.UTC()
+	}
+	if !slices.Contains(runOutcomes, run.Outcome) {
+		e.bad(rf+".outcome", rs.Outcome, outcomesAllowed(runOutcomes))
+	}
+	if len(rs.Attempts) == 0 || len(rs.Attempts) > MaxMaxAttempts {
+		e.bad(rf+".attempts", fmt.Sprintf("%d attempts", len(rs.Attempts)), fmt.Sprintf("1 to %d attempts", MaxMaxAttempts))
+	}
+	for j, as := range rs.Attempts {
+		af := fmt.Sprintf("%s.attempts[%d]", rf, j)
+		a, aerrs := attemptFromSpec(af, as)
+		*e = append(*e, aerrs...)
+		if as.Attempt != j+1 {
+			e.bad(af+".attempt", fmt.Sprint(as.Attempt), fmt.Sprintf("%d: attempts are numbered from 1 in order", j+1))
+		}
+		if a.Outcome == RunRunning && j != len(rs.Attempts)-1 {
+			e.bad(af+".outcome", as.Outcome, "an outcome other than \"running\": only the latest attempt may still run")
+		}
+		if a.Outcome == RunSucceeded && j != len(rs.Attempts)-1 {
+			e.bad(af+".outcome", as.Outcome, "\"succeeded\" only on the latest attempt: no attempt starts after a success")
+		}
+		run.Attempts = append(run.Attempts, a)
+	}
+	if n := len(rs.Attempts); n > 0 && n <= MaxMaxAttempts {
+		last := RunOutcome(rs.Attempts[n-1].Outcome)
+		want := last
+		if last.Retried() && run.Outcome == RunExhausted {
+			want = RunExhausted
+		}
+		if run.Outcome != want && slices.Contains(runOutcomes, run.Outcome) {
+			allowed := fmt.Sprintf("%q, the latest attempt's outcome", last)
+			if last.Retried() {
+				allowed += fmt.Sprintf(", or %q", RunExhausted)
+			}
+			e.bad(rf+".outcome", rs.Outcome, allowed)
+		}
+	}
+	return run
 }
 
 func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
