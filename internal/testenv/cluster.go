@@ -149,42 +149,12 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	total := opts.Servers + opts.Clients
 	var joins []string
 	for i := range total {
-		n := &Node{c: c, Server: i < opts.Servers, BindIP: ipBase + fmt.Sprint(2*i+1), AdvertiseIP: ipBase + fmt.Sprint(2*i+2)}
-		if n.Server {
-			n.Name = fmt.Sprintf("server-%d", i+1)
-		} else {
-			n.Name = fmt.Sprintf("client-%d", i-opts.Servers+1)
-		}
-		n.Dir = filepath.Join(dir, n.Name)
-		if err := os.MkdirAll(n.Dir, 0o700); err != nil {
-			return nil, err
-		}
-		serf, server, http, err := n.pickPorts()
+		n, err := c.newNode(i, ipBase, opts)
 		if err != nil {
 			return nil, err
 		}
-		n.Addr = fmt.Sprintf("127.0.0.1:%d", http)
-		var rpcPorts []int
-		n.serfAddr = net.JoinHostPort(n.AdvertiseIP, fmt.Sprint(serf))
 		if n.Server {
-			rpcPorts = append(rpcPorts, server)
 			joins = append(joins, n.serfAddr)
-		}
-		if err := c.net.add(n.Name, n.BindIP, n.AdvertiseIP, serf, rpcPorts...); err != nil {
-			return nil, err
-		}
-		n.dnsPort = -1
-		if opts.DNS {
-			if n.dnsPort, err = freeDNSPort(); err != nil {
-				return nil, err
-			}
-			n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", n.dnsPort)
-		}
-		n.config = n.renderConfig(serf, server, http, opts.Servers) + fastTiming + opts.ExtraConfig
-		if opts.DNS {
-			n.config += "dns_config {\n  allow_stale = false\n}\n"
-		}
-		if n.Server {
 			c.Servers = append(c.Servers, n)
 		} else {
 			c.Clients = append(c.Clients, n)
@@ -204,6 +174,46 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	}
 	ok = true
 	return c, nil
+}
+
+// newNode makes member i of the cluster (servers first): its directory,
+// addresses, ports and configuration, not yet started.
+func (c *Cluster) newNode(i int, ipBase string, opts ClusterOptions) (*Node, error) {
+	n := &Node{c: c, Server: i < opts.Servers, BindIP: ipBase + fmt.Sprint(2*i+1), AdvertiseIP: ipBase + fmt.Sprint(2*i+2)}
+	if n.Server {
+		n.Name = fmt.Sprintf("server-%d", i+1)
+	} else {
+		n.Name = fmt.Sprintf("client-%d", i-opts.Servers+1)
+	}
+	n.Dir = filepath.Join(c.Dir, n.Name)
+	if err := os.MkdirAll(n.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	serf, server, http, err := n.pickPorts()
+	if err != nil {
+		return nil, err
+	}
+	n.Addr = fmt.Sprintf("127.0.0.1:%d", http)
+	var rpcPorts []int
+	n.serfAddr = net.JoinHostPort(n.AdvertiseIP, fmt.Sprint(serf))
+	if n.Server {
+		rpcPorts = append(rpcPorts, server)
+	}
+	if err := c.net.add(n.Name, n.BindIP, n.AdvertiseIP, serf, rpcPorts...); err != nil {
+		return nil, err
+	}
+	n.dnsPort = -1
+	if opts.DNS {
+		if n.dnsPort, err = freeDNSPort(); err != nil {
+			return nil, err
+		}
+		n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", n.dnsPort)
+	}
+	n.config = n.renderConfig(serf, server, http, opts.Servers) + fastTiming + opts.ExtraConfig
+	if opts.DNS {
+		n.config += "dns_config {\n  allow_stale = false\n}\n"
+	}
+	return n, nil
 }
 
 // StartClusterT starts a cluster that is stopped when t ends; its logs are

@@ -271,7 +271,27 @@ func Markdown(cells []*Cell) string {
 		b.WriteString("\n")
 	}
 
-	// Tests that did not pass everywhere, in a stable order.
+	writeNotPassing(&b, cells)
+	var failures []string
+	for _, c := range cells {
+		for _, p := range c.PackageFailures {
+			failures = append(failures, fmt.Sprintf("- %s / %s: package %s", c.CLI, c.Consul, escape(p)))
+		}
+		for _, name := range sortedKeys(c.Tests) {
+			if r := c.Tests[name]; r.Outcome == Failed || r.Outcome == Skipped {
+				failures = append(failures, fmt.Sprintf("- %s / %s: `%s`: %s", c.CLI, c.Consul, shortName(name), escape(r.Reason)))
+			}
+		}
+	}
+	if len(failures) > 0 {
+		b.WriteString("\nFailures (a skip for any other reason than an unsupported feature is a failure):\n" + strings.Join(failures, "\n") + "\n")
+	}
+	return b.String()
+}
+
+// writeNotPassing writes one row per test that did not pass in every cell,
+// in a stable order, and why a CLI does not support the ones it cannot run.
+func writeNotPassing(b *strings.Builder, cells []*Cell) {
 	var names []string
 	for _, c := range cells {
 		for name, r := range c.Tests {
@@ -317,21 +337,6 @@ func Markdown(cells []*Cell) string {
 			}
 		}
 	}
-	var failures []string
-	for _, c := range cells {
-		for _, p := range c.PackageFailures {
-			failures = append(failures, fmt.Sprintf("- %s / %s: package %s", c.CLI, c.Consul, escape(p)))
-		}
-		for _, name := range sortedKeys(c.Tests) {
-			if r := c.Tests[name]; r.Outcome == Failed || r.Outcome == Skipped {
-				failures = append(failures, fmt.Sprintf("- %s / %s: `%s`: %s", c.CLI, c.Consul, shortName(name), escape(r.Reason)))
-			}
-		}
-	}
-	if len(failures) > 0 {
-		b.WriteString("\nFailures (a skip for any other reason than an unsupported feature is a failure):\n" + strings.Join(failures, "\n") + "\n")
-	}
-	return b.String()
 }
 
 func summary(c *Cell) string {

@@ -68,45 +68,7 @@ type execution struct {
 // Check runs the checkers on a store log (in Seq order).
 func Check(fault string, log []Write, worstCaseGap time.Duration) Report {
 	rep := Report{Fault: fault, WorstCaseGap: worstCaseGap}
-	byRun := map[string]*execution{}
-	var execs []*execution
-	var faults []time.Time
-	var highest uint64
-	for _, w := range log {
-		if w.Kind == KindFault {
-			faults = append(faults, w.At)
-			continue
-		}
-		// (b) recomputed from the log, independently of the store's
-		// decision: an accepted token below one accepted earlier.
-		if w.Accepted {
-			if w.Token < highest {
-				rep.StaleAccepted++
-			}
-			highest = max(highest, w.Token)
-		} else {
-			rep.StaleRejected++
-		}
-		e := byRun[w.Run]
-		if e == nil {
-			if w.Kind != KindStart || !w.Accepted {
-				continue // a run whose start was refused never worked
-			}
-			e = &execution{run: w.Run, worker: w.Worker, token: w.Token, start: w.At}
-			byRun[w.Run] = e
-			execs = append(execs, e)
-		}
-		e.lastAttempt = w.At
-		if w.Accepted {
-			e.lastAccepted = w.At
-			switch w.Kind {
-			case KindEnd:
-				e.completed = true
-			case KindAbort:
-				e.aborted = true
-			}
-		}
-	}
+	execs, faults := replay(log, &rep)
 	slices.SortFunc(execs, func(a, b *execution) int { return a.start.Compare(b.start) })
 	rep.Executions = len(execs)
 	tokens := map[uint64]int{}
@@ -155,6 +117,51 @@ func Check(fault string, log []Write, worstCaseGap time.Duration) Report {
 		}
 	}
 	return rep
+}
+
+// replay walks the log: the executions (runs whose start was accepted) with
+// their last writes, the fault times, and the stale writes counted in rep.
+func replay(log []Write, rep *Report) ([]*execution, []time.Time) {
+	byRun := map[string]*execution{}
+	var execs []*execution
+	var faults []time.Time
+	var highest uint64
+	for _, w := range log {
+		if w.Kind == KindFault {
+			faults = append(faults, w.At)
+			continue
+		}
+		// (b) recomputed from the log, independently of the store's
+		// decision: an accepted token below one accepted earlier.
+		if w.Accepted {
+			if w.Token < highest {
+				rep.StaleAccepted++
+			}
+			highest = max(highest, w.Token)
+		} else {
+			rep.StaleRejected++
+		}
+		e := byRun[w.Run]
+		if e == nil {
+			if w.Kind != KindStart || !w.Accepted {
+				continue // a run whose start was refused never worked
+			}
+			e = &execution{run: w.Run, worker: w.Worker, token: w.Token, start: w.At}
+			byRun[w.Run] = e
+			execs = append(execs, e)
+		}
+		e.lastAttempt = w.At
+		if w.Accepted {
+			e.lastAccepted = w.At
+			switch w.Kind {
+			case KindEnd:
+				e.completed = true
+			case KindAbort:
+				e.aborted = true
+			}
+		}
+	}
+	return execs, faults
 }
 
 // Table renders reports as a Markdown table, with a total row.
