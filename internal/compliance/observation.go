@@ -11,41 +11,21 @@ import (
 // over time: `consullock status`'s read, the controller's watches' last
 // answers. State turns it into what Decide judges, the same way for both.
 type Observation struct {
-	// The declarations, by name, and each profile record's ModifyIndex
-	// (State.ProfileIndex).
-	Locks        map[string]lockmodel.Lock
-	Profiles     map[string]lockmodel.SessionProfile
-	ProfileIndex map[string]uint64
-	Policies     map[string]lockmodel.ACLPolicySpec
-
-	// Keys are the keys listed under the lock prefixes, by key; the lock
-	// keys and the semaphores' contender keys are judged, other keys are
-	// ignored. UnknownKeys, Sessions and LivePolicies: as in State.
-	Keys         map[string]lockmodel.KeyEntry
-	UnknownKeys  map[string]bool
-	Sessions     map[string]lockmodel.ObservedSession
-	LivePolicies map[string]LivePolicy
-
+	// Read is what was read; its HeldSince is ignored: State derives it
+	// from the keys, the sessions and Holds.
+	Read State
 	// Holds is what the observer saw itself of each hold (TrackHolds);
 	// nil for one that keeps no history (a single read).
 	Holds map[HoldID]Hold
-	// ProfileSwitched and Settling: as in State.
-	ProfileSwitched map[string]uint64
-	Settling        map[string]bool
-
-	Now time.Time
 }
 
-// State is the State of o: its declarations, keys and sessions, and when
-// each hold of a declared lock began (HoldStarts).
+// State is the State of o, with when each hold of a declared lock began
+// (HoldStarts).
 func (o Observation) State() State {
-	st := State{
-		Locks: o.Locks, Profiles: o.Profiles, Policies: o.Policies, ProfileIndex: o.ProfileIndex,
-		Keys: o.Keys, UnknownKeys: o.UnknownKeys, Sessions: o.Sessions, LivePolicies: o.LivePolicies,
-		HeldSince: map[HoldID]time.Time{}, ProfileSwitched: o.ProfileSwitched, Settling: o.Settling, Now: o.Now,
-	}
-	for _, l := range o.Locks {
-		maps.Copy(st.HeldSince, HoldStarts(l, o.Keys, o.Sessions, o.Holds, o.Now))
+	st := o.Read
+	st.HeldSince = map[HoldID]time.Time{}
+	for _, l := range st.Locks {
+		maps.Copy(st.HeldSince, HoldStarts(l, st.Keys, st.Sessions, o.Holds, st.Now))
 	}
 	return st
 }

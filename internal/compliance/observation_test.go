@@ -77,11 +77,11 @@ func TestObservationState(t *testing.T) {
 	keys := maps.Clone(base.Keys)
 	keys[mutexKey] = lockmodel.KeyEntry{Flags: lockmodel.LockFlagValue, Session: sessA, LockIndex: 1, ModifyIndex: 20, Value: value(t0.Add(-2 * time.Hour))}
 	keys["jobs/report/.queue/x"] = lockmodel.KeyEntry{Session: sessA} // not a lock's key: ignored
-	o := Observation{
+	o := Observation{Read: State{
 		Locks: base.Locks, Profiles: base.Profiles, ProfileIndex: map[string]uint64{"strict": 5},
 		Keys: keys, Sessions: map[string]lockmodel.ObservedSession{sessA: compliant(sessA)},
 		Settling: map[string]bool{SettlingKey(lockmodel.KindLock, "thumbs"): true}, Now: t0,
-	}
+	}}
 	st := o.State()
 	if len(st.Locks) != 2 || st.ProfileIndex["strict"] != 5 || !st.Settling["locks/thumbs"] || !st.Now.Equal(t0) || len(st.Keys) != 3 {
 		t.Errorf("State did not keep what was read: %+v", st)

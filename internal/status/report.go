@@ -302,13 +302,13 @@ func build(w *world, registry string, alwaysHeld map[string]bool, now time.Time)
 // judges it: a single read keeps no history of holds; a pending lock's
 // declaration is settling.
 func (w *world) observation(byKey map[string]*api.KVPair, now time.Time) compliance.Observation {
-	o := compliance.Observation{Locks: w.decl.locks, Profiles: w.decl.profiles, ProfileIndex: w.decl.profileIndex,
-		Keys: make(map[string]lockmodel.KeyEntry, len(byKey)), Sessions: w.sessions, Settling: map[string]bool{}, Now: now}
+	o := compliance.Observation{Read: compliance.State{Locks: w.decl.locks, Profiles: w.decl.profiles, ProfileIndex: w.decl.profileIndex,
+		Keys: make(map[string]lockmodel.KeyEntry, len(byKey)), Sessions: w.sessions, Settling: map[string]bool{}, Now: now}}
 	for key, p := range byKey {
-		o.Keys[key] = consul.KeyEntry(p)
+		o.Read.Keys[key] = consul.KeyEntry(p)
 	}
 	for name := range w.pending {
-		o.Settling[compliance.SettlingKey(lockmodel.KindLock, name)] = true
+		o.Read.Settling[compliance.SettlingKey(lockmodel.KindLock, name)] = true
 	}
 	return o
 }
