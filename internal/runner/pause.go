@@ -57,7 +57,7 @@ func (r *runner) logPaused(p lockmodel.Pause, when string) int {
 // watchPause follows the pause record while the runner waits and sends
 // the pause when one appears. It returns when ctx ends or after sending.
 func (r *runner) watchPause(ctx context.Context, out chan<- lockmodel.Pause) {
-	r.followKey(ctx, r.watchClient, lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", func(pair *api.KVPair, _ uint64) bool {
+	r.followKey(ctx, r.watchClient, lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", 0, func(pair *api.KVPair, _ uint64) bool {
 		if pair != nil {
 			if p, err := lockmodel.DecodePauseRecord(pair.Value); err == nil {
 				out <- p

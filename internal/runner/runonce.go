@@ -413,7 +413,7 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 	}
 	seen := "before creating a session"
 	for ; ; seen = "while waiting for the lock" {
-		l, _, err := r.readLedger(ctx)
+		l, ledgerIndex, err := r.readLedger(ctx)
 		if err != nil {
 			r.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
 			return 0, false
@@ -421,7 +421,7 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		if d, ok := r.runIsDone(l); ok {
 			return r.reportDone(d.kind, d.run.Attempts, seen), true
 		}
-		switch w, p := r.waitWhileHeld(ctx); w {
+		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
 		case keyFree:
 			return 0, false
 		case keyTimedOut:
@@ -449,7 +449,7 @@ const (
 // ledger shows the run done or a pause appears. Only a run-once mutex
 // whose waiters race waits so (a queued waiter needs its session for its
 // place in line). The time it waits counts against -timeout.
-func (r *runner) waitWhileHeld(ctx context.Context) (keyWait, lockmodel.Pause) {
+func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait, lockmodel.Pause) {
 	if r.lock.IsSemaphore() || r.lock.Queued() {
 		return keyFree, lockmodel.Pause{}
 	}
@@ -467,7 +467,7 @@ func (r *runner) waitWhileHeld(ctx context.Context) (keyWait, lockmodel.Pause) {
 	var wg sync.WaitGroup
 	for _, follow := range []func(){
 		func() { ended <- r.followHeldKey(fctx) },
-		func() { r.followLedgerUntilDone(fctx); ended <- keyChanged },
+		func() { r.followLedgerUntilDone(fctx, ledgerIndex); ended <- keyChanged },
 		func() { r.watchPause(fctx, paused); ended <- keyPaused },
 	} {
 		wg.Add(1)
@@ -498,7 +498,7 @@ func (r *runner) waitWhileHeld(ctx context.Context) (keyWait, lockmodel.Pause) {
 // answer, keyChanged when it changes after it was seen held.
 func (r *runner) followHeldKey(ctx context.Context) keyWait {
 	held := false
-	r.followKey(ctx, r.client, r.lock.Key, "the lock key", func(pair *api.KVPair, _ uint64) bool {
+	r.followKey(ctx, r.client, r.lock.Key, "the lock key", 0, func(pair *api.KVPair, _ uint64) bool {
 		if held || pair == nil || pair.Session == "" {
 			return false
 		}
@@ -513,10 +513,11 @@ func (r *runner) followHeldKey(ctx context.Context) keyWait {
 	return keyFree
 }
 
-// followLedgerUntilDone follows the run ledger, keeping the watched copy,
+// followLedgerUntilDone follows the run ledger from its consistent read at
+// index from (its ModifyIndex; 0 when absent), keeping the watched copy,
 // until it shows this run done (or ctx ends).
-func (r *runner) followLedgerUntilDone(ctx context.Context) {
-	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", func(pair *api.KVPair, asOf uint64) bool {
+func (r *runner) followLedgerUntilDone(ctx context.Context, from uint64) {
+	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", from, func(pair *api.KVPair, asOf uint64) bool {
 		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
 		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
@@ -538,7 +539,7 @@ type runDone struct {
 // its attempts. A ledger that does not decode is left to the holder to
 // report (the waiter then decides after acquiring, and refuses to run).
 func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
-	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", func(pair *api.KVPair, asOf uint64) bool {
+	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", 0, func(pair *api.KVPair, asOf uint64) bool {
 		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
 		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
@@ -554,16 +555,18 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 	})
 }
 
-// followKey follows key with blocking queries (consul.Follow) until ctx
-// ends or handle returns false; handle sees every answer that may have
-// changed, with its X-Consul-Index. Failed reads are logged (what names
+// followKey follows key with blocking queries (consul.Follow), the first
+// waiting for a change after index from (0: none), until ctx ends or
+// handle returns false; handle sees every answer that may have changed,
+// with its X-Consul-Index. Failed reads are logged (what names
 // the key) and retried.
-func (r *runner) followKey(ctx context.Context, c *consul.Client, key, what string, handle func(pair *api.KVPair, asOf uint64) bool) {
+func (r *runner) followKey(ctx context.Context, c *consul.Client, key, what string, from uint64, handle func(pair *api.KVPair, asOf uint64) bool) {
 	type answer struct {
 		pair *api.KVPair
 		asOf uint64
 	}
 	f := &consul.Follower{}
+	f.From(from)
 	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (answer, *api.QueryMeta, error) {
 		pair, meta, err := c.KV().Get(key, o)
 		if err != nil {
