@@ -82,14 +82,25 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 	return c.recheckLock(ctx, d, st, q)
 }
 
+// settledDeclaration reads the declaration record of kind and name
+// (found false: gone); errDeclarationChanging while an apply may still be
+// writing it (declarationSettled).
+func (c *Controller) settledDeclaration(ctx context.Context, kind, name string, now time.Time) (consul.StoredRecord, bool, error) {
+	rec, found, err := c.readDeclaration(ctx, kind, name)
+	if err != nil || !found {
+		return consul.StoredRecord{}, false, err
+	}
+	if !c.declarationSettled(compliance.SettlingKey(kind, name), rec.ModifyIndex, now) {
+		return consul.StoredRecord{}, false, errDeclarationChanging
+	}
+	return rec, true, nil
+}
+
 // recheckPolicy is recheck for a decision about an ACL policy.
 func (c *Controller) recheckPolicy(ctx context.Context, d compliance.Decision, st compliance.State, q *api.QueryOptions) (compliance.Decision, bool, error) {
-	rec, found, err := c.readDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy)
+	rec, found, err := c.settledDeclaration(ctx, lockmodel.KindACLPolicy, d.Policy, st.Now)
 	if err != nil || !found {
 		return compliance.Decision{}, false, err
-	}
-	if !c.declarationSettled(compliance.SettlingKey(lockmodel.KindACLPolicy, d.Policy), rec.ModifyIndex, st.Now) {
-		return compliance.Decision{}, false, errDeclarationChanging
 	}
 	spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
 	if err != nil {
@@ -114,12 +125,9 @@ func (c *Controller) recheckPolicy(ctx context.Context, d compliance.Decision, s
 // recheckLock is recheck for a decision about a lock (and, with
 // d.Session, one of its holders).
 func (c *Controller) recheckLock(ctx context.Context, d compliance.Decision, st compliance.State, q *api.QueryOptions) (compliance.Decision, bool, error) {
-	rec, found, err := c.readDeclaration(ctx, lockmodel.KindLock, d.Lock)
+	rec, found, err := c.settledDeclaration(ctx, lockmodel.KindLock, d.Lock, st.Now)
 	if err != nil || !found {
 		return compliance.Decision{}, false, err
-	}
-	if !c.declarationSettled(compliance.SettlingKey(lockmodel.KindLock, d.Lock), rec.ModifyIndex, st.Now) {
-		return compliance.Decision{}, false, errDeclarationChanging
 	}
 	l, err := lockmodel.DecodeLockRecord(rec.Value)
 	if err != nil {
