@@ -81,17 +81,16 @@ func BenchmarkKilledRunnerJobTree(b *testing.B) {
 	}
 	slices.Sort(lastBeat)
 	slices.Sort(reaped)
-	pct := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(ms(pct(lastBeat, 0.5)), "last_beat_p50_ms")
-	b.ReportMetric(ms(pct(lastBeat, 0.99)), "last_beat_p99_ms")
-	b.ReportMetric(ms(pct(reaped, 0.5)), "all_reaped_p50_ms")
-	b.ReportMetric(ms(pct(reaped, 0.99)), "all_reaped_p99_ms")
+	b.ReportMetric(ms(quantile(lastBeat, 0.5)), "last_beat_p50_ms")
+	b.ReportMetric(ms(quantile(lastBeat, 0.99)), "last_beat_p99_ms")
+	b.ReportMetric(ms(quantile(reaped, 0.5)), "all_reaped_p50_ms")
+	b.ReportMetric(ms(quantile(reaped, 0.99)), "all_reaped_p99_ms")
 	b.Logf("MEASURED kill -9 of the runner -> last heartbeat of its job tree over %d kills: p50 %s, p99 %s, max %s; "+
 		"-> the tree reaped (the guard exited): p50 %s, p99 %s, max %s",
-		len(lastBeat), pct(lastBeat, 0.5).Round(time.Microsecond), pct(lastBeat, 0.99).Round(time.Microsecond),
-		lastBeat[len(lastBeat)-1].Round(time.Microsecond), pct(reaped, 0.5).Round(time.Microsecond),
-		pct(reaped, 0.99).Round(time.Microsecond), reaped[len(reaped)-1].Round(time.Microsecond))
+		len(lastBeat), quantile(lastBeat, 0.5).Round(time.Microsecond), quantile(lastBeat, 0.99).Round(time.Microsecond),
+		lastBeat[len(lastBeat)-1].Round(time.Microsecond), quantile(reaped, 0.5).Round(time.Microsecond),
+		quantile(reaped, 0.99).Round(time.Microsecond), reaped[len(reaped)-1].Round(time.Microsecond))
 	round := func(ds []time.Duration) []time.Duration {
 		out := make([]time.Duration, len(ds))
 		for i, d := range ds {

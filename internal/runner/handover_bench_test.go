@@ -184,14 +184,14 @@ func startRunnerBin(t testing.TB, bin, name, addr, token string, args []string, 
 	return startProc(t, name, processEnv(addr, token), bin, full...)
 }
 
-// herdToken is a runner token for l on the target's nodes, with write on
-// its run ledger when l runs once.
-func herdToken(t testing.TB, tg handoverTarget, l lockmodel.Lock) string {
+// herdToken is a runner token for locks on the target's nodes, with write
+// on the run ledger of each that runs once.
+func herdToken(t testing.TB, tg handoverTarget, locks ...lockmodel.Lock) string {
 	t.Helper()
-	rules := fmt.Sprintf(`key_prefix %q { policy = "write" }
-key_prefix "%s/" { policy = "read" }
-key %q { policy = "write" }
-`, l.Prefix, lockmodel.DefaultRegistryPrefix, ledgerKey(l))
+	rules := fmt.Sprintf("key_prefix \"%s/\" { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix)
+	for _, l := range locks {
+		rules += fmt.Sprintf("key_prefix %q { policy = \"write\" }\nkey %q { policy = \"write\" }\n", l.Prefix, ledgerKey(l))
+	}
 	for _, node := range tg.nodes {
 		rules += fmt.Sprintf("session %q { policy = \"write\" }\n", node)
 	}

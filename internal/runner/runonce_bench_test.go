@@ -69,8 +69,7 @@ func BenchmarkRunOnceWaiterExit(b *testing.B) {
 	}
 	slices.Sort(lat)
 	slices.Sort(window)
-	pctOf := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
-	pct := func(p float64) time.Duration { return pctOf(lat, p) }
+	pct := func(p float64) time.Duration { return quantile(lat, p) }
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(pct(0.5))/float64(time.Millisecond), "p50_ms")
 	b.ReportMetric(float64(pct(0.99))/float64(time.Millisecond), "p99_ms")
@@ -79,10 +78,10 @@ func BenchmarkRunOnceWaiterExit(b *testing.B) {
 		"waiting, %d acquired the released lock first and read it then",
 		len(lat), pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond),
 		whileWaiting, len(lat)-whileWaiting)
-	b.ReportMetric(float64(pctOf(window, 0.99))/float64(time.Millisecond), "twice_window_p99_ms")
+	b.ReportMetric(float64(quantile(window, 0.99))/float64(time.Millisecond), "twice_window_p99_ms")
 	b.Logf("MEASURED the window where a command can run twice (its end -> the release transaction that records its success "+
-		"committed) over %d runs: p50 %s, p99 %s, max %s", len(window), pctOf(window, 0.5).Round(time.Microsecond),
-		pctOf(window, 0.99).Round(time.Microsecond), window[len(window)-1].Round(time.Microsecond))
+		"committed) over %d runs: p50 %s, p99 %s, max %s", len(window), quantile(window, 0.5).Round(time.Microsecond),
+		quantile(window, 0.99).Round(time.Microsecond), window[len(window)-1].Round(time.Microsecond))
 }
 
 // waitSucceeded returns when a blocking query first shows run id
