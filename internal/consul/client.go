@@ -168,7 +168,16 @@ type startTransport struct{ next http.RoundTripper }
 
 func (t *startTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := withReplaySafety(withStart(req.Context()), replaySafe(req))
-	return t.next.RoundTrip(req.WithContext(ctx))
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil && resp != nil {
+		// go-retryablehttp returns the last response with the retry
+		// policy's error (a context cancelled as the answer came), and
+		// net/http would print "RoundTripper returned a response & error"
+		// on the process's stderr: the error is the answer.
+		_ = resp.Body.Close()
+		return nil, err
+	}
+	return resp, err
 }
 
 // countingTransport counts attempts and pins the resolved token: the Consul

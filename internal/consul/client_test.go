@@ -1,11 +1,16 @@
 package consul
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -96,5 +101,47 @@ func TestClientWithoutTokenSendsNone(t *testing.T) {
 		if tok := h.Get("X-Consul-Token"); tok != "" {
 			t.Fatalf("anonymous client sent X-Consul-Token %q", tok)
 		}
+	}
+}
+
+// errAndResponse is a RoundTripper that answers like go-retryablehttp
+// when its retry policy ends a request with an error after a response
+// came (a context cancelled as the answer arrived): both.
+type errAndResponse struct{ closed bool }
+
+func (e *errAndResponse) RoundTrip(req *http.Request) (*http.Response, error) {
+	body := &closeRecorder{Reader: strings.NewReader("{}"), closed: &e.closed}
+	return &http.Response{StatusCode: http.StatusOK, Body: body, Request: req}, context.Canceled
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed *bool
+}
+
+func (c *closeRecorder) Close() error { *c.closed = true; return nil }
+
+// A response that comes with an error is closed and not handed to
+// net/http, which would print "RoundTripper returned a response & error;
+// ignoring response" on the runner's stderr, outside its log.
+func TestStartTransport_aResponseWithAnErrorIsClosedNotPassedOn(t *testing.T) {
+	var logged bytes.Buffer
+	log.SetOutput(&logged)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	next := &errAndResponse{}
+	client := &http.Client{Transport: &startTransport{next: next}}
+	resp, err := client.Get("http://127.0.0.1:1/v1/kv/x")
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("want the error")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v, want context.Canceled", err)
+	}
+	if logged.Len() > 0 {
+		t.Errorf("net/http logged %q", logged.String())
+	}
+	if !next.closed {
+		t.Error("the response's body was not closed")
 	}
 }
