@@ -38,6 +38,7 @@ type HoldOptions struct {
 	Log *slog.Logger
 
 	ruleWarned  bool
+	try         bool
 	watchClient *consul.Client
 	observed    func(o Observation, held bool, lostIfNoRenewalBy time.Time)
 }
@@ -49,6 +50,13 @@ type HoldOption func(*HoldOptions)
 // WithRuleWarned: the caller has already warned that the stop rule is not
 // feasible (the runner, with its own numbers); the hold does not again.
 func WithRuleWarned() HoldOption { return func(o *HoldOptions) { o.ruleWarned = true } }
+
+// WithTry has the acquisition of a mutex whose waiters race return
+// ErrLocked as soon as it sees the key held by another session, on the
+// first read or after a lock op that lost, instead of waiting with its
+// session (etcd concurrency's TryLock). A key free but in its lock-delay
+// is still waited out. Queued mutexes and semaphores wait as without it.
+func WithTry() HoldOption { return func(o *HoldOptions) { o.try = true } }
 
 // WithWatchClient has the hold's watch use c, a client with connections of
 // its own (the same settings as the hold's): the watch's blocking query
@@ -128,7 +136,7 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...H
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, o.Lock, o.Profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
 	if m, ok := h.proto.(*mutex); ok {
-		m.clock = o.Clock
+		m.clock, m.try = o.Clock, o.try && !o.Lock.Queued()
 	}
 	if w, ok := h.proto.(watchVia); ok && o.watchClient != nil {
 		w.watchVia(o.watchClient)
@@ -161,7 +169,10 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...H
 				h.Value = h.Grant.Value // written by the holder that handed the lock over
 			}
 			if err != nil {
-				if cerr := h.end(context.WithoutCancel(ctx), !errors.Is(err, ErrSessionInvalid)); cerr != nil {
+				// Released unless the session cannot hold the key: gone,
+				// or seen not holding it (ErrLocked) after its last lock op.
+				release := !errors.Is(err, ErrSessionInvalid) && !errors.Is(err, ErrLocked)
+				if cerr := h.end(context.WithoutCancel(ctx), release); cerr != nil {
 					log.Warn("cleaning up after the acquisition failed", "error", cerr.Error())
 				}
 				return nil, err

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -191,5 +192,34 @@ func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
 	}
 	if info, _, _ := agent.Client().Session().Info(s.ID, &api.QueryOptions{RequireConsistent: true}); info != nil {
 		t.Fatalf("the caller's session %s survived Release", s.ID)
+	}
+}
+
+// WithTry: an acquisition that finds the mutex key held by another
+// session returns ErrLocked instead of waiting, and ends its session;
+// the holder keeps the lock.
+func TestHold_withTryReturnsErrLockedWhenHeld(t *testing.T) {
+	c, key, ctx := holdTest(t)
+	a, err := AcquireHold(ctx, c, holdOptions(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock(t, a)
+	s, err := CreateSession(ctx, c, t.Name()+" B", "", holdOptions(t, key).Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := holdOptions(t, key)
+	o.Session = s
+	b, err := AcquireHold(ctx, c, o, WithTry())
+	if !errors.Is(err, ErrLocked) || b != nil {
+		t.Fatalf("AcquireHold with the key held, WithTry = %v, %v; want ErrLocked", b, err)
+	}
+	if info, _, err := agent.Client().Session().Info(s.ID, &api.QueryOptions{RequireConsistent: true}); err != nil || info != nil {
+		t.Errorf("B's session after ErrLocked: %+v (%v); want it destroyed", info, err)
+	}
+	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || pair == nil || pair.Session != a.Session.ID {
+		t.Errorf("key after B's try: %+v (%v); want A's", pair, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,9 @@ type mutex struct {
 	queueSeen atomic.Pointer[api.KVPairs]
 	// clock dates the hand-off (HoldOptions.Clock).
 	clock lockmodel.Clock
+	// try: a race returns ErrLocked when it sees the key held by another
+	// session (WithTry).
+	try bool
 }
 
 func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
@@ -96,6 +100,8 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 		case pair != nil && pair.Session == s.ID:
 			// An earlier lock op succeeded but its answer was lost: lock
 			// again below (the holder may) to learn the token.
+		case pair != nil && pair.Session != "" && m.try && entry == "":
+			return Grant{}, lockedBy(pair)
 		case pair != nil && pair.Session != "":
 			r.heldByOther(ctx, pair)
 			continue
@@ -107,6 +113,11 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 			return g, err
 		}
 	}
+}
+
+// lockedBy is ErrLocked naming the session that holds pair.
+func lockedBy(pair *api.KVPair) error {
+	return fmt.Errorf("%w (session %s)", ErrLocked, pair.Session)
 }
 
 // racer is one race for the mutex key: what the waiting has learnt.
@@ -172,6 +183,8 @@ func (r *racer) attempt(ctx context.Context, holder func() []byte, entry *string
 		return m.handedOver(pair), true, nil
 	case pair != nil && pair.Session == r.s.ID:
 		r.f.Reset() // ours after all (an answer lost): lock again for the token
+	case pair != nil && pair.Session != "" && m.try && *entry == "":
+		return Grant{}, false, lockedBy(pair)
 	case pair != nil && pair.Session != "":
 		// Another contender was first: wait on it from this read, not
 		// from a second read of the same state.

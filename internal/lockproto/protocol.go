@@ -126,6 +126,11 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 // longer exists (consul.KindSessionInvalid).
 var ErrSessionInvalid = errors.New("the session no longer exists")
 
+// ErrLocked: with WithTry, the mutex key is held by another session (etcd
+// concurrency's ErrLocked). The hold has ended its session without a
+// release: it never held the key.
+var ErrLocked = errors.New("the lock is held by another session")
+
 // CleanupTimeout bounds each of the two cleanup steps when a hold ends:
 // releasing the lock, and destroying the session.
 const CleanupTimeout = 5 * time.Second

@@ -244,10 +244,18 @@ func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 
 // acquire waits for the lock with session first and, each time a session
 // ends while waiting, with a new one. The hold logs its observations
-// through logObservation.
+// through logObservation. A run-once runner tries first
+// (lockproto.WithTry): one that loses the race for the free key ends its
+// session and waits without one (waitWithoutSession), as one that found
+// the key held does.
 func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockproto.Hold, error) {
 	s := first
 	for {
+		opts := []lockproto.HoldOption{lockproto.WithWatchClient(r.watchClient), lockproto.WithObserver(r.logObservation),
+			lockproto.WithRuleWarned()} // setup warned with the runner's numbers
+		if r.once != nil && !r.once.outlived {
+			opts = append(opts, lockproto.WithTry())
+		}
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
@@ -257,15 +265,21 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, Grace: r.cfg.grace,
 			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
 			Clock: r.cfg.clock, Log: r.holdLog,
-		}, lockproto.WithWatchClient(r.watchClient), lockproto.WithObserver(r.logObservation),
-			lockproto.WithRuleWarned()) // setup warned with the runner's numbers
-		if err == nil {
+		}, opts...)
+		switch {
+		case err == nil:
 			return h, r.pausedAfterAcquire(ctx)
-		}
-		if !errors.Is(err, lockproto.ErrSessionInvalid) || ctx.Err() != nil {
+		case ctx.Err() != nil:
+			return h, err
+		case errors.Is(err, lockproto.ErrLocked):
+			if err := r.waitWithoutSession(ctx, err); err != nil {
+				return nil, err
+			}
+		case errors.Is(err, lockproto.ErrSessionInvalid):
+			r.log.Warn("session ended while waiting for the lock; creating a new one", "session", s.ID, "reason", err.Error())
+		default:
 			return h, err
 		}
-		r.log.Warn("session ended while waiting for the lock; creating a new one", "session", s.ID, "reason", err.Error())
 		if s, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
 			return nil, setupError{err}
 		}

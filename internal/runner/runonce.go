@@ -65,6 +65,11 @@ type runOnce struct {
 	// the tail of the command's stderr, set before the outcome is recorded.
 	policy lockmodel.AttemptPolicy
 	output string
+	// outlived is set once a holder was seen letting the key go with this
+	// run not done (it ran another run, or failed): the runner then waits
+	// for the lock with its session, as a plain racer, rather than end a
+	// session at every hand-over it loses (waitWithoutSession).
+	outlived bool
 }
 
 // ledgerCopy is a ledger as a watch answered it: decoded, its ModifyIndex
@@ -421,6 +426,7 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		if d, ok := r.runIsDone(l); ok {
 			return r.reportDone(d.kind, d.run.Attempts, seen), true
 		}
+		r.once.outlived = seen != "before creating a session"
 		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
 		case keyFree:
 			return 0, false
@@ -432,6 +438,40 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		}
 	}
 }
+
+// waitWithoutSession: a run-once runner lost the race for the free key
+// (locked, lockproto.ErrLocked; the hold ended its session). It follows
+// the key without a session until the holder lets it go, then reads the
+// ledger: errRunDone when the run is done, nil to race again with a new
+// session. The session would have cost two Raft writes more when it won
+// the next race only to find the run done (the lock op and its release),
+// and kept a renewal going while it waited. The supervisor's ledger and
+// pause watches go on meanwhile. Only the first loss is waited so: once
+// a holder let the key go with the run not done (runOnce.outlived), the
+// runner races as a waiter with a session.
+func (r *runner) waitWithoutSession(ctx context.Context, locked error) error {
+	r.log.Info("another session took the lock first; waiting without a session", "reason", locked.Error())
+	r.followHeldKey(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l, _, err := r.readLedger(ctx)
+	if err != nil {
+		r.log.Debug("cannot read the run ledger after the key changed; racing again", "error", err.Error())
+		return nil
+	}
+	if d, ok := r.runIsDone(l); ok {
+		return errRunDone{d}
+	}
+	r.once.outlived = true
+	return nil
+}
+
+// errRunDone ends an acquisition that found the run done without holding
+// the lock (waitWithoutSession).
+type errRunDone struct{ d runDone }
+
+func (e errRunDone) Error() string { return "the run is done" }
 
 // keyWait is how a wait without a session ended.
 type keyWait int

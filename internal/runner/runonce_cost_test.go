@@ -282,3 +282,62 @@ func TestRunOnce_aWaitersFailedLedgerReadIsFollowedByOneFromIndex0(t *testing.T)
 		t.Fatalf("executions %+v; want a's only", runs)
 	}
 }
+
+// TestRunOnce_aRunnerThatLosesTheRaceWaitsWithoutItsSession: A reads the
+// key free and creates a session; just before its lock op reaches the
+// agent, B takes the lock and runs the job. A's lock op is refused; A ends
+// its session at once and waits for B without one, so that it learns of
+// B's success writing nothing more: its writes are the floor of a node
+// that raced (session create, the refused lock op, session destroy).
+// Before, A waited with its session and, when B released, either won the
+// next race (a lock op and a release more) or released a key it never
+// held (one more).
+func TestRunOnce_aRunnerThatLosesTheRaceWaitsWithoutItsSession(t *testing.T) {
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1"}
+	var (
+		once sync.Once
+		b    *proc
+	)
+	p := newCountingProxy(t, func(r *http.Request) bool {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/txn" {
+			once.Do(func() { // A's lock op: B takes the lock first
+				b = startRun(t, "runner B", token, args, childArgs(record, "B", "-sleep", "1s")...)
+				waitKeyAt(t, agent.Client(), l.Key, 30*time.Second, heldByOther(""))
+			})
+		}
+		return false
+	}, 0)
+	a := startRunAt(t, "runner A", p.addr, token, args, childArgs(record, "A", "-sleep", "1s")...)
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner A exited %d:\n%s", code, a.out.String())
+	}
+	if b == nil {
+		t.Fatalf("runner A sent no lock op:\n%s", a.out.String())
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner B exited %d:\n%s", code, b.out.String())
+	}
+	if runs := readRuns(t, record); len(runs) != 1 || runs[0].tag != "B" {
+		t.Fatalf("executions %+v; want B's alone", runs)
+	}
+	var writes []string
+	for _, r := range p.seen() {
+		if !strings.HasPrefix(r, "GET ") {
+			writes = append(writes, r)
+		}
+	}
+	want := []string{"PUT /v1/session/create", "PUT /v1/txn", "PUT /v1/session/destroy/"}
+	if len(writes) != len(want) {
+		t.Fatalf("runner A's writes %q; want %q", writes, want)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(writes[i], w) {
+			t.Fatalf("runner A's writes %q; want %q", writes, want)
+		}
+	}
+	if !strings.Contains(a.out.String(), "run already succeeded") {
+		t.Errorf("runner A did not report B's success:\n%s", a.out.String())
+	}
+}

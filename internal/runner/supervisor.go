@@ -344,7 +344,10 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 		lost   *lockproto.LostError
 		paused pausedError
 	)
+	var done errRunDone
 	switch {
+	case errors.As(res.err, &done):
+		return s.onLedger(done.d)
 	case errors.As(res.err, &paused):
 		s.hold = res.hold // released by cleanup; no attempt was recorded
 		return s.r.logPaused(paused.p, "; found right after acquiring, released"), true
