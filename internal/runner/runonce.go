@@ -426,7 +426,6 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		if d, ok := r.runIsDone(l); ok {
 			return r.reportDone(d.kind, d.run.Attempts, seen), true
 		}
-		r.once.outlived = seen != "before creating a session"
 		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
 		case keyFree:
 			return 0, false
@@ -436,6 +435,9 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		case keyPaused:
 			return r.logPaused(p, "; stopped waiting"), true
 		}
+		// The key changed after it was seen held: if the ledger read next
+		// does not show the run done, a holder let it go undone.
+		r.once.outlived = true
 	}
 }
 
