@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -227,15 +228,15 @@ func (m *runMeter) countMissed(ch chan<- prometheus.Metric, now time.Time) {
 	}
 }
 
-// Collect takes the lock before the counters too: observe increments a
-// counter and then sets the last success, and a scrape in between would
-// show a success counted with no last-success time.
+// Collect shows one moment: observe increments a counter and then sets
+// the last success, so the counters are read under the same lock as the
+// rest (collectNow), not later, when the registry writes them out.
 func (m *runMeter) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.runs.Collect(ch)
+	collectNow(m.runs, ch)
 	m.countMissed(ch, m.now())
-	m.missed.Collect(ch)
+	collectNow(m.missed, ch)
 	for name, t := range m.lastSuccess {
 		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, float64(t.UnixNano())/1e9, name)
 	}
@@ -247,6 +248,39 @@ func (m *runMeter) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descNextAttempt, prometheus.GaugeValue, float64(r.NotBefore.UnixNano())/1e9, name)
 		}
 	}
+}
+
+// collectNow sends c's metrics as copies of their values now. A metric
+// that Collect passes on is read by the registry only later (its Write),
+// after the caller's lock is released.
+func collectNow(c prometheus.Collector, ch chan<- prometheus.Metric) {
+	live := make(chan prometheus.Metric)
+	go func() {
+		defer close(live)
+		c.Collect(live)
+	}()
+	for m := range live {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			ch <- prometheus.NewInvalidMetric(m.Desc(), err)
+			continue
+		}
+		ch <- frozenMetric{desc: m.Desc(), pb: &pb}
+	}
+}
+
+// frozenMetric is a metric's value as collectNow read it.
+type frozenMetric struct {
+	desc *prometheus.Desc
+	pb   *dto.Metric
+}
+
+func (f frozenMetric) Desc() *prometheus.Desc { return f.desc }
+
+func (f frozenMetric) Write(out *dto.Metric) error {
+	out.Label, out.Counter, out.Gauge, out.Untyped = f.pb.Label, f.pb.Counter, f.pb.Gauge, f.pb.Untyped
+	out.Histogram, out.Summary, out.TimestampMs = f.pb.Histogram, f.pb.Summary, f.pb.TimestampMs
+	return nil
 }
 
 // MissedSlotsTotal returns consullock_lock_missed_slots_total for lock (for

@@ -2,11 +2,13 @@ package controller
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -85,6 +87,40 @@ func TestRunMeter_countsEachOutcomeOnce(t *testing.T) {
 	m.observe(nil, nil)
 	if _, ok := m.period["nightly"]; ok || len(m.seen) != 0 {
 		t.Errorf("lock and ledger gone: period %v seen %v", m.period, m.seen)
+	}
+}
+
+// A scrape shows one moment: a counter in it has the value it had when
+// the scrape read the last success, even when the registry writes the
+// counter out after observe has counted a new success.
+func TestRunMeter_aScrapeReadsTheCountersWithTheLastSuccess(t *testing.T) {
+	m := newRunMeter(time.Now)
+	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}}
+	m.observe(nil, locks)
+	scraped := make(chan prometheus.Metric, 100)
+	m.Collect(scraped)
+	close(scraped)
+	finished := time.Date(2026, 12, 1, 0, 6, 0, 0, time.UTC)
+	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{{ID: "d1",
+		Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunSucceeded, finished)}}}}}, locks)
+	counters := 0
+	for metric := range scraped {
+		var pb dto.Metric
+		if err := metric.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(metric.Desc().String(), "consullock_lock_last_success_timestamp_seconds") {
+			t.Fatalf("the scrape before the success shows a last success: %v", pb.String())
+		}
+		if pb.Counter != nil {
+			counters++
+			if v := pb.Counter.GetValue(); v != 0 {
+				t.Errorf("the scrape before the success shows a counter at %v: %v", v, pb.String())
+			}
+		}
+	}
+	if want := len(runOutcomeLabels) + 1; counters != want { // runs_total by outcome, missed_slots_total
+		t.Errorf("%d counters scraped, want %d", counters, want)
 	}
 }
 
