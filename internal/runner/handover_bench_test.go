@@ -214,6 +214,15 @@ var testdataBins struct {
 	paths map[string]string
 }
 
+// removeTestdataBins removes what testdataBin built (once the tests end).
+func removeTestdataBins() {
+	testdataBins.Lock()
+	defer testdataBins.Unlock()
+	for _, p := range testdataBins.paths {
+		_ = os.Remove(p)
+	}
+}
+
 // testdataBin builds testdata/<name> once and returns its path.
 func testdataBin(t testing.TB, name string) string {
 	t.Helper()

@@ -68,6 +68,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer agent.Stop()
+	defer removeTestdataBins()
 	return m.Run()
 }
 
