@@ -117,6 +117,15 @@ func (r StopRule) DeadBy() time.Duration {
 	return r.LossAfter() + r.Grace
 }
 
+// GuardKillAfter is when, after the last confirmed contact, the command's
+// guard kills its process tree itself: half the margin after DeadBy. The
+// guard acts only when the runner did not (the runner was frozen or
+// starved: it cannot count its own deadline), and still Margin/2 before
+// the earliest take-over when the rule is feasible.
+func (r StopRule) GuardKillAfter() time.Duration {
+	return r.DeadBy() + r.Margin/2
+}
+
 // Verdict says in one line, with the numbers, why the rule is not
 // feasible; "" when it is. Fix says what to change.
 func (r StopRule) Verdict() string {

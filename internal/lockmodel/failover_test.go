@@ -70,6 +70,12 @@ func TestStopRule(t *testing.T) {
 			if got := r.Feasible(); got != tc.feasible {
 				t.Errorf("Feasible = %v, want %v", got, tc.feasible)
 			}
+			if got := r.GuardKillAfter(); got != tc.deadBy+r.Margin/2 {
+				t.Errorf("GuardKillAfter = %s, want DeadBy + Margin/2 = %s", got, tc.deadBy+r.Margin/2)
+			}
+			if tc.feasible && r.GuardKillAfter() >= r.TakeOverAfter() {
+				t.Errorf("feasible, yet the guard kills at %s, not before take-over at %s", r.GuardKillAfter(), r.TakeOverAfter())
+			}
 			if tc.feasible && r.DeadBy()+r.Margin > r.TakeOverAfter() {
 				t.Errorf("feasible, yet the command is dead at %s, less than the margin before take-over at %s", r.DeadBy(), r.TakeOverAfter())
 			}

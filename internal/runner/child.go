@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -62,15 +64,19 @@ type child struct {
 	// then set.
 	done  chan struct{}
 	state exitState
+	// expired: the guard killed the tree at a kill-by the runner did not
+	// extend in time (guard.go); set before done is closed.
+	expired atomic.Bool
 }
 
 // startChild starts argv with the runner's stdin, stdout and stderr, and a
 // goroutine that reaps it. The goroutine ends when the child exits; the
 // runner always waits for done before it exits itself. Where the platform
 // has a guard the guard starts the command (startGuarded): standby, the
-// one prepareGuard started while the runner waited, or a new one.
-// stderr is the command's stderr; nil is the runner's.
-func startChild(standby *guard, argv, env []string, stderr *os.File, log *slog.Logger) (*child, error) {
+// one prepareGuard started while the runner waited, or a new one; it kills
+// the tree at killBy unless extend moves that later. stderr is the
+// command's stderr; nil is the runner's.
+func startChild(standby *guard, argv, env []string, stderr *os.File, killBy time.Time, log *slog.Logger) (*child, error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
@@ -80,7 +86,7 @@ func startChild(standby *guard, argv, env []string, stderr *os.File, log *slog.L
 		if cmd.Err != nil {
 			return nil, cmd.Err
 		}
-		return startGuarded(standby, cmd.Path, argv, env, stderr, ownGroup, log)
+		return startGuarded(standby, cmd.Path, argv, env, stderr, ownGroup, killBy, log)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.Env = env
@@ -98,6 +104,14 @@ func startChild(standby *guard, argv, env []string, stderr *os.File, log *slog.L
 }
 
 func (c *child) pid() int { return c.commandPID }
+
+// extend moves the guard's kill-by to t (the runner confirmed a renewal).
+// Without a guard the runner alone keeps the stop rule.
+func (c *child) extend(t time.Time) {
+	if c.guard != nil {
+		c.guard.killBy(t)
+	}
+}
 
 // signal sends sig to the child (and its group when it has one).
 func (c *child) signal(sig os.Signal) error {

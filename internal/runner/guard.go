@@ -27,12 +27,22 @@ import (
 // it releases the lock. The runner is a subreaper too: when the guard is
 // killed, the runner adopts the tree and kills it.
 //
+// The guard also keeps the stop rule when the runner cannot: a runner that
+// does not run (SIGSTOP of the runner alone, a process starved of CPU)
+// neither renews nor stops its command. With the start and after every
+// renewal Consul answered, the runner sends the guard a kill-by time,
+// lockmodel.StopRule.GuardKillAfter past that renewal; when it passes
+// without a later one, the guard kills the tree itself and reports
+// expired. Times are CLOCK_BOOTTIME milliseconds, which both processes
+// read alike and which also runs while the machine is suspended.
+//
 // The control socket is the guard's file descriptor guardFD. Each message
 // is one line, a word and a number; start is followed by that many bytes
 // of JSON (guardStart):
 //
-//	runner -> guard: start <length> | signal <number> | end
-//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | finished <wait status> | ended <processes killed>
+//	runner -> guard: start <length> | killby <boottime ms> | signal <number> | end
+//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | finished <wait status> | ended <processes killed> |
+//	                 expired <processes killed>
 const (
 	// GuardCommand is the first argument that makes the binary the guard
 	// (internal/cli dispatches it before any other parsing). Not a command
@@ -54,6 +64,13 @@ const (
 	msgEnded    = "ended"  // the tree is killed and reaped; the guard exits: how many were killed
 	msgSignal   = "signal" // send this signal to the command (its group if it has one)
 	msgEnd      = "end"    // kill the tree, report ended, exit
+	// msgKillBy: kill the tree at this CLOCK_BOOTTIME millisecond unless a
+	// later kill-by comes first (the latest one counts).
+	msgKillBy = "killby"
+	// msgExpired: a kill-by passed; the guard killed the tree (how many
+	// processes), then reports finished, or ended when the command had
+	// exited already, and exits.
+	msgExpired = "expired"
 )
 
 // guardStart is the command the guard starts.
@@ -62,6 +79,7 @@ type guardStart struct {
 	Argv     []string `json:"argv"`
 	Env      []string `json:"env"`
 	OwnGroup bool     `json:"own_group"` // in a process group of its own
+	KillBy   int64    `json:"kill_by"`   // the first kill-by (msgKillBy); 0: none
 }
 
 // maxGuardStart bounds what the guard reads as a start (argv and
@@ -71,10 +89,10 @@ const maxGuardStart = 64 << 20
 // guardMsg is one message on the control socket.
 type guardMsg struct {
 	kind string
-	n    int
+	n    int64 // a pid, errno, wait status or count; a kill-by's milliseconds
 }
 
-func writeGuardMsg(w io.Writer, kind string, n int) error {
+func writeGuardMsg(w io.Writer, kind string, n int64) error {
 	_, err := fmt.Fprintf(w, "%s %d\n", kind, n)
 	return err
 }
@@ -90,7 +108,7 @@ func readGuardMsg(r *bufio.Reader) (guardMsg, error) {
 		return guardMsg{}, err
 	}
 	kind, num, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
-	n, err := strconv.Atoi(num)
+	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil {
 		return guardMsg{}, fmt.Errorf("guard protocol: bad message %q", line)
 	}

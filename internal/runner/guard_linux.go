@@ -92,9 +92,11 @@ func (g *guard) discardUnused() {
 // guard itself has died (the runner then kills what is left of the tree,
 // and the child's state is the guard's: killed by SIGKILL, exit 137).
 // A command whose stderr is not the runner's (-keep-output's pipe) gets a
-// new guard: the standby's stderr is the runner's.
-func startGuarded(standby *guard, path string, argv, env []string, stderr *os.File, ownGroup bool, log *slog.Logger) (*child, error) {
-	spec := guardStart{Path: path, Argv: argv, Env: env, OwnGroup: ownGroup}
+// new guard: the standby's stderr is the runner's. The guard kills the
+// tree at killBy unless the runner sends a later kill-by first (killBy).
+func startGuarded(standby *guard, path string, argv, env []string, stderr *os.File, ownGroup bool, killBy time.Time,
+	log *slog.Logger) (*child, error) {
+	spec := guardStart{Path: path, Argv: argv, Env: env, OwnGroup: ownGroup, KillBy: bootMillisAt(killBy)}
 	if stderr != os.Stderr {
 		standby.discardUnused()
 		standby = nil
@@ -137,7 +139,7 @@ func (g *guard) start(spec guardStart, log *slog.Logger) (*child, error) {
 	case first.kind != msgStarted:
 		return fail(fmt.Errorf("guard protocol: want %s, got %s", msgStarted, first.kind))
 	}
-	c := &child{cmd: g.cmd, commandPID: first.n, ownGroup: spec.OwnGroup, guard: g, done: make(chan struct{})}
+	c := &child{cmd: g.cmd, commandPID: int(first.n), ownGroup: spec.OwnGroup, guard: g, done: make(chan struct{})}
 	go g.follow(c, r, log)
 	return c, nil
 }
@@ -164,7 +166,11 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 				close(c.done)
 			}
 		case msgEnded:
-			g.ended <- m.n
+			g.ended <- int(m.n)
+		case msgExpired:
+			c.expired.Store(true)
+			log.Error("the runner confirmed no renewal until its stop rule's deadline (the runner was stopped or starved "+
+				"of CPU): its guard killed the command's process tree", "pid", c.commandPID, "processes_killed", m.n)
 		}
 	}
 	_ = g.cmd.Wait()
@@ -180,10 +186,35 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 	close(c.done)
 }
 
-func (g *guard) send(kind string, n int) error {
+func (g *guard) send(kind string, n int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return writeGuardMsg(g.conn, kind, n)
+}
+
+// killBy has the guard kill the tree at t unless a later kill-by comes
+// first. A guard that is gone has nothing left to kill.
+func (g *guard) killBy(t time.Time) {
+	select {
+	case <-g.gone:
+	default:
+		_ = g.send(msgKillBy, bootMillisAt(t))
+	}
+}
+
+// bootMillis is CLOCK_BOOTTIME in milliseconds: the clock the runner and
+// its guard share (a time.Time's monotonic reading is its process's own).
+func bootMillis() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic("CLOCK_BOOTTIME: " + err.Error()) // Linux has had it since 2.6.39
+	}
+	return ts.Nano() / int64(time.Millisecond)
+}
+
+// bootMillisAt is t on CLOCK_BOOTTIME, in milliseconds.
+func bootMillisAt(t time.Time) int64 {
+	return bootMillis() + time.Until(t).Milliseconds()
 }
 
 // signal has the guard send sig to the command (its group when it has
@@ -196,7 +227,7 @@ func (g *guard) signal(c *child, sig os.Signal) error {
 	select {
 	case <-g.gone:
 	default:
-		if err := g.send(msgSignal, int(s)); err == nil {
+		if err := g.send(msgSignal, int64(s)); err == nil {
 			return nil
 		}
 	}
@@ -281,7 +312,7 @@ func runGuard() int {
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
 	syscall.CloseOnExec(guardFD) // the command must not hold it
 	ctl := os.NewFile(guardFD, "guard control")
-	report := func(kind string, n int) { _ = writeGuardMsg(ctl, kind, n) }
+	report := func(kind string, n int64) { _ = writeGuardMsg(ctl, kind, n) }
 
 	r := bufio.NewReader(ctl)
 	spec, err := readGuardStart(r)
@@ -289,6 +320,7 @@ func runGuard() int {
 		return 0 // the runner went away before it held the lock
 	}
 	g := &guardProc{report: report, ownGroup: spec.OwnGroup}
+	g.extend(spec.KillBy)
 	g.cmd = &exec.Cmd{Path: spec.Path, Args: spec.Argv, Env: spec.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: sysProcAttr(spec.OwnGroup)}
 	if err := g.cmd.Start(); err != nil {
@@ -296,10 +328,10 @@ func runGuard() int {
 		if !errors.As(err, &errno) {
 			errno = syscall.ENOEXEC
 		}
-		report(msgFailed, int(errno))
+		report(msgFailed, int64(errno))
 		return ExitCannotExecute
 	}
-	report(msgStarted, g.cmd.Process.Pid)
+	report(msgStarted, int64(g.cmd.Process.Pid))
 	ctlMsgs := readGuardMsgs(r)
 	for {
 		select {
@@ -320,6 +352,10 @@ func runGuard() int {
 			if g.control(m) {
 				return 0
 			}
+		case <-g.expiryC():
+			if g.expire() {
+				return 0
+			}
 		}
 	}
 }
@@ -328,8 +364,54 @@ func runGuard() int {
 type guardProc struct {
 	cmd      *exec.Cmd
 	ownGroup bool
-	report   func(kind string, n int)
+	report   func(kind string, n int64)
 	exited   bool // the command has exited (msgExited sent)
+	// killBy is the latest kill-by (CLOCK_BOOTTIME ms; 0: none); expiry
+	// fires at it.
+	killBy int64
+	expiry *time.Timer
+}
+
+// extend moves the kill-by to ms, if that is later.
+func (g *guardProc) extend(ms int64) {
+	if ms <= g.killBy {
+		return
+	}
+	g.killBy = ms
+	d := time.Duration(ms-bootMillis()) * time.Millisecond
+	if g.expiry == nil {
+		g.expiry = time.NewTimer(max(d, 0))
+	} else {
+		g.expiry.Reset(max(d, 0))
+	}
+}
+
+func (g *guardProc) expiryC() <-chan time.Time {
+	if g.expiry == nil {
+		return nil
+	}
+	return g.expiry.C
+}
+
+// expire: the kill-by passed with no later one from the runner. The
+// guard kills the tree, as the runner would have, and reports expired,
+// then the command's end; true when the guard is done.
+func (g *guardProc) expire() bool {
+	if left := g.killBy - bootMillis(); left > 0 { // a timer fired early
+		g.expiry.Reset(time.Duration(left) * time.Millisecond)
+		return false
+	}
+	if g.reap() {
+		return true // the command had exited and left nothing
+	}
+	g.report(msgExpired, int64(killTree()))
+	if g.exited {
+		g.report(msgEnded, 0)
+	} else {
+		g.exited = true
+		g.report(msgFinished, int64(syscall.WaitStatus(syscall.SIGKILL))) // killed by SIGKILL, as killTree did
+	}
+	return true
 }
 
 // readGuardMsgs delivers the runner's messages until the control socket
@@ -373,10 +455,10 @@ func (g *guardProc) reap() bool {
 	g.exited = true
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
-		g.report(msgFinished, int(status))
+		g.report(msgFinished, int64(status))
 		return true
 	}
-	g.report(msgExited, int(status))
+	g.report(msgExited, int64(status))
 	return false
 }
 
@@ -388,8 +470,10 @@ func (g *guardProc) control(m guardMsg) bool {
 			_ = signalChild(g.cmd.Process, g.ownGroup, syscall.Signal(m.n))
 		}
 	case msgEnd:
-		g.report(msgEnded, killTree())
+		g.report(msgEnded, int64(killTree()))
 		return true
+	case msgKillBy:
+		g.extend(m.n)
 	}
 	return false
 }

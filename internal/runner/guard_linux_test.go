@@ -272,3 +272,53 @@ func TestRun_guardKilledWhileWaitingIsReplaced(t *testing.T) {
 	startOfB(t, record)
 	waitOutput(t, b, "the command's guard exited while the runner waited for the lock; starting another")
 }
+
+// A runner frozen alone (SIGSTOP of the runner, not of its command; as a
+// process starved of CPU) cannot stop its command by the stop rule: its
+// guard does, GuardKillAfter past the last renewal the runner confirmed.
+// The next holder, lock-delay after the session ended, finds no process
+// of the old job; thawed, the runner reports the loss.
+func TestRun_frozenRunnersGuardStopsItsCommandByTheStopRule(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	profile := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 5 * time.Second,
+		RenewEvery: 500 * time.Millisecond}
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, profile)
+	token := runnerToken(t, prefix)
+	dir := t.TempDir()
+	record := filepath.Join(dir, "record")
+	job, beats := treeJob(dir, 5*time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
+	a := startJob(t, "runner a", token, []string{"-lock", l.Name, "-grace", "500ms"}, job...)
+	waitStarted(t, record, "a")
+	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
+	waitForTwoSessions(t, "consullock run "+l.Name)
+	session := readRuns(t, record)[0].session
+
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	// The servers end a failed node's session at once (serfHealth); here
+	// the node is well, so destroy the session as they would.
+	if _, err := agent.Client().Session().Destroy(session, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0", code)
+	}
+	requireNoBeatAfter(t, beats, startOfB(t, record))
+	select {
+	case <-a.done:
+		t.Fatal("runner a exited while it was stopped")
+	default:
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(time.Minute); code != ExitLockLost {
+		t.Fatalf("runner a exited %d, want %d (lock lost)", code, ExitLockLost)
+	}
+	if !strings.Contains(a.out.String(), "its guard killed the command's process tree") {
+		t.Fatalf("runner a did not say that its guard killed the command:\n%s", a.out.String())
+	}
+}

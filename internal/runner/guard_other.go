@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 )
 
 // guarded: no guard on this platform; the runner starts the command
@@ -24,13 +25,15 @@ func prepareGuard() *guard { return nil }
 
 func (*guard) discardUnused() {}
 
-func startGuarded(*guard, string, []string, []string, *os.File, bool, *slog.Logger) (*child, error) {
+func startGuarded(*guard, string, []string, []string, *os.File, bool, time.Time, *slog.Logger) (*child, error) {
 	return nil, fmt.Errorf("no guard on this platform")
 }
 
 func (*guard) signal(*child, os.Signal) error { return os.ErrProcessDone }
 
 func (*guard) endTree(*slog.Logger) {}
+
+func (*guard) killBy(time.Time) {}
 
 func runGuard() int {
 	fmt.Fprintln(os.Stderr, "consullock run guard: not available on this platform")

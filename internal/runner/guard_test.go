@@ -43,13 +43,13 @@ func TestGuardStart_readsWhatWasWritten(t *testing.T) {
 // garbled line as an error.
 func TestGuardMsg_readsWhatWasWritten(t *testing.T) {
 	var buf bytes.Buffer
-	for _, m := range []guardMsg{{msgStarted, 4242}, {msgExited, 256}, {msgSignal, 15}, {msgEnd, 0}} {
+	for _, m := range []guardMsg{{msgStarted, 4242}, {msgExited, 256}, {msgSignal, 15}, {msgKillBy, 1 << 40}, {msgEnd, 0}} {
 		if err := writeGuardMsg(&buf, m.kind, m.n); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r := bufio.NewReader(&buf)
-	for _, want := range []guardMsg{{msgStarted, 4242}, {msgExited, 256}, {msgSignal, 15}, {msgEnd, 0}} {
+	for _, want := range []guardMsg{{msgStarted, 4242}, {msgExited, 256}, {msgSignal, 15}, {msgKillBy, 1 << 40}, {msgEnd, 0}} {
 		if got, err := readGuardMsg(r); err != nil || got != want {
 			t.Fatalf("read %+v %v, want %+v", got, err, want)
 		}

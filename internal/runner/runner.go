@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
@@ -87,6 +88,9 @@ type runner struct {
 	// standby is the guard that will start the command (guard.go); nil
 	// without one.
 	standby *guard
+	// running is the command once started: each renewal moves its guard's
+	// kill-by (logObservation, on the hold's goroutine).
+	running atomic.Pointer[child]
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -298,6 +302,9 @@ func (e setupError) Unwrap() error { return e.error }
 func (r *runner) logObservation(o lockproto.Observation, held bool, lostIfNoRenewalBy time.Time) {
 	if held && o.Kind == lockproto.ObsRenewed {
 		r.holder.onRenewed(o.At)
+		if c := r.running.Load(); c != nil {
+			c.extend(o.At.Add(r.stop.GuardKillAfter()))
+		}
 	}
 	switch {
 	case (o.Kind == lockproto.ObsRenewFailed || o.Kind == lockproto.ObsReadFailed) && held:

@@ -389,12 +389,15 @@ func (s *supervisor) startCommand() (int, bool) {
 		}
 		defer stderr.Close() // the command has its own copy
 	}
-	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), stderr, log)
+	killBy := s.hold.LastContact().Add(s.r.stop.GuardKillAfter())
+	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), stderr, killBy, log)
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true
 	}
 	s.ch, s.state = c, holding
+	s.r.running.Store(c)
+	c.extend(s.hold.LastContact().Add(s.r.stop.GuardKillAfter())) // a renewal since killBy was read
 	s.armDeadline()
 	log.Info("command started", "pid", c.pid(), "own_process_group", c.ownGroup)
 	s.r.holder.start(s.hold)
@@ -517,6 +520,12 @@ func (s *supervisor) onChildExit() (int, bool) {
 	s.exited = true
 	log, ch := s.r.log, s.ch
 	held := time.Since(s.acquiredAt).Round(time.Millisecond)
+	if ch.expired.Load() && s.state != terminating {
+		s.lossWhy = "the runner confirmed no renewal until its stop rule's deadline (it was stopped or starved of CPU); " +
+			"its guard killed the command"
+		s.r.holder.withdraw()
+		s.state = terminating
+	}
 	if s.state == terminating {
 		s.killLeftovers()
 		log.Error("lock lost: the command was stopped", "reason", s.lossWhy, "exit_code", ExitLockLost, "held", held)
