@@ -119,8 +119,9 @@ func handoverVariants() []handoverVariant {
 
 // runHandover starts two runners of bin on a fresh lock with consul
 // lock's session settings; with runID, the lock is run once and each
-// runner has a run ID of its own (the waiter reads the ledger and records
-// its attempt before its command starts).
+// runner has a run ID of its own (the waiter, which waits without a
+// session, creates one when the key goes free, then reads the ledger and
+// records its attempt before its command starts).
 func runHandover(bin string, runID bool) func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 	return runHandoverWaiters(bin, runID, "")
 }
@@ -144,7 +145,14 @@ func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.
 		first := startRunnerBin(b, bin, "runner 1", tg.addr1, token, args("r1"), childArgs(record, "first", "-sleep", "1500ms")...)
 		tg.waitHeld(b, l.Key)
 		second := startRunnerBin(b, bin, "runner 2", tg.addr2, token, args("r2"), childArgs(record, "second", "-sleep", "10ms")...)
-		tg.waitSessions(b, func(name string) bool { return name == "consullock run "+l.Name }, 2)
+		if runID {
+			// A run-once waiter follows the held key without a session
+			// and creates one when the key goes free: that is in its
+			// hand-over.
+			waitOutput(b, second, "holder_session=")
+		} else {
+			tg.waitSessions(b, func(name string) bool { return name == "consullock run "+l.Name }, 2)
+		}
 		return first, second
 	}
 }
