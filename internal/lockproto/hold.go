@@ -39,6 +39,7 @@ type HoldOptions struct {
 
 	ruleWarned  bool
 	try         bool
+	blockingKey string
 	watchClient *consul.Client
 	observed    func(o Observation, held bool, lostIfNoRenewalBy time.Time)
 }
@@ -57,6 +58,16 @@ func WithRuleWarned() HoldOption { return func(o *HoldOptions) { o.ruleWarned = 
 // session (etcd concurrency's TryLock). A key free but in its lock-delay
 // is still waited out. Queued mutexes and semaphores wait as without it.
 func WithTry() HoldOption { return func(o *HoldOptions) { o.try = true } }
+
+// WithBlockingKey has every acquisition read key at the acquisition's own
+// Raft index: the lock op's (or semaphore admission's) transaction also
+// reads it (a get-tree op, which key read allows; a check-not-exists op
+// would need key write), so no read follows the acquisition. When key
+// exists, AcquireHold gives the lock up and returns ErrBlocked. A lock
+// handed over (waiters = "handoff") is taken in the previous holder's
+// transaction: its new holder reads key consistently once. The token
+// needs read on key.
+func WithBlockingKey(key string) HoldOption { return func(o *HoldOptions) { o.blockingKey = key } }
 
 // WithWatchClient has the hold's watch use c, a client with connections of
 // its own (the same settings as the hold's): the watch's blocking query
@@ -136,7 +147,10 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...H
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, o.Lock, o.Profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
 	if m, ok := h.proto.(*mutex); ok {
-		m.clock, m.try = o.Clock, o.try && !o.Lock.Queued()
+		m.clock, m.try, m.blockingKey = o.Clock, o.try && !o.Lock.Queued(), o.blockingKey
+	}
+	if m, ok := h.proto.(*semaphore); ok {
+		m.blockingKey = o.blockingKey
 	}
 	if w, ok := h.proto.(watchVia); ok && o.watchClient != nil {
 		w.watchVia(o.watchClient)

@@ -52,6 +52,12 @@ type mutex struct {
 	// try: a race returns ErrLocked when it sees the key held by another
 	// session (WithTry).
 	try bool
+	// blockingKey: every acquisition reads it (WithBlockingKey); "" for
+	// none.
+	blockingKey string
+	// blocked: the acquisition found blockingKey; the release then hands
+	// nothing over (the next in line would find it too).
+	blocked bool
 }
 
 func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
@@ -96,7 +102,7 @@ func (m *mutex) race(ctx context.Context, s *Session, holder func() []byte, entr
 		}
 		switch {
 		case pair != nil && pair.Session == s.ID && r.consistent:
-			return m.handedOver(pair), nil
+			return m.handedOver(ctx, pair)
 		case pair != nil && pair.Session == s.ID:
 			// An earlier lock op succeeded but its answer was lost: lock
 			// again below (the holder may) to learn the token.
@@ -165,6 +171,9 @@ func (r *racer) attempt(ctx context.Context, holder func() []byte, entry *string
 	m := r.m
 	acquired, ok, err := m.lockTxn(ctx, m.pair(r.s, lockmodel.WithLockDelay(holder(), m.declaredDelay)), entry)
 	switch {
+	case errors.Is(err, ErrBlocked): // taken: AcquireHold gives it up
+		m.acquired, m.blocked = acquired.ModifyIndex, true
+		return Grant{FencingToken: acquired.ModifyIndex, LockIndex: acquired.LockIndex, Seen: seen}, false, err
 	case errors.Is(err, ErrSessionInvalid):
 		return Grant{}, false, err
 	case err != nil:
@@ -180,7 +189,8 @@ func (r *racer) attempt(ctx context.Context, holder func() []byte, entry *string
 	case err != nil:
 		return Grant{}, false, r.fail(ctx, "read lock key", err)
 	case pair != nil && pair.Session == r.s.ID && r.consistent:
-		return m.handedOver(pair), true, nil
+		g, err := m.handedOver(ctx, pair)
+		return g, err == nil, err
 	case pair != nil && pair.Session == r.s.ID:
 		r.f.Reset() // ours after all (an answer lost): lock again for the token
 	case pair != nil && pair.Session != "" && m.try && *entry == "":
@@ -255,7 +265,7 @@ func (m *mutex) Release(ctx context.Context, s *Session, holder []byte) (bool, e
 	// flags to 0, and api.Lock refuses a key with other flags.
 	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
 	defer cancel()
-	if m.lock.HandsOff() && m.handOff(ctx, s, holder) {
+	if m.lock.HandsOff() && !m.blocked && m.handOff(ctx, s, holder) {
 		return true, nil
 	}
 	released, _, err := m.c.KV().Release(m.pair(s, holder), (&api.WriteOptions{}).WithContext(ctx))

@@ -119,8 +119,42 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 	if entry == nil {
 		return nil, false, fmt.Errorf("lock %s: the transaction succeeded but did not report the key", key)
 	}
+	if blocked(ops, resp.Results) {
+		return entry, true, ErrBlocked
+	}
 	return entry, true, nil
 }
+
+// blockOps is the read of a blocking key (WithBlockingKey) in an
+// acquisition's transaction: a get-tree, which never fails the transaction
+// (an absent key lists nothing; one the token may not read is left out of
+// the results); none for "".
+func blockOps(key string) api.TxnOps {
+	if key == "" {
+		return nil
+	}
+	return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: key}}}
+}
+
+// blocked reports whether the results of ops list the key of one of its
+// get-tree ops itself (not only keys it is the beginning of).
+func blocked(ops api.TxnOps, results api.TxnResults) bool {
+	for _, op := range ops {
+		if op.KV == nil || op.KV.Verb != api.KVGetTree {
+			continue
+		}
+		for _, r := range results {
+			if r.KV != nil && r.KV.Key == op.KV.Key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ErrBlocked: the hold's blocking key existed at the acquisition
+// (WithBlockingKey); the lock was given up.
+var ErrBlocked = errors.New("the lock's blocking key exists")
 
 // ErrSessionInvalid: Consul refused an acquisition because the session no
 // longer exists (consul.KindSessionInvalid).

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hashicorp/consul/api"
 
@@ -65,7 +66,7 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 			// With hand-off, an entry gone is most likely a lock handed over.
 			pair, _, err := kv.Get(m.lock.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 			if err == nil && pair != nil && pair.Session == s.ID {
-				return m.handedOver(pair), nil
+				return m.handedOver(ctx, pair)
 			}
 		}
 		if !place.Listed {
@@ -163,12 +164,12 @@ func (m *mutex) leaveQueue(ctx context.Context, entry string) {
 // that may no longer delete the entry does not keep the waiter from the
 // lock: the delete is dropped (*entry cleared) and the lock tried again.
 func (m *mutex) lockTxn(ctx context.Context, pair *api.KVPair, entry *string) (*api.KVPair, bool, error) {
-	won, ok, err := runLockTxn(ctx, m.c, LockTxnOps(pair, *entry), pair.Key)
+	won, ok, err := runLockTxn(ctx, m.c, append(LockTxnOps(pair, *entry), blockOps(m.blockingKey)...), pair.Key)
 	if *entry != "" && consul.KindOf(err) == consul.KindPermissionDenied {
 		m.log.Warn("the token may no longer delete this runner's queue entry; acquiring without deleting it",
 			"missing_grant", QueueGrant(m.lock), "error", err.Error())
 		*entry = ""
-		return runLockTxn(ctx, m.c, LockTxnOps(pair, ""), pair.Key)
+		return runLockTxn(ctx, m.c, append(LockTxnOps(pair, ""), blockOps(m.blockingKey)...), pair.Key)
 	}
 	return won, ok, err
 }
@@ -270,9 +271,25 @@ func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs 
 
 // handedOver is the grant of a lock whose previous holder handed it to
 // this waiter (handOff), read consistently at the key's ModifyIndex: the
-// hand-off's Raft index, the fencing token.
-func (m *mutex) handedOver(pair *api.KVPair) Grant {
+// hand-off's Raft index, the fencing token. The hand-off was the previous
+// holder's transaction, so a blocking key (WithBlockingKey) is read here,
+// consistently: ErrBlocked, with the grant, when it exists.
+func (m *mutex) handedOver(ctx context.Context, pair *api.KVPair) (Grant, error) {
 	m.acquired = pair.ModifyIndex
 	m.log.Info("the previous holder handed the lock to this runner", "fencing_token", pair.ModifyIndex)
-	return Grant{FencingToken: pair.ModifyIndex, LockIndex: pair.LockIndex, Seen: pair.ModifyIndex, Value: pair.Value}
+	g := Grant{FencingToken: pair.ModifyIndex, LockIndex: pair.LockIndex, Seen: pair.ModifyIndex, Value: pair.Value}
+	if m.blockingKey == "" {
+		return g, nil
+	}
+	block, _, err := m.c.KV().Get(m.blockingKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	switch {
+	case err != nil && consul.KindOf(consul.Classify("read "+m.blockingKey, err)) == consul.KindPermissionDenied:
+		return g, nil // as the transaction's get-tree: a key the token may not read is not listed
+	case err != nil:
+		return g, fmt.Errorf("read %s: %w", m.blockingKey, consul.Classify("read "+m.blockingKey, err))
+	case block != nil:
+		m.blocked = true
+		return g, ErrBlocked
+	}
+	return g, nil
 }

@@ -55,6 +55,9 @@ type semaphore struct {
 	log           *slog.Logger
 	// watchC, when set, is the client Watch uses (WithWatchClient).
 	watchC *consul.Client
+	// blockingKey: every admission reads it (WithBlockingKey); "" for
+	// none.
+	blockingKey string
 }
 
 func (m *semaphore) Key() string { return m.lock.Key }
@@ -177,7 +180,7 @@ func (w *slotWaiter) join(ctx context.Context, table lockmodel.SemaphoreState, t
 	w.contender.Value = w.value() // written again by the join: "started" is the admission
 	g, ok, err := w.m.join(ctx, w.s, w.contender, tableValue, tableIndex)
 	switch {
-	case errors.Is(err, ErrSessionInvalid):
+	case errors.Is(err, ErrSessionInvalid), errors.Is(err, ErrBlocked):
 		return Grant{}, true, err
 	case err != nil:
 		if werr := waitAfterError(ctx, w.m.log, "update semaphore holder table "+w.m.lock.Key, err, &w.f); werr != nil {
@@ -215,7 +218,10 @@ func (m *semaphore) join(ctx context.Context, s *Session, contender *api.KVPair,
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: contender.Key, Value: contender.Value, Flags: contender.Flags, Session: s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: m.lock.Key, Value: table, Flags: lockmodel.SemaphoreFlagValue, Index: tableIndex}},
 	}
-	entry, ok, err := runLockTxn(ctx, m.c, ops, contender.Key)
+	entry, ok, err := runLockTxn(ctx, m.c, append(ops, blockOps(m.blockingKey)...), contender.Key)
+	if errors.Is(err, ErrBlocked) { // admitted: AcquireHold gives the slot up
+		return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, true, err
+	}
 	if err != nil || !ok {
 		return Grant{}, false, err
 	}

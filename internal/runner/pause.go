@@ -13,10 +13,15 @@ import (
 )
 
 // Pause (lockmodel.Pause): a runner that finds its lock paused at start
-// does not run the command; a waiter leaves when the pause appears, or
-// when it finds it right after acquiring (then it releases at once). A
-// command already running is left to finish: a pause stops new runs, it
-// does not end the current one (`consullock release` does).
+// does not run the command; a waiter leaves when the pause appears, and
+// its acquisition reads the pause record in its own transaction
+// (lockproto.WithBlockingKey): found there, the lock is given up and the
+// command does not run. So a pause written just before the acquisition,
+// before the waiter's watch saw it, is never missed, and the hand-over
+// has no read after the lock op (a lock handed over by waiters = "handoff"
+// reads the record once). A command already running is left to finish: a
+// pause stops new runs, it does not end the current one (`consullock
+// release` does).
 
 // pausedError: the lock is paused; the command does not run.
 type pausedError struct{ p lockmodel.Pause }
@@ -34,6 +39,7 @@ func (r *runner) checkPause(ctx context.Context) error {
 		return nil
 	}
 	p, _, err := r.client.Registry(r.cfg.registryPrefix).ReadPause(ctx, r.cfg.lockName)
+	r.pauseReadable = !errors.Is(err, consul.ErrPermissionDenied)
 	switch {
 	case errors.Is(err, consul.ErrPermissionDenied):
 		r.log.Warn("cannot read the lock's pause record; running as if not paused. Add the key to the worker policy's read_keys (consullock_lock.pause_key)",
@@ -94,19 +100,4 @@ func (s *supervisor) pausedC() <-chan lockmodel.Pause {
 // onPaused: the lock was paused while this runner waited: it leaves.
 func (s *supervisor) onPaused(p lockmodel.Pause) (int, bool) {
 	return s.r.logPaused(p, "; stopped waiting"), true
-}
-
-// pausedAfterAcquire checks the pause record once more right after the
-// lock was acquired, so that a waiter acquiring just after a pause (before
-// its watch saw it) does not run: a pausedError, or nil. A failed read is
-// only logged: the pause was checked at start.
-func (r *runner) pausedAfterAcquire(ctx context.Context) error {
-	err := r.checkPause(ctx)
-	if p := (pausedError{}); errors.As(err, &p) {
-		return err
-	}
-	if err != nil {
-		r.log.Warn("could not check the pause record after acquiring; running", "error", err.Error())
-	}
-	return nil
 }

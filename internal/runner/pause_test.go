@@ -3,6 +3,7 @@ package runner
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -264,5 +265,39 @@ session_prefix "" { policy = "read" }
 	a.closeStdin()
 	if code := a.wait(30 * time.Second); code != 0 {
 		t.Fatalf("A exited %d", code)
+	}
+}
+
+// A waiter that takes a declared lock over starts its command with no
+// request after its lock transaction: that the lock is not paused is
+// checked in the transaction itself (a check-not-exists op on the pause
+// record, lockproto.WithBlockingKey), not by reading the record after it.
+func TestPause_aHandOverReadsNoPauseRecordAfterTheLockOp(t *testing.T) {
+	t.Parallel()
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: uniqueName(t, "prefix")}, fastProfile(t, time.Second))
+	token := workerToken(t, l)
+	record := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "runner a", token, []string{"-lock", l.Name}, childArgs(record, "a", "-wait-stdin")...)
+	waitStarted(t, record, "a")
+	proxy := newCountingProxy(t, nil, 0)
+	b := startRunAt(t, "runner b", proxy.addr, token, []string{"-lock", l.Name}, childArgs(record, "b")...)
+	proxy.waitBlocking(t, l.Key)
+	a.closeStdin()
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d", code)
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d", code)
+	}
+	requests := proxy.seen()
+	lockOp := slices.IndexFunc(requests, func(r string) bool { return strings.HasPrefix(r, "PUT /v1/txn") })
+	if lockOp < 0 {
+		t.Fatalf("runner b sent no lock transaction: %q", requests)
+	}
+	pauseKey := lockmodel.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name)
+	for _, r := range requests[lockOp:] {
+		if strings.HasPrefix(r, "GET /v1/kv/"+pauseKey+"?") && !strings.Contains(r, "index=") {
+			t.Fatalf("runner b read the pause record after its lock transaction (%q); requests: %q", r, requests)
+		}
 	}
 }

@@ -91,6 +91,9 @@ type runner struct {
 	// running is the command once started: each renewal moves its guard's
 	// kill-by (logObservation, on the hold's goroutine).
 	running atomic.Pointer[child]
+	// pauseReadable: the token may read the lock's pause record, so every
+	// acquisition is refused while it exists (lockproto.WithBlockingKey).
+	pauseReadable bool
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
@@ -260,6 +263,9 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 		if r.once != nil && !r.once.outlived {
 			opts = append(opts, lockproto.WithTry())
 		}
+		if r.pauseReadable {
+			opts = append(opts, lockproto.WithBlockingKey(lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)))
+		}
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
@@ -272,9 +278,14 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 		}, opts...)
 		switch {
 		case err == nil:
-			return h, r.pausedAfterAcquire(ctx)
+			return h, nil
 		case ctx.Err() != nil:
 			return h, err
+		case errors.Is(err, lockproto.ErrBlocked):
+			if err := r.checkPause(ctx); err != nil {
+				return nil, err // paused: the lock was not taken
+			}
+			r.log.Info("the lock was paused and resumed while this runner acquired it; acquiring again")
 		case errors.Is(err, lockproto.ErrLocked):
 			if err := r.waitWithoutSession(ctx, err); err != nil {
 				return nil, err

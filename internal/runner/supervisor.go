@@ -349,8 +349,7 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 	case errors.As(res.err, &done):
 		return s.onLedger(done.d)
 	case errors.As(res.err, &paused):
-		s.hold = res.hold // released by cleanup; no attempt was recorded
-		return s.r.logPaused(paused.p, "; found right after acquiring, released"), true
+		return s.r.logPaused(paused.p, "; Consul refused the acquisition while the lock is paused"), true
 	case errors.As(res.err, &lost) && s.r.once != nil:
 		return s.lostAtOnce(ctx, lost)
 	case errors.As(res.err, &lost):
