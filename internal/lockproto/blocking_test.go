@@ -14,6 +14,18 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
+// blockedPrefix is a prefix of the test's own and a blocking key beside
+// it, written (as a pause record would be).
+func blockedPrefix(t *testing.T) (prefix, block string) {
+	t.Helper()
+	prefix = testenv.UniquePrefix(t.Name())
+	block = prefix + "-pause"
+	if _, err := agent.Client().KV().Put(&api.KVPair{Key: block, Value: []byte("paused")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return prefix, block
+}
+
 // With a blocking key (WithBlockingKey, the runner's pause record) an
 // acquisition reads the key in its own transaction: while the key exists
 // AcquireHold returns ErrBlocked and the lock is given up at once (nobody
@@ -36,12 +48,8 @@ func TestHold_blockingKeyRefusesTheAcquisitionWhileItExists(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, ctx := holdTest(t)
-			prefix := testenv.UniquePrefix(t.Name())
-			block := prefix + "-pause"
+			prefix, block := blockedPrefix(t)
 			kv := agent.Client().KV()
-			if _, err := kv.Put(&api.KVPair{Key: block, Value: []byte("paused")}, nil); err != nil {
-				t.Fatal(err)
-			}
 			o := holdOptions(t, prefix+"/.lock")
 			o.Lock = tc.lock(prefix)
 			if o.Lock.IsSemaphore() {
@@ -122,12 +130,7 @@ func TestHoldHandOff_aBlockingKeyStopsTheHandOff(t *testing.T) {
 // when it may read it.
 func TestHold_blockingKeyNeedsReadOnly(t *testing.T) {
 	_, _, ctx := holdTest(t)
-	prefix := testenv.UniquePrefix(t.Name())
-	block := prefix + "-pause"
-	kv := agent.Client().KV()
-	if _, err := kv.Put(&api.KVPair{Key: block, Value: []byte("paused")}, nil); err != nil {
-		t.Fatal(err)
-	}
+	prefix, block := blockedPrefix(t)
 	o := holdOptions(t, prefix+"/.lock")
 	for _, tc := range []struct {
 		name    string
