@@ -92,7 +92,8 @@ type runner struct {
 	// kill-by (logObservation, on the hold's goroutine).
 	running atomic.Pointer[child]
 	// pauseReadable: the token may read the lock's pause record, so every
-	// acquisition is refused while it exists (lockproto.WithBlockingKey).
+	// acquisition reads it and gives the lock up while it exists
+	// (lockproto.WithBlockingKey).
 	pauseReadable bool
 }
 
@@ -283,7 +284,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			return h, err
 		case errors.Is(err, lockproto.ErrBlocked):
 			if err := r.checkPause(ctx); err != nil {
-				return nil, err // paused: the lock was not taken
+				return nil, err // paused: the hold gave the lock up
 			}
 			r.log.Info("the lock was paused and resumed while this runner acquired it; acquiring again")
 		case errors.Is(err, lockproto.ErrLocked):

@@ -349,7 +349,7 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 	case errors.As(res.err, &done):
 		return s.onLedger(done.d)
 	case errors.As(res.err, &paused):
-		return s.r.logPaused(paused.p, "; Consul refused the acquisition while the lock is paused"), true
+		return s.r.logPaused(paused.p, "; found by the acquisition, the lock given up"), true
 	case errors.As(res.err, &lost) && s.r.once != nil:
 		return s.lostAtOnce(ctx, lost)
 	case errors.As(res.err, &lost):
