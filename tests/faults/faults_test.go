@@ -90,9 +90,11 @@ func injectKill(h *harness, holder Write) Write {
 	return h.waitStart(mark.Seq, holder.Token)
 }
 
-// injectStall stops the holder (runner and child) for longer than 2 x TTL:
-// the session expires and another worker takes over. When the stalled
-// child wakes up its late write must be rejected by the store.
+// injectStall stops the holder (runner, guard and child) for longer than
+// 2 x TTL: the session expires and another worker takes over. When the
+// stalled child wakes up its late write must be rejected by the store.
+// The runner and its guard wake once that write is in: awake, the guard
+// kills the child at once (its kill-by has passed), before it could write.
 func injectStall(h *harness, holder Write) Write {
 	t := h.t
 	p := h.holderRunner(holder)
@@ -103,7 +105,7 @@ func injectStall(h *harness, holder Write) Write {
 	// with the answer in flight, it would wake to a client timeout and give
 	// up without writing, and the round would prove nothing.
 	time.Sleep(300 * time.Millisecond)
-	mark := h.store.Mark(holder.Worker, "SIGSTOP runner and child")
+	mark := h.store.Mark(holder.Worker, "SIGSTOP runner, guard and child")
 	signalHolder(p, holder, syscall.SIGSTOP)
 	stopped := time.Now()
 	next := h.waitStart(mark.Seq, holder.Token)
@@ -114,7 +116,7 @@ func injectStall(h *harness, holder Write) Write {
 	// at once (its work timer has run out), before its runner can stop it.
 	h.store.Mark(holder.Worker, fmt.Sprintf("SIGCONT after %s", time.Since(stopped).Round(time.Second)))
 	_ = syscall.Kill(-holder.PID, syscall.SIGCONT)
-	_ = p.Signal(syscall.SIGCONT)
+	defer signalRunner(p, syscall.SIGCONT)
 	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
 	var late Write

@@ -496,11 +496,30 @@ func (h *harness) holderRunner(start Write) *os.Process {
 	return nil
 }
 
-// signalHolder sends sig to the holder's child (its process group: the
-// runner starts it as a group leader) and to its runner.
+// signalHolder sends sig to the holder's whole tree, as a crash or a
+// paused VM takes it: its child (the child's process group: the runner
+// starts it as a group leader), the runner's guard and the runner.
 func signalHolder(runner *os.Process, start Write, sig syscall.Signal) {
 	if err := syscall.Kill(-start.PID, sig); errors.Is(err, syscall.ESRCH) {
 		_ = syscall.Kill(start.PID, sig)
+	}
+	signalRunner(runner, sig)
+}
+
+// signalRunner sends sig to the runner and to its own children: the guard
+// that runs its command (or one standing by while it waits). A guard left
+// running beside a stopped runner keeps the stop rule itself (it kills the
+// command at the runner's last kill-by), which is not the fault of a
+// frozen holder.
+func signalRunner(runner *os.Process, sig syscall.Signal) {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(runner.Pid) + "/task/*/children")
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(field); err == nil {
+				_ = syscall.Kill(pid, sig)
+			}
+		}
 	}
 	_ = runner.Signal(sig)
 }

@@ -766,20 +766,21 @@ func (n *nemesis) clientFault(s Step) (func(), bool) {
 	}
 }
 
-// freezeHolder stops a fenced holder's runner and command (SIGSTOP); the
-// undo wakes the command first, which then writes at once with its old
-// token: the store must reject it if another holder started meanwhile.
+// freezeHolder stops a fenced holder's runner, guard and command (SIGSTOP,
+// a paused VM); the undo wakes the command first, which then writes at
+// once with its old token: the store must reject it if another holder
+// started meanwhile.
 func (n *nemesis) freezeHolder(h lockTarget) (func(), bool) {
 	holder, p := n.holder(h)
 	if p == nil {
 		return nil, false
 	}
-	h.store.Mark(holder.Worker, "nemesis: SIGSTOP runner and child")
+	h.store.Mark(holder.Worker, "nemesis: SIGSTOP runner, guard and child")
 	signalHolder(p, holder, syscall.SIGSTOP)
 	return func() {
-		h.store.Mark(holder.Worker, "nemesis: SIGCONT runner and child")
+		h.store.Mark(holder.Worker, "nemesis: SIGCONT runner, guard and child")
 		_ = syscall.Kill(-holder.PID, syscall.SIGCONT)
-		_ = p.Signal(syscall.SIGCONT)
+		signalRunner(p, syscall.SIGCONT)
 	}, true
 }
 
