@@ -2,7 +2,6 @@ package lockproto
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/hashicorp/consul/api"
 
@@ -273,7 +272,10 @@ func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs 
 // this waiter (handOff), read consistently at the key's ModifyIndex: the
 // hand-off's Raft index, the fencing token. The hand-off was the previous
 // holder's transaction, so a blocking key (WithBlockingKey) is read here,
-// consistently: ErrBlocked, with the grant, when it exists.
+// consistently: ErrBlocked, with the grant, when it exists. A read that
+// fails keeps the lock (logged): the caller checked the key before it
+// waited, and a key the token may not read is not listed by the
+// transaction's get-tree either.
 func (m *mutex) handedOver(ctx context.Context, pair *api.KVPair) (Grant, error) {
 	m.acquired = pair.ModifyIndex
 	m.log.Info("the previous holder handed the lock to this runner", "fencing_token", pair.ModifyIndex)
@@ -283,10 +285,10 @@ func (m *mutex) handedOver(ctx context.Context, pair *api.KVPair) (Grant, error)
 	}
 	block, _, err := m.c.KV().Get(m.blockingKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	switch {
-	case err != nil && consul.KindOf(consul.Classify("read "+m.blockingKey, err)) == consul.KindPermissionDenied:
-		return g, nil // as the transaction's get-tree: a key the token may not read is not listed
 	case err != nil:
-		return g, fmt.Errorf("read %s: %w", m.blockingKey, consul.Classify("read "+m.blockingKey, err))
+		if cerr := consul.Classify("read "+m.blockingKey, err); cerr.Kind != consul.KindPermissionDenied {
+			m.log.Warn("could not read the blocking key after the hand-off; keeping the lock", "blocking_key", m.blockingKey, "error", cerr.Error())
+		}
 	case block != nil:
 		m.blocked = true
 		return g, ErrBlocked
