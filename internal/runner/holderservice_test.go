@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -122,15 +126,19 @@ func holderArgs(l lockmodel.Lock, port int) []string {
 
 // TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver: while A
 // holds, <name>.service.consul answers A (with its fencing token in the
-// catalog meta); A exits cleanly, B takes over: no DNS query sent after B's
-// command started answers A, and the catalog keeps no instance of A.
+// catalog meta); A exits cleanly, B takes over: every request of A's that
+// can free the lock finds A's instance already gone from the catalog
+// (deregistered before released), no DNS query sent after B's command
+// started answers A, and the catalog keeps no instance of A.
 func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 	l, service, token := declareHolderService(t, 1)
 	record := filepath.Join(t.TempDir(), "record")
 	stop := sampleDNS(t, service)
-	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-wait-stdin")...)
+	probe := newReleaseProbe(t, service)
+	a := startRunAt(t, "A", probe.addr(), token, holderArgs(l, 20001), childArgs(record, "A", "-wait-stdin")...)
 	waitStarted(t, record, "A")
 	waitOutput(t, a, "holder service registered")
+	registered := time.Now()
 	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-wait-stdin")...)
 	waitOutput(t, b, "waiting for the lock")
 
@@ -163,7 +171,6 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 
 	time.Sleep(300 * time.Millisecond) // let the sampler see A
 	idA := lockmodel.HolderServiceID(service, runA.session)
-	goneAt := watchInstanceGone(service, idA)
 	a.closeStdin()
 	if code := a.wait(30 * time.Second); code != 0 {
 		t.Fatalf("A exit code %d", code)
@@ -177,6 +184,18 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 		t.Fatalf("B exit code %d", code)
 	}
 	runA, runB := lastRun(t, record, "A"), lastRun(t, record, "B")
+	// The catalog (which DNS answers from) had dropped A when A sent the
+	// requests that free the lock: deregistered before released. Each was
+	// held at the proxy until a consistent read of the catalog was done.
+	releases := probe.after(registered)
+	if len(releases) == 0 {
+		t.Fatalf("A sent no request that frees the lock after it registered (saw %v): the check proved nothing", probe.after(time.Time{}))
+	}
+	for _, r := range releases {
+		if slices.Contains(r.instances, idA) {
+			t.Fatalf("A sent %s while its instance %s was still in the catalog: released before deregistered", r.request, idA)
+		}
+	}
 	lastA, firstB := samples.LastWith(20001), samples.FirstWith(20002)
 	if lastA.IsZero() || firstB.IsZero() {
 		t.Fatalf("DNS never answered A (%v) or B (%v) in %d samples", lastA, firstB, len(samples))
@@ -184,22 +203,15 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 	if !lastA.Before(runB.start) {
 		t.Fatalf("DNS answered former holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
 	}
-	// The catalog (which DNS answers from) dropped A at a Raft index below
-	// B's acquisition (its fencing token): deregistered before released.
-	x, seenGone := goneAt()
-	if x == 0 || x >= runB.token {
-		t.Fatalf("A's instance left the catalog at Raft index %d, not before B acquired at index %d (B's fencing token)", x, runB.token)
-	}
 	for _, s := range samples {
 		if len(s.Ports) > 1 {
 			t.Fatalf("DNS answered two holders of a mutex at %s: %v", s.Sent.Format(time.RFC3339Nano), s.Ports)
 		}
 	}
-	t.Logf("clean hand-over: A's instance left the catalog (seen by a blocking query) %s after A's command ended and %s before B's "+
-		"command started; the last DNS answer naming A was to a query sent %s after A's command ended (queries every 50ms); "+
+	t.Logf("clean hand-over: A's instance was gone from the catalog at each of its %d requests that free the lock (%s); "+
+		"the last DNS answer naming A was to a query sent %s after A's command ended (queries every 50ms); "+
 		"B's command started %s after A's ended (hand-over gap); the first answer naming B was sent %s after B's command started; %d samples",
-		seenGone.Sub(runA.end).Round(time.Millisecond), runB.start.Sub(seenGone).Round(time.Millisecond),
-		lastA.Sub(runA.end).Round(time.Millisecond), runB.start.Sub(runA.end).Round(time.Millisecond),
+		len(releases), releases[0].request, lastA.Sub(runA.end).Round(time.Millisecond), runB.start.Sub(runA.end).Round(time.Millisecond),
 		firstB.Sub(runB.start).Round(time.Millisecond), len(samples))
 	left, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
@@ -208,6 +220,77 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 	if len(left) != 0 {
 		t.Fatalf("instances left after both runners exited: %d (%s)", len(left), left[0].Service.ID)
 	}
+}
+
+// releaseProbe is a proxy between one runner and the agent. Each request
+// of the runner's that can free its lock (a transaction, a KV write, a
+// session destroy) waits at the proxy until a consistent read of the
+// catalog's instances of service is done, and is kept with that read:
+// what the catalog, and so DNS, held when the runner let the lock go.
+type releaseProbe struct {
+	srv     *httptest.Server
+	service string
+
+	mu   sync.Mutex
+	seen []releaseSeen
+}
+
+// releaseSeen is one request that can free the lock, when it arrived and
+// the instance IDs the catalog held then.
+type releaseSeen struct {
+	request   string
+	arrived   time.Time
+	instances []string
+}
+
+func newReleaseProbe(t testing.TB, service string) *releaseProbe {
+	t.Helper()
+	target, err := url.Parse(agent.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &releaseProbe{service: service}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if frees := r.Method == http.MethodPut && (r.URL.Path == "/v1/txn" || strings.HasPrefix(r.URL.Path, "/v1/kv/") ||
+			strings.HasPrefix(r.URL.Path, "/v1/session/destroy/")); frees {
+			arrived := time.Now()
+			entries, _, err := agent.Client().Health().Service(service, "", false, &api.QueryOptions{RequireConsistent: true})
+			if err != nil {
+				http.Error(w, "release probe: read the catalog: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+			seen := releaseSeen{request: r.Method + " " + r.URL.Path, arrived: arrived}
+			for _, e := range entries {
+				seen.instances = append(seen.instances, e.Service.ID)
+			}
+			p.mu.Lock()
+			p.seen = append(p.seen, seen)
+			p.mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		p.srv.CloseClientConnections()
+		p.srv.Close()
+	})
+	return p
+}
+
+// addr is host:port for CONSUL_HTTP_ADDR.
+func (p *releaseProbe) addr() string { return strings.TrimPrefix(p.srv.URL, "http://") }
+
+// after is what the probe saw of the requests that arrived after t.
+func (p *releaseProbe) after(t time.Time) []releaseSeen {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []releaseSeen
+	for _, s := range p.seen {
+		if s.arrived.After(t) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // watchInstanceGone follows the catalog's instances of service with
