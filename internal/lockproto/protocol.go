@@ -195,7 +195,8 @@ const lockDelayMargin = 10 * time.Millisecond
 // at the invalidation, before the runner saw the key go free, so
 // freedAt+delay is when it has certainly passed: the first retry waits
 // exactly until then. Later retries, and the case without freedAt, back off
-// from 250ms to 5s.
+// from 250ms to 5s, jittered to between half and all of it, so that the
+// waiters that saw the same release do not retry in step.
 func lockDelayWait(freedAt time.Time, delay time.Duration, retry int, now time.Time) time.Duration {
 	delay = lockmodel.TakeOverDelay(delay)
 	if retry == 0 && !freedAt.IsZero() {
@@ -204,9 +205,9 @@ func lockDelayWait(freedAt time.Time, delay time.Duration, retry int, now time.T
 		}
 	}
 	if freedAt.IsZero() {
-		return backoff(retry + 1)
+		return consul.Jitter(backoff(retry + 1))
 	}
-	return backoff(max(retry, 1))
+	return consul.Jitter(backoff(max(retry, 1)))
 }
 
 // waitAfterError decides what an error while waiting for the lock means:

@@ -138,19 +138,31 @@ func TestLockDelayWait(t *testing.T) {
 		delay   time.Duration
 		retry   int
 		want    time.Duration
+		jitter  bool // a back-off: between half of want and want, not always the same
 	}{
-		{"first retry waits until the delay has certainly passed", now.Add(-2 * time.Second), 5 * time.Second, 0, 3*time.Second + lockDelayMargin},
-		{"a delay above 60s counts as 60s, as Consul clamps it", now, 90 * time.Second, 0, 60*time.Second + lockDelayMargin},
-		{"a delay already over backs off briefly", now.Add(-20 * time.Second), 5 * time.Second, 0, 250 * time.Millisecond},
-		{"later retries back off", now.Add(-20 * time.Second), 5 * time.Second, 3, time.Second},
-		{"backoff is capped at 5s", now.Add(-20 * time.Second), 5 * time.Second, 30, 5 * time.Second},
-		{"unknown start of the delay backs off from 250ms", time.Time{}, 15 * time.Second, 0, 250 * time.Millisecond},
-		{"unknown start, third retry", time.Time{}, 15 * time.Second, 2, time.Second},
+		{"first retry waits until the delay has certainly passed", now.Add(-2 * time.Second), 5 * time.Second, 0, 3*time.Second + lockDelayMargin, false},
+		{"a delay above 60s counts as 60s, as Consul clamps it", now, 90 * time.Second, 0, 60*time.Second + lockDelayMargin, false},
+		{"a delay already over backs off briefly", now.Add(-20 * time.Second), 5 * time.Second, 0, 250 * time.Millisecond, true},
+		{"later retries back off", now.Add(-20 * time.Second), 5 * time.Second, 3, time.Second, true},
+		{"backoff is capped at 5s", now.Add(-20 * time.Second), 5 * time.Second, 30, 5 * time.Second, true},
+		{"unknown start of the delay backs off from 250ms", time.Time{}, 15 * time.Second, 0, 250 * time.Millisecond, true},
+		{"unknown start, third retry", time.Time{}, 15 * time.Second, 2, time.Second, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := lockDelayWait(tc.freedAt, tc.delay, tc.retry, now); got != tc.want {
-				t.Fatalf("lockDelayWait = %s, want %s", got, tc.want)
+			seen := map[time.Duration]bool{}
+			for range 50 {
+				got := lockDelayWait(tc.freedAt, tc.delay, tc.retry, now)
+				seen[got] = true
+				if !tc.jitter && got != tc.want {
+					t.Fatalf("lockDelayWait = %s, want exactly %s", got, tc.want)
+				}
+				if tc.jitter && (got < tc.want/2 || got > tc.want) {
+					t.Fatalf("lockDelayWait = %s, want between %s and %s", got, tc.want/2, tc.want)
+				}
+			}
+			if tc.jitter && len(seen) == 1 {
+				t.Fatalf("lockDelayWait answered %v 50 times: waiters that saw one release would retry in step", seen)
 			}
 		})
 	}
