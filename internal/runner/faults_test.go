@@ -3,9 +3,6 @@ package runner
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,8 +20,7 @@ import (
 // frozen agent), cutting requests in flight; "reset" closes every
 // connection without an answer (an agent that refuses).
 type faultProxy struct {
-	srv   *httptest.Server
-	proxy *httputil.ReverseProxy
+	addr string // host:port for CONSUL_HTTP_ADDR
 
 	mu     sync.Mutex
 	mode   string
@@ -40,22 +36,11 @@ type faultProxy struct {
 
 func newFaultProxy(t testing.TB) *faultProxy {
 	t.Helper()
-	target, err := url.Parse(agent.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{proxy: httputil.NewSingleHostReverseProxy(target), mode: "pass", cut: make(chan struct{}), healed: make(chan struct{})}
-	p.srv = httptest.NewServer(p)
-	t.Cleanup(func() {
-		p.set("pass")
-		p.srv.CloseClientConnections()
-		p.srv.Close()
-	})
+	p := &faultProxy{mode: "pass", cut: make(chan struct{}), healed: make(chan struct{})}
+	p.addr = agentProxy(t, agent.Addr, p.serve)
+	t.Cleanup(func() { p.set("pass") }) // before the proxy closes: nothing waits on a partition
 	return p
 }
-
-// addr is host:port for CONSUL_HTTP_ADDR.
-func (p *faultProxy) addr() string { return strings.TrimPrefix(p.srv.URL, "http://") }
 
 func (p *faultProxy) set(mode string) {
 	p.mu.Lock()
@@ -71,7 +56,7 @@ func (p *faultProxy) set(mode string) {
 	p.mode = mode
 }
 
-func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 	p.mu.Lock()
 	mode, cut, healed := p.mode, p.cut, p.healed
 	p.mu.Unlock()
@@ -110,7 +95,7 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	arrived := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
-	p.proxy.ServeHTTP(rec, r.WithContext(ctx))
+	forward.ServeHTTP(rec, r.WithContext(ctx))
 	if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") && rec.status == http.StatusOK {
 		p.lastRenewal.Store(&arrived)
 	}
@@ -151,7 +136,7 @@ func TestRun_ridesOutNoClusterLeaderShorterThanTTL(t *testing.T) {
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, 15*time.Second))
 	proxy := newFaultProxy(t)
 	record := filepath.Join(t.TempDir(), "record")
-	run := startRunAt(t, "runner", proxy.addr(), runnerToken(t, prefix), []string{"-lock", l.Name},
+	run := startRunAt(t, "runner", proxy.addr, runnerToken(t, prefix), []string{"-lock", l.Name},
 		childArgs(record, "a", "-sleep", "12s")...)
 	waitKey(t, l.Key, 30*time.Second, heldByOther(""))
 	waitStarted(t, record, "a")
@@ -185,7 +170,7 @@ func TestRun_partitionedHolderStopsChildBeforeTakeOver(t *testing.T) {
 	proxy := newFaultProxy(t)
 	record := filepath.Join(t.TempDir(), "record")
 
-	a := startRunAt(t, "partitioned runner", proxy.addr(), token, []string{"-lock", l.Name, "-grace", "2s"},
+	a := startRunAt(t, "partitioned runner", proxy.addr, token, []string{"-lock", l.Name, "-grace", "2s"},
 		childArgs(record, "a", "-sleep", "5m")...)
 	waitKey(t, l.Key, 30*time.Second, heldByOther(""))
 	waitStarted(t, record, "a")
@@ -241,7 +226,7 @@ func TestRun_cutOffHolderKillsChildBeforeLastContactPlusLockDelay(t *testing.T) 
 			l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, profile)
 			proxy := newFaultProxy(t)
 			record := filepath.Join(t.TempDir(), "record")
-			run := startRunAt(t, "cut-off runner", proxy.addr(), runnerToken(t, prefix), []string{"-lock", l.Name, "-grace", "2s"},
+			run := startRunAt(t, "cut-off runner", proxy.addr, runnerToken(t, prefix), []string{"-lock", l.Name, "-grace", "2s"},
 				childArgs(record, "a", "-sleep", "5m", "-on-term", "ignore")...)
 			waitStarted(t, record, "a")
 			// Wait for a renewal through the proxy, so that the last

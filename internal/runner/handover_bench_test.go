@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,13 +316,8 @@ func newRecordingProxy(t testing.TB) *recordingProxy {
 // newRecordingProxyTo is newRecordingProxy to the agent at addr.
 func newRecordingProxyTo(t testing.TB, addr string) *recordingProxy {
 	t.Helper()
-	target, err := url.Parse("http://" + addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := &recordingProxy{}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	p.addr = agentProxy(t, addr, func(w http.ResponseWriter, req *http.Request, forward http.Handler) {
 		q := req.URL.Query()
 		q.Del("dc")
 		r := &proxied{method: req.Method, path: req.URL.Path, query: q.Encode(), sent: time.Now()}
@@ -333,13 +325,11 @@ func newRecordingProxyTo(t testing.TB, addr string) *recordingProxy {
 		p.reqs = append(p.reqs, r)
 		p.mu.Unlock()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		rp.ServeHTTP(sw, req)
+		forward.ServeHTTP(sw, req)
 		p.mu.Lock()
 		r.answered, r.status = time.Now(), sw.status
 		p.mu.Unlock()
-	}))
-	t.Cleanup(srv.Close)
-	p.addr = strings.TrimPrefix(srv.URL, "http://")
+	})
 	return p
 }
 

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -135,7 +132,7 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "record")
 	stop := sampleDNS(t, service)
 	probe := newReleaseProbe(t, service)
-	a := startRunAt(t, "A", probe.addr(), token, holderArgs(l, 20001), childArgs(record, "A", "-wait-stdin")...)
+	a := startRunAt(t, "A", probe.addr, token, holderArgs(l, 20001), childArgs(record, "A", "-wait-stdin")...)
 	waitStarted(t, record, "A")
 	waitOutput(t, a, "holder service registered")
 	registered := time.Now()
@@ -228,8 +225,7 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 // catalog's instances of service is done, and is kept with that read:
 // what the catalog, and so DNS, held when the runner let the lock go.
 type releaseProbe struct {
-	srv     *httptest.Server
-	service string
+	addr string // host:port for CONSUL_HTTP_ADDR
 
 	mu   sync.Mutex
 	seen []releaseSeen
@@ -245,13 +241,8 @@ type releaseSeen struct {
 
 func newReleaseProbe(t testing.TB, service string) *releaseProbe {
 	t.Helper()
-	target, err := url.Parse(agent.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &releaseProbe{service: service}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p := &releaseProbe{}
+	p.addr = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		if frees := r.Method == http.MethodPut && (r.URL.Path == "/v1/txn" || strings.HasPrefix(r.URL.Path, "/v1/kv/") ||
 			strings.HasPrefix(r.URL.Path, "/v1/session/destroy/")); frees {
 			arrived := time.Now()
@@ -268,17 +259,10 @@ func newReleaseProbe(t testing.TB, service string) *releaseProbe {
 			p.seen = append(p.seen, seen)
 			p.mu.Unlock()
 		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		p.srv.CloseClientConnections()
-		p.srv.Close()
+		forward.ServeHTTP(w, r)
 	})
 	return p
 }
-
-// addr is host:port for CONSUL_HTTP_ADDR.
-func (p *releaseProbe) addr() string { return strings.TrimPrefix(p.srv.URL, "http://") }
 
 // after is what the probe saw of the requests that arrived after t.
 func (p *releaseProbe) after(t time.Time) []releaseSeen {

@@ -7,6 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -355,6 +359,26 @@ func startRunAt(t testing.TB, name, addr, token string, args []string, childArgs
 	full = append(full, "--", childBin)
 	full = append(full, childArgs...)
 	return startProc(t, name, processEnv(addr, token), runnerBin, full...)
+}
+
+// agentProxy serves handle in front of the agent's HTTP API at addr
+// (host:port), for the tests that watch, hold or fail a runner's
+// requests: forward passes a request on to the agent. It returns the
+// proxy's host:port for CONSUL_HTTP_ADDR; the proxy closes when the test
+// ends, its connections first.
+func agentProxy(t testing.TB, addr string, handle func(w http.ResponseWriter, r *http.Request, forward http.Handler)) string {
+	t.Helper()
+	target, err := url.Parse("http://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(w, r, forward) }))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return strings.TrimPrefix(srv.URL, "http://")
 }
 
 // startConsulLock starts `consul lock [-n N] -shell=false <prefix> <child> <childArgs>`

@@ -2,9 +2,6 @@ package runner
 
 import (
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,13 +36,8 @@ func (p *countingProxy) failOnce(sel func(*http.Request) bool) {
 
 func newCountingProxy(t *testing.T, hold func(*http.Request) bool, delay time.Duration) *countingProxy {
 	t.Helper()
-	target, err := url.Parse("http://" + agent.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := &countingProxy{hold: hold, delay: delay}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.addr = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		fail := false
 		p.mu.Lock()
 		if !strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
@@ -62,10 +54,8 @@ func newCountingProxy(t *testing.T, hold func(*http.Request) bool, delay time.Du
 		if p.hold != nil && p.hold(r) {
 			time.Sleep(p.delay)
 		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p.addr = strings.TrimPrefix(srv.URL, "http://")
+		forward.ServeHTTP(w, r)
+	})
 	return p
 }
 

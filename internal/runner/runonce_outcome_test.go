@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -189,17 +187,12 @@ func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing
 	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	const outage = 9 * time.Second
-	target, err := url.Parse("http://" + agent.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
 	var (
 		mu    sync.Mutex
 		armed = true
 		until time.Time
 	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		txn := r.Method == http.MethodPut && r.URL.Path == "/v1/txn"
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -212,7 +205,7 @@ func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing
 		mu.Unlock()
 		switch {
 		case start:
-			rp.ServeHTTP(httptest.NewRecorder(), r) // committed; the answer is lost
+			forward.ServeHTTP(httptest.NewRecorder(), r) // committed; the answer is lost
 			mu.Lock()
 			until = time.Now().Add(outage)
 			mu.Unlock()
@@ -220,11 +213,10 @@ func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing
 		case failing:
 			http.Error(w, "No cluster leader", http.StatusInternalServerError)
 		default:
-			rp.ServeHTTP(w, r)
+			forward.ServeHTTP(w, r)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	a := startRunAt(t, "runner a", strings.TrimPrefix(srv.URL, "http://"), token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a")...)
+	})
+	a := startRunAt(t, "runner a", addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a")...)
 	if code := a.wait(time.Minute); code != 0 {
 		t.Fatalf("runner a exited %d, want 0 (its attempt settled and run):\n%s", code, a.out.String())
 	}

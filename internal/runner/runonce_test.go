@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -433,13 +430,8 @@ func failsTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL
 
 func newOutageProxy(t *testing.T, fails func(*http.Request) bool) *outageProxy {
 	t.Helper()
-	target, err := url.Parse("http://" + agent.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := &outageProxy{fails: fails}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.addr = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		if p.failing.Load() && p.fails(r) {
 			p.failed.Add(1)
 			http.Error(w, "No cluster leader", http.StatusInternalServerError)
@@ -450,10 +442,8 @@ func newOutageProxy(t *testing.T, fails func(*http.Request) bool) *outageProxy {
 			p.writes = append(p.writes, r.Method+" "+r.URL.Path)
 			p.mu.Unlock()
 		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p.addr = strings.TrimPrefix(srv.URL, "http://")
+		forward.ServeHTTP(w, r)
+	})
 	return p
 }
 
