@@ -32,6 +32,10 @@ type Client struct {
 	// hasToken is false for the anonymous token, which /v1/acl/token/self
 	// cannot read (403 "ACL not found") although it is valid.
 	hasToken bool
+	// certAsked is set when an HTTPS agent asked this client, which has
+	// no client certificate, for one: Consul asks only when it requires
+	// one (verify_incoming), and then the connection fails.
+	certAsked atomic.Bool
 }
 
 // requestsTotal counts HTTP requests sent to Consul by every client of this
@@ -55,12 +59,11 @@ func New(s Settings) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	transport, err := newTransport(s, scheme)
+	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition, hasToken: token != ""}
+	transport, err := newTransport(s, scheme, &c.certAsked)
 	if err != nil {
 		return nil, err
 	}
-
-	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition, hasToken: token != ""}
 
 	retry := s.Retry.withDefaults()
 	rc := retryablehttp.NewClient()
@@ -133,7 +136,7 @@ func resolveToken(s Settings) (string, error) {
 }
 
 // newTransport is a pooled transport with TLS 1.2 or later for https.
-func newTransport(s Settings, scheme string) (*http.Transport, error) {
+func newTransport(s Settings, scheme string, certAsked *atomic.Bool) (*http.Transport, error) {
 	transport := cleanhttp.DefaultPooledTransport()
 	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	if scheme != "https" {
@@ -153,6 +156,16 @@ func newTransport(s Settings, scheme string) (*http.Transport, error) {
 		return nil, fmt.Errorf("TLS configuration: %w", err)
 	}
 	tlsConf.MinVersion = tls.VersionTLS12
+	if len(tlsConf.Certificates) == 0 && tlsConf.GetClientCertificate == nil {
+		// With TLS 1.3 the agent's refusal ("certificate required") comes
+		// after the handshake, and a request written meanwhile may only see
+		// a broken pipe: remember the request for a certificate, so that
+		// the error can say what is missing. None is sent, as without this.
+		tlsConf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			certAsked.Store(true)
+			return &tls.Certificate{}, nil
+		}
+	}
 	transport.TLSClientConfig = tlsConf
 	return transport, nil
 }

@@ -266,6 +266,11 @@ func (c *Client) wrap(op string, err error) error {
 	e := Classify(op, err)
 	if e.StatusCode == 0 {
 		e.Op = fmt.Sprintf("%s at %s://%s", op, c.Scheme, c.Address)
+		if c.certAsked.Load() {
+			e.Message += "; the agent asked for a client certificate and none is configured (Consul asks when verify_incoming " +
+				"is on, and then refuses the connection without one): set a client certificate and key (cert_file and key_file, " +
+				"or CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY)"
+		}
 	}
 	return e
 }

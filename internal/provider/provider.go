@@ -188,7 +188,7 @@ func providerTLSAttributes() map[string]schema.Attribute {
 			Optional:            true,
 		},
 		"cert_file": schema.StringAttribute{
-			MarkdownDescription: "Client certificate file for mutual TLS. Environment: `CONSUL_CLIENT_CERT`. Needs `key_file` or `key_pem`.",
+			MarkdownDescription: "Client certificate file for mutual TLS, which an agent with `verify_incoming` on requires: without one, the error says the agent asked for it. Environment: `CONSUL_CLIENT_CERT`. Needs `key_file` or `key_pem`.",
 			Optional:            true,
 			Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("cert_pem"))},
 		},

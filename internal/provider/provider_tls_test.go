@@ -72,13 +72,15 @@ func TestAccProvider_tls(t *testing.T) {
 				ExpectError: regexp.MustCompile(`(?s)Cannot Reach Consul.*(certificate|x509)`),
 			},
 			{
-				// verify_incoming is on: no client certificate, no connection.
+				// verify_incoming is on: no client certificate, no connection,
+				// and the error says which setting is missing (whether the
+				// request saw the agent's refusal or only a broken pipe).
 				PreConfig: func() {
 					t.Setenv("CONSUL_CLIENT_CERT", "")
 					t.Setenv("CONSUL_CLIENT_KEY", "")
 				},
 				Config:      probeConfig(fmt.Sprintf("address = %q\ntoken = %q\nca_file = %q", addr, token, tlsAgent.CAFile), "tls/.lock"),
-				ExpectError: regexp.MustCompile(`(?s)Cannot Reach Consul.*(certificate|tls)`),
+				ExpectError: regexp.MustCompile(`(?s)Cannot Reach Consul.*asked\s+for\s+a\s+client\s+certificate.*cert_file\s+and\s+key_file`),
 			},
 			{
 				Config:            probeConfig(fmt.Sprintf("address = %q\ntoken = %q\ninsecure_skip_verify = true", addr, token)+clientFiles, "tls/.lock"),
