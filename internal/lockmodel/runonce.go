@@ -66,13 +66,16 @@ type RunOnce struct {
 	// DefaultTimeZone. Only with Schedule.
 	TimeZone string
 	// StartingDeadline: a runner that starts more than this after its
-	// slot's time (Slot) does not run the slot (ExitRunPastDeadline); 0 is
-	// no deadline. Not applied to an explicit run ID (a backfill).
+	// slot's time (Trigger) does not start the slot (JudgeTrigger,
+	// ExitRunPastDeadline) unless the ledger shows it begun (SlotBegun);
+	// 0 is no deadline: the latest slot may start until the next slot's
+	// time. Not applied to an explicit run ID (a backfill).
 	StartingDeadline time.Duration
 	// Since is when the lock was declared with these slots (created, or
 	// its schedule, time_zone, period or offset last changed), written by
-	// the provider: no slot before it is missed (MissedSlots). Zero when
-	// unknown (a record written before it existed).
+	// the provider: no slot before it is missed (MissedSlots), nor run
+	// (JudgeTrigger, RunIDSlot). Zero when unknown (a record written
+	// before it existed).
 	Since time.Time
 	// MaxRuntime stops an attempt's command this long after it started
 	// (SIGTERM, SIGKILL after -grace; outcome "timed_out"); 0 is none.
@@ -170,6 +173,25 @@ func (r RunOnce) PeriodWarnings(p SessionProfile) []Warning {
 			"vanishes mid-run, the next node may acquire only after up to %s, so a crashed run may not be "+
 			"taken over within its period. Use a longer period or a profile with a shorter ttl and lock_delay.",
 			FormatDuration(r.Period), p.Name, FormatDuration(gap), FormatDuration(gap)),
+	}}
+}
+
+// DeadlineWarnings advises on a schedule without starting_deadline: a
+// trigger then runs the latest slot however late it starts, until the next
+// slot's time (a day late for a daily schedule), after a reboot, a resumed
+// VM or a timer catching up.
+func (r RunOnce) DeadlineWarnings() []Warning {
+	if r.Schedule == "" || r.StartingDeadline != 0 {
+		return nil
+	}
+	return []Warning{{
+		Field:   FieldRunOnceSchedule,
+		Summary: "Schedule Without Starting Deadline",
+		Detail: fmt.Sprintf("run_once.schedule (%q) has no run_once.starting_deadline: a runner started without -run-id "+
+			"runs the latest slot however late it starts, up to the next slot's time (a whole day for a daily "+
+			"schedule), e.g. after a reboot, a resumed VM or a timer catching up. Set run_once.starting_deadline "+
+			"(e.g. \"10m\") to bound how late a slot may start: a later runner then exits %d, unless the slot was "+
+			"already begun, and the slot is listed missed.", r.Schedule, ExitRunPastDeadline),
 	}}
 }
 

@@ -202,3 +202,18 @@ func TestRunOnce_scheduledTime(t *testing.T) {
 		t.Errorf("period slot: %s %v", at, ok)
 	}
 }
+
+// A schedule without starting_deadline warns, naming the attribute and
+// the default bound; a deadline, or a period, does not.
+func TestRunOnce_DeadlineWarnings(t *testing.T) {
+	ws := RunOnce{Schedule: "0 2 * * *"}.DeadlineWarnings()
+	if len(ws) != 1 || ws[0].Field != FieldRunOnceSchedule || !strings.Contains(ws[0].Detail, FieldRunOnceStartingDeadline) ||
+		!strings.Contains(ws[0].Detail, "up to the next slot's time") {
+		t.Fatalf("DeadlineWarnings = %+v", ws)
+	}
+	for _, r := range []RunOnce{{Schedule: "0 2 * * *", StartingDeadline: time.Minute}, {Period: time.Hour}} {
+		if ws := r.DeadlineWarnings(); len(ws) != 0 {
+			t.Errorf("%+v warns: %+v", r, ws)
+		}
+	}
+}

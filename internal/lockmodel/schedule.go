@@ -495,9 +495,11 @@ func anyDate(spec *cron.SpecSchedule) bool {
 }
 
 // ExitRunPastDeadline is the exit code of `consullock run` when it started
-// more than run_once.starting_deadline after its slot's time: the command
+// more than run_once.starting_deadline after its slot's time, or for a slot
+// that precedes the lock's declaration (JudgeTrigger), and the run ledger
+// does not show the slot begun by another runner (SlotBegun): the command
 // was not started and the ledger was not written (the slot stays missed
-// unless another runner was on time, or it is backfilled with -run-id).
+// unless it is backfilled with -run-id).
 const ExitRunPastDeadline = 119
 
 // ParsedSchedule is r's Schedule in its TimeZone; r.Schedule must be set.
@@ -531,6 +533,148 @@ func (r RunOnce) Slot(start time.Time) (id string, at time.Time, err error) {
 func (r RunOnce) PastDeadline(at, start time.Time) (late time.Duration, past bool) {
 	late = start.Sub(at)
 	return late, r.StartingDeadline > 0 && late > r.StartingDeadline
+}
+
+// TriggerSkew is how long before a slot's time a trigger without -run-id
+// still belongs to that slot (RunOnce.Trigger): a runner started at
+// 01:59:58 by its clock for a schedule "0 2 * * *" runs the 02:00 slot,
+// after waiting until 02:00 by its clock, not the day before's.
+//
+// Why 5s: a scheduler fires at or after the slot's time by its own clock;
+// a runner reads its own, which may be behind by the nodes' clock skew
+// (milliseconds under NTP, a few seconds on a node whose clock is still
+// being slewed after a boot or a resumed VM). Five seconds covers that
+// with room, and is small against the shortest slot width (MinRunPeriod, a
+// minute): only a trigger for the previous slot that fires within 5s of
+// the next one is taken for the next one, and it is long past any useful
+// starting_deadline by then. It is also the longest a runner waits before
+// it tries to acquire.
+//
+// Why wait rather than run at once: the command's scheduled time
+// (CONSUL_LOCK_SCHEDULED_TIME) is never in the future, so a job that
+// processes what exists up to its slot (a day's partition at midnight)
+// never starts before the slot; and a runner on a clock that is ahead
+// cannot start a slot before the nodes whose clocks are right consider it
+// begun.
+const TriggerSkew = 5 * time.Second
+
+// Trigger is the slot a runner started at start runs when no run ID is
+// given: Slot's, except with a schedule, where a slot at most TriggerSkew
+// after start is the trigger's own (an early trigger), and wait is how
+// long the runner waits until its time (0 for a slot at or before start).
+// Period slots are Slot's. r must be valid.
+func (r RunOnce) Trigger(start time.Time) (id string, at time.Time, wait time.Duration, err error) {
+	if r.Schedule != "" {
+		s, err := r.ParsedSchedule()
+		if err != nil {
+			return "", time.Time{}, 0, err
+		}
+		if next, ok := s.Next(start); ok && next.Sub(start) <= TriggerSkew {
+			return s.SlotID(next), next, next.Sub(start), nil
+		}
+	}
+	id, at, err = r.Slot(start)
+	return id, at, 0, err
+}
+
+// SlotRefusal is why a trigger without -run-id does not start its slot
+// (JudgeTrigger); "" when it may.
+type SlotRefusal string
+
+// Slot refusals. Both exit ExitRunPastDeadline unless the run ledger shows
+// the slot begun (SlotBegun).
+const (
+	SlotPastDeadline SlotRefusal = "started past run_once.starting_deadline"
+	SlotBeforeSince  SlotRefusal = "the slot precedes the declaration of the lock's slots"
+)
+
+// JudgeTrigger says whether a runner started at start may start the slot
+// scheduled at at: not more than StartingDeadline after it (PastDeadline,
+// late is how late it is), and never a schedule's slot before r.Since
+// (the lock was declared, or its slots last changed, after the slot's
+// time: the slot was not the lock's when it fell due). An unknown Since
+// (zero) refuses nothing.
+func (r RunOnce) JudgeTrigger(at, start time.Time) (late time.Duration, refusal SlotRefusal) {
+	late, past := r.PastDeadline(at, start)
+	switch {
+	case r.precedesSince(at):
+		return late, SlotBeforeSince
+	case past:
+		return late, SlotPastDeadline
+	}
+	return late, ""
+}
+
+// precedesSince reports whether the schedule's slot at at precedes
+// r.Since (a slot at the declaration's second is the lock's). Period slots
+// are spans, and a trigger runs the one it falls in: never refused so.
+func (r RunOnce) precedesSince(at time.Time) bool {
+	return r.Schedule != "" && !r.Since.IsZero() && at.Before(r.Since.Truncate(time.Second))
+}
+
+// SlotBegun reports whether ledger l shows run id begun: done (succeeded,
+// or its attempts used up under r's max_attempts) or with an attempt
+// running. A trigger that JudgeTrigger refuses goes on as an on-time one
+// would for a begun slot (exits as done, or waits for the running attempt
+// as any waiter does): the slot was started in time by another runner,
+// and its late trigger is no miss. A run that is not begun (absent, or its
+// last attempt failed with attempts left) is refused: starting it now
+// would start the slot late.
+func (r RunOnce) SlotBegun(l Ledger, id string) bool {
+	if _, done := l.DoneRun(id, r.WithDefaults().MaxAttempts); done {
+		return true
+	}
+	i := l.Find(id)
+	return i >= 0 && l.Runs[i].Outcome == RunRunning
+}
+
+// RunIDSlot reads a run ID given with -run-id. With a schedule, a run ID
+// that parses as an RFC 3339 timestamp is an instant: one that is a
+// slot's, in any spelling (2026-12-07T01:00:00Z for the slot
+// 2026-12-07T02:00:00+01:00 in Europe/Berlin, or with a fraction of a
+// second), is that slot's run, named canonical by SlotID, at its time
+// (slot true); any other instant, and a slot that precedes r.Since, is a
+// *FieldError for "-run-id" naming the schedule, its zone and the nearest
+// slots. Any other run ID (manual-2026-12-07, or a date alone) is a run of
+// its own, returned as given with slot false: it is never a slot's run, so
+// running it neither runs nor skips a slot. Without a schedule, the ID is
+// returned as given, a slot when ScheduledTime reads it (a period slot as
+// RunSlot writes it).
+func (r RunOnce) RunIDSlot(id string) (canonical string, at time.Time, slot bool, err error) {
+	if r.Schedule == "" {
+		at, slot = r.ScheduledTime(id)
+		return id, at, slot, nil
+	}
+	t, perr := time.Parse(time.RFC3339, id)
+	if perr != nil {
+		return id, time.Time{}, false, nil
+	}
+	s, err := r.ParsedSchedule()
+	if err != nil {
+		return "", time.Time{}, false, err
+	}
+	prev, havePrev := s.Prev(t)
+	if havePrev && prev.Equal(t) && !r.precedesSince(prev) {
+		return s.SlotID(prev), prev, true, nil
+	}
+	where := fmt.Sprintf("of run_once.schedule %q in %s", r.Schedule, s.TimeZone())
+	slotText := func(at time.Time, ok bool) string {
+		if !ok {
+			return "none within 8 years"
+		}
+		return s.SlotID(at)
+	}
+	var why string
+	if havePrev && prev.Equal(t) {
+		why = fmt.Sprintf("the slot %s %s precedes the declaration of the lock's slots (%s) and is never run",
+			s.SlotID(prev), where, r.Since.In(s.Location()).Format(time.RFC3339))
+	} else {
+		next, haveNext := s.Next(t)
+		why = fmt.Sprintf("%s is not a slot %s: the nearest slots are %s before and %s after",
+			t.In(s.Location()).Format(time.RFC3339Nano), where, slotText(prev, havePrev), slotText(next, haveNext))
+	}
+	return "", time.Time{}, false, &FieldError{Field: "-run-id", Value: id, Allowed: why +
+		"; give a slot's time (any RFC 3339 spelling of its instant), or a run ID that is not a timestamp (e.g. manual-2026-12-07) for a run of its own"}
 }
 
 // ScheduledTime is the scheduled time of the run named id, when id names
@@ -583,6 +727,9 @@ func (r RunOnce) MissedSlots(l Ledger, now time.Time) []string {
 	ran := map[string]bool{}
 	for _, run := range l.Runs {
 		ran[run.ID] = true
+		if id, _, slot, err := r.RunIDSlot(run.ID); err == nil && slot {
+			ran[id] = true // a slot's run under another spelling (written before runners named it by SlotID)
+		}
 		at, ok := r.ScheduledTime(run.ID)
 		if !ok && len(run.Attempts) > 0 {
 			at, ok = run.Attempts[0].Started, true

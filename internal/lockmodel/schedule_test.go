@@ -308,6 +308,171 @@ func TestRunOnce_missedSlots(t *testing.T) {
 	}
 }
 
+// A slot has one identity: a -run-id that is a timestamp is read as an
+// instant, and every spelling of a slot's instant is that slot's run,
+// named as SlotID writes it; any other instant is refused naming the
+// schedule, the zone and the nearest slots; other run IDs are runs of
+// their own.
+func TestRunOnce_runIDSlot(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin", Since: utc("2026-12-01T12:00:00Z")}
+	const slot = "2026-12-07T02:00:00+01:00"
+	for _, c := range []struct {
+		name, id, want string // want "" with refused: an error
+		slot           bool
+		refused        []string // texts the error names
+	}{
+		{name: "canonical", id: slot, want: slot, slot: true},
+		{name: "UTC spelling", id: "2026-12-07T01:00:00Z", want: slot, slot: true},
+		{name: "another offset", id: "2026-12-06T20:00:00-05:00", want: slot, slot: true},
+		{name: "with a fraction", id: "2026-12-07T01:00:00.000Z", want: slot, slot: true},
+		{name: "summer slot in UTC", id: "2027-07-01T00:00:00Z", want: "2027-07-01T02:00:00+02:00", slot: true},
+		{name: "not a slot", id: "2026-12-07T02:30:00+01:00", refused: []string{
+			`-run-id: "2026-12-07T02:30:00+01:00"`, `run_once.schedule "0 2 * * *" in Europe/Berlin`,
+			"nearest slots are 2026-12-07T02:00:00+01:00 before and 2026-12-08T02:00:00+01:00 after", "manual-"}},
+		{name: "a second off", id: "2026-12-07T01:00:01Z", refused: []string{"2026-12-07T02:00:01+01:00 is not a slot"}},
+		{name: "a fraction off", id: "2026-12-07T01:00:00.5Z", refused: []string{"2026-12-07T02:00:00.5+01:00 is not a slot"}},
+		{name: "before the declaration", id: "2026-12-01T01:00:00Z", refused: []string{
+			"the slot 2026-12-01T02:00:00+01:00", "precedes the declaration", "2026-12-01T13:00:00+01:00"}},
+		{name: "a run of its own", id: "manual-2026-12-07", want: "manual-2026-12-07"},
+		{name: "a date alone is not a timestamp", id: "2026-12-07", want: "2026-12-07"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, at, isSlot, err := r.RunIDSlot(c.id)
+			if c.refused != nil {
+				if err == nil {
+					t.Fatalf("RunIDSlot(%q) = %q, %v; want refused", c.id, got, isSlot)
+				}
+				for _, text := range c.refused {
+					if !strings.Contains(err.Error(), text) {
+						t.Errorf("error %q does not name %q", err, text)
+					}
+				}
+				return
+			}
+			if err != nil || got != c.want || isSlot != c.slot {
+				t.Fatalf("RunIDSlot(%q) = %q, %v, %v; want %q, %v", c.id, got, isSlot, err, c.want, c.slot)
+			}
+			// Invariant: a slot's run is named and timed as Slot names the
+			// trigger at its instant.
+			if isSlot {
+				if id, want, _ := r.Slot(at); id != got || !at.Equal(want) {
+					t.Errorf("slot %q at %s, but Slot(%s) = %q at %s", got, at, at, id, want)
+				}
+			}
+		})
+	}
+	// Without a schedule the ID is as given; a period slot as RunSlot writes it.
+	p := RunOnce{Period: time.Hour}
+	if id, _, isSlot, err := p.RunIDSlot("2026-12-07T01:00:00Z"); err != nil || id != "2026-12-07T01:00:00Z" || !isSlot {
+		t.Errorf("period slot: %q %v %v", id, isSlot, err)
+	}
+	if id, _, isSlot, err := p.RunIDSlot("2026-12-07T01:30:00Z"); err != nil || id != "2026-12-07T01:30:00Z" || isSlot {
+		t.Errorf("period non-slot: %q %v %v", id, isSlot, err)
+	}
+}
+
+// A trigger up to TriggerSkew before a slot is that slot's, and waits
+// until its time; any other trigger runs the latest slot, as Slot does.
+func TestRunOnce_trigger(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin"}
+	slot := utc("2026-12-07T01:00:00Z")
+	const today, yesterday = "2026-12-07T02:00:00+01:00", "2026-12-06T02:00:00+01:00"
+	for _, c := range []struct {
+		name  string
+		start time.Time
+		want  string
+		wait  time.Duration
+	}{
+		{"on time", slot, today, 0},
+		{"a minute late", slot.Add(time.Minute), today, 0},
+		{"2s early", slot.Add(-2 * time.Second), today, 2 * time.Second},
+		{"at the skew", slot.Add(-TriggerSkew), today, TriggerSkew},
+		{"a fraction early", slot.Add(-time.Millisecond), today, time.Millisecond},
+		{"just beyond the skew", slot.Add(-TriggerSkew - time.Millisecond), yesterday, 0},
+		{"an hour early", slot.Add(-time.Hour), yesterday, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id, at, wait, err := r.Trigger(c.start)
+			if err != nil || id != c.want || wait != c.wait {
+				t.Fatalf("Trigger(%s) = %q, wait %s, %v; want %q, wait %s", c.start, id, wait, err, c.want, c.wait)
+			}
+			// Invariants: the trigger never runs a slot in its future once
+			// it waited, nor one more than TriggerSkew ahead.
+			if !c.start.Add(wait).Equal(at) && wait != 0 || at.Sub(c.start) > TriggerSkew {
+				t.Errorf("slot %s, start %s, wait %s", at, c.start, wait)
+			}
+		})
+	}
+	// Period slots are the span the start falls in, early or not.
+	if id, _, wait, err := (RunOnce{Period: time.Hour}).Trigger(slot.Add(-time.Second)); err != nil || id != "2026-12-07T00:00:00Z" || wait != 0 {
+		t.Errorf("period trigger: %q %s %v", id, wait, err)
+	}
+}
+
+// A late trigger, or one for a slot before the lock's declaration, is
+// refused unless the ledger shows the slot begun (done, or running): the
+// deadline judges starting a slot, not joining one begun in time.
+func TestRunOnce_judgeTriggerAndSlotBegun(t *testing.T) {
+	slot := utc("2026-12-07T01:00:00Z")
+	const id = "2026-12-07T02:00:00+01:00"
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute, MaxAttempts: 2,
+		Since: utc("2026-12-01T12:00:00Z")}
+	for _, c := range []struct {
+		name  string
+		r     RunOnce
+		at    time.Time
+		start time.Time
+		want  SlotRefusal
+	}{
+		{"on time", r, slot, slot.Add(time.Minute), ""},
+		{"at the deadline", r, slot, slot.Add(10 * time.Minute), ""},
+		{"past the deadline", r, slot, slot.Add(11 * time.Minute), SlotPastDeadline},
+		{"no deadline", RunOnce{Schedule: r.Schedule, TimeZone: r.TimeZone}, slot, slot.Add(23 * time.Hour), ""},
+		{"before the declaration", r, utc("2026-12-01T01:00:00Z"), utc("2026-12-01T12:00:05Z"), SlotBeforeSince},
+		{"at the declaration's second", RunOnce{Schedule: "* * * * *", Since: utc("2026-12-01T12:00:00Z").Add(300 * time.Millisecond)},
+			utc("2026-12-01T12:00:00Z"), utc("2026-12-01T12:00:01Z"), ""},
+		{"unknown declaration", RunOnce{Schedule: r.Schedule}, utc("2026-12-01T01:00:00Z"), utc("2026-12-01T01:00:05Z"), ""},
+		{"period slot before the declaration", RunOnce{Period: 24 * time.Hour, Since: utc("2026-12-01T12:00:00Z")},
+			utc("2026-12-01T00:00:00Z"), utc("2026-12-01T12:05:00Z"), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, got := c.r.JudgeTrigger(c.at, c.start); got != c.want {
+				t.Fatalf("JudgeTrigger = %q, want %q", got, c.want)
+			}
+		})
+	}
+	attempt := func(n int, o RunOutcome) Attempt { return Attempt{Number: n, Outcome: o} }
+	for _, c := range []struct {
+		name  string
+		l     Ledger
+		begun bool
+	}{
+		{"no run", Ledger{}, false},
+		{"another run", Ledger{Runs: []Run{{ID: "manual-1", Outcome: RunSucceeded, Attempts: []Attempt{attempt(1, RunSucceeded)}}}}, false},
+		{"succeeded", Ledger{Runs: []Run{{ID: id, Outcome: RunSucceeded, Attempts: []Attempt{attempt(1, RunSucceeded)}}}}, true},
+		{"running", Ledger{Runs: []Run{{ID: id, Outcome: RunRunning, Attempts: []Attempt{attempt(1, RunRunning)}}}}, true},
+		{"exhausted", Ledger{Runs: []Run{{ID: id, Outcome: RunExhausted, Attempts: []Attempt{attempt(1, RunFailed), attempt(2, RunFailed)}}}}, true},
+		{"failed, attempts left", Ledger{Runs: []Run{{ID: id, Outcome: RunFailed, Attempts: []Attempt{attempt(1, RunFailed)}}}}, false},
+		{"pruned, succeeded", Ledger{Pruned: []PrunedRun{{ID: id, Outcome: RunSucceeded}}}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := r.SlotBegun(c.l, id); got != c.begun {
+				t.Fatalf("SlotBegun = %v, want %v", got, c.begun)
+			}
+		})
+	}
+}
+
+// A slot's run written under another spelling of its instant (by a runner
+// that did not name it by SlotID) is that slot's: not missed.
+func TestRunOnce_missedSlotsReadsAnySpelling(t *testing.T) {
+	r := RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin", Keep: 3, Since: utc("2026-12-04T12:00:00Z")}
+	l := Ledger{Runs: []Run{{ID: "2026-12-06T01:00:00Z", Outcome: RunSucceeded}, {ID: "2026-12-05T02:00:00+01:00", Outcome: RunSucceeded}}}
+	if got := r.MissedSlots(l, utc("2026-12-07T12:00:00Z")); len(got) != 0 {
+		t.Fatalf("missed = %v, want none (the 7th may still start)", got)
+	}
+}
+
 // BenchmarkSchedule prints the cost of a trigger's run ID (Prev) and of a
 // next slot in a DST zone.
 func BenchmarkSchedule(b *testing.B) {
