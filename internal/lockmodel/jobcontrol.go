@@ -13,13 +13,14 @@ import (
 // and the tail of each attempt's stderr kept in the ledger (-keep-output).
 //
 // Retries that wait: after a retried outcome (failed, lost, crashed,
-// timed_out) of attempt n, the run's NotBefore is the outcome's time plus
-// RetryAfter x RetryBackoff^(n-1), at most MaxRetryWait. No holder starts
-// attempt n+1 before it (Begin answers BeginWait); a waiter sleeps until
-// it without a session. NotBefore is on the clock of the holder that
-// recorded the outcome and is compared on the next holder's: a holder
-// whose clock is k ahead starts up to k early (as HoldStart, keep clocks
-// by NTP).
+// timed_out, released) of attempt n, the run's NotBefore is the outcome's
+// time plus RetryAfter x RetryBackoff^(n-1), at most MaxRetryWait (for a
+// released attempt, from the release's time: Run.NotBeforeUnder). No
+// holder starts attempt n+1 before it (Begin answers BeginWait); a waiter
+// sleeps until it without a session. NotBefore is on the clock of the
+// holder (or operator) that recorded the outcome and is compared on the
+// next holder's: a holder whose clock is k ahead starts up to k early (as
+// HoldStart, keep clocks by NTP).
 //
 // max_runtime and max_hold: max_runtime stops the command (SIGTERM at the
 // deadline counted from the command's start, SIGKILL after -grace) and the

@@ -49,7 +49,7 @@ func beginWith(t *testing.T, l Ledger, h RunHolder, now time.Time) BeginDecision
 }
 
 func TestBeginWith_noAttemptStartsBeforeNotBefore(t *testing.T) {
-	for _, o := range []RunOutcome{RunFailed, RunLost, RunTimedOut, RunCrashed} {
+	for _, o := range []RunOutcome{RunFailed, RunLost, RunTimedOut, RunCrashed, RunReleased} {
 		t.Run(string(o), func(t *testing.T) {
 			l := beginWith(t, Ledger{Lock: "nightly"}, nodeA, t0).Ledger
 			end := t0.Add(10 * time.Second)
@@ -57,7 +57,8 @@ func TestBeginWith_noAttemptStartsBeforeNotBefore(t *testing.T) {
 			if o == RunFailed {
 				exit = code(1)
 			}
-			if o == RunCrashed {
+			switch o {
+			case RunCrashed:
 				// The next holder finds attempt 1 running: crashed, and
 				// the wait starts at that finding; it writes that and waits.
 				d := beginWith(t, l, nodeB, end)
@@ -65,7 +66,23 @@ func TestBeginWith_noAttemptStartsBeforeNotBefore(t *testing.T) {
 					t.Fatalf("crashed: %v changed %v not_before %s, want wait until %s, recorded", d.Kind, d.Changed, d.NotBefore, end.Add(time.Minute))
 				}
 				l = d.Ledger
-			} else {
+			case RunReleased:
+				// `consullock release` records no wait (it does not know
+				// the policy); the wait starts at the release, a waiter
+				// sees it, and the next holder writes it and waits.
+				var found bool
+				if l, _, _, found = l.Release(nodeA.Session, "bob@ops", "stuck", end); !found {
+					t.Fatal("release: attempt 1 not found")
+				}
+				if got := l.Runs[0].NotBeforeUnder(retryPolicy); !got.Equal(end.Add(time.Minute)) {
+					t.Fatalf("released: a waiter sees not_before %s, want the release's time + retry_after = %s", got, end.Add(time.Minute))
+				}
+				d := beginWith(t, l, nodeB, end.Add(time.Second))
+				if d.Kind != BeginWait || !d.Changed || !d.NotBefore.Equal(end.Add(time.Minute)) {
+					t.Fatalf("released: %v changed %v not_before %s, want wait until %s, recorded", d.Kind, d.Changed, d.NotBefore, end.Add(time.Minute))
+				}
+				l = d.Ledger
+			default:
 				var err error
 				if l, err = l.FinishWith("r1", 1, AttemptResult{Outcome: o, ExitCode: exit}, retryPolicy, end); err != nil {
 					t.Fatal(err)
@@ -107,6 +124,53 @@ func TestBeginWith_noAttemptStartsBeforeNotBefore(t *testing.T) {
 				t.Fatalf("after 3 attempts: %v, want exhausted", d.Kind)
 			}
 			checkLedger(t, l3)
+		})
+	}
+}
+
+// A released attempt waits as a failed one would, and only when attempts
+// remain and a wait is configured; a recorded wait is left as it is.
+func TestNotBeforeUnder_aReleasedAttemptWaitsAsAFailedOne(t *testing.T) {
+	released := func(n int) Run {
+		r := Run{ID: "r1", Outcome: RunReleased}
+		for i := 1; i <= n; i++ {
+			o := RunFailed
+			if i == n {
+				o = RunReleased
+			}
+			r.Attempts = append(r.Attempts, Attempt{Number: i, Outcome: o, Finished: t0})
+		}
+		return r
+	}
+	recorded := released(1)
+	recorded.NotBefore = t0.Add(time.Hour)
+	cases := []struct {
+		name string
+		run  Run
+		p    AttemptPolicy
+		want time.Time
+	}{
+		{"released attempt 1: retry_after", released(1), retryPolicy, t0.Add(time.Minute)},
+		{"released attempt 2: retry_after x backoff", released(2), retryPolicy, t0.Add(2 * time.Minute)},
+		{"released last attempt: none", released(3), retryPolicy, time.Time{}},
+		{"no retry_after: none", released(1), AttemptPolicy{MaxAttempts: 3}, time.Time{}},
+		{"a recorded wait stands", recorded, retryPolicy, t0.Add(time.Hour)},
+		{"failed without a recorded wait: none", Run{ID: "r1", Outcome: RunFailed, Attempts: []Attempt{{Number: 1, Outcome: RunFailed, Finished: t0}}}, retryPolicy, time.Time{}},
+		{"no attempt: none", Run{ID: "r1", Outcome: RunRunning}, retryPolicy, time.Time{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := c.run.NotBeforeUnder(c.p)
+			if !got.Equal(c.want) {
+				t.Fatalf("NotBeforeUnder = %s, want %s", got, c.want)
+			}
+			// Invariant: as a failed attempt's wait (FinishWith's) for the
+			// same attempt at the same time.
+			if n := len(c.run.Attempts); c.run.NotBefore.IsZero() && n > 0 && c.run.Attempts[n-1].Outcome == RunReleased {
+				if want := c.p.notBefore(n, t0); !got.Equal(want) {
+					t.Fatalf("released: %s, failed: %s", got, want)
+				}
+			}
 		})
 	}
 }

@@ -117,6 +117,20 @@ type Run struct {
 	NotBefore time.Time
 }
 
+// NotBeforeUnder is when the run's next attempt may start under policy
+// p: its NotBefore or, when the latest attempt was released and no wait
+// is recorded (`consullock release` ends a session without knowing the
+// policy), the release's time plus p's wait, as after a failed attempt.
+// Zero: no wait.
+func (r Run) NotBeforeUnder(p AttemptPolicy) time.Time {
+	n := len(r.Attempts)
+	if !r.NotBefore.IsZero() || n == 0 || r.Attempts[n-1].Outcome != RunReleased {
+		return r.NotBefore
+	}
+	last := r.Attempts[n-1]
+	return p.notBefore(last.Number, last.Finished)
+}
+
 // Succeeded returns the run's succeeded attempt, if any.
 func (r Run) Succeeded() (Attempt, bool) {
 	for _, a := range r.Attempts {
@@ -322,8 +336,9 @@ func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (B
 }
 
 // BeginWith is Begin under policy p: with p's retry wait, an attempt found
-// crashed sets the run's NotBefore, and a run whose NotBefore is after now
-// is BeginWait (rules in jobcontrol.go), checked after Exhausted.
+// crashed, or found released with no wait recorded, sets the run's
+// NotBefore (NotBeforeUnder), and a run whose NotBefore is after now is
+// BeginWait (rules in jobcontrol.go), checked after Exhausted.
 func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time) (BeginDecision, error) {
 	maxAttempts := p.MaxAttempts
 	if err := ValidateRunID(id); err != nil {
@@ -366,6 +381,9 @@ func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time
 		run.Outcome = RunCrashed
 		run.NotBefore = p.notBefore(last.Number, now)
 		changed = true
+	}
+	if nb := run.NotBeforeUnder(p); !nb.Equal(run.NotBefore) {
+		run.NotBefore, changed = nb, true
 	}
 	if len(run.Attempts) >= maxAttempts {
 		if run.Outcome != RunExhausted {

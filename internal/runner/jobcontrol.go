@@ -253,13 +253,15 @@ func (s *supervisor) runHook(ctx context.Context) {
 
 // runWaits reports whether ledger l shows this run waiting for its next
 // attempt (not_before ahead on the runner's clock, no attempt running,
-// attempts left): the waiter then leaves rather than take the lock.
+// attempts left): the waiter then leaves rather than take the lock. The
+// run's NotBefore is the one Begin would record (after a release too).
 func (r *runner) runWaits(l lockmodel.Ledger) (runDone, bool) {
 	i := l.Find(r.once.id)
 	if i < 0 {
 		return runDone{}, false
 	}
 	run := l.Runs[i]
+	run.NotBefore = run.NotBeforeUnder(r.once.policy)
 	n := len(run.Attempts)
 	if run.NotBefore.IsZero() || !run.NotBefore.After(r.cfg.clock.Now()) || n >= r.once.maxAttempts ||
 		(n > 0 && run.Attempts[n-1].Outcome == lockmodel.RunRunning) {
