@@ -47,10 +47,12 @@ type config struct {
 	// clock is the wall clock (lockmodel.EnvClockOffset: fault injection).
 	clock lockmodel.Clock
 	// Job control (jobcontrol.go): -max-runtime (0: none, or the lock's
-	// run_once.max_runtime), -keep-output bytes of stderr, -on-outcome.
-	maxRuntime time.Duration
-	keepOutput int
-	onOutcome  string
+	// run_once.max_runtime), -keep-output bytes of stderr, -on-outcome
+	// and whether it gets the runner's Consul token (-on-outcome-token).
+	maxRuntime     time.Duration
+	keepOutput     int
+	onOutcome      string
+	onOutcomeToken bool
 }
 
 // Defaults of the flags.
@@ -176,7 +178,8 @@ func (cfg *config) defineFlags(fs *flag.FlagSet, x *flagValues) {
 	fs.StringVar(&x.serviceRegistration, "service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
 	fs.DurationVar(&cfg.maxRuntime, "max-runtime", 0, "stop the command this long after it started (SIGTERM, SIGKILL after -grace) and exit 118; run once: the attempt is timed_out (default: the lock's run_once.max_runtime; the shorter wins when both are set)")
 	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stderr in the attempt's ledger entry (status -lock shows it); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
-	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN; its failure is logged and changes nothing")
+	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN, and without the runner's Consul token (see -on-outcome-token); its failure is logged and changes nothing")
+	fs.BoolVar(&cfg.onOutcomeToken, "on-outcome-token", false, "pass the runner's CONSUL_HTTP_TOKEN and CONSUL_HTTP_TOKEN_FILE on to the -on-outcome command (default: it gets neither)")
 	fs.StringVar(&x.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	logformat.Var(fs, &cfg.logFormat, logformat.Text)
 	fs.DurationVar(&x.ttl, "ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")

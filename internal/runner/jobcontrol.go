@@ -6,10 +6,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -26,7 +29,8 @@ import (
 //     new session (superviseRuns).
 //   - -keep-output: the command's stderr goes through a pipe the runner
 //     copies to its own stderr, keeping the last bytes for the attempt.
-//   - -on-outcome: a shell command run after the outcome is recorded.
+//   - -on-outcome: a shell command run after the outcome is recorded,
+//     without the runner's Consul token unless -on-outcome-token.
 
 // ExitMaxRuntime: the command ran past max_runtime and was stopped.
 const ExitMaxRuntime = 118
@@ -233,7 +237,7 @@ func (s *supervisor) runHook(ctx context.Context) {
 	defer cancel()
 	cmd := exec.CommandContext(hctx, "/bin/sh", "-c", cmdline)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	env := append(os.Environ(),
+	env := append(hookEnviron(os.Environ(), s.r.cfg.onOutcomeToken),
 		EnvOutcome+"="+string(s.hook.outcome), EnvExitCode+"=", EnvNode+"="+s.hold.Session.Node,
 		EnvFencingToken+"="+strconv.FormatUint(s.hold.Grant.FencingToken, 10), EnvLockKey+"="+s.r.lock.Key,
 		EnvOutcomeRecorded+"="+strconv.FormatBool(s.hook.recorded))
@@ -249,6 +253,20 @@ func (s *supervisor) runHook(ctx context.Context) {
 		return
 	}
 	log.Info("the -on-outcome command ran", "outcome", string(s.hook.outcome))
+}
+
+// hookEnviron is environ for the -on-outcome command: without the Consul
+// token (CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE) unless withToken. A
+// notification seldom needs the runner's rights on the lock, its sessions
+// and the ledger; a hook that does asks for them (-on-outcome-token).
+func hookEnviron(environ []string, withToken bool) []string {
+	if withToken {
+		return environ
+	}
+	return slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == consul.EnvToken || name == consul.EnvTokenFile
+	})
 }
 
 // runWaits reports whether ledger l shows this run waiting for its next

@@ -202,3 +202,66 @@ func recordEvents(t *testing.T, path string) map[string]int64 {
 	}
 	return out
 }
+
+// The -on-outcome command gets no Consul token unless -on-outcome-token
+// asks for it: not CONSUL_HTTP_TOKEN, not CONSUL_HTTP_TOKEN_FILE, and the
+// secret (or the token file's path) in no other variable either.
+func TestJobControl_onOutcomeGetsNoConsulTokenUnlessAsked(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	token := runnerToken(t, prefix)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	viaFile := []string{}
+	for _, kv := range processEnv(agent.Addr, token) {
+		if !strings.HasPrefix(kv, "CONSUL_HTTP_TOKEN=") {
+			viaFile = append(viaFile, kv)
+		}
+	}
+	viaFile = append(viaFile, "CONSUL_HTTP_TOKEN_FILE="+tokenFile)
+	cases := []struct {
+		name      string
+		env       []string
+		flags     []string
+		wantToken bool
+	}{
+		{"CONSUL_HTTP_TOKEN, not passed on", processEnv(agent.Addr, token), nil, false},
+		{"CONSUL_HTTP_TOKEN_FILE, not passed on", viaFile, nil, false},
+		{"-on-outcome-token passes it on", processEnv(agent.Addr, token), []string{"-on-outcome-token"}, true},
+	}
+	for i, c := range cases {
+		hookOut := filepath.Join(dir, "hook"+strconv.Itoa(i))
+		args := append([]string{"run", "-key", prefix + "/job", "-ttl", "10s", "-lock-delay", "0s",
+			"-on-outcome", "env > " + hookOut}, c.flags...)
+		args = append(args, "--", childBin)
+		p := startProc(t, c.name, c.env, runnerBin, append(args, childArgs(filepath.Join(dir, "record"), strconv.Itoa(i))...)...)
+		if code := p.wait(time.Minute); code != 0 {
+			t.Fatalf("%s: runner exited %d, want 0:\n%s", c.name, code, p.out.String())
+		}
+		b, err := os.ReadFile(hookOut)
+		if err != nil {
+			t.Fatalf("%s: -on-outcome did not run: %v\n%s", c.name, err, p.out.String())
+		}
+		env := "\n" + string(b)
+		if !strings.Contains(env, "\n"+EnvOutcome+"=succeeded\n") {
+			t.Fatalf("%s: the hook's environment lacks %s:\n%s", c.name, EnvOutcome, env)
+		}
+		set := strings.Contains(env, "\nCONSUL_HTTP_TOKEN="+token+"\n")
+		t.Logf("%s: CONSUL_HTTP_TOKEN set in the hook: %v", c.name, set)
+		if c.wantToken {
+			if !set {
+				t.Fatalf("%s: the hook has no CONSUL_HTTP_TOKEN, want the runner's", c.name)
+			}
+			continue
+		}
+		for _, leak := range []string{"\nCONSUL_HTTP_TOKEN=", "\nCONSUL_HTTP_TOKEN_FILE=", token, tokenFile} {
+			if strings.Contains(env, leak) {
+				t.Fatalf("%s: the hook's environment holds %q, want no Consul token:\n%s", c.name, strings.TrimSpace(leak), env)
+			}
+		}
+	}
+}
+
