@@ -265,3 +265,38 @@ func TestJobControl_onOutcomeGetsNoConsulTokenUnlessAsked(t *testing.T) {
 	}
 }
 
+// After `consullock release` ends a holder's attempt, the next attempt
+// waits run_once.retry_after from the release, as after a failed attempt:
+// the next runner waits without holding the lock.
+func TestJobControl_attemptAfterAReleaseWaitsRetryAfter(t *testing.T) {
+	t.Parallel()
+	const retryAfter = 3 * time.Second
+	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 3, RetryAfter: retryAfter, RetryBackoff: 1})
+	record := filepath.Join(t.TempDir(), "record")
+	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"}
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
+	waitStarted(t, record, "a")
+	code, out := consullock(t, "release", "release", "-lock", l.Name, "-reason", "stuck", "-by", "bob@ops", "-yes")
+	if code != 0 || !strings.Contains(out, "recorded run r1 attempt 1 as released") {
+		t.Fatalf("release exited %d, want 0 and the attempt recorded released:\n%s", code, out)
+	}
+	if code := a.wait(time.Minute); code != ExitLockLost {
+		t.Fatalf("runner a exited %d, want %d:\n%s", code, ExitLockLost, a.out.String())
+	}
+	b := startRun(t, "runner b", token, args, childArgs(record, "b")...)
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0:\n%s", code, b.out.String())
+	}
+	if !strings.Contains(b.out.String(), "waiting for the run's next attempt without holding the lock") {
+		t.Fatalf("runner b did not wait for the run's next attempt after the release:\n%s", b.out.String())
+	}
+	run := ledgerRun(t, l, "r1")
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunReleased || run.Outcome != lockmodel.RunSucceeded {
+		t.Fatalf("ledger run %+v; want attempt 1 released, attempt 2 succeeded", run)
+	}
+	gap := run.Attempts[1].Started.Sub(run.Attempts[0].Finished)
+	if gap < retryAfter {
+		t.Fatalf("attempt 2 started %s after the release, before retry_after %s", gap, retryAfter)
+	}
+	t.Logf("attempt 2 started %s after the release (retry_after %s)", gap.Round(time.Millisecond), retryAfter)
+}
