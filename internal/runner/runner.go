@@ -143,9 +143,6 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 	if p := (pausedError{}); errors.As(err, &p) {
 		return r.logPaused(p.p, "") // no session was made
 	}
-	if errors.Is(err, errPastDeadline) {
-		return lockmodel.ExitRunPastDeadline // logged by resolveRun; no session was made
-	}
 	if errors.Is(err, errUsage) {
 		r.log.Error("usage error", "error", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return ExitUsage // found before anything was written

@@ -37,10 +37,6 @@ const (
 	EnvScheduledTime = "CONSUL_LOCK_SCHEDULED_TIME"
 )
 
-// errPastDeadline: the runner started past run_once.starting_deadline
-// (exit lockmodel.ExitRunPastDeadline).
-var errPastDeadline = errors.New("started past run_once.starting_deadline")
-
 // ledgerTries bounds how often a ledger write is decided again after its
 // check-and-set lost (someone else wrote the ledger in between: only a
 // holder that lost the lock recording its outcome, or a hand edit).
@@ -53,6 +49,10 @@ type runOnce struct {
 	keep        int
 	ledgerKey   string
 	scheduled   string // EnvScheduledTime, "" when the run is not a slot
+	// trigger is how a run ID derived from the start was judged
+	// (resolveRun), for doneBeforeSession: the wait of an early trigger,
+	// and why a late one may not start its slot.
+	trigger slotTrigger
 	// Set once this holder has recorded its attempt (BeginRun): the
 	// attempt's number and the ledger as written, at index.
 	attempt int
@@ -121,8 +121,12 @@ func (r *runner) watchedCopy(h *lockproto.Hold) (lockmodel.Ledger, uint64, bool)
 }
 
 // resolveRun decides whether this is a run-once run and its run ID: the
-// -run-id, else the lock's run_once slot of the runner's start
-// (lockmodel RunOnce.Slot), refused past starting_deadline.
+// -run-id (lockmodel RunOnce.RunIDSlot: with a schedule, a timestamp is
+// read as an instant and named by its slot, or refused), else the lock's
+// run_once slot of the runner's start (RunOnce.Trigger, with its early
+// trigger rule), judged against starting_deadline and the declaration
+// (JudgeTrigger). A refused trigger is told after the ledger is read
+// (doneBeforeSession): a slot another runner began is joined, not missed.
 func (r *runner) resolveRun() error {
 	ro := r.lock.RunOnce
 	if r.cfg.runID == "" && ro == nil {
@@ -136,29 +140,113 @@ func (r *runner) resolveRun() error {
 		spec = *ro
 	}
 	spec = spec.WithDefaults()
-	id, scheduled := r.cfg.runID, ""
-	if id == "" {
+	var (
+		id, scheduled string
+		trigger       slotTrigger
+	)
+	if r.cfg.runID == "" {
 		var at time.Time
+		var wait time.Duration
 		var err error
-		if id, at, err = spec.Slot(r.started); err != nil {
+		if id, at, wait, err = spec.Trigger(r.started); err != nil {
 			return err
 		}
 		scheduled, from = id, "run_once.period slot of the start"
-		if spec.Schedule != "" {
+		switch {
+		case wait > 0:
+			from = "run_once.schedule slot just after the start (an early trigger)"
+		case spec.Schedule != "":
 			from = "run_once.schedule slot at or before the start"
 		}
-		if late, past := spec.PastDeadline(at, r.started); past {
-			r.log.Warn("started past run_once.starting_deadline: the slot is not run", "run_id", id, "late", lockmodel.FormatDuration(late),
-				"starting_deadline", lockmodel.FormatDuration(spec.StartingDeadline), "exit_code", lockmodel.ExitRunPastDeadline)
-			return errPastDeadline
+		trigger.spec, trigger.wait = spec, wait
+		trigger.late, trigger.refusal = spec.JudgeTrigger(at, r.started.Add(wait))
+	} else {
+		var slot bool
+		var err error
+		if id, _, slot, err = spec.RunIDSlot(r.cfg.runID); err != nil {
+			return usageErrorf("%s", err.Error())
 		}
-	} else if _, ok := spec.ScheduledTime(id); ok && ro != nil {
-		scheduled = id // a slot given with -run-id: a backfill
+		if slot && ro != nil {
+			scheduled = id // a slot given with -run-id: a backfill
+		}
+		if id != r.cfg.runID {
+			from = "-run-id " + r.cfg.runID + ", the slot's instant"
+		}
 	}
 	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep, scheduled: scheduled, policy: spec.Policy(),
-		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName)}
+		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName), trigger: trigger}
 	r.log.Info("run once", "run_id", id, "from", from, "max_attempts", spec.MaxAttempts, "ledger", r.once.ledgerKey)
 	return nil
+}
+
+// slotTrigger is how a run ID derived from the start was judged.
+type slotTrigger struct {
+	spec lockmodel.RunOnce
+	// wait: an early trigger waits this long from the start for its
+	// slot's time (lockmodel TriggerSkew) before it reads the ledger.
+	wait time.Duration
+	// refusal: why the trigger may not start its slot (late is how late
+	// it is); told once the ledger shows the slot not begun
+	// (refuseUnbegun), cleared once it joins a begun one.
+	refusal lockmodel.SlotRefusal
+	late    time.Duration
+}
+
+// awaitSlot waits, for an early trigger, until its slot's time by the
+// runner's clock (measured on the monotonic clock from the start), so
+// that no command starts before its CONSUL_LOCK_SCHEDULED_TIME. It reports
+// false when ctx ended first (a signal: the caller's signal path reports
+// it).
+func (r *runner) awaitSlot(ctx context.Context) bool {
+	t := &r.once.trigger
+	if t.wait <= 0 {
+		return true
+	}
+	until := r.started.Add(t.wait)
+	r.log.Info("early trigger: waiting for the slot's time before acquiring", "run_id", r.once.id,
+		"wait", lockmodel.FormatDuration(until.Sub(r.cfg.clock.Now()).Round(time.Millisecond)), "trigger_skew", lockmodel.FormatDuration(lockmodel.TriggerSkew))
+	timer := time.NewTimer(max(until.Sub(r.cfg.clock.Now()), 0))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		t.wait = 0
+		return true
+	}
+}
+
+// refuseUnbegun tells a refused trigger (past starting_deadline, or a
+// slot before the declaration) on the ledger l as read (err when the read
+// failed): a slot the ledger shows begun (lockmodel SlotBegun: done, or an
+// attempt running) is joined as an on-time trigger would join it; any
+// other is not started, and the runner exits ExitRunPastDeadline having
+// written nothing. A ledger that cannot be read cannot show the slot
+// begun: the slot is not started by this trigger either.
+func (r *runner) refuseUnbegun(l lockmodel.Ledger, err error) (int, bool) {
+	t := &r.once.trigger
+	if t.refusal == "" {
+		return 0, false
+	}
+	log := r.log.With("run_id", r.once.id, "late", lockmodel.FormatDuration(t.late), "exit_code", lockmodel.ExitRunPastDeadline)
+	switch t.refusal {
+	case lockmodel.SlotPastDeadline:
+		log = log.With("starting_deadline", lockmodel.FormatDuration(t.spec.StartingDeadline))
+	case lockmodel.SlotBeforeSince:
+		log = log.With("declared", t.spec.Since.Format(time.RFC3339))
+	}
+	switch {
+	case err != nil:
+		log.Warn(string(t.refusal)+"; the run ledger cannot be read to tell whether another runner began the slot: the slot is not run", "error", err.Error())
+	case t.spec.SlotBegun(l, r.once.id):
+		r.log.Info(string(t.refusal)+", but another runner began the slot in time: going on as an on-time trigger", "run_id", r.once.id,
+			"late", lockmodel.FormatDuration(t.late))
+		t.refusal = ""
+		return 0, false
+	default:
+		log.Warn(string(t.refusal) + ": the slot is not run")
+	}
+	return lockmodel.ExitRunPastDeadline, true
 }
 
 // decision is what a holder decided about its run, and the ledger as
@@ -413,18 +501,26 @@ func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (lockmode
 // that fails, or a run not done while the key is free, leaves the decision
 // to the holder, as without it.
 func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
-	if r.once == nil {
+	if r.once == nil || !r.awaitSlot(ctx) {
 		return 0, false
 	}
 	seen := "before creating a session"
 	for ; ; seen = "while waiting for the lock" {
 		l, ledgerIndex, err := r.readLedger(ctx)
 		if err != nil {
+			if ctx.Err() == nil {
+				if code, refused := r.refuseUnbegun(l, err); refused {
+					return code, true
+				}
+			}
 			r.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
 			return 0, false
 		}
 		if d, ok := r.runIsDone(l); ok {
 			return r.reportDone(d.kind, d.run.Attempts, seen), true
+		}
+		if code, refused := r.refuseUnbegun(l, nil); refused {
+			return code, true
 		}
 		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
 		case keyFree:
