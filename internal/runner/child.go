@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
@@ -64,9 +63,12 @@ type child struct {
 	// then set.
 	done  chan struct{}
 	state exitState
-	// expired: the guard killed the tree at a kill-by the runner did not
-	// extend in time (guard.go); set before done is closed.
-	expired atomic.Bool
+	// reports is what the guard reported of the command up to its exit
+	// (outcome.go); complete once done is closed.
+	reports commandReports
+	// sent counts the signals sent through the guard (their sequence
+	// numbers); the supervisor's goroutine only.
+	sent int64
 }
 
 // startChild starts argv with the runner's stdin, stdout and stderr, and a

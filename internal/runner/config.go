@@ -53,6 +53,8 @@ type config struct {
 	keepOutput     int
 	onOutcome      string
 	onOutcomeToken bool
+	// treeProtection is -tree-protection (guard.go).
+	treeProtection string
 }
 
 // Defaults of the flags.
@@ -180,6 +182,7 @@ func (cfg *config) defineFlags(fs *flag.FlagSet, x *flagValues) {
 	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stderr in the attempt's ledger entry (status -lock shows it); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
 	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN, and without the runner's Consul token (see -on-outcome-token); its failure is logged and changes nothing")
 	fs.BoolVar(&cfg.onOutcomeToken, "on-outcome-token", false, "pass the runner's CONSUL_HTTP_TOKEN and CONSUL_HTTP_TOKEN_FILE on to the -on-outcome command (default: it gets neither)")
+	fs.StringVar(&cfg.treeProtection, "tree-protection", ProtectionGuard, "what ends the command's process tree when the runner is killed: guard (a guard process in its own process group; a kill of runner and guard together leaves the tree) or pid-namespace (the guard is the init of a PID namespace, so the kernel ends the tree whatever is killed; needs CAP_SYS_ADMIN, and the command sees PIDs of its namespace), see the guarantees guide")
 	fs.StringVar(&x.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	logformat.Var(fs, &cfg.logFormat, logformat.Text)
 	fs.DurationVar(&x.ttl, "ttl", lockmodel.DefaultSessionTTL, "with -key: session TTL")
@@ -217,6 +220,9 @@ func (cfg *config) checkValues(x flagValues) error {
 	}
 	if cfg.grace < 0 {
 		return usageErrorf("-grace %s: want 0 or a positive duration", cfg.grace)
+	}
+	if cfg.treeProtection != ProtectionGuard && cfg.treeProtection != ProtectionPIDNamespace {
+		return usageErrorf("-tree-protection %q: want %s or %s", cfg.treeProtection, ProtectionGuard, ProtectionPIDNamespace)
 	}
 	if err := lockmodel.ValidateMaxRuntime(lockmodel.FlagMaxRuntime, cfg.maxRuntime); err != nil {
 		return usageErrorf("%v", err)

@@ -40,9 +40,15 @@ import (
 // is one line, a word and a number; start is followed by that many bytes
 // of JSON (guardStart):
 //
-//	runner -> guard: start <length> | killby <boottime ms> | signal <number> | end
-//	guard -> runner: started <pid> | failed <errno> | exited <wait status> | finished <wait status> | ended <processes killed> |
-//	                 expired <processes killed>
+//	runner -> guard: start <length> | ack 0 | killby <boottime ms> | signal <number> | end
+//	guard -> runner: started <pid> | failed <errno> | delivered <signal> | exited <wait status> | finished <wait status> |
+//	                 ended <processes killed> | expired <processes killed>
+//
+// The order of the guard's reports is the order of what happened to the
+// command: a delivered before the command's exited (or finished) means a
+// signal the runner asked for reached the running command; an expired
+// after it means the command had exited by itself before the kill-by
+// passed (decideOutcome reads them so).
 const (
 	// GuardCommand is the first argument that makes the binary the guard
 	// (internal/cli dispatches it before any other parsing). Not a command
@@ -50,6 +56,21 @@ const (
 	GuardCommand = "__consullock-run-guard"
 	guardFD      = 3
 )
+
+// Tree protection (-tree-protection; treeprotect_linux.go): what ends the
+// command's process tree when more than the runner is killed.
+const (
+	// ProtectionGuard: the guard, in a process group of its own when the
+	// command has one, so that a kill of the runner's group spares it.
+	ProtectionGuard = "guard"
+	// ProtectionPIDNamespace: also the guard as the init of a PID
+	// namespace, so that the kernel ends the tree when the guard dies.
+	ProtectionPIDNamespace = "pid-namespace"
+)
+
+// treeProtection is -tree-protection, set once before the first guard
+// starts.
+var treeProtection = ProtectionGuard
 
 // The messages' words.
 const (
@@ -63,6 +84,12 @@ const (
 	msgFinished = "finished"
 	msgEnded    = "ended"  // the tree is killed and reaped; the guard exits: how many were killed
 	msgSignal   = "signal" // send this signal to the command (its group if it has one)
+	// msgDelivered: a signal the runner asked for is being sent to the
+	// command, which has not exited (sent before the signal is).
+	msgDelivered = "delivered"
+	// msgAck: the runner has the command's PID (from a guard in a PID
+	// namespace, which reaps nothing before it).
+	msgAck = "ack"
 	msgEnd      = "end"    // kill the tree, report ended, exit
 	// msgKillBy: kill the tree at this CLOCK_BOOTTIME millisecond unless a
 	// later kill-by comes first (the latest one counts).

@@ -24,6 +24,8 @@ const guarded = true
 // guard is the runner's side of the guard process.
 type guard struct {
 	cmd   *exec.Cmd // the guard process
+	// ns: the guard is the init of a PID namespace (treeprotect_linux.go).
+	ns    bool
 	conn  *os.File  // the runner's end of the control socket
 	mu    sync.Mutex
 	ended chan int      // the guard's "ended": how many it killed
@@ -37,14 +39,10 @@ type guard struct {
 var errGuardLost = errors.New("the guard exited before it started the command")
 
 // prepareGuard starts a guard that waits for its command (see guard.go),
-// or returns nil if it cannot: startChild then starts one itself, and
-// reports why if that fails too.
-func prepareGuard() *guard {
-	g, err := newGuard(os.Stderr)
-	if err != nil {
-		return nil
-	}
-	return g
+// or returns nil and why if it cannot: startChild then starts one itself,
+// and reports why if that fails too.
+func prepareGuard() (*guard, error) {
+	return newGuard(os.Stderr)
 }
 
 // newGuard starts a guard whose command gets stderr as its stderr.
@@ -58,13 +56,15 @@ func newGuard(stderr *os.File) (*guard, error) {
 	cmd.Args[0] = os.Args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
 	cmd.ExtraFiles = []*os.File{theirs} // guardFD
+	ns := treeProtection == ProtectionPIDNamespace
+	cmd.SysProcAttr = guardProcAttr(!stdinIsTerminal(), ns)
 	err = cmd.Start()
 	_ = theirs.Close() // the guard's alone now: its end closes when it dies
 	if err != nil {
 		_ = ours.Close()
 		return nil, fmt.Errorf("guard: %w", err)
 	}
-	g := &guard{cmd: cmd, conn: ours, ended: make(chan int, 1), gone: make(chan struct{})}
+	g := &guard{cmd: cmd, ns: ns, conn: ours, ended: make(chan int, 1), gone: make(chan struct{})}
 	// Unused, the guard has nothing to end: killed, it costs a runner that
 	// leaves (a run-once waiter) nothing, not even the rest of its start.
 	g.discard = sync.OnceFunc(func() {
@@ -139,7 +139,19 @@ func (g *guard) start(spec guardStart, log *slog.Logger) (*child, error) {
 	case first.kind != msgStarted:
 		return fail(fmt.Errorf("guard protocol: want %s, got %s", msgStarted, first.kind))
 	}
-	c := &child{cmd: g.cmd, commandPID: int(first.n), ownGroup: spec.OwnGroup, guard: g, done: make(chan struct{})}
+	pid := int(first.n)
+	if g.ns {
+		// The guard reports the command's PID in its namespace and does
+		// not reap it until acknowledged, so that it is found here even if
+		// it has exited already.
+		if pid = hostPID(g.cmd.Process.Pid, pid); pid == 0 {
+			return fail(fmt.Errorf("guard: the command's process (PID %d in the guard's namespace) is not among the guard's children", first.n))
+		}
+		if err := g.send(msgAck, 0); err != nil {
+			return fail(errGuardLost)
+		}
+	}
+	c := &child{cmd: g.cmd, commandPID: pid, ownGroup: spec.OwnGroup, guard: g, done: make(chan struct{})}
 	go g.follow(c, r, log)
 	return c, nil
 }
@@ -155,6 +167,9 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 		if err != nil {
 			break
 		}
+		if !reported {
+			c.reports.see(m.kind, m.n) // before done is closed
+		}
 		switch m.kind {
 		case msgExited, msgFinished:
 			if !reported {
@@ -168,7 +183,13 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 		case msgEnded:
 			g.ended <- int(m.n)
 		case msgExpired:
-			c.expired.Store(true)
+			if reported {
+				if m.n > 0 {
+					log.Warn("the runner confirmed no renewal until its stop rule's deadline (the runner was stopped or starved "+
+						"of CPU); the command had exited by itself, its guard killed what it left", "processes_killed", m.n)
+				}
+				continue
+			}
 			log.Error("the runner confirmed no renewal until its stop rule's deadline (the runner was stopped or starved "+
 				"of CPU): its guard killed the command's process tree", "pid", c.commandPID, "processes_killed", m.n)
 		}
@@ -227,7 +248,12 @@ func (g *guard) signal(c *child, sig os.Signal) error {
 	select {
 	case <-g.gone:
 	default:
+		if state := procState(g.cmd.Process.Pid); state == 'T' || state == 't' {
+			// A stopped guard would deliver nothing until continued.
+			_ = g.cmd.Process.Signal(syscall.SIGCONT)
+		}
 		if err := g.send(msgSignal, int64(s)); err == nil {
+			c.sent++
 			return nil
 		}
 	}
@@ -308,6 +334,13 @@ func runGuard() int {
 	// look at its parent: the kernel sends it also when the runner's thread
 	// that started the guard ends, while the runner lives on.
 	runnerPID := os.Getppid()
+	inNamespace := os.Getpid() == 1 // the init of a PID namespace (treeprotect_linux.go)
+	if inNamespace {
+		if err := enterNamespace(); err != nil {
+			fmt.Fprintf(os.Stderr, "consullock run guard: -tree-protection %s: %v\n", ProtectionPIDNamespace, err)
+			return exitNoNamespace
+		}
+	}
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
 	syscall.CloseOnExec(guardFD) // the command must not hold it
@@ -332,6 +365,12 @@ func runGuard() int {
 		return ExitCannotExecute
 	}
 	report(msgStarted, int64(g.cmd.Process.Pid))
+	if inNamespace { // nothing is reaped until the runner has the command's PID
+		if m, err := readGuardMsg(r); err != nil || m.kind != msgAck {
+			killTree()
+			return 0
+		}
+	}
 	ctlMsgs := readGuardMsgs(r)
 	for {
 		select {
@@ -366,6 +405,7 @@ type guardProc struct {
 	ownGroup bool
 	report   func(kind string, n int64)
 	exited   bool // the command has exited (msgExited sent)
+	signals  int64 // the runner's signals received: their sequence numbers
 	// killBy is the latest kill-by (CLOCK_BOOTTIME ms; 0: none); expiry
 	// fires at it.
 	killBy int64
@@ -466,6 +506,10 @@ func (g *guardProc) reap() bool {
 func (g *guardProc) control(m guardMsg) bool {
 	switch m.kind {
 	case msgSignal:
+		g.signals++
+		if !g.exited {
+			g.report(msgDelivered, g.signals)
+		}
 		if !g.exited || g.ownGroup {
 			_ = signalChild(g.cmd.Process, g.ownGroup, syscall.Signal(m.n))
 		}

@@ -21,7 +21,7 @@ const guarded = false
 // guard does not exist here; a child never has one.
 type guard struct{}
 
-func prepareGuard() *guard { return nil }
+func prepareGuard() (*guard, error) { return nil, nil }
 
 func (*guard) discardUnused() {}
 

@@ -155,7 +155,7 @@ func (s *supervisor) onDeadline() {
 	s.timedOut = true
 	s.r.log.Error("the command ran past its max_runtime; stopping it", "max_runtime", lockmodel.FormatDuration(s.r.maxRuntime()),
 		"pid", s.ch.pid(), "signal", "SIGTERM", "grace", s.r.cfg.grace)
-	if err := s.ch.signal(sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.stopCommand(stopDeadline, sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		s.r.log.Warn("could not signal the command", "error", err.Error())
 	}
 	s.grace.Reset(s.r.cfg.grace)

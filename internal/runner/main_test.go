@@ -308,12 +308,19 @@ func processEnv(addr, token string) []string {
 
 func startProc(t testing.TB, name string, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startProcWith(t, name, env, &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}, bin, args...)
+}
+
+// startProcWith is startProc with the process attributes attr (a process
+// group of its own, for a test that kills the group).
+func startProcWith(t testing.TB, name string, env []string, attr *syscall.SysProcAttr, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = 5 * time.Second
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = attr
 	stdin, err := p.cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -55,8 +55,18 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 	log := logformat.New(stderr, cfg.logFormat, cfg.logLevel)
 	becomeSubreaper()
 	// The guard starts (a few ms) while the runner sets up and waits.
-	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now(), standby: prepareGuard()}
+	treeProtection = cfg.treeProtection
+	standby, gerr := prepareGuard()
+	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now(), standby: standby}
 	defer r.standby.discardUnused()
+	if gerr != nil && cfg.treeProtection == ProtectionPIDNamespace {
+		log.Error("cannot protect the command's process tree as asked", "tree_protection", cfg.treeProtection, "error", gerr.Error(),
+			"exit_code", ExitSetup)
+		return ExitSetup
+	}
+	if guarded {
+		log.Debug("the command's process tree is protected", "tree_protection", cfg.treeProtection)
+	}
 	return r.run(ctx, sigCh)
 }
 

@@ -110,6 +110,10 @@ type supervisor struct {
 	exited     bool // the command has exited and been reaped
 	exitCode   int  // the command's, kept while draining
 	cancelled  bool // the context ended while holding; the command was sent SIGTERM
+	// stops are the stops sent to the command, first first; stop is the
+	// one that reached it before it exited (outcome.go), set at its exit.
+	stops []stopSent
+	stop  stopCause
 	lossWhy    string
 
 	grace    *time.Timer  // SIGTERM -> SIGKILL
@@ -318,22 +322,13 @@ func (r *runner) unlock(ctx context.Context, h *lockproto.Hold) {
 	}
 }
 
-// outcome is the outcome of this holder's attempt: the command's own exit
-// code when it exited by itself (also if the lock was lost afterwards,
-// while its leftovers were ended), lost when the lock was lost before,
-// failed with the runner's code when the command never started.
+// outcome is the outcome of this holder's attempt (decideOutcome).
 func (s *supervisor) outcome(code int) (lockmodel.RunOutcome, *int) {
-	switch {
-	case s.timedOut && s.lossWhy == "":
-		return lockmodel.RunTimedOut, s.childCode
-	case s.childCode != nil && *s.childCode == 0:
-		return lockmodel.RunSucceeded, s.childCode
-	case s.childCode != nil:
-		return lockmodel.RunFailed, s.childCode
-	case s.lossWhy != "":
-		return lockmodel.RunLost, nil
+	stop := s.stop
+	if s.ch == nil && s.lossWhy != "" {
+		stop = stopLoss // lost after the attempt was recorded, before the command started
 	}
-	return lockmodel.RunFailed, &code
+	return decideOutcome(s.ch != nil, s.childCode, stop, code)
 }
 
 // onAcquired: waiting ends; the command starts under the lock.
@@ -416,7 +411,7 @@ func (s *supervisor) onCancel(ctx context.Context) (int, bool) {
 	case holding:
 		s.cancelled = true
 		s.r.log.Warn("cancelled; stopping the command", "pid", s.ch.pid())
-		_ = s.ch.signal(sigTerm)
+		_ = s.stopCommand(stopCancel, sigTerm)
 		s.grace.Reset(s.r.cfg.grace)
 	}
 	return 0, false
@@ -472,10 +467,21 @@ func (s *supervisor) onLost() {
 	}
 	s.state = terminating
 	log.Error("lock lost; stopping the command", "reason", s.lossWhy, "pid", s.ch.pid(), "signal", "SIGTERM", "grace", s.r.cfg.grace)
-	if err := s.ch.signal(sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.stopCommand(stopLoss, sigTerm); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		log.Warn("could not signal the command", "error", err.Error())
 	}
 	s.grace.Reset(s.r.cfg.grace)
+}
+
+// stopCommand sends the command sig to stop it for cause, and notes the
+// stop for decideOutcome (outcome.go): it counts only if it reached the
+// command before the command exited.
+func (s *supervisor) stopCommand(cause stopCause, sig os.Signal) error {
+	err := s.ch.signal(sig)
+	if err == nil {
+		s.stops = append(s.stops, stopSent{cause: cause, seq: s.ch.sent})
+	}
+	return err
 }
 
 // onGrace: what was sent SIGTERM did not exit within the grace period.
@@ -519,13 +525,14 @@ func (s *supervisor) onChildExit() (int, bool) {
 	s.exited = true
 	log, ch := s.r.log, s.ch
 	held := time.Since(s.acquiredAt).Round(time.Millisecond)
-	if ch.expired.Load() && s.state != terminating {
+	s.stop = stopBeforeExit(ch.reports, s.stops, ch.guard != nil)
+	if s.stop == stopExpiry && s.lossWhy == "" {
 		s.lossWhy = "the runner confirmed no renewal until its stop rule's deadline (it was stopped or starved of CPU); " +
 			"its guard killed the command"
 		s.r.holder.withdraw()
-		s.state = terminating
 	}
-	if s.state == terminating {
+	if s.stop == stopLoss || s.stop == stopExpiry {
+		s.state = terminating
 		s.killLeftovers()
 		log.Error("lock lost: the command was stopped", "reason", s.lossWhy, "exit_code", ExitLockLost, "held", held)
 		return ExitLockLost, true
@@ -533,6 +540,16 @@ func (s *supervisor) onChildExit() (int, bool) {
 	s.exitCode = childExitCode(ch.state, s.r.cfg.childExitCode)
 	own := childExitCode(ch.state, true)
 	s.childCode = &own
+	if s.state == terminating {
+		// The loss was judged after the command had exited by itself (a
+		// runner stopped or starved while it finished): its exit code
+		// stands; what it left is killed at once.
+		s.killLeftovers()
+		log.Warn("the command exited by itself before the runner judged the lock lost; its exit code stands",
+			"status", ch.state.String(), "exit_code", s.exitCode, "reason", s.lossWhy, "held", held)
+		return s.exitCode, true
+	}
+	s.timedOut = s.stop == stopDeadline
 	if s.timedOut {
 		s.exitCode = ExitMaxRuntime
 		log.Error("the command was stopped at its max_runtime", "status", ch.state.String(), "exit_code", s.exitCode, "held", held)

@@ -1,0 +1,212 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// processesNaming lists the live processes (not zombies) whose command
+// line contains s: what a job left, found by the host's /proc whatever
+// PID namespace it is in.
+func processesNaming(s string) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(cmdline, []byte(s)) {
+			continue
+		}
+		if procState(pid) != 'Z' && procState(pid) != 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// requireJobGone fails if a heartbeat of the first job comes at or after
+// next (the next holder's start) or any of its processes still runs; a
+// heartbeat file without beats proves nothing and fails too. Its
+// processes are found by their command lines (each names its heartbeat
+// file), so that PIDs of a namespace do not matter.
+func requireJobGone(t *testing.T, beats []string, next time.Time) {
+	t.Helper()
+	for _, path := range beats {
+		bs := readBeats(t, path)
+		if len(bs) == 0 {
+			t.Fatalf("%s has no heartbeat: the job did not start its processes; the test proved nothing", filepath.Base(path))
+		}
+		if pids := processesNaming(path); len(pids) > 0 {
+			for _, pid := range pids {
+				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+			}
+			t.Fatalf("%s: processes %v of the first job still run after the next holder's command ended", filepath.Base(path), pids)
+		}
+		if last := bs[len(bs)-1]; !last.at.Before(next) {
+			t.Fatalf("%s: the first job beat at %s, %s after the next holder started (%s): two jobs ran at once",
+				filepath.Base(path), last.at.Format(time.RFC3339Nano), last.at.Sub(next), next.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// guardOf is the PID of runner's guard (its child running GuardCommand).
+func guardOf(t *testing.T, runner int) int {
+	t.Helper()
+	for _, pid := range directChildren(t, runner) {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if bytes.Contains(cmdline, []byte(GuardCommand)) {
+			return pid
+		}
+	}
+	t.Fatalf("runner %d has no guard among its children %v", runner, directChildren(t, runner))
+	return 0
+}
+
+// Issue 44, holes 1 and 2: a kill that takes more than the runner leaves
+// nothing of the job's tree (the grandchild in the command's group, the
+// setsid'd descendant) running beside the next holder.
+//   - group: the runner's process group is SIGKILLed, as `timeout -s KILL`,
+//     supervisord's killasgroup and `kill -9 -- -PGID` do;
+//   - runner and guard: both SIGKILLed together (`pkill -9 -f consullock`),
+//     with -tree-protection pid-namespace, where the kernel ends the tree.
+func TestRun_killsBeyondTheRunnerLeaveNoProcessOfItsJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		kill func(t *testing.T, a *proc)
+	}{
+		{"group kill", nil, func(t *testing.T, a *proc) {
+			if err := syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"runner and guard together", []string{"-tree-protection", ProtectionPIDNamespace}, func(t *testing.T, a *proc) {
+			guard := guardOf(t, a.cmd.Process.Pid)
+			_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGKILL)
+			_ = syscall.Kill(guard, syscall.SIGKILL)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testenv.UniquePrefix(t.Name())
+			l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, time.Second))
+			token := runnerToken(t, prefix)
+			dir := t.TempDir()
+			record := filepath.Join(dir, "record")
+			job, beats := treeJob(dir, 5*time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
+			full := append(append(append([]string{"run", "-lock", l.Name}, tc.args...), "--"), job...)
+			a := startProcWith(t, "runner a", processEnv(agent.Addr, token), &syscall.SysProcAttr{Setpgid: true}, runnerBin, full...)
+			t.Cleanup(func() { _ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL) })
+			waitStarted(t, record, "a")
+			b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
+			waitForTwoSessions(t, "consullock run "+l.Name)
+			session := readRuns(t, record)[0].session
+
+			tc.kill(t, a)
+			a.wait(10 * time.Second)
+			// The TTL would end a's session; destroying it lets b start a
+			// lock-delay later.
+			if _, err := agent.Client().Session().Destroy(session, nil); err != nil {
+				t.Fatal(err)
+			}
+			if code := b.wait(time.Minute); code != 0 {
+				t.Fatalf("runner b exited %d, want 0", code)
+			}
+			requireJobGone(t, beats, startOfB(t, record))
+		})
+	}
+}
+
+// Issue 44, hole 3: a run-once command that exits 0 while its runner is
+// stopped (SIGSTOP; a starved runner is the same) ran once and succeeded,
+// whatever the runner learns on waking: the guard's kill-by expiry (when
+// the command left a process in its group), or the loss judge's verdict
+// that no renewal was confirmed in time. The session stays valid all
+// along, so the release that records the outcome commits; recording lost
+// there had the next runner run the command again. Ten runs, half of them
+// with a leftover.
+func TestRunOnce_successWhileTheRunnerIsStoppedIsRecordedOnce(t *testing.T) {
+	t.Parallel()
+	const script = `echo run >> "$1"
+while [ ! -e "$2" ]; do sleep 0.01; done
+if [ "$3" = leftover ]; then sleep 600 & fi
+echo exited > "$4"
+exit 0`
+	newProfile := func(t *testing.T) *lockmodel.SessionProfile {
+		return &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: time.Second,
+			RenewEvery: 500 * time.Millisecond}
+	}
+	profile := newProfile(t)
+	grace := 500 * time.Millisecond
+	stop := lockmodel.NewStopRule(profile.WithDefaults(), grace)
+	// Stopped past the guard's kill-by, and well inside the session's life
+	// (the servers end it about 2 x ttl after the last renewal).
+	stopped := stop.GuardKillAfter() + time.Second
+	if stopped >= profile.TTL {
+		t.Fatalf("the stop rule's kill-by %s is not below the ttl %s: the test cannot keep the session valid", stop.GuardKillAfter(), profile.TTL)
+	}
+	for i := range 10 {
+		leftover := []string{"none", "leftover"}[i%2]
+		t.Run(fmt.Sprintf("%d-%s", i, leftover), func(t *testing.T) {
+			t.Parallel()
+			l, token := declareRunOnceWith(t, lockmodel.RunOnce{Period: 24 * time.Hour}, newProfile(t))
+			dir := t.TempDir()
+			runs, goFile, exited := filepath.Join(dir, "runs"), filepath.Join(dir, "go"), filepath.Join(dir, "exited")
+			args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", grace.String()}
+			a := startJob(t, "runner a", token, args, "sh", "-c", script, "job", runs, goFile, leftover, exited)
+			waitFile(t, runs)
+			if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+			if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			waitFile(t, exited)
+			time.Sleep(stopped) // the runner stays stopped past its stop rule's deadline
+			if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			if code := a.wait(time.Minute); code != 0 {
+				t.Fatalf("runner a exited %d, want the command's own 0", code)
+			}
+			run := ledgerRun(t, l, "r1")
+			if len(run.Attempts) != 1 || run.Attempts[0].Outcome != lockmodel.RunSucceeded {
+				t.Fatalf("ledger: %+v, want one attempt, succeeded", run.Attempts)
+			}
+			b := startJob(t, "runner b", token, []string{"-lock", l.Name, "-run-id", "r1", "-exit-code-if-done", "122"},
+				"sh", "-c", script, "job", runs, goFile, "none", exited)
+			if code := b.wait(time.Minute); code != 122 {
+				t.Fatalf("runner b exited %d, want 122 (the run succeeded already)", code)
+			}
+			if data, _ := os.ReadFile(runs); strings.Count(string(data), "run") != 1 {
+				t.Fatalf("the command ran %d times, want once", strings.Count(string(data), "run"))
+			}
+		})
+	}
+}
+
+// waitFile waits until path exists.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear within a minute", path)
+}
