@@ -84,13 +84,13 @@ const (
 	msgFinished = "finished"
 	msgEnded    = "ended"  // the tree is killed and reaped; the guard exits: how many were killed
 	msgSignal   = "signal" // send this signal to the command (its group if it has one)
+	msgEnd      = "end"    // kill the tree, report ended, exit
 	// msgDelivered: a signal the runner asked for is being sent to the
 	// command, which has not exited (sent before the signal is).
 	msgDelivered = "delivered"
 	// msgAck: the runner has the command's PID (from a guard in a PID
 	// namespace, which reaps nothing before it).
 	msgAck = "ack"
-	msgEnd      = "end"    // kill the tree, report ended, exit
 	// msgKillBy: kill the tree at this CLOCK_BOOTTIME millisecond unless a
 	// later kill-by comes first (the latest one counts).
 	msgKillBy = "killby"

@@ -23,10 +23,10 @@ const guarded = true
 
 // guard is the runner's side of the guard process.
 type guard struct {
-	cmd   *exec.Cmd // the guard process
+	cmd *exec.Cmd // the guard process
 	// ns: the guard is the init of a PID namespace (treeprotect_linux.go).
 	ns    bool
-	conn  *os.File  // the runner's end of the control socket
+	conn  *os.File // the runner's end of the control socket
 	mu    sync.Mutex
 	ended chan int      // the guard's "ended": how many it killed
 	gone  chan struct{} // closed once the guard has exited and been reaped (after a start)
@@ -404,7 +404,7 @@ type guardProc struct {
 	cmd      *exec.Cmd
 	ownGroup bool
 	report   func(kind string, n int64)
-	exited   bool // the command has exited (msgExited sent)
+	exited   bool  // the command has exited (msgExited sent)
 	signals  int64 // the runner's signals received: their sequence numbers
 	// killBy is the latest kill-by (CLOCK_BOOTTIME ms; 0: none); expiry
 	// fires at it.

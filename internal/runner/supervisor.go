@@ -112,9 +112,9 @@ type supervisor struct {
 	cancelled  bool // the context ended while holding; the command was sent SIGTERM
 	// stops are the stops sent to the command, first first; stop is the
 	// one that reached it before it exited (outcome.go), set at its exit.
-	stops []stopSent
-	stop  stopCause
-	lossWhy    string
+	stops   []stopSent
+	stop    stopCause
+	lossWhy string
 
 	grace    *time.Timer  // SIGTERM -> SIGKILL
 	drain    *time.Ticker // polls the process group while draining
