@@ -365,12 +365,16 @@ func validateRunOnceConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 	}
 }
 
-// runOncePlanWarnings warns at plan time when run_once's period is shorter
-// than the session profile's worst_case_gap, when the profile is already
-// recorded (one consistent read; a profile created in the same apply is
-// judged at apply, profileWarnings). A failed read adds nothing: apply
-// reports it.
+// runOncePlanWarnings warns at plan time when a schedule has no
+// starting_deadline (lockmodel DeadlineWarnings), and when run_once's
+// period is shorter than the session profile's worst_case_gap, when the
+// profile is already recorded (one consistent read; a profile created in
+// the same apply is judged at apply, profileWarnings). A failed read adds
+// nothing: apply reports it.
 func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourceModel, diags *diag.Diagnostics) {
+	if ro := plan.RunOnce; ro != nil && !ro.Schedule.IsNull() && !ro.Schedule.IsUnknown() && ro.StartingDeadline.IsNull() {
+		addWarnings(diags, lockmodel.RunOnce{Schedule: ro.Schedule.ValueString()}.DeadlineWarnings())
+	}
 	if r.data == nil || plan.RunOnce == nil || plan.RunOnce.Period.IsUnknown() || plan.RunOnce.Period.IsNull() || plan.SessionDefaults.IsUnknown() || plan.SessionDefaults.IsNull() {
 		return
 	}
