@@ -104,9 +104,11 @@ type Hold struct {
 	proto  Protocol
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// contact is the judge's last confirmed contact (Unix nanoseconds),
-	// kept for LastContact while the judge runs in its goroutine.
-	contact atomic.Int64
+	// contact is the judge's last confirmed contact, kept for LastContact
+	// while the judge runs in its goroutine: a time.Time with its
+	// monotonic reading, so that deadlines counted from it (the guard's
+	// kill-by, the outcome's) do not move when the wall clock is stepped.
+	contact atomic.Pointer[time.Time]
 
 	lost   chan struct{}
 	reason string // set before lost is closed
@@ -178,7 +180,7 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...H
 					err = &LostError{Reason: v.Reason}
 				}
 			}
-			h.contact.Store(judge.LastContact().UnixNano())
+			h.storeContact(judge.LastContact())
 			if h.Grant.Value != nil {
 				h.Value = h.Grant.Value // written by the holder that handed the lock over
 			}
@@ -259,7 +261,7 @@ func (h *Hold) judge(ctx context.Context, j *LossJudge, obs <-chan Observation) 
 			return
 		case o := <-obs:
 			v = j.Observe(o)
-			h.contact.Store(j.LastContact().UnixNano())
+			h.storeContact(j.LastContact())
 			h.observed(o, true, j.Deadline())
 		case <-deadline.C:
 			v = j.Check(time.Now())
@@ -301,8 +303,13 @@ func (h *Hold) Reason() string {
 // takes the session over (Orphan) counts its contact deadline from here.
 // An acquisition is not contact: it does not restart the session's TTL.
 func (h *Hold) LastContact() time.Time {
-	return time.Unix(0, h.contact.Load())
+	if t := h.contact.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
 }
+
+func (h *Hold) storeContact(t time.Time) { h.contact.Store(&t) }
 
 // Unlock stops renewing and watching, releases the lock if the session
 // still holds it (a release sets no lock-delay, so the next holder starts

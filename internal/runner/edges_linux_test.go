@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,10 +16,11 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
-// processesNaming lists the live processes (not zombies) whose command
-// line contains s: what a job left, found by the host's /proc whatever
-// PID namespace it is in.
-func processesNaming(s string) []int {
+// processesNaming lists the live heartbeat processes (not zombies) that
+// write to the heartbeat file path: what a job left, found by the host's
+// /proc whatever PID namespace it is in.
+func processesNaming(path string) []int {
+	s := "-heartbeat\x00" + path + "\x00"
 	dirs, _ := os.ReadDir("/proc")
 	var out []int
 	for _, d := range dirs {
@@ -173,6 +175,7 @@ exit 0`
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+			waitStopped(t, a.cmd.Process.Pid)
 			if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -209,4 +212,75 @@ func waitFile(t *testing.T, path string) {
 		}
 	}
 	t.Fatalf("%s did not appear within a minute", path)
+}
+
+// Issue 44: a guard killed after its command exited, before it ended what
+// the command left outside its process group, leaves those processes to
+// the runner, which kills them before it releases the lock. The runner is
+// stopped while the command exits, so that the guard reports the exit and
+// is killed before the runner asks it to end the tree.
+func TestRun_guardKilledAfterTheCommandExitedLeavesNothing(t *testing.T) {
+	t.Parallel()
+	const script = `echo run >> "$1"
+while [ ! -e "$2" ]; do sleep 0.01; done
+setsid "$0" -heartbeat "$3" -every 10ms &
+while [ ! -s "$3" ]; do sleep 0.01; done
+exit 0`
+	prefix := testenv.UniquePrefix(t.Name())
+	// Renewals far apart: the guard's kill-by is well after the test's
+	// steps, so that the guard ends nothing by its stop rule.
+	profile := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: time.Minute, LockDelay: time.Second, RenewEvery: 20 * time.Second}
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, profile)
+	token := runnerToken(t, prefix)
+	dir := t.TempDir()
+	runs, goFile, beats := filepath.Join(dir, "runs"), filepath.Join(dir, "go"), filepath.Join(dir, "setsid.beats")
+	a := startJob(t, "runner a", token, []string{"-lock", l.Name}, "sh", "-c", script, childBin, runs, goFile, beats)
+	t.Cleanup(func() {
+		for _, pid := range processesNaming(beats) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	waitFile(t, runs)
+	guard := guardOf(t, a.cmd.Process.Pid)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	waitStopped(t, a.cmd.Process.Pid)
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The command has exited and the guard has reaped it (and so reported
+	// its exit) once the guard's only child is the setsid'd process.
+	leftover := processesNaming(beats)
+	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		leftover = processesNaming(beats)
+		kids := directChildren(t, guard)
+		if len(leftover) == 1 && len(kids) == 1 && kids[0] == leftover[0] {
+			break
+		}
+		if time.Now().After(end) {
+			parents := []string{}
+			for _, pid := range leftover {
+				parents = append(parents, fmt.Sprint(statFields(pid)))
+			}
+			ps, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,stat,args", "--forest").Output()
+			t.Fatalf("the command did not exit leaving one process (guard %d's children %v, leftovers %v: %v)\n%s", guard, kids, leftover, parents, ps)
+		}
+	}
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(time.Minute); code != 0 {
+		t.Fatalf("runner a exited %d, want the command's own 0", code)
+	}
+	if pids := processesNaming(beats); len(pids) > 0 {
+		t.Fatalf("processes %v the command left still run after its runner released the lock and exited", pids)
+	}
+	if !strings.Contains(a.out.String(), "the command's guard was killed after the command exited") {
+		t.Fatalf("runner a did not say it killed what the command left after its guard was killed:\n%s", a.out.String())
+	}
 }

@@ -161,7 +161,7 @@ func (g *guard) start(spec guardStart, log *slog.Logger) (*child, error) {
 // is now the runner's (a subreaper), which kills it.
 func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 	defer close(g.gone)
-	reported := false
+	reported, finished := false, false // the exit reported; the tree ended (finished or ended)
 	for {
 		m, err := readGuardMsg(r)
 		if err != nil {
@@ -176,11 +176,13 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 				reported = true
 				c.state = reportedExit{syscall.WaitStatus(m.n)}
 				if m.kind == msgFinished {
+					finished = true
 					g.ended <- 0 // before done: endTree need not ask
 				}
 				close(c.done)
 			}
 		case msgEnded:
+			finished = true
 			g.ended <- int(m.n)
 		case msgExpired:
 			if reported {
@@ -196,7 +198,17 @@ func (g *guard) follow(c *child, r *bufio.Reader, log *slog.Logger) {
 	}
 	_ = g.cmd.Wait()
 	_ = g.conn.Close()
+	if finished {
+		return
+	}
 	if reported {
+		// The guard died after the command's exit, before it ended what
+		// the command left: those processes are the runner's now (a
+		// subreaper), and must not outlive the release.
+		if n := killTree(); n > 0 {
+			log.Warn("the command's guard was killed after the command exited; killed what the command left",
+				"guard_pid", g.cmd.Process.Pid, "processes_killed", n)
+		}
 		return
 	}
 	log.Error("the command's guard was killed; killing the command's process tree",

@@ -298,6 +298,7 @@ func TestRun_frozenRunnersGuardStopsItsCommandByTheStopRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	waitStopped(t, a.cmd.Process.Pid) // else the runner may see the loss itself
 	// The servers end a failed node's session at once (serfHealth); here
 	// the node is well, so destroy the session as they would.
 	if _, err := agent.Client().Session().Destroy(session, nil); err != nil {

@@ -167,24 +167,32 @@ func TestHolderService_agentlessFormerHolderOnAnotherNodeLeavesDNS(t *testing.T)
 		lastA.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond), runB.start.Sub(lastA).Round(time.Millisecond), len(samples))
 }
 
-// waitStopped waits until process pid is stopped (state T in
-// /proc/<pid>/stat): a loaded machine may deliver SIGSTOP late, and a
-// runner still running withdraws its own instance, which is not what the
-// test is about.
+// waitStopped waits until process pid is stopped, every thread of it
+// (state T in /proc/<pid>/task/*/stat): a loaded machine may deliver
+// SIGSTOP late, and a runner still running acts on what the test does next
+// (withdraws its own instance, judges a loss), which is not what the test
+// is about.
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The state follows the command name in parentheses.
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+		running := ""
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the command name in parentheses.
+			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'T' && b[i+2] != 't' {
+				running = string(b)
+			}
+		}
+		if running == "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d is not stopped 5s after SIGSTOP: %s", pid, b)
+			t.Fatalf("process %d is not stopped 5s after SIGSTOP: %s", pid, running)
 		}
 		time.Sleep(time.Millisecond)
 	}
