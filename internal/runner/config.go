@@ -87,12 +87,13 @@ the attempt's start before the command starts and its outcome in the
 transaction that releases the lock. A waiter leaves as soon as the ledger
 shows the run succeeded. The command gets CONSUL_LOCK_RUN_ID,
 CONSUL_LOCK_ATTEMPT and, for a slot of the lock's period or schedule,
-CONSUL_LOCK_SCHEDULED_TIME. Clock skew: each node names the slot by its own
-clock, so triggers must fire further from a slot's time than the nodes'
-clocks differ (for schedule "0 2 * * *", at 02:01, not 02:00), or pass
--run-id. A runner starting more than run_once.starting_deadline after its
-slot's time exits 119 without running it; backfill a missed slot (status
--lock lists them) with -run-id <its ID>.
+CONSUL_LOCK_SCHEDULED_TIME. With a schedule, a trigger up to 5s before a
+slot waits for it and runs it, and a -run-id timestamp is an instant: any
+RFC 3339 spelling of a slot's instant is that slot, another exits 2. A
+runner starting more than run_once.starting_deadline after its slot exits
+119 unless another runner began the slot (then it exits as on time); a
+slot before the lock's declaration is never run. Backfill a missed slot
+(status -lock lists them) with -run-id <its ID>: no deadline applies.
 
 Pause: a lock paused (consullock pause, or consullock_lock.paused) is not
 run: the runner logs who paused it, when and why, and exits 0 (or
@@ -102,7 +103,8 @@ already running is left to finish.
 Exit codes: the command's own; 0 (or -exit-code-if-done) the run already
 succeeded; 0 (or -exit-code-if-paused) the lock is paused; 2 usage error;
 118 the command ran past its max_runtime and was stopped (outcome
-timed_out); 119 started past run_once.starting_deadline;
+timed_out); 119 started past run_once.starting_deadline (or for a
+slot before the lock's declaration) and no runner began the slot;
 121 the run used up its attempts; 123 lock lost;
 124 -timeout passed before the lock was acquired (or before the run's
 next attempt may start: retry_after); 125 setup error (also an
@@ -172,7 +174,7 @@ func (cfg *config) defineFlags(fs *flag.FlagSet, x *flagValues) {
 	fs.StringVar(&cfg.sessionName, "name", "", "session name (default \"consullock run <lock>\")")
 	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); for a lock with holder_service and -service-registration auto or catalog the holder's instance is on it too, so it must then be a DNS label (1 to 63 letters, digits or '-'; else exit 125)")
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
-	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00; a missed slot's ID backfills it)")
+	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00); with a schedule, a timestamp is an instant: any RFC 3339 spelling of a slot's is that slot, another is refused; a missed slot's ID backfills it")
 	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
 	fs.IntVar(&cfg.exitIfPaused, "exit-code-if-paused", lockmodel.ExitPaused, "exit code when the lock is paused (consullock pause, consullock_lock.paused) and the command was not started, e.g. 120 to tell it from a run")
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
