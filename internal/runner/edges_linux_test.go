@@ -284,3 +284,41 @@ exit 0`
 		t.Fatalf("runner a did not say it killed what the command left after its guard was killed:\n%s", a.out.String())
 	}
 }
+
+// Issue 44: a guard stopped alone (SIGSTOP of the guard, not of the
+// runner) would deliver none of the stop signals the runner sends through
+// it; the runner continues it first, so that the job's tree is stopped
+// before the next holder starts.
+func TestRun_stoppedGuardStillStopsTheJobOnALoss(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.UniquePrefix(t.Name())
+	profile := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 3 * time.Second,
+		RenewEvery: 500 * time.Millisecond}
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, profile)
+	token := runnerToken(t, prefix)
+	dir := t.TempDir()
+	record := filepath.Join(dir, "record")
+	job, beats := treeJob(dir, 5*time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
+	a := startJob(t, "runner a", token, []string{"-lock", l.Name, "-grace", "500ms"}, job...)
+	waitStarted(t, record, "a")
+	guard := guardOf(t, a.cmd.Process.Pid)
+	t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
+	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
+	waitForTwoSessions(t, "consullock run "+l.Name)
+	session := readRuns(t, record)[0].session
+
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, guard)
+	if _, err := agent.Client().Session().Destroy(session, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(time.Minute); code != 0 {
+		t.Fatalf("runner b exited %d, want 0", code)
+	}
+	requireJobGone(t, beats, startOfB(t, record))
+	if code := a.wait(time.Minute); code != ExitLockLost {
+		t.Fatalf("runner a exited %d, want %d (lock lost)", code, ExitLockLost)
+	}
+}

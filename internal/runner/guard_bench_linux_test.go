@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -100,4 +101,57 @@ func BenchmarkKilledRunnerJobTree(b *testing.B) {
 	}
 	b.Logf("MEASURED last heartbeat, sorted: %v", round(lastBeat))
 	b.Logf("MEASURED tree reaped, sorted: %v", round(reaped))
+}
+
+// BenchmarkTreeProtectionStart measures what the tree protection costs a
+// run: the time from the runner's exec to its command's start on a free
+// lock (session, acquisition, the guard's start of the command), for
+// -tree-protection guard and pid-namespace, and for the binary named by
+// BENCH_BASE_RUNNER (built at the base commit) when set, in turn in one
+// loop; medians and p99 over b.N runs each. The hand-over's figure for
+// pid-namespace is BenchmarkHandover's run_pidns.
+//
+//	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench TreeProtectionStart -benchtime 30x ./internal/runner/
+func BenchmarkTreeProtectionStart(b *testing.B) {
+	type variant struct {
+		metric string
+		bin    string
+		args   []string
+	}
+	vs := []variant{
+		{"guard", runnerBin, []string{"-tree-protection", ProtectionGuard}},
+		{"pidns", runnerBin, []string{"-tree-protection", ProtectionPIDNamespace}},
+	}
+	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
+		vs = append(vs, variant{"base", base, nil})
+	}
+	prefix := testenv.UniquePrefix(b.Name())
+	l := declare(b, lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: prefix}, fastProfile(b, 0))
+	token := runnerToken(b, prefix)
+	took := make([][]time.Duration, len(vs))
+	for b.Loop() {
+		for i, v := range vs {
+			record := filepath.Join(b.TempDir(), "record")
+			started := time.Now()
+			p := startRunnerBin(b, v.bin, "runner "+v.metric, agent.Addr, token, append([]string{"-lock", l.Name}, v.args...),
+				childArgs(record, "a", "-sleep", "1ms")...)
+			if code := p.wait(time.Minute); code != 0 {
+				b.Fatalf("%s exited %d:\n%s", v.metric, code, p.out.String())
+			}
+			runs := readRuns(b, record)
+			if len(runs) != 1 {
+				b.Fatalf("%s: runs = %+v", v.metric, runs)
+			}
+			took[i] = append(took[i], runs[0].start.Sub(started))
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	for i, v := range vs {
+		sorted := slices.Clone(took[i])
+		slices.Sort(sorted)
+		p99 := sorted[(len(sorted)*99+99)/100-1]
+		b.ReportMetric(ms(median(took[i])), v.metric+"_start_ms")
+		b.ReportMetric(ms(p99), v.metric+"_start_p99_ms")
+		b.Logf("MEASURED %s start (exec to command): median %.2fms, p99 %.2fms of %d", v.metric, ms(median(took[i])), ms(p99), len(sorted))
+	}
 }

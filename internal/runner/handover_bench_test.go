@@ -104,6 +104,7 @@ func handoverVariants() []handoverVariant {
 		{"run_id", runHandover(runnerBin, true)},
 		{"queue", runHandoverWaiters(runnerBin, false, lockmodel.WaitersQueue)},
 		{"handoff", runHandoverWaiters(runnerBin, false, lockmodel.WaitersHandOff)},
+		{"run_pidns", runHandoverWith(runnerBin, false, "", "-tree-protection", ProtectionPIDNamespace)},
 	}
 	if base := os.Getenv("BENCH_BASE_RUNNER"); base != "" {
 		vs = append(vs, handoverVariant{"base_run", runHandover(base, false)}, handoverVariant{"base_run_id", runHandover(base, true)})
@@ -126,6 +127,12 @@ func runHandover(bin string, runID bool) func(b *testing.B, record string, tg ha
 // runHandoverWaiters is runHandover on a lock declared with waiters
 // (lockmodel.WaitersQueue, WaitersHandOff or "").
 func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
+	return runHandoverWith(bin, runID, waiters)
+}
+
+// runHandoverWith is runHandoverWaiters with extra flags for both runners
+// (-tree-protection pid-namespace).
+func runHandoverWith(bin string, runID bool, waiters string, extra ...string) func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 	return func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: waiters}
 		if runID {
@@ -135,9 +142,9 @@ func runHandoverWaiters(bin string, runID bool, waiters string) func(b *testing.
 		token := herdToken(b, tg, l)
 		args := func(id string) []string {
 			if runID {
-				return []string{"-lock", l.Name, "-run-id", id}
+				return append([]string{"-lock", l.Name, "-run-id", id}, extra...)
 			}
-			return []string{"-lock", l.Name}
+			return append([]string{"-lock", l.Name}, extra...)
 		}
 		first := startRunnerBin(b, bin, "runner 1", tg.addr1, token, args("r1"), childArgs(record, "first", "-sleep", "1500ms")...)
 		tg.waitHeld(b, l.Key)
