@@ -65,7 +65,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 		return ExitSetup
 	}
 	if guarded {
-		log.Debug("the command's process tree is protected", "tree_protection", cfg.treeProtection)
+		log.Info("the command's process tree is protected", "tree_protection", cfg.treeProtection)
 	}
 	return r.run(ctx, sigCh)
 }
