@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/runner"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -110,6 +111,14 @@ type phase struct {
 	// waiters is the lock's declared waiters (lockmodel.WaitersQueue; ""
 	// races).
 	waiters string
+	// ownGroup starts each runner as the leader of a process group of its
+	// own, so that a group kill (the nemesis's group-kill) takes the
+	// runner's group and not the test's.
+	ownGroup bool
+	// pidNamespace runs the runners with -tree-protection pid-namespace
+	// (root only); the store translates the PIDs their children report
+	// (their namespace's) into the host's (hostPIDs).
+	pidNamespace bool
 }
 
 // harness runs one phase: the store, the declared lock, the supervised
@@ -195,6 +204,9 @@ func newHarness(t *testing.T, ph phase) *harness {
 	}
 	t.Cleanup(h.store.Close)
 	h.storeURL = h.store.URL()
+	if ph.pidNamespace {
+		h.store.SetResolve(h.hostPIDs)
+	}
 	if ph.limit > 1 {
 		h.storeURL = newSemaphoreFront(t, h.store)
 	}
@@ -373,6 +385,9 @@ func (w *worker) supervise() {
 	}
 	argv = append(argv, runnerBin, "run", "-lock", h.lock.Name, "-grace", runnerGrace)
 	argv = append(argv, h.ph.runnerArgs...)
+	if h.ph.pidNamespace {
+		argv = append(argv, "-tree-protection", runner.ProtectionPIDNamespace)
+	}
 	argv = append(argv, "--", childBin, "-work", work.String())
 	env := append(cleanEnv(),
 		"CONSUL_HTTP_ADDR="+consulAddr, "CONSUL_HTTP_TOKEN="+runnerSecret,
@@ -381,7 +396,7 @@ func (w *worker) supervise() {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = env
 		cmd.Stdout, cmd.Stderr = f, f
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: h.ph.ownGroup}
 		spawned := time.Now() // before the process exists
 		if err := cmd.Start(); err != nil {
 			h.t.Errorf("worker %s: %v", w.id, err)
@@ -494,6 +509,83 @@ func (h *harness) holderRunner(start Write) *os.Process {
 		}
 	}
 	return nil
+}
+
+// hostPIDs translates the PIDs a child in a PID namespace reports into
+// the host's, as w is logged. Such a child is PID 2 of its namespace and
+// its parent, the guard, is PID 1 with no parent there: it reports
+// RunnerPID 0 (runnerPID). Its worker's current runner, that runner's
+// guard and the guard's child whose innermost PID (NSpid) is w.PID give
+// the host's PIDs. A write the translation misses (its runner gone) keeps
+// RunnerPID 0, which names no runner: no fault on a holder strikes it.
+func (h *harness) hostPIDs(w *Write) {
+	if w.RunnerPID != 0 || w.PID == 0 || w.Kind == KindFault {
+		return
+	}
+	for _, wk := range h.workers {
+		if wk.id != w.Worker {
+			continue
+		}
+		wk.mu.Lock()
+		runnerPID := 0
+		if wk.cmd != nil {
+			runnerPID = wk.cmd.Process.Pid
+		}
+		wk.mu.Unlock()
+		guard := guardOf(runnerPID)
+		for _, c := range childPIDs(guard) {
+			if nsPID(c) == w.PID {
+				w.PID, w.RunnerPID = c, runnerPID
+				return
+			}
+		}
+	}
+}
+
+// childPIDs lists pid's children (none for pid 0).
+func childPIDs(pid int) []int {
+	if pid <= 0 {
+		return nil
+	}
+	var out []int
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(field); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// guardOf is the PID of runner's guard: its child whose command line is
+// the guard's (runner.GuardCommand); 0 when it has none.
+func guardOf(runnerPID int) int {
+	for _, c := range childPIDs(runnerPID) {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline")
+		if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && args[1] == runner.GuardCommand {
+			return c
+		}
+	}
+	return 0
+}
+
+// nsPID is pid's PID in its innermost PID namespace (the last field of
+// NSpid in its status); 0 when unread.
+func nsPID(pid int) int {
+	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.Atoi(f[len(f)-1])
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // signalHolder sends sig to the holder's whole tree, as a crash or a

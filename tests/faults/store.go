@@ -78,6 +78,9 @@ type Store struct {
 
 	srv *http.Server
 	ln  net.Listener
+	// resolve, when set, rewrites a writer's write before it is decided
+	// (SetResolve).
+	resolve func(*Write)
 }
 
 // NewStore serves a store over HTTP on addr ("127.0.0.1:0" for any port).
@@ -100,9 +103,24 @@ func (s *Store) URL() string { return "http://" + s.ln.Addr().String() }
 // Close stops serving.
 func (s *Store) Close() { _ = s.srv.Close() }
 
+// SetResolve makes the store pass each writer's write (not a fault mark)
+// to resolve before deciding it: the harness translates there the PIDs a
+// child in a PID namespace reports into the host's.
+func (s *Store) SetResolve(resolve func(*Write)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resolve = resolve
+}
+
 // Apply decides a write by the fencing rule, logs it and returns it as
 // logged.
 func (s *Store) Apply(w Write) Write {
+	s.mu.Lock()
+	resolve := s.resolve
+	s.mu.Unlock()
+	if resolve != nil && w.Kind != KindFault {
+		resolve(&w)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.Seq, w.At, w.Highest = len(s.log), time.Now(), s.highest
