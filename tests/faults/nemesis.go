@@ -60,7 +60,38 @@ const (
 	// commits until an election). Its checker: no runner exits 0 for a run
 	// whose ledger does not record that success (SuccessExitsNotRecorded).
 	FaultOnceExit FaultKind = "once-exit"
+	// FaultGroupKill SIGKILLs the process group of a holder's runner, as
+	// `timeout -s KILL`, supervisord's killasgroup or `kill -9 -- -PGID`
+	// do (the nemesis starts runners as group leaders): the runner dies,
+	// its guard (a group of its own) must end the command's tree.
+	FaultGroupKill FaultKind = "group-kill"
+	// FaultTreeKill SIGKILLs a holder's runner and its guard together, as
+	// `pkill -9 -f consullock` does. Target is the workload whose runners
+	// run with -tree-protection pid-namespace: the kernel ends the tree.
+	FaultTreeKill FaultKind = "runner-and-guard-kill"
+	// FaultStopAtExit is timed to a run-once command's exit, armed as
+	// FaultOnceExit is: the runner alone is stopped (SIGSTOP) as its
+	// command exits by itself, kept stopped For (past its guard's kill-by,
+	// well under 2 x ttl: StopAtExitWindow), then woken. The run's
+	// outcome must be the command's: succeeded, once (StopAtExitViolations).
+	FaultStopAtExit FaultKind = "stop-at-once-exit"
 )
+
+// NemesisOnceProfile is the run-once lock's session profile and
+// NemesisOnceGrace its runners' -grace: StopAtExitWindow is theirs.
+var NemesisOnceProfile = lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}
+
+const NemesisOnceGrace = 2 * time.Second
+
+// StopAtExitWindow is how long FaultStopAtExit keeps a runner of profile
+// and grace stopped: from a second past its guard's kill-by (the guard
+// has acted, with the command exited) to halfway from there to 2 x ttl
+// (the session still lives when the runner wakes, so the run is the
+// runner's to record).
+func StopAtExitWindow(profile lockmodel.SessionProfile, grace time.Duration) (lo, hi time.Duration) {
+	killBy := lockmodel.NewStopRule(profile, grace).GuardKillAfter()
+	return killBy + time.Second, killBy + (2*profile.TTL-killBy)/2
+}
 
 // OnceExitArmed is how long an armed FaultOnceExit waits for a run-once
 // command to end; one that saw none is skipped.
@@ -70,7 +101,7 @@ const OnceExitArmed = 10 * time.Second
 var FaultKinds = []FaultKind{
 	FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut, FaultRunnerFreeze, FaultRunnerKill,
 	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill, FaultClockSkew,
-	FaultWaiterKill, FaultOnceExit,
+	FaultWaiterKill, FaultOnceExit, FaultGroupKill, FaultTreeKill, FaultStopAtExit,
 }
 
 // Step is one fault of a schedule: at At after the start, Kind on Target,
@@ -447,6 +478,43 @@ func SuccessExitsNotRecorded(runs []OnceRun) (n int, evidence []string) {
 		}
 	}
 	return n, evidence
+}
+
+// StopAtExitStrike is one FaultStopAtExit that struck: the run and the
+// runner stopped as its command exited, the runner's exit code, and
+// whether it is judged (no other fault on the run-once workload or the
+// cluster was in force or injected while the runner was stopped).
+type StopAtExitStrike struct {
+	RunID, Worker string
+	Exit          int // -1: not seen (the runner still ran at the end)
+	Judged        bool
+}
+
+// StopAtExitViolations checks the judged strikes: the command exited by
+// itself with 0 while its runner was stopped, so the runner must exit 0
+// (the command's code) and the run's ledger must record it succeeded, in
+// one succeeded attempt, with the run's effect applied once (not lost and
+// run again). Returns the count, the strikes judged and one line of
+// evidence per violation.
+func StopAtExitViolations(strikes []StopAtExitStrike, runs []OnceRun) (n, judged int, evidence []string) {
+	byID := map[string]OnceRun{}
+	for _, r := range runs {
+		byID[r.ID] = r
+	}
+	for _, s := range strikes {
+		if !s.Judged {
+			continue
+		}
+		judged++
+		r := byID[s.RunID]
+		if s.Exit == 0 && r.Outcome == string(lockmodel.RunSucceeded) && r.SucceededAttempts == 1 && r.Effects == 1 {
+			continue
+		}
+		n++
+		evidence = append(evidence, fmt.Sprintf("run %s: runner %s stopped as its command exited 0 exited %d; ledger %q (attempts: %s), effects applied %d",
+			s.RunID, s.Worker, s.Exit, r.Outcome, strings.Join(r.AttemptOutcomes, ", "), r.Effects))
+	}
+	return n, judged, evidence
 }
 
 // GapFigures are the median, the 99th percentile (nearest rank) and the

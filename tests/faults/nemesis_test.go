@@ -24,6 +24,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/runner"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -126,12 +127,31 @@ func TestNemesis(t *testing.T) {
 		}
 	})
 	cfg := NemesisConfig(length)
+	if why := pidNamespacesUnavailable(); why != "" {
+		t.Logf("nemesis: no %s faults: %s (the %s runners cannot run with -tree-protection %s)", FaultTreeKill, why, cfg.TreeKill, runner.ProtectionPIDNamespace)
+		cfg.TreeKill = ""
+	}
 	steps := Schedule(seed, cfg)
 	t.Log(FormatSchedule(seed, steps))
 
-	n := newNemesis(t, seed, replay)
+	n := newNemesis(t, seed, replay, cfg)
 	n.run(steps)
 	n.check(steps)
+}
+
+// pidNamespacesUnavailable says why runners here cannot run with
+// -tree-protection pid-namespace ("" when they can): it needs root (or
+// CAP_SYS_ADMIN), and a PID and mount namespace the kernel grants.
+func pidNamespacesUnavailable() string {
+	if os.Geteuid() != 0 {
+		return fmt.Sprintf("the test runs as uid %d, not root", os.Geteuid())
+	}
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	if err := cmd.Run(); err != nil {
+		return fmt.Sprintf("no PID namespace: %v", err)
+	}
+	return ""
 }
 
 // nemesis is one run: the cluster, the two workloads, the controller
@@ -148,6 +168,7 @@ type nemesis struct {
 	eph      *ephemeralWorkload
 	replicas []*replica
 	steps    []Step // the schedule (what a pending undo undoes)
+	cfg      ScheduleConfig
 
 	mu       sync.Mutex
 	injected map[FaultKind]int
@@ -161,8 +182,12 @@ type nemesis struct {
 	// skewExits the exits of the extra runners they started.
 	skewWindows []skewWindow
 	skewExits   map[int]int
-	// onceExit is the armed FaultOnceExit (nil: none).
+	// onceExit is the armed FaultOnceExit or FaultStopAtExit (nil: none).
 	onceExit *onceExit
+	// treeKills are the group kills and kills of runner and guard;
+	// stopStrikes the stops at a run-once command's exit.
+	treeKills   []treeKill
+	stopStrikes []stopStrike
 }
 
 type skewWindow struct {
@@ -181,9 +206,9 @@ func (n *nemesis) fatalf(format string, args ...any) {
 	n.t.Fatalf("nemesis seed %d: %s\nreplay: %s", n.seed, fmt.Sprintf(format, args...), n.replay)
 }
 
-func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
+func newNemesis(t *testing.T, seed uint64, replay string, cfg ScheduleConfig) *nemesis {
 	n := &nemesis{
-		t: t, seed: seed, replay: replay,
+		t: t, seed: seed, replay: replay, cfg: cfg,
 		injected: map[FaultKind]int{}, skipped: map[FaultKind]int{}, undos: map[int]func(){},
 		profiles: map[string]int{"mutex": 1, "handoff": 1, "semaphore": 1}, skews: map[string]time.Duration{}, skewExits: map[int]int{},
 	}
@@ -206,11 +231,18 @@ func newNemesis(t *testing.T, seed uint64, replay string) *nemesis {
 	}
 	// The lock names are the harness's (newHarness): the runners' token
 	// names them, and exists before the first runner starts.
+	// Every runner leads a process group of its own (group-kill); the
+	// hand-off mutex's run with -tree-protection pid-namespace when
+	// runner-and-guard-kill targets it.
+	if cfg.TreeKill != "" && cfg.TreeKill != "handoff" {
+		n.fatalf("runner-and-guard-kill targets %q: only the hand-off mutex's runners run in PID namespaces", cfg.TreeKill)
+	}
 	mutexPhase := phase{name: "nemesis-mutex", work: 50 * time.Millisecond, maxHold: nemesisMaxHold, workers: 3,
-		profile: nemesisMutexProfiles[0], waiters: lockmodel.WaitersQueue}
+		profile: nemesisMutexProfiles[0], waiters: lockmodel.WaitersQueue, ownGroup: true}
 	handoffPhase := mutexPhase
 	handoffPhase.name, handoffPhase.waiters = "nemesis-handoff", lockmodel.WaitersHandOff
-	semPhase := phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0]}
+	handoffPhase.pidNamespace = cfg.TreeKill == "handoff"
+	semPhase := phase{name: "nemesis-semaphore", work: 150 * time.Millisecond, workers: 4, limit: nemesisLimits[0], profile: nemesisSemaphoreProfiles[0], ownGroup: true}
 	mutexPrefix, handoffPrefix, semPrefix := "faults/"+harnessLockName(mutexPhase), "faults/"+harnessLockName(handoffPhase), "faults/"+harnessLockName(semPhase)
 	if err := createNemesisRunnerToken(clusterAdmin(c), nodes, []string{mutexPrefix, handoffPrefix}, semPrefix); err != nil {
 		n.fatalf("%v", err)
@@ -417,8 +449,8 @@ func (n *nemesis) run(steps []Step) {
 	// not struck is skipped; every fault still in force is undone.
 	n.mu.Lock()
 	if n.onceExit != nil {
+		n.skipped[n.onceExit.s.Kind]++
 		n.onceExit = nil
-		n.skipped[FaultOnceExit]++
 	}
 	pending := n.undos
 	n.undos = map[int]func(){}
@@ -506,10 +538,12 @@ func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
 		undo = n.skewClock(s)
 	case FaultWaiterKill:
 		ok = n.killFirstWaiter(i, n.target(s))
-	case FaultOnceExit:
+	case FaultOnceExit, FaultStopAtExit:
 		n.armOnceExit(i, s, wg)
 		t.Logf("nemesis step %d: %s (armed for %s)", i, s, OnceExitArmed)
 		return
+	case FaultGroupKill, FaultTreeKill:
+		ok = n.killTree(s, wg)
 	}
 	n.mu.Lock()
 	if ok {
@@ -548,8 +582,8 @@ func (n *nemesis) undoAfter(i int, s Step, undo func(), wg *sync.WaitGroup) {
 	}
 }
 
-// onceExit is an armed FaultOnceExit: step i, waiting for a run-once
-// command to end.
+// onceExit is an armed FaultOnceExit or FaultStopAtExit: step i, waiting
+// for a run-once command to end.
 type onceExit struct {
 	i  int
 	s  Step
@@ -573,11 +607,13 @@ func (n *nemesis) armOnceExit(i int, s Step, wg *sync.WaitGroup) {
 	})
 }
 
-// fireOnceExit strikes the armed FaultOnceExit, if any, as the command of
-// run-once worker ends (the once front calls it before it answers the
-// command's end): the worker's client agent frozen, or the Raft leader
-// killed.
-func (n *nemesis) fireOnceExit(worker string) {
+// fireOnceExit strikes the armed FaultOnceExit or FaultStopAtExit, if
+// any, as the command of a run-once worker ends (the once front calls it
+// with the end it applied, before it answers the command): the worker's
+// client agent frozen, the Raft leader killed, or the worker's runner
+// stopped.
+func (n *nemesis) fireOnceExit(end Write) {
+	worker := end.Worker
 	n.mu.Lock()
 	a := n.onceExit
 	n.onceExit = nil
@@ -593,8 +629,10 @@ func (n *nemesis) fireOnceExit(worker string) {
 	}
 	var undo func()
 	ok := false
-	switch a.s.Target {
-	case "client-freeze":
+	switch {
+	case a.s.Kind == FaultStopAtExit:
+		undo, ok = n.stopAtExit(a.i, end)
+	case a.s.Target == "client-freeze":
 		_, runner, _ := strings.Cut(worker, "/")
 		nodeName := runner[:max(strings.LastIndex(runner, "."), 0)]
 		for _, c := range n.cluster.Clients {
@@ -620,6 +658,165 @@ func (n *nemesis) fireOnceExit(worker string) {
 	n.mu.Unlock()
 	n.t.Logf("nemesis step %d: %s struck as the command of %s ended (injected: %v)", a.i, a.s, worker, ok)
 	n.undoAfter(a.i, a.s, undo, a.wg)
+}
+
+// treeGoneBound is how long after a group kill or a kill of runner and
+// guard the killed command's process group may still have a live
+// process: the guard ends the tree as soon as its runner's pipe closes,
+// the kernel at once when the namespace's init dies.
+const treeGoneBound = 5 * time.Second
+
+// treeKill is one group-kill or runner-and-guard-kill that struck: the
+// holder's command (host PID, the leader of its process group), whether
+// it ran at the kill, and how long its group still had a live process
+// after (-1: still after treeGoneBound).
+type treeKill struct {
+	kind   FaultKind
+	worker string
+	pid    int
+	alive  bool
+	gone   time.Duration
+}
+
+// killTree SIGKILLs a holder's runner's process group (group-kill) or its
+// runner and guard together (runner-and-guard-kill), as users' kills do,
+// and then watches the command's process group: it must be empty within
+// treeGoneBound (a job never outlives its runner).
+func (n *nemesis) killTree(s Step, wg *sync.WaitGroup) bool {
+	h := n.lockTarget(s)
+	holder, p := n.holder(h)
+	if p == nil {
+		return false
+	}
+	alive := running(holder.PID)
+	switch s.Kind {
+	case FaultGroupKill:
+		// Never the test's own group: the nemesis starts every runner
+		// as a group leader.
+		if pgid, err := syscall.Getpgid(p.Pid); err != nil || pgid != p.Pid || pgid == syscall.Getpgrp() {
+			n.t.Logf("nemesis: %s: runner %d of %s does not lead its process group (pgid %d, %v): not killed", s.Kind, p.Pid, holder.Worker, pgid, err)
+			return false
+		}
+		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s SIGKILL process group %d of the runner", s.Kind, p.Pid))
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	default:
+		guard := guardOf(p.Pid)
+		if guard == 0 {
+			return false // no command started yet, or its guard is gone
+		}
+		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s SIGKILL runner %d and guard %d", s.Kind, p.Pid, guard))
+		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(guard, syscall.SIGKILL)
+	}
+	n.mu.Lock()
+	k := len(n.treeKills)
+	n.treeKills = append(n.treeKills, treeKill{kind: s.Kind, worker: holder.Worker, pid: holder.PID, alive: alive, gone: -1})
+	n.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		began := time.Now()
+		for time.Since(began) < treeGoneBound {
+			if !running(holder.PID) && !groupAlive(holder.PID) {
+				n.mu.Lock()
+				n.treeKills[k].gone = time.Since(began)
+				n.mu.Unlock()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s: process group %d of the command still has a live process %s after the kill", s.Kind, holder.PID, treeGoneBound))
+	}()
+	return true
+}
+
+// groupAlive reports whether a process of group pgid is alive (not a
+// zombie).
+func groupAlive(pgid int) bool {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(data), ')')
+		if i < 0 {
+			continue
+		}
+		// After the name: state, ppid, pgrp.
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
+}
+
+// stopStrike is one stop-at-once-exit that struck: step i, the run and
+// its runner, the cluster faults in force then, and its marks in the
+// run-once store (cont: zero until woken).
+type stopStrike struct {
+	i             int
+	runID, worker string
+	inForce       string
+	stop, cont    Write
+}
+
+// stopAtExit stops (SIGSTOP) the runner of the run-once command whose end
+// was just applied, the runner alone: its guard sees the command exit and
+// acts at its kill-by, the runner wakes (the undo) with its command long
+// exited.
+func (n *nemesis) stopAtExit(i int, end Write) (func(), bool) {
+	o := n.once
+	p := o.runnerOf(end)
+	if p == nil {
+		return nil, false
+	}
+	inForce := n.clusterFaultsInForce(i)
+	stop := o.store.Mark(end.Worker, fmt.Sprintf("nemesis: %s SIGSTOP runner %d as its command exits", FaultStopAtExit, p.Pid))
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return nil, false
+	}
+	n.mu.Lock()
+	k := len(n.stopStrikes)
+	n.stopStrikes = append(n.stopStrikes, stopStrike{i: i, runID: OnceRunID(end.Worker), worker: end.Worker, inForce: inForce, stop: stop})
+	n.mu.Unlock()
+	return func() {
+		cont := o.store.Mark(end.Worker, fmt.Sprintf("nemesis: %s SIGCONT runner %d", FaultStopAtExit, p.Pid))
+		_ = p.Signal(syscall.SIGCONT)
+		n.mu.Lock()
+		n.stopStrikes[k].cont = cont
+		n.mu.Unlock()
+	}, true
+}
+
+// stopAtExitStrikes are the strikes as the checker reads them: the
+// runner's exit, and judged when no cluster fault was in force at the
+// stop and no other fault was marked in the run-once store from the stop
+// to 2s after the wake-up (a session destroyed, a node cut off: the
+// outcome is then not the stop's alone).
+func (n *nemesis) stopAtExitStrikes(onceLog []Write) []StopAtExitStrike {
+	n.mu.Lock()
+	strikes := slices.Clone(n.stopStrikes)
+	n.mu.Unlock()
+	n.once.mu.Lock()
+	defer n.once.mu.Unlock()
+	var out []StopAtExitStrike
+	for _, s := range strikes {
+		code, ok := n.once.exitOf[s.worker]
+		if !ok {
+			code = -1
+		}
+		judged := s.inForce == "none" && !s.cont.At.IsZero()
+		for _, w := range onceLog[s.stop.Seq+1:] {
+			if !judged || !w.At.Before(s.cont.At.Add(2*time.Second)) {
+				break
+			}
+			judged = w.Kind != KindFault || w.Seq == s.cont.Seq
+		}
+		out = append(out, StopAtExitStrike{RunID: s.runID, Worker: s.worker, Exit: code, Judged: judged})
+	}
+	return out
 }
 
 func replicaIndex(target string) int {
@@ -1026,6 +1223,17 @@ func (n *nemesis) check(steps []Step) {
 	runs := n.once.results()
 	onceViolations, onceEvidence := RunOnceViolations(runs)
 	unrecorded, unrecordedEvidence := SuccessExitsNotRecorded(runs)
+	strikes := n.stopAtExitStrikes(onceLog)
+	stopViolations, stopJudged, stopEvidence := StopAtExitViolations(strikes, runs)
+	n.mu.Lock()
+	treeKills := slices.Clone(n.treeKills)
+	n.mu.Unlock()
+	var survivors []string
+	for _, k := range treeKills {
+		if k.gone < 0 {
+			survivors = append(survivors, fmt.Sprintf("%s of %s: the command's process group %d (running at the kill: %v) still had a live process %s after", k.kind, k.worker, k.pid, k.alive, treeGoneBound))
+		}
+	}
 	mutexLog := n.mutex.store.Log()
 	type ephFigures struct{ executions, completed, racing int }
 	eph := map[*harness]*ephFigures{n.mutex: {}, n.handoff: {}}
@@ -1134,6 +1342,12 @@ func (n *nemesis) check(steps []Step) {
 		{"run once: runners that exited 0 for a success the ledger does not record (their attempt read crashed)", unrecorded, func() string {
 			return strings.Join(unrecordedEvidence, "\n") + "\nsee the logs in " + n.once.dir
 		}},
+		{"kills of runner and guard, group kills: job trees with a live process " + treeGoneBound.String() + " after the kill", len(survivors), func() string {
+			return strings.Join(survivors, "\n")
+		}},
+		{"stop at a run-once command's exit: runs not recorded succeeded once, with the stopped runner exiting 0 (judged strikes)", stopViolations, func() string {
+			return strings.Join(stopEvidence, "\n") + "\nsee the logs in " + n.once.dir
+		}},
 		{"runner exits the guide does not allow", unexpected + onceUnexpected, func() string {
 			return fmt.Sprintf("codes %v in %s; run-once runners: codes %v in %s", codes, exitsText(exits), onceCodes, exitsText(onceExits))
 		}},
@@ -1202,6 +1416,9 @@ func (n *nemesis) check(steps []Step) {
 	}
 	b.WriteString("\n")
 	b.WriteString(onceSummary(runs) + "\n")
+	b.WriteString(treeKillSummary(treeKills) + "\n")
+	fmt.Fprintf(&b, "stop at a run-once command's exit (runner alone stopped %s to %s, past its guard's kill-by): %d strikes, %d judged; stopped runners' exits: %s\n\n",
+		n.cfg.MinStop.Round(time.Millisecond), n.cfg.MaxStop.Round(time.Millisecond), len(strikes), stopJudged, strikeExits(strikes))
 	fmt.Fprintf(&b, "clock skew: %d skews; the extra runners they started exited %s; the controllers ended %d holders for max_hold_exceeded, %d of them a skewed runner's hold or by a skewed replica%s\n\n",
 		len(windows), exitsText(skewExits), maxHoldEnds, len(skewedEnds), strings.Join(append([]string{""}, skewedEnds...), "\n  - "))
 	if n.eph.unsupported != "" {
@@ -1326,6 +1543,41 @@ func onceSummary(runs []OnceRun) string {
 	return fmt.Sprintf("run once: %d run IDs, ledger outcomes: %s; succeeded at attempt 1: %d; runners started again (no runner decided the run): %d; "+
 		"commands that succeeded after their run's effect was applied (the documented window, kept from applying it twice by the job's guard): %d%s\n",
 		len(runs), strings.Join(parts, ", "), firstAttempt, rewaved, repeats, stopped)
+}
+
+// treeKillSummary is the kills' line: per kind, the kills, those that
+// struck a running command, and the longest time its process group took
+// to empty.
+func treeKillSummary(kills []treeKill) string {
+	var parts []string
+	for _, kind := range []FaultKind{FaultGroupKill, FaultTreeKill} {
+		count, alive, survived, longest := 0, 0, 0, time.Duration(0)
+		for _, k := range kills {
+			if k.kind != kind {
+				continue
+			}
+			count++
+			if k.alive {
+				alive++
+			}
+			if k.gone < 0 {
+				survived++
+			}
+			longest = max(longest, k.gone)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d (command running at the kill %d; process group empty after at most %s; still live after %s: %d)",
+			kind, count, alive, longest.Round(time.Millisecond), treeGoneBound, survived))
+	}
+	return "kills of the job's runner: " + strings.Join(parts, "; ") + "\n"
+}
+
+// strikeExits counts the stopped runners' exit codes (-1: not seen).
+func strikeExits(strikes []StopAtExitStrike) string {
+	m := map[int]int{}
+	for _, s := range strikes {
+		m[s.Exit]++
+	}
+	return exitsText(m)
 }
 
 func failuresText(m map[string]int) string {

@@ -49,10 +49,11 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 				groups = append(groups, "controllers") // a replica restarted skewed
 			}
 			until := s.At + s.For
-			if s.Kind == FaultOnceExit {
+			if s.Kind == FaultOnceExit || s.Kind == FaultStopAtExit {
 				// It strikes up to OnceExitArmed after At, on the servers'
-				// leader or on a client agent; either way no other fault
-				// on the servers meanwhile.
+				// leader, on a client agent or on a run-once runner;
+				// either way no other fault on the servers meanwhile (nor
+				// two armed at once).
 				groups, until = []string{"servers"}, s.At+OnceExitArmed+s.For
 				if s.Target == "client-freeze" {
 					groups = append(groups, "clients")
@@ -95,6 +96,18 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 				if s.Target != "leader-kill" && s.Target != "client-freeze" || s.For <= 0 {
 					t.Errorf("seed %d: %s: want leader-kill or client-freeze, and a duration", seed, s)
 				}
+			case FaultGroupKill:
+				if !slices.Contains([]string{"mutex", "semaphore", "once", "handoff"}, s.Target) || s.For != 0 {
+					t.Errorf("seed %d: %s: a group kill picks a lock's holder and is not undone", seed, s)
+				}
+			case FaultTreeKill:
+				if s.Target != unitScheduleConfig.TreeKill || s.For != 0 {
+					t.Errorf("seed %d: %s: runner and guard are killed on %s only (its runners are in PID namespaces)", seed, s, unitScheduleConfig.TreeKill)
+				}
+			case FaultStopAtExit:
+				if s.Target != "once" || s.For < unitScheduleConfig.MinStop || s.For > unitScheduleConfig.MaxStop {
+					t.Errorf("seed %d: %s: want the run-once lock, stopped %s to %s", seed, s, unitScheduleConfig.MinStop, unitScheduleConfig.MaxStop)
+				}
 			case FaultClientFreeze, FaultClientKill, FaultClientCut:
 				if s.Target != "client-1" && s.Target != "client-2" && s.Target != "client-3" || s.For <= 0 {
 					t.Errorf("seed %d: %s: want client-1..3 and a duration", seed, s)
@@ -111,6 +124,7 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 			"clock-skew controller-", "clock-skew runner-",
 			"runner-kill handoff", "runner-freeze handoff", "session-destroy handoff", "key-delete handoff", "profile-change handoff",
 			"waiter-kill mutex", "waiter-kill handoff", "once-exit leader-kill", "once-exit client-freeze",
+			"group-kill mutex", "group-kill once", "group-kill handoff", "runner-and-guard-kill handoff", "stop-at-once-exit once",
 		} {
 			if !targets[want] {
 				t.Errorf("seed %d: no %s in 30 minutes", seed, want)
@@ -124,7 +138,7 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 
 func TestSchedule_withoutQueuedMutexesKillsNoWaiter(t *testing.T) {
 	cfg := unitScheduleConfig
-	cfg.Queued, cfg.HandOff = nil, ""
+	cfg.Queued, cfg.HandOff, cfg.TreeKill = nil, "", ""
 	for seed := uint64(1); seed <= 5; seed++ {
 		for _, s := range Schedule(seed, cfg) {
 			if s.Kind == FaultWaiterKill || s.Target == "handoff" {
@@ -139,10 +153,53 @@ func TestSchedule_withoutARunOnceLockTimesNoFaultToItsExits(t *testing.T) {
 	cfg.Once = ""
 	for seed := uint64(1); seed <= 5; seed++ {
 		for _, s := range Schedule(seed, cfg) {
-			if s.Kind == FaultOnceExit || s.Target == "once" {
+			if s.Kind == FaultOnceExit || s.Kind == FaultStopAtExit || s.Target == "once" {
 				t.Fatalf("seed %d: %s with no run-once lock configured", seed, s)
 			}
 		}
+	}
+}
+
+// Without root the nemesis runs no runner in a PID namespace: its
+// schedule then has no kill of runner and guard together.
+func TestSchedule_withoutATreeKillTargetKillsNoRunnerWithItsGuard(t *testing.T) {
+	cfg := unitScheduleConfig
+	cfg.TreeKill = ""
+	for seed := uint64(1); seed <= 5; seed++ {
+		for _, s := range Schedule(seed, cfg) {
+			if s.Kind == FaultTreeKill {
+				t.Fatalf("seed %d: %s with no runners in PID namespaces", seed, s)
+			}
+		}
+	}
+}
+
+func TestStopAtExitWindow_isPastTheGuardsKillByAndUnderTwiceTheTTL(t *testing.T) {
+	killBy := lockmodel.NewStopRule(NemesisOnceProfile, NemesisOnceGrace).GuardKillAfter()
+	lo, hi := StopAtExitWindow(NemesisOnceProfile, NemesisOnceGrace)
+	if lo <= killBy || hi <= lo || hi >= 2*NemesisOnceProfile.TTL-2*time.Second {
+		t.Fatalf("StopAtExitWindow = %s..%s; want past the guard's kill-by %s and well under 2 x ttl %s", lo, hi, killBy, 2*NemesisOnceProfile.TTL)
+	}
+}
+
+func TestStopAtExitViolations(t *testing.T) {
+	succeeded := string(lockmodel.RunSucceeded)
+	runs := []OnceRun{
+		{ID: "ok", Outcome: succeeded, SucceededAttempts: 1, Effects: 1},
+		// Issue 44, 3: recorded lost on waking, and run again.
+		{ID: "lost-then-again", Outcome: succeeded, SucceededAttempts: 1, Effects: 2, AttemptOutcomes: []string{"lost", "succeeded"}},
+		{ID: "lost", Outcome: "lost", Effects: 1, AttemptOutcomes: []string{"lost"}},
+		{ID: "not-judged", Outcome: "lost", Effects: 1},
+	}
+	strikes := []StopAtExitStrike{
+		{RunID: "ok", Worker: "ok/a", Exit: 0, Judged: true},
+		{RunID: "lost-then-again", Worker: "lost-then-again/a", Exit: 0, Judged: true},
+		{RunID: "lost", Worker: "lost/a", Exit: 123, Judged: true},
+		{RunID: "not-judged", Worker: "not-judged/a", Exit: 120},
+	}
+	n, judged, evidence := StopAtExitViolations(strikes, runs)
+	if n != 2 || judged != 3 || len(evidence) != 2 || !strings.Contains(evidence[0], "run lost-then-again") || !strings.Contains(evidence[1], `exited 123; ledger "lost"`) {
+		t.Fatalf("StopAtExitViolations = %d, %d judged, %q; want lost-then-again and lost of 3 judged", n, judged, evidence)
 	}
 }
 

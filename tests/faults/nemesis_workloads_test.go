@@ -73,13 +73,15 @@ type onceWorkload struct {
 	runs  map[string]*OnceRun
 	order []string
 	exits map[int]int
+	// exitOf is each runner's exit code by its worker name (OnceWorker).
+	exitOf map[string]int
 }
 
 func newOnceWorkload(n *nemesis) *onceWorkload {
 	t := n.t
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &onceWorkload{n: n, ctx: ctx, cancel: cancel, dir: logDir(t, "nemesis-once"), done: make(chan struct{}),
-		procs: map[int]*os.Process{}, runs: map[string]*OnceRun{}, exits: map[int]int{}}
+		procs: map[int]*os.Process{}, runs: map[string]*OnceRun{}, exits: map[int]int{}, exitOf: map[string]int{}}
 	var err error
 	if o.store, err = NewStore("127.0.0.1:0"); err != nil {
 		n.fatalf("%v", err)
@@ -87,7 +89,8 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 	t.Cleanup(o.store.Close)
 	o.url = newOnceFront(t, o.store, n.fireOnceExit)
 	name := fmt.Sprintf("faults-nemesis-once-%d", os.Getpid())
-	o.profile = lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: time.Second}
+	o.profile = NemesisOnceProfile
+	o.profile.Name = name
 	// The run-once lock's waiters race (no waiters declared), while the
 	// mutex workload's queue: the nemesis covers both modes.
 	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name,
@@ -141,9 +144,9 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 // newOnceFront serves the run-once store's writes with the job's own
 // guard (examples/run-once): the end of a run ID whose effect is applied
 // already is logged with OnceRepeatNote instead of applying it again.
-// ended is called with the worker of each end applied, before the answer
+// ended is called with each end applied, as logged, before the answer
 // lets its command exit.
-func newOnceFront(t *testing.T, store *Store, ended func(worker string)) string {
+func newOnceFront(t *testing.T, store *Store, ended func(end Write)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +175,7 @@ func newOnceFront(t *testing.T, store *Store, ended func(worker string)) string 
 		}
 		mu.Unlock()
 		if applied {
-			ended(in.Worker)
+			ended(out)
 		}
 		rw.Header().Set("Content-Type", "application/json")
 		if !out.Accepted {
@@ -248,13 +251,14 @@ func (o *onceWorkload) runner(id, name string, node *testenv.Node) int {
 	}
 	defer func() { _ = f.Close() }()
 	cmd := exec.Command(runnerBin, "run", "-lock", o.lock.Name, "-run-id", id,
-		"-exit-code-if-done", fmt.Sprint(lockmodel.ExitRunAlreadySucceededDistinct), "-grace", runnerGrace, "--",
+		"-exit-code-if-done", fmt.Sprint(lockmodel.ExitRunAlreadySucceededDistinct), "-grace", NemesisOnceGrace.String(), "--",
 		childBin, "-work", onceWork.String())
 	cmd.Env = append(cleanEnv(), "CONSUL_HTTP_ADDR="+node.Addr, "CONSUL_HTTP_TOKEN="+o.secret,
 		childEnv+"=1", storeEnv+"="+o.url, workerEnv+"="+OnceWorker(id, name))
 	cmd.Env = append(cmd.Env, o.n.skewEnv(node.Name)...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A group of its own: group-kill kills the runner's group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	o.mu.Lock()
 	if o.ctx.Err() != nil {
 		o.mu.Unlock()
@@ -268,10 +272,11 @@ func (o *onceWorkload) runner(id, name string, node *testenv.Node) int {
 	o.procs[cmd.Process.Pid] = cmd.Process
 	o.mu.Unlock()
 	_ = cmd.Wait()
+	code := exitCode(cmd)
 	o.mu.Lock()
 	delete(o.procs, cmd.Process.Pid)
+	o.exitOf[OnceWorker(id, name)] = code
 	o.mu.Unlock()
-	code := exitCode(cmd)
 	_, _ = fmt.Fprintf(f, "=== nemesis: run %s runner %s pid %d exited %d\n", id, name, cmd.Process.Pid, code)
 	return code
 }

@@ -26,19 +26,30 @@ type ScheduleConfig struct {
 	// Queued are the mutexes whose waiters queue: a waiter kill picks one
 	// (none: no waiter kills).
 	Queued []string
+	// TreeKill is the target of runner-and-guard-kill, the workload whose
+	// runners run with -tree-protection pid-namespace ("" for none: no
+	// such kills).
+	TreeKill string
+	// MinStop, MaxStop: how long stop-at-once-exit keeps a run-once runner
+	// stopped (StopAtExitWindow).
+	MinStop, MaxStop time.Duration
 }
 
 // NemesisConfig is TestNemesis's schedule shape for a run of length: a
 // fault every 1 to 4s (over 600 in 30 minutes), undone after 1 to 15s,
 // on 3 client nodes and 2 controller replicas, a semaphore resized
 // between limits 2 and 3, clocks moved by 30s to 3 minutes either way,
-// two queued mutexes (waiters = "queue" and "handoff").
+// two queued mutexes (waiters = "queue" and "handoff"), the hand-off
+// mutex's runners in PID namespaces (runner-and-guard-kill's target), and
+// run-once runners stopped at their command's exit for StopAtExitWindow.
 func NemesisConfig(length time.Duration) ScheduleConfig {
+	minStop, maxStop := StopAtExitWindow(NemesisOnceProfile, NemesisOnceGrace)
 	return ScheduleConfig{
 		Length: length, MinGap: time.Second, MaxGap: 4 * time.Second,
 		Clients: 3, Controllers: 2, Limits: []int{2, 3}, ProfileVariants: 2,
 		MinFor: time.Second, MaxFor: 15 * time.Second, MinSkew: 30 * time.Second, MaxSkew: 3 * time.Minute,
 		Mutex: "mutex", Semaphore: "semaphore", Once: "once", HandOff: "handoff", Queued: []string{"mutex", "handoff"},
+		TreeKill: "handoff", MinStop: minStop, MaxStop: maxStop,
 	}
 }
 
@@ -51,7 +62,10 @@ func NemesisConfig(length time.Duration) ScheduleConfig {
 // nor two clock skews. The faults on one holder (kill, freeze, session
 // destroyed, key deleted) pick the mutex, the semaphore, the run-once
 // lock or the hand-off mutex; freezes only the fenced ones (the mutexes,
-// run once). A waiter kill picks one of the queued mutexes.
+// run once); a group kill any of them; a kill of runner and guard
+// together only TreeKill's. A waiter kill picks one of the queued
+// mutexes. A stop at a run-once command's exit, like a fault on the
+// servers timed to it, keeps the servers free while armed and in force.
 func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 	sc := newScheduler(seed, cfg)
 	var steps []Step
@@ -99,12 +113,21 @@ func newScheduler(seed uint64, cfg ScheduleConfig) *scheduler {
 		{FaultClockSkew, 2, "skews"},
 		{FaultOnceExit, 2, "servers"},
 		{FaultWaiterKill, 2, ""},
+		{FaultGroupKill, 2, ""},
+		{FaultTreeKill, 2, ""},
+		{FaultStopAtExit, 2, "servers"},
+	}
+	drop := func(kinds ...FaultKind) {
+		weights = slices.DeleteFunc(weights, func(w weighted) bool { return slices.Contains(kinds, w.kind) })
 	}
 	if len(cfg.Queued) == 0 {
-		weights = weights[:len(weights)-1] // no queued mutex: no waiter kills
+		drop(FaultWaiterKill)
 	}
 	if cfg.Once == "" {
-		weights = slices.DeleteFunc(weights, func(w weighted) bool { return w.kind == FaultOnceExit })
+		drop(FaultOnceExit, FaultStopAtExit)
+	}
+	if cfg.TreeKill == "" {
+		drop(FaultTreeKill)
 	}
 	sc := &scheduler{
 		r:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -173,8 +196,12 @@ func (sc *scheduler) step(at time.Duration, kind FaultKind) Step {
 		// longest other fault: past 2 x TTL the session is gone and
 		// another holder takes over while it sleeps.
 		s.Target, s.For = fenced[r.IntN(len(fenced))], sc.between(cfg.MinFor, 3*cfg.MaxFor)
-	case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy:
+	case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy, FaultGroupKill:
 		s.Target = lock
+	case FaultTreeKill:
+		s.Target = cfg.TreeKill
+	case FaultStopAtExit:
+		s.Target, s.For = cfg.Once, sc.between(cfg.MinStop, cfg.MaxStop)
 	case FaultProfileChange:
 		// The mutexes' or the semaphore's profile (the run-once
 		// lock's stays).
@@ -226,13 +253,14 @@ func (sc *scheduler) skew(s *Step) {
 
 // occupy marks the targets of s busy. A group is busy until the fault is
 // undone and a little after: a restarted server must be promoted to voter
-// again. A once-exit fault strikes up to OnceExitArmed after At: the
-// servers (and, for a freeze, the clients) are busy until it is undone.
+// again. A once-exit or stop-at-once-exit fault strikes up to
+// OnceExitArmed after At: the servers (and, for a freeze, the clients)
+// are busy until it is undone.
 func (sc *scheduler) occupy(at time.Duration, group string, s Step) {
 	if group != "" {
 		sc.busy[group] = max(sc.busy[group], at+s.For+sc.cfg.MinGap)
 	}
-	if s.Kind == FaultOnceExit {
+	if s.Kind == FaultOnceExit || s.Kind == FaultStopAtExit {
 		end := at + OnceExitArmed + s.For + sc.cfg.MinGap
 		sc.busy["servers"] = max(sc.busy["servers"], end)
 		if s.Target == "client-freeze" {
