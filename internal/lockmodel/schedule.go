@@ -645,9 +645,9 @@ func (r RunOnce) RunIDSlot(id string) (canonical string, at time.Time, slot bool
 		at, slot = r.ScheduledTime(id)
 		return id, at, slot, nil
 	}
-	t, perr := time.Parse(time.RFC3339, id)
-	if perr != nil {
-		return id, time.Time{}, false, nil
+	t, ok := parseTimestamp(id)
+	if !ok {
+		return id, time.Time{}, false, nil // not a timestamp: a run of its own
 	}
 	s, err := r.ParsedSchedule()
 	if err != nil {
@@ -779,4 +779,10 @@ func (r RunOnce) slots() (prev func(time.Time) (time.Time, bool), name func(time
 		return nil, nil
 	}
 	return s.Prev, s.SlotID
+}
+
+// parseTimestamp reads id as an RFC 3339 time; false when it is not one.
+func parseTimestamp(id string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, id)
+	return t, err == nil
 }

@@ -252,7 +252,7 @@ exit 0`
 	}
 	// The command has exited and the guard has reaped it (and so reported
 	// its exit) once the guard's only child is the setsid'd process.
-	leftover := processesNaming(beats)
+	var leftover []int
 	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		leftover = processesNaming(beats)
 		kids := directChildren(t, guard)

@@ -47,7 +47,7 @@ func TestRunOnce_aSlotHasOneIdentity(t *testing.T) {
 		t.Helper()
 		var offset time.Duration
 		if !clockAt.IsZero() {
-			offset = clockAt.Sub(time.Now())
+			offset = time.Until(clockAt)
 		}
 		offsets[name] = offset
 		return startRunAtClock(t, name, token, offset, append([]string{"-lock", l.Name, "-exit-code-if-done", done}, args...),
