@@ -82,8 +82,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 	a := schema.SingleNestedAttribute{
 		MarkdownDescription: "Run the command once per run, not merely one at a time: `consullock run` records each attempt in the " +
 			"run ledger `<registry_prefix>/runs/<name>` and skips a run that already succeeded. Without `-run-id` " +
-			"the run ID is the `period` slot of the runner's start, or the latest `schedule` slot at or before it. Set one " +
-			"of `period` and `schedule`. Mutex only. Changing it rewrites only the declaration record.",
+			"the run ID is the `period` or `schedule` slot of the runner's start. Set one of `period` and `schedule`. " +
+			"Mutex only. Changing it rewrites only the declaration record.",
 		Optional: true,
 		Attributes: map[string]schema.Attribute{
 			"period": schema.StringAttribute{
@@ -95,37 +95,40 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
 			},
 			"schedule": schema.StringAttribute{
-				MarkdownDescription: "Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: " +
-					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. " +
-					"The run ID is the latest slot's time in RFC 3339 with the zone's offset (`2026-03-29T02:00:00+02:00`, `Z` " +
-					"for a zero offset), also `CONSUL_LOCK_SCHEDULED_TIME`. A local time skipped by a DST change is one slot at " +
-					"the end of the gap, one that occurs twice is one slot at its first occurrence (a CronJob skips the first " +
-					"and runs the second twice). Fire triggers after the slot by more than the nodes' clock skew (02:01 for `0 2 * * *`).",
+				MarkdownDescription: fmt.Sprintf("Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: "+
+					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. "+
+					"The run ID is the latest slot's time in RFC 3339 with the zone's offset (`2026-03-29T02:00:00+02:00`, `Z` "+
+					"for a zero offset), also `CONSUL_LOCK_SCHEDULED_TIME`. A local time skipped by a DST change is one slot at "+
+					"the end of the gap, one that occurs twice is one slot at its first occurrence. "+
+					"A trigger up to `%s` early waits for its slot. A `-run-id` timestamp names the slot at that instant, in any "+
+					"RFC 3339 spelling; another instant is refused.",
+					lockmodel.FormatDuration(lockmodel.TriggerSkew)),
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: lockmodel.ScheduleAllowed}},
 			},
 			"time_zone": schema.StringAttribute{
 				MarkdownDescription: "The IANA time zone `schedule` is read in, e.g. `Europe/Berlin`; default `UTC`. Only with " +
-					"`schedule` (`period` slots are UTC). Every node must have the same zone rules: the binary embeds Go's " +
-					"copy of the tz database, used where the system has none.",
+					"`schedule` (`period` slots are UTC). Nodes need the same zone rules: the binary embeds Go's tz " +
+					"database for systems without one.",
 				Optional:      true,
 				Computed:      true,
 				Validators:    []validator.String{domainStringRule{check: validateTimeZone, what: lockmodel.TimeZoneAllowed}},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"starting_deadline": schema.StringAttribute{
-				MarkdownDescription: fmt.Sprintf("A runner that starts more than this after its slot's scheduled time does "+
-					"not run the slot: it logs and exits %d, and the slot stays missed (see `status -lock`). Like a CronJob's "+
-					"`startingDeadlineSeconds`. `1s` to `%s`; unset means no deadline. Not applied to an explicit `-run-id` "+
-					"(a backfill).", lockmodel.ExitRunPastDeadline, lockmodel.FormatDuration(lockmodel.MaxStartingDeadline)),
+				MarkdownDescription: fmt.Sprintf("A runner starting more than this after its slot exits %d without running it "+
+					"(the slot stays missed, see `status -lock`), unless another runner began the slot: then it exits as on time. "+
+					"Like a CronJob's `startingDeadlineSeconds`. `1s` to `%s`; unset, a slot may start until the next one. "+
+					"Never applied to `-run-id` (a backfill).",
+					lockmodel.ExitRunPastDeadline, lockmodel.FormatDuration(lockmodel.MaxStartingDeadline)),
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: validateStartingDeadline, what: allowedText(validateStartingDeadline("starting_deadline", 0))}},
 			},
 			"next_slots": schema.ListAttribute{
 				MarkdownDescription: "The run IDs of the next three slots, known at plan, so that a reviewer sees what " +
-					"`schedule` means in `time_zone` (or where `period` slots fall). Computed when the slots' attributes change " +
-					"(and at create and import); not moved on as time passes, so plans of an unchanged lock stay empty.",
+					"`schedule` means in `time_zone` (or where `period` slots fall). Set when the slots' attributes change " +
+					"(and at create and import), not as time passes: plans of an unchanged lock stay empty.",
 				Computed:    true,
 				ElementType: types.StringType,
 			},
@@ -147,7 +150,7 @@ func runOnceAttemptAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"max_attempts": schema.Int64Attribute{
 			MarkdownDescription: fmt.Sprintf("Attempts per run: a run that failed, lost its lock or whose holder crashed is "+
-				"attempted again by the next holder until this many attempts were made; then runners exit %d. `1` to `%d`, default `%d`.",
+				"attempted again by the next holder, up to this many attempts; then runners exit %d. `1` to `%d`, default `%d`.",
 				lockmodel.ExitRunExhausted, lockmodel.MaxMaxAttempts, lockmodel.DefaultMaxAttempts),
 			Optional:   true,
 			Computed:   true,
