@@ -24,8 +24,8 @@ func (f *worstCaseGapFunction) Metadata(_ context.Context, _ function.MetadataRe
 func (f *worstCaseGapFunction) Definition(_ context.Context, _ function.DefinitionRequest, resp *function.DefinitionResponse) {
 	resp.Definition = function.Definition{
 		Summary: "How long a crashed holder can leave a lock unusable",
-		MarkdownDescription: "Returns 2 x `ttl` + `lock_delay` (lock-delay clamped to 60s, as Consul does) as a duration string: " +
-			"`consullock_session_defaults.worst_case_gap` for the same inputs.",
+		MarkdownDescription: "Returns `consullock_session_defaults.worst_case_gap` for the same inputs: 2 x `ttl` + `lock_delay` " +
+			"(clamped to 60s, as Consul does), from the last renewal or a later leader election.",
 		Parameters: []function.Parameter{
 			function.StringParameter{Name: "ttl", MarkdownDescription: "Session TTL, a Go duration between 10s and 24h, e.g. `15s`."},
 			function.StringParameter{Name: "lock_delay", MarkdownDescription: "Session lock-delay, a Go duration, e.g. `15s` or `0s`."},

@@ -119,8 +119,9 @@ func (r *sessionDefaultsResource) Schema(_ context.Context, _ resource.SchemaReq
 				CustomType: timetypes.GoDurationType{},
 			},
 			"worst_case_gap": schema.StringAttribute{
-				MarkdownDescription: "2 x ttl + lock_delay, known at plan: the longest nobody runs the job after a holder crashes, and the " +
-					"longest a holder whose session was invalidated (e.g. partitioned) may still run.",
+				MarkdownDescription: "2 x ttl + lock_delay: the longest nobody runs the job after a holder crashes " +
+					"(from its last renewal or a later leader election), and the longest a holder whose session was " +
+					"invalidated (e.g. partitioned) may still run.",
 				Computed:   true,
 				CustomType: timetypes.GoDurationType{},
 			},
