@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -112,7 +114,13 @@ func TestRun_killsBeyondTheRunnerLeaveNoProcessOfItsJob(t *testing.T) {
 			job, beats := treeJob(dir, 5*time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
 			full := append(append(append([]string{"run", "-lock", l.Name}, tc.args...), "--"), job...)
 			a := startProcWith(t, "runner a", processEnv(agent.Addr, token), &syscall.SysProcAttr{Setpgid: true}, runnerBin, full...)
-			t.Cleanup(func() { _ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL) })
+			t.Cleanup(func() {
+				select {
+				case <-a.done: // reaped: its group ID may be another's now
+				default:
+					_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+				}
+			})
 			waitStarted(t, record, "a")
 			b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
 			waitForTwoSessions(t, "consullock run "+l.Name)
@@ -302,7 +310,16 @@ func TestRun_stoppedGuardStillStopsTheJobOnALoss(t *testing.T) {
 	a := startJob(t, "runner a", token, []string{"-lock", l.Name, "-grace", "500ms"}, job...)
 	waitStarted(t, record, "a")
 	guard := guardOf(t, a.cmd.Process.Pid)
-	t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
+	// Continued through a pidfd: once the guard is gone its PID may be
+	// another test's process (a stopped runner that must stay stopped).
+	pidfd, err := unix.PidfdOpen(guard, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.PidfdSendSignal(pidfd, syscall.SIGCONT, nil, 0)
+		_ = unix.Close(pidfd)
+	})
 	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
 	waitForTwoSessions(t, "consullock run "+l.Name)
 	session := readRuns(t, record)[0].session

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,16 +16,41 @@ import (
 )
 
 // BenchmarkKilledRunnerJobTree measures how long a job's tree outlives a
-// SIGKILLed runner: from the kill to the last heartbeat of its processes
-// (the tree job: a grandchild in the command's group and a setsid'd
-// descendant, each beating every millisecond; at or below 0 when none beat
-// after the kill) and to the guard's exit (seen through a pidfd), which
-// comes after every process of the tree has been killed and reaped. p50 and
-// p99 over b.N kills. The next holder can start only once the session's TTL
-// has expired and its lock-delay passed, seconds later.
+// kill that takes more than its command: from the kill to the last
+// heartbeat of its processes (the tree job: a grandchild in the command's
+// group and a setsid'd descendant, each beating every millisecond; at or
+// below 0 when none beat after the kill) and to the guard's exit (seen
+// through a pidfd), which comes after every process of the tree has been
+// killed and reaped. p50 and p99 over b.N kills, for each kill:
+//   - runner: SIGKILL of the runner alone;
+//   - group: SIGKILL of the runner's process group (timeout -s KILL);
+//   - runner_and_guard_pidns: SIGKILL of runner and guard together, with
+//     -tree-protection pid-namespace (the kernel ends the tree).
+//
+// The next holder can start only once the session's TTL has expired and
+// its lock-delay passed, seconds later.
 //
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench KilledRunnerJobTree -benchtime 60x ./internal/runner/
 func BenchmarkKilledRunnerJobTree(b *testing.B) {
+	for _, v := range []struct {
+		name  string
+		args  []string
+		group bool
+		kill  func(runner, guard int) error
+	}{
+		{"runner", nil, false, func(runner, _ int) error { return syscall.Kill(runner, syscall.SIGKILL) }},
+		{"group", nil, true, func(runner, _ int) error { return syscall.Kill(-runner, syscall.SIGKILL) }},
+		{"runner_and_guard_pidns", []string{"-tree-protection", ProtectionPIDNamespace}, false, func(runner, guard int) error {
+			return errors.Join(syscall.Kill(runner, syscall.SIGKILL), syscall.Kill(guard, syscall.SIGKILL))
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			benchmarkKilledTree(b, v.args, v.group, v.kill)
+		})
+	}
+}
+
+func benchmarkKilledTree(b *testing.B, args []string, group bool, kill func(runner, guard int) error) {
 	prefix := testenv.UniquePrefix(b.Name())
 	// lock-delay 0: each kill's session is destroyed and the next runner
 	// acquires at once.
@@ -35,7 +61,9 @@ func BenchmarkKilledRunnerJobTree(b *testing.B) {
 		dir := b.TempDir()
 		record := filepath.Join(dir, "record")
 		job, beats := treeJob(dir, time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
-		a := startJob(b, "runner", token, []string{"-lock", l.Name}, job...)
+		full := append(append(append([]string{"run", "-lock", l.Name}, args...), "--"), job...)
+		a := startProcWith(b, "runner", processEnv(agent.Addr, token), &syscall.SysProcAttr{Setpgid: group, Pdeathsig: syscall.SIGKILL},
+			runnerBin, full...)
 		waitStarted(b, record, "a") // both heartbeats beat by then
 		kids := directChildren(b, a.cmd.Process.Pid)
 		if len(kids) != 1 {
@@ -48,7 +76,7 @@ func BenchmarkKilledRunnerJobTree(b *testing.B) {
 			b.Fatal(err)
 		}
 		killed := time.Now()
-		if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := kill(a.cmd.Process.Pid, guard); err != nil {
 			b.Fatal(err)
 		}
 		for {
@@ -87,9 +115,9 @@ func BenchmarkKilledRunnerJobTree(b *testing.B) {
 	b.ReportMetric(ms(quantile(lastBeat, 0.99)), "last_beat_p99_ms")
 	b.ReportMetric(ms(quantile(reaped, 0.5)), "all_reaped_p50_ms")
 	b.ReportMetric(ms(quantile(reaped, 0.99)), "all_reaped_p99_ms")
-	b.Logf("MEASURED kill -9 of the runner -> last heartbeat of its job tree over %d kills: p50 %s, p99 %s, max %s; "+
+	b.Logf("MEASURED %s: kill -> last heartbeat of its job tree over %d kills: p50 %s, p99 %s, max %s; "+
 		"-> the tree reaped (the guard exited): p50 %s, p99 %s, max %s",
-		len(lastBeat), quantile(lastBeat, 0.5).Round(time.Microsecond), quantile(lastBeat, 0.99).Round(time.Microsecond),
+		b.Name(), len(lastBeat), quantile(lastBeat, 0.5).Round(time.Microsecond), quantile(lastBeat, 0.99).Round(time.Microsecond),
 		lastBeat[len(lastBeat)-1].Round(time.Microsecond), quantile(reaped, 0.5).Round(time.Microsecond),
 		quantile(reaped, 0.99).Round(time.Microsecond), reaped[len(reaped)-1].Round(time.Microsecond))
 	round := func(ds []time.Duration) []time.Duration {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -276,6 +277,13 @@ func TestJobControl_attemptAfterAReleaseWaitsRetryAfter(t *testing.T) {
 	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
 	waitStarted(t, record, "a")
+	// The command is stuck (frozen), as one a release is for: its runner
+	// records the loss only once -grace has passed, after the release has
+	// recorded the attempt released (a command that exits at once on
+	// SIGTERM races the release to the ledger, and its lost wins).
+	if err := syscall.Kill(lastRun(t, record, "a").pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	code, out := consullock(t, "release", "release", "-lock", l.Name, "-reason", "stuck", "-by", "bob@ops", "-yes")
 	if code != 0 || !strings.Contains(out, "recorded run r1 attempt 1 as released") {
 		t.Fatalf("release exited %d, want 0 and the attempt recorded released:\n%s", code, out)

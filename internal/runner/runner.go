@@ -64,9 +64,6 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 			"exit_code", ExitSetup)
 		return ExitSetup
 	}
-	if guarded {
-		log.Info("the command's process tree is protected", "tree_protection", cfg.treeProtection)
-	}
 	return r.run(ctx, sigCh)
 }
 
@@ -133,7 +130,7 @@ func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {
 			cancelSetup()
 			return code
 		}
-		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText())
+		r.log.Info("waiting for the lock", "timeout", r.cfg.timeout, "kind", r.lock.LockKindText(), "tree_protection", r.treeProtection())
 		// Not cancelled by a signal: a create cancelled in flight may have
 		// made a session whose ID never arrives, left to expire. The
 		// signal is honoured once the create has answered, and the
@@ -334,4 +331,14 @@ func (r *runner) logObservation(o lockproto.Observation, held bool, lostIfNoRene
 	default:
 		r.log.Debug("observed", "observed", o.Kind.String(), "detail", o.Detail)
 	}
+}
+
+// treeProtection is what ends the command's process tree when more than
+// the runner is killed (logged at start): -tree-protection under a guard,
+// "none" where the platform has no guard.
+func (r *runner) treeProtection() string {
+	if !guarded {
+		return "none"
+	}
+	return r.cfg.treeProtection
 }
