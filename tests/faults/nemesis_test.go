@@ -689,6 +689,7 @@ func (n *nemesis) killTree(s Step, wg *sync.WaitGroup) bool {
 		return false
 	}
 	alive := running(holder.PID)
+	leaderStart := startTime(holder.PID)
 	switch s.Kind {
 	case FaultGroupKill:
 		// Never the test's own group: the nemesis starts every runner
@@ -717,7 +718,7 @@ func (n *nemesis) killTree(s Step, wg *sync.WaitGroup) bool {
 		defer wg.Done()
 		began := time.Now()
 		for time.Since(began) < treeGoneBound {
-			if !running(holder.PID) && !groupAlive(holder.PID) {
+			if reused(holder.PID, leaderStart) || (!running(holder.PID) && !groupAlive(holder.PID)) {
 				n.mu.Lock()
 				n.treeKills[k].gone = time.Since(began)
 				n.mu.Unlock()
@@ -728,6 +729,33 @@ func (n *nemesis) killTree(s Step, wg *sync.WaitGroup) bool {
 		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s: process group %d of the command still has a live process %s after the kill", s.Kind, holder.PID, treeGoneBound))
 	}()
 	return true
+}
+
+// startTime is pid's start time (clock ticks after boot, field 22 of
+// /proc/<pid>/stat); "" once it is gone.
+func startTime(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return ""
+	}
+	if f := strings.Fields(string(data[i+1:])); len(f) > 19 {
+		return f[19]
+	}
+	return ""
+}
+
+// reused reports whether pid now names another process than the one
+// that started at start: the kernel reuses a PID (also as a process group
+// ID) only once no process has it as its ID or group, so the command's
+// group is then gone. PIDs wrap within minutes under the nemesis's churn
+// (pid_max is often 32768).
+func reused(pid int, start string) bool {
+	now := startTime(pid)
+	return start != "" && now != "" && now != start
 }
 
 // groupAlive reports whether a process of group pgid is alive (not a
