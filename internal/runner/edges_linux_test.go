@@ -41,31 +41,6 @@ func processesNaming(path string) []int {
 	return out
 }
 
-// requireJobGone fails if a heartbeat of the first job comes at or after
-// next (the next holder's start) or any of its processes still runs; a
-// heartbeat file without beats proves nothing and fails too. Its
-// processes are found by their command lines (each names its heartbeat
-// file), so that PIDs of a namespace do not matter.
-func requireJobGone(t *testing.T, beats []string, next time.Time) {
-	t.Helper()
-	for _, path := range beats {
-		bs := readBeats(t, path)
-		if len(bs) == 0 {
-			t.Fatalf("%s has no heartbeat: the job did not start its processes; the test proved nothing", filepath.Base(path))
-		}
-		if pids := processesNaming(path); len(pids) > 0 {
-			for _, pid := range pids {
-				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-			}
-			t.Fatalf("%s: processes %v of the first job still run after the next holder's command ended", filepath.Base(path), pids)
-		}
-		if last := bs[len(bs)-1]; !last.at.Before(next) {
-			t.Fatalf("%s: the first job beat at %s, %s after the next holder started (%s): two jobs ran at once",
-				filepath.Base(path), last.at.Format(time.RFC3339Nano), last.at.Sub(next), next.Format(time.RFC3339Nano))
-		}
-	}
-}
-
 // guardOf is the PID of runner's guard (its child running GuardCommand).
 func guardOf(t *testing.T, runner int) int {
 	t.Helper()
@@ -136,7 +111,7 @@ func TestRun_killsBeyondTheRunnerLeaveNoProcessOfItsJob(t *testing.T) {
 			if code := b.wait(time.Minute); code != 0 {
 				t.Fatalf("runner b exited %d, want 0", code)
 			}
-			requireJobGone(t, beats, startOfB(t, record))
+			requireNoBeatAfter(t, beats, startOfB(t, record))
 		})
 	}
 }
@@ -179,11 +154,7 @@ exit 0`
 			args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", grace.String()}
 			a := startJob(t, "runner a", token, args, "sh", "-c", script, "job", runs, goFile, leftover, exited)
 			waitFile(t, runs)
-			if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
-			waitStopped(t, a.cmd.Process.Pid)
+			freeze(t, a)
 			if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -250,11 +221,7 @@ exit 0`
 	})
 	waitFile(t, runs)
 	guard := guardOf(t, a.cmd.Process.Pid)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
-	waitStopped(t, a.cmd.Process.Pid)
+	freeze(t, a)
 	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +305,7 @@ func TestRun_stoppedGuardStillStopsTheJobOnALoss(t *testing.T) {
 	if code := b.wait(time.Minute); code != 0 {
 		t.Fatalf("runner b exited %d, want 0", code)
 	}
-	requireJobGone(t, beats, startOfB(t, record))
+	requireNoBeatAfter(t, beats, startOfB(t, record))
 	if code := a.wait(time.Minute); code != ExitLockLost {
 		t.Fatalf("runner a exited %d, want %d (lock lost)", code, ExitLockLost)
 	}

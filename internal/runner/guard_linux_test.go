@@ -72,25 +72,12 @@ func readBeats(t testing.TB, path string) []beat {
 	return out
 }
 
-// beating reports whether pid is still a live heartbeat process (not a
-// zombie, not a process that reused the pid).
-func beating(pid int) bool {
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil || !bytes.Contains(cmdline, []byte("-heartbeat")) {
-		return false
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	_, rest, _ := bytes.Cut(stat, []byte(") "))
-	return len(rest) > 0 && rest[0] != 'Z'
-}
-
 // requireNoBeatAfter fails unless every heartbeat file has beaten (else
 // the test proved nothing), none beat at or after next (the next
-// holder's start), and none of their processes still runs. Processes found
-// running are killed when the test ends.
+// holder's start), and none of their processes still runs. Its processes
+// are found by their command lines (each names its heartbeat file), so
+// that PIDs of a namespace do not matter; those found running are killed
+// when the test ends.
 func requireNoBeatAfter(t *testing.T, beats []string, next time.Time) {
 	t.Helper()
 	for _, path := range beats {
@@ -98,26 +85,30 @@ func requireNoBeatAfter(t *testing.T, beats []string, next time.Time) {
 		if len(bs) == 0 {
 			t.Fatalf("%s has no heartbeat: the job did not start its processes; the test proved nothing", filepath.Base(path))
 		}
-		pids := map[int]bool{}
-		for _, b := range bs {
-			pids[b.pid] = true
-		}
-		for pid := range pids {
-			if beating(pid) {
-				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-			}
+		pids := processesNaming(path)
+		for _, pid := range pids {
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 		}
 		last := bs[len(bs)-1]
 		if !last.at.Before(next) {
-			t.Fatalf("%s: process %d of the first job beat at %s, %s after the next holder started (%s): two jobs ran at once",
-				filepath.Base(path), last.pid, last.at.Format(time.RFC3339Nano), last.at.Sub(next), next.Format(time.RFC3339Nano))
+			t.Fatalf("%s: the first job beat at %s, %s after the next holder started (%s): two jobs ran at once",
+				filepath.Base(path), last.at.Format(time.RFC3339Nano), last.at.Sub(next), next.Format(time.RFC3339Nano))
 		}
-		for pid := range pids {
-			if beating(pid) {
-				t.Fatalf("%s: process %d of the first job still runs after the next holder's command ended", filepath.Base(path), pid)
-			}
+		if len(pids) > 0 {
+			t.Fatalf("%s: processes %v of the first job still run after the next holder's command ended", filepath.Base(path), pids)
 		}
 	}
+}
+
+// freeze stops p (SIGSTOP) until the test ends and waits until it is
+// stopped.
+func freeze(t *testing.T, p *proc) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	waitStopped(t, p.cmd.Process.Pid) // else the runner may act on what the test does next
 }
 
 // startOfB is the recorded start of the child tagged b, the next holder's.
@@ -294,11 +285,7 @@ func TestRun_frozenRunnersGuardStopsItsCommandByTheStopRule(t *testing.T) {
 	waitForTwoSessions(t, "consullock run "+l.Name)
 	session := readRuns(t, record)[0].session
 
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
-	waitStopped(t, a.cmd.Process.Pid) // else the runner may see the loss itself
+	freeze(t, a)
 	// The servers end a failed node's session at once (serfHealth); here
 	// the node is well, so destroy the session as they would.
 	if _, err := agent.Client().Session().Destroy(session, nil); err != nil {
