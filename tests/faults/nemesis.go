@@ -93,6 +93,10 @@ func StopAtExitWindow(profile lockmodel.SessionProfile, grace time.Duration) (lo
 	return killBy + time.Second, killBy + (2*profile.TTL-killBy)/2
 }
 
+// StopAtExitJudged is how long after a stopped runner is woken its run
+// must see no other fault for its strike to be judged.
+const StopAtExitJudged = 2 * time.Second
+
 // OnceExitArmed is how long an armed FaultOnceExit waits for a run-once
 // command to end; one that saw none is skipped.
 const OnceExitArmed = 10 * time.Second

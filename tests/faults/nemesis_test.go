@@ -821,7 +821,7 @@ func (n *nemesis) stopAtExit(i int, end Write) (func(), bool) {
 // stopAtExitStrikes are the strikes as the checker reads them: the
 // runner's exit, and judged when no cluster fault was in force at the
 // stop and no other fault was marked in the run-once store from the stop
-// to 2s after the wake-up (a session destroyed, a node cut off: the
+// to StopAtExitJudged after the wake-up (a session destroyed, a node cut off: the
 // outcome is then not the stop's alone).
 func (n *nemesis) stopAtExitStrikes(onceLog []Write) []StopAtExitStrike {
 	n.mu.Lock()
@@ -837,7 +837,7 @@ func (n *nemesis) stopAtExitStrikes(onceLog []Write) []StopAtExitStrike {
 		}
 		judged := s.inForce == "none" && !s.cont.At.IsZero()
 		for _, w := range onceLog[s.stop.Seq+1:] {
-			if !judged || !w.At.Before(s.cont.At.Add(2*time.Second)) {
+			if !judged || !w.At.Before(s.cont.At.Add(StopAtExitJudged)) {
 				break
 			}
 			judged = w.Kind != KindFault || w.Seq == s.cont.Seq

@@ -34,7 +34,7 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 		targets := map[FaultKind]bool{} // "kind target-without-number"
 		busyUntil := map[string]time.Duration{}
 		limit := unitScheduleConfig.Limits[0]
-		var last time.Duration
+		var last, stopUntil time.Duration
 		for _, s := range steps {
 			seen[s.Kind] = true
 			if s.At < last || s.At > unitScheduleConfig.Length {
@@ -59,11 +59,20 @@ func TestSchedule_coversEveryKindAndKeepsItsRules(t *testing.T) {
 					groups = append(groups, "clients")
 				}
 			}
+			if s.At < stopUntil && (slices.ContainsFunc(groups, func(g string) bool { return g != "controllers" }) || s.Target == "once") {
+				// A stop at a run-once command's exit is judged only
+				// with nothing else on the cluster, the clocks or the run
+				// (a controller replica killed is not in its store).
+				t.Fatalf("seed %d: %s while a %s is in force or judged (until %s)", seed, s, FaultStopAtExit, stopUntil)
+			}
 			for _, group := range groups {
 				if s.At < busyUntil[group] {
 					t.Fatalf("seed %d: %s overlaps an earlier fault on the %s", seed, s, group)
 				}
 				busyUntil[group] = until
+			}
+			if s.Kind == FaultStopAtExit {
+				stopUntil = s.At + OnceExitArmed + s.For + StopAtExitJudged
 			}
 			targets[s.Kind+" "+FaultKind(strings.TrimRight(s.Target, "0123456789"))] = true
 			switch s.Kind {

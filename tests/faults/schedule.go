@@ -65,7 +65,9 @@ func NemesisConfig(length time.Duration) ScheduleConfig {
 // run once); a group kill any of them; a kill of runner and guard
 // together only TreeKill's. A waiter kill picks one of the queued
 // mutexes. A stop at a run-once command's exit, like a fault on the
-// servers timed to it, keeps the servers free while armed and in force.
+// servers timed to it, keeps the servers free while armed and in force;
+// it also keeps the client nodes, the clocks and the run-once lock free
+// until StopAtExitJudged after its wake-up, so that its run is judged.
 func Schedule(seed uint64, cfg ScheduleConfig) []Step {
 	sc := newScheduler(seed, cfg)
 	var steps []Step
@@ -113,8 +115,8 @@ func newScheduler(seed uint64, cfg ScheduleConfig) *scheduler {
 		{FaultClockSkew, 2, "skews"},
 		{FaultOnceExit, 2, "servers"},
 		{FaultWaiterKill, 2, ""},
-		{FaultGroupKill, 2, ""},
-		{FaultTreeKill, 2, ""},
+		{FaultGroupKill, 1, ""},
+		{FaultTreeKill, 1, ""},
 		{FaultStopAtExit, 2, "servers"},
 	}
 	drop := func(kinds ...FaultKind) {
@@ -182,6 +184,12 @@ func (sc *scheduler) step(at time.Duration, kind FaultKind) Step {
 	}
 	if cfg.HandOff != "" {
 		locks, fenced, profiled = append(locks, cfg.HandOff), append(fenced, cfg.HandOff), append(profiled, cfg.HandOff)
+	}
+	if sc.busy["once"] > at {
+		// A stop at a run-once command's exit is in force: its run
+		// is judged only with no other fault on the run-once lock.
+		locks = slices.DeleteFunc(locks, func(l string) bool { return l == cfg.Once })
+		fenced = slices.DeleteFunc(fenced, func(l string) bool { return l == cfg.Once })
 	}
 	lock := locks[r.IntN(len(locks))]
 	switch kind {
@@ -265,6 +273,15 @@ func (sc *scheduler) occupy(at time.Duration, group string, s Step) {
 		sc.busy["servers"] = max(sc.busy["servers"], end)
 		if s.Target == "client-freeze" {
 			sc.busy["clients"] = max(sc.busy["clients"], end)
+		}
+	}
+	if s.Kind == FaultStopAtExit {
+		// Judged only when nothing else touches the run: no fault on
+		// the cluster, the client nodes, the clocks or the run-once
+		// lock from the stop to StopAtExitJudged after the wake-up.
+		end := at + OnceExitArmed + s.For + StopAtExitJudged + sc.cfg.MinGap
+		for _, g := range []string{"servers", "clients", "skews", "once"} {
+			sc.busy[g] = max(sc.busy[g], end)
 		}
 	}
 }
