@@ -14,10 +14,12 @@ import "time"
 //     unlock) is safe whenever it commits, and while the session may still
 //     hold the lock no other holder can read the attempt as crashed. It is
 //     sent again until Consul answers that the session no longer holds the
-//     key, or until the session is certainly gone: SessionTTLMultiplier x
-//     TTL after the last confirmed renewal (the server invalidates a
-//     session that long after its last renewal, when no health check ends
-//     it sooner), and never past that long after the command exited.
+//     key, or until SessionTTLMultiplier x TTL after the last confirmed
+//     renewal (the server invalidates a session that long after its last
+//     renewal, when no health check ends it sooner, unless a Raft election
+//     restarted its timer: then step 2's check-and-set still records the
+//     outcome, as the session's owner), and never past that long after the
+//     command exited.
 //  2. Then a next holder can acquire only after the lock-delay that follows
 //     the session's end, and it records the attempt crashed only once it
 //     has acquired: within that lock-delay the outcome is written with a
@@ -33,7 +35,7 @@ import "time"
 const MinAfterLossWindow = 10 * time.Second
 
 // OutcomeDeadlines are the deadlines of recording an outcome: Fenced is
-// when step 1 ends (the session is certainly gone), AfterLoss when step 2
+// when step 1 ends (2 x TTL after the last renewal), AfterLoss when step 2
 // ends.
 type OutcomeDeadlines struct {
 	Fenced    time.Time

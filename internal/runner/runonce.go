@@ -320,9 +320,9 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 // which exists to stop the command in time, no longer bounds this. A
 // transient failure (no cluster leader, the agent unreachable, renewals
 // too) is sent again, after a read of the ledger, until Consul answers
-// that the session no longer holds the lock or the session is certainly
-// gone (lockmodel.OutcomeDeadlines: 2 x TTL after the last confirmed
-// renewal): releasing without the outcome would make the next holder run a
+// that the session no longer holds the lock or 2 x TTL has passed since
+// the last confirmed renewal (lockmodel.OutcomeDeadlines; an election may
+// have restarted the session's timer, which step 2 tolerates): releasing without the outcome would make the next holder run a
 // command that succeeded again. Then the outcome is recorded with a
 // check-and-set within the lock-delay that follows (recordAfterLoss).
 func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) (released, recorded bool) {
@@ -332,7 +332,7 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockm
 	ledger, index := run.ledger, run.index
 	for changed, failures := 0, 0; ; {
 		if !time.Now().Before(dl.Fenced) {
-			log.Warn("the session is gone by now (2 x ttl since the last confirmed renewal); recording the outcome without it",
+			log.Warn("2 x ttl since the last confirmed renewal: the session has ended unless an election restarted its timer; recording the outcome by check-and-set of the ledger",
 				"last_contact", h.LastContact().Format(time.RFC3339Nano), "ttl", lockmodel.FormatDuration(r.profile.TTL))
 			return false, r.recordAfterLoss(ctx, log, outcome, exitCode, h.Reason(), dl.AfterLoss(time.Now()))
 		}
@@ -388,7 +388,7 @@ func retryable(err error) bool {
 }
 
 // recordAfterLoss records the outcome of an attempt whose session no
-// longer holds the lock (or is certainly gone), with reason the loss's
+// longer holds the lock (or 2 x ttl has passed since its last renewal), with reason the loss's
 // cause for a lost attempt: with a check-and-set of the ledger as read,
 // and only while the attempt is still "running" (a next holder that found
 // it so has recorded it crashed, and that stands). A transient failure, or
