@@ -100,6 +100,9 @@ type Attempt struct {
 	// ReleasedBy is who released a released attempt's holder (`consullock
 	// release`); "" for every other outcome.
 	ReleasedBy string
+	// ReleasedByAccessor is the accessor ID of the token that released it
+	// (never its secret); "" when unknown and for every other outcome.
+	ReleasedByAccessor string
 }
 
 // MaxAttemptReason bounds an attempt's reason, so that a lost attempt

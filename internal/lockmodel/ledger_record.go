@@ -73,6 +73,9 @@ type AttemptSpec struct {
 	// ("released" only). Both absent otherwise.
 	Reason     string `json:"reason,omitempty"`
 	ReleasedBy string `json:"released_by,omitempty"`
+	// ReleasedByAccessor: the releasing token's accessor ID ("released"
+	// only; absent when unknown).
+	ReleasedByAccessor string `json:"released_by_accessor,omitempty"`
 }
 
 // MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
@@ -99,7 +102,7 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
 				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
-				Reason: a.Reason, ReleasedBy: a.ReleasedBy, Output: a.Output,
+				Reason: a.Reason, ReleasedBy: a.ReleasedBy, ReleasedByAccessor: a.ReleasedByAccessor, Output: a.Output,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -269,7 +272,7 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
 	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
-		Reason: as.Reason, ReleasedBy: as.ReleasedBy, Output: as.Output}
+		Reason: as.Reason, ReleasedBy: as.ReleasedBy, ReleasedByAccessor: as.ReleasedByAccessor, Output: as.Output}
 	if len(as.Output) > MaxKeepOutput {
 		bad("output", fmt.Sprintf("%d bytes", len(as.Output)), fmt.Sprintf("at most %d bytes of the command's stderr", MaxKeepOutput))
 	}
@@ -278,6 +281,8 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		bad("released_by", truncate(as.ReleasedBy, 40), "who released the holder, and a reason, for a \"released\" attempt")
 	case a.Outcome != RunReleased && as.ReleasedBy != "":
 		bad("released_by", truncate(as.ReleasedBy, 40), "absent unless the attempt is \"released\"")
+	case as.ReleasedByAccessor != "" && (a.Outcome != RunReleased || !IsUUID(as.ReleasedByAccessor)):
+		bad("released_by_accessor", truncate(as.ReleasedByAccessor, 40), "a token accessor ID (a UUID), only on a \"released\" attempt")
 	case as.Reason != "" && a.Outcome != RunLost && a.Outcome != RunReleased:
 		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q or %q attempt has a reason", RunLost, RunReleased))
 	case len(as.Reason) > MaxAttemptReason:

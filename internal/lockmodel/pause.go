@@ -39,9 +39,16 @@ func PauseKey(registryPrefix, lock string) string {
 type Pause struct {
 	Lock   string
 	Reason string
-	By     string    // who: "terraform" or the CLI's user@host (token accessor)
+	By     string    // who: PausedByTerraform or the CLI's -by (default user@host)
 	At     time.Time // when, UTC
+	// Accessor is the accessor ID of the token that wrote the pause (never
+	// its secret); "" when unknown (ACLs off, or written by Terraform).
+	Accessor string
 }
+
+// PausedByTerraform is the By of a pause that consullock_lock.paused
+// wrote: the next apply writes it again, whoever deletes it.
+const PausedByTerraform = "terraform"
 
 // PauseSpec is the spec of a "pause" record.
 type PauseSpec struct {
@@ -49,6 +56,8 @@ type PauseSpec struct {
 	Reason string `json:"reason"`
 	By     string `json:"by"`
 	At     string `json:"at"` // RFC 3339, UTC
+	// Accessor is the writing token's accessor ID; absent when unknown.
+	Accessor string `json:"accessor,omitempty"`
 }
 
 // ValidateReason checks a pause or release reason given as field (the
@@ -83,6 +92,9 @@ func (p Pause) Validate() error {
 	if p.By == "" || utf8.RuneCountInString(p.By) > 256 {
 		errs = append(errs, &FieldError{Field: "by", Value: p.By, Allowed: "who paused the lock, 1 to 256 characters"})
 	}
+	if p.Accessor != "" && !IsUUID(p.Accessor) {
+		errs = append(errs, &FieldError{Field: "accessor", Value: truncate(p.Accessor, 40), Allowed: "a token accessor ID (a UUID), or absent"})
+	}
 	if p.At.IsZero() {
 		errs = append(errs, &FieldError{Field: "at", Value: "", Allowed: "the time of the pause"})
 	}
@@ -98,7 +110,7 @@ func EncodePauseRecord(p Pause) ([]byte, error) {
 		return nil, recordError(RecordKindPause, p.Lock, AsFieldErrors(err))
 	}
 	return encodeRecord(RecordKindPause, p.Lock, PauseSpec{
-		Lock: p.Lock, Reason: p.Reason, By: p.By, At: p.At.UTC().Format(time.RFC3339),
+		Lock: p.Lock, Reason: p.Reason, By: p.By, At: p.At.UTC().Format(time.RFC3339), Accessor: p.Accessor,
 	})
 }
 
@@ -112,7 +124,7 @@ func DecodePauseRecord(data []byte) (Pause, error) {
 	if err != nil {
 		return Pause{}, recordError(RecordKindPause, s.Lock, FieldErrors{{Field: "at", Value: s.At, Allowed: "an RFC 3339 time"}})
 	}
-	p := Pause{Lock: s.Lock, Reason: s.Reason, By: s.By, At: at.UTC()}
+	p := Pause{Lock: s.Lock, Reason: s.Reason, By: s.By, At: at.UTC(), Accessor: s.Accessor}
 	if err := p.Validate(); err != nil {
 		return Pause{}, recordError(RecordKindPause, s.Lock, AsFieldErrors(err))
 	}

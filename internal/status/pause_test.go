@@ -57,7 +57,7 @@ func TestStatusPausedAndReleased(t *testing.T) {
 	if !strings.Contains(out, "PAUSED by alice@ops at 2026-12-01T02:00:00Z: INC-1: billing outage") {
 		t.Fatalf("detail lacks the pause:\n%s", out)
 	}
-	if !strings.Contains(out, "(released by bob@ops: stuck on NFS)") {
+	if !strings.Contains(out, "released by bob@ops: stuck on NFS") {
 		t.Fatalf("detail lacks the release:\n%s", out)
 	}
 	_, out, _ = f.run("-lock", "nightly", "-json")

@@ -55,7 +55,7 @@ func verdict(l Lock) string {
 func renderTable(w io.Writer, rep *Report) {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tLAST RUN\tNEXT SLOT\tCOMPLIANT")
+	fmt.Fprintln(tw, "LOCK\tKEY\tKIND\tSTATE\tNODE\tSESSION\tHELD FOR\tTOKEN\tLOCKINDEX\tWAITING\tPROFILE\tMAX HOLD\tSINCE HANDOVER\tLAST RUN\tRUN STATE\tNEXT SLOT\tCOMPLIANT")
 	for _, l := range rep.Locks {
 		waiting := "-"
 		if l.Contenders != nil {
@@ -79,14 +79,14 @@ func renderTable(w io.Writer, rep *Report) {
 		if l.NextSlot != nil {
 			next = *l.NextSlot
 		}
-		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, lastRunText(l.LastRun), next, verdict(l))
+		tail := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.LockIndex, waiting, dash(l.SessionDefaults), dash(l.MaxHold), since, lastRunText(l.LastRun), runStateText(l.RunState), next, verdict(l))
 		if len(l.Holders) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", lead, tail)
 			continue
 		}
 		for i, h := range l.Holders {
 			if i > 0 {
-				lead, tail = "\t\t\t", "\t\t\t\t\t\t\t"
+				lead, tail = "\t\t\t", "\t\t\t\t\t\t\t\t"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", lead, dash(h.Node), short(h.Session), dash(h.HeldFor), h.FencingToken, tail)
 		}
@@ -119,7 +119,11 @@ func renderDetail(w io.Writer, l Lock) {
 	row("Kind:", kindText(l))
 	row("State:", l.State)
 	if l.Paused != nil {
-		row("Paused:", fmt.Sprintf("PAUSED by %s at %s: %s (new runs do not start; resume with consullock resume -lock %s)", l.Paused.By, l.Paused.At, l.Paused.Reason, l.Name))
+		by := l.Paused.By
+		if l.Paused.Accessor != "" {
+			by += " (token " + l.Paused.Accessor + ")"
+		}
+		row("Paused:", fmt.Sprintf("PAUSED by %s at %s: %s (new runs do not start; resume with consullock resume -lock %s)", by, l.Paused.At, l.Paused.Reason, l.Name))
 	}
 	if l.FencingToken != nil {
 		row("Fencing token:", fmt.Sprint(*l.FencingToken))
@@ -139,6 +143,9 @@ func renderDetail(w io.Writer, l Lock) {
 	row("Always held:", fmt.Sprint(l.AlwaysHeld))
 	if l.SinceHandover != nil {
 		row("Since hand-over:", *l.SinceHandover)
+	}
+	if l.RunState != nil {
+		row("Run state:", runStateText(l.RunState))
 	}
 	row("Compliant:", verdict(l))
 	_ = tw.Flush()
@@ -181,6 +188,15 @@ func renderDetail(w io.Writer, l Lock) {
 	}
 }
 
+// runStateText is the RUN STATE column: the run state in capitals
+// (EXHAUSTED, PAUSED, MISSED, RUNNING, FAILED, SUCCEEDED, ...), "-" without.
+func runStateText(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return strings.ToUpper(*s)
+}
+
 // lastRunText is the LAST RUN column: run ID, outcome, attempts/max.
 func lastRunText(r *LockRun) string {
 	if r == nil {
@@ -200,7 +216,7 @@ func renderRuns(w io.Writer, runs []LockRun) {
 	}
 	fmt.Fprintln(w, "\nRuns (the run ledger, newest first):")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RUN ID\tOUTCOME\tATTEMPT\tNODE\tTOKEN\tSTARTED\tFINISHED\tEXIT")
+	fmt.Fprintln(tw, "  RUN ID\tOUTCOME\tATTEMPT\tNODE\tTOKEN\tSTARTED\tFINISHED\tEXIT\tREASON")
 	for _, r := range runs {
 		for i, a := range r.AttemptList {
 			id, outcome := r.RunID, r.Outcome
@@ -214,11 +230,8 @@ func renderRuns(w io.Writer, runs []LockRun) {
 			if a.ExitCode != nil {
 				exit = fmt.Sprint(*a.ExitCode)
 			}
-			if a.ReleasedBy != "" {
-				exit += " (released by " + a.ReleasedBy + ": " + a.Reason + ")"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
-				dash(a.Node), a.FencingToken, a.Started, finished, exit)
+			fmt.Fprintf(tw, "  %s\t%s\t%d/%d %s\t%s\t%d\t%s\t%s\t%s\t%s\n", id, outcome, a.Attempt, r.MaxAttempts, a.Outcome,
+				dash(a.Node), a.FencingToken, a.Started, finished, exit, terminalSafe(reasonText(a)))
 		}
 		if r.NotBefore != nil {
 			fmt.Fprintf(tw, "  \tnext attempt not before %s (run_once.retry_after)\n", *r.NotBefore)
@@ -226,6 +239,19 @@ func renderRuns(w io.Writer, runs []LockRun) {
 	}
 	_ = tw.Flush()
 	renderOutputs(w, runs)
+}
+
+// reasonText is an attempt's REASON: why it was lost, or who released it
+// and why; "-" when unknown.
+func reasonText(a LockRunAttempt) string {
+	if a.ReleasedBy != "" {
+		by := a.ReleasedBy
+		if a.ReleasedByAccessor != "" {
+			by += " (token " + a.ReleasedByAccessor + ")"
+		}
+		return "released by " + by + ": " + a.Reason
+	}
+	return dash(a.Reason)
 }
 
 // renderOutputs prints the stderr tails the attempts kept (-keep-output),

@@ -36,13 +36,17 @@ type Report struct {
 
 // Summary is the verdict, the same as the exit code.
 type Summary struct {
-	Locks      int  `json:"locks"`
-	Held       int  `json:"held"`
-	Pending    int  `json:"pending"`
-	Violations int  `json:"violations"`
-	Unheld     int  `json:"always_held_unheld"`
-	Compliant  bool `json:"compliant"`
-	ExitCode   int  `json:"exit_code"`
+	Locks      int `json:"locks"`
+	Held       int `json:"held"`
+	Pending    int `json:"pending"`
+	Violations int `json:"violations"`
+	Unheld     int `json:"always_held_unheld"`
+	// Exhausted and Missed count the locks whose run_state is
+	// "exhausted" and "missed": runs that need attention.
+	Exhausted int  `json:"runs_exhausted"`
+	Missed    int  `json:"runs_missed"`
+	Compliant bool `json:"compliant"`
+	ExitCode  int  `json:"exit_code"`
 }
 
 // Lock is one declared lock.
@@ -96,6 +100,11 @@ type Lock struct {
 	// NextSlot is the run ID of the lock's next run_once slot (its period
 	// or schedule, lockmodel RunOnce.NextSlot); null without run_once.
 	NextSlot *string `json:"next_slot"`
+	// RunState is what the lock's runs need, by runState: "exhausted",
+	// "paused", "missed", "running", or the last run's outcome (a
+	// lockmodel.RunOutcome, as consullock_lock_runs_total's outcome
+	// label); null for a lock with neither run_once nor a run ledger.
+	RunState *string `json:"run_state"`
 	// MissedSlots is the run IDs of past slots with no run in the ledger,
 	// oldest first (lockmodel RunOnce.MissedSlots): backfill one with
 	// `consullock run -lock NAME -run-id ID`. Absent when none.
@@ -128,6 +137,8 @@ type Pause struct {
 	Reason string `json:"reason"`
 	By     string `json:"by"`
 	At     string `json:"at"` // RFC 3339, UTC
+	// Accessor is the pausing token's accessor ID; absent when unknown.
+	Accessor string `json:"accessor,omitempty"`
 }
 
 // LockRunAttempt is one attempt of a run.
@@ -143,9 +154,12 @@ type LockRunAttempt struct {
 	// Output is the tail of the command's stderr (-keep-output); absent
 	// when not kept.
 	Output string `json:"output,omitempty"`
-	// ReleasedBy and Reason: a "released" attempt only.
-	ReleasedBy string `json:"released_by,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	// Reason: why a "lost" attempt was lost, or why a "released" one was
+	// released. ReleasedBy and ReleasedByAccessor (the releasing token's
+	// accessor ID, when known): a "released" attempt only.
+	ReleasedBy         string `json:"released_by,omitempty"`
+	ReleasedByAccessor string `json:"released_by_accessor,omitempty"`
+	Reason             string `json:"reason,omitempty"`
 }
 
 // setRuns fills LastRun (and the history -lock shows) from the lock's run
@@ -181,7 +195,7 @@ func (out *Lock) setSlots(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger,
 func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 	out := make([]LockRun, 0, len(l.Runs))
 	for _, r := range l.Runs {
-		run := LockRun{RunID: r.ID, Outcome: string(r.Outcome), Attempts: len(r.Attempts), MaxAttempts: maxAttempts}
+		run := LockRun{RunID: r.ID, Outcome: string(r.OutcomeUnder(maxAttempts)), Attempts: len(r.Attempts), MaxAttempts: maxAttempts}
 		if !r.NotBefore.IsZero() {
 			nb := r.NotBefore.UTC().Format(time.RFC3339Nano)
 			run.NotBefore = &nb
@@ -189,7 +203,7 @@ func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 		for _, a := range r.Attempts {
 			ra := LockRunAttempt{Attempt: a.Number, Outcome: string(a.Outcome), Node: a.Node, Session: a.Session,
 				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode,
-				ReleasedBy: a.ReleasedBy, Reason: a.Reason, Output: a.Output}
+				ReleasedBy: a.ReleasedBy, ReleasedByAccessor: a.ReleasedByAccessor, Reason: a.Reason, Output: a.Output}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
 				ra.Finished = &f
@@ -335,10 +349,54 @@ func declaredLock(w *world, l lockmodel.Lock, alwaysHeld map[string]bool, now ti
 	}
 	out.setRuns(l, w.decl.ledgers)
 	if p, ok := w.decl.pauses[l.Name]; ok {
-		out.Paused = &Pause{Reason: p.Reason, By: p.By, At: p.At.Format(time.RFC3339)}
+		out.Paused = &Pause{Reason: p.Reason, By: p.By, At: p.At.Format(time.RFC3339), Accessor: p.Accessor}
 	}
 	out.setSlots(l, w.decl.ledgers, now)
+	out.RunState = out.runState(l.RunOnce != nil)
 	return out
+}
+
+// Run states that are not a run's outcome.
+const (
+	RunStateMissed = "missed" // a slot passed with no run in the ledger
+	RunStatePaused = "paused" // the lock is paused: no run starts
+)
+
+// runState is the RUN STATE of a lock (runOnce: it declares run_once),
+// the first that holds: its last run exhausted its attempts; it is paused;
+// a slot was missed; its last run's outcome (running included). Nil with
+// neither run_once nor a run.
+func (out *Lock) runState(runOnce bool) *string {
+	var s string
+	switch {
+	case out.LastRun != nil && out.LastRun.Outcome == string(lockmodel.RunExhausted):
+		s = out.LastRun.Outcome
+	case out.Paused != nil && (runOnce || out.LastRun != nil):
+		s = RunStatePaused
+	case len(out.MissedSlots) > 0:
+		s = RunStateMissed
+	case out.LastRun != nil:
+		s = out.LastRun.Outcome
+	default:
+		return nil
+	}
+	return &s
+}
+
+// exitCode is the lock's own exit code: ExitViolation, else
+// ExitRunExhausted or ExitSlotMissed by its run state, else ExitOK.
+func (out *Lock) exitCode() int {
+	switch {
+	case !out.Compliant:
+		return ExitViolation
+	case out.RunState == nil:
+		return ExitOK
+	case *out.RunState == string(lockmodel.RunExhausted):
+		return ExitRunExhausted
+	case *out.RunState == RunStateMissed:
+		return ExitSlotMissed
+	}
+	return ExitOK
 }
 
 // setLive fills in what l's existing key (ls.Entry) and the keys and
@@ -434,8 +492,22 @@ func (r *Report) summarize() {
 		}
 	}
 	s.Compliant = s.Violations == 0 && s.Unheld == 0
-	if !s.Compliant {
+	for _, l := range r.Locks {
+		switch {
+		case l.RunState == nil:
+		case *l.RunState == string(lockmodel.RunExhausted):
+			s.Exhausted++
+		case *l.RunState == RunStateMissed:
+			s.Missed++
+		}
+	}
+	switch {
+	case !s.Compliant:
 		s.ExitCode = ExitViolation
+	case s.Exhausted > 0:
+		s.ExitCode = ExitRunExhausted
+	case s.Missed > 0:
+		s.ExitCode = ExitSlotMissed
 	}
 	r.Summary = s
 }

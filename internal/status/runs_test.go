@@ -21,16 +21,19 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 	f.lock(lockmodel.Lock{Name: "plain", SessionDefaults: "strict"}, false)
 	_, before := f.report()
 
-	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	// The latest two slots ran (none is missed).
+	today, _ := daily(0)
+	yesterday, slot := daily(1)
+	t0 := slot.Add(24*time.Hour + 5*time.Minute)
 	one, three := 1, 0
 	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{
-		{ID: "2026-12-01T00:00:00Z", Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+		{ID: today, Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
 			{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: t0,
 				Finished: t0.Add(time.Minute), ExitCode: &one, Outcome: lockmodel.RunFailed},
 			{Number: 2, Node: "node-b", Session: "1b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 42, Started: t0.Add(2 * time.Minute),
 				Finished: t0.Add(3 * time.Minute), ExitCode: &three, Outcome: lockmodel.RunSucceeded},
 		}},
-		{ID: "2026-11-30T00:00:00Z", Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+		{ID: yesterday, Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
 			{Number: 1, Node: "node-c", Session: "2b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 30, Started: t0.Add(-24 * time.Hour),
 				Finished: t0.Add(-23 * time.Hour), ExitCode: &three, Outcome: lockmodel.RunSucceeded},
 		}},
@@ -46,7 +49,7 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 		t.Fatalf("exit %d, bad records %+v", code, rep.BadRecords)
 	}
 	n := lockByName(t, rep, "nightly")
-	if n.LastRun == nil || n.LastRun.RunID != "2026-12-01T00:00:00Z" || n.LastRun.Outcome != "succeeded" || n.LastRun.Attempts != 2 ||
+	if n.LastRun == nil || n.LastRun.RunID != today || n.LastRun.Outcome != "succeeded" || n.LastRun.Attempts != 2 ||
 		n.LastRun.MaxAttempts != 4 || n.LastRun.Node != "node-b" || n.LastRun.FencingToken != 42 || n.LastRun.ExitCode == nil ||
 		n.LastRun.Finished == nil || len(n.LastRun.AttemptList) != 0 || len(n.Runs) != 0 {
 		t.Fatalf("nightly last_run %+v runs %+v", n.LastRun, n.Runs)
@@ -58,7 +61,7 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 		t.Fatalf("%d requests with a ledger, %d without: the ledgers must come with the registry listing", rep.ConsulRequests, before.ConsulRequests)
 	}
 	_, out, _ := f.run()
-	if !strings.Contains(out, "LAST RUN") || !strings.Contains(out, "2026-12-01T00:00:00Z succeeded 2/4") {
+	if !strings.Contains(out, "LAST RUN") || !strings.Contains(out, today+" succeeded 2/4") {
 		t.Fatalf("table lacks the last run:\n%s", out)
 	}
 
@@ -74,7 +77,7 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(detail.Runs) != 2 || len(detail.Runs[0].AttemptList) != 2 || detail.Runs[0].AttemptList[0].Outcome != "failed" ||
-		detail.Runs[0].AttemptList[0].FencingToken != 40 || detail.Runs[1].RunID != "2026-11-30T00:00:00Z" {
+		detail.Runs[0].AttemptList[0].FencingToken != 40 || detail.Runs[1].RunID != yesterday {
 		t.Fatalf("-json -lock runs %+v", detail.Runs)
 	}
 

@@ -11,8 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +30,10 @@ const (
 	ExitViolation   = 1 // a finding, or an always-held lock without a holder
 	ExitUsage       = 2
 	ExitUnreachable = 3 // Consul unreachable, the token lacks a permission, or it cannot see the declarations (blind)
+	// A run needs attention (no violation): ExitRunExhausted before
+	// ExitSlotMissed. Distinct from the runner's codes (118-127).
+	ExitRunExhausted = 4 // a run used up max_attempts without a success (RUN STATE EXHAUSTED)
+	ExitSlotMissed   = 5 // a run_once slot passed with no run in the ledger (RUN STATE MISSED)
 )
 
 // Main is the `status` program:
@@ -63,7 +69,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var format logformat.Format
 	logformat.Var(fs, &format, logformat.Text)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: consullock status [flags]\n\nEvery declared lock, its holders, fencing token and compliance. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 all compliant, 1 a violation or an always-held lock without a holder, 2 usage, 3 Consul unreachable, permission denied, or blind (no declaration visible and the token may not read the registry).\n\n")
+		fmt.Fprintf(stderr, "Usage: consullock status [flags]\n\nEvery declared lock, its holders, fencing token and compliance. Consul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 all compliant, 1 a violation or an always-held lock without a holder, 2 usage (also a lock name in -lock or -always-held that is not declared), 3 Consul unreachable, permission denied, or blind (no declaration visible and the token may not read the registry), 4 a run exhausted its attempts, 5 a slot was missed (1 before 4 before 5).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -126,23 +132,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // show prints rep as o asks and returns the exit code.
 func show(rep *Report, o options, stdout, stderr io.Writer) int {
+	if err := rep.checkNames(o); err != nil {
+		fmt.Fprintf(stderr, "status: Lock Not Declared: %v\n", err)
+		return ExitUsage
+	}
 	if o.lock != "" {
-		i, ok := rep.declared[o.lock]
-		if !ok {
-			fmt.Fprintf(stderr, "status: Lock Not Declared: no lock %q under %s/locks/; run without -lock to list the declared locks.\n", o.lock, rep.RegistryPrefix)
-			return ExitUsage
-		}
-		l := rep.Locks[i]
+		l := rep.Locks[rep.declared[o.lock]]
 		l.Runs = l.runs
 		if o.json {
 			writeJSON(stdout, l)
 		} else {
 			renderDetail(stdout, l)
 		}
-		if l.Compliant {
-			return ExitOK
-		}
-		return ExitViolation
+		return l.exitCode()
 	}
 	if o.json {
 		writeJSON(stdout, rep)
@@ -150,6 +152,43 @@ func show(rep *Report, o options, stdout, stderr io.Writer) int {
 		renderTable(stdout, rep)
 	}
 	return rep.Summary.ExitCode
+}
+
+// checkNames refuses a lock name in -lock or -always-held that rep does not
+// declare, naming the flag, the value and the declared names.
+func (rep *Report) checkNames(o options) error {
+	var names []string
+	flagOf := map[string]string{}
+	if o.lock != "" {
+		names, flagOf[o.lock] = append(names, o.lock), "-lock"
+	}
+	for _, n := range slices.Sorted(maps.Keys(o.alwaysHeld)) {
+		if _, ok := flagOf[n]; !ok && n != "*" {
+			names, flagOf[n] = append(names, n), "-always-held"
+		}
+	}
+	for _, n := range names {
+		if _, ok := rep.declared[n]; !ok {
+			return fmt.Errorf("%s %q: no lock of that name under %s/locks/; declared: %s", flagOf[n], n, rep.RegistryPrefix, rep.declaredNames())
+		}
+	}
+	return nil
+}
+
+// declaredNames lists the declared lock names for a message, at most 20.
+func (rep *Report) declaredNames() string {
+	const shown = 20
+	names := make([]string, 0, len(rep.Locks))
+	for _, l := range rep.Locks {
+		names = append(names, l.Name)
+	}
+	switch {
+	case len(names) == 0:
+		return "(none)"
+	case len(names) > shown:
+		return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
+	}
+	return strings.Join(names, ", ")
 }
 
 func writeJSON(w io.Writer, v any) {
