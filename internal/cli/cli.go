@@ -37,6 +37,7 @@ const ProviderAddress = "registry.terraform.io/consullock/consullock"
 // commands are the programs in this binary besides the provider. Only
 // programs that work are listed here.
 var commands = map[string]func(ctx context.Context, args []string) int{
+	"backfill":   runner.BackfillMain,
 	"controller": controller.Main,
 	"pause":      jobctl.PauseMain,
 	"release":    jobctl.ReleaseMain,

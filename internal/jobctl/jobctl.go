@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
@@ -28,7 +30,8 @@ import (
 const (
 	ExitOK = 0
 	// ExitRefused: nothing to do or not confirmed (release of an unheld
-	// lock, no -yes without a terminal); nothing was changed.
+	// lock, resume of an unpaused one, no -yes without a terminal, a pause
+	// that -force would replace); nothing was changed.
 	ExitRefused = 1
 	// ExitUsage: bad flags (a reason too long, an unknown lock, ...);
 	// nothing was written.
@@ -86,6 +89,8 @@ type common struct {
 	by       string
 	reason   string
 	format   logformat.Format
+	// accessor is the caller's token accessor ID (accessor), once read.
+	accessor string
 }
 
 func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag.FlagSet {
@@ -95,7 +100,7 @@ func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag
 	c.prog = prog
 	fs.StringVar(&c.lock, "lock", "", "name of the declared lock (consullock_lock)")
 	fs.StringVar(&c.registry, "registry-prefix", lockmodel.DefaultRegistryPrefix, "KV prefix of the declarations (the provider's registry_prefix)")
-	fs.StringVar(&c.by, "by", "", "who is acting, recorded with the change (default: user@host)")
+	fs.StringVar(&c.by, "by", "", "who is acting, recorded with the change next to the token's accessor ID (default: user@host)")
 	logformat.Var(fs, &c.format, logformat.Text)
 	if withReason {
 		fs.StringVar(&c.reason, "reason", "", fmt.Sprintf("why (required; one line, at most %d characters), shown in runner logs and status", lockmodel.MaxPauseReasonLength))
@@ -165,6 +170,26 @@ func defaultBy() string {
 	return name + "@" + host
 }
 
+// accessor is the accessor ID of the caller's token (/v1/acl/token/self;
+// never its secret), recorded next to -by; "" when Consul cannot say
+// (ACLs disabled). A token that is not valid fails the next request with
+// its own error.
+func accessor(ctx context.Context, client *consul.Client) string {
+	t, _, err := client.ACL().TokenReadSelf((&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || t == nil {
+		return ""
+	}
+	return t.AccessorID
+}
+
+// actor is who acts, as messages show it: -by and the token's accessor ID.
+func actor(by, accessor string) string {
+	if accessor == "" {
+		return by
+	}
+	return by + " (token " + accessor + ")"
+}
+
 // connect builds the client and reads the lock's declaration; code >= 0
 // means exit (an unknown lock is a usage error naming -lock).
 func (c *common) connect(ctx context.Context, e env) (*consul.Client, lockmodel.Lock, lockmodel.SessionProfile, int) {
@@ -197,7 +222,8 @@ func (c *common) consulError(e env, err error) int {
 // Pause writes the lock's pause record.
 func Pause(ctx context.Context, args []string, e env) int {
 	var c common
-	fs := newFlags("pause -lock NAME -reason TEXT", "Pauses a lock: new `consullock run` processes do not run the command (they log who paused it, when and why, and exit 0 or -exit-code-if-paused), waiters leave, and a command already running is left to finish. Writes <registry-prefix>/pauses/NAME. A lock whose consullock_lock sets paused is Terraform's: a pause here shows as drift in the next plan.", e, &c, true)
+	fs := newFlags("pause -lock NAME -reason TEXT [-force]", "Pauses a lock: new `consullock run` processes do not run the command (they log who paused it, when and why, and exit 0 or -exit-code-if-paused), waiters leave, and a command already running is left to finish. Writes <registry-prefix>/pauses/NAME with -by and the token's accessor ID. Refuses to replace another pause without -force. A lock whose consullock_lock sets paused is Terraform's: a pause here shows as drift in the next plan.", e, &c, true)
+	force := fs.Bool("force", false, "replace an existing pause (its reason, author and time)")
 	if code := c.parse(fs, args, &e, true); code >= 0 {
 		return code
 	}
@@ -210,22 +236,28 @@ func Pause(ctx context.Context, args []string, e env) int {
 	if err != nil && !isBadRecord(err) {
 		return c.consulError(e, err)
 	}
-	p := lockmodel.Pause{Lock: c.lock, Reason: c.reason, By: c.by, At: e.now().UTC().Truncate(time.Second)}
+	p := lockmodel.Pause{Lock: c.lock, Reason: c.reason, By: c.by, At: e.now().UTC().Truncate(time.Second), Accessor: accessor(ctx, client)}
 	if old != nil && old.Reason == p.Reason {
-		fmt.Fprintf(e.stdout, "lock %s is already paused by %s since %s: %s\n", c.lock, old.By, old.At.Format(time.RFC3339), old.Reason)
+		fmt.Fprintf(e.stdout, "lock %s is already paused by %s since %s: %s\n", c.lock, actor(old.By, old.Accessor), old.At.Format(time.RFC3339), old.Reason)
 		return ExitOK
+	}
+	if old != nil && !*force {
+		fmt.Fprintf(e.stderr, "consullock pause: lock %s is already paused by %s since %s: %s; nothing was changed. Pass -force to replace that pause (its reason, author and time)%s\n",
+			c.lock, actor(old.By, old.Accessor), old.At.Format(time.RFC3339), old.Reason, terraformNote(*old, "writes its pause back"))
+		return ExitRefused
 	}
 	if _, err := reg.WritePause(ctx, p, index); err != nil {
 		return c.consulError(e, writeAdvice(err, reg.Key(lockmodel.KindPauses, c.lock)))
 	}
-	fmt.Fprintf(e.stdout, "paused lock %s: %s\nnew runs do not start; a command already running is left to finish (end it with consullock release). Resume with: consullock resume -lock %s\n", c.lock, c.reason, c.lock)
+	fmt.Fprintf(e.stdout, "paused lock %s by %s: %s\nnew runs do not start; a command already running is left to finish (end it with consullock release). Resume with: consullock resume -lock %s\n", c.lock, actor(p.By, p.Accessor), c.reason, c.lock)
 	return ExitOK
 }
 
 // Resume deletes the lock's pause record.
 func Resume(ctx context.Context, args []string, e env) int {
 	var c common
-	fs := newFlags("resume -lock NAME", "Resumes a paused lock: deletes <registry-prefix>/pauses/NAME, so the next trigger runs. A lock whose consullock_lock sets paused is Terraform's: a resume here shows as drift in the next plan.", e, &c, false)
+	fs := newFlags("resume -lock NAME [-force]", "Resumes a paused lock: deletes <registry-prefix>/pauses/NAME, so the next trigger runs, and prints who resumed it (-by and the token's accessor ID). Exits 1 if the lock is not paused. A pause that consullock_lock.paused wrote is Terraform's: resume refuses it without -force, since the next apply pauses the lock again.", e, &c, false)
+	force := fs.Bool("force", false, "resume a pause that Terraform (consullock_lock.paused) wrote; the next apply pauses the lock again")
 	if code := c.parse(fs, args, &e, false); code >= 0 {
 		return code
 	}
@@ -239,18 +271,34 @@ func Resume(ctx context.Context, args []string, e env) int {
 		return c.consulError(e, err)
 	}
 	if old == nil && index == 0 {
-		fmt.Fprintf(e.stdout, "lock %s is not paused\n", c.lock)
-		return ExitOK
+		fmt.Fprintf(e.stderr, "consullock resume: lock %s is not paused; nothing was changed\n", c.lock)
+		return ExitRefused
+	}
+	if old != nil && old.By == lockmodel.PausedByTerraform && !*force {
+		fmt.Fprintf(e.stderr, "consullock resume: lock %s is paused by Terraform (consullock_lock.paused = %q) since %s; nothing was changed. "+
+			"Remove paused from the configuration and apply; -force resumes it now, but the next apply pauses it again\n", c.lock, old.Reason, old.At.Format(time.RFC3339))
+		return ExitRefused
 	}
 	if err := reg.DeletePause(ctx, c.lock, index); err != nil {
 		return c.consulError(e, writeAdvice(err, reg.Key(lockmodel.KindPauses, c.lock)))
 	}
+	by := actor(c.by, accessor(ctx, client))
 	if old != nil {
-		fmt.Fprintf(e.stdout, "resumed lock %s (paused by %s since %s: %s)\n", c.lock, old.By, old.At.Format(time.RFC3339), old.Reason)
+		fmt.Fprintf(e.stdout, "resumed lock %s by %s (paused by %s since %s: %s)%s\n", c.lock, by, actor(old.By, old.Accessor), old.At.Format(time.RFC3339), old.Reason,
+			terraformNote(*old, "pauses it again"))
 	} else {
-		fmt.Fprintf(e.stdout, "resumed lock %s\n", c.lock)
+		fmt.Fprintf(e.stdout, "resumed lock %s by %s\n", c.lock, by)
 	}
 	return ExitOK
+}
+
+// terraformNote is the warning for a pause Terraform wrote, saying what
+// its next apply does ("" for another pause).
+func terraformNote(p lockmodel.Pause, does string) string {
+	if p.By != lockmodel.PausedByTerraform {
+		return ""
+	}
+	return "; this pause is consullock_lock.paused: the next apply " + does
 }
 
 // isBadRecord: the record exists but does not decode (not a Consul

@@ -43,6 +43,12 @@ func Release(ctx context.Context, args []string, e env) int {
 		return code
 	}
 	view, err := client.ReadLock(ctx, l.Key, true)
+	if errors.Is(err, consul.ErrPermissionDenied) {
+		fmt.Fprintf(e.stderr, "consullock release: the token may not see the holder of lock %s; nothing was changed. "+
+			"consullock release needs session write on the holder's node: session_prefix \"<node>\" { policy = \"write\" } "+
+			"(a per-node worker token releases only its own node's holder).\n%v\n", c.lock, err)
+		return ExitConsul
+	}
 	if err != nil {
 		return c.consulError(e, err)
 	}
@@ -70,6 +76,7 @@ func Release(ctx context.Context, args []string, e env) int {
 			"(and, for a run-once lock, key write on %s)\n", target.Session, target.Node, target.Node, lockmodel.RunLedgerKey(c.registry, c.lock))
 		return ExitConsul
 	}
+	c.accessor = accessor(ctx, client)
 	if err != nil {
 		return c.consulError(e, err)
 	}
@@ -79,7 +86,7 @@ func Release(ctx context.Context, args []string, e env) int {
 		return ExitRefused
 	}
 	delay := lockmodel.TakeOverDelay(ended[0].LockDelay)
-	fmt.Fprintf(e.stdout, "ended session %s on node %q, holder of lock %s (by %s: %s)\n", target.Session, target.Node, c.lock, c.by, c.reason)
+	fmt.Fprintf(e.stdout, "ended session %s on node %q, holder of lock %s (by %s: %s)\n", target.Session, target.Node, c.lock, actor(c.by, c.accessor), c.reason)
 	fmt.Fprintf(e.stdout, "the key is under lock-delay %s: the next holder can acquire from %s\n", lockmodel.FormatDuration(delay), at.Add(delay).UTC().Format(time.RFC3339))
 	rule := lockmodel.NewStopRule(profile, lockmodel.DefaultRunnerGrace)
 	fmt.Fprintf(e.stdout, "the old holder's runner (consullock run, -grace %s) kills its command at the latest %s after its last renewal, before %s\n",
@@ -116,6 +123,16 @@ func pickHolder(holders []consul.HolderSession, session string, l lockmodel.Lock
 	return holders[0], ""
 }
 
+// setReleasedByAccessor records accessor on attempt of run in l (a copy
+// that Ledger.Release returned).
+func setReleasedByAccessor(l lockmodel.Ledger, run string, attempt int, accessor string) {
+	for i := range l.Runs {
+		if r := &l.Runs[i]; r.ID == run && attempt >= 1 && attempt <= len(r.Attempts) {
+			r.Attempts[attempt-1].ReleasedByAccessor = accessor
+		}
+	}
+}
+
 // recordRelease marks the session's running attempt released in the run
 // ledger (check-and-set, retried after another writer's change).
 func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client, session string, at time.Time) int {
@@ -127,6 +144,9 @@ func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client
 			return c.consulError(e, fmt.Errorf("the session was ended, but the release is not recorded in the run ledger: %w", err))
 		}
 		out, run, attempt, found := ledger.Release(session, c.by, c.reason, at)
+		if found {
+			setReleasedByAccessor(out, run, attempt, c.accessor)
+		}
 		if !found {
 			fmt.Fprintf(e.stdout, "the run ledger %s has no attempt running under session %s (the holder had not begun one, or the next holder recorded it); nothing recorded\n", key, session)
 			return ExitOK

@@ -24,8 +24,9 @@ import (
 // `resume` own it. Removing the attribute (set -> unset) resumes the
 // lock; destroying the lock deletes its pause record.
 
-// pausedBy is the "by" of a pause the provider writes.
-const pausedBy = "terraform"
+// pausedBy is the "by" of a pause the provider writes (`consullock
+// resume` refuses it without -force).
+const pausedBy = lockmodel.PausedByTerraform
 
 func pausedSchemaAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
