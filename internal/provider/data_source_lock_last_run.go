@@ -29,6 +29,20 @@ var lastRunAttrTypes = map[string]attr.Type{
 	"exit_code":     types.Int64Type,
 	"attempts":      types.Int64Type,
 	"not_before":    timetypes.RFC3339Type{},
+	"attempt_list":  types.ListType{ElemType: types.ObjectType{AttrTypes: attemptAttrTypes}},
+}
+
+var attemptAttrTypes = map[string]attr.Type{
+	"attempt":              types.Int64Type,
+	"outcome":              types.StringType,
+	"reason":               types.StringType,
+	"node":                 types.StringType,
+	"fencing_token":        types.Int64Type,
+	"started":              timetypes.RFC3339Type{},
+	"finished":             timetypes.RFC3339Type{},
+	"exit_code":            types.Int64Type,
+	"released_by":          types.StringType,
+	"released_by_accessor": types.StringType,
 }
 
 func lastRunSchemaAttribute() schema.SingleNestedAttribute {
@@ -43,8 +57,27 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			"outcome": schema.StringAttribute{
 				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (lock lost while the command ran), `crashed` (holder " +
 					"vanished without an outcome), `timed_out` (stopped at `run_once.max_runtime`), `released` (session ended by " +
-					"`consullock release`) or `exhausted` (`max_attempts` without a success).",
+					"`consullock release`) or `exhausted` (`max_attempts` attempts without a success, as the controller counts it).",
 				Computed: true,
+			},
+			"attempt_list": schema.ListNestedAttribute{
+				MarkdownDescription: "Every attempt of the run, oldest first: `attempt` (from 1), `outcome` (as `outcome`, never " +
+					"`exhausted`), `reason` (why a `lost` attempt was lost or a `released` one released; null otherwise), `node`, " +
+					"`fencing_token`, `started`, `finished`, `exit_code`, and for a `released` attempt `released_by` and " +
+					"`released_by_accessor` (the releasing token's accessor ID).",
+				Computed: true,
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"attempt":              schema.Int64Attribute{Computed: true},
+					"outcome":              schema.StringAttribute{Computed: true},
+					"reason":               schema.StringAttribute{Computed: true},
+					"node":                 schema.StringAttribute{Computed: true},
+					"fencing_token":        schema.Int64Attribute{Computed: true},
+					"started":              schema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}},
+					"finished":             schema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}},
+					"exit_code":            schema.Int64Attribute{Computed: true},
+					"released_by":          schema.StringAttribute{Computed: true},
+					"released_by_accessor": schema.StringAttribute{Computed: true},
+				}},
 			},
 			"node":          schema.StringAttribute{MarkdownDescription: "Node of the latest attempt's holder.", Computed: true},
 			"fencing_token": schema.Int64Attribute{MarkdownDescription: "Fencing token of the latest attempt's holder.", Computed: true},
@@ -103,30 +136,66 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 	if !ok {
 		return null
 	}
-	a := run.Attempts[len(run.Attempts)-1]
-	finished, exit, notBefore := timetypes.NewRFC3339Null(), types.Int64Null(), timetypes.NewRFC3339Null()
+	ro := lockmodel.RunOnce{}
+	if decl.RunOnce != nil {
+		ro = *decl.RunOnce
+	}
+	attempts := make([]attr.Value, 0, len(run.Attempts))
+	for _, a := range run.Attempts {
+		v, ds := types.ObjectValue(attemptAttrTypes, attemptValues(a))
+		diags.Append(ds...)
+		attempts = append(attempts, v)
+	}
+	list, ds := types.ListValue(types.ObjectType{AttrTypes: attemptAttrTypes}, attempts)
+	diags.Append(ds...)
+	latest := attemptValues(run.Attempts[len(run.Attempts)-1])
+	notBefore := timetypes.NewRFC3339Null()
 	if !run.NotBefore.IsZero() {
 		notBefore = timetypes.NewRFC3339TimeValue(run.NotBefore)
 	}
+	obj, ds := types.ObjectValue(lastRunAttrTypes, map[string]attr.Value{
+		"run_id":        types.StringValue(run.ID),
+		"outcome":       types.StringValue(string(run.OutcomeUnder(ro.WithDefaults().MaxAttempts))),
+		"node":          latest["node"],
+		"fencing_token": latest["fencing_token"],
+		"started":       latest["started"],
+		"finished":      latest["finished"],
+		"exit_code":     latest["exit_code"],
+		"attempts":      types.Int64Value(int64(len(run.Attempts))),
+		"not_before":    notBefore,
+		"attempt_list":  list,
+	})
+	diags.Append(ds...)
+	return obj
+}
+
+// attemptValues is attempt a as an element of attempt_list.
+func attemptValues(a lockmodel.Attempt) map[string]attr.Value {
+	finished, exit := timetypes.NewRFC3339Null(), types.Int64Null()
 	if !a.Finished.IsZero() {
 		finished = timetypes.NewRFC3339TimeValue(a.Finished)
 	}
 	if a.ExitCode != nil {
 		exit = types.Int64Value(int64(*a.ExitCode))
 	}
-	obj, ds := types.ObjectValue(lastRunAttrTypes, map[string]attr.Value{
-		"run_id":        types.StringValue(run.ID),
-		"outcome":       types.StringValue(string(run.Outcome)),
-		"node":          types.StringValue(a.Node),
-		"fencing_token": indexValue(a.FencingToken),
-		"started":       timetypes.NewRFC3339TimeValue(a.Started),
-		"finished":      finished,
-		"exit_code":     exit,
-		"attempts":      types.Int64Value(int64(len(run.Attempts))),
-		"not_before":    notBefore,
-	})
-	diags.Append(ds...)
-	return obj
+	optional := func(s string) types.String {
+		if s == "" {
+			return types.StringNull()
+		}
+		return types.StringValue(s)
+	}
+	return map[string]attr.Value{
+		"attempt":              types.Int64Value(int64(a.Number)),
+		"outcome":              types.StringValue(string(a.Outcome)),
+		"reason":               optional(a.Reason),
+		"node":                 types.StringValue(a.Node),
+		"fencing_token":        indexValue(a.FencingToken),
+		"started":              timetypes.NewRFC3339TimeValue(a.Started),
+		"finished":             finished,
+		"exit_code":            exit,
+		"released_by":          optional(a.ReleasedBy),
+		"released_by_accessor": optional(a.ReleasedByAccessor),
+	}
 }
 
 func addLastRunWarning(diags *diag.Diagnostics, what string, err error) {

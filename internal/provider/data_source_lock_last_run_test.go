@@ -20,8 +20,11 @@ import (
 
 // TestAccLockDataSource_lastRunFromTheLedger: last_run follows the ledger
 // that holders write through the consul package (BeginRun, then
-// FinishRunAndRelease); it is null for a lock without a ledger and for a
-// key no lock declares, and a corrupted ledger is an error naming the field.
+// FinishRunAndRelease), with every attempt in attempt_list (a lost one's
+// reason, a timed_out one) and outcome "exhausted" once max_attempts
+// attempts failed, as the controller counts it; it is null for a lock
+// without a ledger and for a key no lock declares, and a corrupted ledger
+// is an error naming the field.
 func TestAccLockDataSource_lastRunFromTheLedger(t *testing.T) {
 	ctx := context.Background()
 	p := testenv.UniquePrefix(t.Name())
@@ -91,6 +94,12 @@ data "consullock_lock" "raw" {
 						"node": knownvalue.StringExact("worker-1"), "fencing_token": knownvalue.NotNull(),
 						"started": knownvalue.StringExact("2026-12-01T00:05:00Z"), "finished": knownvalue.Null(),
 						"exit_code": knownvalue.Null(), "attempts": knownvalue.Int64Exact(1), "not_before": knownvalue.Null(),
+						"attempt_list": knownvalue.ListExact([]knownvalue.Check{knownvalue.ObjectExact(map[string]knownvalue.Check{
+							"attempt": knownvalue.Int64Exact(1), "outcome": knownvalue.StringExact("running"), "reason": knownvalue.Null(),
+							"node": knownvalue.StringExact("worker-1"), "fencing_token": knownvalue.NotNull(),
+							"started": knownvalue.StringExact("2026-12-01T00:05:00Z"), "finished": knownvalue.Null(), "exit_code": knownvalue.Null(),
+							"released_by": knownvalue.Null(), "released_by_accessor": knownvalue.Null(),
+						})}),
 					})),
 				},
 			},
@@ -105,12 +114,13 @@ data "consullock_lock" "raw" {
 						t.Fatal(err)
 					}
 					held := kvPair(t, key)
-					if _, err := client.FinishRunAndRelease(ctx, consul.RunRelease{
+					if index, err = client.FinishRunAndRelease(ctx, consul.RunRelease{
 						LedgerWrite: consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: done},
 						Flags:       held.Flags, Value: held.Value,
 					}); err != nil {
 						t.Fatal(err)
 					}
+					started = done
 				},
 				Config: cfg,
 				ConfigStateChecks: []statecheck.StateCheck{
@@ -120,6 +130,51 @@ data "consullock_lock" "raw" {
 						"not_before": knownvalue.StringExact("2026-12-01T00:07:00Z"),
 					})),
 					statecheck.ExpectKnownValue("data.consullock_lock.test", tfjsonpath.New("held"), knownvalue.Bool(false)),
+				},
+			},
+			{
+				// Attempt 2 is lost, attempt 3 times out: 3 of 3, exhausted.
+				PreConfig: func() {
+					kill := 143
+					for i, res := range []lockmodel.AttemptResult{
+						{Outcome: lockmodel.RunLost, Reason: "session invalidated: node worker-2 failed"},
+						{Outcome: lockmodel.RunTimedOut, ExitCode: &kill},
+					} {
+						n, at := i+2, started1.Add(time.Duration(i+2)*time.Hour)
+						acquire(t, key, session, `{"node":"worker-2"}`, lockmodel.LockFlagValue)
+						d, err := started.Begin("2026-12-01T00:00:00Z", lockmodel.RunHolder{Node: "worker-2", Session: session, FencingToken: kvPair(t, key).ModifyIndex}, 3, at)
+						if err != nil || d.Kind != lockmodel.BeginRun {
+							t.Fatalf("begin attempt %d: %v %v", n, d.Kind, err)
+						}
+						w := consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: d.Ledger}
+						if w.Index, err = client.BeginRun(ctx, w); err != nil {
+							t.Fatal(err)
+						}
+						if w.Ledger, err = d.Ledger.FinishWith("2026-12-01T00:00:00Z", n, res, lockmodel.AttemptPolicy{MaxAttempts: 3}, at.Add(time.Minute)); err != nil {
+							t.Fatal(err)
+						}
+						held := kvPair(t, key)
+						if index, err = client.FinishRunAndRelease(ctx, consul.RunRelease{LedgerWrite: w, Flags: held.Flags, Value: held.Value}); err != nil {
+							t.Fatal(err)
+						}
+						started = w.Ledger
+					}
+				},
+				Config: cfg,
+				ConfigStateChecks: []statecheck.StateCheck{
+					lastRun(knownvalue.ObjectPartial(map[string]knownvalue.Check{
+						"outcome": knownvalue.StringExact("exhausted"), "attempts": knownvalue.Int64Exact(3), "exit_code": knownvalue.Int64Exact(143),
+						"node": knownvalue.StringExact("worker-2"), "finished": knownvalue.StringExact("2026-12-01T03:06:00Z"),
+						"attempt_list": knownvalue.ListExact([]knownvalue.Check{
+							knownvalue.ObjectPartial(map[string]knownvalue.Check{"attempt": knownvalue.Int64Exact(1), "outcome": knownvalue.StringExact("failed"),
+								"exit_code": knownvalue.Int64Exact(3), "reason": knownvalue.Null(), "node": knownvalue.StringExact("worker-1")}),
+							knownvalue.ObjectPartial(map[string]knownvalue.Check{"attempt": knownvalue.Int64Exact(2), "outcome": knownvalue.StringExact("lost"),
+								"exit_code": knownvalue.Null(), "reason": knownvalue.StringExact("session invalidated: node worker-2 failed"),
+								"started": knownvalue.StringExact("2026-12-01T02:05:00Z"), "finished": knownvalue.StringExact("2026-12-01T02:06:00Z")}),
+							knownvalue.ObjectPartial(map[string]knownvalue.Check{"attempt": knownvalue.Int64Exact(3), "outcome": knownvalue.StringExact("timed_out"),
+								"exit_code": knownvalue.Int64Exact(143), "fencing_token": knownvalue.NotNull(), "released_by": knownvalue.Null()}),
+						}),
+					})),
 				},
 			},
 			{
