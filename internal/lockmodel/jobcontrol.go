@@ -175,16 +175,17 @@ type AttemptResult struct {
 	Outcome  RunOutcome
 	ExitCode *int   // nil when there is none
 	Output   string // TailOutput of the command's stderr; "" when not kept
+	Stdout   string // TailOutput of the command's stdout; "" when not kept
 	Reason   string // why a lost attempt's lock was lost; "" otherwise
 }
 
 // KeepOutputBudget is the largest -keep-output a lock with keep runs of
 // maxAttempts attempts allows: keep x maxAttempts attempts with that much
-// output each, and everything else at its upper bound, fit the ledger's
-// MaxLedgerBytes. 0 when nothing fits.
+// of stdout and of stderr each, and everything else at its upper bound,
+// fit the ledger's MaxLedgerBytes. 0 when nothing fits.
 func KeepOutputBudget(keep, maxAttempts int) int {
 	keep, maxAttempts = max(keep, 1), max(maxAttempts, 1)
-	per := (MaxLedgerBytes-ledgerEnvelope-ledgerPrunedBytes-keep*ledgerRunOverhead)/(keep*maxAttempts) - ledgerAttemptOverhead
+	per := ((MaxLedgerBytes-ledgerEnvelope-ledgerPrunedBytes-keep*ledgerRunOverhead)/(keep*maxAttempts) - ledgerAttemptOverhead) / 2
 	return min(max(per, 0), MaxKeepOutput)
 }
 

@@ -90,9 +90,9 @@ type Attempt struct {
 	// there is none (crashed, or lost before the command exited).
 	ExitCode *int
 	Outcome  RunOutcome
-	// Output is the tail of the command's stderr (-keep-output, TailOutput);
-	// "" when not kept.
-	Output string
+	// Output and Stdout are the tails of the command's stderr and stdout
+	// (-keep-output, TailOutput); "" when not kept.
+	Output, Stdout string
 	// Reason is, for a lost attempt, why the runner decided the lock was
 	// lost (its loss reason, at most MaxAttemptReason bytes); for a
 	// released attempt, the operator's reason. "" when unknown.
@@ -476,7 +476,7 @@ func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy,
 	out := l.clone()
 	run := &out.Runs[i]
 	at := &run.Attempts[j]
-	at.Outcome, at.Finished, at.Output, at.Reason = outcome, now.UTC(), res.Output, truncateReason(reason)
+	at.Outcome, at.Finished, at.Output, at.Stdout, at.Reason = outcome, now.UTC(), res.Output, res.Stdout, truncateReason(reason)
 	if exitCode != nil {
 		c := *exitCode
 		at.ExitCode = &c

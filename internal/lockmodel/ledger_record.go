@@ -65,9 +65,10 @@ type AttemptSpec struct {
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
 	Outcome      string  `json:"outcome"`
-	// Output is the tail of the command's stderr (-keep-output); absent
-	// when not kept.
+	// Output and Stdout are the tails of the command's stderr and stdout
+	// (-keep-output); absent when not kept.
 	Output string `json:"output,omitempty"`
+	Stdout string `json:"stdout,omitempty"`
 	// Reason: why a lost attempt was lost (absent when unknown), or why a
 	// released attempt was released. ReleasedBy: who released it
 	// ("released" only). Both absent otherwise.
@@ -102,7 +103,7 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 			as := AttemptSpec{
 				Attempt: a.Number, Node: a.Node, Session: a.Session, FencingToken: a.FencingToken,
 				Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode, Outcome: string(a.Outcome),
-				Reason: a.Reason, ReleasedBy: a.ReleasedBy, ReleasedByAccessor: a.ReleasedByAccessor, Output: a.Output,
+				Reason: a.Reason, ReleasedBy: a.ReleasedBy, ReleasedByAccessor: a.ReleasedByAccessor, Output: a.Output, Stdout: a.Stdout,
 			}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
@@ -131,8 +132,9 @@ func EncodeLedger(l Ledger) ([]byte, error) {
 	for i := len(spec.Runs) - 1; err == nil && len(b) > MaxLedgerBytes && i >= 0; i-- {
 		dropped := false
 		for j := range spec.Runs[i].Attempts {
-			dropped = dropped || spec.Runs[i].Attempts[j].Output != ""
-			spec.Runs[i].Attempts[j].Output = ""
+			at := &spec.Runs[i].Attempts[j]
+			dropped = dropped || at.Output != "" || at.Stdout != ""
+			at.Output, at.Stdout = "", ""
 		}
 		if dropped {
 			b, err = encodeRecord(RecordKindRunLedger, l.Lock, spec)
@@ -272,9 +274,12 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		errs = append(errs, &FieldError{Field: field + "." + f, Value: value, Allowed: allowed})
 	}
 	a := Attempt{Number: as.Attempt, Node: as.Node, Session: as.Session, FencingToken: as.FencingToken, Outcome: RunOutcome(as.Outcome),
-		Reason: as.Reason, ReleasedBy: as.ReleasedBy, ReleasedByAccessor: as.ReleasedByAccessor, Output: as.Output}
+		Reason: as.Reason, ReleasedBy: as.ReleasedBy, ReleasedByAccessor: as.ReleasedByAccessor, Output: as.Output, Stdout: as.Stdout}
 	if len(as.Output) > MaxKeepOutput {
 		bad("output", fmt.Sprintf("%d bytes", len(as.Output)), fmt.Sprintf("at most %d bytes of the command's stderr", MaxKeepOutput))
+	}
+	if len(as.Stdout) > MaxKeepOutput {
+		bad("stdout", fmt.Sprintf("%d bytes", len(as.Stdout)), fmt.Sprintf("at most %d bytes of the command's stdout", MaxKeepOutput))
 	}
 	switch {
 	case a.Outcome == RunReleased && (as.ReleasedBy == "" || ValidateReason(field+".reason", as.Reason) != nil):

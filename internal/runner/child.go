@@ -76,21 +76,19 @@ type child struct {
 // runner always waits for done before it exits itself. Where the platform
 // has a guard the guard starts the command (startGuarded): standby, the
 // one prepareGuard started while the runner waited, or a new one; it kills
-// the tree at killBy unless extend moves that later. stderr is the
-// command's stderr; nil is the runner's.
-func startChild(standby *guard, argv, env []string, stderr *os.File, killBy time.Time, log *slog.Logger) (*child, error) {
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+// the tree at killBy unless extend moves that later. out is the
+// command's stdout and stderr; nil for the runner's.
+func startChild(standby *guard, argv, env []string, out outputs, killBy time.Time, log *slog.Logger) (*child, error) {
+	out = out.orRunners()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	ownGroup := !stdinIsTerminal()
 	if guarded {
 		if cmd.Err != nil {
 			return nil, cmd.Err
 		}
-		return startGuarded(standby, cmd.Path, argv, env, stderr, ownGroup, killBy, log)
+		return startGuarded(standby, cmd.Path, argv, env, out, ownGroup, killBy, log)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out.stdout, out.stderr
 	cmd.Env = env
 	cmd.SysProcAttr = sysProcAttr(ownGroup)
 	if err := cmd.Start(); err != nil {
@@ -146,3 +144,21 @@ func (c *child) endTree(log *slog.Logger) {
 		c.guard.endTree(log)
 	}
 }
+
+// outputs are a command's stdout and stderr: the runner's, or the pipes
+// of -keep-output.
+type outputs struct{ stdout, stderr *os.File }
+
+// orRunners is o with the runner's own stdout and stderr where o has none.
+func (o outputs) orRunners() outputs {
+	if o.stdout == nil {
+		o.stdout = os.Stdout
+	}
+	if o.stderr == nil {
+		o.stderr = os.Stderr
+	}
+	return o
+}
+
+// runners reports whether o are the runner's own stdout and stderr.
+func (o outputs) runners() bool { return o.stdout == os.Stdout && o.stderr == os.Stderr }

@@ -42,11 +42,11 @@ var errGuardLost = errors.New("the guard exited before it started the command")
 // or returns nil and why if it cannot: startChild then starts one itself,
 // and reports why if that fails too.
 func prepareGuard() (*guard, error) {
-	return newGuard(os.Stderr)
+	return newGuard(outputs{}.orRunners())
 }
 
-// newGuard starts a guard whose command gets stderr as its stderr.
-func newGuard(stderr *os.File) (*guard, error) {
+// newGuard starts a guard whose command gets out as its stdout and stderr.
+func newGuard(out outputs) (*guard, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("guard: control socket: %w", err)
@@ -54,7 +54,7 @@ func newGuard(stderr *os.File) (*guard, error) {
 	ours, theirs := os.NewFile(uintptr(fds[0]), "guard control"), os.NewFile(uintptr(fds[1]), "guard control")
 	cmd := exec.Command("/proc/self/exe", GuardCommand)
 	cmd.Args[0] = os.Args[0]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out.stdout, out.stderr
 	cmd.ExtraFiles = []*os.File{theirs} // guardFD
 	ns := treeProtection == ProtectionPIDNamespace
 	cmd.SysProcAttr = guardProcAttr(!stdinIsTerminal(), ns)
@@ -91,13 +91,13 @@ func (g *guard) discardUnused() {
 // done is closed when the guard reports the command's exit, or when the
 // guard itself has died (the runner then kills what is left of the tree,
 // and the child's state is the guard's: killed by SIGKILL, exit 137).
-// A command whose stderr is not the runner's (-keep-output's pipe) gets a
-// new guard: the standby's stderr is the runner's. The guard kills the
+// A command whose stdout and stderr are not the runner's (-keep-output's
+// pipes) gets a new guard: the standby's are the runner's. The guard kills the
 // tree at killBy unless the runner sends a later kill-by first (killBy).
-func startGuarded(standby *guard, path string, argv, env []string, stderr *os.File, ownGroup bool, killBy time.Time,
+func startGuarded(standby *guard, path string, argv, env []string, out outputs, ownGroup bool, killBy time.Time,
 	log *slog.Logger) (*child, error) {
 	spec := guardStart{Path: path, Argv: argv, Env: env, OwnGroup: ownGroup, KillBy: bootMillisAt(killBy)}
-	if stderr != os.Stderr {
+	if !out.runners() {
 		standby.discardUnused()
 		standby = nil
 	}
@@ -108,7 +108,7 @@ func startGuarded(standby *guard, path string, argv, env []string, stderr *os.Fi
 		}
 		log.Warn("the command's guard exited while the runner waited for the lock; starting another", "guard_pid", standby.cmd.Process.Pid)
 	}
-	g, err := newGuard(stderr)
+	g, err := newGuard(out)
 	if err != nil {
 		return nil, err
 	}

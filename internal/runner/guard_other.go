@@ -25,7 +25,7 @@ func prepareGuard() (*guard, error) { return nil, nil }
 
 func (*guard) discardUnused() {}
 
-func startGuarded(*guard, string, []string, []string, *os.File, bool, time.Time, *slog.Logger) (*child, error) {
+func startGuarded(*guard, string, []string, []string, outputs, bool, time.Time, *slog.Logger) (*child, error) {
 	return nil, fmt.Errorf("no guard on this platform")
 }
 

@@ -27,8 +27,8 @@ import (
 //     not_before ahead; the runner then sleeps until not_before, with no
 //     session and no Consul request, and waits for the lock again with a
 //     new session (superviseRuns).
-//   - -keep-output: the command's stderr goes through a pipe the runner
-//     copies to its own stderr, keeping the last bytes for the attempt.
+//   - -keep-output: the command's stdout and stderr go through pipes the
+//     runner copies to its own, keeping the last bytes of each.
 //   - -on-outcome: a shell command run after the outcome is recorded,
 //     without the runner's Consul token unless -on-outcome-token.
 
@@ -43,6 +43,16 @@ const (
 	EnvNode     = "CONSUL_LOCK_NODE"      // the holder's node
 	// EnvOutcomeRecorded is "true" when the outcome is in the run ledger.
 	EnvOutcomeRecorded = "CONSUL_LOCK_OUTCOME_RECORDED"
+)
+
+// What -on-outcome is told (EnvOutcome) when the command was not started
+// because something needs attention: the slot is not run (exit 119), the
+// run used up its attempts (121), the lock is paused. Its EnvExitCode is
+// then empty and EnvOutcomeRecorded "false": this runner wrote nothing.
+const (
+	HookMissed    = "missed"
+	HookExhausted = string(lockmodel.RunExhausted)
+	HookPaused    = "paused"
 )
 
 // hookTimeout bounds the -on-outcome command: it is then killed.
@@ -161,23 +171,23 @@ func (s *supervisor) onDeadline() {
 	s.grace.Reset(s.r.cfg.grace)
 }
 
-// stderrTail copies the command's stderr to the runner's and keeps its
+// outputTail copies one of the command's outputs to the runner's, keeping its
 // last size bytes (plus a rune's worth, for TailOutput to cut cleanly).
-type stderrTail struct {
+type outputTail struct {
 	size int
 	mu   sync.Mutex
 	buf  []byte
 	done chan struct{} // closed at EOF: every writer is gone
 }
 
-// newStderrTail returns the tail and the pipe end to give the command as
+// newOutputTail returns the tail and the pipe end to give the command as
 // its stderr (close it once the command started).
-func newStderrTail(size int, to io.Writer) (*stderrTail, *os.File, error) {
+func newOutputTail(size int, to io.Writer) (*outputTail, *os.File, error) {
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	t := &stderrTail{size: size, done: make(chan struct{})}
+	t := &outputTail{size: size, done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
 		defer rd.Close()
@@ -196,7 +206,7 @@ func newStderrTail(size int, to io.Writer) (*stderrTail, *os.File, error) {
 	return t, wr, nil
 }
 
-func (t *stderrTail) keep(b []byte) {
+func (t *outputTail) keep(b []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, b...)
@@ -207,7 +217,7 @@ func (t *stderrTail) keep(b []byte) {
 
 // tail is what the attempt keeps: once every writer has closed the pipe
 // (the command and what it left have ended), or after at most wait.
-func (t *stderrTail) tail(wait time.Duration) string {
+func (t *outputTail) tail(wait time.Duration) string {
 	select {
 	case <-t.done:
 	case <-time.After(wait):
@@ -225,34 +235,64 @@ type hookResult struct {
 }
 
 // runHook runs -on-outcome once the supervisor has ended (the outcome is
-// recorded and the lock released), when a command was started. Its
-// failure is logged and changes nothing.
+// recorded and the lock released), when a command was started.
 func (s *supervisor) runHook(ctx context.Context) {
-	cmdline := s.r.cfg.onOutcome
-	if cmdline == "" || s.ch == nil || s.hook == nil {
+	if s.ch == nil || s.hook == nil {
 		return
 	}
-	log := s.r.log.With("on_outcome", cmdline)
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(hctx, "/bin/sh", "-c", cmdline)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	env := append(hookEnviron(os.Environ(), s.r.cfg.onOutcomeToken),
-		EnvOutcome+"="+string(s.hook.outcome), EnvExitCode+"=", EnvNode+"="+s.hold.Session.Node,
-		EnvFencingToken+"="+strconv.FormatUint(s.hold.Grant.FencingToken, 10), EnvLockKey+"="+s.r.lock.Key,
-		EnvOutcomeRecorded+"="+strconv.FormatBool(s.hook.recorded))
+	env := []string{EnvNode + "=" + s.hold.Session.Node,
+		EnvFencingToken + "=" + strconv.FormatUint(s.hold.Grant.FencingToken, 10),
+		EnvOutcomeRecorded + "=" + strconv.FormatBool(s.hook.recorded)}
 	if s.hook.exitCode != nil {
 		env = append(env, EnvExitCode+"="+strconv.Itoa(*s.hook.exitCode))
 	}
 	if s.r.once != nil {
-		env = append(env, EnvRunID+"="+s.r.once.id, EnvAttempt+"="+strconv.Itoa(s.r.once.attempt))
+		env = append(env, EnvAttempt+"="+strconv.Itoa(s.r.once.attempt))
 	}
-	cmd.Env = env
-	if err := cmd.Run(); err != nil {
-		log.Warn("the -on-outcome command failed; the run's outcome stands", "error", err.Error(), "outcome", string(s.hook.outcome))
+	s.r.runHook(ctx, string(s.hook.outcome), env)
+}
+
+// runNotStartedHook runs -on-outcome when the runner ends without having
+// started the command for a reason that needs attention (notStarted: a
+// missed slot, an exhausted run, a paused lock).
+func (r *runner) runNotStartedHook(ctx context.Context) {
+	if r.notStarted == "" {
 		return
 	}
-	log.Info("the -on-outcome command ran", "outcome", string(s.hook.outcome))
+	env := []string{EnvOutcomeRecorded + "=false"}
+	if r.once == nil && r.cfg.runID != "" {
+		env = append(env, EnvRunID+"="+r.cfg.runID) // paused before the run was resolved
+	}
+	if r.cfg.node != "" {
+		env = append(env, EnvNode+"="+r.cfg.node)
+	}
+	r.runHook(ctx, r.notStarted, env)
+}
+
+// runHook runs -on-outcome (when given) with outcome and env after the
+// runner's own: the run's ID and the lock's key. Its failure is logged
+// and changes nothing.
+func (r *runner) runHook(ctx context.Context, outcome string, env []string) {
+	cmdline := r.cfg.onOutcome
+	if cmdline == "" {
+		return
+	}
+	log := r.log.With("on_outcome", cmdline)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(hctx, "/bin/sh", "-c", cmdline)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Env = append(hookEnviron(os.Environ(), r.cfg.onOutcomeToken),
+		EnvOutcome+"="+outcome, EnvExitCode+"=", EnvLockKey+"="+r.lock.Key)
+	if r.once != nil {
+		cmd.Env = append(cmd.Env, EnvRunID+"="+r.once.id)
+	}
+	cmd.Env = append(cmd.Env, env...)
+	if err := cmd.Run(); err != nil {
+		log.Warn("the -on-outcome command failed; the run's outcome stands", "error", err.Error(), "outcome", outcome)
+		return
+	}
+	log.Info("the -on-outcome command ran", "outcome", outcome)
 }
 
 // hookEnviron is environ for the -on-outcome command: without the Consul
@@ -291,5 +331,5 @@ func (r *runner) runWaits(l lockmodel.Ledger) (runDone, bool) {
 // result is the attempt's result with the kept output and, for a lost
 // attempt, why the lock was lost.
 func (o *runOnce) result(outcome lockmodel.RunOutcome, exitCode *int, reason string) lockmodel.AttemptResult {
-	return lockmodel.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output, Reason: reason}
+	return lockmodel.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output, Stdout: o.stdout, Reason: reason}
 }

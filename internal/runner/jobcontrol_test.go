@@ -47,9 +47,37 @@ func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
 	}
 	t.Logf("SIGTERM %s after the recorded start (max_runtime %s); outcome recorded %s after it (deadline + grace = %s)",
 		sent.Round(time.Millisecond), maxRuntime, held.Round(time.Millisecond), maxRuntime+grace)
-	b := startRun(t, "runner b", token, args, childArgs(record, "b")...)
+	hook := filepath.Join(t.TempDir(), "hook")
+	b := startRun(t, "runner b", token, append(args, "-on-outcome", hookRecorder(hook)), childArgs(record, "b")...)
 	if code := b.wait(time.Minute); code != lockmodel.ExitRunExhausted {
 		t.Fatalf("runner b exited %d, want %d: a timed_out attempt counts toward max_attempts", code, lockmodel.ExitRunExhausted)
+	}
+	requireNotStartedHook(t, hook, HookExhausted, "r1")
+}
+
+// hookRecorder is an -on-outcome command that writes its CONSUL_LOCK_
+// environment to path.
+func hookRecorder(path string) string {
+	return "env | grep ^CONSUL_LOCK_ > " + path
+}
+
+// requireNotStartedHook checks what hookRecorder wrote to path for a
+// runner that did not start its command: outcome, the run ID (when
+// given), an empty exit code, nothing recorded by it.
+func requireNotStartedHook(t *testing.T, path, outcome, runID string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("-on-outcome did not run for %s: %v", outcome, err)
+	}
+	want := []string{EnvOutcome + "=" + outcome + "\n", EnvExitCode + "=\n", EnvOutcomeRecorded + "=false\n", EnvLockKey + "="}
+	if runID != "" {
+		want = append(want, EnvRunID+"="+runID+"\n")
+	}
+	for _, w := range want {
+		if !strings.Contains(string(b), w) {
+			t.Fatalf("-on-outcome environment lacks %q:\n%s", w, b)
+		}
 	}
 }
 
@@ -102,8 +130,8 @@ func TestJobControl_attempt2StartsAfterRetryAfterAndNotBefore(t *testing.T) {
 	t.Logf("attempt 2 started %s after attempt 1's outcome (retry_after %s)", gap.Round(time.Millisecond), retryAfter)
 }
 
-// The attempt keeps the last -keep-output bytes of stderr (status -lock
-// shows them); -on-outcome runs after the outcome is recorded, with the
+// The attempt keeps the last -keep-output bytes of stderr and of stdout
+// (status -lock shows them); -on-outcome runs after the outcome is recorded, with the
 // run's facts in its environment, and its own failure changes nothing.
 func TestJobControl_keptOutputIsTheBoundedTailAndOnOutcomeRuns(t *testing.T) {
 	t.Parallel()
@@ -112,13 +140,19 @@ func TestJobControl_keptOutputIsTheBoundedTailAndOnOutcomeRuns(t *testing.T) {
 	record, hookOut := filepath.Join(dir, "record"), filepath.Join(dir, "hook")
 	args := []string{"-lock", l.Name, "-run-id", "r1", "-keep-output", "100",
 		"-on-outcome", "env | grep ^CONSUL_LOCK_ > " + hookOut + "; exit 7"}
-	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-stderr", "10000", "-exit", "4")...)
+	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-stderr", "10000", "-stdout", "5000", "-exit", "4")...)
 	if code := a.wait(time.Minute); code != 4 {
 		t.Fatalf("runner exited %d, want the command's 4 (a failing -on-outcome changes nothing):\n%s", code, a.out.String())
 	}
 	at := ledgerRun(t, l, "r1").Attempts[0]
 	if want := strings.Repeat("x", 97) + "END"; at.Output != want {
 		t.Fatalf("kept output %q (%d bytes), want the last 100 bytes of stderr", at.Output, len(at.Output))
+	}
+	if want := strings.Repeat("o", 97) + "OUT"; at.Stdout != want {
+		t.Fatalf("kept stdout %q (%d bytes), want its last 100 bytes", at.Stdout, len(at.Stdout))
+	}
+	if !strings.Contains(a.out.String(), strings.Repeat("o", 5000)+"OUT") {
+		t.Fatalf("the command's stdout did not reach the runner's stdout whole")
 	}
 	b, err := os.ReadFile(hookOut)
 	if err != nil {

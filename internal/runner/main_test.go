@@ -97,8 +97,12 @@ func helperMain(args []string) int {
 	every := fs.Duration("every", 5*time.Millisecond, "the interval of -heartbeat")
 	stderrBytes := fs.Int("stderr", 0, "write this many bytes of -stderr-byte to stderr first, then \"END\"")
 	stderrByte := fs.String("stderr-byte", "x", "the byte -stderr repeats")
+	stdoutBytes := fs.Int("stdout", 0, "write this many bytes of \"o\" to stdout first, then \"OUT\"")
 	if err := fs.Parse(args); err != nil {
 		return 99
+	}
+	if *stdoutBytes > 0 {
+		_, _ = os.Stdout.WriteString(strings.Repeat("o", *stdoutBytes) + "OUT")
 	}
 	if *stderrBytes > 0 {
 		_, _ = os.Stderr.WriteString(strings.Repeat(*stderrByte, *stderrBytes) + "END")

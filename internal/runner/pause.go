@@ -57,6 +57,7 @@ func (r *runner) checkPause(ctx context.Context) error {
 func (r *runner) logPaused(p lockmodel.Pause, when string) int {
 	r.log.Warn("the lock is paused; the command was not run"+when, "paused_by", p.By, "paused_at", p.At.Format(time.RFC3339),
 		"paused_for", p.PausedFor(r.cfg.clock.Now()).Round(time.Second).String(), "reason", p.Reason, "exit_code", r.cfg.exitIfPaused)
+	r.notStarted = HookPaused
 	return r.cfg.exitIfPaused
 }
 

@@ -82,10 +82,11 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 	}
 
 	var procs []*proc
+	hook := filepath.Join(t.TempDir(), "hook")
 	for i := range 3 {
 		args := []string{"-lock", l.Name, "-run-id", "r1"}
 		if i == 2 {
-			args = append(args, "-exit-code-if-paused", "120")
+			args = append(args, "-exit-code-if-paused", "120", "-on-outcome", hookRecorder(hook))
 		}
 		procs = append(procs, startRun(t, fmt.Sprintf("runner %d", i), token, args, childArgs(record, fmt.Sprint(i))...))
 	}
@@ -107,6 +108,7 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 	if runs := readRuns(t, record); len(runs) != 0 {
 		t.Fatalf("the command ran %d times on a paused lock", len(runs))
 	}
+	requireNotStartedHook(t, hook, HookPaused, "r1")
 	if ledger, _ := readLedger(t, l); len(ledger.Runs) != 0 {
 		t.Fatalf("a paused lock's ledger has runs: %+v", ledger)
 	}

@@ -64,7 +64,9 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 			"exit_code", ExitSetup)
 		return ExitSetup
 	}
-	return r.run(ctx, sigCh)
+	code := r.run(ctx, sigCh)
+	r.runNotStartedHook(ctx)
+	return code
 }
 
 // runner is one run of `consullock run`.
@@ -102,6 +104,10 @@ type runner struct {
 	// acquisition reads it and gives the lock up while it exists
 	// (lockproto.WithBlockingKey).
 	pauseReadable bool
+	// notStarted is what -on-outcome is told when the runner ends without
+	// starting the command for a reason that needs attention (HookMissed,
+	// HookExhausted, HookPaused; "" for none).
+	notStarted string
 }
 
 func (r *runner) run(ctx context.Context, sigCh <-chan os.Signal) int {

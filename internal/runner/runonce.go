@@ -62,9 +62,10 @@ type runOnce struct {
 	// for the holder's first decision (watchedCopy).
 	watched ledgerCopy
 	// policy is max_attempts and the retry wait (jobcontrol.go); output
-	// the tail of the command's stderr, set before the outcome is recorded.
-	policy lockmodel.AttemptPolicy
-	output string
+	// and stdout the tails of the command's stderr and stdout, set before
+	// the outcome is recorded.
+	policy         lockmodel.AttemptPolicy
+	output, stdout string
 	// outlived is set once a holder was seen letting the key go with this
 	// run not done (it ran another run, or failed): the runner then waits
 	// for the lock with its session, as a plain racer, rather than end a
@@ -246,6 +247,7 @@ func (r *runner) refuseUnbegun(l lockmodel.Ledger, err error) (int, bool) {
 	default:
 		log.Warn(string(t.refusal) + ": the slot is not run")
 	}
+	r.notStarted = HookMissed
 	return lockmodel.ExitRunPastDeadline, true
 }
 
@@ -758,6 +760,7 @@ func (r *runner) reportDone(kind lockmodel.BeginKind, attempts []lockmodel.Attem
 	r.log.Error("run used up its attempts; the command was not started (raise run_once.max_attempts for more)",
 		"run_id", r.once.id, "seen", seen, "attempts", len(attempts), "max_attempts", r.once.maxAttempts,
 		"last_outcome", string(last.Outcome), "last_node", last.Node, "exit_code", lockmodel.ExitRunExhausted)
+	r.notStarted = HookExhausted
 	return lockmodel.ExitRunExhausted
 }
 

@@ -111,7 +111,9 @@ func TestRunOnce_aSlotHasOneIdentity(t *testing.T) {
 	// by no runner: 119, and the ledger is not written.
 	run("late-done", s.Add(45*time.Second), doneCode)
 	unbegun := s.Add(time.Minute)
-	late := run("late-unbegun", unbegun.Add(45*time.Second), lockmodel.ExitRunPastDeadline)
+	hook := filepath.Join(t.TempDir(), "hook")
+	late := run("late-unbegun", unbegun.Add(45*time.Second), lockmodel.ExitRunPastDeadline, "-on-outcome", hookRecorder(hook))
+	requireNotStartedHook(t, hook, HookMissed, id(unbegun))
 	if out := late.out.String(); !strings.Contains(out, "started past run_once.starting_deadline") || !strings.Contains(out, id(unbegun)) {
 		t.Errorf("the late runner's log does not say why or which slot:\n%s", late.out.String())
 	}

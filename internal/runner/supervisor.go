@@ -124,7 +124,8 @@ type supervisor struct {
 	deadline  *time.Timer // max_runtime; nil without one
 	timedOut  bool        // the deadline passed; the command was sent SIGTERM
 	waitUntil time.Time   // the run's not_before: leave, sleep, wait again
-	tail      *stderrTail // -keep-output; nil without
+	tail      *outputTail // -keep-output: stderr's; nil without
+	outTail   *outputTail // -keep-output: stdout's; nil without
 	hook      *hookResult // what -on-outcome is told; nil if nothing ran
 }
 
@@ -288,7 +289,7 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 		if s.r.once != nil && s.r.once.attempt > 0 {
 			outcome, exitCode := s.outcome(code)
 			if s.tail != nil {
-				s.r.once.output = s.tail.tail(time.Second)
+				s.r.once.output, s.r.once.stdout = s.tail.tail(time.Second), s.outTail.tail(time.Second)
 			}
 			released, recorded := s.r.finishRun(ctx, s.hold, outcome, exitCode)
 			s.hook = &hookResult{outcome: outcome, exitCode: exitCode, recorded: recorded}
@@ -374,17 +375,22 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 func (s *supervisor) startCommand() (int, bool) {
 	log, g, id := s.r.log, s.hold.Grant, s.hold.Session.ID
 	s.r.holder.reap(s.hold) // agentless: former holders' instances leave DNS first
-	var stderr *os.File
+	var out outputs
 	if s.r.once != nil && s.r.cfg.keepOutput > 0 {
 		var err error
-		if s.tail, stderr, err = newStderrTail(s.r.cfg.keepOutput, os.Stderr); err != nil {
+		if s.tail, out.stderr, err = newOutputTail(s.r.cfg.keepOutput, os.Stderr); err != nil {
 			log.Error("cannot make a pipe for the command's stderr (-keep-output)", "error", err.Error())
 			return ExitSetup, true
 		}
-		defer stderr.Close() // the command has its own copy
+		defer out.stderr.Close() // the command has its own copy
+		if s.outTail, out.stdout, err = newOutputTail(s.r.cfg.keepOutput, os.Stdout); err != nil {
+			log.Error("cannot make a pipe for the command's stdout (-keep-output)", "error", err.Error())
+			return ExitSetup, true
+		}
+		defer out.stdout.Close()
 	}
 	killBy := s.hold.LastContact().Add(s.r.stop.GuardKillAfter())
-	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), stderr, killBy, log)
+	c, err := startChild(s.r.standby, s.r.cfg.command, childEnv(os.Environ(), s.r.lock.Key, id, g, s.r.runEnv()...), out, killBy, log)
 	if err != nil {
 		log.Error("cannot start the command", "command", s.r.cfg.command[0], "error", err.Error())
 		return startErrorExitCode(err), true

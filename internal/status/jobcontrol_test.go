@@ -10,7 +10,8 @@ import (
 
 // TestStatusShowsNotBeforeAndKeptOutput: a run waiting for retry_after
 // shows when its next attempt may start, in the table and -json; -lock
-// NAME shows each attempt's kept stderr, and timed_out as its outcome.
+// NAME shows each attempt's kept stdout and stderr, and timed_out as its
+// outcome.
 func TestStatusShowsNotBeforeAndKeptOutput(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
@@ -20,7 +21,7 @@ func TestStatusShowsNotBeforeAndKeptOutput(t *testing.T) {
 	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{{ID: "2026-12-01T00:00:00Z", Outcome: lockmodel.RunTimedOut,
 		NotBefore: t0.Add(2 * time.Minute), Attempts: []lockmodel.Attempt{{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7",
 			FencingToken: 40, Started: t0, Finished: t0.Add(time.Minute), ExitCode: &exit, Outcome: lockmodel.RunTimedOut,
-			Output: "loading 1/2\nupstream timed out\n"}}}}}
+			Output: "loading 1/2\nupstream timed out\n", Stdout: "rows: 120\n"}}}}}
 	rec, err := lockmodel.EncodeLedger(ledger)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +38,8 @@ func TestStatusShowsNotBeforeAndKeptOutput(t *testing.T) {
 		t.Fatalf("table lacks when the next attempt may start:\n%s", out)
 	}
 	_, out, _ = f.run("-lock", "nightly")
-	for _, want := range []string{"1/3 timed_out", "next attempt not before 2026-12-01T00:07:00Z", "  | upstream timed out"} {
+	for _, want := range []string{"1/3 timed_out", "next attempt not before 2026-12-01T00:07:00Z", "  | upstream timed out",
+		"Stdout of 2026-12-01T00:00:00Z attempt 1 (its last 10 bytes):\n  | rows: 120"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("-lock nightly lacks %q:\n%s", want, out)
 		}
@@ -48,7 +50,7 @@ func TestStatusShowsNotBeforeAndKeptOutput(t *testing.T) {
 	if err := jsonUnmarshal([]byte(js), &detail); err != nil {
 		t.Fatal(err)
 	}
-	if a := detail.Runs[0].AttemptList[0]; a.Output != "loading 1/2\nupstream timed out\n" || detail.Runs[0].NotBefore == nil {
+	if a := detail.Runs[0].AttemptList[0]; a.Output != "loading 1/2\nupstream timed out\n" || a.Stdout != "rows: 120\n" || detail.Runs[0].NotBefore == nil {
 		t.Fatalf("-json -lock: %+v", detail.Runs[0])
 	}
 }

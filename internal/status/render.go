@@ -254,17 +254,19 @@ func reasonText(a LockRunAttempt) string {
 	return dash(a.Reason)
 }
 
-// renderOutputs prints the stderr tails the attempts kept (-keep-output),
-// each line indented, after the history.
+// renderOutputs prints the stdout and stderr tails the attempts kept
+// (-keep-output), each line indented, after the history.
 func renderOutputs(w io.Writer, runs []LockRun) {
 	for _, r := range runs {
 		for _, a := range r.AttemptList {
-			if a.Output == "" {
-				continue
-			}
-			fmt.Fprintf(w, "\nStderr of %s attempt %d (its last %d bytes):\n", r.RunID, a.Attempt, len(a.Output))
-			for _, line := range strings.Split(strings.TrimRight(a.Output, "\n"), "\n") {
-				fmt.Fprintf(w, "  | %s\n", terminalSafe(line))
+			for _, o := range []struct{ name, text string }{{"Stdout", a.Stdout}, {"Stderr", a.Output}} {
+				if o.text == "" {
+					continue
+				}
+				fmt.Fprintf(w, "\n%s of %s attempt %d (its last %d bytes):\n", o.name, r.RunID, a.Attempt, len(o.text))
+				for _, line := range strings.Split(strings.TrimRight(o.text, "\n"), "\n") {
+					fmt.Fprintf(w, "  | %s\n", terminalSafe(line))
+				}
 			}
 		}
 	}

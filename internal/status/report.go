@@ -151,9 +151,10 @@ type LockRunAttempt struct {
 	Started      string  `json:"started"`
 	Finished     *string `json:"finished"`
 	ExitCode     *int    `json:"exit_code"`
-	// Output is the tail of the command's stderr (-keep-output); absent
-	// when not kept.
+	// Output and Stdout are the tails of the command's stderr and stdout
+	// (-keep-output); absent when not kept.
 	Output string `json:"output,omitempty"`
+	Stdout string `json:"stdout,omitempty"`
 	// Reason: why a "lost" attempt was lost, or why a "released" one was
 	// released. ReleasedBy and ReleasedByAccessor (the releasing token's
 	// accessor ID, when known): a "released" attempt only.
@@ -203,7 +204,7 @@ func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
 		for _, a := range r.Attempts {
 			ra := LockRunAttempt{Attempt: a.Number, Outcome: string(a.Outcome), Node: a.Node, Session: a.Session,
 				FencingToken: a.FencingToken, Started: a.Started.UTC().Format(time.RFC3339Nano), ExitCode: a.ExitCode,
-				ReleasedBy: a.ReleasedBy, ReleasedByAccessor: a.ReleasedByAccessor, Reason: a.Reason, Output: a.Output}
+				ReleasedBy: a.ReleasedBy, ReleasedByAccessor: a.ReleasedByAccessor, Reason: a.Reason, Output: a.Output, Stdout: a.Stdout}
 			if !a.Finished.IsZero() {
 				f := a.Finished.UTC().Format(time.RFC3339Nano)
 				ra.Finished = &f
