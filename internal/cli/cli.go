@@ -28,6 +28,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/provider"
 	"github.com/consullock/terraform-provider-consullock/internal/runner"
 	"github.com/consullock/terraform-provider-consullock/internal/status"
+	"github.com/consullock/terraform-provider-consullock/internal/systemdtimer"
 )
 
 // ProviderAddress is the provider's registry address, which the plugin
@@ -44,6 +45,7 @@ var commands = map[string]func(ctx context.Context, args []string) int{
 	"resume":     jobctl.ResumeMain,
 	"run":        runner.Main,
 	"status":     status.Main,
+	"timer":      systemdtimer.Main,
 }
 
 // Main runs the binary with the process's arguments and returns its exit

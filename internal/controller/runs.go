@@ -20,6 +20,7 @@ import (
 var runOutcomeLabels = []string{
 	string(lockmodel.RunSucceeded), string(lockmodel.RunFailed), string(lockmodel.RunLost),
 	string(lockmodel.RunCrashed), string(lockmodel.RunTimedOut), string(lockmodel.RunReleased), string(lockmodel.RunExhausted),
+	string(lockmodel.RunSkipped), string(lockmodel.RunReplaced),
 }
 
 var (

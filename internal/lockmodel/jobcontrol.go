@@ -134,6 +134,9 @@ type AttemptPolicy struct {
 	MaxAttempts  int
 	RetryAfter   time.Duration
 	RetryBackoff float64 // 0: DefaultRetryBackoff
+	// Backfill: a backfill's runner, which runs a run skipped or replaced
+	// under run_once.overlap again (BeginWith).
+	Backfill bool
 }
 
 // Policy is r's AttemptPolicy, with defaults.

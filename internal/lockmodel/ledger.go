@@ -48,7 +48,7 @@ const (
 )
 
 // attemptOutcomes are the outcomes an attempt may have.
-var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut, RunReleased}
+var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut, RunReleased, RunSkipped, RunReplaced}
 
 // runOutcomes are the outcomes a run may have.
 var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
@@ -272,6 +272,10 @@ const (
 	// after now. Write Ledger when Changed (a crashed attempt recorded),
 	// release the lock, wait until NotBefore without holding it, try again.
 	BeginWait
+	// BeginSuperseded: do not run; the run was skipped or replaced under
+	// run_once.overlap (Attempts). Release, exit ExitRunSkipped. Only a
+	// backfill (AttemptPolicy.Backfill) runs such a run again.
+	BeginSuperseded
 )
 
 func (k BeginKind) String() string {
@@ -284,6 +288,8 @@ func (k BeginKind) String() string {
 		return "attempts exhausted"
 	case BeginWait:
 		return "wait for not_before"
+	case BeginSuperseded:
+		return "skipped or replaced"
 	}
 	return fmt.Sprintf("BeginKind(%d)", int(k))
 }
@@ -322,6 +328,8 @@ type BeginDecision struct {
 //   - an attempt still "running" under another session is "crashed": h
 //     acquired the lock, so that holder is gone without recording an
 //     outcome (its release would have);
+//   - a run skipped or replaced under run_once.overlap is Superseded,
+//     unless p is a backfill's;
 //   - a run with maxAttempts attempts (crashed ones count) is Exhausted,
 //     and says so ("exhausted");
 //   - else h runs attempt n+1, recorded "running" before the command
@@ -373,6 +381,9 @@ func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time
 	run := &out.Runs[i]
 	if a, ok := run.Succeeded(); ok {
 		return BeginDecision{Kind: BeginAlreadySucceeded, Ledger: l, Succeeded: a}, nil
+	}
+	if run.Outcome.Superseded() && !p.Backfill {
+		return BeginDecision{Kind: BeginSuperseded, Ledger: l, Attempts: slices.Clone(run.Attempts)}, nil
 	}
 	changed := false
 	if n := len(run.Attempts); n > 0 && run.Attempts[n-1].Outcome == RunRunning {

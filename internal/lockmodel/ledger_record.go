@@ -288,18 +288,21 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		bad("released_by", truncate(as.ReleasedBy, 40), "absent unless the attempt is \"released\"")
 	case as.ReleasedByAccessor != "" && (a.Outcome != RunReleased || !IsUUID(as.ReleasedByAccessor)):
 		bad("released_by_accessor", truncate(as.ReleasedByAccessor, 40), "a token accessor ID (a UUID), only on a \"released\" attempt")
-	case as.Reason != "" && a.Outcome != RunLost && a.Outcome != RunReleased:
-		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q or %q attempt has a reason", RunLost, RunReleased))
+	case as.Reason != "" && a.Outcome != RunLost && a.Outcome != RunReleased && !a.Outcome.Superseded():
+		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("absent: only a %q, %q, %q or %q attempt has a reason", RunLost, RunReleased, RunSkipped, RunReplaced))
 	case len(as.Reason) > MaxAttemptReason:
 		bad("reason", truncate(as.Reason, 40), fmt.Sprintf("at most %d bytes", MaxAttemptReason))
 	}
 	if as.Node == "" || len(as.Node) > 256 {
 		bad("node", truncate(as.Node, 40), "the holder's node name, 1 to 256 bytes")
 	}
-	if !uuidRE.MatchString(as.Session) {
+	switch {
+	case a.Outcome == RunSkipped && (as.Session != "" || as.FencingToken != 0):
+		bad("session", truncate(as.Session, 40), "absent, with no fencing_token, for a \"skipped\" attempt: it never held the lock")
+	case a.Outcome == RunSkipped:
+	case !uuidRE.MatchString(as.Session):
 		bad("session", truncate(as.Session, 40), "the holder's session ID (a UUID)")
-	}
-	if as.FencingToken == 0 {
+	case as.FencingToken == 0:
 		bad("fencing_token", "0", "the holder's fencing token, a Raft index above 0")
 	}
 	var err error
@@ -320,7 +323,7 @@ func attemptFromSpec(field string, as AttemptSpec) (Attempt, FieldErrors) {
 		}
 	}
 	switch {
-	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed || a.Outcome == RunReleased):
+	case as.ExitCode != nil && (a.Outcome == RunRunning || a.Outcome == RunCrashed || a.Outcome == RunReleased || a.Outcome.Superseded()):
 		bad("exit_code", fmt.Sprint(*as.ExitCode), fmt.Sprintf("null for a %q attempt", a.Outcome))
 	case as.ExitCode == nil && (a.Outcome == RunSucceeded || a.Outcome == RunFailed):
 		bad("exit_code", "null", fmt.Sprintf("the command's exit code for a %q attempt", a.Outcome))

@@ -117,6 +117,9 @@ type RunOnceSpec struct {
 	MaxRuntime   string  `json:"max_runtime,omitempty"`
 	RetryAfter   string  `json:"retry_after,omitempty"`
 	RetryBackoff float64 `json:"retry_backoff,omitempty"`
+	// Overlap is run_once.overlap; absent = "wait", as earlier versions
+	// behaved.
+	Overlap string `json:"overlap,omitempty"`
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
@@ -223,6 +226,9 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 			spec.RunOnce.RetryAfter = FormatDuration(r.RetryAfter)
 		}
 		spec.RunOnce.RetryBackoff = r.RetryBackoff
+		if r.Overlap != "" && r.Overlap != OverlapWait {
+			spec.RunOnce.Overlap = string(r.Overlap)
+		}
 	}
 	if h := n.HolderService; h != nil {
 		spec.HolderService = &HolderServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
@@ -272,6 +278,9 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep,
 			Schedule: r.Schedule, TimeZone: r.TimeZone, StartingDeadline: deadline,
 			MaxRuntime: runtime, RetryAfter: retry, RetryBackoff: r.RetryBackoff}
+		if r.Overlap != string(OverlapWait) {
+			l.RunOnce.Overlap = Overlap(r.Overlap) // "wait" reads as "", as it is written
+		}
 		if r.Since != "" {
 			since, err := time.Parse(time.RFC3339, r.Since)
 			if err != nil {

@@ -85,6 +85,9 @@ type RunOnce struct {
 	// attempt (jobcontrol.go).
 	RetryAfter   time.Duration
 	RetryBackoff float64
+	// Overlap is what a runner does when another run holds the lock
+	// (overlap.go); "" is OverlapWait.
+	Overlap Overlap
 }
 
 // WithDefaults returns r with MaxAttempts and Keep defaulted.
@@ -153,6 +156,7 @@ func (r RunOnce) Validate() error {
 	if r.Keep < 0 || r.Keep > MaxRunKeep {
 		errs = append(errs, &FieldError{Field: FieldRunOnceKeep, Value: strconv.Itoa(r.Keep), Allowed: runKeepAllowed})
 	}
+	errs = append(errs, AsFieldErrors(ValidateOverlap(FieldRunOnceOverlap, string(r.Overlap)))...)
 	errs = append(errs, r.validateJobControl()...)
 	return errs.Err()
 }

@@ -39,6 +39,7 @@ type lockRunOnceModel struct {
 	MaxRuntime       timetypes.GoDuration `tfsdk:"max_runtime"`
 	RetryAfter       timetypes.GoDuration `tfsdk:"retry_after"`
 	RetryBackoff     types.Float64        `tfsdk:"retry_backoff"`
+	Overlap          types.String         `tfsdk:"overlap"`
 }
 
 // nextSlotCount is how many slots run_once.next_slots shows.
@@ -48,7 +49,7 @@ const nextSlotCount = 3
 func (m *lockRunOnceModel) sameDeclared(o *lockRunOnceModel) bool {
 	return m.Period == o.Period && m.Offset == o.Offset && m.MaxAttempts == o.MaxAttempts && m.Keep == o.Keep &&
 		m.sameSlots(o) && m.StartingDeadline == o.StartingDeadline &&
-		m.MaxRuntime == o.MaxRuntime && m.RetryAfter == o.RetryAfter && m.RetryBackoff.Equal(o.RetryBackoff)
+		m.MaxRuntime == o.MaxRuntime && m.RetryAfter == o.RetryAfter && m.RetryBackoff.Equal(o.RetryBackoff) && m.Overlap.Equal(o.Overlap)
 }
 
 // sameSlots reports whether m and o name the same slots.
@@ -140,7 +141,7 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 			},
 		},
 	}
-	a.Attributes = withAttributes(a.Attributes, runOnceAttemptAttributes(), runOnceJobControlAttributes())
+	a.Attributes = withAttributes(a.Attributes, runOnceAttemptAttributes(), runOnceJobControlAttributes(), runOnceOverlapAttributes())
 	return a
 }
 
@@ -186,6 +187,7 @@ func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *lockmodel.RunOnce {
 	if v := m.RetryBackoff.ValueFloat64(); !m.RetryBackoff.IsUnknown() && v != lockmodel.DefaultRetryBackoff {
 		r.RetryBackoff = v // the default is recorded as absent, as before retry_backoff existed
 	}
+	r.Overlap = overlapOf(m.Overlap)
 	return r
 }
 
@@ -254,6 +256,7 @@ func runOnceState(prior *lockRunOnceModel, r *lockmodel.RunOnce) *lockRunOnceMod
 		MaxRuntime:       timetypes.NewGoDurationNull(),
 		RetryAfter:       timetypes.NewGoDurationNull(),
 		RetryBackoff:     types.Float64Value(lockmodel.DefaultRetryBackoff),
+		Overlap:          overlapState(r.Overlap),
 	}
 	if r.RetryBackoff != 0 {
 		m.RetryBackoff = types.Float64Value(r.RetryBackoff)

@@ -39,6 +39,11 @@ func Main(ctx context.Context, args []string) int {
 }
 
 func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
+	return mainAs(ctx, args, stderr, false)
+}
+
+// mainAs is mainWith for a backfill's runner (backfill true: runner.backfill).
+func mainAs(ctx context.Context, args []string, stderr io.Writer, backfill bool) int {
 	// Catch signals first, so none is lost between start and the loop.
 	sigCh := make(chan os.Signal, 4)
 	signal.Notify(sigCh, forwardedSignals...)
@@ -57,7 +62,7 @@ func mainWith(ctx context.Context, args []string, stderr io.Writer) int {
 	// The guard starts (a few ms) while the runner sets up and waits.
 	treeProtection = cfg.treeProtection
 	standby, gerr := prepareGuard()
-	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now(), standby: standby}
+	r := &runner{cfg: cfg, log: log, started: cfg.clock.Now(), standby: standby, backfill: backfill}
 	defer r.standby.discardUnused()
 	if gerr != nil && cfg.treeProtection == ProtectionPIDNamespace {
 		log.Error("cannot protect the command's process tree as asked", "tree_protection", cfg.treeProtection, "error", gerr.Error(),
@@ -104,6 +109,9 @@ type runner struct {
 	// acquisition reads it and gives the lock up while it exists
 	// (lockproto.WithBlockingKey).
 	pauseReadable bool
+	// backfill: run by consullock backfill (backfill.go): a run skipped or
+	// replaced is run again, and run_once.overlap is not applied.
+	backfill bool
 	// notStarted is what -on-outcome is told when the runner ends without
 	// starting the command for a reason that needs attention (HookMissed,
 	// HookExhausted, HookPaused; "" for none).

@@ -176,6 +176,7 @@ func (r *runner) resolveRun() error {
 	}
 	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep, scheduled: scheduled, policy: spec.Policy(),
 		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName), trigger: trigger}
+	r.once.policy.Backfill = r.backfill
 	r.log.Info("run once", "run_id", id, "from", from, "max_attempts", spec.MaxAttempts, "ledger", r.once.ledgerKey)
 	return nil
 }
@@ -524,6 +525,9 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		if code, refused := r.refuseUnbegun(l, nil); refused {
 			return code, true
 		}
+		if code, stop := r.checkOverlap(ctx); stop {
+			return code, true
+		}
 		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
 		case keyFree:
 			return 0, false
@@ -551,6 +555,12 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 // runner races as a waiter with a session.
 func (r *runner) waitWithoutSession(ctx context.Context, locked error) error {
 	r.log.Info("another session took the lock first; waiting without a session", "reason", locked.Error())
+	if r.overlapActive() { // the winner may run another run: look, as before the session
+		if code, stop := r.doneBeforeSession(ctx); stop {
+			return errRunStopped{code}
+		}
+		return ctx.Err()
+	}
 	r.followHeldKey(ctx)
 	if err := ctx.Err(); err != nil {
 		return err
@@ -664,7 +674,7 @@ func (r *runner) followLedgerUntilDone(ctx context.Context, from uint64) {
 			return true
 		}
 		_, done := r.runIsDone(l)
-		return !done
+		return !done && !(r.overlapActive() && r.otherRunRunning(l))
 	})
 }
 
@@ -726,6 +736,9 @@ func (r *runner) followKey(ctx context.Context, c *consul.Client, key, what stri
 // exhausted with no attempt left under the declared max_attempts.
 // A run pruned from the ledger is done when its pruned outcome says so.
 func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
+	if d, ok := r.superseded(l); ok {
+		return d, true
+	}
 	run, ok := l.DoneRun(r.once.id, r.once.maxAttempts)
 	switch {
 	case !ok:
@@ -740,6 +753,9 @@ func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
 // code: -exit-code-if-done when the run succeeded, 121 when it used up its
 // attempts.
 func (r *runner) reportDone(kind lockmodel.BeginKind, attempts []lockmodel.Attempt, seen string) int {
+	if kind == lockmodel.BeginSuperseded {
+		return r.reportSuperseded(attempts, seen)
+	}
 	if kind == lockmodel.BeginAlreadySucceeded {
 		var a lockmodel.Attempt
 		for _, at := range attempts {

@@ -340,10 +340,15 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 		lost   *lockproto.LostError
 		paused pausedError
 	)
-	var done errRunDone
+	var (
+		done    errRunDone
+		stopped errRunStopped
+	)
 	switch {
 	case errors.As(res.err, &done):
 		return s.onLedger(done.d)
+	case errors.As(res.err, &stopped):
+		return stopped.code, true
 	case errors.As(res.err, &paused):
 		return s.r.logPaused(paused.p, "; found by the acquisition, the lock given up"), true
 	case errors.As(res.err, &lost) && s.r.once != nil:
@@ -645,7 +650,7 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 		return s.r.reportDone(d.begin.Kind, nil, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginAlreadySucceeded:
 		return s.r.reportDone(d.begin.Kind, []lockmodel.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
-	case d.begin.Kind == lockmodel.BeginExhausted:
+	case d.begin.Kind == lockmodel.BeginExhausted || d.begin.Kind == lockmodel.BeginSuperseded:
 		return s.r.reportDone(d.begin.Kind, d.begin.Attempts, "after acquiring the lock"), true
 	case d.begin.Kind == lockmodel.BeginWait:
 		return s.retryWait(d.begin.NotBefore, "after acquiring the lock")

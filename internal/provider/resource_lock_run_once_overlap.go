@@ -1,0 +1,47 @@
+package provider
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// run_once.overlap: what a runner does when another run holds the lock
+// (lockmodel overlap.go decides; the runner acts).
+
+func runOnceOverlapAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"overlap": schema.StringAttribute{
+			MarkdownDescription: fmt.Sprintf("What a runner does when another run's attempt holds the lock, like a CronJob's "+
+				"`concurrencyPolicy`: `wait` (default) behind it; `skip`: record this run `skipped` and exit %d; `replace`: end "+
+				"the holder's session as `consullock release` does, record its attempt `replaced`, and run after the lock-delay "+
+				"(a run older than the holder's is skipped instead). Not applied by `consullock backfill`.", lockmodel.ExitRunSkipped),
+			Optional:   true,
+			Computed:   true,
+			Default:    stringdefault.StaticString(string(lockmodel.OverlapWait)),
+			Validators: []validator.String{stringvalidator.OneOf(lockmodel.OverlapValues...)},
+		},
+	}
+}
+
+// overlapState is run_once.overlap as recorded ("" is wait).
+func overlapState(o lockmodel.Overlap) types.String {
+	if o == "" {
+		o = lockmodel.OverlapWait
+	}
+	return types.StringValue(string(o))
+}
+
+// overlapOf is the recorded value of a known overlap: "" for wait.
+func overlapOf(v types.String) lockmodel.Overlap {
+	if v.IsNull() || v.IsUnknown() || v.ValueString() == string(lockmodel.OverlapWait) {
+		return ""
+	}
+	return lockmodel.Overlap(v.ValueString())
+}

@@ -1,0 +1,199 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// run_once.overlap: a runner for one run that finds another run's attempt
+// holding the lock waits (the default), skips its run, or replaces the
+// other (lockmodel DecideOverlap decides). It looks before it has a
+// session (doneBeforeSession), again each time its wait sees another run
+// begin, and after losing the race for a free key (waitWithoutSession). A
+// backfill never skips nor replaces.
+
+// overlapActive reports whether this runner applies a policy other than
+// wait.
+func (r *runner) overlapActive() bool {
+	ro := r.lock.RunOnce
+	return r.once != nil && !r.backfill && ro != nil && ro.Overlap != "" && ro.Overlap != lockmodel.OverlapWait
+}
+
+// otherRunRunning reports whether l shows an attempt of another run
+// running: a wait under an overlap policy ends then, to look again.
+func (r *runner) otherRunRunning(l lockmodel.Ledger) bool {
+	for _, run := range l.Runs {
+		if run.ID != r.once.id && run.Outcome == lockmodel.RunRunning {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOverlap reads the lock key and then the ledger (both consistent)
+// and, when the key's session runs an attempt of another run, applies
+// the lock's overlap policy: skip records this run skipped and reports
+// ExitRunSkipped; replace ends that session (as consullock release does:
+// the lock-delay protects the old command while its runner stops it),
+// records its attempt replaced and reports nothing (the caller waits for
+// the lock: the next acquisition succeeds once the lock-delay passed). A
+// failed read or write is logged and leaves the runner waiting, as under
+// wait.
+func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
+	if !r.overlapActive() {
+		return 0, false
+	}
+	pair, err := r.client.ReadKeyConsistent(ctx, r.lock.Key)
+	if err != nil || pair == nil || pair.Session == "" {
+		return 0, false
+	}
+	l, index, err := r.readLedger(ctx)
+	if err != nil {
+		r.log.Warn("run_once.overlap: cannot read the run ledger; waiting for the lock", "error", err.Error())
+		return 0, false
+	}
+	other, attempt, ok := l.RunningAttempt(pair.Session)
+	if !ok {
+		return 0, false // the holder has not begun its attempt yet: the wait looks again when it does
+	}
+	policy := r.lock.RunOnce.Overlap
+	log := r.log.With("run_id", r.once.id, "holding_run", other, "holding_node", attempt.Node, "holding_session", attempt.Session, "overlap", string(policy))
+	spec := r.lock.RunOnce.WithDefaults()
+	at, _ := spec.ScheduledTime(r.once.id)
+	otherAt, _ := spec.ScheduledTime(other)
+	switch lockmodel.DecideOverlap(policy, r.once.id, at, other, otherAt, r.backfill) {
+	case lockmodel.OverlapActSkip:
+		return r.recordSkip(ctx, log, l, index, other), true
+	case lockmodel.OverlapActReplace:
+		r.replace(ctx, log, pair.Session, attempt.Node)
+	}
+	return 0, false
+}
+
+// recordSkip records this run skipped in ledger l (read at index), read
+// again after another writer's change, and reports ExitRunSkipped.
+func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, l lockmodel.Ledger, index uint64, other string) int {
+	reg := r.client.Registry(r.cfg.registryPrefix)
+	for try := 0; try < ledgerTries; try++ {
+		if try > 0 {
+			var err error
+			if l, index, err = r.readLedger(ctx); err != nil {
+				break
+			}
+		}
+		out, changed, err := l.Skip(r.once.id, r.nodeName(), other, r.cfg.clock.Now())
+		if err != nil || !changed {
+			break
+		}
+		value, err := lockmodel.EncodeLedger(out.Prune(r.once.keep, r.once.id))
+		if err != nil {
+			log.Warn("run_once.overlap: the skip is not recorded", "error", err.Error())
+			break
+		}
+		_, err = reg.Put(ctx, lockmodel.KindRuns, r.cfg.lockName, value, index)
+		if conflict := (*consul.ErrConflict)(nil); errors.As(err, &conflict) {
+			continue
+		}
+		if err != nil {
+			log.Warn("run_once.overlap: the skip is not recorded in the run ledger", "error", err.Error())
+			break
+		}
+		log.Info("another run holds the lock: this run is recorded skipped; the command was not started", "exit_code", lockmodel.ExitRunSkipped)
+		return lockmodel.ExitRunSkipped
+	}
+	log.Info("another run holds the lock: this run is skipped; the command was not started", "exit_code", lockmodel.ExitRunSkipped)
+	return lockmodel.ExitRunSkipped
+}
+
+// replace ends session (on node), the holder of another run's attempt,
+// and records that attempt replaced by this run.
+func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node string) {
+	ended, err := r.client.EndHolderSessions(ctx, []consul.HolderSession{{Session: session, Node: node, LockDelay: -1}})
+	if err != nil {
+		log.Warn("run_once.overlap replace: cannot end the holder's session; waiting for the lock", "error", err.Error())
+		return
+	}
+	delay := r.profile.LockDelay
+	if len(ended) > 0 {
+		delay = ended[0].LockDelay
+	}
+	at := r.cfg.clock.Now()
+	log.Info("another run holds the lock: its session is ended (run_once.overlap replace); acquiring once the lock-delay has passed",
+		"lock_delay", lockmodel.FormatDuration(lockmodel.TakeOverDelay(delay)))
+	reg := r.client.Registry(r.cfg.registryPrefix)
+	for range ledgerTries {
+		l, index, err := r.readLedger(ctx)
+		if err != nil {
+			log.Warn("run_once.overlap replace: cannot read the run ledger to record the replaced attempt", "error", err.Error())
+			return
+		}
+		out, run, n, found := l.Replace(session, r.once.id, at)
+		if !found {
+			log.Info("run_once.overlap replace: the replaced attempt was already recorded by its runner")
+			return
+		}
+		value, err := lockmodel.EncodeLedger(out)
+		if err != nil {
+			log.Warn("run_once.overlap replace: the replaced attempt is not recorded", "error", err.Error())
+			return
+		}
+		_, err = reg.Put(ctx, lockmodel.KindRuns, r.cfg.lockName, value, index)
+		if conflict := (*consul.ErrConflict)(nil); errors.As(err, &conflict) {
+			continue
+		}
+		if err != nil {
+			log.Warn("run_once.overlap replace: the replaced attempt is not recorded", "error", err.Error())
+			return
+		}
+		log.Info("recorded the other run's attempt replaced", "replaced_run", run, "replaced_attempt", n)
+		return
+	}
+}
+
+// nodeName is the node a skip is recorded on: -node, else the node of
+// the agent at CONSUL_HTTP_ADDR.
+func (r *runner) nodeName() string {
+	if r.cfg.node != "" {
+		return r.cfg.node
+	}
+	if n, err := r.client.Agent().NodeName(); err == nil && n != "" {
+		return n
+	}
+	return "unknown"
+}
+
+// superseded reports a run skipped or replaced under run_once.overlap:
+// done for every runner but a backfill's.
+func (r *runner) superseded(l lockmodel.Ledger) (runDone, bool) {
+	if r.backfill {
+		return runDone{}, false
+	}
+	if run, ok := l.Superseded(r.once.id); ok {
+		return runDone{kind: lockmodel.BeginSuperseded, run: run}, true
+	}
+	return runDone{}, false
+}
+
+// reportSuperseded logs why the command is not started: the run was
+// skipped or replaced; ExitRunSkipped.
+func (r *runner) reportSuperseded(attempts []lockmodel.Attempt, seen string) int {
+	var last lockmodel.Attempt
+	if len(attempts) > 0 {
+		last = attempts[len(attempts)-1]
+	}
+	r.log.Info(fmt.Sprintf("the run was %s under run_once.overlap; the command was not started (consullock backfill runs it again)", last.Outcome),
+		"run_id", r.once.id, "seen", seen, "reason", last.Reason, "finished", last.Finished.Format(time.RFC3339), "exit_code", lockmodel.ExitRunSkipped)
+	return lockmodel.ExitRunSkipped
+}
+
+// errRunStopped ends an acquisition that decided, without holding the
+// lock, to exit with code (run_once.overlap, or the run found done).
+type errRunStopped struct{ code int }
+
+func (e errRunStopped) Error() string { return fmt.Sprintf("stopped waiting (exit %d)", e.code) }
