@@ -75,6 +75,7 @@ func (r *lockResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	}
 	planRunOnce(plan.RunOnce, cfg.RunOnce, state.RunOnce)
 	r.runOncePlanWarnings(ctx, plan, &resp.Diagnostics)
+	maxRuntimePlanWarnings(plan, &resp.Diagnostics)
 	r.holderServicePlanWarnings(ctx, plan, &resp.Diagnostics)
 
 	if !req.State.Raw.IsNull() {
