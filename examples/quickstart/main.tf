@@ -6,6 +6,8 @@
 #   CONSUL_HTTP_TOKEN=$(tofu output -raw worker_token) \
 #     consullock run -lock nightly-report -- ./nightly-report.sh   # on each worker
 #   tofu apply -refresh-only && tofu output holder
+#   CONSUL_HTTP_TOKEN=$(tofu output -raw status_token) \
+#     consullock status -lock nightly-report
 terraform {
   required_providers {
     consullock = {
@@ -74,6 +76,15 @@ resource "consullock_acl_token" "workers" {
   policies    = [consullock_acl_policy.workers.name]
 }
 
+# `consullock status` reads the declarations, the lock keys and every
+# session, read-only. Consul's builtin/global-read-only reads the whole
+# datacenter (KV values included): in production, give the token a policy
+# with the narrower rules of `consullock status -print-rules` instead.
+resource "consullock_acl_token" "status" {
+  description = "consullock status (read-only)"
+  policies    = ["builtin/global-read-only"]
+}
+
 # Who holds the lock now. Refresh with `tofu apply -refresh-only`.
 data "consullock_lock" "nightly_report" {
   key        = consullock_lock.nightly_report.key
@@ -105,5 +116,11 @@ output "granted_rules" {
 output "worker_token" {
   description = "Give this to the workers as CONSUL_HTTP_TOKEN."
   value       = consullock_acl_token.workers.secret_id
+  sensitive   = true
+}
+
+output "status_token" {
+  description = "CONSUL_HTTP_TOKEN for consullock status (read-only)."
+  value       = consullock_acl_token.status.secret_id
   sensitive   = true
 }

@@ -77,6 +77,12 @@ var aclUUID = regexp.MustCompile(lockmodel.UUIDPattern)
 // aclPolicyNameMessage completes "Attribute name ..." in the validator's error.
 const aclPolicyNameMessage = "must be 1 to 128 letters, digits, '-' or '_' (Consul's rule for policy names: " + lockmodel.NamePattern + ")"
 
+// tokenPolicyNameRE is a policy a token may name: a policy name, or
+// Consul's builtin read-only policy, whose name has a "/" no other may.
+var tokenPolicyNameRE = regexp.MustCompile(`^([A-Za-z0-9_-]{1,128}|builtin/global-read-only)$`)
+
+const tokenPolicyNameMessage = "must be a policy name (1 to 128 letters, digits, '-' or '_') or builtin/global-read-only"
+
 func (r *aclPolicyResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_acl_policy"
 }

@@ -131,11 +131,11 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Default:             stringdefault.StaticString(""),
 			},
 			"policies": schema.SetAttribute{
-				MarkdownDescription: "Names of the ACL policies the token holds.",
+				MarkdownDescription: "Names of the ACL policies the token holds; Consul's `builtin/global-read-only` too (e.g. for `consullock status`).",
 				Optional:            true,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(
-					stringvalidator.RegexMatches(namePatternRE, aclPolicyNameMessage))},
+					stringvalidator.RegexMatches(tokenPolicyNameRE, tokenPolicyNameMessage))},
 			},
 			"roles": schema.SetAttribute{
 				MarkdownDescription: "Names of the ACL roles the token holds.",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/status"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -118,8 +119,8 @@ func TestSummary_quickstartPlans(t *testing.T) {
 			want = append(want, "\n+"+line+"\n")
 		}
 		want = append(want,
-			"## examples/quickstart: 4 to add, 0 to change, 0 to destroy",
-			"| `+` create | 4 |",
+			"## examples/quickstart: 5 to add, 0 to change, 0 to destroy",
+			"| `+` create | 5 |",
 			"| `<=` read | 1 | `data.consullock_lock.nightly_report` |",
 			// The lock: its key, flags and limit, known at plan time.
 			"| key | `jobs/nightly-report/.lock` |",
@@ -151,6 +152,28 @@ func TestSummary_quickstartPlans(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+
+	t.Run("status with the status token", func(t *testing.T) {
+		// The quickstart's last step: consullock status with the token it
+		// creates for it (the workers' token cannot list the sessions).
+		runStatus := func(output string) (int, string) {
+			var secret, out, errOut bytes.Buffer
+			tofu(admin, &secret, "output", "-raw", output)
+			t.Setenv("CONSUL_HTTP_ADDR", agent.Addr)
+			t.Setenv("CONSUL_HTTP_TOKEN", strings.TrimSpace(secret.String()))
+			code := status.Run(context.Background(), []string{"-lock", "nightly-report"}, &out, &errOut)
+			if secret.Len() < 30 || strings.Contains(out.String()+errOut.String(), strings.TrimSpace(secret.String())) {
+				t.Fatalf("%s: no secret, or the secret in status's output", output)
+			}
+			return code, out.String() + errOut.String()
+		}
+		if code, out := runStatus("status_token"); code != 0 || !strings.Contains(out, "nightly-report") || !strings.Contains(out, "Compliant:") {
+			t.Fatalf("status with status_token: exit %d\n%s", code, out)
+		}
+		if code, _ := runStatus("worker_token"); code != 3 {
+			t.Fatalf("status with worker_token: exit %d, want 3 (it may not list the sessions)", code)
+		}
+	})
 
 	t.Run("drift, rules diff and warning", func(t *testing.T) {
 		var secret bytes.Buffer
