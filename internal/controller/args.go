@@ -57,6 +57,8 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	logformat.Var(fs, &o.logFormat, logformat.JSON)
 	fs.StringVar(&o.register, "register-service", "", "register the -listen endpoint with the Consul agent as a service of this name (for Prometheus's consul_sd), with an HTTP check on /readyz; deregistered on a clean stop. Needs service:write on the name")
 	fs.StringVar(&o.advertise, "service-address", "", "with -register-service: the address Consul lists for the endpoint and its check calls (default: the -listen IP, or the node's address when -listen has none, e.g. :9464)")
+	fs.StringVar(&o.cfg.Notify.URL, "notify", "", "POST a JSON event to this http(s) URL, once per event, from the leading replica: a missed slot, a run that used up its attempts, a pause older than -notify-paused-after")
+	fs.DurationVar(&o.cfg.Notify.PausedAfter, "notify-paused-after", DefaultNotifyPausedAfter, "with -notify: how old a pause is before it is notified")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -93,6 +95,9 @@ func (o *options) check(mode string) error {
 		return asFlag("-registry-prefix", err)
 	}
 	if err := compliance.ValidateApplyGrace("-apply-grace", o.cfg.ApplyGrace); err != nil {
+		return err
+	}
+	if err := o.cfg.Notify.validate(); err != nil {
 		return err
 	}
 	o.cfg.Clock, err = lockmodel.ClockFromEnv(os.Getenv)

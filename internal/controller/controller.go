@@ -50,6 +50,9 @@ type Config struct {
 	// Clock is the wall clock (lockmodel.EnvClockOffset: fault injection);
 	// the zero Clock is the system's.
 	Clock lockmodel.Clock
+	// Notify is where the leader POSTs events that need a person
+	// (notify.go); its URL "" is off.
+	Notify NotifyConfig
 }
 
 // Controller reconciles one registry.
@@ -88,6 +91,8 @@ type Controller struct {
 	// blind is why the registry watch sees no declaration although some
 	// may be there (a *consul.BlindError's text); nil when it can see.
 	blind atomic.Pointer[string]
+	// notify sends -notify's events; nil without (notify.go).
+	notify *notifier
 }
 
 var groupGen atomic.Uint64
@@ -120,6 +125,12 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Notify.URL != "" && cfg.Notify.PausedAfter == 0 {
+		cfg.Notify.PausedAfter = DefaultNotifyPausedAfter
+	}
+	if err := cfg.Notify.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.WatchClient == nil {
 		cfg.WatchClient = client
 	}
@@ -130,6 +141,9 @@ func New(client *consul.Client, cfg Config) (*Controller, error) {
 		recon: newReconState(),
 	}
 	c.metrics = newMetrics(c)
+	if cfg.Notify.URL != "" {
+		c.notify = newNotifier(cfg.Notify)
+	}
 	return c, nil
 }
 
@@ -165,6 +179,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	start(func(ctx context.Context) { c.watch(ctx, "registry", c.pollRegistry) })
 	start(func(ctx context.Context) { c.watch(ctx, "sessions", c.pollSessions) })
 	start(func(ctx context.Context) { c.watch(ctx, "acl_policies", c.pollPolicies) })
+	if c.notify != nil {
+		start(c.notifyLoop)
+	}
 
 	leaderDone := make(chan struct{})
 	if c.cfg.DisableHA {

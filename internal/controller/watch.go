@@ -153,6 +153,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 	}
 	c.metrics.runMeter.observe(ledgers, locks)
 	c.metrics.pauseMeter.observe(pauses, locks)
+	c.notify.observe(locks, ledgers, pauses)
 	return meta.lastIndex, nil
 }
 
