@@ -1,0 +1,215 @@
+// Command layout measures the shape of the module's centre, for the
+// before/after table of a re-cut (reports/layout.md): per package, its
+// non-test lines and exported identifiers (package-level names plus
+// exported methods); exported types named Hold... or Holder... (and how
+// many of those names are defined twice); the methods on consul.Client;
+// the packages that hold run-once code (they use the run ledger:
+// lockmodel.Ledger or its outcomes, or define them); and the calls of
+// WithDefaults.
+//
+//	go run ./scripts/layout            # a markdown table of the working tree
+//	go run ./scripts/layout -json      # the same figures as JSON
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Figures are one tree's measurements.
+type Figures struct {
+	Packages        []Package      `json:"packages"`
+	HolderTypes     []string       `json:"holder_types"`      // pkg.Name of exported Hold.../Holder... types
+	HolderTwice     int            `json:"holder_twice"`      // names among them defined in more than one package
+	ClientMethods   int            `json:"client_methods"`    // methods declared on consul.Client
+	RunOncePackages []string       `json:"run_once_packages"` // packages that use or define the run ledger
+	WithDefaults    int            `json:"with_defaults"`     // calls of a WithDefaults method
+	Calls           map[string]int `json:"-"`
+}
+
+// Package is one package's size.
+type Package struct {
+	Path     string `json:"path"`
+	Lines    int    `json:"lines"`    // non-test, non-blank lines
+	Exported int    `json:"exported"` // exported package-level names and methods
+}
+
+func main() {
+	asJSON := flag.Bool("json", false, "print JSON")
+	root := flag.String("root", ".", "the module's root")
+	flag.Parse()
+	f, err := Measure(*root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "layout:", err)
+		os.Exit(1)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(f)
+		return
+	}
+	Print(os.Stdout, f)
+}
+
+// ledgerNames are the identifiers whose use marks run-once code.
+var ledgerNames = []string{"Ledger", "RunOutcome", "RunSucceeded", "BeginDecision", "AttemptResult", "RunLedgerKey"}
+
+// Measure reads every non-test Go file under root/internal and root/pkg
+// (when present) and the module's root package.
+func Measure(root string) (Figures, error) {
+	fset := token.NewFileSet()
+	pkgs := map[string]*Package{}
+	holders := map[string][]string{}
+	runOnce := map[string]bool{}
+	var f Figures
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" ||
+				slices.Contains([]string{"tests", "bin", "tmp", "examples", "docs", "templates", "scripts", "tools", "reports"}, rel)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		file, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		p := pkgs[dir]
+		if p == nil {
+			p = &Package{Path: dir}
+			pkgs[dir] = p
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if strings.TrimSpace(line) != "" {
+				p.Lines++
+			}
+		}
+		for _, decl := range file.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if d.Name.IsExported() {
+					p.Exported++
+				}
+				if d.Recv != nil && d.Name.IsExported() && dir == "internal/consul" && recvName(d.Recv) == "Client" {
+					f.ClientMethods++
+				}
+				if d.Recv == nil || !d.Name.IsExported() {
+					continue
+				}
+				if isLedgerName(d.Name.Name) {
+					runOnce[dir] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							p.Exported++
+							if strings.HasPrefix(s.Name.Name, "Hold") {
+								holders[s.Name.Name] = append(holders[s.Name.Name], dir)
+							}
+							if isLedgerName(s.Name.Name) {
+								runOnce[dir] = true
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								p.Exported++
+							}
+						}
+					}
+				}
+			}
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.SelectorExpr:
+				if x.Sel.Name == "WithDefaults" {
+					f.WithDefaults++
+				}
+				if isLedgerName(x.Sel.Name) {
+					if id, ok := x.X.(*ast.Ident); ok && id.Name == "lockmodel" {
+						runOnce[dir] = true
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		return f, err
+	}
+	for _, p := range pkgs {
+		f.Packages = append(f.Packages, *p)
+	}
+	sort.Slice(f.Packages, func(i, j int) bool { return f.Packages[i].Path < f.Packages[j].Path })
+	for name, dirs := range holders {
+		for _, d := range dirs {
+			f.HolderTypes = append(f.HolderTypes, filepath.Base(d)+"."+name)
+		}
+		if len(dirs) > 1 {
+			f.HolderTwice++
+		}
+	}
+	sort.Strings(f.HolderTypes)
+	for d := range runOnce {
+		f.RunOncePackages = append(f.RunOncePackages, d)
+	}
+	sort.Strings(f.RunOncePackages)
+	return f, nil
+}
+
+func isLedgerName(name string) bool { return slices.Contains(ledgerNames, name) }
+
+func recvName(fl *ast.FieldList) string {
+	if fl == nil || len(fl.List) == 0 {
+		return ""
+	}
+	t := fl.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
+// Print writes f as markdown.
+func Print(w io.Writer, f Figures) {
+	fmt.Fprintln(w, "| package | non-test lines | exported identifiers |\n|---|---:|---:|")
+	for _, p := range f.Packages {
+		fmt.Fprintf(w, "| %s | %d | %d |\n", p.Path, p.Lines, p.Exported)
+	}
+	fmt.Fprintf(w, "\n| figure | value |\n|---|---:|\n")
+	fmt.Fprintf(w, "| exported Hold…/Holder… types | %d (%d names defined twice) |\n", len(f.HolderTypes), f.HolderTwice)
+	fmt.Fprintf(w, "| exported methods on consul.Client | %d |\n", f.ClientMethods)
+	fmt.Fprintf(w, "| packages with run-once code | %d (%s) |\n", len(f.RunOncePackages), strings.Join(f.RunOncePackages, ", "))
+	fmt.Fprintf(w, "| WithDefaults calls (selectors) | %d |\n", f.WithDefaults)
+	fmt.Fprintf(w, "\nHold…/Holder… types: %s\n", strings.Join(f.HolderTypes, ", "))
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// Measure counts a small tree's lines, exported names, Hold types (one
+// defined twice), client methods, run-once packages and WithDefaults
+// calls; test files and testdata are not counted.
+func TestMeasure_aSmallTree(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, src string) {
+		t.Helper()
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("internal/consul/client.go", "package consul\n\ntype Client struct{}\n\nfunc (c *Client) Get() {}\n\nfunc (c *Client) put() {}\n\ntype HolderSession struct{}\n")
+	write("internal/lockmodel/ledger.go", "package lockmodel\n\ntype Ledger struct{}\n\nconst A, b = 1, 2\n\ntype Hold struct{}\n")
+	write("internal/runner/run.go", "package runner\n\nimport \"x/lockmodel\"\n\nvar l lockmodel.Ledger\n\ntype Hold struct{}\n\nfunc f(p interface{ WithDefaults() }) { p.WithDefaults() }\n")
+	write("internal/runner/run_test.go", "package runner\n\nfunc Exported() {}\n")
+	write("internal/runner/testdata/x/main.go", "package main\n\nfunc Exported() {}\n")
+	f, err := Measure(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[string]Package{}
+	for _, p := range f.Packages {
+		sizes[p.Path] = p
+	}
+	if len(sizes) != 3 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 1 ||
+		sizes["internal/consul"].Lines != 5 {
+		t.Fatalf("packages %+v", f.Packages)
+	}
+	if f.ClientMethods != 1 || len(f.HolderTypes) != 3 || f.HolderTwice != 1 || f.WithDefaults != 1 ||
+		!slices.Equal(f.RunOncePackages, []string{"internal/lockmodel", "internal/runner"}) {
+		t.Fatalf("figures %+v", f)
+	}
+}
