@@ -99,10 +99,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 				MarkdownDescription: fmt.Sprintf("Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: "+
 					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. "+
 					"The run ID is the latest slot's time in RFC 3339 with the zone's offset (`2026-03-29T02:00:00+02:00`, `Z` "+
-					"for a zero offset), also `CONSUL_LOCK_SCHEDULED_TIME`. A local time skipped by a DST change is one slot at "+
-					"the end of the gap, one that occurs twice is one slot at its first occurrence. "+
-					"A trigger up to `%s` early waits for its slot. A `-run-id` timestamp names the slot at that instant, in any "+
-					"RFC 3339 spelling; another instant is refused.",
+					"for a zero offset), also `CONSUL_LOCK_SCHEDULED_TIME`. A trigger up to `%s` early waits for its slot. "+
+					"Daylight saving and `-run-id` timestamps: [run once](../guides/run-once.md#on-a-calendar-in-a-time-zone).",
 					lockmodel.FormatDuration(lockmodel.TriggerSkew)),
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: lockmodel.ScheduleAllowed}},
@@ -118,9 +116,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 			},
 			"starting_deadline": schema.StringAttribute{
 				MarkdownDescription: fmt.Sprintf("A runner starting more than this after its slot exits %d without running it "+
-					"(the slot stays missed, see `status -lock`), unless another runner began the slot: then it exits as on time. "+
-					"Like a CronJob's `startingDeadlineSeconds`. `1s` to `%s`; unset, a slot may start until the next one. "+
-					"Never applied to `-run-id` (a backfill).",
+					"unless another runner began the slot: then it exits as on time. `1s` to `%s`; unset, a slot may start "+
+					"until the next one. Not applied to `-run-id` nor `consullock backfill`.",
 					lockmodel.ExitRunPastDeadline, lockmodel.FormatDuration(lockmodel.MaxStartingDeadline)),
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},

@@ -18,10 +18,9 @@ import (
 func runOnceOverlapAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"overlap": schema.StringAttribute{
-			MarkdownDescription: fmt.Sprintf("What a runner does when another run's attempt holds the lock, like a CronJob's "+
-				"`concurrencyPolicy`: `wait` (default) behind it; `skip`: record this run `skipped` and exit %d; `replace`: end "+
-				"the holder's session as `consullock release` does, record its attempt `replaced`, and run after the lock-delay "+
-				"(a run older than the holder's is skipped instead). Not applied by `consullock backfill`.", lockmodel.ExitRunSkipped),
+			MarkdownDescription: fmt.Sprintf("What a runner does while another run holds the lock: `wait` (default), `skip` "+
+				"(record this run `skipped`, exit %d) or `replace` (end that run's session, record it `replaced`, run after the "+
+				"lock-delay); see [overruns](../guides/runner.md#when-a-run-overruns).", lockmodel.ExitRunSkipped),
 			Optional:   true,
 			Computed:   true,
 			Default:    stringdefault.StaticString(string(lockmodel.OverlapWait)),
