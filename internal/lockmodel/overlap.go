@@ -130,19 +130,20 @@ func (l Ledger) Skip(id, node, holder string, now time.Time) (out Ledger, change
 	return out, true, nil
 }
 
-// Replace records the attempt running under session replaced by run by:
-// found false, l unchanged, when no attempt runs under session.
+// Replace records the latest attempt of session, running or recorded
+// lost (its runner saw the session end first), replaced by run by: found
+// false, l unchanged, when there is no such attempt.
 func (l Ledger) Replace(session, by string, now time.Time) (out Ledger, run string, attempt int, found bool) {
 	for i, r := range l.Runs {
 		n := len(r.Attempts)
-		if n == 0 || r.Attempts[n-1].Session != session || r.Attempts[n-1].Outcome != RunRunning {
+		if n == 0 || r.Attempts[n-1].Session != session || r.Attempts[n-1].Outcome != RunRunning && r.Attempts[n-1].Outcome != RunLost {
 			continue
 		}
 		out = l.clone()
 		at := &out.Runs[i].Attempts[n-1]
 		at.Outcome, at.Finished, at.ExitCode = RunReplaced, now.UTC(), nil
 		at.Reason = truncateReason(fmt.Sprintf("replaced by run %s (run_once.overlap %q)", by, OverlapReplace))
-		out.Runs[i].Outcome = RunReplaced
+		out.Runs[i].Outcome, out.Runs[i].NotBefore = RunReplaced, time.Time{}
 		return out, r.ID, at.Number, true
 	}
 	return l, "", 0, false

@@ -60,6 +60,11 @@ func TestLedger_skipAndReplace(t *testing.T) {
 	if !found || run != "a" || n != 1 {
 		t.Fatalf("Replace = %q, %d, %v", run, n, found)
 	}
+	if lost, err := d.Ledger.FinishWithReason("a", 1, RunLost, nil, "session ended", now); err != nil {
+		t.Fatal(err)
+	} else if out, _, _, found := lost.Replace(h.Session, "c", now); !found || out.Runs[0].Outcome != RunReplaced {
+		t.Errorf("an attempt its runner recorded lost first is not replaced: %+v", out.Runs[0])
+	}
 	data, err := EncodeLedger(l)
 	if err != nil {
 		t.Fatal(err)

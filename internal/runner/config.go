@@ -93,7 +93,11 @@ RFC 3339 spelling of a slot's instant is that slot, another exits 2. A
 runner starting more than run_once.starting_deadline after its slot exits
 119 unless another runner began the slot (then it exits as on time); a
 slot before the lock's declaration is never run. Backfill a missed slot
-(status -lock lists them) with -run-id <its ID>: no deadline applies.
+(status -lock lists them) with -run-id <its ID>, or a range with
+consullock backfill: no deadline applies. With run_once.overlap skip, a
+runner that finds another run's attempt holding the lock records its run
+skipped and exits 117; with replace, it ends that attempt's session
+(recorded replaced) and runs after the lock-delay.
 
 Pause: a lock paused (consullock pause, or consullock_lock.paused) is not
 run: the runner logs who paused it, when and why, and exits 0 (or
@@ -102,8 +106,9 @@ already running is left to finish.
 
 Exit codes: the command's own; 0 (or -exit-code-if-done) the run already
 succeeded; 0 (or -exit-code-if-paused) the lock is paused; 2 usage error;
-118 the command ran past its max_runtime and was stopped (outcome
-timed_out); 119 started past run_once.starting_deadline (or for a
+117 run_once.overlap skipped the run (or found it skipped or
+replaced); 118 the command ran past its max_runtime and was stopped
+(outcome timed_out); 119 started past run_once.starting_deadline (or for a
 slot before the lock's declaration) and no runner began the slot;
 121 the run used up its attempts; 123 lock lost;
 124 -timeout passed before the lock was acquired (or before the run's

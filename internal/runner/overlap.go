@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
@@ -69,7 +70,8 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 	otherAt, _ := spec.ScheduledTime(other)
 	switch lockmodel.DecideOverlap(policy, r.once.id, at, other, otherAt, r.backfill) {
 	case lockmodel.OverlapActSkip:
-		return r.recordSkip(ctx, log, l, index, other), true
+		r.recordSkip(ctx, log, l, index, other)
+		return lockmodel.ExitRunSkipped, true
 	case lockmodel.OverlapActReplace:
 		r.replace(ctx, log, pair.Session, attempt.Node)
 	}
@@ -77,8 +79,9 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 }
 
 // recordSkip records this run skipped in ledger l (read at index), read
-// again after another writer's change, and reports ExitRunSkipped.
-func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, l lockmodel.Ledger, index uint64, other string) int {
+// again after another writer's change; the runner then exits
+// ExitRunSkipped, recorded or not (a failure is logged).
+func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, l lockmodel.Ledger, index uint64, other string) {
 	reg := r.client.Registry(r.cfg.registryPrefix)
 	for try := 0; try < ledgerTries; try++ {
 		if try > 0 {
@@ -105,10 +108,10 @@ func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, l lockmodel.L
 			break
 		}
 		log.Info("another run holds the lock: this run is recorded skipped; the command was not started", "exit_code", lockmodel.ExitRunSkipped)
-		return lockmodel.ExitRunSkipped
+		return
 	}
-	log.Info("another run holds the lock: this run is skipped; the command was not started", "exit_code", lockmodel.ExitRunSkipped)
-	return lockmodel.ExitRunSkipped
+	log.Info("another run holds the lock: this runner does not start the command (its skip is not recorded: the run was begun or recorded meanwhile)",
+		"exit_code", lockmodel.ExitRunSkipped)
 }
 
 // replace ends session (on node), the holder of another run's attempt,
@@ -135,7 +138,7 @@ func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node st
 		}
 		out, run, n, found := l.Replace(session, r.once.id, at)
 		if !found {
-			log.Info("run_once.overlap replace: the replaced attempt was already recorded by its runner")
+			log.Info("run_once.overlap replace: the attempt was recorded otherwise meanwhile (it finished first)")
 			return
 		}
 		value, err := lockmodel.EncodeLedger(out)
@@ -156,13 +159,14 @@ func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node st
 	}
 }
 
-// nodeName is the node a skip is recorded on: -node, else the node of
-// the agent at CONSUL_HTTP_ADDR.
+// nodeName is the node a skip is recorded on: -node, else the host's
+// name (Consul's default node name; the runner has no session, so no
+// node from Consul, and needs no agent read to learn it).
 func (r *runner) nodeName() string {
 	if r.cfg.node != "" {
 		return r.cfg.node
 	}
-	if n, err := r.client.Agent().NodeName(); err == nil && n != "" {
+	if n, err := os.Hostname(); err == nil && n != "" {
 		return n
 	}
 	return "unknown"
