@@ -6,8 +6,6 @@
 #   CONSUL_HTTP_TOKEN=$(tofu output -raw worker_token) \
 #     consullock run -lock nightly-report -- ./nightly-report.sh   # on each worker
 #   tofu apply -refresh-only && tofu output holder
-#   CONSUL_HTTP_TOKEN=$(tofu output -raw status_token) \
-#     consullock status -lock nightly-report
 terraform {
   required_providers {
     consullock = {
@@ -76,10 +74,8 @@ resource "consullock_acl_token" "workers" {
   policies    = [consullock_acl_policy.workers.name]
 }
 
-# `consullock status` reads the declarations, the lock keys and every
-# session, read-only. Consul's builtin/global-read-only reads the whole
-# datacenter (KV values included): in production, give the token a policy
-# with the narrower rules of `consullock status -print-rules` instead.
+# For consullock status. It reads all of Consul: in production use the
+# rules of `consullock status -print-rules`.
 resource "consullock_acl_token" "status" {
   description = "consullock status (read-only)"
   policies    = ["builtin/global-read-only"]
@@ -120,7 +116,6 @@ output "worker_token" {
 }
 
 output "status_token" {
-  description = "CONSUL_HTTP_TOKEN for consullock status (read-only)."
   value       = consullock_acl_token.status.secret_id
   sensitive   = true
 }

@@ -86,9 +86,8 @@ var lockHolderAttrTypes = map[string]attr.Type{
 }
 
 // fencingTokenDescription is the contract users build fencing on.
-const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key (the key's " +
-	"`ModifyIndex` while held; a write while still held, such as a flag repair, raises it). Every later " +
-	"holder's is strictly greater, also across re-creation and plain writes. A semaphore: the highest " +
+const fencingTokenDescription = "The holder's fencing token: the Raft index at which its session acquired the key (its " +
+	"`ModifyIndex` while held). Every later holder's is greater, also across re-creation and plain writes. A semaphore: the highest " +
 	"holder's. Null when not held."
 
 func (d *lockDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {

@@ -48,8 +48,8 @@ var attemptAttrTypes = map[string]attr.Type{
 func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
 		MarkdownDescription: "The newest run in the lock's run ledger `<registry_prefix>/runs/<lock name>`; `node`, " +
-			"`fencing_token`, `started`, `finished` and `exit_code` are its latest attempt's. Null when no " +
-			"`consullock_lock` under the provider's `registry_prefix` declares this key, or it has no ledger yet. " +
+			"`fencing_token`, `started`, `finished` and `exit_code` are its latest attempt's. Null when no declared " +
+			"lock has this key, or before its first run. " +
 			"Needs `key:read` on the registry's `locks/` and `runs/`; without it, a warning and null.",
 		Computed: true,
 		Attributes: map[string]schema.Attribute{
@@ -57,14 +57,12 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			"outcome": schema.StringAttribute{
 				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (lock lost while the command ran), `crashed` (holder " +
 					"vanished without an outcome), `timed_out` (stopped at `run_once.max_runtime`), `released` (session ended by " +
-					"`consullock release`) or `exhausted` (`max_attempts` attempts without a success, as the controller counts it).",
+					"`consullock release`) or `exhausted` (`max_attempts` without a success).",
 				Computed: true,
 			},
 			"attempt_list": schema.ListNestedAttribute{
-				MarkdownDescription: "Every attempt of the run, oldest first: `attempt` (from 1), `outcome` (as `outcome`, never " +
-					"`exhausted`), `reason` (why a `lost` attempt was lost or a `released` one released; null otherwise), `node`, " +
-					"`fencing_token`, `started`, `finished`, `exit_code`, and for a `released` attempt `released_by` and " +
-					"`released_by_accessor` (the releasing token's accessor ID).",
+				MarkdownDescription: "Every attempt, oldest first: as above, plus `reason` (why lost or released), " +
+					"`released_by`, `released_by_accessor`.",
 				Computed: true,
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"attempt":              schema.Int64Attribute{Computed: true},
@@ -95,8 +93,8 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			},
 			"attempts": schema.Int64Attribute{MarkdownDescription: "How many attempts the run has had.", Computed: true},
 			"not_before": schema.StringAttribute{
-				MarkdownDescription: "When the run's next attempt may start (`run_once.retry_after`, RFC 3339 on the clock of the " +
-					"holder that recorded the outcome); null when it may start at once, while an attempt runs, and once the run is done.",
+				MarkdownDescription: "When the run's next attempt may start (`run_once.retry_after`, on the recording holder's " +
+					"clock); null when it may start at once, while an attempt runs, and once the run is done.",
 				Computed: true, CustomType: timetypes.RFC3339Type{},
 			},
 		},

@@ -17,10 +17,8 @@ import (
 
 func pausedDataSourceAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
-		MarkdownDescription: "The reason the declared lock whose key this is was paused (`consullock_lock.paused` or " +
-			"`consullock pause`), read from `<registry_prefix>/pauses/<lock name>`; null when it is not paused or the key is " +
-			"not declared. While paused, `consullock run` does not start the command. The token needs `key:read` on the pause " +
-			"record; without it, a warning and null.",
+		MarkdownDescription: "Why the declared lock of this key is paused (`consullock_lock.paused` or `consullock pause`); " +
+			"null when not paused or not declared. Needs `key:read` on its `pause_key`; without it, a warning and null.",
 		Computed: true,
 	}
 }

@@ -131,7 +131,7 @@ func (r *aclTokenResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Default:             stringdefault.StaticString(""),
 			},
 			"policies": schema.SetAttribute{
-				MarkdownDescription: "Names of the ACL policies the token holds; Consul's `builtin/global-read-only` too (e.g. for `consullock status`).",
+				MarkdownDescription: "Names of the ACL policies the token holds, or `builtin/global-read-only`.",
 				Optional:            true,
 				ElementType:         types.StringType,
 				Validators: []validator.Set{setvalidator.ValueStringsAre(
