@@ -77,7 +77,7 @@ resource "consullock_lock" "test" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once"), knownvalue.ObjectExact(map[string]knownvalue.Check{
 						"period": knownvalue.StringExact("24h"), "offset": knownvalue.StringExact("2h"),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
-						"max_runtime": knownvalue.Null(), "retry_after": knownvalue.Null(), "retry_backoff": knownvalue.Float64Exact(2),
+						"max_runtime": knownvalue.Null(), "retry_after": knownvalue.Null(), "retry_backoff": knownvalue.Float64Exact(2), "overlap": knownvalue.StringExact("wait"),
 						"schedule": knownvalue.Null(), "time_zone": knownvalue.Null(), "starting_deadline": knownvalue.Null(),
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{
 							knownvalue.StringRegexp(dailyAt("02:00:00Z")), knownvalue.StringRegexp(dailyAt("02:00:00Z")), knownvalue.StringRegexp(dailyAt("02:00:00Z")),
@@ -174,7 +174,7 @@ resource "consullock_lock" "test" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, runOnce, knownvalue.ObjectExact(map[string]knownvalue.Check{
 						"schedule": knownvalue.StringExact("30 2 * * *"), "time_zone": knownvalue.StringExact("Europe/Berlin"),
-						"max_runtime": knownvalue.Null(), "retry_after": knownvalue.Null(), "retry_backoff": knownvalue.Float64Exact(2),
+						"max_runtime": knownvalue.Null(), "retry_after": knownvalue.Null(), "retry_backoff": knownvalue.Float64Exact(2), "overlap": knownvalue.StringExact("wait"),
 						"starting_deadline": knownvalue.StringExact("10m"), "period": knownvalue.Null(), "offset": knownvalue.Null(),
 						"max_attempts": knownvalue.Int64Exact(3), "keep": knownvalue.Int64Exact(20),
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin}),
