@@ -1,9 +1,11 @@
-# Run once: the nightly report runs exactly once per UTC day on one of the
-# workers, and records its own completion under the fencing token so that
-# not even the one window the run ledger leaves open (README.md) repeats it.
+# Run once: the nightly report runs exactly once per day at 02:00 UTC on one
+# of the workers, and records its own completion under the fencing token so
+# that not even the one window the run ledger leaves open (README.md)
+# repeats it.
 #
 #   tofu apply
-#   # on every worker, at 02:00 UTC:
+#   # on every worker, at each slot (consullock timer -lock nightly-report
+#   # prints the systemd timer that does it):
 #   consullock run -lock nightly-report -- ./nightly-report.sh
 
 terraform {
@@ -26,11 +28,12 @@ resource "consullock_lock" "nightly_report" {
   name             = "nightly-report"
   prefix           = "jobs/nightly-report"
   session_defaults = consullock_session_defaults.nightly_report.name
-  description      = "Nightly report: once per UTC day, on one worker."
+  description      = "Nightly report: once per day at 02:00 UTC, on one worker."
   run_once = {
-    period       = "24h" # the run ID is the UTC day, e.g. 2026-12-01T00:00:00Z
-    max_attempts = 3
-    keep         = 30 # a month of history in `consullock status -lock nightly-report`
+    schedule          = "0 2 * * *" # the run ID is the slot, e.g. 2026-12-01T02:00:00Z
+    starting_deadline = "1h"        # a trigger later than 03:00 does not start it
+    max_attempts      = 3
+    keep              = 30 # a month of history in `consullock status -lock nightly-report`
   }
 }
 

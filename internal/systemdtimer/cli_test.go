@@ -3,6 +3,7 @@ package systemdtimer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +84,8 @@ func TestTimerCLI_followsTheDeclaredSchedule(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &out, &errs
 		err := cmd.Run()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			code = ee.ExitCode()
 		} else if err != nil {
 			t.Fatal(err)

@@ -39,9 +39,9 @@ const (
 	ExitConsul = 3
 )
 
-// AccuracySec is the timer's AccuracySec=: systemd may elapse this much
+// Accuracy is the timer's AccuracySec=: systemd may elapse this much
 // after the calendar time (its default, a minute, would be a minute late).
-const AccuracySec = time.Second
+const Accuracy = time.Second
 
 // Timer is what the .timer is made from.
 type Timer struct {
@@ -121,7 +121,7 @@ func Render(t Timer, now time.Time) (string, error) {
 		fmt.Fprintf(&b, "# Each node starts at random up to %s after the slot,\n# %s.\nRandomizedDelaySec=%s\n",
 			lockmodel.ShortDuration(t.Delay), within, systemdSpan(t.Delay))
 	}
-	fmt.Fprintf(&b, "AccuracySec=%s\n", systemdSpan(AccuracySec))
+	fmt.Fprintf(&b, "AccuracySec=%s\n", systemdSpan(Accuracy))
 	fmt.Fprintf(&b, "# Not Persistent=: a slot no node started is listed by\n# `consullock status -lock %s`; backfill it.\n", t.Lock)
 	fmt.Fprintf(&b, "Unit=%s\n\n[Install]\nWantedBy=timers.target\n", service)
 	return b.String(), nil
@@ -151,16 +151,16 @@ func delayProblem(d time.Duration, r lockmodel.RunOnce, s lockmodel.Schedule, no
 		return nil
 	case d%time.Millisecond != 0:
 		return fmt.Errorf("-randomized-delay %s: want whole milliseconds", d)
-	case r.StartingDeadline > 0 && d+AccuracySec > r.StartingDeadline:
+	case r.StartingDeadline > 0 && d+Accuracy > r.StartingDeadline:
 		return fmt.Errorf("-randomized-delay %s is not below run_once.starting_deadline %s by the timer's accuracy (%s): "+
 			"a node starting that late would exit %d for its slot; give at most %s",
-			lockmodel.ShortDuration(d), lockmodel.ShortDuration(r.StartingDeadline), lockmodel.ShortDuration(AccuracySec),
-			lockmodel.ExitRunPastDeadline, lockmodel.ShortDuration(r.StartingDeadline-AccuracySec))
+			lockmodel.ShortDuration(d), lockmodel.ShortDuration(r.StartingDeadline), lockmodel.ShortDuration(Accuracy),
+			lockmodel.ExitRunPastDeadline, lockmodel.ShortDuration(r.StartingDeadline-Accuracy))
 	}
-	if gap, from := shortestGap(s, now); d+AccuracySec >= gap {
+	if gap, from := shortestGap(s, now); d+Accuracy >= gap {
 		return fmt.Errorf("-randomized-delay %s reaches the next slot: run_once.schedule %q has slots %s apart (from %s), "+
 			"and a node starting after the next slot's time runs that slot instead; give less than %s",
-			lockmodel.ShortDuration(d), s.String(), lockmodel.ShortDuration(gap), s.SlotID(from), lockmodel.ShortDuration(gap-AccuracySec))
+			lockmodel.ShortDuration(d), s.String(), lockmodel.ShortDuration(gap), s.SlotID(from), lockmodel.ShortDuration(gap-Accuracy))
 	}
 	return nil
 }
