@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"path"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -205,13 +207,33 @@ func (c *common) connect(ctx context.Context, e env) (*consul.Client, lockmodel.
 	}
 	l, p, err := lockproto.ReadDeclaration(ctx, client, c.registry, c.lock)
 	if errors.Is(err, lockproto.ErrNotDeclared) {
-		fmt.Fprintf(e.stderr, "consullock %s: -lock %q: %v; nothing was written\n", c.prog, c.lock, err)
+		fmt.Fprintf(e.stderr, "consullock %s: -lock %q: %v%s; nothing was written\n", c.prog, c.lock, err, declaredNames(ctx, client, c.registry))
 		return nil, l, p, ExitUsage
 	}
 	if err != nil {
 		return nil, l, p, c.consulError(e, err)
 	}
 	return client, l, p, -1
+}
+
+// declaredNames is "; declared: a, b" for an unknown -lock: the names of
+// the lock records the token may list (at most 20); "" when it may list
+// none.
+func declaredNames(ctx context.Context, client *consul.Client, registry string) string {
+	const shown = 20
+	recs, _, err := client.Registry(registry).List(ctx, lockmodel.KindLock)
+	if err != nil || len(recs) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(recs))
+	for _, r := range recs {
+		names = append(names, path.Base(r.Key))
+	}
+	sort.Strings(names)
+	if len(names) > shown {
+		return fmt.Sprintf("; declared: %s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
+	}
+	return "; declared: " + strings.Join(names, ", ")
 }
 
 func (c *common) consulError(e env, err error) int {

@@ -144,6 +144,14 @@ func TestPauseResume_refusalsAndAccessor(t *testing.T) {
 		t.Fatalf("resume of an unpaused lock: exit %d, stderr %q; want 1", code, errs)
 	}
 
+	// A name no lock declares: exit 2 naming the flag, the value and the
+	// declared names the token may list; nothing written.
+	admin := testenv.Token{SecretID: agent.ManagementToken}
+	if code, _, errs = d.run(t, admin, Pause, "-lock", "nightlyy", "-reason", "x"); code != ExitUsage ||
+		!strings.Contains(errs, `-lock "nightlyy"`) || !strings.Contains(errs, "declared: nightly") {
+		t.Fatalf("pause of an undeclared lock: exit %d, stderr %q", code, errs)
+	}
+
 	// A pause consullock_lock.paused wrote.
 	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "nightly", Reason: "migration", By: lockmodel.PausedByTerraform, At: time.Now().UTC().Truncate(time.Second)})
 	if err != nil {

@@ -9,9 +9,10 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// A paused lock shows PAUSED with its reason in the table, who and when
-// in -lock, and paused in -json; its released attempt shows who released
-// it and why; the pause comes with the registry listing (no request).
+// A paused lock shows PAUSED with its reason in the table, who (with the
+// token's accessor ID) and when in -lock, and paused in -json; its
+// released attempt shows who released it, with which token, and why; the
+// pause comes with the registry listing (no request).
 func TestStatusPausedAndReleased(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
@@ -20,14 +21,15 @@ func TestStatusPausedAndReleased(t *testing.T) {
 	_, before := f.report()
 
 	at := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
-	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "nightly", Reason: "INC-1: billing outage", By: "alice@ops", At: at})
+	const alice, bob = "5f0c1e2a-0c1f-4d47-a1a8-6b0f2a9d8e01", "7a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "nightly", Reason: "INC-1: billing outage", By: "alice@ops", At: at, Accessor: alice})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.put(lockmodel.PauseKey(f.registry, "nightly"), rec)
 	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{{ID: "r1", Outcome: lockmodel.RunReleased, Attempts: []lockmodel.Attempt{
 		{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(-time.Hour),
-			Finished: at, Outcome: lockmodel.RunReleased, ReleasedBy: "bob@ops", Reason: "stuck on NFS"},
+			Finished: at, Outcome: lockmodel.RunReleased, ReleasedBy: "bob@ops", ReleasedByAccessor: bob, Reason: "stuck on NFS"},
 	}}}}
 	lrec, err := lockmodel.EncodeLedger(ledger)
 	if err != nil {
@@ -40,7 +42,7 @@ func TestStatusPausedAndReleased(t *testing.T) {
 		t.Fatalf("exit %d, bad records %+v", code, rep.BadRecords)
 	}
 	n := lockByName(t, rep, "nightly")
-	if n.Paused == nil || n.Paused.Reason != "INC-1: billing outage" || n.Paused.By != "alice@ops" || n.Paused.At != "2026-12-01T02:00:00Z" {
+	if n.Paused == nil || n.Paused.Reason != "INC-1: billing outage" || n.Paused.By != "alice@ops" || n.Paused.At != "2026-12-01T02:00:00Z" || n.Paused.Accessor != alice {
 		t.Fatalf("nightly paused %+v", n.Paused)
 	}
 	if p := lockByName(t, rep, "plain"); p.Paused != nil {
@@ -54,10 +56,10 @@ func TestStatusPausedAndReleased(t *testing.T) {
 		t.Fatalf("table lacks the pause:\n%s", out)
 	}
 	_, out, _ = f.run("-lock", "nightly")
-	if !strings.Contains(out, "PAUSED by alice@ops at 2026-12-01T02:00:00Z: INC-1: billing outage") {
+	if !strings.Contains(out, "PAUSED by alice@ops (token "+alice+") at 2026-12-01T02:00:00Z: INC-1: billing outage") {
 		t.Fatalf("detail lacks the pause:\n%s", out)
 	}
-	if !strings.Contains(out, "released by bob@ops: stuck on NFS") {
+	if !strings.Contains(out, "released by bob@ops (token "+bob+"): stuck on NFS") {
 		t.Fatalf("detail lacks the release:\n%s", out)
 	}
 	_, out, _ = f.run("-lock", "nightly", "-json")
@@ -65,7 +67,7 @@ func TestStatusPausedAndReleased(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Runs) != 1 || len(l.Runs[0].AttemptList) != 1 || l.Runs[0].AttemptList[0].ReleasedBy != "bob@ops" || l.Runs[0].AttemptList[0].Reason != "stuck on NFS" {
+	if len(l.Runs) != 1 || len(l.Runs[0].AttemptList) != 1 || l.Runs[0].AttemptList[0].ReleasedBy != "bob@ops" || l.Runs[0].AttemptList[0].ReleasedByAccessor != bob || l.Runs[0].AttemptList[0].Reason != "stuck on NFS" {
 		t.Fatalf("runs %+v", l.Runs)
 	}
 }
