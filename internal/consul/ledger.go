@@ -174,3 +174,34 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 	}
 	return index, nil
 }
+
+// EditLedger changes lock's ledger without holding the lock, for a writer
+// whose change holds whatever the holder does (an operator's release, a
+// run_once.overlap skip or replace): it reads the ledger consistently,
+// applies edit, and writes the result with a check-and-set, reading and
+// editing again after another writer's change, at most tries times. edit
+// returns false to write nothing (then EditLedger reports false, nil).
+// It reports whether the edit was written.
+func (c *Client) EditLedger(ctx context.Context, registry, lock string, tries int, edit func(lockmodel.Ledger) (lockmodel.Ledger, bool)) (bool, error) {
+	key := lockmodel.RunLedgerKey(registry, lock)
+	for range tries {
+		l, index, err := c.ReadLedger(ctx, key, lock)
+		if err != nil {
+			return false, err
+		}
+		out, ok := edit(l)
+		if !ok {
+			return false, nil
+		}
+		value, err := lockmodel.EncodeLedger(out)
+		if err != nil {
+			return false, err
+		}
+		_, err = c.Registry(registry).Put(ctx, lockmodel.KindRuns, lock, value, index)
+		if conflict := (*ErrConflict)(nil); errors.As(err, &conflict) {
+			continue
+		}
+		return err == nil, err
+	}
+	return false, fmt.Errorf("%w: the run ledger %s kept changing (%d tries)", ErrLedgerChanged, key, tries)
+}

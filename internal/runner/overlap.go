@@ -54,7 +54,7 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 	if err != nil || pair == nil || pair.Session == "" {
 		return 0, false
 	}
-	l, index, err := r.readLedger(ctx)
+	l, _, err := r.readLedger(ctx)
 	if err != nil {
 		r.log.Warn("run_once.overlap: cannot read the run ledger; waiting for the lock", "error", err.Error())
 		return 0, false
@@ -70,7 +70,7 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 	otherAt, _ := spec.ScheduledTime(other)
 	switch lockmodel.DecideOverlap(policy, r.once.id, at, other, otherAt, r.backfill) {
 	case lockmodel.OverlapActSkip:
-		r.recordSkip(ctx, log, l, index, other)
+		r.recordSkip(ctx, log, other)
 		return lockmodel.ExitRunSkipped, true
 	case lockmodel.OverlapActReplace:
 		r.replace(ctx, log, pair.Session, attempt.Node)
@@ -78,40 +78,26 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 	return 0, false
 }
 
-// recordSkip records this run skipped in ledger l (read at index), read
-// again after another writer's change; the runner then exits
-// ExitRunSkipped, recorded or not (a failure is logged).
-func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, l lockmodel.Ledger, index uint64, other string) {
-	reg := r.client.Registry(r.cfg.registryPrefix)
-	for try := 0; try < ledgerTries; try++ {
-		if try > 0 {
-			var err error
-			if l, index, err = r.readLedger(ctx); err != nil {
-				break
-			}
-		}
+// recordSkip records this run skipped, because run other holds the lock;
+// the runner then exits ExitRunSkipped, recorded or not (a failure is
+// logged).
+func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string) {
+	var skipErr error
+	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
 		out, changed, err := l.Skip(r.once.id, r.nodeName(), other, r.cfg.clock.Now())
-		if err != nil || !changed {
-			break
-		}
-		value, err := lockmodel.EncodeLedger(out.Prune(r.once.keep, r.once.id))
-		if err != nil {
-			log.Warn("run_once.overlap: the skip is not recorded", "error", err.Error())
-			break
-		}
-		_, err = reg.Put(ctx, lockmodel.KindRuns, r.cfg.lockName, value, index)
-		if conflict := (*consul.ErrConflict)(nil); errors.As(err, &conflict) {
-			continue
-		}
-		if err != nil {
-			log.Warn("run_once.overlap: the skip is not recorded in the run ledger", "error", err.Error())
-			break
-		}
+		skipErr = err
+		return out.Prune(r.once.keep, r.once.id), changed && err == nil
+	})
+	switch {
+	case err != nil || skipErr != nil:
+		log.Warn("another run holds the lock: this run is skipped, but the skip is not recorded in the run ledger", "error", errors.Join(err, skipErr).Error(),
+			"exit_code", lockmodel.ExitRunSkipped)
+	case written:
 		log.Info("another run holds the lock: this run is recorded skipped; the command was not started", "exit_code", lockmodel.ExitRunSkipped)
-		return
+	default:
+		log.Info("another run holds the lock: this runner does not start the command (its skip is not recorded: the run was begun or recorded meanwhile)",
+			"exit_code", lockmodel.ExitRunSkipped)
 	}
-	log.Info("another run holds the lock: this runner does not start the command (its skip is not recorded: the run was begun or recorded meanwhile)",
-		"exit_code", lockmodel.ExitRunSkipped)
 }
 
 // replace ends session (on node), the holder of another run's attempt,
@@ -129,33 +115,20 @@ func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node st
 	at := r.cfg.clock.Now()
 	log.Info("another run holds the lock: its session is ended (run_once.overlap replace); acquiring once the lock-delay has passed",
 		"lock_delay", lockmodel.FormatDuration(lockmodel.TakeOverDelay(delay)))
-	reg := r.client.Registry(r.cfg.registryPrefix)
-	for range ledgerTries {
-		l, index, err := r.readLedger(ctx)
-		if err != nil {
-			log.Warn("run_once.overlap replace: cannot read the run ledger to record the replaced attempt", "error", err.Error())
-			return
-		}
-		out, run, n, found := l.Replace(session, r.once.id, at)
-		if !found {
-			log.Info("run_once.overlap replace: the attempt was recorded otherwise meanwhile (it finished first)")
-			return
-		}
-		value, err := lockmodel.EncodeLedger(out)
-		if err != nil {
-			log.Warn("run_once.overlap replace: the replaced attempt is not recorded", "error", err.Error())
-			return
-		}
-		_, err = reg.Put(ctx, lockmodel.KindRuns, r.cfg.lockName, value, index)
-		if conflict := (*consul.ErrConflict)(nil); errors.As(err, &conflict) {
-			continue
-		}
-		if err != nil {
-			log.Warn("run_once.overlap replace: the replaced attempt is not recorded", "error", err.Error())
-			return
-		}
+	var run string
+	var n int
+	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
+		out, id, attempt, found := l.Replace(session, r.once.id, at)
+		run, n = id, attempt
+		return out, found
+	})
+	switch {
+	case err != nil:
+		log.Warn("run_once.overlap replace: the replaced attempt is not recorded in the run ledger", "error", err.Error())
+	case written:
 		log.Info("recorded the other run's attempt replaced", "replaced_run", run, "replaced_attempt", n)
-		return
+	default:
+		log.Info("run_once.overlap replace: the attempt was recorded otherwise meanwhile (it finished first)")
 	}
 }
 
