@@ -60,7 +60,7 @@ job "nightly-report" {
         # the runner's or the job's (README.md) and fails the allocation.
         # -timeout is the period (the -timeout rule with run once).
         args = ["-c", <<-EOT
-          /usr/local/bin/consullock run -lock nightly-report -run-id "$${NOMAD_JOB_ID##*/}" \
+          /usr/bin/consullock run -lock nightly-report -run-id "$${NOMAD_JOB_ID##*/}" \
             -timeout 24h -grace 10s -- /usr/local/bin/nightly-report --since yesterday &
           runner=$!
           trap 'kill -TERM "$runner" 2>/dev/null' TERM INT
