@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -500,14 +501,17 @@ func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (lockmode
 // attempts, leaves without a single Consul write. While another session
 // holds the lock (a mutex whose waiters race), it waits without a session
 // too (waitWhileHeld) and reads the ledger again when the key changes: a
-// waiter that learns of the success this way writes nothing either. A read
-// that fails, or a run not done while the key is free, leaves the decision
-// to the holder, as without it.
+// waiter that learns of the success this way writes nothing either. A key
+// free on the first look is looked at again after a random wait
+// (arrivalSpread): of runners triggered together, the first to wake takes
+// it and the others wait without a session. A read that fails, or a run
+// not done while the key is free, leaves the decision to the holder, as
+// without it.
 func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 	if r.once == nil || !r.awaitSlot(ctx) {
 		return 0, false
 	}
-	seen := "before creating a session"
+	seen, spread := "before creating a session", false
 	for ; ; seen = "while waiting for the lock" {
 		l, ledgerIndex, err := r.readLedger(ctx)
 		if err != nil {
@@ -530,7 +534,11 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		}
 		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
 		case keyFree:
-			return 0, false
+			if spread || !r.spreadsArrival() || !r.waitArrivalSpread(ctx) {
+				return 0, false
+			}
+			spread = true
+			continue // look again: the first to wake may hold the key now
 		case keyTimedOut:
 			r.log.Error("timed out waiting for the lock", "timeout", r.cfg.timeout)
 			return ExitTimeout, true
@@ -540,6 +548,44 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		// The key changed after it was seen held: if the ledger read next
 		// does not show the run done, a holder let it go undone.
 		r.once.outlived = true
+	}
+}
+
+// arrivalSpread bounds the random wait of a run-once runner that finds
+// the key free on its first look (waitArrivalSpread). Runners triggered
+// together each read the ledger and the key free within the winner's few
+// milliseconds (its session create and lock op), and each would create a
+// session, see the key held, and destroy it: 2 or 3 Raft writes per node
+// that does not run the command. Spread over this, the first to wake
+// takes the lock and the others, looking again, find it held and wait
+// without a session (waitWhileHeld): they write nothing. Only a write can
+// tell nodes that arrive in the same instant apart, and a claim would
+// cost every node one; so the wait is random, and a node that wakes
+// inside the winner's window still races as before (2 writes). The
+// start pays it once: on average half of it for one node, less for the
+// first of many.
+const arrivalSpread = 50 * time.Millisecond
+
+// spreadsArrival: this runner waits arrivalSpread at random before its
+// first session: a run-once mutex whose waiters race (the ones that wait
+// without a session), not yet outlived, not in a backfill (one node works
+// through its slots).
+func (r *runner) spreadsArrival() bool {
+	return r.once != nil && !r.once.outlived && !r.backfill && !r.lock.IsSemaphore() && !r.lock.Queued()
+}
+
+// waitArrivalSpread waits a random time up to arrivalSpread: false when
+// ctx ended first.
+func (r *runner) waitArrivalSpread(ctx context.Context) bool {
+	d := rand.N(arrivalSpread)
+	r.log.Debug("the key is free; waiting at random before creating a session", "wait", d.String())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -2,7 +2,9 @@ package runner
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,56 +37,168 @@ import (
 // a consistent read of the ledger, writing 0; and a node after the
 // success reads the ledger and writes 0.
 //
+// A node that reads the key free waits at random (up to arrivalSpread)
+// before its session and looks again (doneBeforeSession): the first to
+// wake takes the lock, and the others find it held. What is left of the
+// race is a node that wakes inside the winner's window (its session
+// create and lock op), 2 or 3 writes each.
+//
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench WritesPerRun -benchtime 1x ./internal/runner/
 //
-// BENCH_WRITES_N=3,10,30 picks the node counts (make bench-writes).
+// BENCH_WRITES_N=3,10,30 picks the node counts (make bench-writes),
+// BENCH_WRITES_RUNS=5 the runs per count. BENCH_BASELINE=<consullock
+// binary of another commit> runs every shape with it too, in turn with
+// the built binary, one after the other on the same agent. Start latency
+// is the trigger (the processes' start) to the command's start: per
+// count, over its runs; and for one node alone, BENCH_WRITES_ALONE=20
+// runs per binary (what the random wait costs a node with no rival).
 func BenchmarkWritesPerRun(b *testing.B) {
 	ns := testenv.EnvInts(b, "BENCH_WRITES_N", []int{3, 10, 30})
+	runs := testenv.EnvInts(b, "BENCH_WRITES_RUNS", []int{5})[0]
+	alone := testenv.EnvInts(b, "BENCH_WRITES_ALONE", []int{20})[0]
+	subjects := []writesSubject{{name: "consullock run", metric: "run", bin: runnerBin}}
+	if base := os.Getenv("BENCH_BASELINE"); base != "" {
+		subjects = append([]writesSubject{{name: "baseline", metric: "baseline", bin: base}}, subjects...)
+	}
 	admin := agent.Client()
 	b.ReportMetric(0, "ns/op")
 	for b.Loop() {
 		for _, n := range ns {
-			l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
-			record := filepath.Join(b.TempDir(), "record")
-			id := fmt.Sprintf("n%d", n)
-			runners := func(what, sleep string) burstResult {
-				return countWrites(b, admin, func() []*proc {
-					return startMany(n, func(i int) *proc {
-						return startRun(b, fmt.Sprintf("%s %d", what, i), token, []string{"-lock", l.Name, "-run-id", id},
-							childArgs(record, fmt.Sprintf("%s.%d", what, i), "-sleep", sleep)...)
-					})
-				})
+			figs := make([]writesFigures, len(subjects))
+			var cls []burstResult
+			for run := range runs {
+				for i, s := range subjects {
+					figs[i].add(writesRun(b, admin, s, n, run))
+				}
+				cls = append(cls, consulLockWrites(b, admin, n))
 			}
-			together := runners("together", "2s")
-			execs := len(readRuns(b, record))
-			late := runners("late", "10ms")
-			lateExecs := len(readRuns(b, record)) - execs
-
-			// consul lock on the same key (<prefix>/.lock): it runs the
-			// command once per node, one after the other.
-			clRecord := filepath.Join(b.TempDir(), "consul-lock")
-			cl := countWrites(b, admin, func() []*proc {
-				return startMany(n, func(i int) *proc {
-					return startConsulLock(b, fmt.Sprintf("consul lock %d", i), 1, l.Prefix, childArgs(clRecord, strconv.Itoa(i), "-sleep", "100ms")...)
-				})
-			})
-			clExecs := len(readRuns(b, clRecord))
-
-			floorLo, floorHi := writesFloor(n)
-			b.Logf("MEASURED Raft writes per run, N=%d triggered together: consullock run %d (floor %d-%d: %d of %d created a session, "+
-				"so this run's floor is %d), %d execution(s), %s to the last exit; background %d over the same time",
-				n, together.writes, floorLo, floorHi, together.sessions, n, writesFloor1(together.sessions), execs,
-				together.took.Round(time.Millisecond), together.background)
-			b.Logf("MEASURED Raft writes, N=%d late arrivals (after the success): consullock run %d (floor 0), %d execution(s), "+
-				"%d session(s); background %d", n, late.writes, lateExecs, late.sessions, late.background)
-			b.Logf("MEASURED Raft writes, N=%d consul lock on the same key: %d, %d execution(s) (one per node), %s; background %d",
-				n, cl.writes, clExecs, cl.took.Round(time.Millisecond), cl.background)
-			b.ReportMetric(float64(together.writes), fmt.Sprintf("writes_together_n%d", n))
-			b.ReportMetric(float64(late.writes), fmt.Sprintf("writes_late_n%d", n))
-			b.ReportMetric(float64(cl.writes), fmt.Sprintf("writes_consul_lock_n%d", n))
-			b.ReportMetric(float64(clExecs), fmt.Sprintf("execs_consul_lock_n%d", n))
+			for i, s := range subjects {
+				figs[i].log(b, s.name, n)
+				figs[i].report(b, s.metric, n)
+			}
+			clWrites := make([]uint64, len(cls))
+			for i, cl := range cls {
+				clWrites[i] = cl.writes
+			}
+			b.Logf("MEASURED Raft writes, N=%d consul lock on the same key, %d runs: %v (one execution per node)", n, len(cls), clWrites)
+			b.ReportMetric(float64(slices.Max(clWrites)), fmt.Sprintf("writes_consul_lock_max_n%d", n))
+		}
+		for _, s := range subjects {
+			var lat []time.Duration
+			for range alone {
+				lat = append(lat, startAlone(b, s))
+			}
+			slices.Sort(lat)
+			b.Logf("MEASURED start latency of one runner alone (trigger to command start), %s, %d runs: p50 %s p99 %s",
+				s.name, alone, quantile(lat, 0.5).Round(100*time.Microsecond), quantile(lat, 0.99).Round(100*time.Microsecond))
+			b.ReportMetric(ms(quantile(lat, 0.5)), s.metric+"_alone_start_p50_ms")
+			b.ReportMetric(ms(quantile(lat, 0.99)), s.metric+"_alone_start_p99_ms")
 		}
 	}
+}
+
+// writesSubject is a consullock binary the benchmark runs.
+type writesSubject struct{ name, metric, bin string }
+
+// writesRun triggers n runners of s together on a fresh run-once lock,
+// then n more after the success (late arrivals), and measures both.
+func writesRun(b *testing.B, admin *api.Client, s writesSubject, n, run int) writesOne {
+	l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(b.TempDir(), "record")
+	id := fmt.Sprintf("n%d-%d", n, run)
+	var t0 time.Time
+	runners := func(what, sleep string) burstResult {
+		return countWrites(b, admin, func() []*proc {
+			t0 = time.Now()
+			return startMany(n, func(i int) *proc {
+				return startRunnerBin(b, s.bin, fmt.Sprintf("%s %s %d", s.name, what, i), agent.Addr, token,
+					[]string{"-lock", l.Name, "-run-id", id}, childArgs(record, fmt.Sprintf("%s.%d", what, i), "-sleep", sleep)...)
+			})
+		})
+	}
+	together := runners("together", "2s")
+	first := readRuns(b, record)
+	if len(first) == 0 {
+		b.Fatalf("%s, N=%d: the command never started", s.name, n)
+	}
+	latency := first[0].start.Sub(t0)
+	late := runners("late", "10ms")
+	return writesOne{together: together, late: late, execs: len(first), lateExecs: len(readRuns(b, record)) - len(first), start: latency}
+}
+
+// consulLockWrites runs n `consul lock` on one key together: it runs the
+// command once per node, one after the other.
+func consulLockWrites(b *testing.B, admin *api.Client, n int) burstResult {
+	l, _ := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(b.TempDir(), "consul-lock")
+	return countWrites(b, admin, func() []*proc {
+		return startMany(n, func(i int) *proc {
+			return startConsulLock(b, fmt.Sprintf("consul lock %d", i), 1, l.Prefix, childArgs(record, strconv.Itoa(i), "-sleep", "100ms")...)
+		})
+	})
+}
+
+// startAlone is the start latency of one runner of s with no rival: its
+// start to its command's.
+func startAlone(b *testing.B, s writesSubject) time.Duration {
+	l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	record := filepath.Join(b.TempDir(), "record")
+	t0 := time.Now()
+	p := startRunnerBin(b, s.bin, s.name+" alone", agent.Addr, token, []string{"-lock", l.Name, "-run-id", "alone"}, childArgs(record, "alone")...)
+	if code := p.wait(time.Minute); code != 0 {
+		b.Fatalf("%s exited %d:\n%s", p.name, code, p.out.String())
+	}
+	runs := readRuns(b, record)
+	if len(runs) != 1 {
+		b.Fatalf("%s: %d executions, want 1", s.name, len(runs))
+	}
+	return runs[0].start.Sub(t0)
+}
+
+// writesOne is one run of writesRun.
+type writesOne struct {
+	together, late   burstResult
+	execs, lateExecs int
+	start            time.Duration // trigger -> the command's start
+}
+
+// writesFigures are the runs of one subject at one N.
+type writesFigures struct{ runs []writesOne }
+
+func (f *writesFigures) add(o writesOne) { f.runs = append(f.runs, o) }
+
+func (f *writesFigures) log(b *testing.B, what string, n int) {
+	b.Helper()
+	var writes, floors, sessions, late, execs []uint64
+	var lat []time.Duration
+	for _, o := range f.runs {
+		writes = append(writes, o.together.writes)
+		floors = append(floors, uint64(writesFloor1(o.together.sessions)))
+		sessions = append(sessions, uint64(o.together.sessions))
+		late = append(late, o.late.writes)
+		execs = append(execs, uint64(o.execs+o.lateExecs))
+		lat = append(lat, o.start)
+	}
+	slices.Sort(lat)
+	floor, _ := writesFloor(n)
+	b.Logf("MEASURED Raft writes per run, N=%d triggered together, %s, %d runs: %v (floor %d; at most floor + 2: %v); "+
+		"sessions created %v (each run's floor for them %v); late arrivals' writes %v; executions %v; "+
+		"start latency (trigger to command start) p50 %s p99 %s",
+		n, what, len(f.runs), writes, floor, slices.Max(writes) <= uint64(floor+2), sessions, floors, late, execs,
+		quantile(lat, 0.5).Round(time.Millisecond), quantile(lat, 0.99).Round(time.Millisecond))
+}
+
+func (f *writesFigures) report(b *testing.B, what string, n int) {
+	var hi, late uint64
+	var lat []time.Duration
+	for _, o := range f.runs {
+		hi, late = max(hi, o.together.writes), max(late, o.late.writes)
+		lat = append(lat, o.start)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(hi), fmt.Sprintf("%s_writes_max_n%d", what, n))
+	b.ReportMetric(float64(late), fmt.Sprintf("%s_writes_late_max_n%d", what, n))
+	b.ReportMetric(ms(quantile(lat, 0.5)), fmt.Sprintf("%s_start_p50_ms_n%d", what, n))
 }
 
 // writesFloor is the fewest Raft writes of a run-once run triggered on n
