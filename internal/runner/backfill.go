@@ -100,11 +100,14 @@ func parseBackfill(args []string, stderr io.Writer) (backfillArgs, error) {
 		return b, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	own := map[string]bool{"from": true, "to": true, "dry-run": true, "continue": true}
+	keyOnly := map[string]bool{"key": true, "limit": true, "ttl": true, "lock-delay": true, "behavior": true, "renew-every": true}
 	var bad error
 	fs.Visit(func(f *flag.Flag) {
 		switch {
 		case f.Name == "run-id":
 			bad = usageErrorf("-run-id: backfill names each slot's run itself; give -from and -to")
+		case keyOnly[f.Name]:
+			bad = usageErrorf("-%s: backfill runs a declared lock's slots (-lock NAME), which takes its key and session settings from its declaration", f.Name)
 		case !own[f.Name]:
 			b.runArgs = append(b.runArgs, "-"+f.Name+"="+f.Value.String())
 		}

@@ -188,3 +188,21 @@ func TestBackfill_dryRunRunsNothingAndBadRangesAreRefused(t *testing.T) {
 		t.Errorf("refused backfills ran commands: %q", got[1:])
 	}
 }
+
+// backfill takes every run flag but -run-id (it names each slot) and the
+// -key flags (a backfill needs a declared lock); each refusal names the
+// flag.
+func TestBackfill_refusesRunIDAndKeyFlags(t *testing.T) {
+	base := []string{"-lock", "nightly", "-from", "2026-12-01T00:00:00Z", "-to", "2026-12-02T00:00:00Z"}
+	for _, extra := range [][]string{{"-run-id", "x"}, {"-key", "a/b"}, {"-ttl", "20s"}, {"-from", "2026-12-01"}} {
+		var out strings.Builder
+		_, err := parseBackfill(append(append(append([]string{}, base...), extra...), "--", "true"), &out)
+		if err == nil || !strings.Contains(err.Error(), extra[0]) {
+			t.Errorf("backfill %s %s: error %v, want one naming %s", extra[0], extra[1], err, extra[0])
+		}
+	}
+	b, err := parseBackfill(append(append([]string{}, base...), "-grace", "2s", "-dry-run"), &strings.Builder{})
+	if err != nil || !slices.Contains(b.runArgs, "-grace=2s") || slices.Contains(b.runArgs, "-dry-run=true") {
+		t.Errorf("backfill -grace 2s -dry-run: %v, runner args %q, want -grace passed on and -dry-run kept", err, b.runArgs)
+	}
+}
