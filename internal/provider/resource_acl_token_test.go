@@ -400,7 +400,7 @@ func TestAccACLToken_rejectsBadInputAtPlan(t *testing.T) {
   policies = ["my policy"]
 }`,
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`Attribute\s+policies\[Value\("my policy"\)\]\s+must\s+be\s+1\s+to\s+128`),
+				ExpectError: regexp.MustCompile(`Attribute\s+policies\[Value\("my policy"\)\]\s+must\s+be\s+a\s+policy\s+name\s+\(1\s+to\s+128`),
 			},
 		},
 	})

@@ -87,8 +87,9 @@ resource "consullock_lock" "test" {
 				Check: checkPauseRecord(t, pauseKey, "INC-1: billing outage", "terraform"),
 			},
 			{
-				// consullock pause with another reason: drift, put back.
-				PreConfig: cli(t, jobctl.PauseMain, append(flags, "-reason", "someone else")...),
+				// consullock pause -force with another reason (without
+				// -force it refuses to replace a pause): drift, put back.
+				PreConfig: cli(t, jobctl.PauseMain, append(flags, "-reason", "someone else", "-force")...),
 				Config:    config("INC-1: billing outage"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
@@ -99,8 +100,9 @@ resource "consullock_lock" "test" {
 				Check: checkPauseRecord(t, pauseKey, "INC-1: billing outage", "terraform"),
 			},
 			{
-				// consullock resume: drift, the pause is put back.
-				PreConfig: cli(t, jobctl.ResumeMain, flags...),
+				// consullock resume -force (without it, it refuses
+				// Terraform's pause): drift, the pause is put back.
+				PreConfig: cli(t, jobctl.ResumeMain, append(flags, "-force")...),
 				Config:    config("INC-1: billing outage"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
