@@ -19,6 +19,16 @@
 // "baseline", in the same turns on its own keys, and a second table
 // compares consullock with it, so that a change is measured against the
 // code before it on the same machine at the same time.
+//
+// BENCH_OFFICIAL names a terraform-provider-consul binary (the official
+// hashicorp/consul provider, built from its source by whoever runs the
+// benchmark: the benchmark downloads nothing): it runs as one more subject,
+// "official", with one consul_keys resource per lock and per profile, the
+// lock's key referring to its profile's as consullock_lock refers to
+// consullock_session_defaults, and a third table compares consullock and the
+// no-op floor with it, wall and CPU time.
+//
+// BENCH_PHASES (e.g. "create,plan,destroy") leaves the other phases out.
 package clibench
 
 import (
@@ -82,7 +92,7 @@ func BenchmarkCLI(b *testing.B) {
 	counter := newCountingProxy(b, agent.HTTPAddr())
 
 	dir := b.TempDir()
-	consullockDir, noopDir, baselineDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop"), filepath.Join(dir, "baseline")
+	consullockDir, noopDir, baselineDir, officialDir := filepath.Join(dir, "consullock"), filepath.Join(dir, "noop"), filepath.Join(dir, "baseline"), filepath.Join(dir, "official")
 	if err := testenv.BuildProvider(ctx, consullockDir); err != nil {
 		b.Fatal(err)
 	}
@@ -96,10 +106,11 @@ func BenchmarkCLI(b *testing.B) {
     "registry.opentofu.org/consullock/consullock" = %q
     "registry.opentofu.org/bench/noop" = %q
     "registry.opentofu.org/bench/%s" = %q
+    "registry.opentofu.org/hashicorp/consul" = %q
   }
   direct {}
 }
-`, consullockDir, noopDir, baselineType, baselineDir), 0o600); err != nil {
+`, consullockDir, noopDir, baselineType, baselineDir, officialDir), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	tofuBin, err := testenv.ToolPath("TF_ACC_TERRAFORM_PATH", "tofu")
@@ -121,10 +132,20 @@ func BenchmarkCLI(b *testing.B) {
 	}
 	if base := os.Getenv("BENCH_BASELINE"); base != "" {
 		bin := filepath.Join(baselineDir, "terraform-provider-"+baselineType)
-		if err := copyExecutable(base, bin); err != nil {
+		if err := copyExecutable("BENCH_BASELINE", base, bin); err != nil {
 			b.Fatal(err)
 		}
 		subjects = append(subjects, subject{name: "baseline", config: shapedConfig("consullock", "bench/"+baselineType, "base"), provider: bin})
+	}
+	if official := os.Getenv("BENCH_OFFICIAL"); official != "" {
+		bin := filepath.Join(officialDir, "terraform-provider-consul")
+		if err := copyExecutable("BENCH_OFFICIAL", official, bin); err != nil {
+			b.Fatal(err)
+		}
+		subjects = append(subjects, subject{name: "official", config: officialConfig, provider: bin})
+	}
+	if only := os.Getenv("BENCH_PHASES"); only != "" {
+		phases = slices.DeleteFunc(slices.Clone(phases), func(p string) bool { return !slices.Contains(strings.Split(only, ","), p) })
 	}
 	if only := os.Getenv("BENCH_SUBJECTS"); only != "" {
 		subjects = slices.DeleteFunc(subjects, func(s subject) bool { return !slices.Contains(strings.Split(only, ","), s.name) })
@@ -137,6 +158,7 @@ func BenchmarkCLI(b *testing.B) {
 	requests := map[key][]int64{}
 	writes := map[key][]int64{}
 	peakRSS := map[key]int64{}
+	var loads [][]string
 	for i, size := range sizes {
 		runs := runsPerSize[min(i, len(runsPerSize)-1)]
 		profiles := max(size/10, 1)
@@ -153,6 +175,7 @@ func BenchmarkCLI(b *testing.B) {
 			}
 			tofus[j] = &testenv.Tofu{Bin: tofuBin, Dir: work, CLIConfig: rc, Env: env}
 		}
+		load := []string{loadAverage()}
 		for run := 0; run < runs; run++ {
 			for _, phase := range cycle(plansPerRun) {
 				for j, s := range subjects {
@@ -178,6 +201,8 @@ func BenchmarkCLI(b *testing.B) {
 				}
 			}
 		}
+		load = append(load, loadAverage())
+		loads = append(loads, load)
 		resources := size + profiles
 		printRows(size, size == sizes[0], func(phase string) string {
 			td := median(times[key{size, "terraform_data", phase}])
@@ -192,7 +217,10 @@ func BenchmarkCLI(b *testing.B) {
 		})
 	}
 
-	if len(subjects) > 0 && subjects[len(subjects)-1].name == "baseline" {
+	has := func(name string) bool {
+		return slices.ContainsFunc(subjects, func(s subject) bool { return s.name == name })
+	}
+	if has("baseline") {
 		for i, size := range sizes {
 			printBaselineRows(size, i == 0, func(phase string) ([5]time.Duration, [2]int64) {
 				k := func(name string) key { return key{size, name, phase} }
@@ -200,6 +228,18 @@ func BenchmarkCLI(b *testing.B) {
 					median(cpu[k("noop framework")]), median(cpu[k("baseline")]), median(cpu[k("consullock")])}, [2]int64{peakRSS[k("baseline")], peakRSS[k("consullock")]}
 			})
 		}
+	}
+	if has("official") {
+		for i, size := range sizes {
+			printOfficialRows(size, i == 0, func(phase string) [6]time.Duration {
+				k := func(name string) key { return key{size, name, phase} }
+				return [6]time.Duration{median(times[k("official")]), median(times[k("noop framework")]), median(times[k("consullock")]),
+					median(cpu[k("official")]), median(cpu[k("noop framework")]), median(cpu[k("consullock")])}
+			})
+		}
+	}
+	for i, size := range sizes {
+		b.Logf("%d locks: load average %s at the start, %s at the end", size, loads[i][0], loads[i][1])
 	}
 	b.Logf("medians of %v runs per size, %d plans per run; OpenTofu %s launching each provider binary; Consul %s", runsPerSize, plansPerRun, tofuBin, agent.Bin)
 }
@@ -260,11 +300,41 @@ func printBaselineRows(size int, header bool, medians func(phase string) ([5]tim
 	fmt.Print(table.String())
 }
 
-// copyExecutable copies the executable from to the path to.
-func copyExecutable(from, to string) error {
+// printOfficialRows prints the comparison with BENCH_OFFICIAL of one size:
+// the medians of wall time, then of CPU time of tofu and the provider it
+// ran (official, noop, consullock), and consullock's and the floor's ratios
+// to the official provider.
+func printOfficialRows(size int, header bool, medians func(phase string) [6]time.Duration) {
+	var table bytes.Buffer
+	w := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if header {
+		fmt.Fprintf(w, "locks\tphase\tofficial\tnoop\tconsullock\tconsullock vs official\tnoop vs official\tconsullock vs noop\tCPU official\tCPU noop\tCPU consullock\tCPU consullock vs official\tCPU noop vs official\tCPU consullock vs noop\t\n")
+	}
+	for _, phase := range phases {
+		m := medians(phase)
+		fmt.Fprintf(w, "%d\t%s\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2fx\t%.2fs\t%.2fs\t%.2fs\t%.2fx\t%.2fx\t%.2fx\t\n", size, phase,
+			m[0].Seconds(), m[1].Seconds(), m[2].Seconds(), m[2].Seconds()/m[0].Seconds(), m[1].Seconds()/m[0].Seconds(), m[2].Seconds()/m[1].Seconds(),
+			m[3].Seconds(), m[4].Seconds(), m[5].Seconds(), m[5].Seconds()/m[3].Seconds(), m[4].Seconds()/m[3].Seconds(), m[5].Seconds()/m[4].Seconds())
+	}
+	_ = w.Flush()
+	fmt.Print(table.String())
+}
+
+// loadAverage is the machine's 1, 5 and 15-minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// copyExecutable copies the executable from (named by the variable env) to
+// the path to.
+func copyExecutable(env, from, to string) error {
 	b, err := os.ReadFile(from)
 	if err != nil {
-		return fmt.Errorf("BENCH_BASELINE: %w", err)
+		return fmt.Errorf("%s: %w", env, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		return err
@@ -300,6 +370,44 @@ resource "%[1]s_lock" "l" {
 }
 `, provider, locks, profiles, source, stem)
 	}
+}
+
+// officialConfig is the official provider's equivalent of shapedConfig:
+// one consul_keys resource per profile and per lock, each writing one key,
+// the lock's value naming its profile's key.
+func officialConfig(locks, profiles int) string {
+	return fmt.Sprintf(`terraform {
+  required_providers {
+    consul = { source = "hashicorp/consul" }
+  }
+}
+
+variable "desc" {
+  type = string
+}
+
+resource "consul_keys" "p" {
+  count = %[2]d
+  key {
+    path   = "official/profiles/official-${count.index}"
+    value  = jsonencode({ name = "official-${count.index}", ttl = "15s", lock_delay = "15s" })
+    delete = true
+  }
+}
+
+resource "consul_keys" "l" {
+  count = %[1]d
+  key {
+    path = "official/locks/official-${count.index}"
+    value = jsonencode({
+      prefix           = "official/${count.index}"
+      session_defaults = one(consul_keys.p[count.index %% %[2]d].key).path
+      description      = var.desc
+    })
+    delete = true
+  }
+}
+`, locks, profiles)
 }
 
 func terraformDataConfig(locks, profiles int) string {

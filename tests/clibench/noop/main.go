@@ -1,17 +1,20 @@
 // Command noop is the framework's floor for the CLI benchmark: a
 // terraform-plugin-framework provider whose resources have the shape of
-// consullock_lock and consullock_session_defaults (same attributes, same
-// defaults and computed values, the same resource identity) and do no I/O at
-// all. OpenTofu's own work per resource grows with that shape (it copies and
-// decodes every attribute and the identity), so the floor keeps it; whatever
-// consullock costs above it is consullock's own work.
+// consullock_lock and consullock_session_defaults and do no I/O at all.
+// Their schemas are consullock's own (same attributes, types, defaults and
+// computed values, the same resource identity), stripped of consullock's
+// validators and plan modifiers, so that the floor cannot fall behind the
+// provider's shape again. OpenTofu's own work per resource grows with that
+// shape (it copies and decodes every attribute and the identity), and so
+// does the framework's; whatever consullock costs above it is consullock's
+// own work.
 package main
 
 import (
 	"context"
 	"log"
+	"reflect"
 
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -21,14 +24,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/identityschema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
+
+	consullock "github.com/consullock/terraform-provider-consullock/internal/provider"
 )
 
 // Address is where the benchmark's dev_overrides install this provider.
@@ -41,11 +43,7 @@ func main() {
 	}
 }
 
-var (
-	_ provider.Provider             = (*noopProvider)(nil)
-	_ resource.ResourceWithIdentity = (*lockResource)(nil)
-	_ resource.ResourceWithIdentity = (*profileResource)(nil)
-)
+var _ provider.Provider = (*noopProvider)(nil)
 
 type noopProvider struct{}
 
@@ -62,15 +60,143 @@ func (p *noopProvider) Configure(context.Context, provider.ConfigureRequest, *pr
 
 func (p *noopProvider) Resources(context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
-		func() resource.Resource { return &lockResource{} },
-		func() resource.Resource { return &profileResource{} },
+		func() resource.Resource {
+			return &noopResource{suffix: "_lock", shape: consullock.NewLockResource, computed: func(m map[string]string) map[string]string {
+				return map[string]string{"key": m["prefix"] + "/.lock", "flags": "0x2ddccbc058a50c18",
+					"registry_key": "consul-lock/locks/" + m["name"], "pause_key": "consul-lock/pauses/" + m["name"]}
+			}}
+		},
+		func() resource.Resource {
+			return &noopResource{suffix: "_session_defaults", shape: consullock.NewSessionDefaultsResource, computed: func(m map[string]string) map[string]string {
+				return map[string]string{"renew_every": "5s", "worst_case_gap": "45s", "registry_key": "consul-lock/session-defaults/" + m["name"]}
+			}}
+		},
 	}
 }
 
 func (p *noopProvider) DataSources(context.Context) []func() datasource.DataSource { return nil }
 
-func computedString() schema.StringAttribute {
-	return schema.StringAttribute{Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}}
+// bare is consullock's schema without its validators and plan modifiers:
+// name and prefix still force replacement, computed strings keep their
+// state, as consullock's do.
+func bare(s schema.Schema) schema.Schema {
+	out := schema.Schema{Attributes: map[string]schema.Attribute{}}
+	for name, a := range s.Attributes {
+		out.Attributes[name] = bareAttribute(name, a)
+	}
+	return out
+}
+
+// bareAttribute is a with its validators, plan modifiers and descriptions
+// cleared, also in its nested attributes; a string attribute then gets the
+// plan modifiers bare gives it.
+func bareAttribute(name string, a schema.Attribute) schema.Attribute {
+	v := reflect.New(reflect.TypeOf(a)).Elem()
+	v.Set(reflect.ValueOf(a))
+	strip := func(v reflect.Value) {
+		for _, field := range []string{"Validators", "PlanModifiers", "MarkdownDescription", "Description"} {
+			if f := v.FieldByName(field); f.IsValid() {
+				f.SetZero()
+			}
+		}
+		if f := v.FieldByName("Attributes"); f.IsValid() {
+			nested, _ := f.Interface().(map[string]schema.Attribute)
+			f.Set(reflect.ValueOf(bareNested(nested)))
+		}
+	}
+	strip(v)
+	if nested := v.FieldByName("NestedObject"); nested.IsValid() {
+		strip(nested)
+	}
+	out, _ := v.Interface().(schema.Attribute)
+	if s, ok := out.(schema.StringAttribute); ok {
+		switch {
+		case name == "name" || name == "prefix":
+			s.PlanModifiers = []planmodifier.String{stringplanmodifier.RequiresReplace()}
+		case s.Computed && s.Default == nil:
+			s.PlanModifiers = []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+		}
+		return s
+	}
+	return out
+}
+
+func bareNested(attrs map[string]schema.Attribute) map[string]schema.Attribute {
+	out := map[string]schema.Attribute{}
+	for name, a := range attrs {
+		// Nested names are not the lock's name and prefix.
+		out[name] = bareAttribute("nested "+name, a)
+	}
+	return out
+}
+
+// noopResource has the shape of one of consullock's resources and keeps
+// whatever it is given: Create and Update store the plan with the computed
+// strings filled in, Read stores the state again (a whole-object Get and
+// Set, as a provider's Read does).
+type noopResource struct {
+	suffix   string
+	shape    func() resource.Resource
+	computed func(known map[string]string) map[string]string
+}
+
+var _ resource.ResourceWithIdentity = (*noopResource)(nil)
+
+func (r *noopResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + r.suffix
+}
+
+func (r *noopResource) Schema(ctx context.Context, req resource.SchemaRequest, resp *resource.SchemaResponse) {
+	r.shape().Schema(ctx, req, resp)
+	resp.Schema = bare(resp.Schema)
+}
+
+func (r *noopResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	nameIdentity(resp)
+}
+
+func (r *noopResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	r.store(ctx, req.Plan.Raw, &resp.State, &resp.Diagnostics)
+	var name types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("name"), &name)...)
+	setIdentity(ctx, resp.Identity, name, &resp.Diagnostics)
+}
+
+func (r *noopResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var obj types.Object
+	resp.Diagnostics.Append(req.State.Get(ctx, &obj)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, obj)...)
+}
+
+func (r *noopResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	r.store(ctx, req.Plan.Raw, &resp.State, &resp.Diagnostics)
+}
+
+func (r *noopResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}
+
+// store sets state to plan, with every unknown computed string set to the
+// value r.computed gives it.
+func (r *noopResource) store(ctx context.Context, plan tftypes.Value, state *tfsdk.State, diags *diag.Diagnostics) {
+	var obj types.Object
+	diags.Append((tfsdk.Plan{Schema: state.Schema, Raw: plan}).Get(ctx, &obj)...)
+	if diags.HasError() {
+		return
+	}
+	known := map[string]string{}
+	for name, v := range obj.Attributes() {
+		if s, ok := v.(types.String); ok && !s.IsUnknown() && !s.IsNull() {
+			known[name] = s.ValueString()
+		}
+	}
+	diags.Append(state.Set(ctx, obj)...)
+	for name, v := range r.computed(known) {
+		if a, ok := obj.Attributes()[name]; ok && a.IsUnknown() {
+			diags.Append(state.SetAttribute(ctx, path.Root(name), types.StringValue(v))...)
+		}
+	}
 }
 
 // nameIdentity is consullock's identity schema: the declaration's name.
@@ -83,157 +209,3 @@ func nameIdentity(resp *resource.IdentitySchemaResponse) {
 func setIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity, name types.String, diags *diag.Diagnostics) {
 	diags.Append(identity.SetAttribute(ctx, path.Root("name"), name)...)
 }
-
-type lockModel struct {
-	Name            types.String `tfsdk:"name"`
-	Prefix          types.String `tfsdk:"prefix"`
-	Key             types.String `tfsdk:"key"`
-	Limit           types.Int64  `tfsdk:"limit"`
-	SessionDefaults types.String `tfsdk:"session_defaults"`
-	MaxHold         types.String `tfsdk:"max_hold"`
-	Description     types.String `tfsdk:"description"`
-	ForceDestroy    types.Bool   `tfsdk:"force_destroy"`
-	AlwaysHeld      types.Bool   `tfsdk:"always_held"`
-	Flags           types.String `tfsdk:"flags"`
-	RegistryKey     types.String `tfsdk:"registry_key"`
-}
-
-type lockResource struct{}
-
-func (r *lockResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	nameIdentity(resp)
-}
-
-func (r *lockResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
-	resp.TypeName = req.ProviderTypeName + "_lock"
-}
-
-func (r *lockResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	key := computedString()
-	key.Optional = true
-	resp.Schema = schema.Schema{Attributes: map[string]schema.Attribute{
-		"name":             schema.StringAttribute{Required: true, PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}},
-		"prefix":           schema.StringAttribute{Required: true, PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}},
-		"key":              key,
-		"limit":            schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(1)},
-		"session_defaults": schema.StringAttribute{Required: true},
-		"max_hold":         schema.StringAttribute{Optional: true},
-		"description":      schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("")},
-		"force_destroy":    schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false)},
-		"always_held":      schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false)},
-		"flags":            computedString(),
-		"registry_key":     computedString(),
-	}}
-}
-
-func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m lockModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	if m.Key.IsUnknown() {
-		m.Key = types.StringValue(m.Prefix.ValueString() + "/.lock")
-	}
-	m.Flags = types.StringValue("0x2ddccbc058a50c18")
-	m.RegistryKey = types.StringValue("consul-lock/locks/" + m.Name.ValueString())
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	setIdentity(ctx, resp.Identity, m.Name, &resp.Diagnostics)
-}
-
-func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m lockModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var m lockModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-func (r *lockResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}
-
-type profileModel struct {
-	Name          types.String `tfsdk:"name"`
-	TTL           types.String `tfsdk:"ttl"`
-	LockDelay     types.String `tfsdk:"lock_delay"`
-	Behavior      types.String `tfsdk:"behavior"`
-	NodeChecks    types.List   `tfsdk:"node_checks"`
-	ServiceChecks types.List   `tfsdk:"service_checks"`
-	RenewEvery    types.String `tfsdk:"renew_every"`
-	WorstCaseGap  types.String `tfsdk:"worst_case_gap"`
-	RegistryKey   types.String `tfsdk:"registry_key"`
-}
-
-type profileResource struct{}
-
-func (r *profileResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	nameIdentity(resp)
-}
-
-func (r *profileResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
-	resp.TypeName = req.ProviderTypeName + "_session_defaults"
-}
-
-func (r *profileResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	renew := computedString()
-	renew.Optional = true
-	resp.Schema = schema.Schema{Attributes: map[string]schema.Attribute{
-		"name":        schema.StringAttribute{Required: true, PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}},
-		"ttl":         schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("15s")},
-		"lock_delay":  schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("15s")},
-		"behavior":    schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("release")},
-		"node_checks": schema.ListAttribute{ElementType: types.StringType, Optional: true, Computed: true, Default: listdefault.StaticValue(types.ListValueMust(types.StringType, []attr.Value{types.StringValue("serfHealth")}))},
-		"service_checks": schema.ListNestedAttribute{Optional: true, NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-			"id":        schema.StringAttribute{Required: true},
-			"namespace": schema.StringAttribute{Optional: true},
-		}}},
-		"renew_every": renew,
-		// Computed at plan by consullock; here the same value is known after apply.
-		"worst_case_gap": computedString(),
-		"registry_key":   computedString(),
-	}}
-}
-
-func (r *profileResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m profileModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	if m.RenewEvery.IsUnknown() {
-		m.RenewEvery = types.StringValue("5s")
-	}
-	m.WorstCaseGap = types.StringValue("45s")
-	m.RegistryKey = types.StringValue("consul-lock/session-defaults/" + m.Name.ValueString())
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	setIdentity(ctx, resp.Identity, m.Name, &resp.Diagnostics)
-}
-
-func (r *profileResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m profileModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-func (r *profileResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var m profileModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-func (r *profileResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}
