@@ -99,7 +99,7 @@ func NotifyEvents(locks map[string]lockmodel.Lock, ledgers map[string]lockmodel.
 				Outcome: NotifyMissed, Reason: "no run started before run_once.starting_deadline", At: id})
 		}
 		for _, r := range ledgers[name].Runs {
-			if !exhausted(r, ro.MaxAttempts) || len(r.Attempts) == 0 {
+			if !r.Exhausted(ro.MaxAttempts) || len(r.Attempts) == 0 {
 				continue
 			}
 			last := r.Attempts[len(r.Attempts)-1]

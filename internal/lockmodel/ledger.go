@@ -208,7 +208,7 @@ func (l Ledger) forgets(id string) bool {
 func (l Ledger) DoneRun(id string, maxAttempts int) (Run, bool) {
 	if i := l.Find(id); i >= 0 {
 		r := l.Runs[i]
-		if _, ok := r.Succeeded(); ok || r.Outcome == RunExhausted && len(r.Attempts) >= maxAttempts {
+		if _, ok := r.Succeeded(); ok || r.Outcome == RunExhausted && r.Counted() >= maxAttempts {
 			return r, true
 		}
 		return Run{}, false
@@ -330,7 +330,8 @@ type BeginDecision struct {
 //     outcome (its release would have);
 //   - a run skipped or replaced under run_once.overlap is Superseded,
 //     unless p is a backfill's;
-//   - a run with maxAttempts attempts (crashed ones count) is Exhausted,
+//   - a run with maxAttempts attempts (crashed ones count; skipped and
+//     replaced ones do not: Counted) is Exhausted,
 //     and says so ("exhausted");
 //   - else h runs attempt n+1, recorded "running" before the command
 //     starts. Failed, lost and crashed runs are thus retried until
@@ -399,7 +400,7 @@ func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time
 	if nb := run.NotBeforeUnder(p); !nb.Equal(run.NotBefore) {
 		run.NotBefore, changed = nb, true
 	}
-	if len(run.Attempts) >= maxAttempts {
+	if run.Counted() >= maxAttempts {
 		if run.Outcome != RunExhausted {
 			run.Outcome, changed = RunExhausted, true
 		}

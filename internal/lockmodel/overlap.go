@@ -55,6 +55,19 @@ const ExitRunSkipped = 117
 // done with unless a backfill runs it again.
 func (o RunOutcome) Superseded() bool { return o == RunSkipped || o == RunReplaced }
 
+// Counted is how many of r's attempts count toward max_attempts: not a
+// skipped or replaced one (the run was set aside under run_once.overlap,
+// not tried and failed), so that a backfill can still run it.
+func (r Run) Counted() int {
+	n := 0
+	for _, a := range r.Attempts {
+		if !a.Outcome.Superseded() {
+			n++
+		}
+	}
+	return n
+}
+
 // ValidateOverlap checks a run_once.overlap value ("" is OverlapWait).
 func ValidateOverlap(field, v string) error {
 	if v == "" || slices.Contains(OverlapValues, v) {

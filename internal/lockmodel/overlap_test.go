@@ -86,6 +86,15 @@ func TestLedger_skipAndReplace(t *testing.T) {
 		if err != nil || d.Kind != BeginRun || d.Attempt != 2 {
 			t.Errorf("a backfill's Begin(%s) = %v attempt %d, %v; want attempt 2", id, d.Kind, d.Attempt, err)
 		}
+		// A skipped or replaced attempt does not count toward max_attempts:
+		// with max_attempts 1 the backfill still runs the run.
+		d, err = back.BeginWith(id, h, AttemptPolicy{MaxAttempts: 1, Backfill: true}, now)
+		if err != nil || d.Kind != BeginRun || d.Attempt != 2 {
+			t.Errorf("a backfill's Begin(%s) under max_attempts 1 = %v attempt %d, %v; want attempt 2 (a superseded attempt does not count)", id, d.Kind, d.Attempt, err)
+		}
+		if r, _ := back.Superseded(id); r.Exhausted(1) {
+			t.Errorf("run %s reads exhausted under max_attempts 1 with only a superseded attempt", id)
+		}
 	}
 }
 

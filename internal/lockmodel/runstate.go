@@ -10,7 +10,7 @@ func (r Run) Exhausted(maxAttempts int) bool {
 	if r.Outcome == RunExhausted {
 		return true
 	}
-	if _, ok := r.Succeeded(); ok || len(r.Attempts) == 0 || len(r.Attempts) < maxAttempts {
+	if _, ok := r.Succeeded(); ok || len(r.Attempts) == 0 || r.Counted() < maxAttempts {
 		return false
 	}
 	return r.Attempts[len(r.Attempts)-1].Outcome.Retried()
