@@ -715,8 +715,7 @@ func (r RunOnce) NextSlot(t time.Time) (time.Time, bool) {
 // the ledger keeps (named by its slot, else its first attempt's start; an
 // empty ledger then has none). The latest slot is not missed while a
 // runner may still start it: before its starting_deadline, or, with no
-// deadline, until the next slot. Backfill one with
-// `consullock run -lock NAME -run-id ID`.
+// deadline, until the next slot. `consullock backfill` runs them.
 func (r RunOnce) MissedSlots(l Ledger, now time.Time) []string {
 	r = r.WithDefaults()
 	prev, name := r.slots()

@@ -57,7 +57,7 @@ func lastRunSchemaAttribute() schema.SingleNestedAttribute {
 			"outcome": schema.StringAttribute{
 				MarkdownDescription: "`running`, `succeeded`, `failed`, `lost` (lock lost while the command ran), `crashed` (holder " +
 					"vanished without an outcome), `timed_out` (stopped at `run_once.max_runtime`), `released` (session ended by " +
-					"`consullock release`) or `exhausted` (`max_attempts` without a success).",
+					"`consullock release`), `skipped` or `replaced` (`run_once.overlap`) or `exhausted` (`max_attempts` without a success).",
 				Computed: true,
 			},
 			"attempt_list": schema.ListNestedAttribute{

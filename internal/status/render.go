@@ -281,7 +281,7 @@ func renderSlots(w io.Writer, l Lock) {
 	if len(l.MissedSlots) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "Missed slots (no run in the ledger; backfill with consullock run -lock %s -run-id ID):\n", l.Name)
+	fmt.Fprintf(w, "Missed slots (no run in the ledger; run them with consullock backfill -lock %s -from T1 -to T2 -- CMD):\n", l.Name)
 	for _, id := range l.MissedSlots {
 		fmt.Fprintf(w, "  %s\n", id)
 	}
