@@ -744,10 +744,11 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func (h *harness) replica(name string, mode compliance.Mode) *replica {
+// replica starts a controller process; extra are more of its flags.
+func (h *harness) replica(name string, mode compliance.Mode, extra ...string) *replica {
 	h.t.Helper()
 	r := &replica{name: name, listen: freeAddr(h.t), logs: &logBuffer{}, done: make(chan struct{})}
-	r.cmd = exec.Command(binary(h.t), "controller", "-mode", string(mode), "-listen", r.listen, "-registry-prefix", h.registry)
+	r.cmd = exec.Command(binary(h.t), append([]string{"controller", "-mode", string(mode), "-listen", r.listen, "-registry-prefix", h.registry}, extra...)...)
 	r.cmd.Env = append(os.Environ(), h.a.Env()...)
 	r.cmd.Stderr = r.logs
 	if err := r.cmd.Start(); err != nil {

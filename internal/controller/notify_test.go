@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -101,7 +102,8 @@ func TestNotify_oneRealPOSTPerEventWithTwoReplicas(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	replicas := []*notifyReplica{h.notifyReplica("a", recv.URL), h.notifyReplica("b", recv.URL)}
+	flags := []string{"-notify", recv.URL, "-notify-paused-after", "1s", "-log-level", "debug"}
+	replicas := []*replica{h.replica("a", compliance.ModeObserve, flags...), h.replica("b", compliance.ModeObserve, flags...)}
 	want := []string{
 		"missed:" + nightly.Name + ":" + slot.Format(time.RFC3339),
 		"exhausted:" + report.Name + ":r1",
@@ -128,7 +130,7 @@ func TestNotify_oneRealPOSTPerEventWithTwoReplicas(t *testing.T) {
 
 	// The leader is killed; the other takes over, is woken by a registry
 	// change, and finds every event sent.
-	var leader, other *notifyReplica
+	var leader, other *replica
 	eventually(t, 30*time.Second, func() error {
 		for i, r := range replicas {
 			if strings.Contains(r.logs.String(), "became leader") {
@@ -163,35 +165,6 @@ func TestNotify_oneRealPOSTPerEventWithTwoReplicas(t *testing.T) {
 		}
 	}
 	t.Logf("%d events POSTed once each: %v", len(posts), posts)
-}
-
-// notifyReplica is a controller process with -notify.
-type notifyReplica struct {
-	name string
-	cmd  *exec.Cmd
-	logs *logBuffer
-	done chan struct{}
-}
-
-func (h *harness) notifyReplica(name, url string) *notifyReplica {
-	h.t.Helper()
-	r := &notifyReplica{name: name, logs: &logBuffer{}, done: make(chan struct{})}
-	r.cmd = exec.Command(binary(h.t), "controller", "-mode", "observe", "-listen", "", "-registry-prefix", h.registry,
-		"-notify", url, "-notify-paused-after", "1s", "-log-level", "debug")
-	r.cmd.Env = append(os.Environ(), h.a.Env()...)
-	r.cmd.Stderr = r.logs
-	if err := r.cmd.Start(); err != nil {
-		h.t.Fatal(err)
-	}
-	go func() { _ = r.cmd.Wait(); close(r.done) }()
-	h.t.Cleanup(func() {
-		_ = r.cmd.Process.Kill()
-		<-r.done
-		if h.t.Failed() {
-			h.t.Logf("replica %s log:\n%s", r.name, r.logs.String())
-		}
-	})
-	return r
 }
 
 // cli runs the consullock binary with the agent's environment.
