@@ -176,9 +176,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
-	start(func(ctx context.Context) { c.watch(ctx, "registry", c.pollRegistry) })
-	start(func(ctx context.Context) { c.watch(ctx, "sessions", c.pollSessions) })
-	start(func(ctx context.Context) { c.watch(ctx, "acl_policies", c.pollPolicies) })
+	start(func(ctx context.Context) { c.watch(ctx, watchRegistry, c.pollRegistry) })
+	start(func(ctx context.Context) { c.watch(ctx, watchSessions, c.pollSessions) })
+	start(func(ctx context.Context) { c.watch(ctx, watchACLPolicies, c.pollPolicies) })
 	if c.notify != nil {
 		start(c.notifyLoop)
 	}
@@ -468,7 +468,7 @@ func (c *Controller) regroup(locks map[string]lockmodel.Lock) {
 		c.groupWG.Add(1)
 		go func() {
 			defer c.groupWG.Done()
-			c.watch(gctx, "lock_keys", func(ctx context.Context, f *consul.Follower) (uint64, error) {
+			c.watch(gctx, watchLockKeys, func(ctx context.Context, f *consul.Follower) (uint64, error) {
 				return c.pollGroup(ctx, g, f)
 			})
 		}()
@@ -484,7 +484,11 @@ func (c *Controller) regroup(locks map[string]lockmodel.Lock) {
 func (c *Controller) noteDeclarationChanges(oldLocks map[string]lockmodel.Lock, oldSeen map[string]declVersion) {
 	v := &c.recon.view
 	for name, l := range c.cache.locks {
-		if old, ok := oldLocks[name]; !ok || old != l {
+		old, ok := oldLocks[name]
+		if !ok {
+			c.metrics.declareLock(name)
+		}
+		if !ok || old != l {
 			v.dirty[name] = true
 		}
 	}
@@ -492,6 +496,7 @@ func (c *Controller) noteDeclarationChanges(oldLocks map[string]lockmodel.Lock, 
 		if _, ok := c.cache.locks[name]; !ok {
 			v.dirty[name] = true
 			c.forgetLock(name)
+			c.metrics.forgetLock(name)
 		}
 	}
 	for id := range oldSeen {

@@ -8,6 +8,42 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// The watches, by the name their errors are counted under.
+const (
+	watchRegistry    = "registry"
+	watchLockKeys    = "lock_keys"
+	watchSessions    = "sessions"
+	watchACLPolicies = "acl_policies"
+)
+
+// The label values of the labelled counters. Each series is exported at 0
+// from the first scrape (the per-lock ones from the first registry answer
+// that declares the lock), because increase() and rate() read a series
+// that appears at 1 as no increase: the first event of a kind would never
+// alert.
+var (
+	watchNames = []string{watchRegistry, watchLockKeys, watchSessions, watchACLPolicies}
+	// violationReasons are the profile violations (lockmodel) and the
+	// controller's own reasons (compliance).
+	violationReasons = []string{
+		lockmodel.ViolationTTLTooLong, lockmodel.ViolationLockDelayTooShort, lockmodel.ViolationBehaviorMismatch,
+		lockmodel.ViolationNodeCheckMissing, lockmodel.ViolationServiceCheckMissing,
+		compliance.ReasonMaxHoldExceeded, compliance.ReasonPredatesProfile,
+	}
+	// driftKinds are the kinds consullock_drift_total counts (Kind.IsDrift).
+	driftKinds = []compliance.Kind{
+		compliance.KindRecreateKey, compliance.KindRestoreFlags, compliance.KindRestoreLimit, compliance.KindRestoreACLRules,
+		compliance.KindHeldKeyDrift, compliance.KindUnusableKey, compliance.KindACLPolicyMissing,
+	}
+	// repairKinds are the writes the controller makes: the decisions it
+	// acts on (actuate.go), and the removal of holder service instances.
+	repairKinds = []compliance.Kind{
+		compliance.KindRecreateKey, compliance.KindRestoreFlags, compliance.KindRestoreLimit, compliance.KindRestoreACLRules,
+		compliance.KindEndSession, holderRepairKind,
+	}
 )
 
 // Metrics are the controller's Prometheus metrics, all named consullock_*.
@@ -65,10 +101,33 @@ func newMetrics(c *Controller) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
+	for _, w := range watchNames {
+		m.watchErrors.WithLabelValues(w)
+	}
+	for _, r := range violationReasons {
+		m.violations.WithLabelValues(r)
+	}
+	for _, k := range driftKinds {
+		m.drift.WithLabelValues(string(k))
+	}
+	for _, k := range repairKinds {
+		m.repairs.WithLabelValues(string(k))
+		m.repairErrors.WithLabelValues(string(k))
+	}
 	m.Registry.MustRegister(m.leader, m.lockWatches, m.handovers, m.violations, m.drift, m.pending, m.repairs, m.repairErrors,
 		m.watchErrors, m.reconcileDuration, &lockCollector{c: c}, m.runMeter, m.pauseMeter,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// declareLock exports the counters of a newly declared lock at 0.
+func (m *Metrics) declareLock(name string) {
+	m.handovers.WithLabelValues(name)
+}
+
+// forgetLock drops the counters of a lock no longer declared.
+func (m *Metrics) forgetLock(name string) {
+	m.handovers.DeleteLabelValues(name)
 }
 
 func (m *Metrics) setLeader(on bool) {

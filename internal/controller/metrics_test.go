@@ -147,8 +147,8 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 	if f := scrape(t, srvF.URL); f["consullock_leader"] != 0 || f[recreated] != 0 {
 		t.Errorf("follower: leader = %v, repairs{recreate_key} = %v; want 0, 0", f["consullock_leader"], f[recreated])
 	}
-	for _, w := range []string{"registry", "lock_keys", "sessions", "acl_policies"} {
-		s.absent("start", fmt.Sprintf("consullock_watch_errors_total{watch=%q}", w))
+	for _, w := range watchNames {
+		s.want("start", fmt.Sprintf("consullock_watch_errors_total{watch=%q}", w), 0)
 	}
 	reconciles := s.m["consullock_reconcile_duration_seconds_count"]
 	if reconciles < 1 || s.m["consullock_reconcile_duration_seconds_sum"] <= 0 {
@@ -223,7 +223,7 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 	s.waitFor(recreated, 2)
 	s.waitFor(index, 0) // a new key starts at LockIndex 0
 	s.want("repairs", handovers, 2)
-	s.absent("repairs", `consullock_repair_errors_total{kind="recreate_key"}`)
+	s.want("repairs", `consullock_repair_errors_total{kind="recreate_key"}`, 0)
 	if got := s.m["consullock_reconcile_duration_seconds_count"]; got <= reconciles {
 		t.Errorf("reconcile histogram count %v, did not grow from %v", got, reconciles)
 	}

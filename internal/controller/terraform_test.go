@@ -230,10 +230,6 @@ func quiet(t *testing.T, when string, c *running, proxy *countingProxy) {
 	}
 }
 
-// driftKinds are the kinds Decision.IsDrift counts.
-var driftKinds = []compliance.Kind{compliance.KindRecreateKey, compliance.KindRestoreFlags, compliance.KindRestoreLimit, compliance.KindRestoreACLRules,
-	compliance.KindHeldKeyDrift, compliance.KindUnusableKey, compliance.KindACLPolicyMissing}
-
 func (w *tfWorld) policy() *api.ACLPolicy {
 	w.h.t.Helper()
 	p, _, err := w.h.api.ACL().PolicyReadByName(w.policyName, &api.QueryOptions{RequireConsistent: true})
