@@ -13,35 +13,89 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
+// Repair back-off: a repair that failed (Consul refused or failed the
+// write, or the reads before it) is tried again after
+// consul.Backoff(repairMinBackoff, repairMaxBackoff, failures), jittered,
+// and not before, however often the watches answer meanwhile. The cap
+// bounds how late a repair comes once Consul answers again (after an
+// outage, or a permission granted), and is well below the 10 minutes over
+// which ConsulLockRepairErrors reads consullock_repair_errors_total: a
+// repair that keeps failing keeps the alert firing.
+const (
+	repairMinBackoff = time.Second
+	repairMaxBackoff = time.Minute
+)
+
+// retry is a failed repair's back-off: its consecutive failures, and when
+// it is tried again.
+type retry struct {
+	failures int
+	at       time.Time
+}
+
+// actOn carries out, in term t, the decisions to act on, except the
+// failed repairs whose back-off has not passed, and returns next moved to
+// the first retry. A repair that succeeds, or is no longer needed, forgets
+// its failures.
+func (c *Controller) actOn(t *term, ds []compliance.Decision, next time.Time) time.Time {
+	retries := map[string]retry{}
+	for _, d := range ds {
+		if !d.Act {
+			continue
+		}
+		id := d.ID()
+		r, failed := c.recon.retries[id]
+		switch {
+		case t.ctx.Err() != nil || !c.acting.Load():
+		case failed && c.cfg.Clock.Now().Before(r.at):
+		default:
+			pause := c.act(t, d, r.failures+1)
+			if pause == 0 {
+				continue
+			}
+			r, failed = retry{failures: r.failures + 1, at: c.cfg.Clock.Now().Add(pause)}, true
+		}
+		if failed {
+			retries[id] = r
+			next = earliest(next, r.at)
+		}
+	}
+	c.recon.retries = retries
+	return next
+}
+
 // act carries out one decision in term t. Watches may lag behind Consul,
 // so it first reads everything the decision rests on again with
 // ?consistent (the declaration included: Terraform removes a declaration
 // before the object), decides again on that, and writes only what the
-// fresh decision still asks for, fenced by the term (see leader.go). It
-// reports whether the write timed out, to be tried again soon.
-func (c *Controller) act(t *term, d compliance.Decision) (timedOut bool) {
+// fresh decision still asks for, fenced by the term (see leader.go).
+// failures counts this attempt and the failed ones before it; after a
+// failure act returns the pause before the next attempt (0 when it did
+// not fail).
+func (c *Controller) act(t *term, d compliance.Decision, failures int) (retryIn time.Duration) {
 	log := c.log.With(logAttrs(d)...).With("kind", string(d.Kind))
 	fresh, ok, err := c.recheck(t.ctx, d)
 	if t.ctx.Err() != nil {
 		log.Info("repair abandoned: this replica no longer leads")
-		return false
+		return 0
 	}
 	if errors.Is(err, errDeclarationChanging) {
 		log.Info("repair deferred: the declaration has just changed; the apply that wrote it is given time to write the object",
 			"apply_grace", c.cfg.ApplyGrace.String())
-		return false
+		return 0
 	}
 	if err != nil {
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
-		log.Error("repair skipped: re-reading before acting failed", "error", err.Error())
-		return false
+		retryIn = consul.Jitter(consul.Backoff(repairMinBackoff, repairMaxBackoff, failures))
+		log.Error("repair skipped: re-reading before acting failed", "error", err.Error(), "failures", failures, "retry_in", retryIn.String())
+		return retryIn
 	}
 	if !ok {
 		log.Info("repair skipped: a consistent read shows it is no longer needed")
-		return false
+		return 0
 	}
 	if !c.acting.Load() {
-		return false
+		return 0
 	}
 	log.Info("repair writing") // the nemesis's checker: no write begun after leadership passed on
 	done, err := c.execute(t, fresh)
@@ -50,15 +104,16 @@ func (c *Controller) act(t *term, d compliance.Decision) (timedOut bool) {
 		log.Info("repair abandoned: this replica no longer leads")
 	case err != nil:
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
-		log.Error("repair failed", "error", err.Error())
-		return errors.Is(err, context.DeadlineExceeded)
+		retryIn = consul.Jitter(consul.Backoff(repairMinBackoff, repairMaxBackoff, failures))
+		log.Error("repair failed", "error", err.Error(), "failures", failures, "retry_in", retryIn.String())
+		return retryIn
 	case !done:
 		log.Info("repair skipped: the object changed while acting; the next answer of the watch decides again")
 	default:
 		c.metrics.repairs.WithLabelValues(string(d.Kind)).Inc()
 		log.Info("repaired", "detail", fresh.Detail)
 	}
-	return false
+	return 0
 }
 
 // errDeclarationChanging is recheck's answer when the declaration read

@@ -252,7 +252,8 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 }
 
 // reconcile decides once and, if this replica leads, acts. It returns the
-// next time a max_hold deadline or an apply grace passes (zero when none).
+// next time a max_hold deadline or an apply grace passes, or a failed
+// repair is tried again (zero when none).
 func (c *Controller) reconcile(ctx context.Context) time.Time {
 	start := c.cfg.Clock.Now()
 	if err := c.fetchPolicies(ctx); err != nil && ctx.Err() == nil {
@@ -285,18 +286,7 @@ func (c *Controller) reconcile(ctx context.Context) time.Time {
 	if t := c.term.Load(); t != nil && c.acting.Load() {
 		c.actMu.Lock()
 		defer c.actMu.Unlock()
-		for _, d := range decisions {
-			if !d.Act || t.ctx.Err() != nil || !c.acting.Load() {
-				continue
-			}
-			if c.act(t, d) {
-				// Timed out: try again soon rather than at the next
-				// watch answer, which may be minutes away.
-				if retry := c.cfg.Clock.Now().Add(LeaderGrace); next.IsZero() || retry.Before(next) {
-					next = retry
-				}
-			}
-		}
+		next = c.actOn(t, decisions, next)
 		if t.ctx.Err() == nil && c.acting.Load() {
 			c.reapHolderServices(t.ctx)
 		}

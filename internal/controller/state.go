@@ -102,6 +102,7 @@ type reconState struct {
 	lockStatus map[string]*lockStatus // per-lock metrics
 	reported   map[string]string      // Decision.ID of findings already logged -> SettlingKey of their object
 	declReads  map[string]declRead    // confirmDrift's consistent reads, for the acts of the same reconcile (reconcile loop only)
+	retries    map[string]retry       // Decision.ID of failed repairs -> their back-off (actOn; reconcile loop only)
 	// view keeps each lock's verdict and what it rests on (incremental.go).
 	view view
 }
