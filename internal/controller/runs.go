@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +36,8 @@ var (
 		"Unix time before which the lock's newest run starts no next attempt (its ledger's not_before, run_once.retry_after); absent when none waits.", []string{"lock"}, nil)
 	descLastSlot = prometheus.NewDesc("consullock_lock_last_slot_timestamp_seconds",
 		"Unix time of the run_once lock's latest slot at or before the scrape: the run a trigger now runs.", []string{"lock"}, nil)
+	descSlotsSince = prometheus.NewDesc("consullock_lock_slots_since_timestamp_seconds",
+		"Unix time at which the run_once lock was declared with its slots (created, or its period, offset, schedule or time_zone last changed); no slot before it is the lock's. Absent when its record does not say.", []string{"lock"}, nil)
 )
 
 // runKey names an attempt (attempt >= 1) or a run's exhaustion (attempt 0).
@@ -77,7 +81,8 @@ func newRunMeter(now func() time.Time) *runMeter {
 	return &runMeter{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_lock_runs_total",
-			Help: "Attempts of run-once runs seen finished in the lock's run ledger, by outcome (succeeded, failed, lost, crashed, timed_out), and runs seen using up max_attempts without a success (exhausted). Derived from the ledgers; each counted once per controller.",
+			Help: "Attempts of run-once runs seen finished in the lock's run ledger, and runs seen using up max_attempts without a success (exhausted), by outcome (" +
+				strings.Join(runOutcomeLabels, ", ") + "). Derived from the ledgers; each counted once per controller.",
 		}, []string{"lock", "outcome"}),
 		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consullock_lock_missed_slots_total",
@@ -198,12 +203,16 @@ func (m *runMeter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descNextSlot
 	ch <- descLastSlot
 	ch <- descNextAttempt
+	ch <- descSlotsSince
 }
 
 // countMissed adds the slots newly seen missed at now, and exports each
-// run_once lock's next and latest slot.
+// run_once lock's next and latest slot and when its slots were declared.
 func (m *runMeter) countMissed(ch chan<- prometheus.Metric, now time.Time) {
 	for name, ro := range m.declared {
+		if !ro.Since.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descSlotsSince, prometheus.GaugeValue, float64(ro.Since.Unix()), name)
+		}
 		if next, ok := ro.NextSlot(now); ok {
 			ch <- prometheus.MustNewConstMetric(descNextSlot, prometheus.GaugeValue, float64(next.Unix()), name)
 		}
@@ -289,6 +298,10 @@ func (f frozenMetric) Write(out *dto.Metric) error {
 func (m *Metrics) MissedSlotsTotal(lock string) float64 {
 	return counterValue(m.runMeter.missed.WithLabelValues(lock))
 }
+
+// RunOutcomes returns the outcome label values of
+// consullock_lock_runs_total, each exported at 0 for every run_once lock.
+func RunOutcomes() []string { return slices.Clone(runOutcomeLabels) }
 
 // RunsTotal returns consullock_lock_runs_total for lock and outcome (for
 // tests).
