@@ -35,7 +35,9 @@ import (
 //
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench MidnightBurst -benchtime 1x -timeout 60m ./internal/runner/
 //
-// BENCH_BURST_J=10,50,100 picks the job counts (make bench-burst).
+// BENCH_BURST_J=10,50,100 picks the job counts (make bench-burst);
+// BENCH_BASELINE=<consullock binary of another commit> runs the same
+// burst with it first (before/after in one run).
 func BenchmarkMidnightBurst(b *testing.B) {
 	js := testenv.EnvInts(b, "BENCH_BURST_J", []int{10, 50, 100})
 	job := 1 * time.Second
@@ -53,16 +55,25 @@ func BenchmarkMidnightBurst(b *testing.B) {
 	for _, n := range c.Clients {
 		tg.nodes, tg.addrs = append(tg.nodes, n.Name), append(tg.addrs, n.Addr)
 	}
+	base := os.Getenv("BENCH_BASELINE")
 	b.ReportMetric(0, "ns/op")
 	for b.Loop() {
 		for _, j := range js {
-			run := midnightBurst(b, tg, j, job, runBurst, true)
+			var before burstFigures
+			if base != "" {
+				before = midnightBurst(b, tg, j, job, runBurstWith(base), true)
+			}
+			run := midnightBurst(b, tg, j, job, runBurstWith(runnerBin), true)
 			for i, n := range run.execs {
 				if n != 1 {
 					b.Errorf("J=%d: job %d's command ran %d times, want exactly once", j, i, n)
 				}
 			}
 			cl := midnightBurst(b, tg, j, job, consulLockBurst, false)
+			if base != "" {
+				before.log(b, "baseline", j)
+				before.report(b, "baseline", j)
+			}
 			run.log(b, "consullock run", j)
 			cl.log(b, "consul lock", j)
 			run.report(b, "run", j)
@@ -90,9 +101,12 @@ type burstJob struct {
 // burstStarter starts one job's process on node k of the cluster.
 type burstStarter func(b *testing.B, tg burstTarget, token string, jb *burstJob, k int, job time.Duration) *proc
 
-func runBurst(b *testing.B, tg burstTarget, token string, jb *burstJob, k int, job time.Duration) *proc {
-	return startRunnerBin(b, runnerBin, fmt.Sprintf("%s on node %d", jb.lock.Name, k), tg.addrs[k], token,
-		[]string{"-lock", jb.lock.Name, "-run-id", "midnight"}, childArgs(jb.record, "node"+strconv.Itoa(k), "-sleep", job.String())...)
+// runBurstWith starts `consullock run` of the binary bin.
+func runBurstWith(bin string) burstStarter {
+	return func(b *testing.B, tg burstTarget, token string, jb *burstJob, k int, job time.Duration) *proc {
+		return startRunnerBin(b, bin, fmt.Sprintf("%s on node %d", jb.lock.Name, k), tg.addrs[k], token,
+			[]string{"-lock", jb.lock.Name, "-run-id", "midnight"}, childArgs(jb.record, "node"+strconv.Itoa(k), "-sleep", job.String())...)
+	}
 }
 
 func consulLockBurst(b *testing.B, tg burstTarget, _ string, jb *burstJob, k int, job time.Duration) *proc {
