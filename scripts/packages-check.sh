@@ -7,7 +7,9 @@
 #     config-file marks, unit files and install script from the archives;
 #   - lintian lints the .deb files, installed from Debian's packages when it
 #     is missing and this runs as root with apt-get; otherwise the lint step
-#     is skipped and says so (the layout is still checked).
+#     is skipped and says so (the layout is still checked);
+#   - as root with dpkg, the .deb of this machine's architecture is
+#     installed, upgraded over an edited config file and purged.
 # Output: PACKAGES_DIST (default dist/).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -49,4 +51,25 @@ if command -v lintian >/dev/null 2>&1; then
 else
   echo "packages: LINT SKIPPED: lintian is not installed and cannot be here (needs root and apt-get); the .deb files were not linted" >&2
 fi
-echo "packages: ${#packages[@]} packages in $out/ have the promised layout; lintian: $lint; $((SECONDS - start))s in all"
+# Installed for real (as root with dpkg, unless PACKAGES_INSTALL=0): the
+# install script runs (users), the binary runs, an upgrade keeps an edited
+# config file, and a purge removes what the package installed.
+install="not tried (needs root and dpkg; PACKAGES_INSTALL=0 turns it off)"
+deb="$(ls "$out"/*_"$(dpkg --print-architecture 2>/dev/null || echo none)".deb 2>/dev/null | head -n1 || true)"
+if [[ "${PACKAGES_INSTALL:-1}" != 0 && $(id -u) -eq 0 && -n "$deb" ]] && ! dpkg -s consullock >/dev/null 2>&1; then
+  echo "packages: dpkg -i $(basename "$deb"), an upgrade over an edited config, then a purge"
+  dpkg -i "$deb" >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; exit 1; }
+  id consullock >/dev/null && id consullock-jobs >/dev/null ||
+    { echo "packages: the install script did not create the users consullock and consullock-jobs" >&2; exit 1; }
+  /usr/bin/consullock -version >/dev/null
+  echo "# kept on upgrade" >>/etc/consullock/controller.env
+  dpkg -i "$deb" >>"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; exit 1; }
+  grep -q '^# kept on upgrade$' /etc/consullock/controller.env ||
+    { echo "packages: an upgrade overwrote the edited /etc/consullock/controller.env" >&2; exit 1; }
+  dpkg --purge consullock >>"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; exit 1; }
+  if [[ -e /usr/bin/consullock || -e /etc/consullock/controller.env || -e /usr/lib/systemd/system/consullock-controller.service ]]; then
+    echo "packages: the purge left files behind" >&2; exit 1
+  fi
+  install="installed, upgraded keeping the edited config, purged"
+fi
+echo "packages: ${#packages[@]} packages in $out/ have the promised layout; lintian: $lint; install: $install; $((SECONDS - start))s in all"
