@@ -26,6 +26,12 @@ const (
 	repairMaxBackoff = time.Minute
 )
 
+// repairBackoff is the pause after a repair's failures-th consecutive
+// failure.
+func repairBackoff(failures int) time.Duration {
+	return consul.Jitter(consul.Backoff(repairMinBackoff, repairMaxBackoff, failures))
+}
+
 // retry is a failed repair's back-off: its consecutive failures, and when
 // it is tried again.
 type retry struct {
@@ -86,7 +92,7 @@ func (c *Controller) act(t *term, d compliance.Decision, failures int) (retryIn 
 	}
 	if err != nil {
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
-		retryIn = consul.Jitter(consul.Backoff(repairMinBackoff, repairMaxBackoff, failures))
+		retryIn = repairBackoff(failures)
 		log.Error("repair skipped: re-reading before acting failed", "error", err.Error(), "failures", failures, "retry_in", retryIn.String())
 		return retryIn
 	}
@@ -104,7 +110,7 @@ func (c *Controller) act(t *term, d compliance.Decision, failures int) (retryIn 
 		log.Info("repair abandoned: this replica no longer leads")
 	case err != nil:
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
-		retryIn = consul.Jitter(consul.Backoff(repairMinBackoff, repairMaxBackoff, failures))
+		retryIn = repairBackoff(failures)
 		log.Error("repair failed", "error", err.Error(), "failures", failures, "retry_in", retryIn.String())
 		return retryIn
 	case !done:
