@@ -171,7 +171,7 @@ func (m *runMeter) count(name string, ledger lockmodel.Ledger, maxAttempts int) 
 				m.lastSuccess[name] = a.Finished
 			}
 		}
-		if exhausted(r, maxAttempts) {
+		if r.Exhausted(maxAttempts) {
 			k := runKey{run: r.ID}
 			now[k] = lockmodel.RunExhausted
 			if before[k] != lockmodel.RunExhausted {
@@ -180,19 +180,6 @@ func (m *runMeter) count(name string, ledger lockmodel.Ledger, maxAttempts int) 
 		}
 	}
 	m.seen[name] = now
-}
-
-// exhausted: the run says so, or its last attempt failed, was lost or
-// crashed and it had max_attempts attempts (no runner starts another;
-// the next one to try writes "exhausted").
-func exhausted(r lockmodel.Run, maxAttempts int) bool {
-	if r.Outcome == lockmodel.RunExhausted {
-		return true
-	}
-	if _, ok := r.Succeeded(); ok || len(r.Attempts) < maxAttempts {
-		return false
-	}
-	return r.Attempts[len(r.Attempts)-1].Outcome.Retried()
 }
 
 func (m *runMeter) Describe(ch chan<- *prometheus.Desc) {

@@ -220,3 +220,19 @@ func TestRunMeter_missedSlotsAndNextSlot(t *testing.T) {
 		t.Fatalf("missed a day later: %v", got)
 	}
 }
+
+// consullock_lock_runs_total{outcome="exhausted"} reads a run by the one
+// rule (lockmodel Run.Exhausted): an attempt set aside under
+// run_once.overlap (replaced, skipped) does not count toward max_attempts.
+func TestRunMeter_exhaustedByTheLedgersRule(t *testing.T) {
+	m := newRunMeter(time.Now)
+	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}}}
+	run := lockmodel.Run{ID: "2026-12-01T00:00:00Z", Outcome: lockmodel.RunFailed,
+		Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunReplaced, t0), attempt(2, lockmodel.RunFailed, t0.Add(time.Minute))}}
+	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{run}}}, locks)
+	if got, want := counterValue(m.runs.WithLabelValues("nightly", string(lockmodel.RunExhausted))), 0.0; got != want {
+		t.Errorf("a run with a replaced and a failed attempt of max_attempts 2: exhausted = %v, want %v (Exhausted: %v)",
+			got, want, run.Exhausted(2))
+	}
+}
