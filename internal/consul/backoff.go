@@ -59,6 +59,10 @@ var transientMessages = []string{
 	"connection refused",
 	"i/o deadline reached",
 	"i/o timeout",
+	// raft.ErrNotLeader: a server that lost the leadership while it
+	// served a consistent read or a write (seen under a 2-core burst
+	// benchmark, the servers starved: a leader election).
+	"node is not the leader",
 }
 
 // isTransientServerError reports whether an HTTP 500 body (or an error

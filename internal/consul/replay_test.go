@@ -86,6 +86,7 @@ func TestRetryPolicy_unsafeWriteOnlyWhenNotApplied(t *testing.T) {
 		{"rpc EOF", response(500, "rpc error making call: EOF"), nil, true, false},
 		{"rpc stream closed", response(500, "rpc error making call: stream closed"), nil, true, false},
 		{"leadership lost", response(500, "leadership lost while committing log"), nil, true, false},
+		{"not the leader", response(500, "rpc error making call: node is not the leader"), nil, true, false},
 		{"validation", response(500, "Invalid Session TTL"), nil, false, false},
 	}
 	for _, tt := range tests {
