@@ -22,7 +22,11 @@ func TestFloorHasConsullocksShape(t *testing.T) {
 			t.Errorf("type %s, want %s", got.Schema.Type(), want.Schema.Type())
 		}
 		for name, w := range want.Schema.Attributes {
-			g := got.Schema.Attributes[name]
+			g, ok := got.Schema.Attributes[name]
+			if !ok {
+				t.Errorf("%s: missing", name)
+				continue
+			}
 			if g.IsRequired() != w.IsRequired() || g.IsOptional() != w.IsOptional() || g.IsComputed() != w.IsComputed() {
 				t.Errorf("%s: required/optional/computed %v/%v/%v, want %v/%v/%v", name,
 					g.IsRequired(), g.IsOptional(), g.IsComputed(), w.IsRequired(), w.IsOptional(), w.IsComputed())
