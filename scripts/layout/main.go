@@ -65,14 +65,10 @@ func main() {
 // ledgerNames are the identifiers whose use marks run-once code.
 var ledgerNames = []string{"Ledger", "RunOutcome", "RunSucceeded", "BeginDecision", "AttemptResult", "RunLedgerKey"}
 
-// Measure reads every non-test Go file under root/internal and root/pkg
-// (when present) and the module's root package.
+// Measure reads every non-test Go file of the module below root (not
+// tests/, examples/ or other non-product folders, nor testdata).
 func Measure(root string) (Figures, error) {
-	fset := token.NewFileSet()
-	pkgs := map[string]*Package{}
-	holders := map[string][]string{}
-	runOnce := map[string]bool{}
-	var f Figures
+	m := &measurer{fset: token.NewFileSet(), pkgs: map[string]*Package{}, holders: map[string][]string{}, runOnce: map[string]bool{}}
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -88,87 +84,110 @@ func Measure(root string) (Figures, error) {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		file, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		dir := filepath.ToSlash(filepath.Dir(rel))
-		p := pkgs[dir]
-		if p == nil {
-			p = &Package{Path: dir}
-			pkgs[dir] = p
-		}
-		for _, line := range strings.Split(string(src), "\n") {
-			if strings.TrimSpace(line) != "" {
-				p.Lines++
-			}
-		}
-		for _, decl := range file.Decls {
-			switch d := decl.(type) {
-			case *ast.FuncDecl:
-				if d.Name.IsExported() {
-					p.Exported++
-				}
-				if d.Recv != nil && d.Name.IsExported() && dir == "internal/consul" && recvName(d.Recv) == "Client" {
-					f.ClientMethods++
-				}
-				if d.Recv == nil || !d.Name.IsExported() {
-					continue
-				}
-				if isLedgerName(d.Name.Name) {
-					runOnce[dir] = true
-				}
-			case *ast.GenDecl:
-				for _, spec := range d.Specs {
-					switch s := spec.(type) {
-					case *ast.TypeSpec:
-						if s.Name.IsExported() {
-							p.Exported++
-							if strings.HasPrefix(s.Name.Name, "Hold") {
-								holders[s.Name.Name] = append(holders[s.Name.Name], dir)
-							}
-							if isLedgerName(s.Name.Name) {
-								runOnce[dir] = true
-							}
-						}
-					case *ast.ValueSpec:
-						for _, n := range s.Names {
-							if n.IsExported() {
-								p.Exported++
-							}
-						}
-					}
-				}
-			}
-		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			switch x := n.(type) {
-			case *ast.SelectorExpr:
-				if x.Sel.Name == "WithDefaults" {
-					f.WithDefaults++
-				}
-				if isLedgerName(x.Sel.Name) {
-					if id, ok := x.X.(*ast.Ident); ok && id.Name == "lockmodel" {
-						runOnce[dir] = true
-					}
-				}
-			}
-			return true
-		})
-		return nil
+		return m.file(path, filepath.ToSlash(filepath.Dir(rel)))
 	})
 	if err != nil {
-		return f, err
+		return m.f, err
 	}
-	for _, p := range pkgs {
+	return m.figures(), nil
+}
+
+// measurer accumulates one tree's figures file by file.
+type measurer struct {
+	fset    *token.FileSet
+	f       Figures
+	pkgs    map[string]*Package
+	holders map[string][]string // Hold... type name -> packages
+	runOnce map[string]bool
+}
+
+// file adds the Go file at path, of the package in dir.
+func (m *measurer) file(path, dir string) error {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	file, err := parser.ParseFile(m.fset, path, src, parser.SkipObjectResolution)
+	if err != nil {
+		return err
+	}
+	p := m.pkgs[dir]
+	if p == nil {
+		p = &Package{Path: dir}
+		m.pkgs[dir] = p
+	}
+	for _, line := range strings.Split(string(src), "\n") {
+		if strings.TrimSpace(line) != "" {
+			p.Lines++
+		}
+	}
+	for _, decl := range file.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			m.funcDecl(p, dir, d)
+		case *ast.GenDecl:
+			m.genDecl(p, dir, d)
+		}
+	}
+	ast.Inspect(file, func(n ast.Node) bool {
+		if x, ok := n.(*ast.SelectorExpr); ok {
+			if x.Sel.Name == "WithDefaults" {
+				m.f.WithDefaults++
+			}
+			if id, ok := x.X.(*ast.Ident); ok && id.Name == "lockmodel" && isLedgerName(x.Sel.Name) {
+				m.runOnce[dir] = true
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+func (m *measurer) funcDecl(p *Package, dir string, d *ast.FuncDecl) {
+	if !d.Name.IsExported() {
+		return
+	}
+	p.Exported++
+	if d.Recv != nil && dir == "internal/consul" && recvName(d.Recv) == "Client" {
+		m.f.ClientMethods++
+	}
+	if d.Recv != nil && isLedgerName(d.Name.Name) {
+		m.runOnce[dir] = true
+	}
+}
+
+func (m *measurer) genDecl(p *Package, dir string, d *ast.GenDecl) {
+	for _, spec := range d.Specs {
+		switch s := spec.(type) {
+		case *ast.TypeSpec:
+			if !s.Name.IsExported() {
+				continue
+			}
+			p.Exported++
+			if strings.HasPrefix(s.Name.Name, "Hold") {
+				m.holders[s.Name.Name] = append(m.holders[s.Name.Name], dir)
+			}
+			if isLedgerName(s.Name.Name) {
+				m.runOnce[dir] = true
+			}
+		case *ast.ValueSpec:
+			for _, n := range s.Names {
+				if n.IsExported() {
+					p.Exported++
+				}
+			}
+		}
+	}
+}
+
+// figures sorts what was measured.
+func (m *measurer) figures() Figures {
+	f := m.f
+	for _, p := range m.pkgs {
 		f.Packages = append(f.Packages, *p)
 	}
 	sort.Slice(f.Packages, func(i, j int) bool { return f.Packages[i].Path < f.Packages[j].Path })
-	for name, dirs := range holders {
+	for name, dirs := range m.holders {
 		for _, d := range dirs {
 			f.HolderTypes = append(f.HolderTypes, filepath.Base(d)+"."+name)
 		}
@@ -177,11 +196,11 @@ func Measure(root string) (Figures, error) {
 		}
 	}
 	sort.Strings(f.HolderTypes)
-	for d := range runOnce {
+	for d := range m.runOnce {
 		f.RunOncePackages = append(f.RunOncePackages, d)
 	}
 	sort.Strings(f.RunOncePackages)
-	return f, nil
+	return f
 }
 
 func isLedgerName(name string) bool { return slices.Contains(ledgerNames, name) }
