@@ -116,6 +116,6 @@ output "worker_token" {
 }
 
 output "status_token" {
-  value       = consullock_acl_token.status.secret_id
-  sensitive   = true
+  value     = consullock_acl_token.status.secret_id
+  sensitive = true
 }
