@@ -213,6 +213,7 @@ func (c *Controller) setTerm(t *term) {
 	c.metrics.setLeader(on)
 	if on {
 		c.trigger()
+		c.notify.wakeUp() // a new leader looks for events at once
 	}
 }
 

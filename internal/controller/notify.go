@@ -157,6 +157,15 @@ func (n *notifier) observe(locks map[string]lockmodel.Lock, ledgers map[string]l
 	n.mu.Lock()
 	n.locks, n.ledgers, n.pauses = locks, ledgers, pauses
 	n.mu.Unlock()
+	n.wakeUp()
+}
+
+// wakeUp has the loop look for events soon; it never blocks (nil: no
+// notifier).
+func (n *notifier) wakeUp() {
+	if n == nil {
+		return
+	}
 	select {
 	case n.wake <- struct{}{}:
 	default:
