@@ -126,7 +126,7 @@ func TestStatusNextAndMissedSlots(t *testing.T) {
 	}
 	_, out, _ := f.run("-lock", "nightly")
 	if !strings.Contains(out, "Next slot: "+next) || !strings.Contains(out, "Missed slots") || !strings.Contains(out, "  "+slot(3)+"\n") ||
-		!strings.Contains(out, "-run-id ID") {
+		!strings.Contains(out, "consullock backfill -lock nightly") {
 		t.Fatalf("-lock nightly lacks the slots:\n%s", out)
 	}
 	t.Logf("status -lock nightly:\n%s", out)
