@@ -290,18 +290,23 @@ func (g *guard) endTree(log *slog.Logger) {
 		return
 	default:
 	}
-	if err := g.send(msgEnd, 0); err == nil {
-		select {
-		case n := <-g.ended:
-			if n > 0 {
-				log.Warn("killed what was left of the command's process tree before releasing the lock",
-					"processes", n, "took", time.Since(start).Round(time.Microsecond))
-			}
-		case <-g.gone:
-		case <-time.After(killWait):
-			log.Warn("the command's guard did not confirm that the processes the command left are gone; releasing the lock anyway",
-				"guard_pid", g.cmd.Process.Pid, "waited", killWait)
+	// A send that fails finds the guard dead before follow has read its
+	// end: follow kills what the command left, then closes gone; the
+	// release waits for that as for the guard's answer.
+	ended := g.ended
+	if err := g.send(msgEnd, 0); err != nil {
+		ended = nil
+	}
+	select {
+	case n := <-ended:
+		if n > 0 {
+			log.Warn("killed what was left of the command's process tree before releasing the lock",
+				"processes", n, "took", time.Since(start).Round(time.Microsecond))
 		}
+	case <-g.gone:
+	case <-time.After(killWait):
+		log.Warn("the command's guard did not confirm that the processes the command left are gone; releasing the lock anyway",
+			"guard_pid", g.cmd.Process.Pid, "waited", killWait)
 	}
 }
 
