@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -178,6 +181,10 @@ func (c *Controller) notifyLoop(ctx context.Context) {
 	n := c.notify
 	tick := time.NewTicker(notifyEvery)
 	defer tick.Stop()
+	// sent is what this term has read and written of each lock's record
+	// of sent events: read once a term, so that a pass whose events were
+	// all sent sends no request; reset when leadership is lost.
+	var sent map[string]*sentRecord
 	for {
 		select {
 		case <-ctx.Done():
@@ -186,7 +193,11 @@ func (c *Controller) notifyLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		if !c.IsLeader() {
+			sent = nil
 			continue
+		}
+		if sent == nil {
+			sent = map[string]*sentRecord{}
 		}
 		n.mu.Lock()
 		locks, ledgers, pauses := n.locks, n.ledgers, n.pauses
@@ -197,7 +208,7 @@ func (c *Controller) notifyLoop(ctx context.Context) {
 			for j < len(events) && events[j].Lock == events[i].Lock {
 				j++
 			}
-			c.notifyLock(ctx, events[i].Lock, events[i:j])
+			c.notifyLock(ctx, events[i].Lock, events[i:j], sent)
 			i = j
 		}
 	}
@@ -208,25 +219,43 @@ func (c *Controller) notifiedKey(lock string) string {
 	return c.cfg.RegistryPrefix + "/controller/notified/" + lock
 }
 
-// notifyLock sends lock's events not yet sent and records them sent; a
-// POST that fails after its retries is logged and tried at the next pass.
-func (c *Controller) notifyLock(ctx context.Context, lock string, events []NotifyEvent) {
+// sentRecord is a lock's record of sent event IDs as last read or
+// written, at its ModifyIndex.
+type sentRecord struct {
+	ids   []string
+	index uint64
+}
+
+// readSent reads lock's record of sent events consistently.
+func (c *Controller) readSent(ctx context.Context, key string, log *slog.Logger) (*sentRecord, error) {
+	pair, _, err := c.client.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil || pair == nil {
+		return &sentRecord{}, err
+	}
+	r := &sentRecord{index: pair.ModifyIndex}
+	if err := json.Unmarshal(pair.Value, &r.ids); err != nil {
+		log.Warn("the record of sent notifications does not decode; starting it again", "error", err.Error())
+		r.ids = nil
+	}
+	return r, nil
+}
+
+// notifyLock sends lock's events not yet sent and records them sent
+// (known, the term's copies of the records); a POST that fails after its
+// retries is logged and tried at the next pass.
+func (c *Controller) notifyLock(ctx context.Context, lock string, events []NotifyEvent, known map[string]*sentRecord) {
 	key := c.notifiedKey(lock)
 	log := c.log.With("lock", lock, "notify_key", key)
-	pair, _, err := c.client.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		log.Warn("cannot read which notifications were sent; trying again later", "error", err.Error())
-		return
-	}
-	var sent []string
-	var index uint64
-	if pair != nil {
-		index = pair.ModifyIndex
-		if err := json.Unmarshal(pair.Value, &sent); err != nil {
-			log.Warn("the record of sent notifications does not decode; starting it again", "error", err.Error())
-			sent = nil
+	rec := known[lock]
+	if rec == nil {
+		var err error
+		if rec, err = c.readSent(ctx, key, log); err != nil {
+			log.Warn("cannot read which notifications were sent; trying again later", "error", err.Error())
+			return
 		}
+		known[lock] = rec
 	}
+	sent := rec.ids
 	fresh := false
 	for _, e := range events {
 		if slices.Contains(sent, e.ID) || !c.IsLeader() {
@@ -247,7 +276,10 @@ func (c *Controller) notifyLock(ctx context.Context, lock string, events []Notif
 		sent = sent[len(sent)-notifyKeepPerLock:]
 	}
 	b, _ := json.Marshal(sent)
-	ok, _, err := c.client.KV().CAS(&api.KVPair{Key: key, Value: b, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	// Read again at the next pass: the write's answer does not give the
+	// record's new index.
+	delete(known, lock)
+	ok, _, err := c.client.KV().CAS(&api.KVPair{Key: key, Value: b, ModifyIndex: rec.index}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil || !ok {
 		log.Warn("cannot record the notifications sent; a replica may send them again", "error", fmt.Sprint(err), "changed", !ok)
 	}
@@ -279,15 +311,10 @@ func (n *notifier) send(ctx context.Context, e NotifyEvent) error {
 // redactURL keeps a URL's user info and query (which may hold a token)
 // out of an error.
 func redactURL(err error, raw string) error {
-	u, perr := url.Parse(raw)
-	if perr != nil {
-		return fmt.Errorf("POST to the -notify URL failed")
+	safe := "the -notify URL"
+	if u, perr := url.Parse(raw); perr == nil {
+		u.User, u.RawQuery, u.Fragment = nil, "", ""
+		safe = u.String()
 	}
-	msg := err.Error()
-	safe := u.Scheme + "://" + u.Host + u.Path
-	msg = string(bytes.ReplaceAll([]byte(msg), []byte(raw), []byte(safe)))
-	if u.RawQuery != "" || u.User != nil {
-		msg = string(bytes.ReplaceAll([]byte(msg), []byte(u.RawQuery), []byte("REDACTED")))
-	}
-	return fmt.Errorf("%s", msg)
+	return errors.New(strings.ReplaceAll(err.Error(), raw, safe))
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -173,4 +174,14 @@ func (h *harness) cli(args ...string) (string, error) {
 	cmd.Env = append(os.Environ(), h.a.Env()...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// A failed POST's error keeps the -notify URL's user info and query (a
+// token) out.
+func TestNotify_errorsHideTheURLsSecrets(t *testing.T) {
+	raw := "https://bot:s3cret@hooks.example/notify?token=s3cret"
+	err := redactURL(errors.New(`Post "`+raw+`": dial tcp: refused`), raw)
+	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "https://hooks.example/notify") {
+		t.Fatalf("error %q: want the URL without its user info and query", err)
+	}
 }
