@@ -134,36 +134,29 @@ func setReleasedByAccessor(l lockmodel.Ledger, run string, attempt int, accessor
 }
 
 // recordRelease marks the session's running attempt released in the run
-// ledger (check-and-set, retried after another writer's change).
+// ledger (consul.EditLedger: check-and-set, retried after another
+// writer's change).
 func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client, session string, at time.Time) int {
 	key := lockmodel.RunLedgerKey(c.registry, c.lock)
-	reg := client.Registry(c.registry)
-	for range ledgerWrites {
-		ledger, index, err := client.ReadLedger(ctx, key, c.lock)
-		if err != nil {
-			return c.consulError(e, fmt.Errorf("the session was ended, but the release is not recorded in the run ledger: %w", err))
-		}
-		out, run, attempt, found := ledger.Release(session, c.by, c.reason, at)
+	var run string
+	var attempt int
+	written, err := client.EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
+		out, r, n, found := l.Release(session, c.by, c.reason, at)
 		if found {
-			setReleasedByAccessor(out, run, attempt, c.accessor)
+			setReleasedByAccessor(out, r, n, c.accessor)
 		}
-		if !found {
-			fmt.Fprintf(e.stdout, "the run ledger %s has no attempt running under session %s (the holder had not begun one, or the next holder recorded it); nothing recorded\n", key, session)
-			return ExitOK
-		}
-		b, err := lockmodel.EncodeLedger(out)
-		if err != nil {
-			return c.consulError(e, err)
-		}
-		_, err = reg.Put(ctx, lockmodel.KindRuns, c.lock, b, index)
-		if conflict := (*consul.ErrConflict)(nil); errors.As(err, &conflict) {
-			continue
-		}
-		if err != nil {
-			return c.consulError(e, fmt.Errorf("the session was ended, but the release is not recorded in the run ledger: %w", writeAdvice(err, key)))
-		}
-		fmt.Fprintf(e.stdout, "recorded run %s attempt %d as released in %s\n", run, attempt, key)
+		run, attempt = r, n
+		return out, found
+	})
+	switch {
+	case errors.Is(err, consul.ErrLedgerChanged):
+		return c.consulError(e, fmt.Errorf("the session was ended, but the run ledger %s kept changing; the release is not recorded", key))
+	case err != nil:
+		return c.consulError(e, fmt.Errorf("the session was ended, but the release is not recorded in the run ledger: %w", writeAdvice(err, key)))
+	case !written:
+		fmt.Fprintf(e.stdout, "the run ledger %s has no attempt running under session %s (the holder had not begun one, or the next holder recorded it); nothing recorded\n", key, session)
 		return ExitOK
 	}
-	return c.consulError(e, fmt.Errorf("the session was ended, but the run ledger %s kept changing; the release is not recorded", key))
+	fmt.Fprintf(e.stdout, "recorded run %s attempt %d as released in %s\n", run, attempt, key)
+	return ExitOK
 }
