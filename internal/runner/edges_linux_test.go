@@ -54,9 +54,11 @@ func guardOf(t *testing.T, runner int) int {
 	return 0
 }
 
-// Issue 44, holes 1 and 2: a kill that takes more than the runner leaves
-// nothing of the job's tree (the grandchild in the command's group, the
-// setsid'd descendant) running beside the next holder.
+// Issue 44, holes 1 and 2 (and issue 31's kill -9 of the runner alone,
+// the control): no kill of the runner leaves anything of the job's tree
+// (the grandchild in the command's group, the setsid'd descendant)
+// running beside the next holder.
+//   - runner alone: SIGKILL of the runner, its guard ends the tree;
 //   - group: the runner's process group is SIGKILLed, as `timeout -s KILL`,
 //     supervisord's killasgroup and `kill -9 -- -PGID` do;
 //   - runner and guard: both SIGKILLed together (`pkill -9 -f consullock`),
@@ -68,6 +70,11 @@ func TestRun_killsBeyondTheRunnerLeaveNoProcessOfItsJob(t *testing.T) {
 		args []string
 		kill func(t *testing.T, a *proc)
 	}{
+		{"runner alone", nil, func(t *testing.T, a *proc) {
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"group kill", nil, func(t *testing.T, a *proc) {
 			if err := syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)

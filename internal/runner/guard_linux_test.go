@@ -143,38 +143,6 @@ func directChildren(t testing.TB, pid int) []int {
 	return out
 }
 
-// Issue 31, item 2: kill -9 of the runner ends its job's whole tree (the
-// grandchild in the command's group and the setsid'd descendant outside
-// it) before the next holder starts.
-func TestRun_killedRunnerLeavesNoProcessOfItsJob(t *testing.T) {
-	t.Parallel()
-	prefix := testenv.UniquePrefix(t.Name())
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, fastProfile(t, time.Second))
-	token := runnerToken(t, prefix)
-	dir := t.TempDir()
-	record := filepath.Join(dir, "record")
-	job, beats := treeJob(dir, 5*time.Millisecond, childArgs(record, "a", "-sleep", "5m")...)
-	a := startJob(t, "runner a", token, []string{"-lock", l.Name}, job...)
-	waitStarted(t, record, "a")
-	b := startRun(t, "runner b", token, []string{"-lock", l.Name}, childArgs(record, "b", "-sleep", "100ms")...)
-	waitForTwoSessions(t, "consullock run "+l.Name)
-	session := readRuns(t, record)[0].session
-
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	a.wait(10 * time.Second)
-	// The TTL would end a's session; destroying it now (as an operator
-	// may) lets b start lock-delay later, so that the test takes seconds.
-	if _, err := agent.Client().Session().Destroy(session, nil); err != nil {
-		t.Fatal(err)
-	}
-	if code := b.wait(time.Minute); code != 0 {
-		t.Fatalf("runner b exited %d, want 0", code)
-	}
-	requireNoBeatAfter(t, beats, startOfB(t, record))
-}
-
 // Issue 31, item 2: what the command leaves outside its process group (a
 // setsid'd process) is ended before the lock is released, as what it leaves
 // in its group is.
