@@ -410,14 +410,7 @@ func (r *runner) spreadsArrival() bool {
 func (r *runner) waitArrivalSpread(ctx context.Context) bool {
 	d := rand.N(arrivalSpread)
 	r.log.Debug("the key is free; waiting at random before creating a session", "wait", d.String())
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return consul.Sleep(ctx, d) == nil
 }
 
 // waitWithoutSession: a run-once runner lost the race for the free key

@@ -166,12 +166,7 @@ func earliest(a, b time.Time) time.Time {
 
 // sleepUntil waits d, but not past deadline nor once ctx ends.
 func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) {
-	t := time.NewTimer(max(min(d, time.Until(deadline)), 0))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	_ = consul.Sleep(ctx, max(min(d, time.Until(deadline)), 0))
 }
 
 // attemptOutcome is the outcome ledger l records for attempt n of run id
