@@ -35,10 +35,13 @@ func (m *mutex) acquireQueued(ctx context.Context, s *Session, holder func() []b
 	kv := m.c.KV()
 	entry := lockmodel.WaiterQueueEntryKey(m.lock, s.ID)
 	queued, err := m.enqueue(ctx, s, entry, holder)
-	if err != nil || !queued {
-		if err != nil {
-			return Grant{}, err
-		}
+	if err != nil {
+		// Cancelled or failed with the write's answer lost: the entry may
+		// be there all the same, and is this waiter's to delete.
+		m.leaveQueue(ctx, entry)
+		return Grant{}, err
+	}
+	if !queued {
 		return m.race(ctx, s, holder, "")
 	}
 	defer func() {
