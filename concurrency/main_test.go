@@ -1,0 +1,81 @@
+package concurrency_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+)
+
+// agent is one real Consul agent (ACLs on, default deny) for the package.
+var agent *testenv.Agent
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunWithAgent(m, &agent))
+}
+
+// worker returns a client for this agent (management token) through the
+// environment, as a program would build one: the examples call
+// api.NewClient(api.DefaultConfig()).
+func setEnv() {
+	_ = os.Setenv("CONSUL_HTTP_ADDR", agent.Addr)
+	_ = os.Setenv("CONSUL_HTTP_TOKEN", agent.ManagementToken)
+}
+
+// declare writes the records of profile p and lock l under registry, as the
+// provider does.
+func declare(t testing.TB, registry string, p lockmodel.SessionProfile, l lockmodel.Lock) {
+	if t != nil {
+		t.Helper()
+	}
+	kv := agent.Client().KV()
+	pv, err := lockmodel.EncodeSessionProfileRecord(p)
+	must(t, err)
+	_, err = kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(registry, lockmodel.KindSessionDefaults, p.Name), Value: pv}, nil)
+	must(t, err)
+	lv, err := lockmodel.EncodeLockRecord(l)
+	must(t, err)
+	_, err = kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(registry, lockmodel.KindLock, l.Name), Value: lv}, nil)
+	must(t, err)
+}
+
+func must(t testing.TB, err error) {
+	if err == nil {
+		return
+	}
+	if t == nil {
+		panic(err)
+	}
+	t.Helper()
+	t.Fatal(err)
+}
+
+// runOnceLock declares a run-once mutex called name with a profile of TTL
+// 10s and no lock-delay, and returns the registry prefix.
+func runOnceLock(t testing.TB, name string, maxAttempts int) string {
+	registry := testenv.UniquePrefix(name)
+	p := lockmodel.SessionProfile{Name: "jobs", TTL: 10 * time.Second, LockDelay: 0}.WithDefaults()
+	declare(t, registry, p, lockmodel.Lock{
+		Name: name, Prefix: registry + "/jobs/" + name, Limit: 1, SessionDefaults: "jobs",
+		RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: maxAttempts},
+	})
+	return registry
+}
+
+// waitClosed waits for c, failing after a bound far above any expected
+// wait (a failed test, not a measurement).
+func waitClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%s was not closed", what)
+	}
+}
+
+var _ = context.Background

@@ -1,0 +1,64 @@
+package concurrency
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+)
+
+// Option configures a Session, a declared lock or a RunOnce (functional
+// options, as etcd's). Each option says what it applies to; others ignore
+// it.
+type Option func(*config)
+
+type config struct {
+	ttl         time.Duration
+	lockDelay   *time.Duration
+	profile     string
+	registry    string
+	sessionName string
+	grace       time.Duration
+	log         *slog.Logger
+}
+
+func newConfig(opts []Option) config {
+	c := config{registry: lockmodel.DefaultRegistryPrefix, grace: lockmodel.DefaultRunnerGrace, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// WithTTL sets the session TTL (10s to 24h; default 15s, as api.Lock).
+// Session only; not with WithProfile.
+func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
+
+// WithLockDelay sets the session's lock-delay (0 to 60s; default 15s):
+// after the session ends without releasing, its keys stay unacquirable
+// that long. Session only; not with WithProfile.
+func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = &d } }
+
+// WithProfile creates the session from the declared session profile
+// (resource consullock_session_defaults) of that name, read from the
+// registry. Session only.
+func WithProfile(name string) Option { return func(c *config) { c.profile = name } }
+
+// WithRegistryPrefix is the KV prefix of the declarations (the provider's
+// registry_prefix; default "consul-lock"). Session (its declared profile
+// and declared locks) and RunOnce.
+func WithRegistryPrefix(prefix string) Option { return func(c *config) { c.registry = prefix } }
+
+// WithSessionName names the Consul session (default "consullock
+// concurrency"). Session and RunOnce.
+func WithSessionName(name string) Option { return func(c *config) { c.sessionName = name } }
+
+// WithGrace is how long the caller needs to stop its work once Done is
+// closed or its context cancelled (default 5s, the runner's -grace): the
+// stop rule declares the lock lost that much before another holder could
+// take it. Session and RunOnce.
+func WithGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
+
+// WithLogger receives warnings (failed renewals, cleanup failures) and
+// the run-once steps; by default nothing is logged. Session and RunOnce.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }

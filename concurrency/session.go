@@ -1,0 +1,209 @@
+package concurrency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+)
+
+// Session is a Consul session that holds locks (etcd's concurrency.Session):
+// created as a profile declares or with an explicit TTL and lock-delay, and
+// renewed until Close. Done is closed when the session is lost (Consul
+// ended it, or renewals failed for longer than the stop rule allows) or
+// closed; every hold through it ends then too.
+type Session struct {
+	c       *consul.Client
+	s       *lockproto.Session
+	profile lockmodel.SessionProfile
+	cfg     config
+	rule    lockmodel.StopRule
+
+	// ctx ends, with ErrSessionLost or ErrSessionClosed as its cause, when
+	// the session is lost or closed.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// stopRenew ends the renewer and the judge (Close).
+	stopRenew context.CancelFunc
+	wg        sync.WaitGroup
+	contact   atomic.Pointer[time.Time]
+
+	mu    sync.Mutex
+	holds map[*hold]struct{}
+}
+
+// NewSession creates a session on the agent client talks to: from the
+// declared profile (WithProfile), or with WithTTL and WithLockDelay
+// (defaults 15s and 15s, Consul's). The session is read back and checked
+// against what was asked (a session Consul changed is destroyed and
+// reported). The token needs session write on the agent's node, and key
+// read on the profile's record with WithProfile.
+func NewSession(ctx context.Context, client *api.Client, opts ...Option) (*Session, error) {
+	cfg := newConfig(opts)
+	c := &consul.Client{Client: client}
+	p, err := cfg.sessionProfile(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	name := cfg.sessionName
+	if name == "" {
+		name = "consullock concurrency"
+	}
+	s, err := lockproto.CreateSession(ctx, c, name, "", p)
+	if err != nil {
+		return nil, err
+	}
+	return startSession(c, s, p, cfg), nil
+}
+
+// sessionProfile is the declared profile (WithProfile) or the explicit
+// settings, defaults applied and validated.
+func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmodel.SessionProfile, error) {
+	if cfg.profile != "" {
+		if cfg.ttl != 0 || cfg.lockDelay != nil {
+			return lockmodel.SessionProfile{}, errors.New("concurrency: WithProfile takes the TTL and lock-delay from the profile; drop WithTTL and WithLockDelay")
+		}
+		rec, found, err := c.Registry(cfg.registry).Get(ctx, lockmodel.KindSessionDefaults, cfg.profile)
+		if err != nil {
+			return lockmodel.SessionProfile{}, fmt.Errorf("read session profile %q: %w", cfg.profile, err)
+		}
+		if !found {
+			return lockmodel.SessionProfile{}, fmt.Errorf("session profile %q is %w: there is no record at %s", cfg.profile, lockproto.ErrNotDeclared, rec.Key)
+		}
+		p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
+		if err != nil {
+			return p, fmt.Errorf("the session profile at %s cannot be used: %w", rec.Key, err)
+		}
+		return p.WithDefaults(), nil
+	}
+	p := lockmodel.SessionProfile{Name: "explicit", TTL: cfg.ttl, LockDelay: lockmodel.DefaultLockDelay}
+	if p.TTL == 0 {
+		p.TTL = lockmodel.DefaultSessionTTL
+	}
+	if cfg.lockDelay != nil {
+		p.LockDelay = *cfg.lockDelay
+	}
+	p = p.WithDefaults()
+	return p, p.Validate()
+}
+
+func startSession(c *consul.Client, s *lockproto.Session, p lockmodel.SessionProfile, cfg config) *Session {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	rctx, stop := context.WithCancel(ctx)
+	ss := &Session{c: c, s: s, profile: p, cfg: cfg, rule: lockmodel.NewStopRule(p, cfg.grace),
+		ctx: ctx, cancel: cancel, stopRenew: stop, holds: map[*hold]struct{}{}}
+	if v := ss.rule.Verdict(); v != "" {
+		cfg.log.Warn("holders cut off from Consul cannot stop in time", "verdict", v, "fix", ss.rule.Fix())
+	}
+	ss.storeContact(s.Created)
+	obs := make(chan lockproto.Observation, 16)
+	ss.wg.Add(2)
+	go func() {
+		defer ss.wg.Done()
+		lockproto.RenewLoop(rctx, c, s.ID, ss.rule.RenewEvery, ss.rule.RenewTimeout, obs)
+	}()
+	go func() {
+		defer ss.wg.Done()
+		ss.judge(rctx, obs)
+	}()
+	return ss
+}
+
+// judge applies the loss judge (the stop rule) to the renewals and the
+// clock, and ends the session's context once the session counts as lost.
+func (s *Session) judge(ctx context.Context, obs <-chan lockproto.Observation) {
+	j := lockproto.NewLossJudge(s.rule, s.s.Created)
+	deadline := time.NewTimer(time.Until(j.Deadline()) + time.Millisecond)
+	defer deadline.Stop()
+	for {
+		var v lockproto.Verdict
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-obs:
+			v = j.Observe(o)
+			s.storeContact(j.LastContact())
+			if o.Kind == lockproto.ObsRenewFailed {
+				s.cfg.log.Warn("session renewal failed", "session", s.s.ID, "error", o.Detail,
+					"lost_if_no_renewal_by", j.Deadline().Format(time.RFC3339Nano))
+			}
+		case <-deadline.C:
+			v = j.Check(time.Now())
+		}
+		if v.Lost {
+			s.cancel(fmt.Errorf("%w: %s", ErrSessionLost, v.Reason))
+			return
+		}
+		deadline.Reset(max(time.Until(j.Deadline()), 0) + time.Millisecond)
+	}
+}
+
+func (s *Session) storeContact(t time.Time) { s.contact.Store(&t) }
+
+// lastContact is the send time of the latest renewal Consul answered.
+func (s *Session) lastContact() time.Time { return *s.contact.Load() }
+
+// ID is the Consul session ID.
+func (s *Session) ID() string { return s.s.ID }
+
+// Done is closed when the session is lost or closed (etcd's
+// Session.Done); Err says which.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Err is nil while the session lives, then an error wrapping
+// ErrSessionLost (with the reason) or ErrSessionClosed.
+func (s *Session) Err() error {
+	if s.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(s.ctx)
+}
+
+// Close releases every lock still held through the session (a release
+// sets no lock-delay, so the next holder starts at once), stops renewing
+// and destroys the session. A session already gone is not an error.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	holds := make([]*hold, 0, len(s.holds))
+	for h := range s.holds {
+		holds = append(holds, h)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, h := range holds {
+		errs = append(errs, h.unlock(ctx))
+	}
+	s.cancel(ErrSessionClosed)
+	s.stopRenew()
+	s.wg.Wait()
+	errs = append(errs, lockproto.DestroySession(ctx, s.c, s.s.ID))
+	return errors.Join(errs...)
+}
+
+func (s *Session) track(h *hold, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.holds[h] = struct{}{}
+	} else {
+		delete(s.holds, h)
+	}
+}
+
+// holderValue is what a hold writes into its key: who holds it and since
+// when, as `consullock run` writes it (the controller measures max_hold
+// from Started).
+func (s *Session) holderValue(lock string) []byte {
+	b, _ := json.Marshal(lockmodel.HolderValue{Lock: lock, Node: s.s.Node, PID: os.Getpid(), Started: time.Now().UTC()}) // plain struct
+	return b
+}
