@@ -90,8 +90,8 @@ func (r *aclPolicyResource) Metadata(_ context.Context, req resource.MetadataReq
 func (r *aclPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	keyList := func(what string) schema.SetAttribute {
 		return schema.SetAttribute{
-			MarkdownDescription: what + " Each is a KV path of letters, digits, `-`, `_`, `.`, `:`, `@` or `+` " +
-				"in segments separated by `/`; leading and trailing `/` are dropped.",
+			MarkdownDescription: what +
+				" Each a [KV path](#behavior).",
 			Optional:    true,
 			ElementType: types.StringType,
 		}

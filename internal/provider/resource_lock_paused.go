@@ -30,13 +30,10 @@ const pausedBy = lockmodel.PausedByTerraform
 
 func pausedSchemaAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
-		MarkdownDescription: fmt.Sprintf("Pauses the lock, with this reason (one line, at most %d characters). While it is set, "+
-			"`consullock run` does not run the command: it logs who paused the lock, when and why, and exits 0 (or "+
-			"`-exit-code-if-paused`); waiting runners leave; a command already running is left to finish (end it with "+
-			"`consullock release`). Stored at `<registry_prefix>/pauses/<name>` (`pause_key`). Set, Terraform owns the pause: "+
+		MarkdownDescription: fmt.Sprintf("Pauses the lock, with this reason (one line, at most %d characters): no run starts "+
+			"([pause](../guides/runner.md#pause-and-release)). Stored at `pause_key`. Set, Terraform owns the pause: "+
 			"a `consullock pause` or `consullock resume` shows as drift in the next plan and apply puts it back. Removing it "+
-			"resumes the lock. Unset (the default), the provider leaves the pause record alone: `consullock pause -lock NAME "+
-			"-reason TEXT` and `consullock resume -lock NAME` own it.", lockmodel.MaxPauseReasonLength),
+			"resumes the lock. Unset (the default), the provider leaves the pause record alone.", lockmodel.MaxPauseReasonLength),
 		Optional:   true,
 		Validators: []validator.String{domainStringRule{check: lockmodel.ValidateReason, what: fmt.Sprintf("one line of at most %d characters", lockmodel.MaxPauseReasonLength)}},
 	}

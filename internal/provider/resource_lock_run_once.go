@@ -96,12 +96,9 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
 			},
 			"schedule": schema.StringAttribute{
-				MarkdownDescription: fmt.Sprintf("Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: "+
-					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. "+
-					"The run ID is the latest slot's time in RFC 3339 with the zone's offset (`2026-03-29T02:00:00+02:00`, `Z` "+
-					"for a zero offset), also `CONSUL_LOCK_SCHEDULED_TIME`. A trigger up to `%s` early waits for its slot. "+
-					"Daylight saving and `-run-id` timestamps: [run once](../guides/run-once.md#on-a-calendar-in-a-time-zone).",
-					lockmodel.FormatDuration(lockmodel.TriggerSkew)),
+				MarkdownDescription: "Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: " +
+					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. " +
+					"Run IDs, early triggers, daylight saving: [run once](../guides/run-once.md#on-a-calendar-in-a-time-zone).",
 				Optional:   true,
 				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: lockmodel.ScheduleAllowed}},
 			},
@@ -116,8 +113,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 			},
 			"starting_deadline": schema.StringAttribute{
 				MarkdownDescription: fmt.Sprintf("A runner starting more than this after its slot exits %d without running it "+
-					"unless another runner began the slot: then it exits as on time. `1s` to `%s`; unset, a slot may start "+
-					"until the next one. Not applied to `-run-id` nor `consullock backfill`.",
+					"([run once](../guides/run-once.md#on-a-calendar-in-a-time-zone)). `1s` to `%s`; unset, a slot may start "+
+					"until the next one.",
 					lockmodel.ExitRunPastDeadline, lockmodel.FormatDuration(lockmodel.MaxStartingDeadline)),
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},

@@ -22,9 +22,9 @@ func runOnceJobControlAttributes() map[string]schema.Attribute {
 		"max_runtime": schema.StringAttribute{
 			MarkdownDescription: fmt.Sprintf("Longest an attempt's command may run, counted from its start: the runner "+
 				"sends SIGTERM at the deadline and SIGKILL after its `-grace`, records the attempt `timed_out` (it counts "+
-				"toward `max_attempts`) and exits %d. Like a Job's `activeDeadlineSeconds`. `%s` to `%s`; unset means no "+
-				"deadline. Unlike `max_hold` (the longest hold of the lock, reported by the controller and ended only in "+
-				"enforce mode, by ending the session), it stops the command itself; keep `max_runtime` plus `-grace` below `max_hold`.",
+				"toward `max_attempts`) and exits %d. `%s` to `%s`; unset means no "+
+				"deadline. Unlike `max_hold` (ended only in enforce mode, by ending the session), it stops the command "+
+				"itself; keep `max_runtime` plus `-grace` below `max_hold`.",
 				118, lockmodel.MinMaxRuntime, lockmodel.FormatDuration(lockmodel.MaxMaxRuntime)),
 			Optional:   true,
 			CustomType: timetypes.GoDurationType{},
