@@ -264,4 +264,4 @@ func (h *hold) fence() consul.Fence {
 	return consul.Fence{Key: key, Session: h.s.s.ID}
 }
 
-func (h *hold) isOwner() api.TxnOp { return api.TxnOp{KV: h.fence().Op()} }
+func (h *hold) isOwner() *api.TxnOp { return &api.TxnOp{KV: h.fence().Op()} }

@@ -79,7 +79,7 @@ func (m *Mutex) Token() uint64 { return m.h.token() }
 // IsOwner is a transaction op that fails the whole Consul transaction
 // unless the session still holds the mutex when it commits (etcd's
 // Mutex.IsOwner): put it first in a KV transaction to fence a write.
-func (m *Mutex) IsOwner() api.TxnOp { return m.h.isOwner() }
+func (m *Mutex) IsOwner() *api.TxnOp { return m.h.isOwner() }
 
 // Key is the mutex's KV key.
 func (m *Mutex) Key() string { return m.h.lock.Key }
@@ -143,4 +143,4 @@ func (m *Semaphore) Token() uint64 { return m.h.token() }
 
 // IsOwner is a transaction op that fails the transaction unless the
 // session still holds its contender key.
-func (m *Semaphore) IsOwner() api.TxnOp { return m.h.isOwner() }
+func (m *Semaphore) IsOwner() *api.TxnOp { return m.h.isOwner() }

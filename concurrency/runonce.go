@@ -53,7 +53,7 @@ type Attempt struct {
 
 // IsOwner is a transaction op that fails a Consul transaction unless the
 // attempt's session still holds the lock (Mutex.IsOwner).
-func (a Attempt) IsOwner() api.TxnOp { return api.TxnOp{KV: a.fence.Op()} }
+func (a Attempt) IsOwner() *api.TxnOp { return &api.TxnOp{KV: a.fence.Op()} }
 
 // Do runs fn once for runID across every caller on the lock, and returns
 // fn's error, or why fn was not called:
