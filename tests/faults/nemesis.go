@@ -21,61 +21,10 @@ import (
 // log, the runners' exit codes, the controller replicas' logs). The test
 // that drives it against a real cluster is nemesis_test.go.
 
-// FaultKind is one kind of fault the nemesis injects.
+// FaultKind is one kind of fault the nemesis injects: the name of a
+// Fault in the nemesis's registry (nemesisFaults, nemesis_faults_test.go),
+// whose file (fault_*_test.go) says what it does.
 type FaultKind string
-
-const (
-	FaultLeaderKill     FaultKind = "leader-kill"     // SIGKILL the Raft leader; restart it after For
-	FaultClientFreeze   FaultKind = "client-freeze"   // SIGSTOP a client agent; SIGCONT after For
-	FaultClientKill     FaultKind = "client-kill"     // SIGKILL a client agent; start it after For
-	FaultClientCut      FaultKind = "client-cut"      // cut a client node off; heal after For
-	FaultRunnerFreeze   FaultKind = "runner-freeze"   // SIGSTOP a mutex holder's runner and command; SIGCONT after For
-	FaultRunnerKill     FaultKind = "runner-kill"     // SIGKILL a holder's runner and command
-	FaultKeyDelete      FaultKind = "key-delete"      // delete the lock key (the controller restores it)
-	FaultSessionDestroy FaultKind = "session-destroy" // destroy a holder's session
-	FaultProfileChange  FaultKind = "profile-change"  // rewrite the lock's session profile (Value: the variant)
-	FaultPoolResize     FaultKind = "pool-resize"     // rewrite the semaphore's limit (Value: the new limit)
-	FaultControllerKill FaultKind = "controller-kill" // SIGKILL a controller replica; restart it after For
-	// FaultClockSkew runs a process with its wall clock moved by Value
-	// seconds (lockmodel.EnvClockOffset) for For: a controller replica
-	// restarted skewed (Target controller-N), or runners on client node N
-	// (Target runner-N: an extra mutex runner, and the run-once runners
-	// started there meanwhile).
-	FaultClockSkew FaultKind = "clock-skew"
-	// FaultWaiterKill SIGKILLs the runner first in line in a queued
-	// mutex's waiter queue (Target: the lock), as a crash would: its
-	// session lives on until Consul ends it. With waiters = "queue" the
-	// line waits for that; with "handoff" the releasing holder hands the
-	// dead waiter the lock, which then waits for the session's end and its
-	// lock-delay. Either way the stall is at most 2 x ttl + lock_delay
-	// (WaiterKillStalls).
-	FaultWaiterKill FaultKind = "waiter-kill"
-	// FaultOnceExit is a fault timed to a run-once command's exit: armed
-	// at At, it strikes when the next run-once command ends (the moment
-	// the job's guard applies its effect, just before the command exits)
-	// within OnceExitArmed, and is undone For later. Target says which:
-	// "client-freeze" (SIGSTOP the client agent of the runner whose
-	// command ends: its outcome transaction, renewals and all, meet a hung
-	// agent) or "leader-kill" (SIGKILL the Raft leader: no transaction
-	// commits until an election). Its checker: no runner exits 0 for a run
-	// whose ledger does not record that success (SuccessExitsNotRecorded).
-	FaultOnceExit FaultKind = "once-exit"
-	// FaultGroupKill SIGKILLs the process group of a holder's runner, as
-	// `timeout -s KILL`, supervisord's killasgroup or `kill -9 -- -PGID`
-	// do (the nemesis starts runners as group leaders): the runner dies,
-	// its guard (a group of its own) must end the command's tree.
-	FaultGroupKill FaultKind = "group-kill"
-	// FaultTreeKill SIGKILLs a holder's runner and its guard together, as
-	// `pkill -9 -f consullock` does. Target is the workload whose runners
-	// run with -tree-protection pid-namespace: the kernel ends the tree.
-	FaultTreeKill FaultKind = "runner-and-guard-kill"
-	// FaultStopAtExit is timed to a run-once command's exit, armed as
-	// FaultOnceExit is: the runner alone is stopped (SIGSTOP) as its
-	// command exits by itself, kept stopped For (past its guard's kill-by,
-	// well under 2 x ttl: StopAtExitWindow), then woken. The run's
-	// outcome must be the command's: succeeded, once (StopAtExitViolations).
-	FaultStopAtExit FaultKind = "stop-at-once-exit"
-)
 
 // NemesisOnceProfile is the run-once lock's session profile and
 // NemesisOnceGrace its runners' -grace: StopAtExitWindow is theirs.
@@ -101,13 +50,6 @@ const StopAtExitJudged = 2 * time.Second
 // command to end; one that saw none is skipped.
 const OnceExitArmed = 10 * time.Second
 
-// FaultKinds lists every kind, in the order the summary prints them.
-var FaultKinds = []FaultKind{
-	FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut, FaultRunnerFreeze, FaultRunnerKill,
-	FaultKeyDelete, FaultSessionDestroy, FaultProfileChange, FaultPoolResize, FaultControllerKill, FaultClockSkew,
-	FaultWaiterKill, FaultOnceExit, FaultGroupKill, FaultTreeKill, FaultStopAtExit,
-}
-
 // Step is one fault of a schedule: at At after the start, Kind on Target,
 // undone For later (faults that are undone), with Value for the faults that
 // rewrite a declaration.
@@ -117,30 +59,6 @@ type Step struct {
 	Target string
 	For    time.Duration
 	Value  int
-}
-
-func (s Step) String() string {
-	out := fmt.Sprintf("%8s %-16s %-12s", s.At.Round(time.Millisecond), s.Kind, s.Target)
-	if s.For > 0 {
-		out += " for " + s.For.Round(time.Millisecond).String()
-	}
-	switch {
-	case s.Kind == FaultClockSkew:
-		out += fmt.Sprintf(" offset %+ds", s.Value)
-	case s.Value != 0:
-		out += " value " + strconv.Itoa(s.Value)
-	}
-	return strings.TrimRight(out, " ")
-}
-
-// FormatSchedule prints a schedule one step a line, with its seed.
-func FormatSchedule(seed uint64, steps []Step) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "nemesis schedule, seed %d, %d steps (offset, fault, target):\n", seed, len(steps))
-	for _, s := range steps {
-		b.WriteString("  " + s.String() + "\n")
-	}
-	return b.String()
 }
 
 // UnexpectedExits counts the exits whose code is not in allowed.

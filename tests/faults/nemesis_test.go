@@ -3,7 +3,6 @@ package faults
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -139,21 +138,6 @@ func TestNemesis(t *testing.T) {
 	n.check(steps)
 }
 
-// pidNamespacesUnavailable says why runners here cannot run with
-// -tree-protection pid-namespace ("" when they can): it needs root (or
-// CAP_SYS_ADMIN), and a PID and mount namespace the kernel grants.
-func pidNamespacesUnavailable() string {
-	if os.Geteuid() != 0 {
-		return fmt.Sprintf("the test runs as uid %d, not root", os.Geteuid())
-	}
-	cmd := exec.Command("/bin/true")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-	if err := cmd.Run(); err != nil {
-		return fmt.Sprintf("no PID namespace: %v", err)
-	}
-	return ""
-}
-
 // nemesis is one run: the cluster, the two workloads, the controller
 // replicas, and what the faults did.
 type nemesis struct {
@@ -182,17 +166,12 @@ type nemesis struct {
 	// skewExits the exits of the extra runners they started.
 	skewWindows []skewWindow
 	skewExits   map[int]int
-	// onceExit is the armed FaultOnceExit or FaultStopAtExit (nil: none).
-	onceExit *onceExit
+	// armed is the armed AtExit fault (nil: none).
+	armed *armedExit
 	// treeKills are the group kills and kills of runner and guard;
 	// stopStrikes the stops at a run-once command's exit.
 	treeKills   []treeKill
 	stopStrikes []stopStrike
-}
-
-type skewWindow struct {
-	target   string
-	from, to time.Time
 }
 
 // errorf fails the test with the seed and the replay command.
@@ -311,16 +290,6 @@ func createNemesisRunnerToken(admin *api.Client, nodes, mutexPrefixes []string, 
 	if _, _, err := admin.ACL().TokenCreate(&api.ACLToken{AccessorID: runnerAccessor, SecretID: runnerSecret,
 		Description: "nemesis runners", Policies: []*api.ACLTokenPolicyLink{{ID: policy.ID}}}, nil); err != nil {
 		return fmt.Errorf("creating the nemesis runners' token: %w", err)
-	}
-	return nil
-}
-
-// skewEnv is the clock offset of a runner started on node now.
-func (n *nemesis) skewEnv(node string) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if d, ok := n.skews[node]; ok {
-		return []string{fmt.Sprintf("%s=%s", lockmodel.EnvClockOffset, d)}
 	}
 	return nil
 }
@@ -448,9 +417,9 @@ func (n *nemesis) run(steps []Step) {
 	// The end of the schedule: a fault timed to a command's exit that has
 	// not struck is skipped; every fault still in force is undone.
 	n.mu.Lock()
-	if n.onceExit != nil {
-		n.skipped[n.onceExit.s.Kind]++
-		n.onceExit = nil
+	if n.armed != nil {
+		n.skipped[n.armed.s.Kind]++
+		n.armed = nil
 	}
 	pending := n.undos
 	n.undos = map[int]func(){}
@@ -488,72 +457,31 @@ func (n *nemesis) run(steps []Step) {
 	}
 }
 
-// inject applies one step; a fault that is undone registers its undo,
-// run after s.For (or at the end of the schedule).
+// inject applies one step with its fault's Inject (an AtExit fault is
+// armed instead: fireOnceExit injects it); a fault that is undone
+// registers its undo, run after s.For (or at the end of the schedule).
 func (n *nemesis) inject(i int, s Step, wg *sync.WaitGroup) {
-	t := n.t
-	var undo func()
-	ok := true
-	switch s.Kind {
-	case FaultLeaderKill:
-		undo, ok = n.killLeader()
-	case FaultClientFreeze, FaultClientKill, FaultClientCut:
-		undo, ok = n.clientFault(s)
-	case FaultRunnerFreeze:
-		undo, ok = n.freezeHolder(n.lockTarget(s))
-	case FaultRunnerKill:
-		h := n.lockTarget(s)
-		holder, p := n.holder(h)
-		if ok = p != nil; ok {
-			h.store.Mark(holder.Worker, "nemesis: SIGKILL runner and child")
-			signalHolder(p, holder, syscall.SIGKILL)
-		}
-	case FaultKeyDelete:
-		h := n.lockTarget(s)
-		h.store.Mark("", "nemesis: delete "+h.key)
-		ok = n.admin(func(c *api.Client) error { _, err := c.KV().Delete(h.key, nil); return err })
-	case FaultSessionDestroy:
-		h := n.lockTarget(s)
-		if holder, p := n.holder(h); p != nil && holder.Session != "" {
-			h.store.Mark(holder.Worker, "nemesis: destroy session "+holder.Session)
-			ok = n.admin(func(c *api.Client) error { _, err := c.Session().Destroy(holder.Session, nil); return err })
-		} else {
-			ok = false
-		}
-	case FaultProfileChange:
-		ok = n.changeProfile(s)
-	case FaultPoolResize:
-		ok = n.resize(s.Value)
-	case FaultControllerKill:
-		r := n.replicas[replicaIndex(s.Target)]
-		process := r.kill()
-		n.killed(r, process)
-		ok = process != "" // down already: an earlier kill's restart is still to come
-		undo = func() {
-			if err := r.start(); err != nil {
-				n.errorf("restarting %s: %v", r.name, err)
-			}
-		}
-	case FaultClockSkew:
-		undo = n.skewClock(s)
-	case FaultWaiterKill:
-		ok = n.killFirstWaiter(i, n.target(s))
-	case FaultOnceExit, FaultStopAtExit:
+	f := faultNamed(s.Kind)
+	if f.Spec().AtExit {
 		n.armOnceExit(i, s, wg)
-		t.Logf("nemesis step %d: %s (armed for %s)", i, s, OnceExitArmed)
+		n.t.Logf("nemesis step %d: %s (armed for %s)", i, s, OnceExitArmed)
 		return
-	case FaultGroupKill, FaultTreeKill:
-		ok = n.killTree(s, wg)
 	}
-	n.mu.Lock()
-	if ok {
-		n.injected[s.Kind]++
-	} else {
-		n.skipped[s.Kind]++
-	}
-	n.mu.Unlock()
-	t.Logf("nemesis step %d: %s (injected: %v)", i, s, ok)
+	undo, ok := f.Inject(n, shot{i: i, s: s, wg: wg})
+	n.count(s.Kind, ok)
+	n.t.Logf("nemesis step %d: %s (injected: %v)", i, s, ok)
 	n.undoAfter(i, s, undo, wg)
+}
+
+// count counts a step of kind injected (ok) or skipped.
+func (n *nemesis) count(kind FaultKind, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ok {
+		n.injected[kind]++
+	} else {
+		n.skipped[kind]++
+	}
 }
 
 // undoAfter runs undo (nil: none) s.For from now, or at the end of the
@@ -582,9 +510,9 @@ func (n *nemesis) undoAfter(i int, s Step, undo func(), wg *sync.WaitGroup) {
 	}
 }
 
-// onceExit is an armed FaultOnceExit or FaultStopAtExit: step i, waiting
-// for a run-once command to end.
-type onceExit struct {
+// armedExit is an armed AtExit fault (FaultSpec.AtExit): step i,
+// waiting for a run-once command to end.
+type armedExit struct {
 	i  int
 	s  Step
 	wg *sync.WaitGroup
@@ -593,30 +521,27 @@ type onceExit struct {
 // armOnceExit arms step i: the next run-once command to end within
 // OnceExitArmed fires it (fireOnceExit); else it is skipped.
 func (n *nemesis) armOnceExit(i int, s Step, wg *sync.WaitGroup) {
-	a := &onceExit{i: i, s: s, wg: wg}
+	a := &armedExit{i: i, s: s, wg: wg}
 	n.mu.Lock()
-	n.onceExit = a
+	n.armed = a
 	n.mu.Unlock()
 	time.AfterFunc(OnceExitArmed, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.onceExit == a {
-			n.onceExit = nil
+		if n.armed == a {
+			n.armed = nil
 			n.skipped[s.Kind]++
 		}
 	})
 }
 
-// fireOnceExit strikes the armed FaultOnceExit or FaultStopAtExit, if
-// any, as the command of a run-once worker ends (the once front calls it
-// with the end it applied, before it answers the command): the worker's
-// client agent frozen, the Raft leader killed, or the worker's runner
-// stopped.
+// fireOnceExit injects the armed AtExit fault, if any, as the command of
+// a run-once worker ends (the once front calls it with the end it
+// applied, before it answers the command).
 func (n *nemesis) fireOnceExit(end Write) {
-	worker := end.Worker
 	n.mu.Lock()
-	a := n.onceExit
-	n.onceExit = nil
+	a := n.armed
+	n.armed = nil
 	if a != nil {
 		// Taken before the end of the schedule disarms: its undo is
 		// registered before run's Wait can return.
@@ -627,224 +552,10 @@ func (n *nemesis) fireOnceExit(end Write) {
 	if a == nil {
 		return
 	}
-	var undo func()
-	ok := false
-	switch {
-	case a.s.Kind == FaultStopAtExit:
-		undo, ok = n.stopAtExit(a.i, end)
-	case a.s.Target == "client-freeze":
-		_, runner, _ := strings.Cut(worker, "/")
-		nodeName := runner[:max(strings.LastIndex(runner, "."), 0)]
-		for _, c := range n.cluster.Clients {
-			if c.Name != nodeName {
-				continue
-			}
-			n.markAll(fmt.Sprintf("nemesis: %s %s (%s: as the command of %s ends)", FaultClientFreeze, c.Name, FaultOnceExit, worker))
-			if err := c.Freeze(); err != nil {
-				n.errorf("freezing %s: %v", c.Name, err)
-				break
-			}
-			undo, ok = func() { _ = c.Thaw() }, true
-		}
-	default:
-		undo, ok = n.killLeader()
-	}
-	n.mu.Lock()
-	if ok {
-		n.injected[a.s.Kind]++
-	} else {
-		n.skipped[a.s.Kind]++
-	}
-	n.mu.Unlock()
-	n.t.Logf("nemesis step %d: %s struck as the command of %s ended (injected: %v)", a.i, a.s, worker, ok)
+	undo, ok := faultNamed(a.s.Kind).Inject(n, shot{i: a.i, s: a.s, wg: a.wg, end: end})
+	n.count(a.s.Kind, ok)
+	n.t.Logf("nemesis step %d: %s struck as the command of %s ended (injected: %v)", a.i, a.s, end.Worker, ok)
 	n.undoAfter(a.i, a.s, undo, a.wg)
-}
-
-// treeGoneBound is how long after a group kill or a kill of runner and
-// guard the killed command's process group may still have a live
-// process: the guard ends the tree as soon as its runner's pipe closes,
-// the kernel at once when the namespace's init dies.
-const treeGoneBound = 5 * time.Second
-
-// treeKill is one group-kill or runner-and-guard-kill that struck: the
-// holder's command (host PID, the leader of its process group), whether
-// it ran at the kill, and how long its group still had a live process
-// after (-1: still after treeGoneBound).
-type treeKill struct {
-	kind   FaultKind
-	worker string
-	pid    int
-	alive  bool
-	gone   time.Duration
-}
-
-// killTree SIGKILLs a holder's runner's process group (group-kill) or its
-// runner and guard together (runner-and-guard-kill), as users' kills do,
-// and then watches the command's process group: it must be empty within
-// treeGoneBound (a job never outlives its runner).
-func (n *nemesis) killTree(s Step, wg *sync.WaitGroup) bool {
-	h := n.lockTarget(s)
-	holder, p := n.holder(h)
-	if p == nil {
-		return false
-	}
-	alive := running(holder.PID)
-	leaderStart := startTime(holder.PID)
-	switch s.Kind {
-	case FaultGroupKill:
-		// Never the test's own group: the nemesis starts every runner
-		// as a group leader.
-		if pgid, err := syscall.Getpgid(p.Pid); err != nil || pgid != p.Pid || pgid == syscall.Getpgrp() {
-			n.t.Logf("nemesis: %s: runner %d of %s does not lead its process group (pgid %d, %v): not killed", s.Kind, p.Pid, holder.Worker, pgid, err)
-			return false
-		}
-		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s SIGKILL process group %d of the runner", s.Kind, p.Pid))
-		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
-	default:
-		guard := guardOf(p.Pid)
-		if guard == 0 {
-			return false // no command started yet, or its guard is gone
-		}
-		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s SIGKILL runner %d and guard %d", s.Kind, p.Pid, guard))
-		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
-		_ = syscall.Kill(guard, syscall.SIGKILL)
-	}
-	n.mu.Lock()
-	k := len(n.treeKills)
-	n.treeKills = append(n.treeKills, treeKill{kind: s.Kind, worker: holder.Worker, pid: holder.PID, alive: alive, gone: -1})
-	n.mu.Unlock()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		began := time.Now()
-		for time.Since(began) < treeGoneBound {
-			if reused(holder.PID, leaderStart) || (!running(holder.PID) && !groupAlive(holder.PID)) {
-				n.mu.Lock()
-				n.treeKills[k].gone = time.Since(began)
-				n.mu.Unlock()
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		h.store.Mark(holder.Worker, fmt.Sprintf("nemesis: %s: process group %d of the command still has a live process %s after the kill", s.Kind, holder.PID, treeGoneBound))
-	}()
-	return true
-}
-
-// startTime is pid's start time (clock ticks after boot, field 22 of
-// /proc/<pid>/stat); "" once it is gone.
-func startTime(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return ""
-	}
-	if f := strings.Fields(string(data[i+1:])); len(f) > 19 {
-		return f[19]
-	}
-	return ""
-}
-
-// reused reports whether pid now names another process than the one
-// that started at start: the kernel reuses a PID (also as a process group
-// ID) only once no process has it as its ID or group, so the command's
-// group is then gone. PIDs wrap within minutes under the nemesis's churn
-// (pid_max is often 32768).
-func reused(pid int, start string) bool {
-	now := startTime(pid)
-	return start != "" && now != "" && now != start
-}
-
-// groupAlive reports whether a process of group pgid is alive (not a
-// zombie).
-func groupAlive(pgid int) bool {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, path := range stats {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(data), ')')
-		if i < 0 {
-			continue
-		}
-		// After the name: state, ppid, pgrp.
-		f := strings.Fields(string(data[i+1:]))
-		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
-		}
-	}
-	return false
-}
-
-// stopStrike is one stop-at-once-exit that struck: step i, the run and
-// its runner, the cluster faults in force then, and its marks in the
-// run-once store (cont: zero until woken).
-type stopStrike struct {
-	i             int
-	runID, worker string
-	inForce       string
-	stop, cont    Write
-}
-
-// stopAtExit stops (SIGSTOP) the runner of the run-once command whose end
-// was just applied, the runner alone: its guard sees the command exit and
-// acts at its kill-by, the runner wakes (the undo) with its command long
-// exited.
-func (n *nemesis) stopAtExit(i int, end Write) (func(), bool) {
-	o := n.once
-	p := o.runnerOf(end)
-	if p == nil {
-		return nil, false
-	}
-	inForce := n.clusterFaultsInForce(i)
-	stop := o.store.Mark(end.Worker, fmt.Sprintf("nemesis: %s SIGSTOP runner %d as its command exits", FaultStopAtExit, p.Pid))
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
-		return nil, false
-	}
-	n.mu.Lock()
-	k := len(n.stopStrikes)
-	n.stopStrikes = append(n.stopStrikes, stopStrike{i: i, runID: OnceRunID(end.Worker), worker: end.Worker, inForce: inForce, stop: stop})
-	n.mu.Unlock()
-	return func() {
-		cont := o.store.Mark(end.Worker, fmt.Sprintf("nemesis: %s SIGCONT runner %d", FaultStopAtExit, p.Pid))
-		_ = p.Signal(syscall.SIGCONT)
-		n.mu.Lock()
-		n.stopStrikes[k].cont = cont
-		n.mu.Unlock()
-	}, true
-}
-
-// stopAtExitStrikes are the strikes as the checker reads them: the
-// runner's exit, and judged when no cluster fault was in force at the
-// stop and no other fault was marked in the run-once store from the stop
-// to StopAtExitJudged after the wake-up (a session destroyed, a node cut off: the
-// outcome is then not the stop's alone).
-func (n *nemesis) stopAtExitStrikes(onceLog []Write) []StopAtExitStrike {
-	n.mu.Lock()
-	strikes := slices.Clone(n.stopStrikes)
-	n.mu.Unlock()
-	n.once.mu.Lock()
-	defer n.once.mu.Unlock()
-	var out []StopAtExitStrike
-	for _, s := range strikes {
-		code, ok := n.once.exitOf[s.worker]
-		if !ok {
-			code = -1
-		}
-		judged := s.inForce == "none" && !s.cont.At.IsZero()
-		for _, w := range onceLog[s.stop.Seq+1:] {
-			if !judged || !w.At.Before(s.cont.At.Add(StopAtExitJudged)) {
-				break
-			}
-			judged = w.Kind != KindFault || w.Seq == s.cont.Seq
-		}
-		out = append(out, StopAtExitStrike{RunID: s.runID, Worker: s.worker, Exit: code, Judged: judged})
-	}
-	return out
 }
 
 func replicaIndex(target string) int {
@@ -927,34 +638,9 @@ func (n *nemesis) markAll(note string) {
 	n.once.store.Mark("", note)
 }
 
-func (n *nemesis) killLeader() (func(), bool) {
-	c := n.cluster
-	for _, s := range c.Servers {
-		if !s.Running() {
-			return nil, false
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.WaitHealthy(ctx); err != nil {
-		return nil, false // a restarted server is not a voter yet: a kill now could leave no quorum
-	}
-	leader, err := c.Leader()
-	if err != nil {
-		return nil, false
-	}
-	n.markAll("nemesis: kill Raft leader " + leader.Name)
-	leader.Kill()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := leader.Start(ctx); err != nil {
-			n.errorf("restarting %s: %v", leader.Name, err)
-		}
-	}, true
-}
-
-func (n *nemesis) clientFault(s Step) (func(), bool) {
+// clientNode is the client node s targets (client-N, by name or else by
+// number), marked in every store as faulted by s.
+func (n *nemesis) clientNode(s Step) *testenv.Node {
 	var node *testenv.Node
 	for _, c := range n.cluster.Clients {
 		if c.Name == s.Target {
@@ -966,117 +652,18 @@ func (n *nemesis) clientFault(s Step) (func(), bool) {
 		node = n.cluster.Clients[(i-1)%len(n.cluster.Clients)]
 	}
 	n.markAll(fmt.Sprintf("nemesis: %s %s", s.Kind, node.Name))
-	switch s.Kind {
-	case FaultClientFreeze:
-		if err := node.Freeze(); err != nil {
-			n.errorf("freezing %s: %v", node.Name, err)
-			return nil, false
-		}
-		return func() { _ = node.Thaw() }, true
-	case FaultClientKill:
-		node.Kill()
-		return func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := node.Start(ctx); err != nil {
-				n.errorf("restarting %s: %v", node.Name, err)
-			}
-		}, true
-	default:
-		if err := node.Cut(); err != nil {
-			n.errorf("cutting %s off: %v", node.Name, err)
-			return nil, false
-		}
-		return func() { _ = node.Heal() }, true
-	}
+	return node
 }
 
-// freezeHolder stops a fenced holder's runner, guard and command (SIGSTOP,
-// a paused VM); the undo wakes the command first, which then writes at
-// once with its old token: the store must reject it if another holder
-// started meanwhile.
-func (n *nemesis) freezeHolder(h lockTarget) (func(), bool) {
-	holder, p := n.holder(h)
-	if p == nil {
-		return nil, false
-	}
-	h.store.Mark(holder.Worker, "nemesis: SIGSTOP runner, guard and child")
-	signalHolder(p, holder, syscall.SIGSTOP)
-	return func() {
-		h.store.Mark(holder.Worker, "nemesis: SIGCONT runner, guard and child")
-		_ = syscall.Kill(-holder.PID, syscall.SIGCONT)
-		signalRunner(p, syscall.SIGCONT)
-	}, true
-}
-
-// killFirstWaiter SIGKILLs the runner first in line in h's waiter queue
-// (step i), as a crash would: its session lives on until Consul ends it.
-// The line is read as a waiter reads it (a consistent listing, the
-// holder's entry left out, lockmodel.QueueOrder) and its first entry's
-// value names the runner's pid; only a worker's runner is killed (not an
-// OpenTofu apply's provider, nor a skewed runner). Jobs are short and the
-// line is often empty: the queue is watched (a blocking listing) for up to
-// 3s until a worker stands first; false when none did. The store mark
-// says which cluster faults were in force (WaiterKillStalls judges only
-// the stalls of kills with none). The runner may have taken the lock
-// meanwhile: then a holder was killed, under the same bound.
-func (n *nemesis) killFirstWaiter(i int, h *harness) bool {
-	var index uint64
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && h.ctx.Err() == nil; {
-		var pairs api.KVPairs
-		holder := ""
-		if !n.admin(func(c *api.Client) error {
-			var meta *api.QueryMeta
-			var err error
-			pairs, meta, err = c.KV().List(lockmodel.WaiterQueuePrefix(h.lock), &api.QueryOptions{RequireConsistent: true, WaitIndex: index, WaitTime: time.Until(deadline)})
-			if err != nil {
-				return err
-			}
-			index = meta.LastIndex
-			pair, _, err := c.KV().Get(h.lock.Key, &api.QueryOptions{RequireConsistent: true})
-			if err == nil && pair != nil {
-				holder = pair.Session
-			}
-			return err
-		}) {
-			return false
-		}
-		line, _ := lockmodel.QueueOrder(lockproto.QueueEntries(pairs), holder)
-		if len(line) == 0 {
-			continue
-		}
-		var value lockmodel.HolderValue
-		for _, p := range pairs {
-			if p.Key == line[0].Key {
-				_ = json.Unmarshal(p.Value, &value)
-			}
-		}
-		for _, w := range h.workers {
-			w.mu.Lock()
-			if w.cmd != nil && w.cmd.Process.Pid == value.PID {
-				h.store.Mark(w.id, fmt.Sprintf("%s (session %s, runner pid %d); %s: %s", WaiterKillNote, line[0].Session, value.PID, FaultsInForceNote, n.clusterFaultsInForce(i)))
-				_ = w.cmd.Process.Kill()
-				w.mu.Unlock()
-				return true
-			}
-			w.mu.Unlock()
-		}
-	}
-	return false
-}
-
-// clusterFaultsInForce names the faults on the cluster (leader kill,
-// client node faults) not yet undone, other than step i ("none").
+// clusterFaultsInForce names the faults on the cluster (FaultSpec.OnCluster:
+// leader kill, client node faults) not yet undone, other than step i ("none").
 func (n *nemesis) clusterFaultsInForce(i int) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var in []string
 	for j := range n.undos {
-		switch s := n.steps[j]; s.Kind {
-		case FaultLeaderKill, FaultClientFreeze, FaultClientKill, FaultClientCut:
-			if j != i {
-				in = append(in, fmt.Sprintf("%s %s", s.Kind, s.Target))
-			}
+		if s := n.steps[j]; j != i && faultNamed(s.Kind).Spec().OnCluster {
+			in = append(in, fmt.Sprintf("%s %s", s.Kind, s.Target))
 		}
 	}
 	if len(in) == 0 {
@@ -1084,129 +671,6 @@ func (n *nemesis) clusterFaultsInForce(i int) string {
 	}
 	slices.Sort(in)
 	return strings.Join(in, ", ")
-}
-
-// skewClock moves a clock by the step's offset until undone: a controller
-// replica restarted with it (killed, as by controller-kill), or the runners
-// started on a client node meanwhile (an extra mutex runner, and the
-// run-once runners started there).
-func (n *nemesis) skewClock(s Step) func() {
-	offset := time.Duration(s.Value) * time.Second
-	n.mu.Lock()
-	w := len(n.skewWindows)
-	n.skewWindows = append(n.skewWindows, skewWindow{target: s.Target, from: time.Now()})
-	n.mu.Unlock()
-	ended := func() {
-		n.mu.Lock()
-		n.skewWindows[w].to = time.Now()
-		n.mu.Unlock()
-	}
-	if strings.HasPrefix(s.Target, "controller-") {
-		r := n.replicas[replicaIndex(s.Target)]
-		restart := func(env []string) {
-			n.killed(r, r.kill())
-			r.mu.Lock()
-			r.env = env
-			r.mu.Unlock()
-			if err := r.start(); err != nil {
-				n.errorf("restarting %s: %v", r.name, err)
-			}
-		}
-		n.markAll(fmt.Sprintf("nemesis: %s restarted with its clock moved by %s", r.name, offset))
-		restart([]string{fmt.Sprintf("%s=%s", lockmodel.EnvClockOffset, offset)})
-		return func() {
-			n.markAll(fmt.Sprintf("nemesis: %s restarted with its clock right", r.name))
-			restart(nil)
-			ended()
-		}
-	}
-	i, _ := strconv.Atoi(strings.TrimPrefix(s.Target, "runner-"))
-	node := n.cluster.Clients[(max(i, 1)-1)%len(n.cluster.Clients)]
-	n.markAll(fmt.Sprintf("nemesis: runners on %s start with their clock moved by %s", node.Name, offset))
-	n.mu.Lock()
-	n.skews[node.Name] = offset
-	n.mu.Unlock()
-	runner := n.startSkewedRunner(node, offset)
-	return func() {
-		n.mu.Lock()
-		delete(n.skews, node.Name)
-		n.mu.Unlock()
-		runner.stop()
-		ended()
-	}
-}
-
-// changeProfile rewrites the target lock's session profile record to the
-// step's variant, as an apply would.
-func (n *nemesis) changeProfile(s Step) bool {
-	h := n.target(s)
-	variants := nemesisMutexProfiles
-	if h == n.sem {
-		variants = nemesisSemaphoreProfiles
-	}
-	p := variants[(s.Value-1)%len(variants)]
-	p.Name = h.profile.Name
-	rec, err := lockmodel.EncodeSessionProfileRecord(p)
-	if err != nil {
-		n.fatalf("encoding profile: %v", err)
-	}
-	h.store.Mark("", fmt.Sprintf("nemesis: profile %s -> ttl %s lock_delay %s", p.Name, p.TTL, p.LockDelay))
-	key := lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, p.Name)
-	ok := n.admin(func(c *api.Client) error { _, err := c.KV().Put(&api.KVPair{Key: key, Value: rec}, nil); return err })
-	if ok {
-		n.mu.Lock()
-		n.profiles[s.Target] = s.Value
-		n.mu.Unlock()
-	}
-	return ok
-}
-
-// resize changes the semaphore's limit as the provider does: the
-// declaration, then the Limit in the holder table by check-and-set,
-// keeping the holders. A growth counts from before the first write, a
-// shrink from after the last (the checker is never stricter than the
-// system could be).
-func (n *nemesis) resize(limit int) bool {
-	h := n.sem
-	lock := h.lock
-	lock.Limit = limit
-	rec, err := lockmodel.EncodeLockRecord(lock)
-	if err != nil {
-		n.fatalf("encoding the lock: %v", err)
-	}
-	n.mu.Lock()
-	prev := n.limits[len(n.limits)-1].Limit
-	if limit > prev {
-		n.limits = append(n.limits, LimitChange{At: time.Now(), Limit: limit})
-	}
-	n.mu.Unlock()
-	h.store.Mark("", fmt.Sprintf("nemesis: resize %s %d -> %d", lock.Name, prev, limit))
-	key := lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, lock.Name)
-	ok := n.admin(func(c *api.Client) error { _, err := c.KV().Put(&api.KVPair{Key: key, Value: rec}, nil); return err })
-	ok = ok && n.admin(func(c *api.Client) error {
-		kv := c.KV()
-		for {
-			pair, _, err := kv.Get(lock.Key, &api.QueryOptions{RequireConsistent: true})
-			if err != nil || pair == nil {
-				return err // deleted: the controller restores it from the declaration
-			}
-			value, err := lockmodel.SemaphoreValueWithLimit(pair.Value, limit)
-			if err != nil {
-				return err
-			}
-			p := *pair
-			p.Value = value
-			if done, _, err := kv.CAS(&p, nil); err != nil || done {
-				return err
-			}
-		}
-	})
-	n.mu.Lock()
-	if limit < prev {
-		n.limits = append(n.limits, LimitChange{At: time.Now(), Limit: limit})
-	}
-	n.mu.Unlock()
-	return ok
 }
 
 // check stops everything and runs the checkers on the whole history.
@@ -1572,41 +1036,6 @@ func onceSummary(runs []OnceRun) string {
 	return fmt.Sprintf("run once: %d run IDs, ledger outcomes: %s; succeeded at attempt 1: %d; runners started again (no runner decided the run): %d; "+
 		"commands that succeeded after their run's effect was applied (the documented window, kept from applying it twice by the job's guard): %d%s\n",
 		len(runs), strings.Join(parts, ", "), firstAttempt, rewaved, repeats, stopped)
-}
-
-// treeKillSummary is the kills' line: per kind, the kills, those that
-// struck a running command, and the longest time its process group took
-// to empty.
-func treeKillSummary(kills []treeKill) string {
-	var parts []string
-	for _, kind := range []FaultKind{FaultGroupKill, FaultTreeKill} {
-		count, alive, survived, longest := 0, 0, 0, time.Duration(0)
-		for _, k := range kills {
-			if k.kind != kind {
-				continue
-			}
-			count++
-			if k.alive {
-				alive++
-			}
-			if k.gone < 0 {
-				survived++
-			}
-			longest = max(longest, k.gone)
-		}
-		parts = append(parts, fmt.Sprintf("%s %d (command running at the kill %d; process group empty after at most %s; still live after %s: %d)",
-			kind, count, alive, longest.Round(time.Millisecond), treeGoneBound, survived))
-	}
-	return "kills of the job's runner: " + strings.Join(parts, "; ") + "\n"
-}
-
-// strikeExits counts the stopped runners' exit codes (-1: not seen).
-func strikeExits(strikes []StopAtExitStrike) string {
-	m := map[int]int{}
-	for _, s := range strikes {
-		m[s.Exit]++
-	}
-	return exitsText(m)
 }
 
 func failuresText(m map[string]int) string {

@@ -53,89 +53,92 @@ func NemesisConfig(length time.Duration) ScheduleConfig {
 	}
 }
 
-// Schedule is the nemesis's schedule for seed: a pure function of its
-// arguments, so that a failing run is replayed from its seed. Faults on
-// the servers never overlap (a second leader kill before the first
-// server is back would leave no quorum), nor do faults on client nodes (a
-// node faulted twice at once is not two faults), nor two kills or skews
-// of controller replicas (both replicas down leaves nothing to check),
-// nor two clock skews. The faults on one holder (kill, freeze, session
-// destroyed, key deleted) pick the mutex, the semaphore, the run-once
-// lock or the hand-off mutex; freezes only the fenced ones (the mutexes,
-// run once); a group kill any of them; a kill of runner and guard
-// together only TreeKill's. A waiter kill picks one of the queued
-// mutexes. A stop at a run-once command's exit, like a fault on the
-// servers timed to it, keeps the servers free while armed and in force;
-// it also keeps the client nodes, the clocks and the run-once lock free
-// until StopAtExitJudged after its wake-up, so that its run is judged.
-func Schedule(seed uint64, cfg ScheduleConfig) []Step {
-	sc := newScheduler(seed, cfg)
+// FaultSpec is what a schedule knows of a kind of fault besides how it
+// draws its step: its name, its chance against the other kinds', the
+// group of targets it keeps busy until undone, and when it can be drawn.
+type FaultSpec struct {
+	Name   FaultKind
+	Weight int
+	// Group is the group of targets it keeps busy until it is undone and
+	// MinGap after ("" for none): no two faults of a group overlap.
+	Group string
+	// Needs reports whether a configuration has its target (nil: every
+	// configuration has).
+	Needs func(ScheduleConfig) bool
+	// AtExit: it strikes not at its step's time but as the next run-once
+	// command ends, within OnceExitArmed (skipped when none does).
+	AtExit bool
+	// OnCluster: a fault on the servers or a client node, which may slow
+	// every hand-over while in force (other faults' marks name it).
+	OnCluster bool
+}
+
+// scheduledFault is the part of a fault the schedule reads: the nemesis's
+// Fault (nemesis_faults_test.go) adds how it is injected.
+type scheduledFault interface {
+	Spec() FaultSpec
+	// Draw draws the step's target, duration and value from sc, whose
+	// lock, fenced and profiled are the step's choices (lock drawn).
+	Draw(sc *scheduler, s *Step)
+}
+
+// occupier is a fault that keeps more busy than its group, or longer.
+type occupier interface {
+	Occupy(sc *scheduler, s Step)
+}
+
+// scheduleOf is the schedule for seed over faults (in the order of their
+// draws: reordering them changes every seed's schedule): a pure function
+// of its arguments, so that a failing run is replayed from its seed. A
+// fault is drawn among those whose group is free (FaultSpec.Group, plus
+// what an occupier keeps busy). Faults on the servers never overlap (a
+// second leader kill before the first server is back would leave no
+// quorum), nor do faults on client nodes (a node faulted twice at once is
+// not two faults), nor two kills or skews of controller replicas (both
+// replicas down leaves nothing to check), nor two clock skews. A fault on
+// one holder picks among sc's locks: the mutex, the semaphore, the
+// run-once lock or the hand-off mutex; its fenced ones (the mutexes, run
+// once) for the faults that need a fencing token; the run-once lock is
+// left out while the "once" group is busy (a stop at a run-once command's
+// exit is judged only with no other fault on its run).
+func scheduleOf(seed uint64, cfg ScheduleConfig, faults []scheduledFault) []Step {
+	sc := newScheduler(seed, cfg, faults)
 	var steps []Step
 	for at := sc.between(cfg.MinGap, cfg.MaxGap); at <= cfg.Length; at += sc.between(cfg.MinGap, cfg.MaxGap) {
-		kind, group := sc.pick(at)
-		s := sc.step(at, kind)
-		sc.occupy(at, group, s)
+		f := sc.pick(at)
+		s := sc.step(at, f)
+		sc.occupy(f, s)
 		steps = append(steps, s)
 	}
 	return steps
 }
 
-// weighted is a fault kind's chance in a schedule and the group of
-// targets it keeps busy ("" for none).
-type weighted struct {
-	kind   FaultKind
-	weight int
-	group  string
-}
-
 // scheduler holds one schedule's draw: its random source (the order of
 // its draws is the seed's meaning: never reorder them), when each group
-// of targets is free again, and the semaphore's current limit.
+// of targets is free again, the semaphore's current limit, and the
+// current step's lock choices.
 type scheduler struct {
-	r       *rand.Rand
-	cfg     ScheduleConfig
-	weights []weighted
-	busy    map[string]time.Duration
-	limit   int
+	r      *rand.Rand
+	cfg    ScheduleConfig
+	faults []scheduledFault
+	busy   map[string]time.Duration
+	limit  int
+	// lock is the step's drawn lock (every step draws one); fenced and
+	// profiled the locks a fencing fault or a profile change picks from.
+	lock             string
+	fenced, profiled []string
 }
 
-func newScheduler(seed uint64, cfg ScheduleConfig) *scheduler {
-	weights := []weighted{
-		{FaultLeaderKill, 2, "servers"},
-		{FaultClientFreeze, 2, "clients"},
-		{FaultClientKill, 2, "clients"},
-		{FaultClientCut, 2, "clients"},
-		{FaultRunnerFreeze, 2, ""},
-		{FaultRunnerKill, 3, ""},
-		{FaultKeyDelete, 2, ""},
-		{FaultSessionDestroy, 3, ""},
-		{FaultProfileChange, 1, ""},
-		{FaultPoolResize, 1, ""},
-		{FaultControllerKill, 2, "controllers"},
-		{FaultClockSkew, 2, "skews"},
-		{FaultOnceExit, 2, "servers"},
-		{FaultWaiterKill, 2, ""},
-		{FaultGroupKill, 1, ""},
-		{FaultTreeKill, 1, ""},
-		{FaultStopAtExit, 2, "servers"},
-	}
-	drop := func(kinds ...FaultKind) {
-		weights = slices.DeleteFunc(weights, func(w weighted) bool { return slices.Contains(kinds, w.kind) })
-	}
-	if len(cfg.Queued) == 0 {
-		drop(FaultWaiterKill)
-	}
-	if cfg.Once == "" {
-		drop(FaultOnceExit, FaultStopAtExit)
-	}
-	if cfg.TreeKill == "" {
-		drop(FaultTreeKill)
-	}
+func newScheduler(seed uint64, cfg ScheduleConfig, faults []scheduledFault) *scheduler {
+	faults = slices.DeleteFunc(slices.Clone(faults), func(f scheduledFault) bool {
+		needs := f.Spec().Needs
+		return needs != nil && !needs(cfg)
+	})
 	sc := &scheduler{
-		r:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		cfg:     cfg,
-		weights: weights,
-		busy:    map[string]time.Duration{},
+		r:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		cfg:    cfg,
+		faults: faults,
+		busy:   map[string]time.Duration{},
 	}
 	if len(cfg.Limits) > 0 {
 		sc.limit = cfg.Limits[0]
@@ -150,32 +153,48 @@ func (sc *scheduler) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(sc.r.Int64N(int64(hi-lo)))
 }
 
-// pick draws the kind of the fault at at among those whose group is free.
-func (sc *scheduler) pick(at time.Duration) (FaultKind, string) {
-	free := func(w weighted) bool { return w.group == "" || sc.busy[w.group] <= at }
+// intN draws a number in [0, n).
+func (sc *scheduler) intN(n int) int { return sc.r.IntN(n) }
+
+// lasting draws how long an undone fault lasts.
+func (sc *scheduler) lasting() time.Duration { return sc.between(sc.cfg.MinFor, sc.cfg.MaxFor) }
+
+// free reports whether group is free at at.
+func (sc *scheduler) free(group string, at time.Duration) bool { return sc.busy[group] <= at }
+
+// occupyUntil keeps group busy until end at least.
+func (sc *scheduler) occupyUntil(group string, end time.Duration) {
+	sc.busy[group] = max(sc.busy[group], end)
+}
+
+// pick draws the fault at at among those whose group is free.
+func (sc *scheduler) pick(at time.Duration) scheduledFault {
+	free := func(f scheduledFault) bool { g := f.Spec().Group; return g == "" || sc.free(g, at) }
 	total := 0
-	for _, w := range sc.weights {
-		if free(w) {
-			total += w.weight
+	for _, f := range sc.faults {
+		if free(f) {
+			total += f.Spec().Weight
 		}
 	}
 	pick := sc.r.IntN(total)
-	for _, w := range sc.weights {
-		if !free(w) {
+	for _, f := range sc.faults {
+		if !free(f) {
 			continue
 		}
-		if pick < w.weight {
-			return w.kind, w.group
+		w := f.Spec().Weight
+		if pick < w {
+			return f
 		}
-		pick -= w.weight
+		pick -= w
 	}
-	return "", ""
+	return nil
 }
 
-// step draws the target, duration and value of a fault of kind at at.
-func (sc *scheduler) step(at time.Duration, kind FaultKind) Step {
-	cfg, r := sc.cfg, sc.r
-	s := Step{At: at, Kind: kind}
+// step draws the lock of the fault f at at, then f draws its target,
+// duration and value.
+func (sc *scheduler) step(at time.Duration, f scheduledFault) Step {
+	cfg := sc.cfg
+	s := Step{At: at, Kind: f.Spec().Name}
 	locks := []string{cfg.Mutex, cfg.Semaphore}
 	fenced := []string{cfg.Mutex}
 	profiled := []string{cfg.Mutex, cfg.Semaphore}
@@ -185,103 +204,33 @@ func (sc *scheduler) step(at time.Duration, kind FaultKind) Step {
 	if cfg.HandOff != "" {
 		locks, fenced, profiled = append(locks, cfg.HandOff), append(fenced, cfg.HandOff), append(profiled, cfg.HandOff)
 	}
-	if sc.busy["once"] > at {
+	if !sc.free("once", at) {
 		// A stop at a run-once command's exit is in force: its run
 		// is judged only with no other fault on the run-once lock.
 		locks = slices.DeleteFunc(locks, func(l string) bool { return l == cfg.Once })
 		fenced = slices.DeleteFunc(fenced, func(l string) bool { return l == cfg.Once })
 	}
-	lock := locks[r.IntN(len(locks))]
-	switch kind {
-	case FaultLeaderKill:
-		s.Target, s.For = "raft-leader", sc.between(cfg.MinFor, cfg.MaxFor)
-	case FaultClientFreeze, FaultClientKill, FaultClientCut:
-		s.Target, s.For = fmt.Sprintf("client-%d", 1+r.IntN(cfg.Clients)), sc.between(cfg.MinFor, cfg.MaxFor)
-	case FaultRunnerFreeze:
-		// A fenced holder only: a semaphore's slots have no fencing
-		// token the store could check, and a frozen command wakes up
-		// to write whatever it was about to. Up to three times the
-		// longest other fault: past 2 x TTL the session is gone and
-		// another holder takes over while it sleeps.
-		s.Target, s.For = fenced[r.IntN(len(fenced))], sc.between(cfg.MinFor, 3*cfg.MaxFor)
-	case FaultRunnerKill, FaultKeyDelete, FaultSessionDestroy, FaultGroupKill:
-		s.Target = lock
-	case FaultTreeKill:
-		s.Target = cfg.TreeKill
-	case FaultStopAtExit:
-		s.Target, s.For = cfg.Once, sc.between(cfg.MinStop, cfg.MaxStop)
-	case FaultProfileChange:
-		// The mutexes' or the semaphore's profile (the run-once
-		// lock's stays).
-		s.Target, s.Value = profiled[r.IntN(len(profiled))], 1+r.IntN(max(1, cfg.ProfileVariants))
-	case FaultPoolResize:
-		next := sc.limit
-		for len(cfg.Limits) > 1 && next == sc.limit {
-			next = cfg.Limits[r.IntN(len(cfg.Limits))]
-		}
-		sc.limit = next
-		s.Target, s.Value = cfg.Semaphore, next
-	case FaultControllerKill:
-		s.Target, s.For = sc.controller(), sc.between(cfg.MinFor, cfg.MaxFor)
-	case FaultClockSkew:
-		sc.skew(&s)
-	case FaultWaiterKill:
-		s.Target = cfg.Queued[r.IntN(len(cfg.Queued))]
-	case FaultOnceExit:
-		s.Target, s.For = "leader-kill", sc.between(cfg.MinFor, cfg.MaxFor)
-		if sc.busy["clients"] <= at && r.IntN(2) == 1 {
-			s.Target = "client-freeze"
-		}
-	}
+	sc.lock, sc.fenced, sc.profiled = locks[sc.r.IntN(len(locks))], fenced, profiled
+	f.Draw(sc, &s)
 	return s
 }
 
+// client draws a client node, client-1..client-N.
+func (sc *scheduler) client() string { return fmt.Sprintf("client-%d", 1+sc.r.IntN(sc.cfg.Clients)) }
+
+// controller draws a controller replica, controller-1..controller-N.
 func (sc *scheduler) controller() string {
 	return fmt.Sprintf("controller-%d", 1+sc.r.IntN(max(1, sc.cfg.Controllers)))
 }
 
-// skew draws a clock skew. Skews last longer than other faults (up to
-// 3 x MaxFor): max_hold and the hold's start are judged over seconds.
-func (sc *scheduler) skew(s *Step) {
-	cfg, r := sc.cfg, sc.r
-	s.For = sc.between(cfg.MinFor, 3*cfg.MaxFor)
-	skew := sc.between(cfg.MinSkew, cfg.MaxSkew).Round(time.Second)
-	if r.IntN(2) == 1 {
-		skew = -skew
-	}
-	s.Value = int(skew / time.Second)
-	if sc.busy["controllers"] <= s.At && r.IntN(2) == 1 {
-		// A replica restarted skewed: no kill of a replica meanwhile.
-		s.Target = sc.controller()
-		sc.busy["controllers"] = s.At + s.For + cfg.MinGap
-	} else {
-		s.Target = fmt.Sprintf("runner-%d", 1+r.IntN(cfg.Clients))
-	}
-}
-
 // occupy marks the targets of s busy. A group is busy until the fault is
 // undone and a little after: a restarted server must be promoted to voter
-// again. A once-exit or stop-at-once-exit fault strikes up to
-// OnceExitArmed after At: the servers (and, for a freeze, the clients)
-// are busy until it is undone.
-func (sc *scheduler) occupy(at time.Duration, group string, s Step) {
-	if group != "" {
-		sc.busy[group] = max(sc.busy[group], at+s.For+sc.cfg.MinGap)
+// again. An occupier adds its own.
+func (sc *scheduler) occupy(f scheduledFault, s Step) {
+	if g := f.Spec().Group; g != "" {
+		sc.occupyUntil(g, s.At+s.For+sc.cfg.MinGap)
 	}
-	if s.Kind == FaultOnceExit || s.Kind == FaultStopAtExit {
-		end := at + OnceExitArmed + s.For + sc.cfg.MinGap
-		sc.busy["servers"] = max(sc.busy["servers"], end)
-		if s.Target == "client-freeze" {
-			sc.busy["clients"] = max(sc.busy["clients"], end)
-		}
-	}
-	if s.Kind == FaultStopAtExit {
-		// Judged only when nothing else touches the run: no fault on
-		// the cluster, the client nodes, the clocks or the run-once
-		// lock from the stop to StopAtExitJudged after the wake-up.
-		end := at + OnceExitArmed + s.For + StopAtExitJudged + sc.cfg.MinGap
-		for _, g := range []string{"servers", "clients", "skews", "once"} {
-			sc.busy[g] = max(sc.busy[g], end)
-		}
+	if o, ok := f.(occupier); ok {
+		o.Occupy(sc, s)
 	}
 }

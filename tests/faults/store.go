@@ -7,6 +7,12 @@
 //
 // The store and the checkers are plain Go with no Consul import, so that the
 // checkers can be unit-tested on hand-written logs.
+//
+// The nemesis's faults (TestNemesis) are one type each, a Fault in a
+// fault_*_test.go file of its own (its name, weight, targets, draw and
+// injection), listed once in the registry nemesisFaults, which the
+// schedule, the injector and the summary read: a new fault is one file
+// plus one line in nemesisFaults.
 package faults
 
 import (
