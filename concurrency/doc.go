@@ -24,9 +24,15 @@
 // can hand the lock to another holder, so a function that returns when its
 // context is cancelled (within WithGrace) never overlaps the next holder.
 //
-// Every function takes a context; every goroutine a Session or a hold
-// starts ends when it is closed or unlocked. Errors are sentinel values to
-// test with errors.Is.
+// Every call that talks to Consul takes a context; every goroutine a
+// Session or a hold starts ends when it is closed, unlocked or lost.
+// Errors are sentinel values to test with errors.Is.
+//
+// What differs from the runner: Do takes the run ID as `consullock run
+// -run-id` does (run_once.starting_deadline is not applied), its waiters
+// wait with a session rather than without one, and a function that ignores
+// its context cannot be killed: it overlaps the next holder if it runs on
+// past the loss.
 //
 // # Stability and versioning
 //

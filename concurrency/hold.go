@@ -179,6 +179,7 @@ func (h *hold) start(g lockproto.Grant, value []byte) {
 				return
 			case o := <-obs:
 				if o.Kind == lockproto.ObsKeyLost {
+					h.s.cfg.log.Warn("lock lost", "key", h.lock.Key, "detail", o.Detail)
 					h.end(fmt.Errorf("%w: %s", ErrLockLost, o.Detail))
 					return
 				}
@@ -202,24 +203,26 @@ func (h *hold) end(lost error) {
 }
 
 // stop ends the watch (ending: the caller gives the lock up) and reports
-// whether the session still held it as far as the hold knew.
+// whether there was a hold to give up: held, or lost since the last
+// acquisition (a release is then harmless, and frees a lock that the
+// stop rule counted lost while the session may still hold it).
 func (h *hold) stop() bool {
 	h.mu.Lock()
-	wasHeld := h.held
-	h.ending = true
 	stopWatch := h.stopWatch
+	h.stopWatch, h.ending = nil, true
 	h.mu.Unlock()
-	h.end(nil)
-	if stopWatch != nil {
-		stopWatch()
+	if stopWatch == nil {
+		return false
 	}
+	h.end(nil)
+	stopWatch()
 	h.watching.Wait()
 	h.s.track(h, false)
-	return wasHeld
+	return true
 }
 
-// unlock releases the lock if the session still holds it; the session
-// lives on.
+// unlock releases the lock if the session still holds it (and, for a
+// semaphore, deletes its contender key); the session lives on.
 func (h *hold) unlock(ctx context.Context) error {
 	h.mu.Lock()
 	value := h.value

@@ -59,7 +59,8 @@ func (m *Mutex) TryLock(ctx context.Context) error { return m.h.acquire(ctx, tru
 
 // Unlock releases the mutex (a release sets no lock-delay: the next holder
 // starts at once); the session lives on. Unlocking a mutex that is not
-// held, or was lost, does nothing.
+// held does nothing; after a loss it releases the key if the session
+// still holds it.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.h.unlock(ctx) }
 
 // Done is closed when the hold ends: the lock was lost (Err says why) or

@@ -74,6 +74,9 @@ func (a Attempt) IsOwner() *api.TxnOp { return &api.TxnOp{KV: a.fence.Op()} }
 // are joined to fn's error. When the run must wait for retry_after, Do
 // waits without the lock and tries again.
 func (r *RunOnce) Do(ctx context.Context, runID string, fn func(ctx context.Context, a Attempt) error) error {
+	if fn == nil {
+		return errors.New("concurrency: Do needs a function")
+	}
 	for {
 		err := r.once(ctx, runID, fn)
 		var w retryWait

@@ -33,7 +33,8 @@ type Session struct {
 	// the session is lost or closed.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// stopRenew ends the renewer and the judge (Close).
+	// stopRenew ends the renewer and the judge (Close, or the judge
+	// itself once the session counts as lost).
 	stopRenew context.CancelFunc
 	wg        sync.WaitGroup
 	contact   atomic.Pointer[time.Time]
@@ -141,7 +142,11 @@ func (s *Session) judge(ctx context.Context, obs <-chan lockproto.Observation) {
 			v = j.Check(time.Now())
 		}
 		if v.Lost {
+			// Renewing a session counted lost would keep its locks from
+			// everyone else until Close: it is left to end by TTL.
+			s.cfg.log.Warn("session lost", "session", s.s.ID, "reason", v.Reason)
 			s.cancel(fmt.Errorf("%w: %s", ErrSessionLost, v.Reason))
+			s.stopRenew()
 			return
 		}
 		deadline.Reset(max(time.Until(j.Deadline()), 0) + time.Millisecond)
