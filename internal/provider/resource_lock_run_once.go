@@ -81,16 +81,14 @@ func nextSlots(r *lockmodel.RunOnce, now time.Time) types.List {
 
 func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 	a := schema.SingleNestedAttribute{
-		MarkdownDescription: "Run the command once per run, not merely one at a time: `consullock run` records each attempt in the " +
-			"run ledger `<registry_prefix>/runs/<name>` and skips a run that already succeeded. Without `-run-id` " +
-			"the run ID is the `period` or `schedule` slot of the runner's start. Set one of `period` and `schedule`. " +
+		MarkdownDescription: "Run the command once per run, not merely one at a time, with a run ledger at " +
+			"`<registry_prefix>/runs/<name>` ([run once](../guides/run-once.md)). Set one of `period` and `schedule`. " +
 			"Mutex only. Changing it rewrites only the declaration record.",
 		Optional: true,
 		Attributes: map[string]schema.Attribute{
 			"period": schema.StringAttribute{
-				MarkdownDescription: "Width of a UTC run slot, `1m` to `8784h` (366 days), e.g. `24h`. Triggers must fire further from a slot " +
-					"boundary than the nodes' clock skew. Shorter than the profile's `worst_case_gap` warns: a crashed " +
-					"run may not be taken over within it.",
+				MarkdownDescription: "Width of a UTC run slot, `1m` to `8784h` (366 days), e.g. `24h`. Shorter than the " +
+					"profile's `worst_case_gap` warns: a crashed run may not be taken over within it.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
@@ -144,8 +142,8 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 func runOnceAttemptAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"max_attempts": schema.Int64Attribute{
-			MarkdownDescription: fmt.Sprintf("Attempts per run: a run that failed, lost its lock or whose holder crashed is "+
-				"attempted again by the next holder, up to this many attempts; then runners exit %d. `1` to `%d`, default `%d`.",
+			MarkdownDescription: fmt.Sprintf("Attempts per run ([retries](../guides/run-once.md#what-the-holder-does)); "+
+				"then runners exit %d. `1` to `%d`, default `%d`.",
 				lockmodel.ExitRunExhausted, lockmodel.MaxMaxAttempts, lockmodel.DefaultMaxAttempts),
 			Optional:   true,
 			Computed:   true,

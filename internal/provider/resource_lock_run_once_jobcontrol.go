@@ -32,9 +32,8 @@ func runOnceJobControlAttributes() map[string]schema.Attribute {
 		},
 		"retry_after": schema.StringAttribute{
 			MarkdownDescription: fmt.Sprintf("Wait before the next attempt after a `failed`, `lost`, `crashed` or "+
-				"`timed_out` one: the holder records the run's `not_before` with the outcome, and no runner starts the next "+
-				"attempt before it; waiting runners leave the lock and sleep until then. The wait after attempt n is "+
-				"`retry_after` x `retry_backoff`^(n-1), at most `%s`. `0s` to `%s`; unset means the next attempt may start at once.",
+				"`timed_out` one (the run's `not_before`; [retries](../guides/run-once.md#deadlines-retries-output)): "+
+				"`retry_after` x `retry_backoff`^(n-1) after attempt n, at most `%s`. `0s` to `%s`; unset means at once.",
 				lockmodel.FormatDuration(lockmodel.MaxRetryWait), lockmodel.FormatDuration(lockmodel.MaxRetryAfter)),
 			Optional:   true,
 			CustomType: timetypes.GoDurationType{},

@@ -19,8 +19,7 @@ func runOnceOverlapAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"overlap": schema.StringAttribute{
 			MarkdownDescription: fmt.Sprintf("What a runner does while another run holds the lock: `wait` (default), `skip` "+
-				"(record this run `skipped`, exit %d) or `replace` (end that run's session, record it `replaced`, run after the "+
-				"lock-delay); see [overruns](../guides/runner.md#when-a-run-overruns).", lockmodel.ExitRunSkipped),
+				"(exit %d) or `replace` ([overruns](../guides/runner.md#when-a-run-overruns)).", lockmodel.ExitRunSkipped),
 			Optional:   true,
 			Computed:   true,
 			Default:    stringdefault.StaticString(string(lockmodel.OverlapWait)),

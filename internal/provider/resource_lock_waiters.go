@@ -17,10 +17,9 @@ import (
 
 func waitersSchemaAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
-		MarkdownDescription: "How waiting runners take the lock on a release: `race` (all wake and try, as `consul lock`), `queue` " +
-			"(they line up under `<prefix>/.queue/`; a release wakes the first) or `handoff` (the same line; the " +
-			"releasing runner hands the lock to the first). `queue` and `handoff`: mutex only, workers need " +
-			"`queue_prefixes`. Default `race`.",
+		MarkdownDescription: "How waiting runners take the lock on a release: `race` (all wake and try, as `consul lock`), " +
+			"`queue` or `handoff` ([waiters](../guides/waiters.md)): mutex only, workers need `queue_prefixes`. " +
+			"Default `race`.",
 		Optional:   true,
 		Computed:   true,
 		Default:    stringdefault.StaticString(lockmodel.WaitersRace),
