@@ -124,7 +124,7 @@ func (r *RunOnce) once(ctx context.Context, runID string, fn func(context.Contex
 	if err != nil {
 		return err
 	}
-	if err := h.acquire(ctx, false); err != nil {
+	if err := u.acquire(ctx, h); err != nil {
 		return err
 	}
 	if err := u.checkPause(ctx); err != nil {
@@ -200,14 +200,20 @@ func (u *run) lookFirst(ctx context.Context) error {
 		u.r.cfg.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
 		return nil
 	}
-	if done, ok := l.DoneRun(u.id, u.spec.MaxAttempts); ok {
-		kind := lockmodel.BeginAlreadySucceeded
-		if done.Outcome == lockmodel.RunExhausted {
-			kind = lockmodel.BeginExhausted
-		}
-		return u.notRun(kind, len(done.Attempts))
+	return u.doneIn(l)
+}
+
+// doneIn is the notRun error when ledger l shows the run done (succeeded,
+// or exhausted under max_attempts), nil otherwise.
+func (u *run) doneIn(l lockmodel.Ledger) error {
+	done, ok := l.DoneRun(u.id, u.spec.MaxAttempts)
+	switch {
+	case !ok:
+		return nil
+	case done.Outcome == lockmodel.RunExhausted:
+		return u.notRun(lockmodel.BeginExhausted, len(done.Attempts))
 	}
-	return nil
+	return u.notRun(lockmodel.BeginAlreadySucceeded, len(done.Attempts))
 }
 
 // checkPause is ErrPaused while the lock is paused. A token that may not

@@ -1,0 +1,68 @@
+package concurrency
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
+)
+
+// acquire waits for the lock while following the run ledger, as the
+// runner's waiter does: when the ledger shows the run done (another
+// caller's attempt succeeded, or the last attempt was used up) the wait
+// ends without the lock, and with no lock op or release written. A lock
+// acquired at the same moment is kept: begin reads the ledger and
+// decides.
+func (u *run) acquire(ctx context.Context, h *hold) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		done error
+		wg   sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := u.followUntilDone(actx); err != nil {
+			mu.Lock()
+			done = err
+			mu.Unlock()
+			cancel()
+		}
+	}()
+	err := h.acquire(actx, false)
+	cancel()
+	wg.Wait()
+	if err != nil && done != nil {
+		return done
+	}
+	return err
+}
+
+// followUntilDone follows the ledger with blocking queries until ctx ends
+// (nil) or the ledger shows the run done (its notRun error). A ledger that
+// does not decode is left to the holder to report.
+func (u *run) followUntilDone(ctx context.Context) error {
+	var found error
+	f := &consul.Follower{}
+	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
+		return u.r.c.KV().Get(u.key, o)
+	}, func(pair *api.KVPair, err error) bool {
+		if err != nil || !f.Changed() {
+			return true
+		}
+		l, _, err := consul.DecodeLedgerPair(u.key, u.r.name, pair)
+		if err != nil {
+			return true
+		}
+		if err := u.doneIn(l); err != nil {
+			found = err
+			return false
+		}
+		return true
+	})
+	return found
+}
