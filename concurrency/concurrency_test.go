@@ -104,9 +104,7 @@ func TestSession_doneWhenDestroyed(t *testing.T) {
 // slot is released.
 func TestSemaphore_admitsLimit(t *testing.T) {
 	ctx := context.Background()
-	registry := testenv.UniquePrefix(t.Name())
-	p := lockmodel.SessionProfile{Name: "pool", TTL: 10 * time.Second, LockDelay: 0, Behavior: lockmodel.BehaviorDelete}.WithDefaults()
-	declare(t, registry, p, lockmodel.Lock{Name: "pool", Prefix: registry + "/pool", Limit: 2, SessionDefaults: "pool"})
+	registry := poolLock(t, "pool", 2)
 	var sems []*concurrency.Semaphore
 	for range 3 {
 		s, err := concurrency.NewSession(ctx, agent.Client(), concurrency.WithRegistryPrefix(registry), concurrency.WithProfile("pool"))

@@ -87,3 +87,38 @@ func ExampleRunOnce_Do() {
 	// replica a: <nil>
 	// replica b already succeeded: true
 }
+
+// A session from a declared profile (consullock_session_defaults), and a
+// semaphore declared with limit 2: two holders at once.
+func ExampleNewDeclaredSemaphore() {
+	setEnv()
+	ctx := context.Background()
+	client, err := api.NewClient(api.DefaultConfig())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	registry := poolLock(nil, "pool", 2) // what the provider declares
+
+	var slots []*concurrency.Semaphore
+	for range 2 {
+		s, err := concurrency.NewSession(ctx, client, concurrency.WithRegistryPrefix(registry), concurrency.WithProfile("pool"))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer s.Close(ctx)
+		sem, err := concurrency.NewDeclaredSemaphore(ctx, s, "pool")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("acquire:", sem.Acquire(ctx))
+		slots = append(slots, sem)
+	}
+	fmt.Println("later admission, higher token:", slots[1].Token() > slots[0].Token())
+	// Output:
+	// acquire: <nil>
+	// acquire: <nil>
+	// later admission, higher token: true
+}

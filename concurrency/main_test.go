@@ -1,7 +1,6 @@
 package concurrency_test
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
@@ -19,9 +18,8 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunWithAgent(m, &agent))
 }
 
-// worker returns a client for this agent (management token) through the
-// environment, as a program would build one: the examples call
-// api.NewClient(api.DefaultConfig()).
+// setEnv points api.DefaultConfig at the agent (management token), so that
+// the examples build their client as a program would.
 func setEnv() {
 	_ = os.Setenv("CONSUL_HTTP_ADDR", agent.Addr)
 	_ = os.Setenv("CONSUL_HTTP_TOKEN", agent.ManagementToken)
@@ -67,6 +65,16 @@ func runOnceLock(t testing.TB, name string, maxAttempts int) string {
 	return registry
 }
 
+// poolLock declares a semaphore called name of limit slots with a profile
+// called name (behavior delete, as api.Semaphore's), and returns the
+// registry prefix.
+func poolLock(t testing.TB, name string, limit int) string {
+	registry := testenv.UniquePrefix(name)
+	p := lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: 0, Behavior: lockmodel.BehaviorDelete}.WithDefaults()
+	declare(t, registry, p, lockmodel.Lock{Name: name, Prefix: registry + "/" + name, Limit: limit, SessionDefaults: name})
+	return registry
+}
+
 // waitClosed waits for c, failing after a bound far above any expected
 // wait (a failed test, not a measurement).
 func waitClosed(t *testing.T, c <-chan struct{}, what string) {
@@ -78,4 +86,3 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 	}
 }
 
-var _ = context.Background
