@@ -85,4 +85,3 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 		t.Fatalf("%s was not closed", what)
 	}
 }
-
