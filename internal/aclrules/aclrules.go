@@ -1,9 +1,11 @@
-package lockmodel
+package aclrules
 
 import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // ACL rules, rendering: the least-privilege rules of consullock_acl_policy
@@ -91,7 +93,7 @@ const (
 // NormalizeKeyPath, the rule of consullock_lock's key, so any lock key can be
 // granted; session node prefixes are "" or node-name prefixes.
 func (in RulesInput) Validate() error {
-	var errs FieldErrors
+	var errs lockmodel.FieldErrors
 	for _, group := range []struct {
 		field  string
 		values []string
@@ -103,20 +105,20 @@ func (in RulesInput) Validate() error {
 		{attrQueuePrefixes, in.QueuePrefixes},
 	} {
 		for _, v := range group.values {
-			if _, err := NormalizeKeyPath(group.field, v); err != nil {
-				errs = append(errs, AsFieldErrors(err)...)
+			if _, err := lockmodel.NormalizeKeyPath(group.field, v); err != nil {
+				errs = append(errs, lockmodel.AsFieldErrors(err)...)
 			}
 		}
 	}
 	for _, v := range in.HolderServices {
-		errs = append(errs, AsFieldErrors(ValidateHolderServiceName(attrHolderServices, v))...)
+		errs = append(errs, lockmodel.AsFieldErrors(lockmodel.ValidateHolderServiceName(attrHolderServices, v))...)
 	}
 	if len(in.SessionNodePrefixes) == 0 {
-		errs = append(errs, &FieldError{Field: attrSessionNodePrefixes, Value: "[]", Allowed: allowedNodePrefixes})
+		errs = append(errs, &lockmodel.FieldError{Field: attrSessionNodePrefixes, Value: "[]", Allowed: allowedNodePrefixes})
 	}
 	for _, v := range in.SessionNodePrefixes {
 		if !validNodePrefix(v) {
-			errs = append(errs, &FieldError{Field: attrSessionNodePrefixes, Value: v, Allowed: allowedNodePrefix})
+			errs = append(errs, &lockmodel.FieldError{Field: attrSessionNodePrefixes, Value: v, Allowed: allowedNodePrefix})
 		}
 	}
 	return errs.Err()
@@ -147,33 +149,14 @@ func anyNodeRead(in RulesInput) string {
 	return ` With holder_services it also renders node_prefix "" read: holders may read every node.`
 }
 
-// allowedHolderNode is the form of a node that carries holder instances.
-const allowedHolderNode = "1 to 63 letters, digits or '-', starting and ending with a letter or digit " +
-	"(a DNS label: SRV answers for the holder service name this node, and Consul's answers for a longer one time out)"
-
-// ValidateHolderNode checks the name of the node an agentless runner
-// registers its holder's instance on (consullock run -node with a catalog
-// registration), as a *FieldError for field. Consul answers an SRV query
-// for <name>.service.consul with a target <node>.node.<dc>.consul, so the
-// node must be a DNS label, as a holder service name is (the same rule,
-// either case: DNS names are case-insensitive); with a 75-character node
-// name the agent's SRV answers for the service timed out. The session
-// itself would be fine on any node: only the holder service needs this.
-func ValidateHolderNode(field, node string) error {
-	if dnsLabelRE.MatchString(strings.ToLower(node)) {
-		return nil
-	}
-	return &FieldError{Field: field, Value: truncate(node, 80), Allowed: allowedHolderNode}
-}
-
 // Warnings gives advice on valid inputs. lockPrefixes are the prefixes of the
 // declared locks (nil: unknown, no check); a lock key or semaphore prefix
 // outside all of them is named.
-func (in RulesInput) Warnings(lockPrefixes []string) []Warning {
-	var ws []Warning
+func (in RulesInput) Warnings(lockPrefixes []string) []lockmodel.Warning {
+	var ws []lockmodel.Warning
 	for _, p := range in.SessionNodePrefixes {
 		if p == "" {
-			ws = append(ws, Warning{
+			ws = append(ws, lockmodel.Warning{
 				Field:   attrSessionNodePrefixes,
 				Summary: "Sessions on any node",
 				Detail: `session_node_prefixes contains "", which renders session_prefix "" write: ` +
@@ -207,7 +190,7 @@ func (in RulesInput) Warnings(lockPrefixes []string) []Warning {
 			if under(k) {
 				continue
 			}
-			ws = append(ws, Warning{
+			ws = append(ws, lockmodel.Warning{
 				Field:   group.field,
 				Summary: group.what + " outside the declared locks",
 				Detail: fmt.Sprintf("%s %q is not under the prefix of any declared consullock_lock, so this "+
@@ -221,19 +204,19 @@ func (in RulesInput) Warnings(lockPrefixes []string) []Warning {
 // SessionRuleWarnings flags exact session rules in rulesText: they match the
 // NODE a session is created on, not the session's name, a common mistake.
 // Text that does not parse yields no warnings (ParseRules reports the error).
-func SessionRuleWarnings(rulesText string) []Warning {
+func SessionRuleWarnings(rulesText string) []lockmodel.Warning {
 	p, err := ParseRules(rulesText)
 	if err != nil {
 		return nil
 	}
-	var ws []Warning
+	var ws []lockmodel.Warning
 	var visit func(p *ParsedRules)
 	visit = func(p *ParsedRules) {
 		for _, r := range p.Rules {
 			if r.Resource != "session" {
 				continue
 			}
-			ws = append(ws, Warning{
+			ws = append(ws, lockmodel.Warning{
 				Field:   attrRules,
 				Summary: "Session rule matches a node name",
 				Detail: fmt.Sprintf("session %q grants %s on sessions created on the node named exactly %q: "+
@@ -266,7 +249,7 @@ func RenderRules(in RulesInput) string {
 		raw = append(raw, rawRule{resource: "key_prefix", name: normRulePath(p) + "/", policy: ACLPolicyWrite})
 	}
 	for _, p := range in.QueuePrefixes {
-		raw = append(raw, rawRule{resource: "key_prefix", name: normRulePath(p) + "/" + QueueKeyName + "/", policy: ACLPolicyWrite})
+		raw = append(raw, rawRule{resource: "key_prefix", name: normRulePath(p) + "/" + lockmodel.QueueKeyName + "/", policy: ACLPolicyWrite})
 	}
 	for _, k := range in.ReadKeys {
 		raw = append(raw, rawRule{resource: "key", name: normRulePath(k), policy: ACLPolicyRead})

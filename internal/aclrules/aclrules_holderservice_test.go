@@ -1,8 +1,10 @@
-package lockmodel
+package aclrules
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // TestRenderRules_holderServicesGrantServiceWriteOnEachName: a holder
@@ -31,7 +33,7 @@ func TestRenderRules_holderServicesGrantServiceWriteOnEachName(t *testing.T) {
 		t.Errorf("RulesInputFromRules = %+v, exact %v, %v", back, exact, err)
 	}
 	bad := RulesInput{SessionNodePrefixes: []string{"w"}, HolderServices: []string{"Web_Leader"}}
-	fes := AsFieldErrors(bad.Validate())
+	fes := lockmodel.AsFieldErrors(bad.Validate())
 	if len(fes) != 1 || fes[0].Field != "holder_services" || fes[0].Value != "Web_Leader" {
 		t.Errorf("Validate = %v, want one holder_services error naming the value", fes)
 	}
@@ -99,24 +101,5 @@ key "jobs/report/.lock" { policy = "write" }`
 	ws := anyNode.Warnings(nil)
 	if len(ws) != 1 || !strings.Contains(ws[0].Detail, `node_prefix "" read`) {
 		t.Errorf("Warnings = %+v, want the any-node warning to name node_prefix \"\" read", ws)
-	}
-}
-
-// TestValidateHolderNode: a node that carries holder instances is a DNS
-// label in either case; anything else names the field, the value and the
-// form.
-func TestValidateHolderNode(t *testing.T) {
-	for node, ok := range map[string]bool{
-		"consul-lock-runners": true, "Runners-1": true, "a": true, strings.Repeat("n", 63): true,
-		"": false, strings.Repeat("n", 64): false, "a.b": false, "a_b": false, "-a": false, "a-": false, "ä": false,
-	} {
-		err := ValidateHolderNode("-node", node)
-		if (err == nil) != ok {
-			t.Errorf("ValidateHolderNode(%q) = %v, want ok %v", node, err, ok)
-			continue
-		}
-		if fes := AsFieldErrors(err); !ok && (len(fes) != 1 || fes[0].Field != "-node" || !strings.Contains(fes[0].Allowed, "1 to 63 letters")) {
-			t.Errorf("ValidateHolderNode(%q) = %v, want a -node FieldError with the allowed form", node, err)
-		}
 	}
 }

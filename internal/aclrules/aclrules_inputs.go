@@ -1,8 +1,10 @@
-package lockmodel
+package aclrules
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // RulesInputFromRules reads back the inputs of consullock_acl_policy from a
@@ -27,8 +29,8 @@ func RulesInputFromRules(text string) (in RulesInput, exact bool, err error) {
 			in.LockKeys = append(in.LockKeys, r.Name)
 		case r.Resource == "key" && r.Policy == ACLPolicyRead && r.Name != "":
 			in.ReadKeys = append(in.ReadKeys, r.Name)
-		case r.Resource == "key_prefix" && r.Policy == ACLPolicyWrite && strings.HasSuffix(r.Name, "/"+QueueKeyName+"/") && strings.Trim(strings.TrimSuffix(r.Name, QueueKeyName+"/"), "/") != "":
-			in.QueuePrefixes = append(in.QueuePrefixes, strings.TrimSuffix(r.Name, "/"+QueueKeyName+"/"))
+		case r.Resource == "key_prefix" && r.Policy == ACLPolicyWrite && strings.HasSuffix(r.Name, "/"+lockmodel.QueueKeyName+"/") && strings.Trim(strings.TrimSuffix(r.Name, lockmodel.QueueKeyName+"/"), "/") != "":
+			in.QueuePrefixes = append(in.QueuePrefixes, strings.TrimSuffix(r.Name, "/"+lockmodel.QueueKeyName+"/"))
 		case r.Resource == "key_prefix" && r.Policy == ACLPolicyWrite && strings.HasSuffix(r.Name, "/") && strings.Trim(r.Name, "/") != "":
 			in.SemaphorePrefixes = append(in.SemaphorePrefixes, strings.TrimSuffix(r.Name, "/"))
 		case r.Resource == "session_prefix" && r.Policy == ACLPolicyWrite:
@@ -85,13 +87,13 @@ func (in RulesInput) validOnly() RulesInput {
 // import: RulesInputFromRules cannot tell a ledger's key write from a lock
 // key's, the registry prefix can.
 func (in RulesInput) SplitRunLedgers(registryPrefix string) RulesInput {
-	folder := RegistryFolder(registryPrefix, KindRuns)
+	folder := lockmodel.RegistryFolder(registryPrefix, lockmodel.KindRuns)
 	out := in
 	out.LockKeys = nil
 	out.RunLedgerKeys = append([]string(nil), in.RunLedgerKeys...)
 	for _, k := range in.LockKeys {
 		name, ok := strings.CutPrefix(normRulePath(k), folder)
-		if ok && ValidateName("", name) == nil {
+		if ok && lockmodel.ValidateName("", name) == nil {
 			out.RunLedgerKeys = append(out.RunLedgerKeys, k)
 			continue
 		}
@@ -125,7 +127,7 @@ func ValidateRulesValue(field, value string) error {
 	default:
 		return fmt.Errorf("lockmodel: %q is not a rules input attribute", field)
 	}
-	if fes := AsFieldErrors(in.Validate()); len(fes) > 0 {
+	if fes := lockmodel.AsFieldErrors(in.Validate()); len(fes) > 0 {
 		return fes[0] // one value, at most one problem
 	}
 	return nil
@@ -135,17 +137,17 @@ func ValidateRulesValue(field, value string) error {
 // of a declared lock or session profile (names): that is the mark of the
 // common misunderstanding that session rules match session or lock names,
 // when Consul matches them against the NODE a session is created on.
-func SessionNodePrefixWarnings(nodePrefixes, names []string) []Warning {
+func SessionNodePrefixWarnings(nodePrefixes, names []string) []lockmodel.Warning {
 	declared := make(map[string]bool, len(names))
 	for _, n := range names {
 		declared[n] = true
 	}
-	var ws []Warning
+	var ws []lockmodel.Warning
 	for _, p := range sortedUnique(nodePrefixes, func(s string) string { return s }) {
 		if p == "" || !declared[p] {
 			continue
 		}
-		ws = append(ws, Warning{
+		ws = append(ws, lockmodel.Warning{
 			Field:   attrSessionNodePrefixes,
 			Summary: "Session node prefix looks like a lock name",
 			Detail: fmt.Sprintf("session_node_prefixes contains %q, which is the name of a declared lock or "+

@@ -1,9 +1,11 @@
-package lockmodel
+package aclrules
 
 import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 func TestRulesInputFromRules_readsBackWhatRenderRulesWrote(t *testing.T) {
@@ -108,8 +110,8 @@ func TestValidateRulesValue(t *testing.T) {
 			t.Errorf("ValidateRulesValue(%q, %q) = %v, want ok=%v", tc.field, tc.value, err, tc.ok)
 			continue
 		}
-		if err != nil {
-			assertFieldError(t, err, tc.field, tc.value)
+		if fes := lockmodel.AsFieldErrors(err); err != nil && (len(fes) != 1 || fes[0].Field != tc.field || fes[0].Value != tc.value) {
+			t.Errorf("ValidateRulesValue(%q, %q) = %v, want one FieldError for that field and value", tc.field, tc.value, err)
 		}
 	}
 	if err := ValidateRulesValue("name", "x"); err == nil {

@@ -1,8 +1,10 @@
-package lockmodel
+package aclrules
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 func TestRenderRules_designExamples(t *testing.T) {
@@ -176,7 +178,7 @@ func TestRulesInputValidate_rejectsWithAttributeAndValue(t *testing.T) {
 			if err == nil {
 				t.Fatal("Validate() = nil, want an error")
 			}
-			fes := AsFieldErrors(err)
+			fes := lockmodel.AsFieldErrors(err)
 			if len(fes) != 1 {
 				t.Fatalf("Validate() = %v, want exactly one field error", err)
 			}
@@ -195,7 +197,7 @@ func TestRulesInputValidate_rejectsWithAttributeAndValue(t *testing.T) {
 
 func TestRulesInputValidate_reportsEveryProblem(t *testing.T) {
 	in := RulesInput{LockKeys: []string{"", "ok"}, ReadKeys: []string{"a b"}}
-	fes := AsFieldErrors(in.Validate())
+	fes := lockmodel.AsFieldErrors(in.Validate())
 	var fields []string
 	for _, fe := range fes {
 		fields = append(fields, fe.Field)
@@ -299,5 +301,27 @@ func TestSessionRuleWarnings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRenderRules_queuePrefixes(t *testing.T) {
+	in := RulesInput{LockKeys: []string{"svc/job/.lock"}, QueuePrefixes: []string{"/svc/job/"}, SessionNodePrefixes: []string{"worker-"}}
+	got := RenderRules(in)
+	if !strings.Contains(got, `key_prefix "svc/job/.queue/" {`) {
+		t.Fatalf("rules lack the queue grant:\n%s", got)
+	}
+	back, exact, err := RulesInputFromRules(got)
+	if err != nil || !exact || len(back.QueuePrefixes) != 1 || back.QueuePrefixes[0] != "svc/job" || len(back.SemaphorePrefixes) != 0 {
+		t.Fatalf("RulesInputFromRules = %+v, exact %v, %v; want the queue prefix back, not a semaphore prefix", back, exact, err)
+	}
+	ws := in.Warnings([]string{"other"})
+	if len(ws) != 2 || ws[1].Field != "queue_prefixes" {
+		t.Errorf("Warnings with no declared lock under svc/job = %+v; want the lock key's and the queue prefix's", ws)
+	}
+	if ws := in.Warnings([]string{"svc/job"}); len(ws) != 0 {
+		t.Errorf("Warnings with the lock declared = %+v; want none", ws)
+	}
+	if err := ValidateRulesValue(attrQueuePrefixes, "a//b"); err == nil || !strings.Contains(err.Error(), "queue_prefixes") {
+		t.Fatalf("ValidateRulesValue(queue_prefixes, a//b) = %v; want an error naming queue_prefixes", err)
 	}
 }

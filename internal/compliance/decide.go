@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -429,9 +430,9 @@ func policyDrift(spec lockmodel.ACLPolicySpec, live map[string]LivePolicy, repai
 			Detail: fmt.Sprintf("ACL policy %q (%s) is declared but does not exist; re-create it with terraform apply", spec.Name, spec.ID),
 		}, true
 	}
-	same, err := lockmodel.RulesEquivalent(spec.Rules, lp.Rules)
+	same, err := aclrules.RulesEquivalent(spec.Rules, lp.Rules)
 	if err != nil {
-		if _, derr := lockmodel.NormalizeRules(spec.Rules); derr != nil {
+		if _, derr := aclrules.NormalizeRules(spec.Rules); derr != nil {
 			return Decision{}, false // a declaration we cannot read is never enforced
 		}
 		same = false // live text that does not parse is drift

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -289,7 +290,7 @@ func TestExampleACLRules_parse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := lockmodel.ParseRules(string(data))
+		p, err := aclrules.ParseRules(string(data))
 		if err != nil {
 			t.Fatalf("%s.hcl: %v", mode, err)
 		}

@@ -17,7 +17,7 @@ import (
 // A holder's service instance (lockmodel.HolderInstance) on the local
 // agent: registered when the holder acquires, its TTL check passed after
 // each renewal, deregistered before the release. Each call needs only
-// service "<name>" write (lockmodel.RulesInput.HolderServices).
+// service "<name>" write (aclrules.RulesInput.HolderServices).
 
 // RegisterHolderService registers in on the client's agent, with its TTL
 // check (passing or critical as in.Passing says) and

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -25,10 +26,10 @@ import (
 func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 	ctx := context.Background()
 	name := "holder-acl-" + testenv.NewUUID()[:8]
-	in := lockmodel.RulesInput{LockKeys: []string{"t/holder-acl/.lock"}, SessionNodePrefixes: []string{agent.NodeName}}
-	without := lockmodel.RenderRules(in)
+	in := aclrules.RulesInput{LockKeys: []string{"t/holder-acl/.lock"}, SessionNodePrefixes: []string{agent.NodeName}}
+	without := aclrules.RenderRules(in)
 	in.HolderServices = []string{name}
-	with := lockmodel.RenderRules(in)
+	with := aclrules.RenderRules(in)
 	tokWith, err := agent.MintToken("holder-acl-with-"+testenv.NewUUID()[:8], with, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	base := lockmodel.RulesInput{LockKeys: []string{"t/holder-cat/.lock"}, SessionNodePrefixes: []string{node}}
+	base := aclrules.RulesInput{LockKeys: []string{"t/holder-cat/.lock"}, SessionNodePrefixes: []string{node}}
 	withService := base
 	withService.HolderServices = []string{name}
 	nodeWrite := fmt.Sprintf("node %q { policy = \"write\" }\n", node)
@@ -119,8 +120,8 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 		}
 		return newClient(t, tok.SecretID)
 	}
-	worker := mint("service", lockmodel.RenderRules(withService))
-	nodeOnly := mint("node", lockmodel.RenderRules(base)+nodeWrite)
+	worker := mint("service", aclrules.RenderRules(withService))
+	nodeOnly := mint("node", aclrules.RenderRules(base)+nodeWrite)
 
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, NodeChecks: []string{}})
 	h := lockmodel.HolderIdentity{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
@@ -157,7 +158,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	}
 	// Node write alone may deregister what is on the node (Consul's rule);
 	// the worker rules without holder_services may not.
-	wantForbidden("deregister without holder_services", mint("none", lockmodel.RenderRules(base)).DeregisterHolderServiceCatalog(ctx, node, inst.ID))
+	wantForbidden("deregister without holder_services", mint("none", aclrules.RenderRules(base)).DeregisterHolderServiceCatalog(ctx, node, inst.ID))
 	if err := worker.DeregisterHolderServiceCatalog(ctx, node, inst.ID); err != nil {
 		t.Fatalf("deregister with the worker rules: %v", err)
 	}
@@ -245,11 +246,11 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 		return newClient(t, tok.SecretID)
 	}
 	rules := func(nodePrefix string, holder bool) string {
-		in := lockmodel.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{nodePrefix}}
+		in := aclrules.RulesInput{LockKeys: []string{"t/holder-stale/.lock"}, SessionNodePrefixes: []string{nodePrefix}}
 		if holder {
 			in.HolderServices = []string{name}
 		}
-		return lockmodel.RenderRules(in)
+		return aclrules.RenderRules(in)
 	}
 	wantDenied := func(what string, got []HolderInstanceRef, err error, want []HolderInstanceRef) {
 		t.Helper()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -420,7 +421,7 @@ func TestRepair_restoresSemaphoreLimitKeepingHolders(t *testing.T) {
 
 func TestRepair_restoresWidenedACLRules(t *testing.T) {
 	h := newHarness(t, agent)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("holder"), rules)
 	c := h.start(compliance.ModeRepair)
 
@@ -430,7 +431,7 @@ func TestRepair_restoresWidenedACLRules(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, func() error {
 		live := h.livePolicy(p.ID)
-		if same, _ := lockmodel.RulesEquivalent(rules, live.Rules); !same {
+		if same, _ := aclrules.RulesEquivalent(rules, live.Rules); !same {
 			return fmt.Errorf("live rules still %q", live.Rules)
 		}
 		return nil
@@ -449,7 +450,7 @@ func TestRepair_restoresWidenedACLRules(t *testing.T) {
 func TestRepair_doesNotRewriteReformattedRules(t *testing.T) {
 	h := newHarness(t, agent)
 	key := h.prefix + "/a/.lock"
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{key}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{key}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("holder"), rules)
 	c := h.start(compliance.ModeRepair)
 
@@ -550,7 +551,7 @@ func TestObserve_onlyReports(t *testing.T) {
 	}
 	bad := h.session(api.SessionEntry{TTL: "60s", LockDelay: 15 * time.Second}, false)
 	h.acquire(held.Key, bad)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{held.Key}, SessionNodePrefixes: []string{"w-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{held.Key}, SessionNodePrefixes: []string{"w-"}})
 	p := h.createPolicy(h.name("holder"), rules)
 	p.Rules = widened
 	if _, _, err := h.api.ACL().PolicyUpdate(p, nil); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -110,7 +111,7 @@ func TestMetrics_showTheScriptedSequence(t *testing.T) {
 	profile := h.name("strict")
 	h.declareProfile(lockmodel.SessionProfile{Name: profile, TTL: 15 * time.Second, LockDelay: 15 * time.Second})
 	l := h.declareLock(lockmodel.Lock{Name: h.name("job"), Prefix: h.prefix + "/job", SessionDefaults: profile})
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{"worker-"}})
 	policy := h.createPolicy(h.name("workers"), rules)
 
 	// The leader's blocking queries go through a proxy that can cut them;

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -72,7 +73,7 @@ func newObserveWorld(t *testing.T) *observeWorld {
 	w.bad = h.session(api.SessionEntry{TTL: "60s", LockDelay: 15 * time.Second}, false)
 	h.acquire(w.held.Key, w.bad)
 	w.heldIndex = h.get(w.held.Key).ModifyIndex
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{w.held.Key}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{w.held.Key}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("holder"), rules)
 	p.Rules = widened
 	if w.policy, _, err = h.api.ACL().PolicyUpdate(p, nil); err != nil {

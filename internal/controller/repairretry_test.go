@@ -9,9 +9,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // controllerACL are rules for a repair-mode controller of ACL policies
@@ -37,7 +37,7 @@ type repairFailure struct {
 // next retry puts the policy back.
 func TestRepair_retriesAFailedRepairWithBackoff(t *testing.T) {
 	h := newHarness(t, agent)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("holder"), rules)
 	tok, err := agent.MintToken(h.name("controller"), controllerACL("read"), 0)
 	if err != nil {
@@ -99,7 +99,7 @@ func TestRepair_retriesAFailedRepairWithBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() error {
-		if same, _ := lockmodel.RulesEquivalent(rules, h.livePolicy(p.ID).Rules); !same {
+		if same, _ := aclrules.RulesEquivalent(rules, h.livePolicy(p.ID).Rules); !same {
 			return fmt.Errorf("the policy is still widened")
 		}
 		if got := c.Metrics().RepairsTotal(compliance.KindRestoreACLRules); got != 1 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -95,7 +96,7 @@ func measureSteadyState(tb testing.TB, locks int, window time.Duration) steadyRe
 		flush()
 	}
 	for i := range 2 {
-		rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{declared[i+1].Key}, SessionNodePrefixes: []string{"worker-"}})
+		rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{declared[i+1].Key}, SessionNodePrefixes: []string{"worker-"}})
 		p, _, err := cl.ACL().PolicyCreate(&api.ACLPolicy{Name: fmt.Sprintf("steady-%d-%d", rand.IntN(1e9), i), Rules: rules}, nil)
 		if err != nil {
 			tb.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -309,10 +310,10 @@ func TestTerraform_applyChangingRulesDoesNotFightTheController(t *testing.T) {
 
 		when := fmt.Sprintf("round %d", round+1)
 		w.controllerQuiet(when)
-		want := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{w.job.Key},
+		want := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{w.job.Key},
 			SemaphorePrefixes: []string{w.pool.Prefix}, SessionNodePrefixes: change.prefixes})
 		final := w.policy()
-		if same, _ := lockmodel.RulesEquivalent(want, final.Rules); !same {
+		if same, _ := aclrules.RulesEquivalent(want, final.Rules); !same {
 			t.Errorf("%s: live rules %q, want %q", when, final.Rules, want)
 		}
 		// No flapping: the policy changed once (the apply), and nothing
@@ -419,7 +420,7 @@ func TestTerraform_destroyLeavesNoOrphanAndNothingResurrected(t *testing.T) {
 func TestApplyGrace_aChangedDeclarationIsLeftToItsApplyThenConverged(t *testing.T) {
 	const grace = 2 * time.Second
 	h := newHarness(t, agent)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("workers"), rules)
 	c := h.startWith(startOpts{mode: compliance.ModeRepair, configure: func(cfg *Config) { cfg.ApplyGrace = grace }})
 
@@ -427,7 +428,7 @@ func TestApplyGrace_aChangedDeclarationIsLeftToItsApplyThenConverged(t *testing.
 	// write either live object.
 	declared := time.Now()
 	l := h.declareLock(lockmodel.Lock{Name: h.name("new"), Prefix: h.prefix + "/new"})
-	newRules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
+	newRules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
 	h.declarePolicy(lockmodel.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
 
 	time.Sleep(grace / 2)
@@ -444,7 +445,7 @@ func TestApplyGrace_aChangedDeclarationIsLeftToItsApplyThenConverged(t *testing.
 	// After the grace, the declarations win.
 	h.waitKey(l.Key)
 	eventually(t, 10*time.Second, func() error {
-		if same, _ := lockmodel.RulesEquivalent(newRules, h.livePolicy(p.ID).Rules); !same {
+		if same, _ := aclrules.RulesEquivalent(newRules, h.livePolicy(p.ID).Rules); !same {
 			return fmt.Errorf("policy rules not converged to the declaration")
 		}
 		return nil
@@ -520,7 +521,7 @@ func TestTerraform_anApplyThatStopsAfterItsDeclarationsIsDriftAfterTheGrace(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Rules = lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{w.job.Key},
+	spec.Rules = aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{w.job.Key},
 		SemaphorePrefixes: []string{w.pool.Prefix}, SessionNodePrefixes: []string{"batch-"}})
 	declared := time.Now()
 	h.declarePolicy(spec)
@@ -534,7 +535,7 @@ func TestTerraform_anApplyThatStopsAfterItsDeclarationsIsDriftAfterTheGrace(t *t
 	}
 
 	eventually(t, w.grace+15*time.Second, func() error {
-		if same, _ := lockmodel.RulesEquivalent(spec.Rules, w.policy().Rules); !same {
+		if same, _ := aclrules.RulesEquivalent(spec.Rules, w.policy().Rules); !same {
 			return fmt.Errorf("policy rules not repaired to the declaration")
 		}
 		if s, _ := lockmodel.DecodeSemaphoreState(h.get(pool.Key).Value); s.Limit != pool.Limit {
@@ -573,7 +574,7 @@ func TestApplyGrace_aLiveWriteSeenBeforeItsDeclarationIsPending(t *testing.T) {
 	a := metered(t)
 	h := newHarness(t, a)
 	proxy := newCountingProxy(t, a)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"worker-"}})
 	p := h.createPolicy(h.name("workers"), rules)
 	sem := h.declareLock(lockmodel.Lock{Name: h.name("sem"), Prefix: h.prefix + "/sem", Limit: 3})
 	if _, err := h.api.KV().Put(&api.KVPair{Key: sem.Key, Flags: sem.Flags(), Value: lockmodel.NewSemaphoreValue(3)}, nil); err != nil {
@@ -591,7 +592,7 @@ func TestApplyGrace_aLiveWriteSeenBeforeItsDeclarationIsPending(t *testing.T) {
 	})
 
 	// What an apply does: each declaration, then its live object.
-	newRules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
+	newRules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
 	h.declarePolicy(lockmodel.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
 	p.Rules = newRules
 	upd, _, err := h.api.ACL().PolicyUpdate(p, nil)

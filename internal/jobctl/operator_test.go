@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -97,7 +98,7 @@ func (d declared) pause(t *testing.T) *lockmodel.Pause {
 // declarations.
 func (d declared) operator(t *testing.T, name string) testenv.Token {
 	t.Helper()
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{lockmodel.PauseKey(d.registry, d.lock.Name)},
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{lockmodel.PauseKey(d.registry, d.lock.Name)},
 		ReadKeys: []string{lockmodel.RegistryKey(d.registry, lockmodel.KindLock, d.lock.Name), lockmodel.RegistryKey(d.registry, lockmodel.KindSessionDefaults, "p")}})
 	tok, err := agent.MintToken(testenv.UniquePrefix(name), rules, 0)
 	if err != nil {
@@ -176,7 +177,7 @@ func TestPauseResume_refusalsAndAccessor(t *testing.T) {
 // the declarations, session write on its own node only.
 func (d declared) worker(t *testing.T, node string) testenv.Token {
 	t.Helper()
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{
+	rules := aclrules.RenderRules(aclrules.RulesInput{
 		LockKeys:            []string{d.lock.Key},
 		RunLedgerKeys:       []string{lockmodel.RunLedgerKey(d.registry, d.lock.Name)},
 		SessionNodePrefixes: []string{node},

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -423,4 +424,23 @@ func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
 		return !otherAlive
 	}
 	return limit <= 1 || !otherAlive
+}
+
+// allowedHolderNode is the form of a node that carries holder instances.
+const allowedHolderNode = "1 to 63 letters, digits or '-', starting and ending with a letter or digit " +
+	"(a DNS label: SRV answers for the holder service name this node, and Consul's answers for a longer one time out)"
+
+// ValidateHolderNode checks the name of the node an agentless runner
+// registers its holder's instance on (consullock run -node with a catalog
+// registration), as a *FieldError for field. Consul answers an SRV query
+// for <name>.service.consul with a target <node>.node.<dc>.consul, so the
+// node must be a DNS label, as a holder service name is (the same rule,
+// either case: DNS names are case-insensitive); with a 75-character node
+// name the agent's SRV answers for the service timed out. The session
+// itself would be fine on any node: only the holder service needs this.
+func ValidateHolderNode(field, node string) error {
+	if dnsLabelRE.MatchString(strings.ToLower(node)) {
+		return nil
+	}
+	return &FieldError{Field: field, Value: truncate(node, 80), Allowed: allowedHolderNode}
 }

@@ -297,3 +297,22 @@ func TestHolderInstanceStale(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateHolderNode: a node that carries holder instances is a DNS
+// label in either case; anything else names the field, the value and the
+// form.
+func TestValidateHolderNode(t *testing.T) {
+	for node, ok := range map[string]bool{
+		"consul-lock-runners": true, "Runners-1": true, "a": true, strings.Repeat("n", 63): true,
+		"": false, strings.Repeat("n", 64): false, "a.b": false, "a_b": false, "-a": false, "a-": false, "ä": false,
+	} {
+		err := ValidateHolderNode("-node", node)
+		if (err == nil) != ok {
+			t.Errorf("ValidateHolderNode(%q) = %v, want ok %v", node, err, ok)
+			continue
+		}
+		if fes := AsFieldErrors(err); !ok && (len(fes) != 1 || fes[0].Field != "-node" || !strings.Contains(fes[0].Allowed, "1 to 63 letters")) {
+			t.Errorf("ValidateHolderNode(%q) = %v, want a -node FieldError with the allowed form", node, err)
+		}
+	}
+}

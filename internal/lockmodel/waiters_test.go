@@ -118,28 +118,6 @@ func TestLockRecord_waitersRoundTrip(t *testing.T) {
 	}
 }
 
-func TestRenderRules_queuePrefixes(t *testing.T) {
-	in := RulesInput{LockKeys: []string{"svc/job/.lock"}, QueuePrefixes: []string{"/svc/job/"}, SessionNodePrefixes: []string{"worker-"}}
-	got := RenderRules(in)
-	if !strings.Contains(got, `key_prefix "svc/job/.queue/" {`) {
-		t.Fatalf("rules lack the queue grant:\n%s", got)
-	}
-	back, exact, err := RulesInputFromRules(got)
-	if err != nil || !exact || len(back.QueuePrefixes) != 1 || back.QueuePrefixes[0] != "svc/job" || len(back.SemaphorePrefixes) != 0 {
-		t.Fatalf("RulesInputFromRules = %+v, exact %v, %v; want the queue prefix back, not a semaphore prefix", back, exact, err)
-	}
-	ws := in.Warnings([]string{"other"})
-	if len(ws) != 2 || ws[1].Field != "queue_prefixes" {
-		t.Errorf("Warnings with no declared lock under svc/job = %+v; want the lock key's and the queue prefix's", ws)
-	}
-	if ws := in.Warnings([]string{"svc/job"}); len(ws) != 0 {
-		t.Errorf("Warnings with the lock declared = %+v; want none", ws)
-	}
-	if err := ValidateRulesValue(attrQueuePrefixes, "a//b"); err == nil || !strings.Contains(err.Error(), "queue_prefixes") {
-		t.Fatalf("ValidateRulesValue(queue_prefixes, a//b) = %v; want an error naming queue_prefixes", err)
-	}
-}
-
 func TestNextHolder_firstLiveWaiterWithStartedAtTheHandOff(t *testing.T) {
 	at := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
 	value := func(node string) []byte {

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/function"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -65,13 +66,13 @@ func (f *lockRulesFunction) Run(ctx context.Context, req function.RunRequest, re
 		resp.Error = function.NewArgumentFuncError(0, "inputs: "+err.Error())
 		return
 	}
-	resp.Error = resp.Result.Set(ctx, lockmodel.RenderRules(in.RulesInput))
+	resp.Error = resp.Result.Set(ctx, aclrules.RenderRules(in.RulesInput))
 }
 
 // lockRulesInput is lock_rules' argument: the rules input, and the run
 // ledgers by lock name under a registry prefix.
 type lockRulesInput struct {
-	lockmodel.RulesInput
+	aclrules.RulesInput
 	runLedgers     []string
 	registryPrefix string
 }

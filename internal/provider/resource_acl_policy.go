@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -202,7 +203,7 @@ func (r *aclPolicyResource) Configure(_ context.Context, req resource.ConfigureR
 
 // rulesInput converts the rule-shaping attributes; known is false while any
 // of them is unknown (then the rules are unknown at plan time too).
-func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics) (in lockmodel.RulesInput, known bool) {
+func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics) (in aclrules.RulesInput, known bool) {
 	for _, s := range []types.Set{m.LockKeys, m.SemaphorePrefixes, m.SessionNodePrefixes, m.ReadKeys, m.HolderServices, m.QueuePrefixes} {
 		if s.IsUnknown() || slices.ContainsFunc(s.Elements(), func(v attr.Value) bool { return v.IsUnknown() }) {
 			return in, false
@@ -223,7 +224,7 @@ func (m aclPolicyModel) rulesInput(ctx context.Context, diags *diag.Diagnostics)
 
 // setRulesInput puts in back into the model, for import; empty lists
 // become null, as an omitted attribute is.
-func (m *aclPolicyModel) setRulesInput(in lockmodel.RulesInput) {
+func (m *aclPolicyModel) setRulesInput(in aclrules.RulesInput) {
 	m.LockKeys = aclStringSet(in.LockKeys)
 	m.SemaphorePrefixes = aclStringSet(in.SemaphorePrefixes)
 	m.SessionNodePrefixes = aclStringSet(in.SessionNodePrefixes)
@@ -284,14 +285,14 @@ func (r *aclPolicyResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 			addFieldErrors(&resp.Diagnostics, "Invalid ACL Policy Input", err)
 			return
 		}
-		canonical := lockmodel.RenderRules(in)
+		canonical := aclrules.RenderRules(in)
 		plan.Rules = newACLRulesValue(canonical)
 		if state != nil && !state.Rules.IsNull() && !state.Rules.IsUnknown() {
 			if rulesEquivalent(state.Rules.ValueString(), canonical) {
 				// Same grants in other words (an imported policy): no change.
 				plan.Rules = state.Rules
 			} else {
-				addWarnings(&resp.Diagnostics, lockmodel.SessionRuleWarnings(state.Rules.ValueString()))
+				addWarnings(&resp.Diagnostics, aclrules.SessionRuleWarnings(state.Rules.ValueString()))
 			}
 		}
 		addWarnings(&resp.Diagnostics, r.inputWarnings(ctx, in))
@@ -304,7 +305,7 @@ func (r *aclPolicyResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 
 // inputWarnings is lockmodel's advice on in, checked against the declared
 // locks when the registry can be read (one list request).
-func (r *aclPolicyResource) inputWarnings(ctx context.Context, in lockmodel.RulesInput) []lockmodel.Warning {
+func (r *aclPolicyResource) inputWarnings(ctx context.Context, in aclrules.RulesInput) []lockmodel.Warning {
 	var lockPrefixes, lockNames []string
 	if r.data != nil {
 		recs, _, err := r.data.client.Registry(r.data.registryPrefix).List(ctx, lockmodel.KindLock)
@@ -328,7 +329,7 @@ func (r *aclPolicyResource) inputWarnings(ctx context.Context, in lockmodel.Rule
 		lockPrefixes, lockNames = append(lockPrefixes, paths...), append(lockNames, names...)
 	}
 	ws := in.Warnings(lockPrefixes)
-	return append(ws, lockmodel.SessionNodePrefixWarnings(in.SessionNodePrefixes, lockNames)...)
+	return append(ws, aclrules.SessionNodePrefixWarnings(in.SessionNodePrefixes, lockNames)...)
 }
 
 func (r *aclPolicyResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -394,7 +395,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	state.Description = types.StringValue(live.Description)
 	state.Datacenters = liveDatacenters(state.Datacenters, live.Datacenters)
 	if importing {
-		in, exact, err := lockmodel.RulesInputFromRules(live.Rules)
+		in, exact, err := aclrules.RulesInputFromRules(live.Rules)
 		in = in.SplitRunLedgers(r.data.registryPrefix)
 		if err != nil || !exact {
 			resp.Diagnostics.AddWarning("Imported Rules Not Expressible",
@@ -414,7 +415,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	// is missing or says something else, a null registry_key makes the plan
 	// rewrite it.
 	in, _ := r.rulesInput(ctx, state, &resp.Diagnostics)
-	desired := state.spec(ctx, lockmodel.RenderRules(in), &resp.Diagnostics)
+	desired := state.spec(ctx, aclrules.RenderRules(in), &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -536,7 +537,7 @@ func (r *aclPolicyResource) canonicalRules(ctx context.Context, m aclPolicyModel
 		addFieldErrors(diags, "Invalid ACL Policy Input", err)
 		return ""
 	}
-	return lockmodel.RenderRules(in)
+	return aclrules.RenderRules(in)
 }
 
 // rulesForState keeps the planned text when it grants the same as canonical
@@ -650,7 +651,7 @@ func (v rulesValueValidator) ValidateString(_ context.Context, req validator.Str
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if err := lockmodel.ValidateRulesValue(v.field, req.ConfigValue.ValueString()); err != nil {
+	if err := aclrules.ValidateRulesValue(v.field, req.ConfigValue.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+aclFieldTitle(v.field), err.Error()+".")
 	}
 }

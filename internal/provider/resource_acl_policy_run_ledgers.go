@@ -12,12 +12,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // consullock_acl_policy's run_ledgers: key write on the run ledger of each
 // named lock, <registry_prefix>/runs/<name>, which a run-once holder writes
-// (lockmodel.RulesInput.RunLedgerKeys).
+// (aclrules.RulesInput.RunLedgerKeys).
 
 func runLedgersSchemaAttribute() schema.SetAttribute {
 	return schema.SetAttribute{
@@ -35,7 +36,7 @@ func runLedgersSchemaAttribute() schema.SetAttribute {
 // rulesInput is m's rules input with run_ledgers turned into their keys
 // under the provider's registry prefix; known is false while an input is
 // unknown, or the provider is not configured yet and run_ledgers is set.
-func (r *aclPolicyResource) rulesInput(ctx context.Context, m aclPolicyModel, diags *diag.Diagnostics) (lockmodel.RulesInput, bool) {
+func (r *aclPolicyResource) rulesInput(ctx context.Context, m aclPolicyModel, diags *diag.Diagnostics) (aclrules.RulesInput, bool) {
 	in, known := m.rulesInput(ctx, diags)
 	if !known {
 		return in, false
@@ -58,9 +59,9 @@ func (r *aclPolicyResource) rulesInput(ctx context.Context, m aclPolicyModel, di
 }
 
 // runLedgerNames is run_ledgers of an imported policy: the lock names of
-// in's run ledger keys (lockmodel.RulesInput.SplitRunLedgers); null for
+// in's run ledger keys (aclrules.RulesInput.SplitRunLedgers); null for
 // none, as an omitted attribute is.
-func runLedgerNames(registryPrefix string, in lockmodel.RulesInput) types.Set {
+func runLedgerNames(registryPrefix string, in aclrules.RulesInput) types.Set {
 	folder := lockmodel.RegistryFolder(registryPrefix, lockmodel.KindRuns)
 	names := make([]string, 0, len(in.RunLedgerKeys))
 	for _, k := range in.RunLedgerKeys {

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -575,7 +576,7 @@ func aclTestPolicyModel(id string) aclPolicyModel {
 		RunLedgers:          types.SetNull(types.StringType),
 		HolderServices:      types.SetNull(types.StringType),
 		QueuePrefixes:       types.SetNull(types.StringType),
-		Rules:               newACLRulesValue(lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{"a/.lock"}, SessionNodePrefixes: []string{"web-"}})),
+		Rules:               newACLRulesValue(aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{"a/.lock"}, SessionNodePrefixes: []string{"web-"}})),
 		RegistryKey:         types.StringValue("consul-lock/acl-policies/p-direct"),
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 )
 
 var (
@@ -18,7 +18,7 @@ var (
 )
 
 // aclRulesType is the type of Consul ACL rules text. Two values are
-// semantically equal when lockmodel.NormalizeRules gives them the same
+// semantically equal when aclrules.NormalizeRules gives them the same
 // canonical form, so whitespace, comments, ordering and HCL-vs-JSON
 // differences between what was written and what Consul returns are never
 // drift. It plays the part jsontypes.NormalizedType plays for JSON.
@@ -100,6 +100,6 @@ func rulesEquivalent(a, b string) bool {
 	if a == b {
 		return true
 	}
-	eq, err := lockmodel.RulesEquivalent(a, b)
+	eq, err := aclrules.RulesEquivalent(a, b)
 	return err == nil && eq
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -61,7 +62,7 @@ func TestParseArgs_nodeMustBeADNSLabelForTheCatalog(t *testing.T) {
 	withService := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix + "/holder",
 		HolderService: &lockmodel.HolderService{Name: service}}, p)
 	plain := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix + "/plain", SessionDefaults: p.Name}, nil)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{withService.Key, plain.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{withService.Key, plain.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -37,7 +38,7 @@ func agentlessHolder(t *testing.T) (l lockmodel.Lock, service, node, token strin
 	p := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: time.Second, NodeChecks: []string{}}
 	l = declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix,
 		HolderService: &lockmodel.HolderService{Name: service}}, p)
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/") // node read: rendered with holder_services
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {
@@ -68,7 +69,7 @@ func TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns(t *testing.T) {
 	l, service, node, _ := agentlessHolder(t)
 	// The worker rules without holder_services (which render node read on
 	// the session node prefixes) and the service write by hand.
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\nservice %q { policy = \"write\" }\n", lockmodel.DefaultRegistryPrefix+"/", service)
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {
@@ -114,7 +115,7 @@ func TestHolderService_agentlessFormerHolderOnAnotherNodeLeavesDNS(t *testing.T)
 			t.Fatal(err)
 		}
 	}
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{pfx}, HolderServices: []string{service}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{pfx}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -96,7 +97,7 @@ func lastRun(t testing.TB, record, tag string) *childRun {
 // consullock_acl_policy's holder_services renders it.
 func holderToken(t testing.TB, prefix, service string) string {
 	t.Helper()
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{
+	rules := aclrules.RenderRules(aclrules.RulesInput{
 		SemaphorePrefixes:   []string{prefix},
 		SessionNodePrefixes: []string{agent.NodeName}, HolderServices: []string{service},
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -20,7 +21,7 @@ import (
 // profile's and its pause record: reading the pause is all a pause adds.
 func workerToken(t testing.TB, l lockmodel.Lock) string {
 	t.Helper()
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{
+	rules := aclrules.RenderRules(aclrules.RulesInput{
 		LockKeys:            []string{l.Key},
 		RunLedgerKeys:       []string{ledgerKey(l)},
 		SessionNodePrefixes: []string{agent.NodeName},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -36,19 +37,19 @@ func declareWithWaiters(t testing.TB, waiters string, ro *lockmodel.RunOnce, p *
 	return l, queueToken(t, l, withoutGrant)
 }
 
-// queueToken is the worker token of l rendered by lockmodel.RenderRules:
+// queueToken is the worker token of l rendered by aclrules.RenderRules:
 // the lock key, the queue prefix (unless withoutGrant), the run ledger of a
 // run-once lock, sessions on the agent's node, and read on the registry.
 func queueToken(t testing.TB, l lockmodel.Lock, withoutGrant bool) string {
 	t.Helper()
-	in := lockmodel.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{agent.NodeName}}
+	in := aclrules.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{agent.NodeName}}
 	if !withoutGrant {
 		in.QueuePrefixes = []string{l.Prefix}
 	}
 	if l.RunOnce != nil {
 		in.RunLedgerKeys = []string{ledgerKey(l)}
 	}
-	rules := lockmodel.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	rules := aclrules.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +385,7 @@ func TestQueue_holderServiceNamesTheQueuedWaiterThatTookOver(t *testing.T) {
 	service := fmt.Sprintf("hq%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: lockmodel.WaitersQueue,
 		HolderService: &lockmodel.HolderService{Name: service}}, holderProfile(t))
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{l.Key}, QueuePrefixes: []string{l.Prefix},
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, QueuePrefixes: []string{l.Prefix},
 		SessionNodePrefixes: []string{agent.NodeName}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
@@ -238,6 +239,6 @@ func printRules(ctx context.Context, r *reader, stdout, stderr io.Writer) int {
 	} else {
 		_, prefixes = listPrefixes(d)
 	}
-	fmt.Fprint(stdout, lockmodel.ReadOnlyRules(r.registry, prefixes, d.holderServiceNames()...))
+	fmt.Fprint(stdout, aclrules.ReadOnlyRules(r.registry, prefixes, d.holderServiceNames()...))
 	return ExitOK
 }

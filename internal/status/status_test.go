@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -587,7 +588,7 @@ func policyName(s string) string {
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // TestShippedReaderRules: examples/observability/status-reader.hcl grants
-// exactly what lockmodel.ReadOnlyRules renders (the rule is written once).
+// exactly what aclrules.ReadOnlyRules renders (the rule is written once).
 func TestShippedReaderRules(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -597,7 +598,7 @@ func TestShippedReaderRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, err := lockmodel.RulesEquivalent(string(data), lockmodel.ReadOnlyRules(lockmodel.DefaultRegistryPrefix, nil))
+	same, err := aclrules.RulesEquivalent(string(data), aclrules.ReadOnlyRules(lockmodel.DefaultRegistryPrefix, nil))
 	if err != nil || !same {
 		t.Fatalf("status-reader.hcl differs from `consullock status -print-rules` (err %v): regenerate it", err)
 	}

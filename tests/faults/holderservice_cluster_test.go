@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -130,7 +131,7 @@ func hsDeclare(t *testing.T, c *testenv.Cluster, limit int, p lockmodel.SessionP
 			t.Fatal(err)
 		}
 	}
-	in := lockmodel.RulesInput{HolderServices: []string{name}, SessionNodePrefixes: []string{agentlessRunnersNode}}
+	in := aclrules.RulesInput{HolderServices: []string{name}, SessionNodePrefixes: []string{agentlessRunnersNode}}
 	for _, n := range c.Clients {
 		in.SessionNodePrefixes = append(in.SessionNodePrefixes, n.Name)
 	}
@@ -139,7 +140,7 @@ func hsDeclare(t *testing.T, c *testenv.Cluster, limit int, p lockmodel.SessionP
 	} else {
 		in.LockKeys = []string{norm.Key}
 	}
-	rules := lockmodel.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\nnode %q { policy = \"read\" }\n",
+	rules := aclrules.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\nnode %q { policy = \"read\" }\n",
 		lockmodel.DefaultRegistryPrefix+"/", agentlessRunnersNode)
 	pol, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
 	if err != nil {

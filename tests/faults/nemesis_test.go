@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -263,7 +264,7 @@ func harnessLockName(ph phase) string { return fmt.Sprintf("faults-%s-%d", ph.na
 
 // createNemesisRunnerToken creates the token of the nemesis's `consullock
 // run` workers and OpenTofu applies (runnerSecret) with the rules
-// consullock_acl_policy renders for them (lockmodel.RenderRules): key write
+// consullock_acl_policy renders for them (aclrules.RenderRules): key write
 // on the mutexes' keys, the waiter queue grant on their prefixes
 // (queue_prefixes: their waiters queue), key_prefix write on the
 // semaphore's prefix, sessions
@@ -271,7 +272,7 @@ func harnessLockName(ph phase) string { return fmt.Sprintf("faults-%s-%d", ph.na
 // faults/: a runner that could not write its queue entry would warn and
 // race, and the nemesis counts those warnings.
 func createNemesisRunnerToken(admin *api.Client, nodes, mutexPrefixes []string, semPrefix string) error {
-	in := lockmodel.RulesInput{QueuePrefixes: mutexPrefixes, SemaphorePrefixes: []string{semPrefix}, SessionNodePrefixes: nodes}
+	in := aclrules.RulesInput{QueuePrefixes: mutexPrefixes, SemaphorePrefixes: []string{semPrefix}, SessionNodePrefixes: nodes}
 	for _, prefix := range mutexPrefixes {
 		mutex, err := lockmodel.Lock{Name: "mutex", Prefix: prefix, Waiters: lockmodel.WaitersQueue}.Normalize()
 		if err != nil {
@@ -282,7 +283,7 @@ func createNemesisRunnerToken(admin *api.Client, nodes, mutexPrefixes []string, 
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("the nemesis runners' rules: %w", err)
 	}
-	rules := lockmodel.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
+	rules := aclrules.RenderRules(in) + fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
 	policy, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: "faults-nemesis-runner", Rules: rules}, nil)
 	if err != nil {
 		return fmt.Errorf("creating the nemesis runners' policy: %w", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
@@ -147,7 +148,7 @@ func TestAlertsFireE2E(t *testing.T) {
 
 	// A declared ACL policy, widened with the faults.
 	policyName := strings.ReplaceAll(base, "/", "-") + "-workers"
-	rules := lockmodel.RenderRules(lockmodel.RulesInput{LockKeys: []string{strict.Key}, SessionNodePrefixes: []string{"worker-"}})
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{strict.Key}, SessionNodePrefixes: []string{"worker-"}})
 	policy, _, err := c.ACL().PolicyCreate(&api.ACLPolicy{Name: policyName, Rules: rules}, nil)
 	if err != nil {
 		t.Fatal(err)
