@@ -18,10 +18,10 @@ const (
 	readmeBudget = 8 * 1024
 	// Each page under docs/ (what the Terraform Registry publishes).
 	pageBudget = 15 * 1024
-	// docs/ as a whole: 150 KiB for what shipped before calendar schedules,
-	// the run guard and job control, which added their reference attributes
-	// and guide sections (about 12 KiB).
-	docsBudget = 165 * 1024
+	// docs/ as a whole: back to 150 KiB (issue 45) with the Go library's
+	// guide, after each fact was kept on one page and mechanism moved to
+	// reports/internals.md. A new page makes room by linking, not repeating.
+	docsBudget = 150 * 1024
 )
 
 // TestDocs_withinBudget: README.md, each published page and docs/ as a whole
