@@ -15,6 +15,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/concurrency"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -193,7 +194,7 @@ func TestRunOnce_runsOnceAcrossCallers(t *testing.T) {
 	if err := r.Do(ctx, "run-1", func(context.Context, concurrency.Attempt) error { return nil }); !errors.Is(err, concurrency.ErrAlreadySucceeded) {
 		t.Fatalf("a later caller: %v", err)
 	}
-	assertAttempts(t, registry, "once", "run-1", lockmodel.RunSucceeded)
+	assertAttempts(t, registry, "once", "run-1", ledger.RunSucceeded)
 }
 
 // A failed attempt is retried by the next Do; once max_attempts fail the
@@ -217,7 +218,7 @@ func TestRunOnce_retriesUntilExhausted(t *testing.T) {
 	if err := r.Do(ctx, "r", func(context.Context, concurrency.Attempt) error { return nil }); !errors.Is(err, concurrency.ErrExhausted) {
 		t.Fatalf("after max_attempts: %v", err)
 	}
-	assertAttempts(t, registry, "flaky", "r", lockmodel.RunFailed, lockmodel.RunFailed)
+	assertAttempts(t, registry, "flaky", "r", ledger.RunFailed, ledger.RunFailed)
 }
 
 // The lock lost while fn runs: fn's context is cancelled, Do returns
@@ -240,7 +241,7 @@ func TestRunOnce_lossCancelsTheFunction(t *testing.T) {
 	if !errors.Is(err, concurrency.ErrLockLost) && !errors.Is(err, concurrency.ErrSessionLost) {
 		t.Fatalf("Do = %v", err)
 	}
-	assertAttempts(t, registry, "lossy", "r", lockmodel.RunLost)
+	assertAttempts(t, registry, "lossy", "r", ledger.RunLost)
 }
 
 // A paused lock: Do does not call fn.
@@ -257,7 +258,7 @@ func TestRunOnce_paused(t *testing.T) {
 	}
 }
 
-func assertAttempts(t *testing.T, registry, lock, id string, want ...lockmodel.RunOutcome) {
+func assertAttempts(t *testing.T, registry, lock, id string, want ...ledger.RunOutcome) {
 	t.Helper()
 	c := &consul.Client{Client: agent.Client()}
 	l, _, err := c.ReadLedger(context.Background(), lockmodel.RunLedgerKey(registry, lock), lock)
@@ -268,7 +269,7 @@ func assertAttempts(t *testing.T, registry, lock, id string, want ...lockmodel.R
 	if i < 0 {
 		t.Fatalf("run %q not in the ledger", id)
 	}
-	var got []lockmodel.RunOutcome
+	var got []ledger.RunOutcome
 	for _, a := range l.Runs[i].Attempts {
 		got = append(got, a.Outcome)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -60,7 +61,7 @@ func runOnceLock(t testing.TB, name string, maxAttempts int) string {
 	p := lockmodel.SessionProfile{Name: "jobs", TTL: 10 * time.Second, LockDelay: 0}.WithDefaults()
 	declare(t, registry, p, lockmodel.Lock{
 		Name: name, Prefix: registry + "/jobs/" + name, Limit: 1, SessionDefaults: "jobs",
-		RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: maxAttempts},
+		RunOnce: &ledger.RunOnce{Period: time.Hour, MaxAttempts: maxAttempts},
 	})
 	return registry
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // The attempt's outcome: a cancellation that reached fn before it returned
@@ -18,15 +18,15 @@ func TestOutcome_cancellationBeforeReturnDecides(t *testing.T) {
 		name    string
 		err     error
 		stopped error
-		want    lockmodel.RunOutcome
+		want    ledger.RunOutcome
 		code    string
 	}{
-		{"returned nil by itself", nil, nil, lockmodel.RunSucceeded, "0"},
-		{"returned an error by itself", boom, nil, lockmodel.RunFailed, "1"},
-		{"lost, then returned nil", nil, lost, lockmodel.RunLost, "none"},
-		{"lost, then returned the cause", lost, lost, lockmodel.RunLost, "none"},
-		{"session lost", boom, ErrSessionLost, lockmodel.RunLost, "none"},
-		{"max_runtime, then returned nil", nil, timedOut, lockmodel.RunTimedOut, "none"},
+		{"returned nil by itself", nil, nil, ledger.RunSucceeded, "0"},
+		{"returned an error by itself", boom, nil, ledger.RunFailed, "1"},
+		{"lost, then returned nil", nil, lost, ledger.RunLost, "none"},
+		{"lost, then returned the cause", lost, lost, ledger.RunLost, "none"},
+		{"session lost", boom, ErrSessionLost, ledger.RunLost, "none"},
+		{"max_runtime, then returned nil", nil, timedOut, ledger.RunTimedOut, "none"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := outcome(c.err, c.stopped)
@@ -37,7 +37,7 @@ func TestOutcome_cancellationBeforeReturnDecides(t *testing.T) {
 			if got.Outcome != c.want || code != c.code {
 				t.Fatalf("outcome %s exit %s, want %s exit %s", got.Outcome, code, c.want, c.code)
 			}
-			if got.Outcome == lockmodel.RunLost && got.Reason == "" {
+			if got.Outcome == ledger.RunLost && got.Reason == "" {
 				t.Fatal("a lost attempt keeps no reason")
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -23,7 +24,7 @@ import (
 // Consul answers that the session no longer holds the lock or 2 x TTL
 // has passed since the last renewal; then recordAfterLoss. It reports
 // whether the outcome is in the ledger.
-func (u *run) finish(ctx context.Context, h *hold, res lockmodel.AttemptResult) bool {
+func (u *run) finish(ctx context.Context, h *hold, res ledger.AttemptResult) bool {
 	log := u.r.cfg.log.With("run_id", u.id, "attempt", u.attempt, "outcome", string(res.Outcome))
 	dl := lockmodel.NewOutcomeDeadlines(u.profile.TTL, u.profile.LockDelay, h.s.lastContact(), time.Now())
 	h.mu.Lock()
@@ -78,9 +79,9 @@ func (u *run) finish(ctx context.Context, h *hold, res lockmodel.AttemptResult) 
 // with a check-and-set of the ledger (consul EditLedger) and only while
 // the attempt still reads running: a next holder acquires only after the
 // lock-delay, so until deadline no one else has recorded it crashed.
-func (u *run) recordAfterLoss(ctx context.Context, log *slog.Logger, res lockmodel.AttemptResult, deadline time.Time) bool {
+func (u *run) recordAfterLoss(ctx context.Context, log *slog.Logger, res ledger.AttemptResult, deadline time.Time) bool {
 	already := false
-	edit := func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
+	edit := func(l ledger.Ledger) (ledger.Ledger, bool) {
 		if attemptOutcome(l, u.id, u.attempt) == res.Outcome {
 			already = true
 			return l, false
@@ -112,7 +113,7 @@ func (u *run) recordAfterLoss(ctx context.Context, log *slog.Logger, res lockmod
 
 // attemptOutcome is the outcome ledger l records for attempt n of run id
 // ("" when it has none).
-func attemptOutcome(l lockmodel.Ledger, id string, n int) lockmodel.RunOutcome {
+func attemptOutcome(l ledger.Ledger, id string, n int) ledger.RunOutcome {
 	if i := l.Find(id); i >= 0 {
 		for _, a := range l.Runs[i].Attempts {
 			if a.Number == n {

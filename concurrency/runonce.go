@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -134,9 +135,9 @@ func (r *RunOnce) once(ctx context.Context, runID string, fn func(context.Contex
 	switch {
 	case err != nil:
 		return err
-	case d.Kind == lockmodel.BeginRun:
+	case d.Kind == ledger.BeginRun:
 		return u.execute(ctx, h, d.Attempt, fn)
-	case d.Kind == lockmodel.BeginWait:
+	case d.Kind == ledger.BeginWait:
 		return retryWait{d.NotBefore}
 	}
 	return u.notRun(d.Kind, len(d.Attempts))
@@ -149,13 +150,13 @@ type run struct {
 	id        string
 	lock      lockmodel.Lock
 	profile   lockmodel.SessionProfile
-	spec      lockmodel.RunOnce // defaults applied
-	policy    lockmodel.AttemptPolicy
+	spec      ledger.RunOnce // defaults applied
+	policy    ledger.AttemptPolicy
 	key       string
 	scheduled time.Time
 	// Set by begin: the attempt and the ledger as written, at index.
 	attempt int
-	ledger  lockmodel.Ledger
+	ledger  ledger.Ledger
 	index   uint64
 }
 
@@ -169,7 +170,7 @@ func (r *RunOnce) resolve(ctx context.Context, runID string) (*run, error) {
 	if l.IsSemaphore() {
 		return nil, fmt.Errorf("concurrency: lock %q is a semaphore (limit %d); run once needs a mutex", r.name, l.Limit)
 	}
-	spec := lockmodel.RunOnce{}
+	spec := ledger.RunOnce{}
 	if l.RunOnce != nil {
 		spec = *l.RunOnce
 	}
@@ -178,7 +179,7 @@ func (r *RunOnce) resolve(ctx context.Context, runID string) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := lockmodel.ValidateRunID(id); err != nil {
+	if err := ledger.ValidateRunID(id); err != nil {
 		return nil, err
 	}
 	u := &run{r: r, id: id, lock: l, profile: p, spec: spec, policy: spec.Policy(), key: lockmodel.RunLedgerKey(r.cfg.registry, r.name)}
@@ -205,15 +206,15 @@ func (u *run) lookFirst(ctx context.Context) error {
 
 // doneIn is the notRun error when ledger l shows the run done (succeeded,
 // or exhausted under max_attempts), nil otherwise.
-func (u *run) doneIn(l lockmodel.Ledger) error {
+func (u *run) doneIn(l ledger.Ledger) error {
 	done, ok := l.DoneRun(u.id, u.spec.MaxAttempts)
 	switch {
 	case !ok:
 		return nil
-	case done.Outcome == lockmodel.RunExhausted:
-		return u.notRun(lockmodel.BeginExhausted, len(done.Attempts))
+	case done.Outcome == ledger.RunExhausted:
+		return u.notRun(ledger.BeginExhausted, len(done.Attempts))
 	}
-	return u.notRun(lockmodel.BeginAlreadySucceeded, len(done.Attempts))
+	return u.notRun(ledger.BeginAlreadySucceeded, len(done.Attempts))
 }
 
 // checkPause is ErrPaused while the lock is paused. A token that may not
@@ -233,11 +234,11 @@ func (u *run) checkPause(ctx context.Context) error {
 }
 
 // notRun is the error of a run the ledger says not to run.
-func (u *run) notRun(kind lockmodel.BeginKind, attempts int) error {
+func (u *run) notRun(kind ledger.BeginKind, attempts int) error {
 	switch kind {
-	case lockmodel.BeginAlreadySucceeded:
+	case ledger.BeginAlreadySucceeded:
 		return fmt.Errorf("%w: run %q of lock %q", ErrAlreadySucceeded, u.id, u.r.name)
-	case lockmodel.BeginExhausted:
+	case ledger.BeginExhausted:
 		return fmt.Errorf("%w: run %q of lock %q made %d attempts (max_attempts %d)", ErrExhausted, u.id, u.r.name, attempts, u.spec.MaxAttempts)
 	}
 	return fmt.Errorf("%w: run %q of lock %q (run_once.overlap)", ErrSkipped, u.id, u.r.name)
@@ -251,12 +252,12 @@ const ledgerTries = 5
 // and writes the decision when it changes the ledger, fenced by the hold
 // (consul BeginRun). A lost check-and-set is decided again; a transient
 // failure is retried while the lock is held.
-func (u *run) begin(ctx context.Context, h *hold) (lockmodel.BeginDecision, error) {
-	holder := lockmodel.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()}
+func (u *run) begin(ctx context.Context, h *hold) (ledger.BeginDecision, error) {
+	holder := ledger.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()}
 	for changed, failures := 0, 0; ; {
 		l, index, err := u.r.c.ReadLedger(ctx, u.key, u.r.name)
 		if err == nil {
-			var d lockmodel.BeginDecision
+			var d ledger.BeginDecision
 			if d, err = l.BeginWith(u.id, holder, u.policy, time.Now()); err != nil {
 				return d, err
 			}
@@ -275,9 +276,9 @@ func (u *run) begin(ctx context.Context, h *hold) (lockmodel.BeginDecision, erro
 		}
 		switch {
 		case errors.Is(err, consul.ErrFenceLost):
-			return lockmodel.BeginDecision{}, fmt.Errorf("%w while recording the attempt: %v", ErrLockLost, err)
+			return ledger.BeginDecision{}, fmt.Errorf("%w while recording the attempt: %v", ErrLockLost, err)
 		case !transient(err) || h.err() != nil || ctx.Err() != nil:
-			return lockmodel.BeginDecision{}, err
+			return ledger.BeginDecision{}, err
 		}
 		failures++
 		u.r.cfg.log.Warn("cannot read or write the run ledger yet; trying again while the lock is held", "error", err.Error())
@@ -340,17 +341,17 @@ func (u *run) execute(ctx context.Context, h *hold, n int, fn func(context.Conte
 
 // outcome is the attempt's result: lost or timed_out when that
 // cancellation reached fn before it returned, else fn's own.
-func outcome(err, stopped error) lockmodel.AttemptResult {
+func outcome(err, stopped error) ledger.AttemptResult {
 	one, zero := 1, 0
 	switch {
 	case errors.Is(stopped, ErrTimedOut):
-		return lockmodel.AttemptResult{Outcome: lockmodel.RunTimedOut}
+		return ledger.AttemptResult{Outcome: ledger.RunTimedOut}
 	case stopped != nil:
-		return lockmodel.AttemptResult{Outcome: lockmodel.RunLost, Reason: stopped.Error()}
+		return ledger.AttemptResult{Outcome: ledger.RunLost, Reason: stopped.Error()}
 	case err == nil:
-		return lockmodel.AttemptResult{Outcome: lockmodel.RunSucceeded, ExitCode: &zero}
+		return ledger.AttemptResult{Outcome: ledger.RunSucceeded, ExitCode: &zero}
 	}
-	return lockmodel.AttemptResult{Outcome: lockmodel.RunFailed, ExitCode: &one}
+	return ledger.AttemptResult{Outcome: ledger.RunFailed, ExitCode: &one}
 }
 
 // cmpErr is err, or def when err is nil.

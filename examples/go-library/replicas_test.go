@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/concurrency"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -62,7 +63,7 @@ func declareReport(t *testing.T, client *api.Client, registry string) {
 	t.Helper()
 	p := lockmodel.SessionProfile{Name: "nightly-report", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.WithDefaults()
 	l := lockmodel.Lock{Name: "nightly-report", Prefix: "jobs/nightly-report", Limit: 1, SessionDefaults: p.Name,
-		RunOnce: &lockmodel.RunOnce{Schedule: "*/5 * * * *", StartingDeadline: 4 * time.Minute, MaxAttempts: 3}}
+		RunOnce: &ledger.RunOnce{Schedule: "*/5 * * * *", StartingDeadline: 4 * time.Minute, MaxAttempts: 3}}
 	pv, err := lockmodel.EncodeSessionProfileRecord(p)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // ACL rules, rendering: the least-privilege rules of consullock_acl_policy
@@ -93,7 +94,7 @@ const (
 // NormalizeKeyPath, the rule of consullock_lock's key, so any lock key can be
 // granted; session node prefixes are "" or node-name prefixes.
 func (in RulesInput) Validate() error {
-	var errs lockmodel.FieldErrors
+	var errs validation.FieldErrors
 	for _, group := range []struct {
 		field  string
 		values []string
@@ -106,19 +107,19 @@ func (in RulesInput) Validate() error {
 	} {
 		for _, v := range group.values {
 			if _, err := lockmodel.NormalizeKeyPath(group.field, v); err != nil {
-				errs = append(errs, lockmodel.AsFieldErrors(err)...)
+				errs = append(errs, validation.AsFieldErrors(err)...)
 			}
 		}
 	}
 	for _, v := range in.HolderServices {
-		errs = append(errs, lockmodel.AsFieldErrors(lockmodel.ValidateHolderServiceName(attrHolderServices, v))...)
+		errs = append(errs, validation.AsFieldErrors(lockmodel.ValidateHolderServiceName(attrHolderServices, v))...)
 	}
 	if len(in.SessionNodePrefixes) == 0 {
-		errs = append(errs, &lockmodel.FieldError{Field: attrSessionNodePrefixes, Value: "[]", Allowed: allowedNodePrefixes})
+		errs = append(errs, &validation.FieldError{Field: attrSessionNodePrefixes, Value: "[]", Allowed: allowedNodePrefixes})
 	}
 	for _, v := range in.SessionNodePrefixes {
 		if !validNodePrefix(v) {
-			errs = append(errs, &lockmodel.FieldError{Field: attrSessionNodePrefixes, Value: v, Allowed: allowedNodePrefix})
+			errs = append(errs, &validation.FieldError{Field: attrSessionNodePrefixes, Value: v, Allowed: allowedNodePrefix})
 		}
 	}
 	return errs.Err()
@@ -152,11 +153,11 @@ func anyNodeRead(in RulesInput) string {
 // Warnings gives advice on valid inputs. lockPrefixes are the prefixes of the
 // declared locks (nil: unknown, no check); a lock key or semaphore prefix
 // outside all of them is named.
-func (in RulesInput) Warnings(lockPrefixes []string) []lockmodel.Warning {
-	var ws []lockmodel.Warning
+func (in RulesInput) Warnings(lockPrefixes []string) []validation.Warning {
+	var ws []validation.Warning
 	for _, p := range in.SessionNodePrefixes {
 		if p == "" {
-			ws = append(ws, lockmodel.Warning{
+			ws = append(ws, validation.Warning{
 				Field:   attrSessionNodePrefixes,
 				Summary: "Sessions on any node",
 				Detail: `session_node_prefixes contains "", which renders session_prefix "" write: ` +
@@ -190,7 +191,7 @@ func (in RulesInput) Warnings(lockPrefixes []string) []lockmodel.Warning {
 			if under(k) {
 				continue
 			}
-			ws = append(ws, lockmodel.Warning{
+			ws = append(ws, validation.Warning{
 				Field:   group.field,
 				Summary: group.what + " outside the declared locks",
 				Detail: fmt.Sprintf("%s %q is not under the prefix of any declared consullock_lock, so this "+
@@ -204,19 +205,19 @@ func (in RulesInput) Warnings(lockPrefixes []string) []lockmodel.Warning {
 // SessionRuleWarnings flags exact session rules in rulesText: they match the
 // NODE a session is created on, not the session's name, a common mistake.
 // Text that does not parse yields no warnings (ParseRules reports the error).
-func SessionRuleWarnings(rulesText string) []lockmodel.Warning {
+func SessionRuleWarnings(rulesText string) []validation.Warning {
 	p, err := ParseRules(rulesText)
 	if err != nil {
 		return nil
 	}
-	var ws []lockmodel.Warning
+	var ws []validation.Warning
 	var visit func(p *ParsedRules)
 	visit = func(p *ParsedRules) {
 		for _, r := range p.Rules {
 			if r.Resource != "session" {
 				continue
 			}
-			ws = append(ws, lockmodel.Warning{
+			ws = append(ws, validation.Warning{
 				Field:   attrRules,
 				Summary: "Session rule matches a node name",
 				Detail: fmt.Sprintf("session %q grants %s on sessions created on the node named exactly %q: "+

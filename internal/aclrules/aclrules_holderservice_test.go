@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // TestRenderRules_holderServicesGrantServiceWriteOnEachName: a holder
@@ -33,7 +33,7 @@ func TestRenderRules_holderServicesGrantServiceWriteOnEachName(t *testing.T) {
 		t.Errorf("RulesInputFromRules = %+v, exact %v, %v", back, exact, err)
 	}
 	bad := RulesInput{SessionNodePrefixes: []string{"w"}, HolderServices: []string{"Web_Leader"}}
-	fes := lockmodel.AsFieldErrors(bad.Validate())
+	fes := validation.AsFieldErrors(bad.Validate())
 	if len(fes) != 1 || fes[0].Field != "holder_services" || fes[0].Value != "Web_Leader" {
 		t.Errorf("Validate = %v, want one holder_services error naming the value", fes)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // RulesInputFromRules reads back the inputs of consullock_acl_policy from a
@@ -127,7 +128,7 @@ func ValidateRulesValue(field, value string) error {
 	default:
 		return fmt.Errorf("lockmodel: %q is not a rules input attribute", field)
 	}
-	if fes := lockmodel.AsFieldErrors(in.Validate()); len(fes) > 0 {
+	if fes := validation.AsFieldErrors(in.Validate()); len(fes) > 0 {
 		return fes[0] // one value, at most one problem
 	}
 	return nil
@@ -137,17 +138,17 @@ func ValidateRulesValue(field, value string) error {
 // of a declared lock or session profile (names): that is the mark of the
 // common misunderstanding that session rules match session or lock names,
 // when Consul matches them against the NODE a session is created on.
-func SessionNodePrefixWarnings(nodePrefixes, names []string) []lockmodel.Warning {
+func SessionNodePrefixWarnings(nodePrefixes, names []string) []validation.Warning {
 	declared := make(map[string]bool, len(names))
 	for _, n := range names {
 		declared[n] = true
 	}
-	var ws []lockmodel.Warning
+	var ws []validation.Warning
 	for _, p := range sortedUnique(nodePrefixes, func(s string) string { return s }) {
 		if p == "" || !declared[p] {
 			continue
 		}
-		ws = append(ws, lockmodel.Warning{
+		ws = append(ws, validation.Warning{
 			Field:   attrSessionNodePrefixes,
 			Summary: "Session node prefix looks like a lock name",
 			Detail: fmt.Sprintf("session_node_prefixes contains %q, which is the name of a declared lock or "+

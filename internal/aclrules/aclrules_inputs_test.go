@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestRulesInputFromRules_readsBackWhatRenderRulesWrote(t *testing.T) {
@@ -110,7 +110,7 @@ func TestValidateRulesValue(t *testing.T) {
 			t.Errorf("ValidateRulesValue(%q, %q) = %v, want ok=%v", tc.field, tc.value, err, tc.ok)
 			continue
 		}
-		if fes := lockmodel.AsFieldErrors(err); err != nil && (len(fes) != 1 || fes[0].Field != tc.field || fes[0].Value != tc.value) {
+		if fes := validation.AsFieldErrors(err); err != nil && (len(fes) != 1 || fes[0].Field != tc.field || fes[0].Value != tc.value) {
 			t.Errorf("ValidateRulesValue(%q, %q) = %v, want one FieldError for that field and value", tc.field, tc.value, err)
 		}
 	}

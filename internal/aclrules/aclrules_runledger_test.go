@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestRenderRules_runLedgerKeysAreKeyWrite(t *testing.T) {
@@ -46,7 +46,7 @@ session_prefix "worker-" {
 
 func TestRulesInput_runLedgerKeysAreValidatedAsKeys(t *testing.T) {
 	err := RulesInput{RunLedgerKeys: []string{"consul-lock/runs/a b"}, SessionNodePrefixes: []string{""}}.Validate()
-	fes := lockmodel.AsFieldErrors(err)
+	fes := validation.AsFieldErrors(err)
 	if len(fes) != 1 || fes[0].Field != "run_ledger_keys" || fes[0].Value != "consul-lock/runs/a b" {
 		t.Fatalf("Validate = %v, want one run_ledger_keys error", err)
 	}

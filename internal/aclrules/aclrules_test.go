@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestRenderRules_designExamples(t *testing.T) {
@@ -178,7 +178,7 @@ func TestRulesInputValidate_rejectsWithAttributeAndValue(t *testing.T) {
 			if err == nil {
 				t.Fatal("Validate() = nil, want an error")
 			}
-			fes := lockmodel.AsFieldErrors(err)
+			fes := validation.AsFieldErrors(err)
 			if len(fes) != 1 {
 				t.Fatalf("Validate() = %v, want exactly one field error", err)
 			}
@@ -197,7 +197,7 @@ func TestRulesInputValidate_rejectsWithAttributeAndValue(t *testing.T) {
 
 func TestRulesInputValidate_reportsEveryProblem(t *testing.T) {
 	in := RulesInput{LockKeys: []string{"", "ok"}, ReadKeys: []string{"a b"}}
-	fes := lockmodel.AsFieldErrors(in.Validate())
+	fes := validation.AsFieldErrors(in.Validate())
 	var fields []string
 	for _, fe := range fes {
 		fields = append(fields, fe.Field)

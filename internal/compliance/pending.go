@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // DefaultApplyGrace is the default apply grace (the controller's
@@ -16,7 +17,7 @@ const DefaultApplyGrace = 5 * time.Second
 // that gives it): 0 is none, else a positive duration.
 func ValidateApplyGrace(field string, d time.Duration) error {
 	if d < 0 {
-		return &lockmodel.FieldError{Field: field, Value: lockmodel.FormatDuration(d),
+		return &validation.FieldError{Field: field, Value: lockmodel.FormatDuration(d),
 			Allowed: "use 0 (none) or a positive duration, e.g. " + lockmodel.FormatDuration(DefaultApplyGrace)}
 	}
 	return nil

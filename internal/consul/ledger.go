@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -26,10 +27,10 @@ var ErrLedgerChanged = errors.New("run ledger changed since it was read")
 // ModifyIndex for the next write. An absent ledger is an empty one at
 // index 0. A ledger that does not decode, or belongs to another lock, is an
 // error naming the field: a runner must not run a command on a guess.
-func (c *Client) ReadLedger(ctx context.Context, key, lock string) (lockmodel.Ledger, uint64, error) {
+func (c *Client) ReadLedger(ctx context.Context, key, lock string) (ledger.Ledger, uint64, error) {
 	pair, err := c.ReadKeyConsistent(ctx, key)
 	if err != nil {
-		return lockmodel.Ledger{}, 0, err
+		return ledger.Ledger{}, 0, err
 	}
 	return DecodeLedgerPair(key, lock, pair)
 }
@@ -37,16 +38,16 @@ func (c *Client) ReadLedger(ctx context.Context, key, lock string) (lockmodel.Le
 // DecodeLedgerPair is lock's ledger in pair, as read from key by a plain
 // or blocking query, and its ModifyIndex: ReadLedger's rule for a read the
 // caller made (nil is an empty ledger at index 0).
-func DecodeLedgerPair(key, lock string, pair *api.KVPair) (lockmodel.Ledger, uint64, error) {
+func DecodeLedgerPair(key, lock string, pair *api.KVPair) (ledger.Ledger, uint64, error) {
 	if pair == nil {
-		return lockmodel.Ledger{Lock: lock}, 0, nil
+		return ledger.Ledger{Lock: lock}, 0, nil
 	}
 	l, err := lockmodel.DecodeLedger(pair.Value)
 	if err != nil {
-		return lockmodel.Ledger{}, 0, fmt.Errorf("run ledger %s: %w", key, err)
+		return ledger.Ledger{}, 0, fmt.Errorf("run ledger %s: %w", key, err)
 	}
 	if l.Lock != lock {
-		return lockmodel.Ledger{}, 0, fmt.Errorf("run ledger %s belongs to lock %q, not %q", key, l.Lock, lock)
+		return ledger.Ledger{}, 0, fmt.Errorf("run ledger %s belongs to lock %q, not %q", key, l.Lock, lock)
 	}
 	return l, pair.ModifyIndex, nil
 }
@@ -61,10 +62,10 @@ type LedgerWrite struct {
 	LedgerKey string
 	Index     uint64
 	// Ledger is what to write (lockmodel Begin/Finish, pruned).
-	Ledger lockmodel.Ledger
+	Ledger ledger.Ledger
 }
 
-// BeginRun records an attempt's start (or, for lockmodel.BeginExhausted
+// BeginRun records an attempt's start (or, for ledger.BeginExhausted
 // with Changed, a crashed attempt and the run exhausted): one transaction with a check-session
 // on the lock key and a check-and-set of the ledger. It returns the
 // ledger's new ModifyIndex, for FinishRunAndRelease. Errors: ErrFenceLost
@@ -182,7 +183,7 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 // editing again after another writer's change, at most tries times. edit
 // returns false to write nothing (then EditLedger reports false, nil).
 // It reports whether the edit was written.
-func (c *Client) EditLedger(ctx context.Context, registry, lock string, tries int, edit func(lockmodel.Ledger) (lockmodel.Ledger, bool)) (bool, error) {
+func (c *Client) EditLedger(ctx context.Context, registry, lock string, tries int, edit func(ledger.Ledger) (ledger.Ledger, bool)) (bool, error) {
 	key := lockmodel.RunLedgerKey(registry, lock)
 	for range tries {
 		l, index, err := c.ReadLedger(ctx, key, lock)

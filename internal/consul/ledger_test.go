@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -52,16 +53,16 @@ func newLedgerFixture(t *testing.T) *ledgerFixture {
 	return f
 }
 
-func (f *ledgerFixture) holderInfo() lockmodel.RunHolder {
-	return lockmodel.RunHolder{Node: "worker-1", Session: f.holder, FencingToken: f.token}
+func (f *ledgerFixture) holderInfo() ledger.RunHolder {
+	return ledger.RunHolder{Node: "worker-1", Session: f.holder, FencingToken: f.token}
 }
 
 // begin records the first start of run r1 on a ledger not yet written
 // (check-and-set index 0).
-func (f *ledgerFixture) begin(t *testing.T, c *Client, l lockmodel.Ledger) (lockmodel.Ledger, uint64, error) {
+func (f *ledgerFixture) begin(t *testing.T, c *Client, l ledger.Ledger) (ledger.Ledger, uint64, error) {
 	t.Helper()
 	d, err := l.Begin("r1", f.holderInfo(), 3, time.Now())
-	if err != nil || d.Kind != lockmodel.BeginRun {
+	if err != nil || d.Kind != ledger.BeginRun {
 		t.Fatalf("Begin: %v %v", d.Kind, err)
 	}
 	next, err := c.BeginRun(context.Background(), LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.holder}, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
@@ -105,7 +106,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 	f := newLedgerFixture(t)
 
 	// Another session (a runner that does not hold the lock): refused, nothing written.
-	d, _ := lockmodel.Ledger{Lock: "job"}.Begin("r1", lockmodel.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 1}, 3, time.Now())
+	d, _ := ledger.Ledger{Lock: "job"}.Begin("r1", ledger.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 1}, 3, time.Now())
 	_, err := f.c.BeginRun(ctx, LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.other}, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
 	if !errors.Is(err, ErrFenceLost) {
 		t.Fatalf("BeginRun by a session that does not hold the lock: %v; want ErrFenceLost", err)
@@ -115,7 +116,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 	}
 
 	before := f.c.Requests()
-	_, index, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"})
+	_, index, err := f.begin(t, f.c, ledger.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatalf("BeginRun by the holder: %v", err)
 	}
@@ -123,12 +124,12 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 		t.Errorf("BeginRun sent %d requests, want 1", n)
 	}
 	got, gotIndex, err := f.c.ReadLedger(ctx, f.ledgerKey, "job")
-	if err != nil || gotIndex != index || got.Runs[0].Attempts[0].Outcome != lockmodel.RunRunning || got.Runs[0].Attempts[0].FencingToken != f.token {
+	if err != nil || gotIndex != index || got.Runs[0].Attempts[0].Outcome != ledger.RunRunning || got.Runs[0].Attempts[0].FencingToken != f.token {
 		t.Fatalf("ledger after BeginRun: %+v at %d (want %d), %v", got, gotIndex, index, err)
 	}
 
 	// A stale index: the check-and-set loses, nothing is overwritten.
-	if _, _, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"}); !errors.Is(err, ErrLedgerChanged) {
+	if _, _, err := f.begin(t, f.c, ledger.Ledger{Lock: "job"}); !errors.Is(err, ErrLedgerChanged) {
 		t.Fatalf("BeginRun at a stale index: %v; want ErrLedgerChanged", err)
 	}
 	if f.live(t, f.ledgerKey).ModifyIndex != index {
@@ -142,12 +143,12 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	f := newLedgerFixture(t)
-	started, index, err := f.begin(t, f.c, lockmodel.Ledger{Lock: "job"})
+	started, index, err := f.begin(t, f.c, ledger.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	held := f.live(t, f.lockKey)
-	done, err := started.Finish("r1", 1, lockmodel.RunSucceeded, new(int), time.Now())
+	done, err := started.Finish("r1", 1, ledger.RunSucceeded, new(int), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 		t.Fatalf("key after the release: %+v; want unheld with flags, value and LockIndex kept", after)
 	}
 	l, _, err := f.c.ReadLedger(ctx, f.ledgerKey, "job")
-	if err != nil || l.Runs[0].Outcome != lockmodel.RunSucceeded || *l.Runs[0].Attempts[0].ExitCode != 0 {
+	if err != nil || l.Runs[0].Outcome != ledger.RunSucceeded || *l.Runs[0].Attempts[0].ExitCode != 0 {
 		t.Fatalf("ledger after the release: %+v, %v", l, err)
 	}
 	// The next holder acquires at once (a release sets no lock-delay) and
@@ -195,7 +196,7 @@ func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := next.Begin("r1", lockmodel.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 9}, 3, time.Now()); d.Kind != lockmodel.BeginAlreadySucceeded {
+	if d, _ := next.Begin("r1", ledger.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 9}, 3, time.Now()); d.Kind != ledger.BeginAlreadySucceeded {
 		t.Fatalf("the next holder decides %v, want already succeeded", d.Kind)
 	}
 }
@@ -207,14 +208,14 @@ func TestLedgerWrites_lostAnswerIsSettledByARead(t *testing.T) {
 	f := newLedgerFixture(t)
 	txn := putTo("/v1/txn")
 	lossy := lossyClient(t, txn)
-	started, index, err := f.begin(t, lossy, lockmodel.Ledger{Lock: "job"})
+	started, index, err := f.begin(t, lossy, ledger.Ledger{Lock: "job"})
 	if err != nil {
 		t.Fatalf("BeginRun with a lost answer: %v; want success", err)
 	}
 	if live := f.live(t, f.ledgerKey); live == nil || live.ModifyIndex != index {
 		t.Fatalf("ledger at %+v, want the returned index %d", live, index)
 	}
-	done, _ := started.Finish("r1", 1, lockmodel.RunFailed, func() *int { c := 3; return &c }(), time.Now())
+	done, _ := started.Finish("r1", 1, ledger.RunFailed, func() *int { c := 3; return &c }(), time.Now())
 	held := f.live(t, f.lockKey)
 	lossy = lossyClient(t, txn)
 	next, err := lossy.FinishRunAndRelease(ctx, RunRelease{LedgerWrite: LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.holder}, LedgerKey: f.ledgerKey, Index: index, Ledger: done},
@@ -237,7 +238,7 @@ func TestLedgerWrites_permissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	worker := newClient(t, tok.SecretID)
-	if _, _, err := f.begin(t, worker, lockmodel.Ledger{Lock: "job"}); KindOf(err) != KindPermissionDenied || !strings.Contains(err.Error(), "key:write") {
+	if _, _, err := f.begin(t, worker, ledger.Ledger{Lock: "job"}); KindOf(err) != KindPermissionDenied || !strings.Contains(err.Error(), "key:write") {
 		t.Fatalf("BeginRun without key write on the ledger: %v (kind %s); want permission denied naming key:write", err, KindOf(err))
 	}
 	if f.live(t, f.ledgerKey) != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // options is the parsed command line of `consullock controller`.
@@ -104,9 +105,9 @@ func (o *options) check(mode string) error {
 	return err
 }
 
-// asFlag names the flag in a lockmodel.FieldError about one setting.
+// asFlag names the flag in a validation.FieldError about one setting.
 func asFlag(name string, err error) error {
-	if fes := lockmodel.AsFieldErrors(err); len(fes) == 1 {
+	if fes := validation.AsFieldErrors(err); len(fes) == 1 {
 		fe := *fes[0]
 		fe.Field = name
 		return &fe

@@ -24,6 +24,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -278,10 +279,10 @@ func BenchmarkLedgerWriteBinary(b *testing.B) {
 				l := s.locks[i%len(s.locks)]
 				// A new run each time: Consul does not apply a write that
 				// changes nothing, and the watch would not wake.
-				rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: l.Name, Runs: []lockmodel.Run{{
-					ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Outcome: lockmodel.RunRunning,
-					Attempts: []lockmodel.Attempt{{Number: 1, Node: "bench", Session: "aaaaaaaa-0000-0000-0000-000000000001",
-						FencingToken: uint64(i + 1), Outcome: lockmodel.RunRunning, Started: time.Now()}},
+				rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{
+					ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Outcome: ledger.RunRunning,
+					Attempts: []ledger.Attempt{{Number: 1, Node: "bench", Session: "aaaaaaaa-0000-0000-0000-000000000001",
+						FencingToken: uint64(i + 1), Outcome: ledger.RunRunning, Started: time.Now()}},
 				}}})
 				if err != nil {
 					b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -66,7 +67,7 @@ func TestMetrics_everyCounterIsExportedAtZeroFromTheFirstScrape(t *testing.T) {
 	h := newHarness(t, agent)
 	job := h.declareLock(lockmodel.Lock{Name: h.name("job"), Prefix: h.prefix + "/job"})
 	nightly := h.declareLock(lockmodel.Lock{Name: h.name("nightly"), Prefix: h.prefix + "/nightly",
-		RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, Since: time.Now()}})
+		RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, Since: time.Now()}})
 	for _, l := range []lockmodel.Lock{job, nightly} {
 		if _, err := h.api.KV().Put(&api.KVPair{Key: l.Key, Flags: l.Flags()}, nil); err != nil {
 			t.Fatal(err)

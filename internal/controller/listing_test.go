@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -145,8 +146,8 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		}
 		return &api.KVPair{Key: prefix + "locks/" + name, Value: rec, ModifyIndex: index}
 	}
-	ledger := func(index uint64) *api.KVPair {
-		rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: "a"})
+	led := func(index uint64) *api.KVPair {
+		rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,10 +159,10 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		pairs               api.KVPairs
 		decl, ledgers, runs bool
 	}{
-		{"first listing", api.KVPairs{lock("a", 10), lock("b", 11), ledger(12)}, true, true, true},
-		{"the same listing", api.KVPairs{lock("a", 10), lock("b", 11), ledger(12)}, false, false, true},
-		{"a ledger write", api.KVPairs{lock("a", 10), lock("b", 11), ledger(13)}, false, true, true},
-		{"a lock record write", api.KVPairs{lock("a", 14), lock("b", 11), ledger(13)}, true, false, true},
+		{"first listing", api.KVPairs{lock("a", 10), lock("b", 11), led(12)}, true, true, true},
+		{"the same listing", api.KVPairs{lock("a", 10), lock("b", 11), led(12)}, false, false, true},
+		{"a ledger write", api.KVPairs{lock("a", 10), lock("b", 11), led(13)}, false, true, true},
+		{"a lock record write", api.KVPairs{lock("a", 14), lock("b", 11), led(13)}, true, false, true},
 		{"a ledger deleted", api.KVPairs{lock("a", 14), lock("b", 11)}, false, true, false},
 		{"a lock record deleted", api.KVPairs{lock("a", 14)}, true, false, false},
 		{"the leader key written", api.KVPairs{lock("a", 14), {Key: prefix + "controller/.lock", ModifyIndex: 15}}, false, false, false},
@@ -179,7 +180,7 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 		if decl != step.decl || ledgers != step.ledgers {
 			t.Errorf("%s: declarations changed %v, ledgers changed %v; want %v, %v", step.name, decl, ledgers, step.decl, step.ledgers)
 		}
-		if _, ok := c.cache.records[prefix+"runs/a"].value.(lockmodel.Ledger); ok != step.runs {
+		if _, ok := c.cache.records[prefix+"runs/a"].value.(ledger.Ledger); ok != step.runs {
 			t.Errorf("%s: ledger kept %v, want %v", step.name, ok, step.runs)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -89,7 +90,7 @@ type NotifyEvent struct {
 // NotifyEvents are the events in a registry answer at now, oldest first
 // per lock: each missed slot of a run_once lock, each run that used up its
 // attempts, each pause older than pausedAfter.
-func NotifyEvents(locks map[string]lockmodel.Lock, ledgers map[string]lockmodel.Ledger, pauses map[string]lockmodel.Pause,
+func NotifyEvents(locks map[string]lockmodel.Lock, ledgers map[string]ledger.Ledger, pauses map[string]lockmodel.Pause,
 	now time.Time, pausedAfter time.Duration) []NotifyEvent {
 	var out []NotifyEvent
 	for name, l := range locks {
@@ -111,7 +112,7 @@ func NotifyEvents(locks map[string]lockmodel.Lock, ledgers map[string]lockmodel.
 				reason += ": " + last.Reason
 			}
 			out = append(out, NotifyEvent{ID: NotifyExhausted + ":" + name + ":" + r.ID, Event: NotifyExhausted, Lock: name, RunID: r.ID,
-				Outcome: string(lockmodel.RunExhausted), Reason: reason, Node: last.Node, At: last.Finished.UTC().Format(time.RFC3339)})
+				Outcome: string(ledger.RunExhausted), Reason: reason, Node: last.Node, At: last.Finished.UTC().Format(time.RFC3339)})
 		}
 	}
 	for name, p := range pauses {
@@ -138,7 +139,7 @@ type notifier struct {
 
 	mu      sync.Mutex
 	locks   map[string]lockmodel.Lock
-	ledgers map[string]lockmodel.Ledger
+	ledgers map[string]ledger.Ledger
 	pauses  map[string]lockmodel.Pause
 	wake    chan struct{}
 }
@@ -153,7 +154,7 @@ func newNotifier(cfg NotifyConfig) *notifier {
 
 // observe takes one registry answer (the maps are replaced, never
 // changed in place) and wakes the loop.
-func (n *notifier) observe(locks map[string]lockmodel.Lock, ledgers map[string]lockmodel.Ledger, pauses map[string]lockmodel.Pause) {
+func (n *notifier) observe(locks map[string]lockmodel.Lock, ledgers map[string]ledger.Ledger, pauses map[string]lockmodel.Pause) {
 	if n == nil {
 		return
 	}

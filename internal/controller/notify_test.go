@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -25,12 +26,12 @@ func TestNotifyEvents_findsWhatNeedsAPerson(t *testing.T) {
 	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	exit := 1
 	locks := map[string]lockmodel.Lock{
-		"nightly": {Name: "nightly", RunOnce: &lockmodel.RunOnce{Schedule: "0 8 * * *", StartingDeadline: time.Hour, Since: now.Add(-3 * time.Hour)}},
-		"report":  {Name: "report", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 1, Since: now}},
+		"nightly": {Name: "nightly", RunOnce: &ledger.RunOnce{Schedule: "0 8 * * *", StartingDeadline: time.Hour, Since: now.Add(-3 * time.Hour)}},
+		"report":  {Name: "report", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 1, Since: now}},
 		"plain":   {Name: "plain"},
 	}
-	ledgers := map[string]lockmodel.Ledger{"report": {Lock: "report", Runs: []lockmodel.Run{{ID: "r1", Outcome: lockmodel.RunFailed,
-		Attempts: []lockmodel.Attempt{{Number: 1, Node: "node-b", Outcome: lockmodel.RunFailed, ExitCode: &exit, Started: now.Add(-time.Minute), Finished: now}}}}}}
+	ledgers := map[string]ledger.Ledger{"report": {Lock: "report", Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunFailed,
+		Attempts: []ledger.Attempt{{Number: 1, Node: "node-b", Outcome: ledger.RunFailed, ExitCode: &exit, Started: now.Add(-time.Minute), Finished: now}}}}}}
 	pauses := map[string]lockmodel.Pause{
 		"plain":   {Lock: "plain", Reason: "INC-7", By: "alice", At: now.Add(-2 * time.Hour)},
 		"nightly": {Lock: "nightly", Reason: "fresh", By: "bob", At: now.Add(-time.Minute)},
@@ -72,13 +73,13 @@ func TestNotify_oneRealPOSTPerEventWithTwoReplicas(t *testing.T) {
 	now := time.Now().UTC()
 	slot := now.Add(-2 * time.Hour).Truncate(time.Minute)
 	nightly := h.declareLock(lockmodel.Lock{Name: h.name("nightly"), Prefix: h.prefix + "/nightly",
-		RunOnce: &lockmodel.RunOnce{Schedule: fmt.Sprintf("%d %d * * *", slot.Minute(), slot.Hour()), StartingDeadline: time.Hour, Since: slot.Add(-time.Hour)}})
+		RunOnce: &ledger.RunOnce{Schedule: fmt.Sprintf("%d %d * * *", slot.Minute(), slot.Hour()), StartingDeadline: time.Hour, Since: slot.Add(-time.Hour)}})
 	report := h.declareLock(lockmodel.Lock{Name: h.name("report"), Prefix: h.prefix + "/report",
-		RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 1, Since: now}})
+		RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 1, Since: now}})
 	exit := 3
-	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: report.Name, Runs: []lockmodel.Run{{ID: "r1", Outcome: lockmodel.RunFailed,
-		Attempts: []lockmodel.Attempt{{Number: 1, Node: "node-b", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
-			Outcome: lockmodel.RunFailed, ExitCode: &exit, Started: now.Add(-time.Minute), Finished: now}}}}})
+	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: report.Name, Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunFailed,
+		Attempts: []ledger.Attempt{{Number: 1, Node: "node-b", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
+			Outcome: ledger.RunFailed, ExitCode: &exit, Started: now.Add(-time.Minute), Finished: now}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -20,9 +21,9 @@ import (
 // consullock_lock_runs_total: the attempts' outcomes, and "exhausted" for a
 // run that used up its attempts without a success.
 var runOutcomeLabels = []string{
-	string(lockmodel.RunSucceeded), string(lockmodel.RunFailed), string(lockmodel.RunLost),
-	string(lockmodel.RunCrashed), string(lockmodel.RunTimedOut), string(lockmodel.RunReleased), string(lockmodel.RunExhausted),
-	string(lockmodel.RunSkipped), string(lockmodel.RunReplaced),
+	string(ledger.RunSucceeded), string(ledger.RunFailed), string(ledger.RunLost),
+	string(ledger.RunCrashed), string(ledger.RunTimedOut), string(ledger.RunReleased), string(ledger.RunExhausted),
+	string(ledger.RunSkipped), string(ledger.RunReplaced),
 }
 
 var (
@@ -60,12 +61,12 @@ type runMeter struct {
 	now    func() time.Time // the controller's clock
 
 	mu          sync.Mutex
-	seen        map[string]map[runKey]lockmodel.RunOutcome // lock -> what was counted
+	seen        map[string]map[runKey]ledger.RunOutcome // lock -> what was counted
 	lastSuccess map[string]time.Time
 	period      map[string]time.Duration
-	declared    map[string]lockmodel.RunOnce // the run_once locks
-	ledgers     map[string]lockmodel.Ledger  // as last observed
-	missedSeen  map[string]map[string]bool   // lock -> missed slots counted
+	declared    map[string]ledger.RunOnce  // the run_once locks
+	ledgers     map[string]ledger.Ledger   // as last observed
+	missedSeen  map[string]map[string]bool // lock -> missed slots counted
 	// missedAsOf is what a lock's missedSeen was judged at: it changes
 	// only with the latest slot, its deadline passing, or a new registry
 	// answer (observe clears it).
@@ -89,8 +90,8 @@ func newRunMeter(now func() time.Time) *runMeter {
 			Help: "Slots of a run_once lock (its period or schedule) seen passing with no run in its ledger: of the last keep slots, those since the slots were declared (or the ledger's oldest run), the latest once past starting_deadline. Each counted once per controller; backfill with consullock run -run-id.",
 		}, []string{"lock"}),
 		now:  now,
-		seen: map[string]map[runKey]lockmodel.RunOutcome{}, lastSuccess: map[string]time.Time{}, period: map[string]time.Duration{},
-		declared: map[string]lockmodel.RunOnce{}, ledgers: map[string]lockmodel.Ledger{}, missedSeen: map[string]map[string]bool{},
+		seen: map[string]map[runKey]ledger.RunOutcome{}, lastSuccess: map[string]time.Time{}, period: map[string]time.Duration{},
+		declared: map[string]ledger.RunOnce{}, ledgers: map[string]ledger.Ledger{}, missedSeen: map[string]map[string]bool{},
 		missedAsOf: map[string]missedAsOf{},
 	}
 }
@@ -98,11 +99,11 @@ func newRunMeter(now func() time.Time) *runMeter {
 // observe takes the ledgers and the declared locks of one registry
 // answer. Series of a lock that has neither a ledger nor run_once any
 // more are dropped.
-func (m *runMeter) observe(ledgers map[string]lockmodel.Ledger, locks map[string]lockmodel.Lock) {
+func (m *runMeter) observe(ledgers map[string]ledger.Ledger, locks map[string]lockmodel.Lock) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.period, m.ledgers, m.missedAsOf = map[string]time.Duration{}, ledgers, map[string]missedAsOf{}
-	declared := map[string]lockmodel.RunOnce{}
+	declared := map[string]ledger.RunOnce{}
 	for name, l := range locks {
 		if l.RunOnce != nil {
 			declared[name] = *l.RunOnce
@@ -122,13 +123,13 @@ func (m *runMeter) observe(ledgers map[string]lockmodel.Ledger, locks map[string
 		}
 	}
 	m.declared = declared
-	for name, ledger := range ledgers {
+	for name, led := range ledgers {
 		m.initSeries(name)
-		maxAttempts := lockmodel.DefaultMaxAttempts
+		maxAttempts := ledger.DefaultMaxAttempts
 		if l, ok := locks[name]; ok && l.RunOnce != nil {
 			maxAttempts = l.RunOnce.WithDefaults().MaxAttempts
 		}
-		m.count(name, ledger, maxAttempts)
+		m.count(name, led, maxAttempts)
 	}
 	for name := range m.seen {
 		if _, ok := ledgers[name]; ok {
@@ -150,7 +151,7 @@ func (m *runMeter) initSeries(name string) {
 	if _, ok := m.seen[name]; ok {
 		return
 	}
-	m.seen[name] = map[runKey]lockmodel.RunOutcome{}
+	m.seen[name] = map[runKey]ledger.RunOutcome{}
 	for _, o := range runOutcomeLabels {
 		m.runs.WithLabelValues(name, o)
 	}
@@ -158,24 +159,24 @@ func (m *runMeter) initSeries(name string) {
 
 // count adds what is new in ledger and keeps, as seen, only what it
 // holds (the ledger is pruned to keep runs, so this stays bounded).
-func (m *runMeter) count(name string, ledger lockmodel.Ledger, maxAttempts int) {
-	before, now := m.seen[name], map[runKey]lockmodel.RunOutcome{}
-	for _, r := range ledger.Runs {
+func (m *runMeter) count(name string, led ledger.Ledger, maxAttempts int) {
+	before, now := m.seen[name], map[runKey]ledger.RunOutcome{}
+	for _, r := range led.Runs {
 		for _, a := range r.Attempts {
 			k := runKey{run: r.ID, attempt: a.Number}
 			now[k] = a.Outcome
-			if a.Outcome != lockmodel.RunRunning && before[k] != a.Outcome {
+			if a.Outcome != ledger.RunRunning && before[k] != a.Outcome {
 				m.runs.WithLabelValues(name, string(a.Outcome)).Inc()
 			}
-			if a.Outcome == lockmodel.RunSucceeded && a.Finished.After(m.lastSuccess[name]) {
+			if a.Outcome == ledger.RunSucceeded && a.Finished.After(m.lastSuccess[name]) {
 				m.lastSuccess[name] = a.Finished
 			}
 		}
 		if r.Exhausted(maxAttempts) {
 			k := runKey{run: r.ID}
-			now[k] = lockmodel.RunExhausted
-			if before[k] != lockmodel.RunExhausted {
-				m.runs.WithLabelValues(name, string(lockmodel.RunExhausted)).Inc()
+			now[k] = ledger.RunExhausted
+			if before[k] != ledger.RunExhausted {
+				m.runs.WithLabelValues(name, string(ledger.RunExhausted)).Inc()
 			}
 		}
 	}

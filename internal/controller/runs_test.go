@@ -11,19 +11,20 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-func attempt(n int, o lockmodel.RunOutcome, finished time.Time) lockmodel.Attempt {
-	a := lockmodel.Attempt{Number: n, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: uint64(10 + n),
+func attempt(n int, o ledger.RunOutcome, finished time.Time) ledger.Attempt {
+	a := ledger.Attempt{Number: n, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: uint64(10 + n),
 		Started: finished.Add(-time.Minute), Outcome: o}
-	if o != lockmodel.RunRunning {
+	if o != ledger.RunRunning {
 		a.Finished = finished
 	}
 	switch o {
-	case lockmodel.RunSucceeded:
+	case ledger.RunSucceeded:
 		a.ExitCode = new(int)
-	case lockmodel.RunFailed:
+	case ledger.RunFailed:
 		one := 1
 		a.ExitCode = &one
 	}
@@ -38,16 +39,16 @@ func attempt(n int, o lockmodel.RunOutcome, finished time.Time) lockmodel.Attemp
 func TestRunMeter_countsEachOutcomeOnce(t *testing.T) {
 	m := newRunMeter(time.Now)
 	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
-	ro := &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}
+	ro := &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}
 	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: ro}}
-	ledger := func(runs ...lockmodel.Run) map[string]lockmodel.Ledger {
-		return map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: runs}}
+	led := func(runs ...ledger.Run) map[string]ledger.Ledger {
+		return map[string]ledger.Ledger{"nightly": {Lock: "nightly", Runs: runs}}
 	}
-	want := func(step string, counts map[lockmodel.RunOutcome]float64, lastSuccess time.Time) {
+	want := func(step string, counts map[ledger.RunOutcome]float64, lastSuccess time.Time) {
 		t.Helper()
 		for _, o := range runOutcomeLabels {
-			if got := counterValue(m.runs.WithLabelValues("nightly", o)); got != counts[lockmodel.RunOutcome(o)] {
-				t.Errorf("%s: runs_total{outcome=%q} = %v, want %v", step, o, got, counts[lockmodel.RunOutcome(o)])
+			if got := counterValue(m.runs.WithLabelValues("nightly", o)); got != counts[ledger.RunOutcome(o)] {
+				t.Errorf("%s: runs_total{outcome=%q} = %v, want %v", step, o, got, counts[ledger.RunOutcome(o)])
 			}
 		}
 		if got := m.lastSuccess["nightly"]; !got.Equal(lastSuccess) {
@@ -60,29 +61,29 @@ func TestRunMeter_countsEachOutcomeOnce(t *testing.T) {
 	if m.period["nightly"] != 24*time.Hour {
 		t.Errorf("period %v", m.period["nightly"])
 	}
-	day1 := lockmodel.Run{ID: "d1", Outcome: lockmodel.RunRunning, Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunRunning, t0)}}
-	m.observe(ledger(day1), locks)
+	day1 := ledger.Run{ID: "d1", Outcome: ledger.RunRunning, Attempts: []ledger.Attempt{attempt(1, ledger.RunRunning, t0)}}
+	m.observe(led(day1), locks)
 	want("attempt 1 running", nil, time.Time{})
-	day1.Attempts = []lockmodel.Attempt{attempt(1, lockmodel.RunFailed, t0)}
-	day1.Outcome = lockmodel.RunFailed
-	m.observe(ledger(day1), locks)
-	m.observe(ledger(day1), locks)
-	want("attempt 1 failed, seen twice", map[lockmodel.RunOutcome]float64{lockmodel.RunFailed: 1}, time.Time{})
-	day1.Attempts = append(day1.Attempts, attempt(2, lockmodel.RunSucceeded, t0.Add(time.Hour)))
-	day1.Outcome = lockmodel.RunSucceeded
-	m.observe(ledger(day1), locks)
-	want("attempt 2 succeeded", map[lockmodel.RunOutcome]float64{lockmodel.RunFailed: 1, lockmodel.RunSucceeded: 1}, t0.Add(time.Hour))
+	day1.Attempts = []ledger.Attempt{attempt(1, ledger.RunFailed, t0)}
+	day1.Outcome = ledger.RunFailed
+	m.observe(led(day1), locks)
+	m.observe(led(day1), locks)
+	want("attempt 1 failed, seen twice", map[ledger.RunOutcome]float64{ledger.RunFailed: 1}, time.Time{})
+	day1.Attempts = append(day1.Attempts, attempt(2, ledger.RunSucceeded, t0.Add(time.Hour)))
+	day1.Outcome = ledger.RunSucceeded
+	m.observe(led(day1), locks)
+	want("attempt 2 succeeded", map[ledger.RunOutcome]float64{ledger.RunFailed: 1, ledger.RunSucceeded: 1}, t0.Add(time.Hour))
 
-	day2 := lockmodel.Run{ID: "d2", Outcome: lockmodel.RunLost, Attempts: []lockmodel.Attempt{
-		attempt(1, lockmodel.RunCrashed, t0.Add(24*time.Hour)), attempt(2, lockmodel.RunLost, t0.Add(25*time.Hour))}}
-	m.observe(ledger(day2, day1), locks)
-	done := map[lockmodel.RunOutcome]float64{lockmodel.RunFailed: 1, lockmodel.RunSucceeded: 1, lockmodel.RunCrashed: 1, lockmodel.RunLost: 1, lockmodel.RunExhausted: 1}
+	day2 := ledger.Run{ID: "d2", Outcome: ledger.RunLost, Attempts: []ledger.Attempt{
+		attempt(1, ledger.RunCrashed, t0.Add(24*time.Hour)), attempt(2, ledger.RunLost, t0.Add(25*time.Hour))}}
+	m.observe(led(day2, day1), locks)
+	done := map[ledger.RunOutcome]float64{ledger.RunFailed: 1, ledger.RunSucceeded: 1, ledger.RunCrashed: 1, ledger.RunLost: 1, ledger.RunExhausted: 1}
 	want("day 2 used up its 2 attempts", done, t0.Add(time.Hour))
-	day2.Outcome = lockmodel.RunExhausted
-	m.observe(ledger(day2, day1), locks)
+	day2.Outcome = ledger.RunExhausted
+	m.observe(led(day2, day1), locks)
 	want("a runner wrote exhausted: counted already", done, t0.Add(time.Hour))
 
-	m.observe(ledger(day2), locks)
+	m.observe(led(day2), locks)
 	want("day 1 pruned", done, t0.Add(time.Hour))
 	m.observe(nil, nil)
 	if _, ok := m.period["nightly"]; ok || len(m.seen) != 0 {
@@ -95,14 +96,14 @@ func TestRunMeter_countsEachOutcomeOnce(t *testing.T) {
 // counter out after observe has counted a new success.
 func TestRunMeter_aScrapeReadsTheCountersWithTheLastSuccess(t *testing.T) {
 	m := newRunMeter(time.Now)
-	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}}
+	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour}}}
 	m.observe(nil, locks)
 	scraped := make(chan prometheus.Metric, 100)
 	m.Collect(scraped)
 	close(scraped)
 	finished := time.Date(2026, 12, 1, 0, 6, 0, 0, time.UTC)
-	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{{ID: "d1",
-		Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunSucceeded, finished)}}}}}, locks)
+	m.observe(map[string]ledger.Ledger{"nightly": {Lock: "nightly", Runs: []ledger.Run{{ID: "d1",
+		Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{attempt(1, ledger.RunSucceeded, finished)}}}}}, locks)
 	counters := 0
 	for metric := range scraped {
 		var pb dto.Metric
@@ -131,7 +132,7 @@ func TestMetrics_runLedgers(t *testing.T) {
 	profile := h.name("strict")
 	h.declareProfile(lockmodel.SessionProfile{Name: profile, TTL: 15 * time.Second, LockDelay: 15 * time.Second})
 	l := h.declareLock(lockmodel.Lock{Name: h.name("nightly"), Prefix: h.prefix + "/nightly", SessionDefaults: profile,
-		RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}})
+		RunOnce: &ledger.RunOnce{Period: 24 * time.Hour}})
 	if _, err := h.api.KV().Put(&api.KVPair{Key: l.Key, Flags: l.Flags()}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +147,8 @@ func TestMetrics_runLedgers(t *testing.T) {
 	s.absent("declared", lockSeries("consullock_lock_last_success_timestamp_seconds", l.Name))
 
 	finished := time.Date(2026, 12, 1, 0, 6, 0, 0, time.UTC)
-	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: l.Name, Runs: []lockmodel.Run{{ID: "2026-12-01T00:00:00Z",
-		Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunSucceeded, finished)}}}})
+	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{ID: "2026-12-01T00:00:00Z",
+		Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{attempt(1, ledger.RunSucceeded, finished)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,16 +170,16 @@ func TestMetrics_runLedgers(t *testing.T) {
 func TestRunMeter_missedSlotsAndNextSlot(t *testing.T) {
 	now := time.Date(2026, 7, 10, 12, 0, 0, 0, time.UTC)
 	m := newRunMeter(func() time.Time { return now })
-	ro := &lockmodel.RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin"}
+	ro := &ledger.RunOnce{Schedule: "0 2 * * *", TimeZone: "Europe/Berlin"}
 	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: ro}}
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(day int) lockmodel.Run {
+	run := func(day int) ledger.Run {
 		at := time.Date(2026, 7, day, 0, 0, 0, 0, time.UTC) // 02:00 CEST
-		return lockmodel.Run{ID: at.In(berlin).Format(time.RFC3339), Outcome: lockmodel.RunSucceeded,
-			Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunSucceeded, at.Add(2*time.Minute))}}
+		return ledger.Run{ID: at.In(berlin).Format(time.RFC3339), Outcome: ledger.RunSucceeded,
+			Attempts: []ledger.Attempt{attempt(1, ledger.RunSucceeded, at.Add(2*time.Minute))}}
 	}
 	scrape := func() map[string]float64 {
 		reg := prometheus.NewRegistry()
@@ -199,7 +200,7 @@ func TestRunMeter_missedSlotsAndNextSlot(t *testing.T) {
 		}
 		return got
 	}
-	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{run(9), run(6)}}}, locks)
+	m.observe(map[string]ledger.Ledger{"nightly": {Lock: "nightly", Runs: []ledger.Run{run(9), run(6)}}}, locks)
 	got := scrape()
 	if got["consullock_lock_missed_slots_total"] != 2 { // the 7th and 8th; the 10th may still start
 		t.Fatalf("missed after the 9th: %v", got)
@@ -214,7 +215,7 @@ func TestRunMeter_missedSlotsAndNextSlot(t *testing.T) {
 	if got = scrape(); got["consullock_lock_missed_slots_total"] != 2 {
 		t.Fatalf("missed counted again at the second scrape: %v", got)
 	}
-	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{run(7), run(9), run(6)}}}, locks) // a backfill
+	m.observe(map[string]ledger.Ledger{"nightly": {Lock: "nightly", Runs: []ledger.Run{run(7), run(9), run(6)}}}, locks) // a backfill
 	now = time.Date(2026, 7, 11, 12, 0, 0, 0, time.UTC)
 	if got = scrape(); got["consullock_lock_missed_slots_total"] != 3 { // + the 10th
 		t.Fatalf("missed a day later: %v", got)
@@ -227,11 +228,11 @@ func TestRunMeter_missedSlotsAndNextSlot(t *testing.T) {
 func TestRunMeter_exhaustedByTheLedgersRule(t *testing.T) {
 	m := newRunMeter(time.Now)
 	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
-	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}}}
-	run := lockmodel.Run{ID: "2026-12-01T00:00:00Z", Outcome: lockmodel.RunFailed,
-		Attempts: []lockmodel.Attempt{attempt(1, lockmodel.RunReplaced, t0), attempt(2, lockmodel.RunFailed, t0.Add(time.Minute))}}
-	m.observe(map[string]lockmodel.Ledger{"nightly": {Lock: "nightly", Runs: []lockmodel.Run{run}}}, locks)
-	if got, want := counterValue(m.runs.WithLabelValues("nightly", string(lockmodel.RunExhausted))), 0.0; got != want {
+	locks := map[string]lockmodel.Lock{"nightly": {Name: "nightly", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 2}}}
+	run := ledger.Run{ID: "2026-12-01T00:00:00Z", Outcome: ledger.RunFailed,
+		Attempts: []ledger.Attempt{attempt(1, ledger.RunReplaced, t0), attempt(2, ledger.RunFailed, t0.Add(time.Minute))}}
+	m.observe(map[string]ledger.Ledger{"nightly": {Lock: "nightly", Runs: []ledger.Run{run}}}, locks)
+	if got, want := counterValue(m.runs.WithLabelValues("nightly", string(ledger.RunExhausted))), 0.0; got != want {
 		t.Errorf("a run with a replaced and a failed attempt of max_attempts 2: exhausted = %v, want %v (Exhausted: %v)",
 			got, want, run.Exhausted(2))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -111,7 +112,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 		return meta.lastIndex, nil
 	}
 	locks := map[string]lockmodel.Lock{}
-	ledgers := map[string]lockmodel.Ledger{}
+	ledgers := map[string]ledger.Ledger{}
 	pauses := map[string]lockmodel.Pause{}
 	if declChanged || !synced {
 		profiles := map[string]lockmodel.SessionProfile{}
@@ -125,7 +126,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 				profiles[r.name] = v
 			case lockmodel.ACLPolicySpec:
 				policies[r.name] = v
-			case lockmodel.Ledger:
+			case ledger.Ledger:
 				ledgers[r.name] = v
 				continue
 			case lockmodel.Pause:
@@ -141,7 +142,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 	} else {
 		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
-			case lockmodel.Ledger:
+			case ledger.Ledger:
 				ledgers[r.name] = v
 			case lockmodel.Pause:
 				pauses[r.name] = v
@@ -263,7 +264,7 @@ func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name s
 		}
 	case lockmodel.KindRuns:
 		// A run ledger: read only, for the run metrics (runs.go).
-		var l lockmodel.Ledger
+		var l ledger.Ledger
 		if l, err = lockmodel.DecodeLedger(p.Value); err == nil {
 			r.value = l
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -30,7 +31,7 @@ type declared struct {
 
 // declare writes lock name's record (profile "p", ttl 15s, lock_delay
 // 1s) and creates its key, under a prefix of the test's own.
-func declare(t *testing.T, name string, runOnce *lockmodel.RunOnce) declared {
+func declare(t *testing.T, name string, runOnce *ledger.RunOnce) declared {
 	t.Helper()
 	p := testenv.UniquePrefix(t.Name())
 	c := agent.Client()
@@ -213,7 +214,7 @@ func (d declared) holdOn(t *testing.T, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := lockmodel.Ledger{Lock: d.lock.Name}.Begin("r1", lockmodel.RunHolder{Node: node, Session: id, FencingToken: pair.ModifyIndex}, 3, time.Now())
+	b, err := ledger.Ledger{Lock: d.lock.Name}.Begin("r1", ledger.RunHolder{Node: node, Session: id, FencingToken: pair.ModifyIndex}, 3, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func (d declared) holdOn(t *testing.T, node string) string {
 // the run ledger records who released the attempt with the token's
 // accessor ID.
 func TestRelease_perNodeWorkerPolicy(t *testing.T) {
-	d := declare(t, "nightly", &lockmodel.RunOnce{Period: 24 * time.Hour})
+	d := declare(t, "nightly", &ledger.RunOnce{Period: 24 * time.Hour})
 	nodeA, nodeB := testenv.UniquePrefix("worker-a"), testenv.UniquePrefix("worker-b")
 	session := d.holdOn(t, nodeB)
 	a, b := d.worker(t, nodeA), d.worker(t, nodeB)
@@ -259,7 +260,7 @@ func TestRelease_perNodeWorkerPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at := l.Runs[0].Attempts[0]; at.Outcome != lockmodel.RunReleased || at.ReleasedBy != "worker-b" || at.ReleasedByAccessor != b.AccessorID {
+	if at := l.Runs[0].Attempts[0]; at.Outcome != ledger.RunReleased || at.ReleasedBy != "worker-b" || at.ReleasedByAccessor != b.AccessorID {
 		t.Fatalf("ledger attempt %+v; want released by worker-b with its accessor", at)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -125,7 +126,7 @@ func pickHolder(holders []consul.HolderSession, session string, l lockmodel.Lock
 
 // setReleasedByAccessor records accessor on attempt of run in l (a copy
 // that Ledger.Release returned).
-func setReleasedByAccessor(l lockmodel.Ledger, run string, attempt int, accessor string) {
+func setReleasedByAccessor(l ledger.Ledger, run string, attempt int, accessor string) {
 	for i := range l.Runs {
 		if r := &l.Runs[i]; r.ID == run && attempt >= 1 && attempt <= len(r.Attempts) {
 			r.Attempts[attempt-1].ReleasedByAccessor = accessor
@@ -140,7 +141,7 @@ func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client
 	key := lockmodel.RunLedgerKey(c.registry, c.lock)
 	var run string
 	var attempt int
-	written, err := client.EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
+	written, err := client.EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l ledger.Ledger) (ledger.Ledger, bool) {
 		out, r, n, found := l.Release(session, c.by, c.reason, at)
 		if found {
 			setReleasedByAccessor(out, r, n, c.accessor)

@@ -3,6 +3,8 @@ package lockmodel
 import (
 	"fmt"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // EnvClockOffset is a fault-injection hook, not a feature: the offset
@@ -45,7 +47,7 @@ func ClockFromEnv(getenv func(string) string) (Clock, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < -MaxClockOffset || d > MaxClockOffset {
-		return Clock{}, &FieldError{Field: EnvClockOffset, Value: v,
+		return Clock{}, &validation.FieldError{Field: EnvClockOffset, Value: v,
 			Allowed: fmt.Sprintf("a duration from -%s to %s (fault injection only)", FormatDuration(MaxClockOffset), FormatDuration(MaxClockOffset))}
 	}
 	return Clock{Offset: d}, nil

@@ -1,7 +1,9 @@
 // Package lockmodel is the pure domain of consullock: lock and session
 // declarations, their validation, the failover arithmetic, the key and flag
-// conventions shared with Consul's api.Lock and api.Semaphore, and the
-// versioned registry record format. ACL rules are in package aclrules.
+// conventions shared with Consul's api.Lock and api.Semaphore, who holds a
+// lock, holder services, and the versioned registry record format (the run
+// ledger's and pauses' records too). The run-once rules are in package
+// ledger, ACL rules in aclrules, field errors in validation.
 //
 // It imports nothing from Consul or Terraform so that the provider, the
 // controller and the runner apply exactly the same rules.

@@ -3,6 +3,8 @@ package lockmodel
 import (
 	"fmt"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // When must a holder cut off from Consul stop its command? The rule lives
@@ -205,7 +207,7 @@ func (r StopRule) with(attr string, v time.Duration) StopRule {
 // its default -grace cannot stop a holder cut off from Consul before
 // another may take over; nil when it can. Its detail is two lines: the
 // verdict and the fix.
-func (p SessionProfile) StopWarning() *Warning {
+func (p SessionProfile) StopWarning() *validation.Warning {
 	r := NewStopRule(p, DefaultRunnerGrace)
 	if r.Feasible() {
 		return nil
@@ -214,7 +216,7 @@ func (p SessionProfile) StopWarning() *Warning {
 	if !ok {
 		field = "lock_delay"
 	}
-	return &Warning{
+	return &validation.Warning{
 		Field:   field,
 		Summary: "Holders Cut Off From Consul Cannot Stop In Time",
 		Detail:  r.Verdict() + "\n" + r.Fix(),

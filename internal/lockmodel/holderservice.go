@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Holder service: a lock's holder_service puts each holder into Consul's
@@ -91,7 +93,7 @@ func ValidateHolderServiceName(field, name string) error {
 	if dnsLabelRE.MatchString(name) {
 		return nil
 	}
-	return &FieldError{Field: field, Value: truncate(name, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<name>.service.consul")}
+	return &validation.FieldError{Field: field, Value: validation.Truncate(name, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<name>.service.consul")}
 }
 
 // ValidateHolderServiceTag checks one tag, as a *FieldError for field.
@@ -99,7 +101,7 @@ func ValidateHolderServiceTag(field, tag string) error {
 	if dnsLabelRE.MatchString(tag) {
 		return nil
 	}
-	return &FieldError{Field: field, Value: truncate(tag, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<tag>.<name>.service.consul")}
+	return &validation.FieldError{Field: field, Value: validation.Truncate(tag, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<tag>.<name>.service.consul")}
 }
 
 // ValidateHolderServiceMetaKey checks one meta key, as a *FieldError for
@@ -107,14 +109,14 @@ func ValidateHolderServiceTag(field, tag string) error {
 func ValidateHolderServiceMetaKey(field, key string) error {
 	switch {
 	case !metaKeyRE.MatchString(key) || len(key) > MaxServiceMetaKeyLength:
-		return &FieldError{Field: field, Value: truncate(key, 140), Allowed: fmt.Sprintf(
+		return &validation.FieldError{Field: field, Value: validation.Truncate(key, 140), Allowed: fmt.Sprintf(
 			"a key of 1 to %d letters, digits, '-' or '_' (Consul's rule for service meta)", MaxServiceMetaKeyLength)}
 	case len(key) >= len(ServiceMetaReservedPfx) && key[:len(ServiceMetaReservedPfx)] == ServiceMetaReservedPfx:
-		return &FieldError{Field: field, Value: key, Allowed: fmt.Sprintf("a key not starting with %q (Consul reserves it)", ServiceMetaReservedPfx)}
+		return &validation.FieldError{Field: field, Value: key, Allowed: fmt.Sprintf("a key not starting with %q (Consul reserves it)", ServiceMetaReservedPfx)}
 	}
 	for _, k := range HolderMetaKeys {
 		if key == k {
-			return &FieldError{Field: field, Value: key, Allowed: fmt.Sprintf(
+			return &validation.FieldError{Field: field, Value: key, Allowed: fmt.Sprintf(
 				"a key other than %q: the runner writes them (lock, session, fencing token, holder)", HolderMetaKeys)}
 		}
 	}
@@ -124,33 +126,33 @@ func ValidateHolderServiceMetaKey(field, key string) error {
 // Validate reports every problem of s as FieldErrors named
 // "holder_service.name" and so on.
 func (s HolderService) Validate() error {
-	var errs FieldErrors
-	add := func(err error) { errs = append(errs, AsFieldErrors(err)...) }
+	var errs validation.FieldErrors
+	add := func(err error) { errs = append(errs, validation.AsFieldErrors(err)...) }
 	add(ValidateHolderServiceName(FieldHolderServiceName, s.Name))
 	if len(s.Tags) > MaxHolderServiceTags {
-		errs = append(errs, &FieldError{Field: FieldHolderServiceTags, Value: strconv.Itoa(len(s.Tags)) + " tags",
+		errs = append(errs, &validation.FieldError{Field: FieldHolderServiceTags, Value: strconv.Itoa(len(s.Tags)) + " tags",
 			Allowed: fmt.Sprintf("at most %d tags", MaxHolderServiceTags)})
 	}
 	seen := map[string]bool{}
 	for _, t := range s.Tags {
 		add(ValidateHolderServiceTag(FieldHolderServiceTags, t))
 		if seen[t] {
-			errs = append(errs, &FieldError{Field: FieldHolderServiceTags, Value: t, Allowed: "each tag at most once"})
+			errs = append(errs, &validation.FieldError{Field: FieldHolderServiceTags, Value: t, Allowed: "each tag at most once"})
 		}
 		seen[t] = true
 	}
 	if s.Port < 0 || s.Port > MaxServicePort {
-		errs = append(errs, &FieldError{Field: FieldHolderServicePort, Value: strconv.Itoa(s.Port),
+		errs = append(errs, &validation.FieldError{Field: FieldHolderServicePort, Value: strconv.Itoa(s.Port),
 			Allowed: fmt.Sprintf("a port from 1 to %d (unset: no port)", MaxServicePort)})
 	}
 	if most := MaxServiceMetaPairs - len(HolderMetaKeys); len(s.Meta) > most {
-		errs = append(errs, &FieldError{Field: FieldHolderServiceMeta, Value: strconv.Itoa(len(s.Meta)) + " pairs", Allowed: fmt.Sprintf(
+		errs = append(errs, &validation.FieldError{Field: FieldHolderServiceMeta, Value: strconv.Itoa(len(s.Meta)) + " pairs", Allowed: fmt.Sprintf(
 			"at most %d pairs (Consul allows %d, the runner writes %d)", most, MaxServiceMetaPairs, len(HolderMetaKeys))})
 	}
 	for _, k := range sortedKeys(s.Meta) {
 		add(ValidateHolderServiceMetaKey(FieldHolderServiceMeta, k))
 		if v := s.Meta[k]; len(v) > MaxServiceMetaValueLen {
-			errs = append(errs, &FieldError{Field: FieldHolderServiceMeta, Value: k + "=" + truncate(v, 40),
+			errs = append(errs, &validation.FieldError{Field: FieldHolderServiceMeta, Value: k + "=" + validation.Truncate(v, 40),
 				Allowed: fmt.Sprintf("a value of at most %d bytes (Consul's limit)", MaxServiceMetaValueLen)})
 		}
 	}
@@ -331,7 +333,7 @@ func (c HolderCheck) MinLockDelay() time.Duration {
 // renewals while being critical before the earliest take-over (a
 // lock_delay short for the renew_every), naming the numbers and the
 // renew_every or lock_delay that would do.
-func (c HolderCheck) Warnings() []Warning {
+func (c HolderCheck) Warnings() []validation.Warning {
 	if !c.Flaps {
 		return nil
 	}
@@ -347,7 +349,7 @@ func (c HolderCheck) Warnings() []Warning {
 	if need := c.MinLockDelay(); need < MaxLockDelay {
 		fix += fmt.Sprintf(", or raise lock_delay above %s", FormatDuration(need))
 	}
-	return []Warning{{
+	return []validation.Warning{{
 		Field:   FieldHolderService,
 		Summary: summary,
 		Detail: fmt.Sprintf("A destroyed session (an operator, the controller at max_hold, force_destroy, a failing check) "+
@@ -396,12 +398,12 @@ func HolderVia(value, node string) (via, reason string, err error) {
 		return HolderViaAgent, "-service-registration agent", nil
 	case HolderViaCatalog:
 		if node == "" {
-			return "", "", &FieldError{Field: "-service-registration", Value: value,
+			return "", "", &validation.FieldError{Field: "-service-registration", Value: value,
 				Allowed: "catalog only with -node NAME (the node the instance is registered on); agent or auto without it"}
 		}
 		return HolderViaCatalog, "-service-registration catalog", nil
 	}
-	return "", "", &FieldError{Field: "-service-registration", Value: truncate(value, 40), Allowed: "auto, agent or catalog"}
+	return "", "", &validation.FieldError{Field: "-service-registration", Value: validation.Truncate(value, 40), Allowed: "auto, agent or catalog"}
 }
 
 // HolderInstanceStale reports whether another holder's instance of the
@@ -442,5 +444,5 @@ func ValidateHolderNode(field, node string) error {
 	if dnsLabelRE.MatchString(strings.ToLower(node)) {
 		return nil
 	}
-	return &FieldError{Field: field, Value: truncate(node, 80), Allowed: allowedHolderNode}
+	return &validation.FieldError{Field: field, Value: validation.Truncate(node, 80), Allowed: allowedHolderNode}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestHolderService_validate(t *testing.T) {
@@ -46,7 +48,7 @@ func TestHolderService_validate(t *testing.T) {
 				}
 				return
 			}
-			fes := AsFieldErrors(err)
+			fes := validation.AsFieldErrors(err)
 			if len(fes) == 0 {
 				t.Fatalf("Validate = nil, want an error on %s", tc.wantField)
 			}
@@ -60,7 +62,7 @@ func TestHolderService_validate(t *testing.T) {
 func TestLock_validateNamesHolderServiceFields(t *testing.T) {
 	l := Lock{Name: "a", Prefix: "p", HolderService: &HolderService{Name: "A_B", Port: 70000}}
 	got := map[string]bool{}
-	for _, fe := range AsFieldErrors(l.Validate()) {
+	for _, fe := range validation.AsFieldErrors(l.Validate()) {
 		got[fe.Field] = true
 	}
 	if !got[FieldHolderServiceName] || !got[FieldHolderServicePort] {
@@ -311,7 +313,7 @@ func TestValidateHolderNode(t *testing.T) {
 			t.Errorf("ValidateHolderNode(%q) = %v, want ok %v", node, err, ok)
 			continue
 		}
-		if fes := AsFieldErrors(err); !ok && (len(fes) != 1 || fes[0].Field != "-node" || !strings.Contains(fes[0].Allowed, "1 to 63 letters")) {
+		if fes := validation.AsFieldErrors(err); !ok && (len(fes) != 1 || fes[0].Field != "-node" || !strings.Contains(fes[0].Allowed, "1 to 63 letters")) {
 			t.Errorf("ValidateHolderNode(%q) = %v, want a -node FieldError with the allowed form", node, err)
 		}
 	}

@@ -7,6 +7,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
+)
+
+// Fixtures of the ledger package's tests, for ledgers built here.
+var (
+	t0    = time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	nodeA = ledger.RunHolder{Node: "worker-1", Session: "11111111-1111-1111-1111-111111111111", FencingToken: 100}
+	nodeB = ledger.RunHolder{Node: "worker-2", Session: "22222222-2222-2222-2222-222222222222", FencingToken: 200}
+	nodeC = ledger.RunHolder{Node: "worker-3", Session: "33333333-3333-3333-3333-333333333333", FencingToken: 300}
 )
 
 // ledgerRecord is a valid ledger: a run that succeeded at its second
@@ -31,7 +42,7 @@ func TestLedgerRecord_roundTrip(t *testing.T) {
 	if err != nil || string(got) != ledgerRecord {
 		t.Fatalf("EncodeLedger = %s, %v\nwant %s", got, err, ledgerRecord)
 	}
-	empty, err := EncodeLedger(Ledger{Lock: "nightly"})
+	empty, err := EncodeLedger(ledger.Ledger{Lock: "nightly"})
 	if want := `{"schema_version":1,"kind":"run_ledger","name":"nightly","spec":{"lock":"nightly","runs":[]},"managed_by":"consullock"}`; err != nil || string(empty) != want {
 		t.Fatalf("empty ledger = %s, %v", empty, err)
 	}
@@ -103,14 +114,14 @@ func TestDecodeLedger_refusesWhatItCannotTrust(t *testing.T) {
 }
 
 func TestEncodeLedger_refusesAnInvalidLedger(t *testing.T) {
-	l := Ledger{Lock: "nightly", Runs: []Run{{ID: "r1", Outcome: RunRunning, Attempts: []Attempt{{Number: 1, Node: "n", Session: "s", FencingToken: 1, Started: t0, Outcome: RunRunning}}}}}
+	l := ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunRunning, Attempts: []ledger.Attempt{{Number: 1, Node: "n", Session: "s", FencingToken: 1, Started: t0, Outcome: ledger.RunRunning}}}}}
 	if _, err := EncodeLedger(l); err == nil || !strings.Contains(err.Error(), "runs[0].attempts[0].session") {
 		t.Fatalf("EncodeLedger = %v, want the session named", err)
 	}
 }
 
 func TestLockRecord_runOnceSchedule(t *testing.T) {
-	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &RunOnce{Schedule: "0 2 * * 1-5", StartingDeadline: 10 * time.Minute}}
+	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &ledger.RunOnce{Schedule: "0 2 * * 1-5", StartingDeadline: 10 * time.Minute}}
 	b, err := EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +130,7 @@ func TestLockRecord_runOnceSchedule(t *testing.T) {
 		t.Fatalf("record %s does not carry the schedule with its defaults", b)
 	}
 	back, err := DecodeLockRecord(b)
-	want := RunOnce{Schedule: "0 2 * * 1-5", TimeZone: "UTC", StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}
+	want := ledger.RunOnce{Schedule: "0 2 * * 1-5", TimeZone: "UTC", StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}
 	if err != nil || back.RunOnce == nil || *back.RunOnce != want {
 		t.Fatalf("decoded run_once %+v, %v", back.RunOnce, err)
 	}
@@ -136,7 +147,7 @@ func TestLockRecord_runOnceSchedule(t *testing.T) {
 }
 
 func TestLockRecord_runOnce(t *testing.T) {
-	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour}}
+	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour}}
 	b, err := EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +156,7 @@ func TestLockRecord_runOnce(t *testing.T) {
 		t.Fatalf("record %s does not carry run_once with its defaults", b)
 	}
 	back, err := DecodeLockRecord(b)
-	if err != nil || back.RunOnce == nil || *back.RunOnce != (RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour, MaxAttempts: 3, Keep: 20}) {
+	if err != nil || back.RunOnce == nil || *back.RunOnce != (ledger.RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour, MaxAttempts: 3, Keep: 20}) {
 		t.Fatalf("decoded run_once %+v, %v", back.RunOnce, err)
 	}
 	// Without run_once the record is exactly what earlier versions wrote,
@@ -159,7 +170,7 @@ func TestLockRecord_runOnce(t *testing.T) {
 	}
 	// Absent offset, max_attempts and keep are their defaults.
 	short := strings.Replace(lockRecord, `"description":""`, `"description":"","run_once":{"period":"1h"}`, 1)
-	if got, err := DecodeLockRecord([]byte(short)); err != nil || *got.RunOnce != (RunOnce{Period: time.Hour, MaxAttempts: 3, Keep: 20}) {
+	if got, err := DecodeLockRecord([]byte(short)); err != nil || *got.RunOnce != (ledger.RunOnce{Period: time.Hour, MaxAttempts: 3, Keep: 20}) {
 		t.Fatalf("minimal run_once decodes as %+v, %v", got.RunOnce, err)
 	}
 	for _, tc := range []struct{ in, field string }{
@@ -170,7 +181,7 @@ func TestLockRecord_runOnce(t *testing.T) {
 		{`"run_once":{"period":"1h","keep":-1}`, "run_once.keep"},
 	} {
 		_, err := DecodeLockRecord([]byte(strings.Replace(lockRecord, `"description":""`, `"description":"",`+tc.in, 1)))
-		if fes := AsFieldErrors(err); len(fes) != 1 || fes[0].Field != tc.field {
+		if fes := validation.AsFieldErrors(err); len(fes) != 1 || fes[0].Field != tc.field {
 			t.Errorf("%s: %v, want one %s error", tc.in, err, tc.field)
 		}
 	}
@@ -203,15 +214,15 @@ func FuzzDecodeLedger(f *testing.F) {
 			t.Fatalf("decode->encode is not stable:\n%s\n%s", first, second)
 		}
 		for _, r := range l.Runs {
-			d, err := l.Begin(r.ID, RunHolder{Node: "fuzz", Session: "99999999-9999-9999-9999-999999999999", FencingToken: 1}, MaxMaxAttempts, time.Now())
+			d, err := l.Begin(r.ID, ledger.RunHolder{Node: "fuzz", Session: "99999999-9999-9999-9999-999999999999", FencingToken: 1}, ledger.MaxMaxAttempts, time.Now())
 			if err != nil {
 				t.Fatalf("Begin on a decoded ledger: %v", err)
 			}
-			if _, ok := r.Succeeded(); ok != (d.Kind == BeginAlreadySucceeded) {
+			if _, ok := r.Succeeded(); ok != (d.Kind == ledger.BeginAlreadySucceeded) {
 				t.Fatalf("run %q succeeded=%v but Begin decided %v", r.ID, ok, d.Kind)
 			}
 			if d.Changed {
-				if _, err := EncodeLedger(d.Ledger.Prune(MaxRunKeep, r.ID)); err != nil {
+				if _, err := EncodeLedger(d.Ledger.Prune(ledger.MaxRunKeep, r.ID)); err != nil {
 					t.Fatalf("Begin produced a ledger that does not encode: %v", err)
 				}
 			}
@@ -220,10 +231,10 @@ func FuzzDecodeLedger(f *testing.F) {
 }
 
 func TestEncodeLedger_refusesALedgerConsulWouldRefuse(t *testing.T) {
-	l := Ledger{Lock: "nightly"}
-	for i := range MaxRunKeep {
+	l := ledger.Ledger{Lock: "nightly"}
+	for i := range ledger.MaxRunKeep {
 		id := fmt.Sprintf("run-%04d", i)
-		for _, h := range []RunHolder{nodeA, nodeB, nodeC} { // three attempts, two crashed
+		for _, h := range []ledger.RunHolder{nodeA, nodeB, nodeC} { // three attempts, two crashed
 			h.Node = strings.Repeat("n", 200)
 			d, err := l.Begin(id, h, 3, t0)
 			if err != nil {
@@ -233,7 +244,7 @@ func TestEncodeLedger_refusesALedgerConsulWouldRefuse(t *testing.T) {
 		}
 	}
 	_, err := EncodeLedger(l)
-	if fes := AsFieldErrors(err); len(fes) != 1 || fes[0].Field != "run_once.keep" || !strings.Contains(fes[0].Allowed, "524288 bytes") {
+	if fes := validation.AsFieldErrors(err); len(fes) != 1 || fes[0].Field != "run_once.keep" || !strings.Contains(fes[0].Allowed, "524288 bytes") {
 		t.Fatalf("EncodeLedger of %d runs with long node names = %v, want a run_once.keep error naming Consul's limit", len(l.Runs), err)
 	}
 	if _, err := EncodeLedger(l.Prune(100, "run-0999")); err != nil {

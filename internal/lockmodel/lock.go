@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Lock is a declared lock (consullock_lock): a mutex when Limit is 1, a
@@ -31,8 +34,8 @@ type Lock struct {
 	// ConsulLockUnheld alert fires when it has none.
 	AlwaysHeld bool
 	// RunOnce, for a mutex, makes `consullock run` run its command once per
-	// run ID (runonce.go, ledger.go); nil for none.
-	RunOnce *RunOnce
+	// run ID (package ledger); nil for none.
+	RunOnce *ledger.RunOnce
 	// HolderService, when set, puts each holder into Consul's catalog and
 	// DNS while it holds (holderservice.go); nil for none.
 	HolderService *HolderService
@@ -53,15 +56,15 @@ func DefaultLockKey(prefix string) string {
 // zero Limit replaced by 1. On error it reports every path problem and returns
 // l unchanged.
 func (l Lock) Normalize() (Lock, error) {
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	n := l
 	var err error
 	if n.Prefix, err = NormalizeKeyPath("prefix", l.Prefix); err != nil {
-		errs = append(errs, AsFieldErrors(err)...)
+		errs = append(errs, validation.AsFieldErrors(err)...)
 	}
 	if l.Key != "" {
 		if n.Key, err = NormalizeKeyPath("key", l.Key); err != nil {
-			errs = append(errs, AsFieldErrors(err)...)
+			errs = append(errs, validation.AsFieldErrors(err)...)
 		}
 	}
 	if len(errs) > 0 {
@@ -90,24 +93,24 @@ var maxHoldAllowed = fmt.Sprintf("0s (no limit) or a duration of at least %s", M
 // users write them. It judges l as Normalize would make it: paths may carry
 // surrounding slashes, an empty key means <prefix>/.lock and limit 0 means 1.
 func (l Lock) Validate() error {
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	add := func(err error) {
-		errs = append(errs, AsFieldErrors(err)...)
+		errs = append(errs, validation.AsFieldErrors(err)...)
 	}
 	add(ValidateName("name", l.Name))
 	n, err := l.Normalize()
 	add(err)
 	if l.Limit < 0 || l.Limit > MaxSemaphoreLimit {
-		errs = append(errs, &FieldError{Field: "limit", Value: strconv.Itoa(l.Limit), Allowed: limitAllowed})
+		errs = append(errs, &validation.FieldError{Field: "limit", Value: strconv.Itoa(l.Limit), Allowed: limitAllowed})
 	}
 	if err == nil {
 		switch {
 		case n.IsSemaphore() && n.Key != DefaultLockKey(n.Prefix):
-			errs = append(errs, &FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
+			errs = append(errs, &validation.FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
 				"for a semaphore (limit > 1) the key must be %q, where api.Semaphore and `consul lock -n` keep the holder table; leave key unset",
 				DefaultLockKey(n.Prefix))})
 		case n.Key != n.Prefix && !strings.HasPrefix(n.Key, n.Prefix+"/"):
-			errs = append(errs, &FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
+			errs = append(errs, &validation.FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
 				"a key equal to the prefix %q or under it (%q), so that ACL rules written for the prefix cover it",
 				n.Prefix, n.Prefix+"/")})
 		default:
@@ -118,12 +121,12 @@ func (l Lock) Validate() error {
 		add(ValidateName("session_defaults", l.SessionDefaults))
 	}
 	if l.MaxHold < 0 || (l.MaxHold > 0 && l.MaxHold < MinMaxHold) {
-		errs = append(errs, &FieldError{Field: "max_hold", Value: FormatDuration(l.MaxHold), Allowed: maxHoldAllowed})
+		errs = append(errs, &validation.FieldError{Field: "max_hold", Value: FormatDuration(l.MaxHold), Allowed: maxHoldAllowed})
 	}
 	if l.RunOnce != nil {
 		add(l.RunOnce.Validate())
 		if l.Limit > 1 {
-			errs = append(errs, &FieldError{Field: FieldRunOnce, Value: fmt.Sprintf("run_once with limit %d", l.Limit), Allowed: "run_once only on a mutex (limit 1): " +
+			errs = append(errs, &validation.FieldError{Field: ledger.FieldRunOnce, Value: fmt.Sprintf("run_once with limit %d", l.Limit), Allowed: "run_once only on a mutex (limit 1): " +
 				"once per run means one holder, and a semaphore admits several at a time"})
 		}
 	}
@@ -132,28 +135,16 @@ func (l Lock) Validate() error {
 	}
 	errs = append(errs, l.validateWaiters()...)
 	if c := utf8.RuneCountInString(l.Description); c > MaxDescriptionLength || !utf8.ValidString(l.Description) {
-		errs = append(errs, &FieldError{Field: "description", Value: truncate(l.Description, 40), Allowed: fmt.Sprintf(
+		errs = append(errs, &validation.FieldError{Field: "description", Value: validation.Truncate(l.Description, 40), Allowed: fmt.Sprintf(
 			"valid UTF-8 text of at most %d characters (got %d)", MaxDescriptionLength, c)})
 	}
 	return errs.Err()
 }
 
-// truncate shortens s to about n bytes for an error message, at a rune
-// boundary when s is valid UTF-8.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
-
 // ProfileWarnings returns advice about using profile p for lock l.
-func (l Lock) ProfileWarnings(p SessionProfile) []Warning {
+func (l Lock) ProfileWarnings(p SessionProfile) []validation.Warning {
 	if l.IsSemaphore() && p.Behavior != BehaviorDelete {
-		return []Warning{{
+		return []validation.Warning{{
 			Field:   "session_defaults",
 			Summary: "Semaphore with a release session profile",
 			Detail: fmt.Sprintf("Semaphore contenders hold a key <prefix>/<session> each; with behavior %q those keys stay behind "+
@@ -300,4 +291,23 @@ type HolderValue struct {
 	// semaphore) for waiters, which then need not (or cannot) read its
 	// session (WithLockDelay, DeadHolderLockDelay).
 	LockDelay string `json:"lock_delay,omitempty"`
+}
+
+// RunOncePeriodWarnings advises on a run_once period shorter than the
+// session profile's worst_case_gap: a holder that vanishes is replaced only
+// after up to worst_case_gap, so a crashed run may not be taken over within
+// its own period.
+func RunOncePeriodWarnings(r ledger.RunOnce, p SessionProfile) []validation.Warning {
+	gap := p.WithDefaults().WorstCaseGap()
+	if r.Period <= 0 || r.Period >= gap {
+		return nil
+	}
+	return []validation.Warning{{
+		Field:   ledger.FieldRunOncePeriod,
+		Summary: "Run Period Shorter Than Worst-Case Gap",
+		Detail: fmt.Sprintf("run_once.period is %s but the session profile %q has worst_case_gap %s: when a holder "+
+			"vanishes mid-run, the next node may acquire only after up to %s, so a crashed run may not be "+
+			"taken over within its period. Use a longer period or a profile with a shorter ttl and lock_delay.",
+			FormatDuration(r.Period), p.Name, FormatDuration(gap), FormatDuration(gap)),
+	}}
 }

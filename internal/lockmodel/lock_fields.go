@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Single-attribute checks for the provider's validators. Each runs
@@ -41,7 +43,7 @@ func ValidateLimit(field string, limit int) error {
 		l.Limit = -1
 	}
 	err := onlyField(l.Validate(), "limit", field)
-	var fe *FieldError
+	var fe *validation.FieldError
 	if limit == 0 && errors.As(err, &fe) {
 		fe.Value = "0"
 	}
@@ -66,8 +68,8 @@ func (l Lock) KeyPlacementError() error {
 
 // onlyField keeps the field errors of err about from, renamed to field.
 func onlyField(err error, from, field string) error {
-	var out FieldErrors
-	for _, fe := range AsFieldErrors(err) {
+	var out validation.FieldErrors
+	for _, fe := range validation.AsFieldErrors(err) {
 		if fe.Field == from {
 			c := *fe
 			c.Field = field

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestValidateMaxHold(t *testing.T) {
@@ -100,7 +102,7 @@ func checkErr(t *testing.T, name string, err error, want string) {
 		t.Errorf("%s: got error %v, want one containing %q", name, err, want)
 		return
 	}
-	var fe *FieldError
+	var fe *validation.FieldError
 	if !errors.As(err, &fe) {
 		t.Errorf("%s: error %T is not a *FieldError", name, err)
 	}

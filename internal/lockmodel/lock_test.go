@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestProtocolConstants(t *testing.T) {
@@ -94,7 +96,7 @@ func TestLock_Normalize(t *testing.T) {
 func TestLock_NormalizeReportsBothPaths(t *testing.T) {
 	in := Lock{Prefix: "a b", Key: "c//d"}
 	got, err := in.Normalize()
-	errs := AsFieldErrors(err)
+	errs := validation.AsFieldErrors(err)
 	if len(errs) != 2 {
 		t.Fatalf("Normalize() error = %v, want errors for prefix and key", err)
 	}
@@ -169,7 +171,7 @@ func TestLock_ValidateRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := validLock()
 			tc.modify(&l)
-			errs := AsFieldErrors(l.Validate())
+			errs := validation.AsFieldErrors(l.Validate())
 			if len(errs) != 1 {
 				t.Fatalf("Validate() = %v, want exactly one error for %s", errs, tc.field)
 			}
@@ -182,7 +184,7 @@ func TestLock_ValidateReportsEveryField(t *testing.T) {
 	l := Lock{Name: "", Prefix: "", Limit: -2, SessionDefaults: "a b", MaxHold: -1,
 		Description: strings.Repeat("x", 2000)}
 	var got []string
-	for _, e := range AsFieldErrors(l.Validate()) {
+	for _, e := range validation.AsFieldErrors(l.Validate()) {
 		got = append(got, e.Field)
 	}
 	want := []string{"name", "prefix", "limit", "session_defaults", "max_hold", "description"}
@@ -346,12 +348,12 @@ func FuzzValidateLock(f *testing.F) {
 		_ = CheckCompatible(l, uint64(maxHold), []byte(description))
 		err := l.Validate()
 		if err != nil {
-			for _, fe := range AsFieldErrors(err) {
+			for _, fe := range validation.AsFieldErrors(err) {
 				if !strings.Contains(fe.Error(), fe.Field+":") {
 					t.Fatalf("error %q does not name its field", fe)
 				}
 			}
-			if len(AsFieldErrors(err)) == 0 {
+			if len(validation.AsFieldErrors(err)) == 0 {
 				t.Fatalf("Validate() = %v, not FieldErrors", err)
 			}
 			if _, encErr := EncodeLockRecord(l); encErr == nil {

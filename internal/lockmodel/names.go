@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // NamePattern is the rule for every name this product declares (locks,
@@ -24,7 +26,7 @@ func ValidateName(field, name string) error {
 	if nameRE.MatchString(name) {
 		return nil
 	}
-	return &FieldError{Field: field, Value: name, Allowed: NameAllowed}
+	return &validation.FieldError{Field: field, Value: name, Allowed: NameAllowed}
 }
 
 // MaxKeyPathLength is the longest KV path NormalizeKeyPath accepts, in bytes.
@@ -44,7 +46,7 @@ const KeyPathAllowed = "use 1 to 512 bytes of letters, digits, '-', '_', '.', ':
 // them; a segment that merely starts with a dot (".lock") is fine.
 func NormalizeKeyPath(field, p string) (string, error) {
 	fail := func(why string) (string, error) {
-		return "", &FieldError{Field: field, Value: p, Allowed: why + "; " + KeyPathAllowed}
+		return "", &validation.FieldError{Field: field, Value: p, Allowed: why + "; " + KeyPathAllowed}
 	}
 	for i := 0; i < len(p); {
 		c := p[i]

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // assertFieldError checks that err is exactly one *FieldError for field and
@@ -14,7 +16,7 @@ func assertFieldError(t *testing.T, err error, field, value string, fragments ..
 	if err == nil {
 		t.Fatalf("want an error for %s = %q, got nil", field, value)
 	}
-	var fe *FieldError
+	var fe *validation.FieldError
 	if !errors.As(err, &fe) {
 		t.Fatalf("want a *FieldError, got %T: %v", err, err)
 	}
@@ -143,7 +145,7 @@ func FuzzNormalizeKeyPath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p string) {
 		n, err := NormalizeKeyPath("prefix", p)
 		if err != nil {
-			if fe := AsFieldErrors(err); len(fe) != 1 || fe[0].Field != "prefix" || fe[0].Value != p {
+			if fe := validation.AsFieldErrors(err); len(fe) != 1 || fe[0].Field != "prefix" || fe[0].Value != p {
 				t.Fatalf("error %v is not one FieldError for prefix = %q", err, p)
 			}
 			return

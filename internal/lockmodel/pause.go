@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Pause records.
@@ -71,32 +73,32 @@ func ValidateReason(field, reason string) error {
 	n := utf8.RuneCountInString(reason)
 	switch {
 	case strings.TrimSpace(reason) == "":
-		return &FieldError{Field: field, Value: reason, Allowed: "a reason is required: say why, e.g. \"INC-1234: downstream outage\""}
+		return &validation.FieldError{Field: field, Value: reason, Allowed: "a reason is required: say why, e.g. \"INC-1234: downstream outage\""}
 	case !utf8.ValidString(reason) || n > MaxPauseReasonLength:
-		return &FieldError{Field: field, Value: shown, Allowed: fmt.Sprintf("valid UTF-8 text of at most %d characters (got %d)", MaxPauseReasonLength, n)}
+		return &validation.FieldError{Field: field, Value: shown, Allowed: fmt.Sprintf("valid UTF-8 text of at most %d characters (got %d)", MaxPauseReasonLength, n)}
 	case strings.ContainsAny(reason, "\r\n"):
-		return &FieldError{Field: field, Value: shown, Allowed: "one line of text (no line breaks)"}
+		return &validation.FieldError{Field: field, Value: shown, Allowed: "one line of text (no line breaks)"}
 	}
 	return nil
 }
 
 // Validate checks p as a reader and a writer do.
 func (p Pause) Validate() error {
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	for _, err := range []error{ValidateName("lock", p.Lock), ValidateReason("reason", p.Reason)} {
-		var fe *FieldError
+		var fe *validation.FieldError
 		if errors.As(err, &fe) {
 			errs = append(errs, fe)
 		}
 	}
 	if p.By == "" || utf8.RuneCountInString(p.By) > 256 {
-		errs = append(errs, &FieldError{Field: "by", Value: p.By, Allowed: "who paused the lock, 1 to 256 characters"})
+		errs = append(errs, &validation.FieldError{Field: "by", Value: p.By, Allowed: "who paused the lock, 1 to 256 characters"})
 	}
 	if p.Accessor != "" && !IsUUID(p.Accessor) {
-		errs = append(errs, &FieldError{Field: "accessor", Value: truncate(p.Accessor, 40), Allowed: "a token accessor ID (a UUID), or absent"})
+		errs = append(errs, &validation.FieldError{Field: "accessor", Value: validation.Truncate(p.Accessor, 40), Allowed: "a token accessor ID (a UUID), or absent"})
 	}
 	if p.At.IsZero() {
-		errs = append(errs, &FieldError{Field: "at", Value: "", Allowed: "the time of the pause"})
+		errs = append(errs, &validation.FieldError{Field: "at", Value: "", Allowed: "the time of the pause"})
 	}
 	if len(errs) > 0 {
 		return errs
@@ -107,7 +109,7 @@ func (p Pause) Validate() error {
 // EncodePauseRecord validates p and encodes its record.
 func EncodePauseRecord(p Pause) ([]byte, error) {
 	if err := p.Validate(); err != nil {
-		return nil, recordError(RecordKindPause, p.Lock, AsFieldErrors(err))
+		return nil, recordError(RecordKindPause, p.Lock, validation.AsFieldErrors(err))
 	}
 	return encodeRecord(RecordKindPause, p.Lock, PauseSpec{
 		Lock: p.Lock, Reason: p.Reason, By: p.By, At: p.At.UTC().Format(time.RFC3339), Accessor: p.Accessor,
@@ -122,11 +124,11 @@ func DecodePauseRecord(data []byte) (Pause, error) {
 	}
 	at, err := time.Parse(time.RFC3339, s.At)
 	if err != nil {
-		return Pause{}, recordError(RecordKindPause, s.Lock, FieldErrors{{Field: "at", Value: s.At, Allowed: "an RFC 3339 time"}})
+		return Pause{}, recordError(RecordKindPause, s.Lock, validation.FieldErrors{{Field: "at", Value: s.At, Allowed: "an RFC 3339 time"}})
 	}
 	p := Pause{Lock: s.Lock, Reason: s.Reason, By: s.By, At: at.UTC(), Accessor: s.Accessor}
 	if err := p.Validate(); err != nil {
-		return Pause{}, recordError(RecordKindPause, s.Lock, AsFieldErrors(err))
+		return Pause{}, recordError(RecordKindPause, s.Lock, validation.AsFieldErrors(err))
 	}
 	return p, nil
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 func TestPauseRecord_roundTrip(t *testing.T) {
@@ -51,8 +53,8 @@ func TestValidateReason(t *testing.T) {
 func TestLedgerRelease_marksTheSessionsRunningAttempt(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	sess := "11111111-2222-3333-4444-555555555555"
-	l := Ledger{Lock: "nightly", Runs: []Run{{ID: "r1", Outcome: RunRunning, Attempts: []Attempt{
-		{Number: 1, Node: "n1", Session: sess, FencingToken: 7, Started: t0, Outcome: RunRunning},
+	l := ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunRunning, Attempts: []ledger.Attempt{
+		{Number: 1, Node: "n1", Session: sess, FencingToken: 7, Started: t0, Outcome: ledger.RunRunning},
 	}}}}
 	if _, _, _, found := l.Release("00000000-2222-3333-4444-555555555555", "bob", "stuck", t0); found {
 		t.Fatal("released an attempt of another session")
@@ -62,10 +64,10 @@ func TestLedgerRelease_marksTheSessionsRunningAttempt(t *testing.T) {
 		t.Fatalf("Release = %q %d %v", run, n, found)
 	}
 	a := out.Runs[0].Attempts[0]
-	if a.Outcome != RunReleased || out.Runs[0].Outcome != RunReleased || a.ReleasedBy != "bob@ops" || a.Reason != "stuck since 02:00" || !a.Finished.Equal(t0.Add(time.Hour)) {
+	if a.Outcome != ledger.RunReleased || out.Runs[0].Outcome != ledger.RunReleased || a.ReleasedBy != "bob@ops" || a.Reason != "stuck since 02:00" || !a.Finished.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("attempt %+v", a)
 	}
-	if l.Runs[0].Attempts[0].Outcome != RunRunning {
+	if l.Runs[0].Attempts[0].Outcome != ledger.RunRunning {
 		t.Fatal("Release changed its receiver")
 	}
 	b, err := EncodeLedger(out)
@@ -76,11 +78,11 @@ func TestLedgerRelease_marksTheSessionsRunningAttempt(t *testing.T) {
 	if err != nil || back.Runs[0].Attempts[0].ReleasedBy != "bob@ops" {
 		t.Fatalf("decoded %+v, %v", back, err)
 	}
-	if !RunReleased.Retried() {
+	if !ledger.RunReleased.Retried() {
 		t.Fatal("a released attempt is retried")
 	}
-	d, err := out.Begin("r1", RunHolder{Node: "n2", Session: "22222222-2222-3333-4444-555555555555", FencingToken: 9}, 3, t0.Add(2*time.Hour))
-	if err != nil || d.Kind != BeginRun || d.Attempt != 2 {
+	d, err := out.Begin("r1", ledger.RunHolder{Node: "n2", Session: "22222222-2222-3333-4444-555555555555", FencingToken: 9}, 3, t0.Add(2*time.Hour))
+	if err != nil || d.Kind != ledger.BeginRun || d.Attempt != 2 {
 		t.Fatalf("Begin after a release: %+v, %v", d, err)
 	}
 }

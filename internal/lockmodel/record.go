@@ -28,6 +28,9 @@ import (
 	"regexp"
 	"time"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Record kinds, the "kind" of the envelope.
@@ -112,7 +115,7 @@ type RunOnceSpec struct {
 	// Since (RFC 3339, UTC) is when these slots were declared; absent when
 	// unknown.
 	Since string `json:"since,omitempty"`
-	// Job control (jobcontrol.go); absent = none, 0s, and the default
+	// Job control (ledger/jobcontrol.go); absent = none, 0s, and the default
 	// factor: a record without them is what earlier versions wrote.
 	MaxRuntime   string  `json:"max_runtime,omitempty"`
 	RetryAfter   string  `json:"retry_after,omitempty"`
@@ -164,24 +167,24 @@ var (
 func IsUUID(s string) bool { return uuidRE.MatchString(s) }
 
 func (s ACLPolicySpec) Validate() error {
-	var errs FieldErrors
-	errs = append(errs, AsFieldErrors(ValidateName("name", s.Name))...)
+	var errs validation.FieldErrors
+	errs = append(errs, validation.AsFieldErrors(ValidateName("name", s.Name))...)
 	if s.ID != "" && !uuidRE.MatchString(s.ID) {
-		errs = append(errs, &FieldError{Field: "id", Value: s.ID, Allowed: "a Consul policy ID (a UUID such as 00000000-0000-0000-0000-000000000001)"})
+		errs = append(errs, &validation.FieldError{Field: "id", Value: s.ID, Allowed: "a Consul policy ID (a UUID such as 00000000-0000-0000-0000-000000000001)"})
 	}
 	if !utf8.ValidString(s.Rules) {
-		errs = append(errs, &FieldError{Field: "rules", Value: truncate(s.Rules, 40), Allowed: "valid UTF-8 text"})
+		errs = append(errs, &validation.FieldError{Field: "rules", Value: validation.Truncate(s.Rules, 40), Allowed: "valid UTF-8 text"})
 	}
 	if !utf8.ValidString(s.Description) {
-		errs = append(errs, &FieldError{Field: "description", Value: truncate(s.Description, 40), Allowed: "valid UTF-8 text"})
+		errs = append(errs, &validation.FieldError{Field: "description", Value: validation.Truncate(s.Description, 40), Allowed: "valid UTF-8 text"})
 	}
 	seen := map[string]bool{}
 	for _, dc := range s.Datacenters {
 		switch {
 		case !datacenterRE.MatchString(dc):
-			errs = append(errs, &FieldError{Field: "datacenters", Value: dc, Allowed: "datacenter names of 1 to 64 lower-case letters, digits, '-' or '_', as Consul names datacenters"})
+			errs = append(errs, &validation.FieldError{Field: "datacenters", Value: dc, Allowed: "datacenter names of 1 to 64 lower-case letters, digits, '-' or '_', as Consul names datacenters"})
 		case seen[dc]:
-			errs = append(errs, &FieldError{Field: "datacenters", Value: dc, Allowed: "each datacenter at most once"})
+			errs = append(errs, &validation.FieldError{Field: "datacenters", Value: dc, Allowed: "each datacenter at most once"})
 		}
 		seen[dc] = true
 	}
@@ -226,7 +229,7 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 			spec.RunOnce.RetryAfter = FormatDuration(r.RetryAfter)
 		}
 		spec.RunOnce.RetryBackoff = r.RetryBackoff
-		if r.Overlap != "" && r.Overlap != OverlapWait {
+		if r.Overlap != "" && r.Overlap != ledger.OverlapWait {
 			spec.RunOnce.Overlap = string(r.Overlap)
 		}
 	}
@@ -249,9 +252,9 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 	if err := decodeRecord(data, RecordKindLock, &spec, func() string { return spec.Name }); err != nil {
 		return Lock{}, err
 	}
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	maxHold, err := parseRecordDuration("max_hold", spec.MaxHold, 0)
-	errs = append(errs, AsFieldErrors(err)...)
+	errs = append(errs, validation.AsFieldErrors(err)...)
 	l := Lock{
 		Name:            spec.Name,
 		Prefix:          spec.Prefix,
@@ -270,21 +273,21 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 	}
 	judged := l
 	if r := spec.RunOnce; r != nil {
-		period, perr := parseRecordDuration(FieldRunOncePeriod, r.Period, 0)
-		offset, oerr := parseRecordDuration(FieldRunOnceOffset, r.Offset, 0)
-		deadline, derr := parseRecordDuration(FieldRunOnceStartingDeadline, r.StartingDeadline, 0)
-		runtime, rerr := parseRecordDuration(FieldRunOnceMaxRuntime, r.MaxRuntime, 0)
-		retry, aerr := parseRecordDuration(FieldRunOnceRetryAfter, r.RetryAfter, 0)
-		l.RunOnce = &RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep,
+		period, perr := parseRecordDuration(ledger.FieldRunOncePeriod, r.Period, 0)
+		offset, oerr := parseRecordDuration(ledger.FieldRunOnceOffset, r.Offset, 0)
+		deadline, derr := parseRecordDuration(ledger.FieldRunOnceStartingDeadline, r.StartingDeadline, 0)
+		runtime, rerr := parseRecordDuration(ledger.FieldRunOnceMaxRuntime, r.MaxRuntime, 0)
+		retry, aerr := parseRecordDuration(ledger.FieldRunOnceRetryAfter, r.RetryAfter, 0)
+		l.RunOnce = &ledger.RunOnce{Period: period, Offset: offset, MaxAttempts: r.MaxAttempts, Keep: r.Keep,
 			Schedule: r.Schedule, TimeZone: r.TimeZone, StartingDeadline: deadline,
 			MaxRuntime: runtime, RetryAfter: retry, RetryBackoff: r.RetryBackoff}
-		if r.Overlap != string(OverlapWait) {
-			l.RunOnce.Overlap = Overlap(r.Overlap) // "wait" reads as "", as it is written
+		if r.Overlap != string(ledger.OverlapWait) {
+			l.RunOnce.Overlap = ledger.Overlap(r.Overlap) // "wait" reads as "", as it is written
 		}
 		if r.Since != "" {
 			since, err := time.Parse(time.RFC3339, r.Since)
 			if err != nil {
-				errs = append(errs, &FieldError{Field: "run_once.since", Value: r.Since, Allowed: "an RFC 3339 time"})
+				errs = append(errs, &validation.FieldError{Field: "run_once.since", Value: r.Since, Allowed: "an RFC 3339 time"})
 			}
 			l.RunOnce.Since = since.UTC()
 		}
@@ -293,16 +296,16 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 			// Judge the rest without the unreadable durations: one error
 			// per field.
 			for _, err := range []error{perr, oerr, derr, rerr, aerr} {
-				errs = append(errs, AsFieldErrors(err)...)
+				errs = append(errs, validation.AsFieldErrors(err)...)
 			}
 			judged.RunOnce = nil
 		}
 	}
-	errs = append(errs, AsFieldErrors(judged.Validate())...)
+	errs = append(errs, validation.AsFieldErrors(judged.Validate())...)
 	if len(errs) == 0 && spec.Flags != "" {
 		f, err := ParseFlags(spec.Flags)
 		if err != nil || f != l.Flags() {
-			errs = append(errs, &FieldError{Field: "flags", Value: spec.Flags, Allowed: fmt.Sprintf(
+			errs = append(errs, &validation.FieldError{Field: "flags", Value: spec.Flags, Allowed: fmt.Sprintf(
 				"%s for limit %d (flags follow from the limit)", FormatFlags(l.Flags()), max(l.Limit, 1))})
 		}
 	}
@@ -344,13 +347,13 @@ func DecodeSessionProfileRecord(data []byte) (SessionProfile, error) {
 	if err := decodeRecord(data, RecordKindSessionDefaults, &spec, func() string { return spec.Name }); err != nil {
 		return SessionProfile{}, err
 	}
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	ttl, err := parseRecordDuration("ttl", spec.TTL, DefaultSessionTTL)
-	errs = append(errs, AsFieldErrors(err)...)
+	errs = append(errs, validation.AsFieldErrors(err)...)
 	lockDelay, err := parseRecordDuration("lock_delay", spec.LockDelay, DefaultLockDelay)
-	errs = append(errs, AsFieldErrors(err)...)
+	errs = append(errs, validation.AsFieldErrors(err)...)
 	renew, err := parseRecordDuration("renew_every", spec.RenewEvery, 0)
-	errs = append(errs, AsFieldErrors(err)...)
+	errs = append(errs, validation.AsFieldErrors(err)...)
 	p := SessionProfile{
 		Name:          spec.Name,
 		TTL:           ttl,
@@ -364,7 +367,7 @@ func DecodeSessionProfileRecord(data []byte) (SessionProfile, error) {
 		p.ServiceChecks = nil
 	}
 	if len(errs) == 0 {
-		errs = AsFieldErrors(p.Validate())
+		errs = validation.AsFieldErrors(p.Validate())
 	}
 	if len(errs) > 0 {
 		return SessionProfile{}, recordError(RecordKindSessionDefaults, spec.Name, errs)
@@ -395,7 +398,7 @@ func DecodeACLPolicyRecord(data []byte) (ACLPolicySpec, error) {
 		s.Datacenters = nil
 	}
 	if err := s.Validate(); err != nil {
-		return ACLPolicySpec{}, recordError(RecordKindACLPolicy, s.Name, AsFieldErrors(err))
+		return ACLPolicySpec{}, recordError(RecordKindACLPolicy, s.Name, validation.AsFieldErrors(err))
 	}
 	return s, nil
 }
@@ -440,7 +443,7 @@ func decodeRecord(data []byte, kind string, spec any, specName func() string) er
 	return nil
 }
 
-func recordError(kind, name string, errs FieldErrors) error {
+func recordError(kind, name string, errs validation.FieldErrors) error {
 	return fmt.Errorf("%s record %q is invalid: %w", kind, name, errs)
 }
 
@@ -450,7 +453,7 @@ func parseRecordDuration(field, s string, absent time.Duration) (time.Duration, 
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, &FieldError{Field: field, Value: s, Allowed: `a duration such as "15s" or "1m30s"`}
+		return 0, &validation.FieldError{Field: field, Value: s, Allowed: `a duration such as "15s" or "1m30s"`}
 	}
 	return d, nil
 }

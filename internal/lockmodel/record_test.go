@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // TestRecordsMarkdownExamples keeps RECORDS.md honest: every JSON example
@@ -134,7 +136,7 @@ func TestEncodeRecords_refuseInvalid(t *testing.T) {
 			if b != nil {
 				t.Fatalf("encoded an invalid declaration: %s", b)
 			}
-			errs := AsFieldErrors(err)
+			errs := validation.AsFieldErrors(err)
 			if len(errs) != 1 {
 				t.Fatalf("error = %v, want one field error", err)
 			}
@@ -207,7 +209,7 @@ func TestDecodeRecords_reject(t *testing.T) {
 
 func TestDecodeRecords_fieldErrorsSurvive(t *testing.T) {
 	_, err := DecodeLockRecord([]byte(strings.Replace(lockRecord, `"limit":1`, `"limit":5000`, 1)))
-	errs := AsFieldErrors(err)
+	errs := validation.AsFieldErrors(err)
 	if len(errs) != 1 {
 		t.Fatalf("AsFieldErrors(%v) = %v, want the limit error", err, errs)
 	}
@@ -318,7 +320,7 @@ func TestACLPolicySpec_Validate(t *testing.T) {
 		{"bad name", ACLPolicySpec{Name: "p q"}, "name", "p q", "1 to 128"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := AsFieldErrors(tc.spec.Validate())
+			errs := validation.AsFieldErrors(tc.spec.Validate())
 			if len(errs) != 1 {
 				t.Fatalf("Validate() = %v, want one error for %s", errs, tc.field)
 			}

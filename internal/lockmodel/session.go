@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // SessionProfile is a named set of session settings (consullock_session_defaults).
@@ -93,7 +95,7 @@ var behaviorAllowed = `one of "release" or "delete"`
 // TTL", and a session without one outlives a crashed holder indefinitely.
 func ValidateTTL(field string, ttl time.Duration) error {
 	if ttl < MinSessionTTL || ttl > MaxSessionTTL {
-		return &FieldError{Field: field, Value: FormatDuration(ttl), Allowed: ttlAllowed}
+		return &validation.FieldError{Field: field, Value: FormatDuration(ttl), Allowed: ttlAllowed}
 	}
 	return nil
 }
@@ -101,7 +103,7 @@ func ValidateTTL(field string, ttl time.Duration) error {
 // ValidateLockDelay checks a session lock-delay.
 func ValidateLockDelay(field string, d time.Duration) error {
 	if d < 0 || d > MaxLockDelay {
-		return &FieldError{Field: field, Value: FormatDuration(d), Allowed: lockDelayAllowed}
+		return &validation.FieldError{Field: field, Value: FormatDuration(d), Allowed: lockDelayAllowed}
 	}
 	return nil
 }
@@ -111,7 +113,7 @@ func ValidateBehavior(field string, b Behavior) error {
 	if b == "" || b.Valid() {
 		return nil
 	}
-	return &FieldError{Field: field, Value: string(b), Allowed: behaviorAllowed}
+	return &validation.FieldError{Field: field, Value: string(b), Allowed: behaviorAllowed}
 }
 
 // ValidateRenewEvery checks a renewal interval against the TTL it renews:
@@ -121,7 +123,7 @@ func ValidateRenewEvery(field string, renew, ttl time.Duration) error {
 	if renew == 0 || (renew > 0 && renew < ttl/2) {
 		return nil
 	}
-	return &FieldError{Field: field, Value: FormatDuration(renew), Allowed: fmt.Sprintf(
+	return &validation.FieldError{Field: field, Value: FormatDuration(renew), Allowed: fmt.Sprintf(
 		"a duration above 0s and below ttl/2 (%s for ttl %s); leave it unset for ttl/3 (%s)",
 		FormatDuration(ttl/2), FormatDuration(ttl), FormatDuration(DefaultRenewEvery(ttl)))}
 }
@@ -132,9 +134,9 @@ func ValidateRenewEvery(field string, renew, ttl time.Duration) error {
 // accepted, except TTL: a zero TTL means "no TTL" to Consul, so it is refused
 // rather than silently replaced.
 func (p SessionProfile) Validate() error {
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	add := func(err error) {
-		errs = append(errs, AsFieldErrors(err)...)
+		errs = append(errs, validation.AsFieldErrors(err)...)
 	}
 	add(ValidateName("name", p.Name))
 	add(ValidateTTL("ttl", p.TTL))
@@ -144,21 +146,21 @@ func (p SessionProfile) Validate() error {
 	seen := map[string]bool{}
 	for _, c := range p.NodeChecks {
 		if why := checkIDProblem(c); why != "" {
-			errs = append(errs, &FieldError{Field: "node_checks", Value: c, Allowed: why})
+			errs = append(errs, &validation.FieldError{Field: "node_checks", Value: c, Allowed: why})
 		} else if seen[c] {
-			errs = append(errs, &FieldError{Field: "node_checks", Value: c, Allowed: "each check ID at most once"})
+			errs = append(errs, &validation.FieldError{Field: "node_checks", Value: c, Allowed: "each check ID at most once"})
 		}
 		seen[c] = true
 	}
 	seenSvc := map[ServiceCheck]bool{}
 	for _, c := range p.ServiceChecks {
 		if why := checkIDProblem(c.ID); why != "" {
-			errs = append(errs, &FieldError{Field: "service_checks", Value: c.ID, Allowed: why})
+			errs = append(errs, &validation.FieldError{Field: "service_checks", Value: c.ID, Allowed: why})
 		} else if seenSvc[c] {
-			errs = append(errs, &FieldError{Field: "service_checks", Value: c.ID, Allowed: "each check ID and namespace at most once"})
+			errs = append(errs, &validation.FieldError{Field: "service_checks", Value: c.ID, Allowed: "each check ID and namespace at most once"})
 		}
 		if !utf8.ValidString(c.Namespace) || strings.ContainsFunc(c.Namespace, badCheckRune) {
-			errs = append(errs, &FieldError{Field: "service_checks", Value: c.Namespace, Allowed: "a namespace of valid UTF-8 without spaces or control characters"})
+			errs = append(errs, &validation.FieldError{Field: "service_checks", Value: c.Namespace, Allowed: "a namespace of valid UTF-8 without spaces or control characters"})
 		}
 		seenSvc[c] = true
 	}
@@ -180,10 +182,10 @@ func checkIDProblem(id string) string {
 }
 
 // Warnings returns advice about choices that are valid but risky.
-func (p SessionProfile) Warnings() []Warning {
-	var ws []Warning
+func (p SessionProfile) Warnings() []validation.Warning {
+	var ws []validation.Warning
 	if p.LockDelay == 0 {
-		ws = append(ws, Warning{
+		ws = append(ws, validation.Warning{
 			Field:   "lock_delay",
 			Summary: "lock_delay of 0s",
 			Detail: "Without a lock delay the next holder may acquire the moment Consul invalidates a session. " +
@@ -196,7 +198,7 @@ func (p SessionProfile) Warnings() []Warning {
 		if ttl == 0 {
 			ttl = DefaultSessionTTL
 		}
-		ws = append(ws, Warning{
+		ws = append(ws, validation.Warning{
 			Field:   "node_checks",
 			Summary: "Session not bound to node health",
 			Detail: fmt.Sprintf("With node_checks empty the lock survives node failure until the TTL lapses, "+

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // validProfile is a profile every field of which is valid and explicit.
@@ -146,7 +148,7 @@ func TestSessionProfile_ValidateRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validProfile()
 			tc.modify(&p)
-			errs := AsFieldErrors(p.Validate())
+			errs := validation.AsFieldErrors(p.Validate())
 			if len(errs) != 1 {
 				t.Fatalf("Validate() = %v, want exactly one error for %s", errs, tc.field)
 			}
@@ -159,7 +161,7 @@ func TestSessionProfile_ValidateReportsEveryField(t *testing.T) {
 	p := SessionProfile{Name: "", TTL: time.Second, LockDelay: time.Hour, Behavior: "keep",
 		NodeChecks: []string{""}, ServiceChecks: []ServiceCheck{{}}, RenewEvery: -1}
 	var got []string
-	for _, e := range AsFieldErrors(p.Validate()) {
+	for _, e := range validation.AsFieldErrors(p.Validate()) {
 		got = append(got, e.Field)
 	}
 	want := []string{"name", "ttl", "lock_delay", "behavior", "renew_every", "node_checks", "service_checks"}
@@ -347,7 +349,7 @@ func FuzzValidateSessionProfile(f *testing.F) {
 		_ = p.Violations(ObservedSession{})
 		err := p.Validate()
 		if err != nil {
-			if len(AsFieldErrors(err)) == 0 {
+			if len(validation.AsFieldErrors(err)) == 0 {
 				t.Fatalf("Validate() = %v, not FieldErrors", err)
 			}
 			if _, encErr := EncodeSessionProfileRecord(p); encErr == nil {

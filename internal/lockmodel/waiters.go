@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Waiters modes of a mutex (consullock_lock's waiters): with WaitersRace
@@ -136,26 +138,26 @@ func (l Lock) HandsOff() bool {
 
 // validateWaiters judges l's waiters: "" or one of WaiterModes, and queue
 // only on a mutex.
-func (l Lock) validateWaiters() FieldErrors {
+func (l Lock) validateWaiters() validation.FieldErrors {
 	switch l.Waiters {
 	case "", WaitersRace:
 		return nil
 	case WaitersQueue, WaitersHandOff:
 		if l.Limit > 1 {
-			return FieldErrors{&FieldError{Field: FieldWaiters, Value: fmt.Sprintf("%s (limit %d)", l.Waiters, l.Limit), Allowed: fmt.Sprintf(
+			return validation.FieldErrors{&validation.FieldError{Field: FieldWaiters, Value: fmt.Sprintf("%s (limit %d)", l.Waiters, l.Limit), Allowed: fmt.Sprintf(
 				"%q only on a mutex (limit 1): a semaphore's waiters already keep a contender key each", l.Waiters)}}
 		}
 		return nil
 	default:
-		return FieldErrors{&FieldError{Field: FieldWaiters, Value: l.Waiters, Allowed: `"race" (default), "queue" or "handoff"`}}
+		return validation.FieldErrors{&validation.FieldError{Field: FieldWaiters, Value: l.Waiters, Allowed: `"race" (default), "queue" or "handoff"`}}
 	}
 }
 
 // validateKeyOutsideQueue refuses a lock key inside the waiter queue folder
 // (l normalised): waiters would take it for an entry.
-func (l Lock) validateKeyOutsideQueue() FieldErrors {
+func (l Lock) validateKeyOutsideQueue() validation.FieldErrors {
 	if strings.HasPrefix(l.Key, WaiterQueuePrefix(l)) {
-		return FieldErrors{&FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
+		return validation.FieldErrors{&validation.FieldError{Field: "key", Value: l.Key, Allowed: fmt.Sprintf(
 			"a key outside %q, the folder where queued waiters keep their entries", WaiterQueuePrefix(l))}}
 	}
 	return nil

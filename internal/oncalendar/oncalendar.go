@@ -1,12 +1,12 @@
 // Package oncalendar holds systemd calendar events (the OnCalendar= values
 // of a .timer) made from a lock's run_once.schedule in its time zone, with
-// the same elapses as the schedule's slots (lockmodel.Schedule), or the
+// the same elapses as the schedule's slots (ledger.Schedule), or the
 // reason there are none.
 //
 // Exactness. systemd matches each component of a calendar event against
 // the local wall-clock time in the event's zone (the suffix, "Europe/Berlin"),
 // as cron does. The fields are read from the parsed expression's bit sets
-// (robfig/cron, the parser lockmodel.ParseSchedule uses), never from the
+// (robfig/cron, the parser ledger.ParseSchedule uses), never from the
 // text, and written as lists, ranges and repetitions that denote the same
 // sets, so steps ("5/20", "*/7") need no systemd counterpart of their own.
 // Two cron rules have none and are handled here:
@@ -42,7 +42,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // Horizon is how far ahead the zone's transitions are checked: 28 years,
@@ -60,8 +60,8 @@ func (e *Inexpressible) Error() string {
 	return fmt.Sprintf("run_once.schedule %q in %s has no exact systemd calendar event: %s", e.Schedule, e.TimeZone, e.Reason)
 }
 
-// parser is lockmodel's schedule parser's configuration: the bit sets
-// read here are the ones lockmodel.Schedule matches.
+// parser is package ledger's schedule parser's configuration: the bit sets
+// read here are the ones ledger.Schedule matches.
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // starBit is robfig/cron's mark of a day field written "*" or "?".
@@ -70,10 +70,10 @@ const starBit = 1 << 63
 // Events is the OnCalendar= values for s: one, or two when cron's rule
 // for both day fields applies. now starts the daylight-saving check
 // (Horizon). The error is an *Inexpressible.
-func Events(s lockmodel.Schedule, now time.Time) ([]string, error) {
+func Events(s ledger.Schedule, now time.Time) ([]string, error) {
 	parsed, err := parser.Parse(strings.TrimSpace(s.String()))
 	if err != nil {
-		return nil, fmt.Errorf("run_once.schedule %q: %w", s.String(), err) // lockmodel.ParseSchedule accepted it: not reached
+		return nil, fmt.Errorf("run_once.schedule %q: %w", s.String(), err) // ledger.ParseSchedule accepted it: not reached
 	}
 	spec, ok := parsed.(*cron.SpecSchedule)
 	if !ok {
@@ -188,9 +188,9 @@ func anyDate(months, doms uint64) bool {
 
 // checkTransitions refuses s when, at a transition of its zone in
 // [from, to), a timer would miss one of its slots: see the package doc.
-func checkTransitions(s lockmodel.Schedule, from, to time.Time) error {
+func checkTransitions(s ledger.Schedule, from, to time.Time) error {
 	loc := s.Location()
-	wall, err := lockmodel.ParseSchedule(s.String(), "UTC") // the expression over wall-clock times
+	wall, err := ledger.ParseSchedule(s.String(), "UTC") // the expression over wall-clock times
 	if err != nil {
 		return err
 	}

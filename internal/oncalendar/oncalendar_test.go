@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // now is the tests' start of the daylight-saving check.
@@ -18,7 +18,7 @@ var now = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 func events(t *testing.T, expr, zone string) ([]string, error) {
 	t.Helper()
-	s, err := lockmodel.ParseSchedule(expr, zone)
+	s, err := ledger.ParseSchedule(expr, zone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func chains(loc *time.Location) []chain {
 
 // slots is the schedule's slots along c: the next three, and every one
 // up to c.until.
-func (c chain) slots(s lockmodel.Schedule) []time.Time {
+func (c chain) slots(s ledger.Schedule) []time.Time {
 	out := s.NextSlots(c.from, 3)
 	for len(out) > 0 && out[len(out)-1].Before(c.until) {
 		next, ok := s.Next(out[len(out)-1])
@@ -134,7 +134,7 @@ func (c chain) slots(s lockmodel.Schedule) []time.Time {
 
 type agreementCase struct {
 	expr, zone string
-	sched      lockmodel.Schedule
+	sched      ledger.Schedule
 	events     []string
 	refused    error
 }
@@ -143,7 +143,7 @@ func agreementCases(t *testing.T) []agreementCase {
 	var out []agreementCase
 	for _, zone := range agreementZones {
 		for _, expr := range agreementExprs {
-			s, err := lockmodel.ParseSchedule(expr, zone)
+			s, err := ledger.ParseSchedule(expr, zone)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +168,7 @@ func parseEvents(t *testing.T, texts []string) []event {
 
 // TestEvents_elapseAtTheSlots: the events' elapses, read back from their
 // text by systemd's rule (model_test.go), are the schedule's slots
-// (lockmodel.Schedule, which the provider's run_once.next_slots shows):
+// (ledger.Schedule, which the provider's run_once.next_slots shows):
 // the next three from an ordinary day, and every one through each
 // transition of 2027, in zones with and without daylight saving, with
 // half-hour and 45-minute offsets, and transitions at midnight. A
@@ -202,7 +202,7 @@ func TestEvents_elapseAtTheSlots(t *testing.T) {
 // zoned is the events Events writes for expr in UTC with zone's suffix:
 // a refused schedule's events, as they would read without the check.
 func zoned(t *testing.T, expr, zone string) []string {
-	utc, _ := lockmodel.ParseSchedule(expr, "UTC")
+	utc, _ := ledger.ParseSchedule(expr, "UTC")
 	texts, err := Events(utc, now)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -118,7 +119,7 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 	}
 	name := decl.Name
 	ledgerKey := lockmodel.RunLedgerKey(d.data.registryPrefix, name)
-	ledger, _, err := d.data.client.ReadLedger(ctx, ledgerKey, name)
+	led, _, err := d.data.client.ReadLedger(ctx, ledgerKey, name)
 	var ce *consul.Error
 	switch {
 	case errors.As(err, &ce):
@@ -130,11 +131,11 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 				"(deleting it forgets the lock's run history: a run that already succeeded may run again).\n\n%s", name, ledgerKey, err))
 		return null
 	}
-	run, ok := ledger.LastRun()
+	run, ok := led.LastRun()
 	if !ok {
 		return null
 	}
-	ro := lockmodel.RunOnce{}
+	ro := ledger.RunOnce{}
 	if decl.RunOnce != nil {
 		ro = *decl.RunOnce
 	}
@@ -168,7 +169,7 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 }
 
 // attemptValues is attempt a as an element of attempt_list.
-func attemptValues(a lockmodel.Attempt) map[string]attr.Value {
+func attemptValues(a ledger.Attempt) map[string]attr.Value {
 	finished, exit := timetypes.NewRFC3339Null(), types.Int64Null()
 	if !a.Finished.IsZero() {
 		finished = timetypes.NewRFC3339TimeValue(a.Finished)

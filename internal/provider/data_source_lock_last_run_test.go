@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -58,7 +59,7 @@ data "consullock_lock" "raw" {
 	}
 	var session string
 	var token, index uint64
-	var started lockmodel.Ledger
+	var started ledger.Ledger
 	started1 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -77,8 +78,8 @@ data "consullock_lock" "raw" {
 					session = newHolderSession(t, "nightly-holder")
 					acquire(t, key, session, `{"node":"worker-1"}`, lockmodel.LockFlagValue)
 					token = kvPair(t, key).ModifyIndex
-					d, err := lockmodel.Ledger{Lock: "nightly"}.Begin("2026-12-01T00:00:00Z",
-						lockmodel.RunHolder{Node: "worker-1", Session: session, FencingToken: token}, 3, started1)
+					d, err := ledger.Ledger{Lock: "nightly"}.Begin("2026-12-01T00:00:00Z",
+						ledger.RunHolder{Node: "worker-1", Session: session, FencingToken: token}, 3, started1)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -108,8 +109,8 @@ data "consullock_lock" "raw" {
 				// release, and with retry_after 1m the next attempt's not_before.
 				PreConfig: func() {
 					done, err := started.FinishWith("2026-12-01T00:00:00Z", 1,
-						lockmodel.AttemptResult{Outcome: lockmodel.RunFailed, ExitCode: func() *int { c := 3; return &c }()},
-						lockmodel.AttemptPolicy{MaxAttempts: 3, RetryAfter: time.Minute}, started1.Add(time.Minute))
+						ledger.AttemptResult{Outcome: ledger.RunFailed, ExitCode: func() *int { c := 3; return &c }()},
+						ledger.AttemptPolicy{MaxAttempts: 3, RetryAfter: time.Minute}, started1.Add(time.Minute))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -136,21 +137,21 @@ data "consullock_lock" "raw" {
 				// Attempt 2 is lost, attempt 3 times out: 3 of 3, exhausted.
 				PreConfig: func() {
 					kill := 143
-					for i, res := range []lockmodel.AttemptResult{
-						{Outcome: lockmodel.RunLost, Reason: "session invalidated: node worker-2 failed"},
-						{Outcome: lockmodel.RunTimedOut, ExitCode: &kill},
+					for i, res := range []ledger.AttemptResult{
+						{Outcome: ledger.RunLost, Reason: "session invalidated: node worker-2 failed"},
+						{Outcome: ledger.RunTimedOut, ExitCode: &kill},
 					} {
 						n, at := i+2, started1.Add(time.Duration(i+2)*time.Hour)
 						acquire(t, key, session, `{"node":"worker-2"}`, lockmodel.LockFlagValue)
-						d, err := started.Begin("2026-12-01T00:00:00Z", lockmodel.RunHolder{Node: "worker-2", Session: session, FencingToken: kvPair(t, key).ModifyIndex}, 3, at)
-						if err != nil || d.Kind != lockmodel.BeginRun {
+						d, err := started.Begin("2026-12-01T00:00:00Z", ledger.RunHolder{Node: "worker-2", Session: session, FencingToken: kvPair(t, key).ModifyIndex}, 3, at)
+						if err != nil || d.Kind != ledger.BeginRun {
 							t.Fatalf("begin attempt %d: %v %v", n, d.Kind, err)
 						}
 						w := consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: d.Ledger}
 						if w.Index, err = client.BeginRun(ctx, w); err != nil {
 							t.Fatal(err)
 						}
-						if w.Ledger, err = d.Ledger.FinishWith("2026-12-01T00:00:00Z", n, res, lockmodel.AttemptPolicy{MaxAttempts: 3}, at.Add(time.Minute)); err != nil {
+						if w.Ledger, err = d.Ledger.FinishWith("2026-12-01T00:00:00Z", n, res, ledger.AttemptPolicy{MaxAttempts: 3}, at.Add(time.Minute)); err != nil {
 							t.Fatal(err)
 						}
 						held := kvPair(t, key)

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // addConsulError turns a Consul error into a diagnostic whose detail says
@@ -33,7 +33,7 @@ func addConsulError(diags *diag.Diagnostics, summary string, err error) {
 
 // addFieldErrors reports lockmodel validation errors on their attributes.
 func addFieldErrors(diags *diag.Diagnostics, summary string, err error) {
-	fieldErrs := lockmodel.AsFieldErrors(err)
+	fieldErrs := validation.AsFieldErrors(err)
 	if len(fieldErrs) == 0 {
 		diags.AddError(summary, err.Error())
 		return
@@ -44,7 +44,7 @@ func addFieldErrors(diags *diag.Diagnostics, summary string, err error) {
 }
 
 // addWarnings reports lockmodel warnings on their attributes.
-func addWarnings(diags *diag.Diagnostics, warnings []lockmodel.Warning) {
+func addWarnings(diags *diag.Diagnostics, warnings []validation.Warning) {
 	for _, w := range warnings {
 		if w.Field == "" {
 			diags.AddWarning(w.Summary, w.Detail)

@@ -27,6 +27,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 var (
@@ -305,7 +306,7 @@ func (r *aclPolicyResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 
 // inputWarnings is lockmodel's advice on in, checked against the declared
 // locks when the registry can be read (one list request).
-func (r *aclPolicyResource) inputWarnings(ctx context.Context, in aclrules.RulesInput) []lockmodel.Warning {
+func (r *aclPolicyResource) inputWarnings(ctx context.Context, in aclrules.RulesInput) []validation.Warning {
 	var lockPrefixes, lockNames []string
 	if r.data != nil {
 		recs, _, err := r.data.client.Registry(r.data.registryPrefix).List(ctx, lockmodel.KindLock)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -83,13 +84,13 @@ session_prefix %q {
 			return fmt.Errorf("worker session: %w", err)
 		}
 		t.Cleanup(func() { _, _ = agent.Client().Session().Destroy(session, nil) })
-		run := func(key, ledgerKey, lock string) (uint64, lockmodel.Ledger, error) {
+		run := func(key, ledgerKey, lock string) (uint64, ledger.Ledger, error) {
 			if ok, _, err := w.KV().Acquire(&api.KVPair{Key: key, Flags: lockmodel.LockFlagValue, Session: session}, nil); err != nil || !ok {
-				return 0, lockmodel.Ledger{}, fmt.Errorf("worker acquiring %s: %v %v", key, ok, err)
+				return 0, ledger.Ledger{}, fmt.Errorf("worker acquiring %s: %v %v", key, ok, err)
 			}
-			d, err := lockmodel.Ledger{Lock: lock}.Begin("r1", lockmodel.RunHolder{Node: agent.NodeName, Session: session, FencingToken: 1}, 3, time.Now())
+			d, err := ledger.Ledger{Lock: lock}.Begin("r1", ledger.RunHolder{Node: agent.NodeName, Session: session, FencingToken: 1}, 3, time.Now())
 			if err != nil {
-				return 0, lockmodel.Ledger{}, err
+				return 0, ledger.Ledger{}, err
 			}
 			index, err := c.BeginRun(ctx, consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: d.Ledger})
 			return index, d.Ledger, err
@@ -100,7 +101,7 @@ session_prefix %q {
 		if err != nil {
 			return fmt.Errorf("worker BeginRun on lock a's ledger: %w", err)
 		}
-		done, err := started.Finish("r1", 1, lockmodel.RunSucceeded, new(int), time.Now())
+		done, err := started.Finish("r1", 1, ledger.RunSucceeded, new(int), time.Now())
 		if err != nil {
 			return err
 		}
@@ -110,7 +111,7 @@ session_prefix %q {
 		}); err != nil {
 			return fmt.Errorf("worker FinishRunAndRelease on lock a: %w", err)
 		}
-		if l, _, err := c.ReadLedger(ctx, ledgerA, "a"); err != nil || l.Runs[0].Outcome != lockmodel.RunSucceeded {
+		if l, _, err := c.ReadLedger(ctx, ledgerA, "a"); err != nil || l.Runs[0].Outcome != ledger.RunSucceeded {
 			return fmt.Errorf("lock a's ledger after the run: %+v, %v", l, err)
 		}
 

@@ -490,7 +490,7 @@ func (r *lockResource) profileWarnings(l lockmodel.Lock, pair *api.KVPair, diags
 	}
 	addWarnings(diags, l.ProfileWarnings(p))
 	if l.RunOnce != nil {
-		addWarnings(diags, l.RunOnce.PeriodWarnings(p))
+		addWarnings(diags, lockmodel.RunOncePeriodWarnings(*l.RunOnce, p))
 	}
 	if l.HolderService != nil {
 		addWarnings(diags, lockmodel.NewHolderCheck(p).Warnings())

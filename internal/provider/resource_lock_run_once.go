@@ -19,11 +19,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // consullock_lock's run_once: the attribute, its model and its conversion
-// to lockmodel.RunOnce (the rules are lockmodel's, runonce.go).
+// to ledger.RunOnce (the rules are package ledger's, runonce.go).
 
 // lockRunOnceModel is run_once; a nil pointer in lockResourceModel is an
 // unset run_once.
@@ -58,8 +60,8 @@ func (m *lockRunOnceModel) sameSlots(o *lockRunOnceModel) bool {
 }
 
 // nextSlots is run_once.next_slots for r after now: the next three run IDs
-// (lockmodel.Schedule.NextSlots, or the period slots after now's).
-func nextSlots(r *lockmodel.RunOnce, now time.Time) types.List {
+// (ledger.Schedule.NextSlots, or the period slots after now's).
+func nextSlots(r *ledger.RunOnce, now time.Time) types.List {
 	var ids []attr.Value
 	if r.Schedule != "" {
 		s, err := r.ParsedSchedule()
@@ -69,10 +71,10 @@ func nextSlots(r *lockmodel.RunOnce, now time.Time) types.List {
 		for _, at := range s.NextSlots(now, nextSlotCount) {
 			ids = append(ids, types.StringValue(s.SlotID(at)))
 		}
-	} else if r.Period >= lockmodel.MinRunPeriod {
-		_, start := lockmodel.RunSlot(now, r.Period, r.Offset)
+	} else if r.Period >= ledger.MinRunPeriod {
+		_, start := ledger.RunSlot(now, r.Period, r.Offset)
 		for i := 1; i <= nextSlotCount; i++ {
-			id, _ := lockmodel.RunSlot(start.Add(time.Duration(i)*r.Period), r.Period, r.Offset)
+			id, _ := ledger.RunSlot(start.Add(time.Duration(i)*r.Period), r.Period, r.Offset)
 			ids = append(ids, types.StringValue(id))
 		}
 	}
@@ -91,14 +93,14 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 					"profile's `worst_case_gap` warns: a crashed run may not be taken over within it.",
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
-				Validators: []validator.String{domainDurationRule{check: lockmodel.ValidateRunPeriod, what: allowedText(lockmodel.ValidateRunPeriod("period", 0))}},
+				Validators: []validator.String{domainDurationRule{check: ledger.ValidateRunPeriod, what: allowedText(ledger.ValidateRunPeriod("period", 0))}},
 			},
 			"schedule": schema.StringAttribute{
 				MarkdownDescription: "Instead of `period`: a 5-field cron expression read in `time_zone` (`\"0 2 * * 1-5\"`: " +
 					"02:00 on weekdays; day-of-week `0`-`6` or `sun`-`sat`) or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`. " +
 					"Run IDs, early triggers, daylight saving: [run once](../guides/run-once.md#on-a-calendar-in-a-time-zone).",
 				Optional:   true,
-				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: lockmodel.ScheduleAllowed}},
+				Validators: []validator.String{domainStringRule{check: validateScheduleExpr, what: ledger.ScheduleAllowed}},
 			},
 			"time_zone": schema.StringAttribute{
 				MarkdownDescription: "The IANA time zone `schedule` is read in, e.g. `Europe/Berlin`; default `UTC`. Only with " +
@@ -106,14 +108,14 @@ func runOnceSchemaAttribute() schema.SingleNestedAttribute {
 					"database for systems without one.",
 				Optional:      true,
 				Computed:      true,
-				Validators:    []validator.String{domainStringRule{check: validateTimeZone, what: lockmodel.TimeZoneAllowed}},
+				Validators:    []validator.String{domainStringRule{check: validateTimeZone, what: ledger.TimeZoneAllowed}},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"starting_deadline": schema.StringAttribute{
 				MarkdownDescription: fmt.Sprintf("A runner starting more than this after its slot exits %d without running it "+
 					"([run once](../guides/run-once.md#on-a-calendar-in-a-time-zone)). `1s` to `%s`; unset, a slot may start "+
 					"until the next one.",
-					lockmodel.ExitRunPastDeadline, lockmodel.FormatDuration(lockmodel.MaxStartingDeadline)),
+					ledger.ExitRunPastDeadline, lockmodel.FormatDuration(ledger.MaxStartingDeadline)),
 				Optional:   true,
 				CustomType: timetypes.GoDurationType{},
 				Validators: []validator.String{domainDurationRule{check: validateStartingDeadline, what: allowedText(validateStartingDeadline("starting_deadline", 0))}},
@@ -144,29 +146,29 @@ func runOnceAttemptAttributes() map[string]schema.Attribute {
 		"max_attempts": schema.Int64Attribute{
 			MarkdownDescription: fmt.Sprintf("Attempts per run ([retries](../guides/run-once.md#what-the-holder-does)); "+
 				"then runners exit %d. `1` to `%d`, default `%d`.",
-				lockmodel.ExitRunExhausted, lockmodel.MaxMaxAttempts, lockmodel.DefaultMaxAttempts),
+				ledger.ExitRunExhausted, ledger.MaxMaxAttempts, ledger.DefaultMaxAttempts),
 			Optional:   true,
 			Computed:   true,
-			Default:    int64default.StaticInt64(lockmodel.DefaultMaxAttempts),
-			Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxMaxAttempts)},
+			Default:    int64default.StaticInt64(ledger.DefaultMaxAttempts),
+			Validators: []validator.Int64{int64validator.Between(1, ledger.MaxMaxAttempts)},
 		},
 		"keep": schema.Int64Attribute{
 			MarkdownDescription: fmt.Sprintf("Runs the ledger keeps, most recent first; the holder that writes it prunes the rest. "+
-				"`1` to `%d`, default `%d`.", lockmodel.MaxRunKeep, lockmodel.DefaultRunKeep),
+				"`1` to `%d`, default `%d`.", ledger.MaxRunKeep, ledger.DefaultRunKeep),
 			Optional:   true,
 			Computed:   true,
-			Default:    int64default.StaticInt64(lockmodel.DefaultRunKeep),
-			Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxRunKeep)},
+			Default:    int64default.StaticInt64(ledger.DefaultRunKeep),
+			Validators: []validator.Int64{int64validator.Between(1, ledger.MaxRunKeep)},
 		},
 	}
 }
 
 // runOnce converts a known run_once (nil for none).
-func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *lockmodel.RunOnce {
+func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *ledger.RunOnce {
 	if m == nil {
 		return nil
 	}
-	r := &lockmodel.RunOnce{MaxAttempts: int(m.MaxAttempts.ValueInt64()), Keep: int(m.Keep.ValueInt64())}
+	r := &ledger.RunOnce{MaxAttempts: int(m.MaxAttempts.ValueInt64()), Keep: int(m.Keep.ValueInt64())}
 	r.Period = goDuration(m.Period, diags)
 	r.Offset = goDuration(m.Offset, diags)
 	r.Schedule = m.Schedule.ValueString()
@@ -176,7 +178,7 @@ func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *lockmodel.RunOnce {
 	r.StartingDeadline = goDuration(m.StartingDeadline, diags)
 	r.MaxRuntime = goDuration(m.MaxRuntime, diags)
 	r.RetryAfter = goDuration(m.RetryAfter, diags)
-	if v := m.RetryBackoff.ValueFloat64(); !m.RetryBackoff.IsUnknown() && v != lockmodel.DefaultRetryBackoff {
+	if v := m.RetryBackoff.ValueFloat64(); !m.RetryBackoff.IsUnknown() && v != ledger.DefaultRetryBackoff {
 		r.RetryBackoff = v // the default is recorded as absent, as before retry_backoff existed
 	}
 	r.Overlap = overlapOf(m.Overlap)
@@ -186,21 +188,21 @@ func (m *lockRunOnceModel) runOnce(diags *diag.Diagnostics) *lockmodel.RunOnce {
 // validateScheduleExpr judges a schedule on its own (its zone is judged by
 // time_zone's validator).
 func validateScheduleExpr(field, expr string) error {
-	_, err := lockmodel.ParseSchedule(expr, lockmodel.DefaultTimeZone)
-	return renamed(err, lockmodel.FieldRunOnceSchedule, field)
+	_, err := ledger.ParseSchedule(expr, ledger.DefaultTimeZone)
+	return renamed(err, ledger.FieldRunOnceSchedule, field)
 }
 
 func validateTimeZone(field, zone string) error {
-	_, err := lockmodel.LoadTimeZone(zone)
-	return renamed(err, lockmodel.FieldRunOnceTimeZone, field)
+	_, err := ledger.LoadTimeZone(zone)
+	return renamed(err, ledger.FieldRunOnceTimeZone, field)
 }
 
 func validateStartingDeadline(field string, d time.Duration) error {
 	if d == 0 {
 		d = -1 // lockmodel reads 0 as "no deadline", which is written as unset here
 	}
-	err := renamed(lockmodel.RunOnce{Schedule: "@daily", StartingDeadline: d}.Validate(), lockmodel.FieldRunOnceStartingDeadline, field)
-	if fe := (*lockmodel.FieldError)(nil); errors.As(err, &fe) && d == -1 {
+	err := renamed(ledger.RunOnce{Schedule: "@daily", StartingDeadline: d}.Validate(), ledger.FieldRunOnceStartingDeadline, field)
+	if fe := (*validation.FieldError)(nil); errors.As(err, &fe) && d == -1 {
 		fe.Value = "0s"
 	}
 	return err
@@ -208,7 +210,7 @@ func validateStartingDeadline(field string, d time.Duration) error {
 
 // renamed is err's first error for the lockmodel field from, named field.
 func renamed(err error, from, field string) error {
-	for _, fe := range lockmodel.AsFieldErrors(err) {
+	for _, fe := range validation.AsFieldErrors(err) {
 		if fe.Field == from {
 			c := *fe
 			c.Field = field
@@ -233,7 +235,7 @@ func goDuration(d timetypes.GoDuration, diags *diag.Diagnostics) time.Duration {
 // differs (so a refresh does not rewrite an unchanged state). next_slots
 // is prior's while the slots are declared the same, else computed from now
 // (an import).
-func runOnceState(prior *lockRunOnceModel, r *lockmodel.RunOnce) *lockRunOnceModel {
+func runOnceState(prior *lockRunOnceModel, r *ledger.RunOnce) *lockRunOnceModel {
 	if r == nil {
 		return nil
 	}
@@ -247,7 +249,7 @@ func runOnceState(prior *lockRunOnceModel, r *lockmodel.RunOnce) *lockRunOnceMod
 		StartingDeadline: timetypes.NewGoDurationNull(),
 		MaxRuntime:       timetypes.NewGoDurationNull(),
 		RetryAfter:       timetypes.NewGoDurationNull(),
-		RetryBackoff:     types.Float64Value(lockmodel.DefaultRetryBackoff),
+		RetryBackoff:     types.Float64Value(ledger.DefaultRetryBackoff),
 		Overlap:          overlapState(r.Overlap),
 	}
 	if r.RetryBackoff != 0 {
@@ -297,7 +299,7 @@ func planRunOnce(plan, cfg, state *lockRunOnceModel) {
 	case cfg.Schedule.IsNull():
 		plan.TimeZone = types.StringNull()
 	case cfg.TimeZone.IsNull() && !cfg.Schedule.IsUnknown():
-		plan.TimeZone = types.StringValue(lockmodel.DefaultTimeZone)
+		plan.TimeZone = types.StringValue(ledger.DefaultTimeZone)
 	}
 	if state != nil && plan.sameSlots(state) && !state.NextSlots.IsNull() {
 		plan.NextSlots = state.NextSlots
@@ -326,10 +328,10 @@ func validateRunOnceConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 	}
 	if !ro.Period.IsUnknown() && !ro.Offset.IsUnknown() && !ro.Offset.IsNull() {
 		var ds diag.Diagnostics
-		r := lockmodel.RunOnce{Period: goDuration(ro.Period, &ds), Offset: goDuration(ro.Offset, &ds)}
+		r := ledger.RunOnce{Period: goDuration(ro.Period, &ds), Offset: goDuration(ro.Offset, &ds)}
 		if !ds.HasError() {
-			for _, fe := range lockmodel.AsFieldErrors(r.Validate()) {
-				if fe.Field == lockmodel.FieldRunOnceOffset && r.Period >= lockmodel.MinRunPeriod {
+			for _, fe := range validation.AsFieldErrors(r.Validate()) {
+				if fe.Field == ledger.FieldRunOnceOffset && r.Period >= ledger.MinRunPeriod {
 					c := *fe
 					c.Value = ro.Offset.ValueString()
 					diags.AddAttributeError(path.Root("run_once").AtName("offset"), "Invalid Run Once Offset", c.Error()+".")
@@ -354,9 +356,9 @@ func validateRunOnceConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 			fmt.Sprintf("run_once.time_zone (%q) applies to run_once.schedule only: run_once.period slots are UTC. Remove it or set run_once.schedule.", ro.TimeZone.ValueString()))
 	}
 	if !cfg.Limit.IsUnknown() && !cfg.Limit.IsNull() && cfg.Limit.ValueInt64() > 1 {
-		l := lockmodel.Lock{Limit: int(cfg.Limit.ValueInt64()), RunOnce: &lockmodel.RunOnce{}}
-		for _, fe := range lockmodel.AsFieldErrors(l.Validate()) {
-			if fe.Field == lockmodel.FieldRunOnce {
+		l := lockmodel.Lock{Limit: int(cfg.Limit.ValueInt64()), RunOnce: &ledger.RunOnce{}}
+		for _, fe := range validation.AsFieldErrors(l.Validate()) {
+			if fe.Field == ledger.FieldRunOnce {
 				diags.AddAttributeError(path.Root("run_once"), "Run Once On A Semaphore", fe.Error()+". Remove run_once or set limit = 1.")
 			}
 		}
@@ -371,13 +373,13 @@ func validateRunOnceConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 // nothing: apply reports it.
 func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourceModel, diags *diag.Diagnostics) {
 	if ro := plan.RunOnce; ro != nil && !ro.Schedule.IsNull() && !ro.Schedule.IsUnknown() && ro.StartingDeadline.IsNull() {
-		addWarnings(diags, lockmodel.RunOnce{Schedule: ro.Schedule.ValueString()}.DeadlineWarnings())
+		addWarnings(diags, ledger.RunOnce{Schedule: ro.Schedule.ValueString()}.DeadlineWarnings())
 	}
 	if r.data == nil || plan.RunOnce == nil || plan.RunOnce.Period.IsUnknown() || plan.RunOnce.Period.IsNull() || plan.SessionDefaults.IsUnknown() || plan.SessionDefaults.IsNull() {
 		return
 	}
 	var ds diag.Diagnostics
-	ro := lockmodel.RunOnce{Period: goDuration(plan.RunOnce.Period, &ds)}
+	ro := ledger.RunOnce{Period: goDuration(plan.RunOnce.Period, &ds)}
 	if ds.HasError() || lockmodel.ValidateName("session_defaults", plan.SessionDefaults.ValueString()) != nil {
 		return
 	}
@@ -386,7 +388,7 @@ func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourc
 		return
 	}
 	if p, err := lockmodel.DecodeSessionProfileRecord(rec.Value); err == nil {
-		addWarnings(diags, ro.PeriodWarnings(p))
+		addWarnings(diags, lockmodel.RunOncePeriodWarnings(ro, p))
 	}
 }
 

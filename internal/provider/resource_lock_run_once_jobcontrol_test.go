@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -47,7 +47,7 @@ resource "consullock_lock" "test" {
 			bad(`retry_backoff = 0.5`, regexp.MustCompile(`(?s)run_once.retry_backoff.*between\s+1.000000\s+and\s+10.000000.*0.500000`)),
 			{
 				Config: cfg(`max_runtime = "30m", retry_after = "1m", retry_backoff = 3`),
-				Check:  checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: day, MaxAttempts: 3, Keep: 20, MaxRuntime: 30 * time.Minute, RetryAfter: time.Minute, RetryBackoff: 3}),
+				Check:  checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Period: day, MaxAttempts: 3, Keep: 20, MaxRuntime: 30 * time.Minute, RetryAfter: time.Minute, RetryBackoff: 3}),
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("max_runtime"), knownvalue.StringExact("30m")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("retry_backoff"), knownvalue.Float64Exact(3)),
@@ -62,7 +62,7 @@ resource "consullock_lock" "test" {
 					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: day, MaxAttempts: 3, Keep: 20, RetryAfter: 10 * time.Second}),
+				Check: checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Period: day, MaxAttempts: 3, Keep: 20, RetryAfter: 10 * time.Second}),
 			},
 		},
 	})

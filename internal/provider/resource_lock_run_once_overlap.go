@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // run_once.overlap: what a runner does when another run holds the lock
@@ -19,27 +19,27 @@ func runOnceOverlapAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"overlap": schema.StringAttribute{
 			MarkdownDescription: fmt.Sprintf("What a runner does while another run holds the lock: `wait` (default), `skip` "+
-				"(exit %d) or `replace` ([overruns](../guides/runner.md#when-a-run-overruns)).", lockmodel.ExitRunSkipped),
+				"(exit %d) or `replace` ([overruns](../guides/runner.md#when-a-run-overruns)).", ledger.ExitRunSkipped),
 			Optional:   true,
 			Computed:   true,
-			Default:    stringdefault.StaticString(string(lockmodel.OverlapWait)),
-			Validators: []validator.String{stringvalidator.OneOf(lockmodel.OverlapValues...)},
+			Default:    stringdefault.StaticString(string(ledger.OverlapWait)),
+			Validators: []validator.String{stringvalidator.OneOf(ledger.OverlapValues...)},
 		},
 	}
 }
 
 // overlapState is run_once.overlap as recorded ("" is wait).
-func overlapState(o lockmodel.Overlap) types.String {
+func overlapState(o ledger.Overlap) types.String {
 	if o == "" {
-		o = lockmodel.OverlapWait
+		o = ledger.OverlapWait
 	}
 	return types.StringValue(string(o))
 }
 
 // overlapOf is the recorded value of a known overlap: "" for wait.
-func overlapOf(v types.String) lockmodel.Overlap {
-	if v.IsNull() || v.IsUnknown() || v.ValueString() == string(lockmodel.OverlapWait) {
+func overlapOf(v types.String) ledger.Overlap {
+	if v.IsNull() || v.IsUnknown() || v.ValueString() == string(ledger.OverlapWait) {
 		return ""
 	}
-	return lockmodel.Overlap(v.ValueString())
+	return ledger.Overlap(v.ValueString())
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -33,8 +33,8 @@ resource "consullock_lock" "test" {
 	}
 	addr, key, recordKey := "consullock_lock.test", p+"/nightly/.lock", reg+"/locks/nightly"
 	overlap := tfjsonpath.New("run_once").AtMapKey("overlap")
-	ro := func(o lockmodel.Overlap) *lockmodel.RunOnce {
-		return &lockmodel.RunOnce{Schedule: "0 2 * * *", TimeZone: "UTC", StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20, Overlap: o}
+	ro := func(o ledger.Overlap) *ledger.RunOnce {
+		return &ledger.RunOnce{Schedule: "0 2 * * *", TimeZone: "UTC", StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20, Overlap: o}
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -58,13 +58,13 @@ resource "consullock_lock" "test" {
 					},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: checkRunOnceRecord(t, recordKey, ro(lockmodel.OverlapReplace)),
+				Check: checkRunOnceRecord(t, recordKey, ro(ledger.OverlapReplace)),
 			},
 			{ResourceName: addr, ImportState: true, ImportStateId: "nightly", ImportStateVerify: true, ImportStateVerifyIdentifierAttribute: "name",
 				ImportStateVerifyIgnore: []string{"run_once.next_slots"}},
 			{
 				Config: cfg(`, overlap = "skip"`),
-				Check:  checkRunOnceRecord(t, recordKey, ro(lockmodel.OverlapSkip)),
+				Check:  checkRunOnceRecord(t, recordKey, ro(ledger.OverlapSkip)),
 			},
 		},
 	})

@@ -15,13 +15,14 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
 // checkRunOnceRecord asserts the run_once the lock's record declares (nil:
 // none).
-func checkRunOnceRecord(t *testing.T, recordKey string, want *lockmodel.RunOnce) resource.TestCheckFunc {
+func checkRunOnceRecord(t *testing.T, recordKey string, want *ledger.RunOnce) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		pair := kvPair(t, recordKey)
 		if pair == nil {
@@ -84,7 +85,7 @@ resource "consullock_lock" "test" {
 						}),
 					})),
 				},
-				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: 24 * h, Offset: 2 * h, MaxAttempts: 3, Keep: 20}),
+				Check: checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Period: 24 * h, Offset: 2 * h, MaxAttempts: 3, Keep: 20}),
 			},
 			{
 				ResourceName:                         addr,
@@ -104,7 +105,7 @@ resource "consullock_lock" "test" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("run_once").AtMapKey("offset"), knownvalue.Null()),
 				},
-				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: h, MaxAttempts: 5, Keep: 50}),
+				Check: checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Period: h, MaxAttempts: 5, Keep: 50}),
 			},
 			{
 				Config: cfg(""),
@@ -180,7 +181,7 @@ resource "consullock_lock" "test" {
 						"next_slots": knownvalue.ListExact([]knownvalue.Check{berlin, berlin, berlin}),
 					})),
 				},
-				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
 					StartingDeadline: 10 * time.Minute, MaxAttempts: 3, Keep: 20}), sinceIs(false)),
 			},
 			{
@@ -198,7 +199,7 @@ resource "consullock_lock" "test" {
 					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin",
 					MaxAttempts: 3, Keep: 30}), sinceIs(true)),
 			},
 			{
@@ -212,7 +213,7 @@ resource "consullock_lock" "test" {
 					},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "UTC", MaxAttempts: 3, Keep: 20}), sinceIs(false)),
+				Check: resource.ComposeTestCheckFunc(checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Schedule: "30 2 * * *", TimeZone: "UTC", MaxAttempts: 3, Keep: 20}), sinceIs(false)),
 			},
 			{
 				Config: cfg(`run_once = { period = "24h" }`),
@@ -220,7 +221,7 @@ resource "consullock_lock" "test" {
 					PreApply:             []plancheck.PlanCheck{plancheck.ExpectKnownValue(addr, runOnce.AtMapKey("time_zone"), knownvalue.Null())},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: checkRunOnceRecord(t, recordKey, &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 3, Keep: 20}),
+				Check: checkRunOnceRecord(t, recordKey, &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 3, Keep: 20}),
 			},
 		},
 	})

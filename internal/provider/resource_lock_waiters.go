@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // consullock_lock's waiters: the attribute and its conversion to
@@ -54,7 +55,7 @@ func validateWaitersConfig(cfg lockResourceModel, diags *diag.Diagnostics) {
 		return
 	}
 	l.Limit = int(cfg.Limit.ValueInt64())
-	for _, fe := range lockmodel.AsFieldErrors(l.Validate()) {
+	for _, fe := range validation.AsFieldErrors(l.Validate()) {
 		if fe.Field == lockmodel.FieldWaiters {
 			diags.AddAttributeError(path.Root(lockmodel.FieldWaiters), "Queued Waiters On A Semaphore", fe.Error()+`. Remove waiters or set limit = 1.`)
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 var (
@@ -288,7 +289,7 @@ func (r *sessionDefaultsResource) ValidateConfig(ctx context.Context, req resour
 	if unknown["ttl"] {
 		unknown["renew_every"] = true
 	}
-	for _, fe := range lockmodel.AsFieldErrors(p.Validate()) {
+	for _, fe := range validation.AsFieldErrors(p.Validate()) {
 		switch fe.Field {
 		case "node_checks", "service_checks", "renew_every":
 			if !unknown[fe.Field] {
@@ -337,7 +338,7 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 		r.data.planned.addProfile(p.Name)
 		plan.RegistryKey = types.StringValue(lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindSessionDefaults, p.Name))
 	}
-	var warnings []lockmodel.Warning
+	var warnings []validation.Warning
 	for _, w := range p.Warnings() {
 		if !unknown[w.Field] {
 			warnings = append(warnings, w)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // The validators here exist because the rule is ours: each delegates to the
@@ -136,7 +137,7 @@ func (v domainDurationRule) ValidateString(_ context.Context, req validator.Stri
 	}
 	if err := v.check(req.Path.String(), d); err != nil {
 		// Name the value as written ("90s"), not as Go prints it.
-		var fe *lockmodel.FieldError
+		var fe *validation.FieldError
 		if errors.As(err, &fe) {
 			c := *fe
 			c.Value = req.ConfigValue.ValueString()
@@ -149,7 +150,7 @@ func (v domainDurationRule) ValidateString(_ context.Context, req validator.Stri
 // allowedText is the Allowed part of a lockmodel field error, for validator
 // descriptions: callers pass the error of a value that is always refused.
 func allowedText(err error) string {
-	var fe *lockmodel.FieldError
+	var fe *validation.FieldError
 	if errors.As(err, &fe) {
 		return fe.Allowed
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
@@ -80,7 +81,7 @@ func parseBackfill(args []string, stderr io.Writer) (backfillArgs, error) {
 	fs := flag.NewFlagSet("consullock backfill", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), backfillUsage, lockmodel.MaxBackfillSlots)
+		fmt.Fprintf(fs.Output(), backfillUsage, ledger.MaxBackfillSlots)
 		fs.PrintDefaults()
 	}
 	var (
@@ -218,33 +219,33 @@ func backfill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // connect reads the lock's declaration: its run_once, which must have a
 // schedule. code >= 0 ends the backfill.
-func (b backfillArgs) connect(ctx context.Context, log *slog.Logger) (*consul.Client, lockmodel.RunOnce, int) {
+func (b backfillArgs) connect(ctx context.Context, log *slog.Logger) (*consul.Client, ledger.RunOnce, int) {
 	settings, err := consul.SettingsFromEnv()
 	if err != nil {
 		log.Error("setup failed", "error", err.Error())
-		return nil, lockmodel.RunOnce{}, ExitSetup
+		return nil, ledger.RunOnce{}, ExitSetup
 	}
 	client, err := consul.New(settings)
 	if err != nil {
 		log.Error("setup failed", "error", err.Error())
-		return nil, lockmodel.RunOnce{}, ExitSetup
+		return nil, ledger.RunOnce{}, ExitSetup
 	}
 	l, _, err := lockproto.ReadDeclaration(ctx, client, b.registry, b.lock)
 	if err != nil {
 		log.Error("setup failed", "error", err.Error())
-		return nil, lockmodel.RunOnce{}, ExitSetup
+		return nil, ledger.RunOnce{}, ExitSetup
 	}
 	if l.RunOnce == nil || l.RunOnce.Schedule == "" {
 		log.Error("usage error", "error", fmt.Sprintf("-lock %s: the lock declares no run_once.schedule; backfill runs the slots of a schedule (for another run, use consullock run -run-id)", b.lock))
-		return nil, lockmodel.RunOnce{}, ExitUsage
+		return nil, ledger.RunOnce{}, ExitUsage
 	}
 	return client, l.RunOnce.WithDefaults(), -1
 }
 
 // succeeded reports whether ledger l shows slot id succeeded.
-func succeeded(l lockmodel.Ledger, id string, ro lockmodel.RunOnce) bool {
+func succeeded(l ledger.Ledger, id string, ro ledger.RunOnce) bool {
 	run, done := l.DoneRun(id, ro.MaxAttempts)
-	return done && run.Outcome != lockmodel.RunExhausted
+	return done && run.Outcome != ledger.RunExhausted
 }
 
 func trimUsage(err error) string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -53,7 +54,7 @@ func startedRuns(t testing.TB, record string) []string {
 // worker token and the slots s .. s+3m.
 func backfillLock(t *testing.T) (lockmodel.Lock, string, []string) {
 	t.Helper()
-	ro := lockmodel.RunOnce{Schedule: "* * * * *", StartingDeadline: 10 * time.Second}
+	ro := ledger.RunOnce{Schedule: "* * * * *", StartingDeadline: 10 * time.Second}
 	sched, err := ro.ParsedSchedule()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestBackfill_runsTheSlotsNotDoneOnceEachInOrder(t *testing.T) {
 		t.Errorf("backfill does not say it skipped the done slot %s:\n%s", slots[1], out)
 	}
 	for _, id := range slots {
-		if run := ledgerRun(t, l, id); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		if run := ledgerRun(t, l, id); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 			t.Errorf("ledger run %s: %s with %d attempts, want succeeded with 1", id, run.Outcome, len(run.Attempts))
 		}
 	}
@@ -179,7 +180,7 @@ func TestBackfill_dryRunRunsNothingAndBadRangesAreRefused(t *testing.T) {
 			}
 		}
 	}
-	plain, plainToken := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	plain, plainToken := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	p := startBackfill(t, "no-schedule", plainToken, []string{"-lock", plain.Name, "-from", slots[0], "-to", slots[1]}, childArgs(record, "no-schedule")...)
 	if code := p.wait(time.Minute); code != ExitUsage || !strings.Contains(p.out.String(), "no run_once.schedule") || !strings.Contains(p.out.String(), plain.Name) {
 		t.Errorf("a lock without a schedule: exit %d, want %d naming the lock and the missing schedule:\n%s", code, ExitUsage, p.out.String())

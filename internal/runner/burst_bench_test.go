@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -142,7 +143,7 @@ func midnightBurst(b *testing.B, tg burstTarget, j int, job time.Duration, start
 	dir := b.TempDir()
 	for i := range jobs {
 		l := lockmodel.Lock{Name: uniqueName(b, fmt.Sprintf("job%d", i)), Prefix: testenv.UniquePrefix(b.Name()),
-			RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}
+			RunOnce: &ledger.RunOnce{Period: 24 * time.Hour}}
 		locks[i] = declareAt(b, tg.admin, l, consulLockProfile(b))
 		jobs[i] = &burstJob{lock: locks[i], record: filepath.Join(dir, fmt.Sprintf("job%d", i))}
 	}

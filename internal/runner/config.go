@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // config is the parsed command line.
@@ -180,13 +182,13 @@ func (cfg *config) defineFlags(fs *flag.FlagSet, x *flagValues) {
 	fs.StringVar(&cfg.node, "node", "", "create the session on this node (default: the node of the agent at CONSUL_HTTP_ADDR); for a lock with holder_service and -service-registration auto or catalog the holder's instance is on it too, so it must then be a DNS label (1 to 63 letters, digits or '-'; else exit 125)")
 	fs.BoolVar(&cfg.childExitCode, "child-exit-code", true, "exit with the command's exit code; false exits 0 whenever the command ran, as consul lock does without -child-exit-code")
 	fs.StringVar(&cfg.runID, "run-id", "", "run once: the run's ID, the same on every node for one firing of the schedule (default with run_once: the period slot of the start, e.g. 2026-12-01T00:00:00Z, or the latest schedule slot at or before it, e.g. 2026-12-01T02:00:00+01:00); with a schedule, a timestamp is an instant: any RFC 3339 spelling of a slot's is that slot, another is refused; a missed slot's ID backfills it")
-	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", lockmodel.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
+	fs.IntVar(&cfg.exitIfDone, "exit-code-if-done", ledger.ExitRunAlreadySucceeded, "run once: exit code when the run already succeeded and the command was not started (e.g. 122 to tell it from running it)")
 	fs.IntVar(&cfg.exitIfPaused, "exit-code-if-paused", lockmodel.ExitPaused, "exit code when the lock is paused (consullock pause, consullock_lock.paused) and the command was not started, e.g. 120 to tell it from a run")
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
 	fs.StringVar(&x.serviceRegistration, "service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
 	fs.DurationVar(&cfg.maxRuntime, "max-runtime", 0, "stop the command this long after it started (SIGTERM, SIGKILL after -grace) and exit 118; run once: the attempt is timed_out (default: the lock's run_once.max_runtime; the shorter wins when both are set)")
-	fs.IntVar(&cfg.keepOutput, "keep-output", lockmodel.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stdout and of its stderr in the attempt's ledger entry (status -lock shows them); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", lockmodel.MaxKeepOutput))
+	fs.IntVar(&cfg.keepOutput, "keep-output", ledger.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stdout and of its stderr in the attempt's ledger entry (status -lock shows them); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", ledger.MaxKeepOutput))
 	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN, and without the runner's Consul token (see -on-outcome-token); also when the command was not started for a missed slot, a run out of attempts or a paused lock (CONSUL_LOCK_OUTCOME missed, exhausted, paused); its failure is logged and changes nothing")
 	fs.BoolVar(&cfg.onOutcomeToken, "on-outcome-token", false, "pass the runner's CONSUL_HTTP_TOKEN and CONSUL_HTTP_TOKEN_FILE on to the -on-outcome command (default: it gets neither)")
 	fs.StringVar(&cfg.treeProtection, "tree-protection", ProtectionGuard, "what ends the command's process tree when the runner is killed: guard (a guard process in its own process group; a kill of runner and guard together leaves the tree) or pid-namespace (the guard is the init of a PID namespace, so the kernel ends the tree whatever is killed; needs CAP_SYS_ADMIN, and the command sees PIDs of its namespace), see the guarantees guide")
@@ -231,10 +233,10 @@ func (cfg *config) checkValues(x flagValues) error {
 	if cfg.treeProtection != ProtectionGuard && cfg.treeProtection != ProtectionPIDNamespace {
 		return usageErrorf("-tree-protection %q: want %s or %s", cfg.treeProtection, ProtectionGuard, ProtectionPIDNamespace)
 	}
-	if err := lockmodel.ValidateMaxRuntime(lockmodel.FlagMaxRuntime, cfg.maxRuntime); err != nil {
+	if err := ledger.ValidateMaxRuntime(ledger.FlagMaxRuntime, cfg.maxRuntime); err != nil {
 		return usageErrorf("%v", err)
 	}
-	if err := lockmodel.ValidateKeepOutput(cfg.keepOutput, 0, 0); err != nil {
+	if err := ledger.ValidateKeepOutput(cfg.keepOutput, 0, 0); err != nil {
 		return usageErrorf("%v", err)
 	}
 	return nil
@@ -244,7 +246,7 @@ func (cfg *config) checkValues(x flagValues) error {
 // declared lock: the ledger is the lock's, <registry-prefix>/runs/NAME.
 func (cfg *config) checkRunOnce(set map[string]bool) error {
 	if set["run-id"] {
-		if err := lockmodel.ValidateRunID(cfg.runID); err != nil {
+		if err := ledger.ValidateRunID(cfg.runID); err != nil {
 			return usageErrorf("%v", err)
 		}
 		if cfg.lockName == "" {
@@ -331,7 +333,7 @@ func (cfg config) undeclaredLock() (lockmodel.Lock, error) {
 // flagNames rewrites the attribute names of field errors as the flags that
 // set them.
 func flagNames(err error) error {
-	fes := lockmodel.AsFieldErrors(err)
+	fes := validation.AsFieldErrors(err)
 	if len(fes) == 0 {
 		return err
 	}
@@ -339,7 +341,7 @@ func flagNames(err error) error {
 		"ttl": "-ttl", "lock_delay": "-lock-delay", "behavior": "-behavior", "renew_every": "-renew-every",
 		"key": "-key", "prefix": "-key", "limit": "-limit", "registry_prefix": "-registry-prefix",
 	}
-	out := make(lockmodel.FieldErrors, 0, len(fes))
+	out := make(validation.FieldErrors, 0, len(fes))
 	for _, fe := range fes {
 		c := *fe
 		if n, ok := names[c.Field]; ok {

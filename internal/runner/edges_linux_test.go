@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -155,7 +156,7 @@ exit 0`
 		leftover := []string{"none", "leftover"}[i%2]
 		t.Run(fmt.Sprintf("%d-%s", i, leftover), func(t *testing.T) {
 			t.Parallel()
-			l, token := declareRunOnceWith(t, lockmodel.RunOnce{Period: 24 * time.Hour}, newProfile(t))
+			l, token := declareRunOnceWith(t, ledger.RunOnce{Period: 24 * time.Hour}, newProfile(t))
 			dir := t.TempDir()
 			runs, goFile, exited := filepath.Join(dir, "runs"), filepath.Join(dir, "go"), filepath.Join(dir, "exited")
 			args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", grace.String()}
@@ -174,7 +175,7 @@ exit 0`
 				t.Fatalf("runner a exited %d, want the command's own 0", code)
 			}
 			run := ledgerRun(t, l, "r1")
-			if len(run.Attempts) != 1 || run.Attempts[0].Outcome != lockmodel.RunSucceeded {
+			if len(run.Attempts) != 1 || run.Attempts[0].Outcome != ledger.RunSucceeded {
 				t.Fatalf("ledger: %+v, want one attempt, succeeded", run.Attempts)
 			}
 			b := startJob(t, "runner b", token, []string{"-lock", l.Name, "-run-id", "r1", "-exit-code-if-done", "122"},

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -33,7 +34,7 @@ const (
 // declareHandOff declares a mutex whose waiters hand off (a run-once job
 // with ro) with profile p, and mints the worker token as
 // consullock_acl_policy renders it (queue_prefixes included).
-func declareHandOff(t testing.TB, ro *lockmodel.RunOnce, p *lockmodel.SessionProfile) (lockmodel.Lock, string) {
+func declareHandOff(t testing.TB, ro *ledger.RunOnce, p *lockmodel.SessionProfile) (lockmodel.Lock, string) {
 	t.Helper()
 	return declareWithWaiters(t, lockmodel.WaitersHandOff, ro, p, false)
 }
@@ -341,7 +342,7 @@ func TestHandOff_waiterThatLeftIsNotHandedTheLock(t *testing.T) {
 // and only the first command ran.
 func TestHandOff_runOnceSuccessIsNotHandedOff(t *testing.T) {
 	t.Parallel()
-	l, token := declareHandOff(t, &lockmodel.RunOnce{Period: time.Hour}, fastProfile(t, time.Second))
+	l, token := declareHandOff(t, &ledger.RunOnce{Period: time.Hour}, fastProfile(t, time.Second))
 	record := filepath.Join(t.TempDir(), "record")
 	holder := startRun(t, "holder", token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "holder", "-wait-stdin")...)
 	waitStarted(t, record, "holder")
@@ -376,8 +377,8 @@ func TestHandOff_runOnceSuccessIsNotHandedOff(t *testing.T) {
 	if got := strings.Join(tags, ","); got != "holder" {
 		t.Fatalf("commands ran: %s; want holder alone", got)
 	}
-	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded {
-		t.Fatalf("run r1: outcome %q; want %q", run.Outcome, lockmodel.RunSucceeded)
+	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunSucceeded {
+		t.Fatalf("run r1: outcome %q; want %q", run.Outcome, ledger.RunSucceeded)
 	}
 	if left := queueEntries(t, l); len(left) != 0 {
 		t.Fatalf("queue entries left: %+v", left)

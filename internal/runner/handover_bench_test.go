@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -136,7 +137,7 @@ func runHandoverWith(bin string, runID bool, waiters string, extra ...string) fu
 	return func(b *testing.B, record string, tg handoverTarget) (*proc, *proc) {
 		l := lockmodel.Lock{Name: uniqueName(b, "lock"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: waiters}
 		if runID {
-			l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
+			l.RunOnce = &ledger.RunOnce{Period: time.Hour}
 		}
 		l = declareAt(b, tg.admin, l, consulLockProfile(b))
 		token := herdToken(b, tg, l)
@@ -599,7 +600,7 @@ func BenchmarkHerd(b *testing.B) {
 func herd(b *testing.B, bin string, waiters int, runID bool, mode string) {
 	l := lockmodel.Lock{Name: uniqueName(b, "herd"), Prefix: testenv.UniquePrefix(b.Name()), Waiters: mode}
 	if runID {
-		l.RunOnce = &lockmodel.RunOnce{Period: time.Hour}
+		l.RunOnce = &ledger.RunOnce{Period: time.Hour}
 	}
 	l = declare(b, l, consulLockProfile(b))
 	token := herdToken(b, devAgentTarget(), l)

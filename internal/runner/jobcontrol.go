@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -51,7 +52,7 @@ const (
 // then empty and EnvOutcomeRecorded "false": this runner wrote nothing.
 const (
 	HookMissed    = "missed"
-	HookExhausted = string(lockmodel.RunExhausted)
+	HookExhausted = string(ledger.RunExhausted)
 	HookPaused    = "paused"
 )
 
@@ -77,7 +78,7 @@ func (r *runner) checkKeepOutput() error {
 	if r.once == nil {
 		return usageErrorf("-keep-output needs a run-once lock (run_once, or -run-id): the output is kept in the run ledger")
 	}
-	if err := lockmodel.ValidateKeepOutput(r.cfg.keepOutput, r.once.keep, r.once.maxAttempts); err != nil {
+	if err := ledger.ValidateKeepOutput(r.cfg.keepOutput, r.once.keep, r.once.maxAttempts); err != nil {
 		return usageErrorf("%v", err)
 	}
 	return nil
@@ -224,12 +225,12 @@ func (t *outputTail) tail(wait time.Duration) string {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return lockmodel.TailOutput(t.buf, t.size)
+	return ledger.TailOutput(t.buf, t.size)
 }
 
 // hookResult is what -on-outcome is told.
 type hookResult struct {
-	outcome  lockmodel.RunOutcome
+	outcome  ledger.RunOutcome
 	exitCode *int
 	recorded bool
 }
@@ -313,7 +314,7 @@ func hookEnviron(environ []string, withToken bool) []string {
 // attempt (not_before ahead on the runner's clock, no attempt running,
 // attempts left): the waiter then leaves rather than take the lock. The
 // run's NotBefore is the one Begin would record (after a release too).
-func (r *runner) runWaits(l lockmodel.Ledger) (runDone, bool) {
+func (r *runner) runWaits(l ledger.Ledger) (runDone, bool) {
 	i := l.Find(r.once.id)
 	if i < 0 {
 		return runDone{}, false
@@ -322,14 +323,14 @@ func (r *runner) runWaits(l lockmodel.Ledger) (runDone, bool) {
 	run.NotBefore = run.NotBeforeUnder(r.once.policy)
 	n := len(run.Attempts)
 	if run.NotBefore.IsZero() || !run.NotBefore.After(r.cfg.clock.Now()) || n >= r.once.maxAttempts ||
-		(n > 0 && run.Attempts[n-1].Outcome == lockmodel.RunRunning) {
+		(n > 0 && run.Attempts[n-1].Outcome == ledger.RunRunning) {
 		return runDone{}, false
 	}
-	return runDone{kind: lockmodel.BeginWait, run: run}, true
+	return runDone{kind: ledger.BeginWait, run: run}, true
 }
 
 // result is the attempt's result with the kept output and, for a lost
 // attempt, why the lock was lost.
-func (o *runOnce) result(outcome lockmodel.RunOutcome, exitCode *int, reason string) lockmodel.AttemptResult {
-	return lockmodel.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output, Stdout: o.stdout, Reason: reason}
+func (o *runOnce) result(outcome ledger.RunOutcome, exitCode *int, reason string) ledger.AttemptResult {
+	return ledger.AttemptResult{Outcome: outcome, ExitCode: exitCode, Output: o.output, Stdout: o.stdout, Reason: reason}
 }

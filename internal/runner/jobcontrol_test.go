@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
 	t.Parallel()
 	const maxRuntime, grace = time.Second, 500 * time.Millisecond
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1, MaxRuntime: maxRuntime})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 1, MaxRuntime: maxRuntime})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", grace.String()}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m", "-on-term", "ignore")...)
@@ -38,7 +38,7 @@ func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
 	if sent < maxRuntime {
 		t.Fatalf("SIGTERM %s after the recorded start, before max_runtime %s", sent, maxRuntime)
 	}
-	if len(run.Attempts) != 1 || at.Outcome != lockmodel.RunTimedOut || at.ExitCode == nil || *at.ExitCode != 128+9 {
+	if len(run.Attempts) != 1 || at.Outcome != ledger.RunTimedOut || at.ExitCode == nil || *at.ExitCode != 128+9 {
 		t.Fatalf("ledger run %+v; want attempt 1 timed_out, killed (exit 137)", run)
 	}
 	held := at.Finished.Sub(at.Started)
@@ -49,8 +49,8 @@ func TestJobControl_pastMaxRuntimeIsStoppedAndRecordedTimedOut(t *testing.T) {
 		sent.Round(time.Millisecond), maxRuntime, held.Round(time.Millisecond), maxRuntime+grace)
 	hook := filepath.Join(t.TempDir(), "hook")
 	b := startRun(t, "runner b", token, append(args, "-on-outcome", hookRecorder(hook)), childArgs(record, "b")...)
-	if code := b.wait(time.Minute); code != lockmodel.ExitRunExhausted {
-		t.Fatalf("runner b exited %d, want %d: a timed_out attempt counts toward max_attempts", code, lockmodel.ExitRunExhausted)
+	if code := b.wait(time.Minute); code != ledger.ExitRunExhausted {
+		t.Fatalf("runner b exited %d, want %d: a timed_out attempt counts toward max_attempts", code, ledger.ExitRunExhausted)
 	}
 	requireNotStartedHook(t, hook, HookExhausted, "r1")
 }
@@ -103,7 +103,7 @@ func TestJobControl_maxRuntimeFlagStopsTheCommandOfAPlainLock(t *testing.T) {
 func TestJobControl_attempt2StartsAfterRetryAfterAndNotBefore(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 2 * time.Second
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 3, RetryAfter: retryAfter, RetryBackoff: 1})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 3, RetryAfter: retryAfter, RetryBackoff: 1})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "300ms", "-exit", "3")...)
@@ -120,7 +120,7 @@ func TestJobControl_attempt2StartsAfterRetryAfterAndNotBefore(t *testing.T) {
 		t.Fatalf("runner b exited %d, want 0:\n%s", code, b.out.String())
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 2 || run.Outcome != lockmodel.RunSucceeded || !run.NotBefore.IsZero() {
+	if len(run.Attempts) != 2 || run.Outcome != ledger.RunSucceeded || !run.NotBefore.IsZero() {
 		t.Fatalf("ledger run %+v; want attempt 2 succeeded, no wait left", run)
 	}
 	gap := run.Attempts[1].Started.Sub(run.Attempts[0].Finished)
@@ -135,7 +135,7 @@ func TestJobControl_attempt2StartsAfterRetryAfterAndNotBefore(t *testing.T) {
 // run's facts in its environment, and its own failure changes nothing.
 func TestJobControl_keptOutputIsTheBoundedTailAndOnOutcomeRuns(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 1})
 	dir := t.TempDir()
 	record, hookOut := filepath.Join(dir, "record"), filepath.Join(dir, "hook")
 	args := []string{"-lock", l.Name, "-run-id", "r1", "-keep-output", "100",
@@ -176,8 +176,8 @@ func TestJobControl_keptOutputIsTheBoundedTailAndOnOutcomeRuns(t *testing.T) {
 func TestJobControl_ledgerStaysBoundedWithKeepRunsOfMaximalOutput(t *testing.T) {
 	t.Parallel()
 	const keep = 3
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1, Keep: keep})
-	size := lockmodel.KeepOutputBudget(keep, 1)
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 1, Keep: keep})
+	size := ledger.KeepOutputBudget(keep, 1)
 	record := filepath.Join(t.TempDir(), "record")
 	for i := range keep + 1 {
 		id := "r" + strconv.Itoa(i)
@@ -187,23 +187,23 @@ func TestJobControl_ledgerStaysBoundedWithKeepRunsOfMaximalOutput(t *testing.T) 
 			t.Fatalf("runner %s exited %d, want 1:\n%s", id, code, p.out.String())
 		}
 	}
-	ledger, pair := readLedger(t, l)
-	if len(pair.Value) > lockmodel.MaxLedgerBytes || len(ledger.Runs) != keep {
-		t.Fatalf("ledger %d bytes with %d runs; want at most %d bytes, %d runs", len(pair.Value), len(ledger.Runs), lockmodel.MaxLedgerBytes, keep)
+	led, pair := readLedger(t, l)
+	if len(pair.Value) > ledger.MaxLedgerBytes || len(led.Runs) != keep {
+		t.Fatalf("ledger %d bytes with %d runs; want at most %d bytes, %d runs", len(pair.Value), len(led.Runs), ledger.MaxLedgerBytes, keep)
 	}
-	for _, r := range ledger.Runs {
+	for _, r := range led.Runs {
 		if o := r.Attempts[0].Output; !strings.HasSuffix(o, "END") || len(o) < 100 {
 			t.Fatalf("run %s kept %d bytes, want the tail up to END", r.ID, len(o))
 		}
 	}
-	t.Logf("keep %d runs x -keep-output %d bytes of worst output: ledger %d of %d bytes", keep, size, len(pair.Value), lockmodel.MaxLedgerBytes)
+	t.Logf("keep %d runs x -keep-output %d bytes of worst output: ledger %d of %d bytes", keep, size, len(pair.Value), ledger.MaxLedgerBytes)
 }
 
 // Bad input is a usage error naming the flag, and nothing is written: a
 // -keep-output the lock's ledger cannot hold, a negative -max-runtime.
 func TestJobControl_badInputNamesTheFlagAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 100, Keep: 1000})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 100, Keep: 1000})
 	record := filepath.Join(t.TempDir(), "record")
 	for _, c := range []struct{ flag, value string }{{"-keep-output", "4096"}, {"-max-runtime", "-1s"}, {"-keep-output", "-1"}, {"-max-runtime", "10ms"}} {
 		p := startRun(t, "runner "+c.flag, token, []string{"-lock", l.Name, "-run-id", "r1", c.flag, c.value}, childArgs(record, "x")...)
@@ -211,8 +211,8 @@ func TestJobControl_badInputNamesTheFlagAndWritesNothing(t *testing.T) {
 			t.Fatalf("%s %s: exit %d, want %d naming the flag:\n%s", c.flag, c.value, code, ExitUsage, p.out.String())
 		}
 	}
-	if ledger, pair := readLedger(t, l); pair != nil {
-		t.Fatalf("a ledger was written: %+v", ledger)
+	if led, pair := readLedger(t, l); pair != nil {
+		t.Fatalf("a ledger was written: %+v", led)
 	}
 	if _, err := os.Stat(record); err == nil {
 		t.Fatal("the command ran")
@@ -306,7 +306,7 @@ func TestJobControl_onOutcomeGetsNoConsulTokenUnlessAsked(t *testing.T) {
 func TestJobControl_attemptAfterAReleaseWaitsRetryAfter(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 3 * time.Second
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 3, RetryAfter: retryAfter, RetryBackoff: 1})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 3, RetryAfter: retryAfter, RetryBackoff: 1})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
@@ -333,7 +333,7 @@ func TestJobControl_attemptAfterAReleaseWaitsRetryAfter(t *testing.T) {
 		t.Fatalf("runner b did not wait for the run's next attempt after the release:\n%s", b.out.String())
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunReleased || run.Outcome != lockmodel.RunSucceeded {
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != ledger.RunReleased || run.Outcome != ledger.RunSucceeded {
 		t.Fatalf("ledger run %+v; want attempt 1 released, attempt 2 succeeded", run)
 	}
 	gap := run.Attempts[1].Started.Sub(run.Attempts[0].Finished)

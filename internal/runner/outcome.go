@@ -1,7 +1,7 @@
 package runner
 
 import (
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // A run's outcome is decided once, by decideOutcome, from what reached the
@@ -97,20 +97,20 @@ func stopBeforeExit(r commandReports, sent []stopSent, guarded bool) stopCause {
 // it: started tells whether the command ran, own is its own exit code
 // when it exited (nil if it did not), stop what reached it before it
 // exited, runnerCode the runner's exit code when the command never ran.
-func decideOutcome(started bool, own *int, stop stopCause, runnerCode int) (lockmodel.RunOutcome, *int) {
+func decideOutcome(started bool, own *int, stop stopCause, runnerCode int) (ledger.RunOutcome, *int) {
 	switch {
 	case !started && stop == stopLoss:
-		return lockmodel.RunLost, nil
+		return ledger.RunLost, nil
 	case !started:
-		return lockmodel.RunFailed, &runnerCode
+		return ledger.RunFailed, &runnerCode
 	case stop == stopDeadline:
-		return lockmodel.RunTimedOut, own
+		return ledger.RunTimedOut, own
 	case stop == stopLoss || stop == stopExpiry:
-		return lockmodel.RunLost, nil
+		return ledger.RunLost, nil
 	case own != nil && *own == 0:
-		return lockmodel.RunSucceeded, own
+		return ledger.RunSucceeded, own
 	case own != nil:
-		return lockmodel.RunFailed, own
+		return ledger.RunFailed, own
 	}
-	return lockmodel.RunLost, nil // started, never exited: the runner stopped waiting for it after a loss
+	return ledger.RunLost, nil // started, never exited: the runner stopped waiting for it after a loss
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // permutations returns every ordering of events.
@@ -65,7 +65,7 @@ func TestDecideOutcome_everyOrdering(t *testing.T) {
 							sent = append(sent, stopSent{cause: cause, seq: seq}) // the guard found the command gone: no report
 						}
 					}
-					var want lockmodel.RunOutcome
+					var want ledger.RunOutcome
 					first, expired := "", false
 					for _, e := range order {
 						if e == "exit" {
@@ -78,19 +78,19 @@ func TestDecideOutcome_everyOrdering(t *testing.T) {
 					}
 					switch {
 					case expired: // the guard's kill ended it, whatever else was on its way
-						want = lockmodel.RunLost
+						want = ledger.RunLost
 					case first == "deliver" && cause == stopLoss:
-						want = lockmodel.RunLost
+						want = ledger.RunLost
 					case first == "deliver" && cause == stopDeadline:
-						want = lockmodel.RunTimedOut
+						want = ledger.RunTimedOut
 					default:
-						want = lockmodel.RunSucceeded
+						want = ledger.RunSucceeded
 					}
 					got, code := decideOutcome(true, &zero, stopBeforeExit(r, sent, true), 125)
 					if got != want {
 						t.Fatalf("outcome %s, want %s", got, want)
 					}
-					if want == lockmodel.RunSucceeded && (code == nil || *code != 0) {
+					if want == ledger.RunSucceeded && (code == nil || *code != 0) {
 						t.Fatalf("exit code %v, want the command's own 0", code)
 					}
 				})
@@ -107,15 +107,15 @@ func TestDecideOutcome_unguardedAndNotStarted(t *testing.T) {
 		started bool
 		own     *int
 		stop    stopCause
-		want    lockmodel.RunOutcome
+		want    ledger.RunOutcome
 		code    int // -1: none
 	}{
-		{"never started", false, nil, stopNone, lockmodel.RunFailed, 125},
-		{"lost before the start", false, nil, stopLoss, lockmodel.RunLost, -1},
-		{"failed by itself", true, &one, stopNone, lockmodel.RunFailed, 1},
-		{"cancelled: its own code", true, &one, stopCancel, lockmodel.RunFailed, 1},
-		{"stopped for the loss", true, &one, stopLoss, lockmodel.RunLost, -1},
-		{"stopped at max_runtime", true, &one, stopDeadline, lockmodel.RunTimedOut, 1},
+		{"never started", false, nil, stopNone, ledger.RunFailed, 125},
+		{"lost before the start", false, nil, stopLoss, ledger.RunLost, -1},
+		{"failed by itself", true, &one, stopNone, ledger.RunFailed, 1},
+		{"cancelled: its own code", true, &one, stopCancel, ledger.RunFailed, 1},
+		{"stopped for the loss", true, &one, stopLoss, ledger.RunLost, -1},
+		{"stopped at max_runtime", true, &one, stopDeadline, ledger.RunTimedOut, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, code := decideOutcome(tc.started, tc.own, tc.stop, 125)

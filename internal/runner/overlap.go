@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -23,14 +24,14 @@ import (
 // wait.
 func (r *runner) overlapActive() bool {
 	ro := r.lock.RunOnce
-	return r.once != nil && !r.backfill && ro != nil && ro.Overlap != "" && ro.Overlap != lockmodel.OverlapWait
+	return r.once != nil && !r.backfill && ro != nil && ro.Overlap != "" && ro.Overlap != ledger.OverlapWait
 }
 
 // otherRunRunning reports whether l shows an attempt of another run
 // running: a wait under an overlap policy ends then, to look again.
-func (r *runner) otherRunRunning(l lockmodel.Ledger) bool {
+func (r *runner) otherRunRunning(l ledger.Ledger) bool {
 	for _, run := range l.Runs {
-		if run.ID != r.once.id && run.Outcome == lockmodel.RunRunning {
+		if run.ID != r.once.id && run.Outcome == ledger.RunRunning {
 			return true
 		}
 	}
@@ -68,11 +69,11 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 	spec := r.lock.RunOnce.WithDefaults()
 	at, _ := spec.ScheduledTime(r.once.id)
 	otherAt, _ := spec.ScheduledTime(other)
-	switch lockmodel.DecideOverlap(policy, r.once.id, at, other, otherAt, r.backfill) {
-	case lockmodel.OverlapActSkip:
+	switch ledger.DecideOverlap(policy, r.once.id, at, other, otherAt, r.backfill) {
+	case ledger.OverlapActSkip:
 		r.recordSkip(ctx, log, other)
-		return lockmodel.ExitRunSkipped, true
-	case lockmodel.OverlapActReplace:
+		return ledger.ExitRunSkipped, true
+	case ledger.OverlapActReplace:
 		r.replace(ctx, log, pair.Session, attempt.Node)
 	}
 	return 0, false
@@ -83,7 +84,7 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 // logged).
 func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string) {
 	var skipErr error
-	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
+	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
 		out, changed, err := l.Skip(r.once.id, r.nodeName(), other, r.cfg.clock.Now())
 		skipErr = err
 		return out.Prune(r.once.keep, r.once.id), changed && err == nil
@@ -91,12 +92,12 @@ func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string)
 	switch {
 	case err != nil || skipErr != nil:
 		log.Warn("another run holds the lock: this run is skipped, but the skip is not recorded in the run ledger", "error", errors.Join(err, skipErr).Error(),
-			"exit_code", lockmodel.ExitRunSkipped)
+			"exit_code", ledger.ExitRunSkipped)
 	case written:
-		log.Info("another run holds the lock: this run is recorded skipped; the command was not started", "exit_code", lockmodel.ExitRunSkipped)
+		log.Info("another run holds the lock: this run is recorded skipped; the command was not started", "exit_code", ledger.ExitRunSkipped)
 	default:
 		log.Info("another run holds the lock: this runner does not start the command (its skip is not recorded: the run was begun or recorded meanwhile)",
-			"exit_code", lockmodel.ExitRunSkipped)
+			"exit_code", ledger.ExitRunSkipped)
 	}
 }
 
@@ -117,7 +118,7 @@ func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node st
 		"lock_delay", lockmodel.FormatDuration(lockmodel.TakeOverDelay(delay)))
 	var run string
 	var n int
-	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l lockmodel.Ledger) (lockmodel.Ledger, bool) {
+	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
 		out, id, attempt, found := l.Replace(session, r.once.id, at)
 		run, n = id, attempt
 		return out, found
@@ -147,26 +148,26 @@ func (r *runner) nodeName() string {
 
 // superseded reports a run skipped or replaced under run_once.overlap:
 // done for every runner but a backfill's.
-func (r *runner) superseded(l lockmodel.Ledger) (runDone, bool) {
+func (r *runner) superseded(l ledger.Ledger) (runDone, bool) {
 	if r.backfill {
 		return runDone{}, false
 	}
 	if run, ok := l.Superseded(r.once.id); ok {
-		return runDone{kind: lockmodel.BeginSuperseded, run: run}, true
+		return runDone{kind: ledger.BeginSuperseded, run: run}, true
 	}
 	return runDone{}, false
 }
 
 // reportSuperseded logs why the command is not started: the run was
 // skipped or replaced; ExitRunSkipped.
-func (r *runner) reportSuperseded(attempts []lockmodel.Attempt, seen string) int {
-	var last lockmodel.Attempt
+func (r *runner) reportSuperseded(attempts []ledger.Attempt, seen string) int {
+	var last ledger.Attempt
 	if len(attempts) > 0 {
 		last = attempts[len(attempts)-1]
 	}
 	r.log.Info(fmt.Sprintf("the run was %s under run_once.overlap; the command was not started (consullock backfill runs it again)", last.Outcome),
-		"run_id", r.once.id, "seen", seen, "reason", last.Reason, "finished", last.Finished.Format(time.RFC3339), "exit_code", lockmodel.ExitRunSkipped)
-	return lockmodel.ExitRunSkipped
+		"run_id", r.once.id, "seen", seen, "reason", last.Reason, "finished", last.Finished.Format(time.RFC3339), "exit_code", ledger.ExitRunSkipped)
+	return ledger.ExitRunSkipped
 }
 
 // errRunStopped ends an acquisition that decided, without holding the

@@ -5,15 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // overlapLock declares a minutely run-once lock with run_once.overlap
 // policy and the fast profile with lock-delay lockDelay, and returns it
 // with a worker token and two past slots, older first.
-func overlapLock(t *testing.T, policy lockmodel.Overlap, lockDelay time.Duration) (lockmodel.Lock, string, string, string) {
+func overlapLock(t *testing.T, policy ledger.Overlap, lockDelay time.Duration) (lockmodel.Lock, string, string, string) {
 	t.Helper()
-	ro := lockmodel.RunOnce{Schedule: "* * * * *", Overlap: policy}
+	ro := ledger.RunOnce{Schedule: "* * * * *", Overlap: policy}
 	sched, err := ro.ParsedSchedule()
 	if err != nil {
 		t.Fatal(err)
@@ -30,26 +31,26 @@ func overlapLock(t *testing.T, policy lockmodel.Overlap, lockDelay time.Duration
 // a backfill runs S2.
 func TestOverlap_skipRecordsTheNewRunSkipped(t *testing.T) {
 	t.Parallel()
-	l, token, s1, s2 := overlapLock(t, lockmodel.OverlapSkip, time.Second)
+	l, token, s1, s2 := overlapLock(t, ledger.OverlapSkip, time.Second)
 	record := t.TempDir() + "/record"
 	old := startRun(t, "old", token, []string{"-lock", l.Name, "-run-id", s1}, childArgs(record, "old", "-wait-stdin")...)
 	waitStarted(t, record, "old")
 	waitFor(t, "slot "+s1+"'s attempt to be recorded running", func() bool {
-		ledger, _ := readLedger(t, l)
-		i := ledger.Find(s1)
-		return i >= 0 && ledger.Runs[i].Outcome == lockmodel.RunRunning
+		led, _ := readLedger(t, l)
+		i := led.Find(s1)
+		return i >= 0 && led.Runs[i].Outcome == ledger.RunRunning
 	})
 	next := startRun(t, "next", token, []string{"-lock", l.Name, "-run-id", s2}, childArgs(record, "next")...)
-	if code := next.wait(time.Minute); code != lockmodel.ExitRunSkipped {
-		t.Fatalf("the runner of %s exited %d, want %d:\n%s", s2, code, lockmodel.ExitRunSkipped, next.out.String())
+	if code := next.wait(time.Minute); code != ledger.ExitRunSkipped {
+		t.Fatalf("the runner of %s exited %d, want %d:\n%s", s2, code, ledger.ExitRunSkipped, next.out.String())
 	}
 	run := ledgerRun(t, l, s2)
-	if run.Outcome != lockmodel.RunSkipped || len(run.Attempts) != 1 || !strings.Contains(run.Attempts[0].Reason, s1) {
+	if run.Outcome != ledger.RunSkipped || len(run.Attempts) != 1 || !strings.Contains(run.Attempts[0].Reason, s1) {
 		t.Fatalf("ledger run %s = %+v, want one attempt skipped naming %s", s2, run, s1)
 	}
 	again := startRun(t, "again", token, []string{"-lock", l.Name, "-run-id", s2}, childArgs(record, "again")...)
-	if code := again.wait(time.Minute); code != lockmodel.ExitRunSkipped {
-		t.Fatalf("a later runner of the skipped %s exited %d, want %d:\n%s", s2, code, lockmodel.ExitRunSkipped, again.out.String())
+	if code := again.wait(time.Minute); code != ledger.ExitRunSkipped {
+		t.Fatalf("a later runner of the skipped %s exited %d, want %d:\n%s", s2, code, ledger.ExitRunSkipped, again.out.String())
 	}
 	old.closeStdin()
 	if code := old.wait(time.Minute); code != 0 {
@@ -64,7 +65,7 @@ func TestOverlap_skipRecordsTheNewRunSkipped(t *testing.T) {
 	if code := b.wait(time.Minute); code != 0 {
 		t.Fatalf("backfill exited %d:\n%s", code, b.out.String())
 	}
-	if run := ledgerRun(t, l, s2); run.Outcome != lockmodel.RunSucceeded {
+	if run := ledgerRun(t, l, s2); run.Outcome != ledger.RunSucceeded {
 		t.Fatalf("the backfill left %s %s", s2, run.Outcome)
 	}
 }
@@ -78,14 +79,14 @@ func TestOverlap_skipRecordsTheNewRunSkipped(t *testing.T) {
 func TestOverlap_replaceStartsTheNewRunOnlyAfterTheOldCommandEnded(t *testing.T) {
 	t.Parallel()
 	const lockDelay = 2 * time.Second
-	l, token, s1, s2 := overlapLock(t, lockmodel.OverlapReplace, lockDelay)
+	l, token, s1, s2 := overlapLock(t, ledger.OverlapReplace, lockDelay)
 	record := t.TempDir() + "/record"
 	old := startRun(t, "old", token, []string{"-lock", l.Name, "-run-id", s1, "-grace", "1s"}, childArgs(record, "old", "-wait-stdin")...)
 	waitStarted(t, record, "old")
 	waitFor(t, "slot "+s1+"'s attempt to be recorded running", func() bool {
-		ledger, _ := readLedger(t, l)
-		i := ledger.Find(s1)
-		return i >= 0 && ledger.Runs[i].Outcome == lockmodel.RunRunning
+		led, _ := readLedger(t, l)
+		i := led.Find(s1)
+		return i >= 0 && led.Runs[i].Outcome == ledger.RunRunning
 	})
 	next := startRun(t, "next", token, []string{"-lock", l.Name, "-run-id", s2}, childArgs(record, "next", "-wait-stdin")...)
 	waitStarted(t, record, "next")
@@ -104,19 +105,19 @@ func TestOverlap_replaceStartsTheNewRunOnlyAfterTheOldCommandEnded(t *testing.T)
 		t.Fatalf("the new run's command started at %s, before the replaced command ended at %s", n.start.Format(time.RFC3339Nano), o.end.Format(time.RFC3339Nano))
 	}
 	t.Logf("replace: the old command ended %s before the new one started (lock-delay %s)", n.start.Sub(o.end).Round(time.Millisecond), lockDelay)
-	if run := ledgerRun(t, l, s1); run.Outcome != lockmodel.RunReplaced || !strings.Contains(run.Attempts[0].Reason, s2) {
+	if run := ledgerRun(t, l, s1); run.Outcome != ledger.RunReplaced || !strings.Contains(run.Attempts[0].Reason, s2) {
 		t.Errorf("ledger run %s = %+v, want replaced by %s", s1, run, s2)
 	}
 
 	stale := startRun(t, "stale", token, []string{"-lock", l.Name, "-run-id", s1}, childArgs(record, "stale")...)
-	if code := stale.wait(time.Minute); code != lockmodel.ExitRunSkipped {
-		t.Errorf("a runner of the replaced, older %s exited %d, want %d:\n%s", s1, code, lockmodel.ExitRunSkipped, stale.out.String())
+	if code := stale.wait(time.Minute); code != ledger.ExitRunSkipped {
+		t.Errorf("a runner of the replaced, older %s exited %d, want %d:\n%s", s1, code, ledger.ExitRunSkipped, stale.out.String())
 	}
 	next.closeStdin()
 	if code := next.wait(time.Minute); code != 0 {
 		t.Fatalf("the new run's runner exited %d:\n%s", code, next.out.String())
 	}
-	if run := ledgerRun(t, l, s2); run.Outcome != lockmodel.RunSucceeded {
+	if run := ledgerRun(t, l, s2); run.Outcome != ledger.RunSucceeded {
 		t.Errorf("ledger run %s = %s, want succeeded", s2, run.Outcome)
 	}
 }

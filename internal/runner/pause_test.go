@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -60,7 +61,7 @@ func consullockAs(t testing.TB, token, name string, args ...string) (int, string
 // cannot write it (a real 403). After resume the next trigger runs the
 // command once.
 func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: "pause/" + uniqueName(t, "p"), RunOnce: &lockmodel.RunOnce{Period: time.Hour}},
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: "pause/" + uniqueName(t, "p"), RunOnce: &ledger.RunOnce{Period: time.Hour}},
 		fastProfile(t, time.Second))
 	token := workerToken(t, l)
 	record := filepath.Join(t.TempDir(), "record")
@@ -130,7 +131,7 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 	if runs := readRuns(t, record); len(runs) != 1 {
 		t.Fatalf("after resume the command ran %d times, want once", len(runs))
 	}
-	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("run r1: %+v", run)
 	}
 }
@@ -195,7 +196,7 @@ func TestJobControl_badInputWritesNothing(t *testing.T) {
 // was killed, and the ledger records the attempt released, who and why.
 func TestRelease_frozenHolderNextStartsAfterLockDelay(t *testing.T) {
 	const lockDelay = 5 * time.Second
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: "pause/" + uniqueName(t, "p"), RunOnce: &lockmodel.RunOnce{Period: time.Hour}},
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: "pause/" + uniqueName(t, "p"), RunOnce: &ledger.RunOnce{Period: time.Hour}},
 		fastProfile(t, lockDelay))
 	token := workerToken(t, l)
 	record := filepath.Join(t.TempDir(), "record")
@@ -235,8 +236,8 @@ func TestRelease_frozenHolderNextStartsAfterLockDelay(t *testing.T) {
 		t.Fatalf("the frozen command %d is still alive", child.pid)
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunReleased || run.Attempts[0].ReleasedBy != "bob@ops" ||
-		run.Attempts[0].Reason != "stuck on NFS" || run.Outcome != lockmodel.RunSucceeded {
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != ledger.RunReleased || run.Attempts[0].ReleasedBy != "bob@ops" ||
+		run.Attempts[0].Reason != "stuck on NFS" || run.Outcome != ledger.RunSucceeded {
 		t.Fatalf("run r1: %+v", run)
 	}
 	t.Logf("release -> A's runner exited (frozen command killed) %s; -> B's command started %s (lock-delay %s)",

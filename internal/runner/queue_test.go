@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -23,7 +24,7 @@ import (
 // declareQueued declares a queued mutex (a run-once job with ro) with the
 // 10s minimum TTL and a 1s lock-delay, and mints the worker token as
 // consullock_acl_policy renders it (queue_prefixes unless withoutGrant).
-func declareQueued(t testing.TB, ro *lockmodel.RunOnce, withoutGrant bool) (lockmodel.Lock, string) {
+func declareQueued(t testing.TB, ro *ledger.RunOnce, withoutGrant bool) (lockmodel.Lock, string) {
 	t.Helper()
 	return declareWithWaiters(t, lockmodel.WaitersQueue, ro, fastProfile(t, time.Second), withoutGrant)
 }
@@ -31,7 +32,7 @@ func declareQueued(t testing.TB, ro *lockmodel.RunOnce, withoutGrant bool) (lock
 // declareWithWaiters declares a mutex whose waiters are waiters (a
 // run-once job with ro) with profile p, and mints its worker token
 // (queueToken).
-func declareWithWaiters(t testing.TB, waiters string, ro *lockmodel.RunOnce, p *lockmodel.SessionProfile, withoutGrant bool) (lockmodel.Lock, string) {
+func declareWithWaiters(t testing.TB, waiters string, ro *ledger.RunOnce, p *lockmodel.SessionProfile, withoutGrant bool) (lockmodel.Lock, string) {
 	t.Helper()
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: waiters, RunOnce: ro}, p)
 	return l, queueToken(t, l, withoutGrant)
@@ -278,7 +279,7 @@ func TestQueue_consulLockRacersAndQueuedRunnersNeverOverlap(t *testing.T) {
 // another run takes the lock at the hand-over.
 func TestQueue_runOnceWaitersLeaveTheQueue(t *testing.T) {
 	t.Parallel()
-	l, token := declareQueued(t, &lockmodel.RunOnce{Period: time.Hour}, false)
+	l, token := declareQueued(t, &ledger.RunOnce{Period: time.Hour}, false)
 	record := filepath.Join(t.TempDir(), "record")
 	holder := startRun(t, "holder", token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "holder", "-wait-stdin")...)
 	waitStarted(t, record, "holder")

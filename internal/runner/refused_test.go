@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -22,7 +23,7 @@ import (
 func TestRunOnce_lossToARevokedSessionWriteSaysSo(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.UniquePrefix(t.Name())
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, RunOnce: &lockmodel.RunOnce{Period: time.Hour}},
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, RunOnce: &ledger.RunOnce{Period: time.Hour}},
 		fastProfile(t, time.Second))
 	rules := func(session bool) string {
 		r := fmt.Sprintf(`key_prefix %q { policy = "write" }
@@ -66,7 +67,7 @@ key %q { policy = "write" }
 		t.Logf("runner output:\n%s", out)
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 1 || run.Attempts[0].Outcome != lockmodel.RunLost || !strings.HasPrefix(run.Attempts[0].Reason, want) {
+	if len(run.Attempts) != 1 || run.Attempts[0].Outcome != ledger.RunLost || !strings.HasPrefix(run.Attempts[0].Reason, want) {
 		t.Fatalf("ledger run %+v; want attempt 1 lost with the reason %q", run, want)
 	}
 }

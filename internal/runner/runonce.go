@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -56,7 +57,7 @@ type runOnce struct {
 	// Set once this holder has recorded its attempt (BeginRun): the
 	// attempt's number and the ledger as written, at index.
 	attempt int
-	ledger  lockmodel.Ledger
+	ledger  ledger.Ledger
 	index   uint64
 	// watched is the waiter's latest copy of the ledger (watchLedger),
 	// for the holder's first decision (watchedCopy).
@@ -64,7 +65,7 @@ type runOnce struct {
 	// policy is max_attempts and the retry wait (jobcontrol.go); output
 	// and stdout the tails of the command's stderr and stdout, set before
 	// the outcome is recorded.
-	policy         lockmodel.AttemptPolicy
+	policy         ledger.AttemptPolicy
 	output, stdout string
 	// outlived is set once a holder was seen letting the key go with this
 	// run not done (it ran another run, or failed): the runner then waits
@@ -79,7 +80,7 @@ type runOnce struct {
 // it is absent). ok is false until an answer decoded.
 type ledgerCopy struct {
 	mu     sync.Mutex
-	ledger lockmodel.Ledger
+	ledger ledger.Ledger
 	index  uint64
 	asOf   uint64
 	ok     bool
@@ -87,7 +88,7 @@ type ledgerCopy struct {
 
 // set keeps a watch's answer; one that did not decode (ok false) leaves
 // no copy: the holder then reads the ledger and reports it.
-func (c *ledgerCopy) set(l lockmodel.Ledger, index, asOf uint64, ok bool) {
+func (c *ledgerCopy) set(l ledger.Ledger, index, asOf uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ledger, c.index, c.asOf, c.ok = l, index, asOf, ok
@@ -111,12 +112,12 @@ func (c *ledgerCopy) set(l lockmodel.Ledger, index, asOf uint64, ok bool) {
 // won, or a ledger last written before the key was freed: a plain
 // release) is not used: a stale check-and-set costs a refused
 // transaction, a Raft write, where the read costs a read.
-func (r *runner) watchedCopy(h *lockproto.Hold) (lockmodel.Ledger, uint64, bool) {
+func (r *runner) watchedCopy(h *lockproto.Hold) (ledger.Ledger, uint64, bool) {
 	c := &r.once.watched
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ok || h.Grant.Seen == 0 || c.asOf < h.Grant.Seen {
-		return lockmodel.Ledger{}, 0, false
+		return ledger.Ledger{}, 0, false
 	}
 	return c.ledger, c.index, true
 }
@@ -136,7 +137,7 @@ func (r *runner) resolveRun() error {
 	if r.lock.IsSemaphore() {
 		return fmt.Errorf("-run-id: lock %q is a semaphore (limit %d); run once needs a mutex", r.cfg.lockName, r.lock.Limit)
 	}
-	spec, from := lockmodel.RunOnce{}, "-run-id"
+	spec, from := ledger.RunOnce{}, "-run-id"
 	if ro != nil {
 		spec = *ro
 	}
@@ -183,14 +184,14 @@ func (r *runner) resolveRun() error {
 
 // slotTrigger is how a run ID derived from the start was judged.
 type slotTrigger struct {
-	spec lockmodel.RunOnce
+	spec ledger.RunOnce
 	// wait: an early trigger waits this long from the start for its
 	// slot's time (lockmodel TriggerSkew) before it reads the ledger.
 	wait time.Duration
 	// refusal: why the trigger may not start its slot (late is how late
 	// it is); told once the ledger shows the slot not begun
 	// (refuseUnbegun), cleared once it joins a begun one.
-	refusal lockmodel.SlotRefusal
+	refusal ledger.SlotRefusal
 	late    time.Duration
 }
 
@@ -206,7 +207,7 @@ func (r *runner) awaitSlot(ctx context.Context) bool {
 	}
 	until := r.started.Add(t.wait)
 	r.log.Info("early trigger: waiting for the slot's time before acquiring", "run_id", r.once.id,
-		"wait", lockmodel.FormatDuration(until.Sub(r.cfg.clock.Now()).Round(time.Millisecond)), "trigger_skew", lockmodel.FormatDuration(lockmodel.TriggerSkew))
+		"wait", lockmodel.FormatDuration(until.Sub(r.cfg.clock.Now()).Round(time.Millisecond)), "trigger_skew", lockmodel.FormatDuration(ledger.TriggerSkew))
 	timer := time.NewTimer(max(until.Sub(r.cfg.clock.Now()), 0))
 	defer timer.Stop()
 	select {
@@ -225,16 +226,16 @@ func (r *runner) awaitSlot(ctx context.Context) bool {
 // other is not started, and the runner exits ExitRunPastDeadline having
 // written nothing. A ledger that cannot be read cannot show the slot
 // begun: the slot is not started by this trigger either.
-func (r *runner) refuseUnbegun(l lockmodel.Ledger, err error) (int, bool) {
+func (r *runner) refuseUnbegun(l ledger.Ledger, err error) (int, bool) {
 	t := &r.once.trigger
 	if t.refusal == "" {
 		return 0, false
 	}
-	log := r.log.With("run_id", r.once.id, "late", lockmodel.FormatDuration(t.late), "exit_code", lockmodel.ExitRunPastDeadline)
+	log := r.log.With("run_id", r.once.id, "late", lockmodel.FormatDuration(t.late), "exit_code", ledger.ExitRunPastDeadline)
 	switch t.refusal {
-	case lockmodel.SlotPastDeadline:
+	case ledger.SlotPastDeadline:
 		log = log.With("starting_deadline", lockmodel.FormatDuration(t.spec.StartingDeadline))
-	case lockmodel.SlotBeforeSince:
+	case ledger.SlotBeforeSince:
 		log = log.With("declared", t.spec.Since.Format(time.RFC3339))
 	}
 	switch {
@@ -249,14 +250,14 @@ func (r *runner) refuseUnbegun(l lockmodel.Ledger, err error) (int, bool) {
 		log.Warn(string(t.refusal) + ": the slot is not run")
 	}
 	r.notStarted = HookMissed
-	return lockmodel.ExitRunPastDeadline, true
+	return ledger.ExitRunPastDeadline, true
 }
 
 // decision is what a holder decided about its run, and the ledger as
 // written (or as read, when nothing was written).
 type decision struct {
-	begin  lockmodel.BeginDecision
-	ledger lockmodel.Ledger
+	begin  ledger.BeginDecision
+	ledger ledger.Ledger
 	index  uint64
 	err    error
 }
@@ -272,7 +273,7 @@ type decision struct {
 // so that an attempt is never counted without its command running.
 func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	run := r.once
-	holder := lockmodel.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
+	holder := ledger.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
 	transient := func(failures int, err error) bool {
 		if !retryable(err) || ctx.Err() != nil {
 			return false
@@ -315,13 +316,13 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	}
 }
 
-func (r *runner) readLedger(ctx context.Context) (lockmodel.Ledger, uint64, error) {
+func (r *runner) readLedger(ctx context.Context) (ledger.Ledger, uint64, error) {
 	return r.readLedgerBy(ctx, time.Now().Add(lockproto.CleanupTimeout))
 }
 
 // readLedgerBy reads the ledger consistently, for at most CleanupTimeout
 // and not past deadline.
-func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (lockmodel.Ledger, uint64, error) {
+func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (ledger.Ledger, uint64, error) {
 	rctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), deadline))
 	defer cancel()
 	return r.client.ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
@@ -550,8 +551,8 @@ func (r *runner) followLedgerUntilDone(ctx context.Context, from uint64) {
 
 // runDone is what a waiter saw in the ledger: its run is done.
 type runDone struct {
-	kind lockmodel.BeginKind // BeginAlreadySucceeded or BeginExhausted
-	run  lockmodel.Run
+	kind ledger.BeginKind // BeginAlreadySucceeded or BeginExhausted
+	run  ledger.Run
 }
 
 // watchLedger follows the ledger with blocking queries while the runner
@@ -605,7 +606,7 @@ func (r *runner) followKey(ctx context.Context, c *consul.Client, key, what stri
 // runIsDone reports whether ledger l shows this run succeeded, or
 // exhausted with no attempt left under the declared max_attempts.
 // A run pruned from the ledger is done when its pruned outcome says so.
-func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
+func (r *runner) runIsDone(l ledger.Ledger) (runDone, bool) {
 	if d, ok := r.superseded(l); ok {
 		return d, true
 	}
@@ -613,23 +614,23 @@ func (r *runner) runIsDone(l lockmodel.Ledger) (runDone, bool) {
 	switch {
 	case !ok:
 		return runDone{}, false
-	case run.Outcome == lockmodel.RunExhausted:
-		return runDone{kind: lockmodel.BeginExhausted, run: run}, true
+	case run.Outcome == ledger.RunExhausted:
+		return runDone{kind: ledger.BeginExhausted, run: run}, true
 	}
-	return runDone{kind: lockmodel.BeginAlreadySucceeded, run: run}, true
+	return runDone{kind: ledger.BeginAlreadySucceeded, run: run}, true
 }
 
 // reportDone logs why the command is not started and returns the exit
 // code: -exit-code-if-done when the run succeeded, 121 when it used up its
 // attempts.
-func (r *runner) reportDone(kind lockmodel.BeginKind, attempts []lockmodel.Attempt, seen string) int {
-	if kind == lockmodel.BeginSuperseded {
+func (r *runner) reportDone(kind ledger.BeginKind, attempts []ledger.Attempt, seen string) int {
+	if kind == ledger.BeginSuperseded {
 		return r.reportSuperseded(attempts, seen)
 	}
-	if kind == lockmodel.BeginAlreadySucceeded {
-		var a lockmodel.Attempt
+	if kind == ledger.BeginAlreadySucceeded {
+		var a ledger.Attempt
 		for _, at := range attempts {
-			if at.Outcome == lockmodel.RunSucceeded {
+			if at.Outcome == ledger.RunSucceeded {
 				a = at
 			}
 		}
@@ -639,15 +640,15 @@ func (r *runner) reportDone(kind lockmodel.BeginKind, attempts []lockmodel.Attem
 			"exit_code", r.cfg.exitIfDone)
 		return r.cfg.exitIfDone
 	}
-	var last lockmodel.Attempt
+	var last ledger.Attempt
 	if len(attempts) > 0 {
 		last = attempts[len(attempts)-1]
 	}
 	r.log.Error("run used up its attempts; the command was not started (raise run_once.max_attempts for more)",
 		"run_id", r.once.id, "seen", seen, "attempts", len(attempts), "max_attempts", r.once.maxAttempts,
-		"last_outcome", string(last.Outcome), "last_node", last.Node, "exit_code", lockmodel.ExitRunExhausted)
+		"last_outcome", string(last.Outcome), "last_node", last.Node, "exit_code", ledger.ExitRunExhausted)
 	r.notStarted = HookExhausted
-	return lockmodel.ExitRunExhausted
+	return ledger.ExitRunExhausted
 }
 
 // runEnv is the environment of a run-once attempt's command.

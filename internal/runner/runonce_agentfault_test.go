@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -74,7 +75,7 @@ func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
 		t.Run(fault.name, func(t *testing.T) {
 			began := time.Now()
 			l := declareClusterRunOnce(t, c, agentFaultProfile, lockmodel.Lock{Name: "agent-" + fault.name,
-				Prefix: "jobs/agent-" + fault.name, RunOnce: &lockmodel.RunOnce{Period: time.Hour}})
+				Prefix: "jobs/agent-" + fault.name, RunOnce: &ledger.RunOnce{Period: time.Hour}})
 			id := "agent-" + fault.name
 			record := filepath.Join(t.TempDir(), "record")
 			args := []string{"-lock", l.Name, "-run-id", id, "-grace", agentFaultGrace.String()}
@@ -89,7 +90,7 @@ func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
 				waitOutput(t, p, "waiting for the lock")
 				waiters = append(waiters, p)
 			}
-			if run := clusterLedgerRun(t, c, l.Name, id); run.Outcome != lockmodel.RunRunning || len(run.Attempts) != 1 {
+			if run := clusterLedgerRun(t, c, l.Name, id); run.Outcome != ledger.RunRunning || len(run.Attempts) != 1 {
 				t.Fatalf("while a runs, the ledger says %+v; want attempt 1 running", run)
 			}
 
@@ -157,10 +158,10 @@ func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
 				t.Fatalf("run %s not in the ledger", id)
 			}
 			run := settled.Runs[i]
-			if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 2 ||
+			if run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 2 ||
 				run.Attempts[0].Session != old.session ||
-				(run.Attempts[0].Outcome != lockmodel.RunCrashed && run.Attempts[0].Outcome != lockmodel.RunLost) ||
-				run.Attempts[1].Outcome != lockmodel.RunSucceeded || run.Attempts[1].Session != success.session ||
+				(run.Attempts[0].Outcome != ledger.RunCrashed && run.Attempts[0].Outcome != ledger.RunLost) ||
+				run.Attempts[1].Outcome != ledger.RunSucceeded || run.Attempts[1].Session != success.session ||
 				run.Attempts[1].FencingToken != success.token {
 				t.Fatalf("ledger run %+v; want attempt 1 (a) crashed or lost, attempt 2 (%s, token %d) succeeded",
 					run, success.tag, success.token)

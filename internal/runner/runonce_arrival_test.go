@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // arrivalBarrier is a proxy in front of the agent for n runners of one
@@ -102,7 +102,7 @@ func (p *arrivalBarrier) counts() (looks, creates int) {
 func TestRunOnce_runnersArrivingTogetherCreateOneSession(t *testing.T) {
 	t.Parallel()
 	const n = 5
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	p := newArrivalBarrier(t, l.Key, n)
 	procs := startMany(n, func(i int) *proc {
@@ -137,7 +137,7 @@ func TestRunOnce_runnersArrivingTogetherCreateOneSession(t *testing.T) {
 func TestRunOnce_aRunnerThatLostTheArrivalTakesOverFromACrashedHolder(t *testing.T) {
 	t.Parallel()
 	profile := fastProfile(t, time.Second)
-	l, token := declareRunOnceWith(t, lockmodel.RunOnce{Period: time.Hour}, profile)
+	l, token := declareRunOnceWith(t, ledger.RunOnce{Period: time.Hour}, profile)
 	record := filepath.Join(t.TempDir(), "record")
 	p := newArrivalBarrier(t, l.Key, 2)
 	procs := startMany(2, func(i int) *proc {
@@ -188,7 +188,7 @@ func TestRunOnce_aRunnerThatLostTheArrivalTakesOverFromACrashedHolder(t *testing
 	}
 	waiter.wait(time.Minute)
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) < 2 || run.Attempts[0].Outcome != lockmodel.RunCrashed || runs[1].attempt != "2" {
+	if len(run.Attempts) < 2 || run.Attempts[0].Outcome != ledger.RunCrashed || runs[1].attempt != "2" {
 		t.Fatalf("ledger run %+v, executions %+v; want attempt 1 crashed and the waiter's attempt 2", run, runs)
 	}
 }

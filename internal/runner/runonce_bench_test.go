@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -30,7 +31,7 @@ import (
 //	CONSUL_BIN=$PWD/bin/consul go test -run '^$' -bench RunOnceWaiterExit -benchtime 50x ./internal/runner/
 func BenchmarkRunOnceWaiterExit(b *testing.B) {
 	const waiters = 4
-	l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(b, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(b.TempDir(), "record")
 	var lat, window []time.Duration
 	i, whileWaiting := 0, 0
@@ -98,8 +99,8 @@ func waitSucceeded(b testing.TB, l lockmodel.Lock, id string) time.Time {
 			return now
 		}
 		if pair != nil {
-			if ledger, err := lockmodel.DecodeLedger(pair.Value); err == nil {
-				if i := ledger.Find(id); i >= 0 && ledger.Runs[i].Outcome == lockmodel.RunSucceeded {
+			if led, err := lockmodel.DecodeLedger(pair.Value); err == nil {
+				if i := led.Find(id); i >= 0 && led.Runs[i].Outcome == ledger.RunSucceeded {
 					return now
 				}
 			}

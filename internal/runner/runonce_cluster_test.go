@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -30,7 +31,7 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 	}
 	c := testenv.StartClusterT(t, testenv.ClusterOptions{Servers: 3, Clients: 3})
 	l := declareClusterRunOnce(t, c, lockmodel.SessionProfile{Name: "cluster-once", TTL: 10 * time.Second, LockDelay: time.Second},
-		lockmodel.Lock{Name: "cluster-once", Prefix: "jobs/cluster-once", RunOnce: &lockmodel.RunOnce{Period: time.Hour}})
+		lockmodel.Lock{Name: "cluster-once", Prefix: "jobs/cluster-once", RunOnce: &ledger.RunOnce{Period: time.Hour}})
 
 	record := filepath.Join(t.TempDir(), "record")
 	kills := 0
@@ -59,7 +60,7 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 			}
 		}
 		run := clusterLedgerRun(t, c, l.Name, id)
-		if len(ran) != 1 || run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+		if len(ran) != 1 || run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 			t.Fatalf("run %s: %d executions, ledger %+v; want one execution, recorded succeeded as attempt 1", id, len(ran), run)
 		}
 		if i%killEvery == killEvery-1 {
@@ -83,7 +84,7 @@ func longElectionAsTheCommandEnds(t *testing.T, c *testenv.Cluster, record strin
 	rule := lockmodel.NewStopRule(p, time.Second)
 	noLeader := rule.LossAfter() + 2*time.Second
 	l := declareClusterRunOnce(t, c, p, lockmodel.Lock{Name: "cluster-election", Prefix: "jobs/cluster-election",
-		RunOnce: &lockmodel.RunOnce{Period: time.Hour}})
+		RunOnce: &ledger.RunOnce{Period: time.Hour}})
 	args := []string{"-lock", l.Name, "-run-id", "election", "-grace", "1s"}
 	a := startRunAt(t, "runner a on "+c.Clients[0].Name, c.Clients[0].Addr, c.ManagementToken, args,
 		childArgs(record, "election.a", "-wait-stdin")...)
@@ -118,7 +119,7 @@ func longElectionAsTheCommandEnds(t *testing.T, c *testenv.Cluster, record strin
 		t.Fatalf("runner a exited %d, want 0:\n%s", code, a.out.String())
 	}
 	restartKilledServers(t, c)
-	if run := clusterLedgerRun(t, c, l.Name, "election"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+	if run := clusterLedgerRun(t, c, l.Name, "election"); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("after %s without a leader the ledger says %+v; want attempt 1 succeeded:\n%s", noLeader, run, a.out.String())
 	}
 	b := startRunAt(t, "runner b on "+c.Clients[1].Name, c.Clients[1].Addr, c.ManagementToken, args, childArgs(record, "election.b")...)
@@ -194,7 +195,7 @@ func restartKilledServers(t *testing.T, c *testenv.Cluster) {
 	}
 }
 
-func clusterLedgerRun(t *testing.T, c *testenv.Cluster, lock, id string) lockmodel.Run {
+func clusterLedgerRun(t *testing.T, c *testenv.Cluster, lock, id string) ledger.Run {
 	t.Helper()
 	ledger, _ := clusterLedger(t, c, lock)
 	i := ledger.Find(id)
@@ -206,7 +207,7 @@ func clusterLedgerRun(t *testing.T, c *testenv.Cluster, lock, id string) lockmod
 
 // clusterLedger reads lock's ledger consistently through the second client
 // agent, riding out an election, and decodes it.
-func clusterLedger(t *testing.T, c *testenv.Cluster, lock string) (lockmodel.Ledger, *api.KVPair) {
+func clusterLedger(t *testing.T, c *testenv.Cluster, lock string) (ledger.Ledger, *api.KVPair) {
 	t.Helper()
 	var pair *api.KVPair
 	_, err := testenv.RetryWhile(context.Background(), func(err error) bool {

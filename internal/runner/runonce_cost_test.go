@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // countingProxy forwards to the agent and records every request but the
@@ -116,7 +116,7 @@ func ledgerReads(requests []string, key string) []string {
 // watchedCopy).
 func TestRunOnce_costsOfAHandOverUseTheWatchedLedger(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin", "-exit", "1")...)
@@ -139,8 +139,8 @@ func TestRunOnce_costsOfAHandOverUseTheWatchedLedger(t *testing.T) {
 		t.Fatalf("the waiter read the ledger %d times after acquiring (%q); want none: its watch had it", len(reads), reads)
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunFailed || run.Attempts[1].Outcome != lockmodel.RunSucceeded ||
-		run.Outcome != lockmodel.RunSucceeded {
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != ledger.RunFailed || run.Attempts[1].Outcome != ledger.RunSucceeded ||
+		run.Outcome != ledger.RunSucceeded {
 		t.Fatalf("ledger run r1: %+v; want attempt 1 failed, attempt 2 succeeded", run)
 	}
 	if runs := readRuns(t, record); len(runs) != 2 || runs[1].tag != "b" || runs[1].attempt != "2" {
@@ -157,7 +157,7 @@ func TestRunOnce_costsOfAHandOverUseTheWatchedLedger(t *testing.T) {
 // the ledger says attempt 1 failed, attempt 2 succeeded.
 func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin", "-exit", "1")...)
@@ -185,7 +185,7 @@ func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) 
 		t.Fatalf("the waiter read the ledger %d times and sent %d transactions; want 1 read and 3 (lock, attempt, outcome and release): a stale copy's check-and-set was refused", len(reads), len(txns))
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != lockmodel.RunFailed || run.Attempts[1].Outcome != lockmodel.RunSucceeded {
+	if len(run.Attempts) != 2 || run.Attempts[0].Outcome != ledger.RunFailed || run.Attempts[1].Outcome != ledger.RunSucceeded {
 		t.Fatalf("ledger run r1: %+v; want attempt 1 failed, attempt 2 succeeded", run)
 	}
 }
@@ -197,7 +197,7 @@ func TestRunOnce_aWatchedLedgerOlderThanTheAcquisitionIsReadAgain(t *testing.T) 
 // run the job.
 func TestRunOnce_aWaiterThatLearnsOfTheSuccessWritesNothing(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
@@ -232,7 +232,7 @@ func TestRunOnce_aWaiterThatLearnsOfTheSuccessWritesNothing(t *testing.T) {
 // index after an error.
 func TestRunOnce_aWaitersFailedLedgerReadIsFollowedByOneFromIndex0(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
@@ -283,7 +283,7 @@ func TestRunOnce_aWaitersFailedLedgerReadIsFollowedByOneFromIndex0(t *testing.T)
 // next race (a lock op and a release more) or released a key it never
 // held (one more).
 func TestRunOnce_aRunnerThatLosesTheRaceWaitsWithoutItsSession(t *testing.T) {
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	var (

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -47,7 +48,7 @@ func TestRunOnce_outcomeIsRecordedAfterACompleteOutageLongerThanTheStopRule(t *t
 	if !rule.Feasible() || outage >= lockmodel.SessionTTLMultiplier*p.TTL-5*time.Second {
 		t.Fatalf("test profile: loss after %s, outage %s, ttl %s: %s", rule.LossAfter(), outage, p.TTL, rule.Verdict())
 	}
-	l, token := declareRunOnceWith(t, lockmodel.RunOnce{Period: time.Hour}, p)
+	l, token := declareRunOnceWith(t, ledger.RunOnce{Period: time.Hour}, p)
 	record := filepath.Join(t.TempDir(), "record")
 	link := newLink(t, "127.0.0.1:0")
 	args := []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"}
@@ -68,7 +69,7 @@ func TestRunOnce_outcomeIsRecordedAfterACompleteOutageLongerThanTheStopRule(t *t
 		t.Fatalf("the loss judge did not fire during the %s outage (loss after %s):\n%s", outage, rule.LossAfter(), out)
 	}
 	run := ledgerRun(t, l, "r1")
-	if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+	if run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("after a %s outage the ledger says %+v; want attempt 1 succeeded:\n%s", outage, run, out)
 	}
 	b := startRun(t, "runner b", token, args, childArgs(record, "b")...)
@@ -106,7 +107,7 @@ func healDropping(t testing.TB, link *testenv.Link) *testenv.Link {
 // its command's 0: its scheduler must not take the run for a success.
 func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	proxy := newOutageProxy(t, failsTxn)
 	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
@@ -114,14 +115,14 @@ func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
 	proxy.failing.Store(true)
 	a.closeStdin()
 	waitOutput(t, a, "cannot record the run's outcome yet")
-	ledger, pair := readLedger(t, l)
-	i := ledger.Find("r1")
-	if i < 0 || len(ledger.Runs[i].Attempts) != 1 {
-		t.Fatalf("ledger %+v; want run r1 with attempt 1", ledger)
+	led, pair := readLedger(t, l)
+	i := led.Find("r1")
+	if i < 0 || len(led.Runs[i].Attempts) != 1 {
+		t.Fatalf("ledger %+v; want run r1 with attempt 1", led)
 	}
-	run := &ledger.Runs[i]
-	run.Attempts[0].Outcome, run.Attempts[0].Finished, run.Outcome = lockmodel.RunCrashed, time.Now(), lockmodel.RunCrashed
-	value, err := lockmodel.EncodeLedger(ledger)
+	run := &led.Runs[i]
+	run.Attempts[0].Outcome, run.Attempts[0].Finished, run.Outcome = ledger.RunCrashed, time.Now(), ledger.RunCrashed
+	value, err := lockmodel.EncodeLedger(led)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
 // a fresh read instead of dropping the outcome.
 func TestRunOnce_theCheckAndSetAfterALossIsTriedAgain(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	var txnFailing atomic.Bool
 	var casFailures atomic.Int32
@@ -170,7 +171,7 @@ func TestRunOnce_theCheckAndSetAfterALossIsTriedAgain(t *testing.T) {
 	if casFailures.Load() > 0 {
 		t.Fatalf("the check-and-set after the loss was not refused once (%d left):\n%s", casFailures.Load(), a.out.String())
 	}
-	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded {
+	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunSucceeded {
 		t.Fatalf("after a lost fence and one failed check-and-set the ledger says %+v; want attempt 1 succeeded:\n%s", run, a.out.String())
 	}
 }
@@ -184,7 +185,7 @@ func TestRunOnce_theCheckAndSetAfterALossIsTriedAgain(t *testing.T) {
 // the runner exited 125 and the next holder recorded attempt 1 crashed).
 func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	const outage = 9 * time.Second
 	var (
@@ -224,7 +225,7 @@ func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing
 	if len(runs) != 1 || runs[0].attempt != "1" {
 		t.Fatalf("executions %+v; want one, as attempt 1", runs)
 	}
-	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("the ledger says %+v; want attempt 1 succeeded", run)
 	}
 }
@@ -234,7 +235,7 @@ func TestRunOnce_aLostAnswerToTheStartIsSettledBeforeTheAttemptCounts(t *testing
 // ledger keeps the outcome of the runs it prunes.
 func TestRunOnce_aPrunedRunThatSucceededIsNotRunAgain(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, Keep: 1})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, Keep: 1})
 	record := filepath.Join(t.TempDir(), "record")
 	for i, id := range []string{"r1", "r2", "r1"} {
 		p := startRun(t, fmt.Sprintf("runner %d", i+1), token, []string{"-lock", l.Name, "-run-id", id}, childArgs(record, fmt.Sprint(i+1))...)
@@ -245,9 +246,9 @@ func TestRunOnce_aPrunedRunThatSucceededIsNotRunAgain(t *testing.T) {
 	if runs := readRuns(t, record); len(runs) != 2 {
 		t.Fatalf("%d executions, want 2 (r1 and r2; r1 triggered again after it was pruned is not run): %+v", len(runs), runs)
 	}
-	if ledger, _ := readLedger(t, l); len(ledger.Runs) != 1 || ledger.Runs[0].ID != "r2" ||
-		!slices.Equal(ledger.Pruned, []lockmodel.PrunedRun{{ID: "r1", Outcome: lockmodel.RunSucceeded}}) {
-		t.Fatalf("ledger %+v; want r2 kept and r1 pruned as succeeded", ledger)
+	if led, _ := readLedger(t, l); len(led.Runs) != 1 || led.Runs[0].ID != "r2" ||
+		!slices.Equal(led.Pruned, []ledger.PrunedRun{{ID: "r1", Outcome: ledger.RunSucceeded}}) {
+		t.Fatalf("ledger %+v; want r2 kept and r1 pruned as succeeded", led)
 	}
 }
 
@@ -268,7 +269,7 @@ func BenchmarkOutcomeWaitAfterAPermanentOutage(b *testing.B) {
 	bound := lockmodel.OutcomeWait(p.TTL, p.LockDelay) + 2*lockproto.CleanupTimeout
 	var worst time.Duration
 	for i := 0; i < b.N; i++ {
-		l, token := declareRunOnceWith(b, lockmodel.RunOnce{Period: time.Hour}, p)
+		l, token := declareRunOnceWith(b, ledger.RunOnce{Period: time.Hour}, p)
 		record := filepath.Join(b.TempDir(), "record")
 		link := newLink(b, "127.0.0.1:0")
 		a := startRunAt(b, "runner a", link.Addr(), token, []string{"-lock", l.Name, "-run-id", "r1", "-grace", "1s"},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -25,13 +26,13 @@ import (
 // declareRunOnce declares a run-once lock under a fresh prefix with the
 // fast profile (lock-delay 1s) and returns it with a worker token: the
 // runner's rules plus key write on the lock's ledger only.
-func declareRunOnce(t testing.TB, ro lockmodel.RunOnce) (lockmodel.Lock, string) {
+func declareRunOnce(t testing.TB, ro ledger.RunOnce) (lockmodel.Lock, string) {
 	t.Helper()
 	return declareRunOnceWith(t, ro, fastProfile(t, time.Second))
 }
 
 // declareRunOnceWith is declareRunOnce with session profile p.
-func declareRunOnceWith(t testing.TB, ro lockmodel.RunOnce, p *lockmodel.SessionProfile) (lockmodel.Lock, string) {
+func declareRunOnceWith(t testing.TB, ro ledger.RunOnce, p *lockmodel.SessionProfile) (lockmodel.Lock, string) {
 	t.Helper()
 	prefix := testenv.UniquePrefix(t.Name())
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, RunOnce: &ro}, p)
@@ -53,31 +54,31 @@ func ledgerKey(l lockmodel.Lock) string {
 
 // readLedger reads the lock's ledger consistently; ok is false when there
 // is none.
-func readLedger(t testing.TB, l lockmodel.Lock) (lockmodel.Ledger, *api.KVPair) {
+func readLedger(t testing.TB, l lockmodel.Lock) (ledger.Ledger, *api.KVPair) {
 	t.Helper()
 	pair, _, err := agent.Client().KV().Get(ledgerKey(l), &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pair == nil {
-		return lockmodel.Ledger{}, nil
+		return ledger.Ledger{}, nil
 	}
-	ledger, err := lockmodel.DecodeLedger(pair.Value)
+	led, err := lockmodel.DecodeLedger(pair.Value)
 	if err != nil {
 		t.Fatalf("ledger: %v", err)
 	}
-	return ledger, pair
+	return led, pair
 }
 
 // ledgerRun is run id of the ledger; it fails the test when it is absent.
-func ledgerRun(t testing.TB, l lockmodel.Lock, id string) lockmodel.Run {
+func ledgerRun(t testing.TB, l lockmodel.Lock, id string) ledger.Run {
 	t.Helper()
-	ledger, _ := readLedger(t, l)
-	i := ledger.Find(id)
+	led, _ := readLedger(t, l)
+	i := led.Find(id)
 	if i < 0 {
-		t.Fatalf("run %q is not in the ledger: %+v", id, ledger)
+		t.Fatalf("run %q is not in the ledger: %+v", id, led)
 	}
-	return ledger.Runs[i]
+	return led.Runs[i]
 }
 
 func runIDCount() int {
@@ -94,7 +95,7 @@ func runIDCount() int {
 // ran it, and no command runs after a success was recorded.
 func TestRunOnce_runnersTriggeredTogetherRunEachRunIDOnce(t *testing.T) {
 	const n = 5
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	ids := runIDCount()
 	for i := range ids {
@@ -127,7 +128,7 @@ func TestRunOnce_runnersTriggeredTogetherRunEachRunIDOnce(t *testing.T) {
 		if len(ran) != 1 || ran[0].attempt != "1" || !ran[0].ended {
 			t.Fatalf("run %s: %d executions (%+v), want exactly one, attempt 1", id, len(ran), ran)
 		}
-		if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 || run.Attempts[0].FencingToken != ran[0].token ||
+		if run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 || run.Attempts[0].FencingToken != ran[0].token ||
 			run.Attempts[0].Session != ran[0].session {
 			t.Fatalf("run %s in the ledger: %+v; want one succeeded attempt with the execution's token %d", id, run, ran[0].token)
 		}
@@ -139,9 +140,9 @@ func TestRunOnce_runnersTriggeredTogetherRunEachRunIDOnce(t *testing.T) {
 	if maxConcurrent(runs) != 1 {
 		t.Fatalf("up to %d commands ran at once", maxConcurrent(runs))
 	}
-	ledger, _ := readLedger(t, l)
-	if len(ledger.Runs) != lockmodel.DefaultRunKeep {
-		t.Fatalf("the ledger keeps %d runs, want keep's default %d", len(ledger.Runs), lockmodel.DefaultRunKeep)
+	led, _ := readLedger(t, l)
+	if len(led.Runs) != ledger.DefaultRunKeep {
+		t.Fatalf("the ledger keeps %d runs, want keep's default %d", len(led.Runs), ledger.DefaultRunKeep)
 	}
 	t.Logf("MEASURED %d run IDs x %d runners triggered together: %d executions, %d runners skipped after a recorded success",
 		ids, n, len(runs), ids*(n-1))
@@ -151,9 +152,9 @@ func TestRunOnce_runnersTriggeredTogetherRunEachRunIDOnce(t *testing.T) {
 // start (RunSlot): three runners triggered together run the command once.
 func TestRunOnce_runIDIsThePeriodSlotWithoutRunID(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: 24 * time.Hour, Offset: 12 * time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: 24 * time.Hour, Offset: 12 * time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
-	before, _ := lockmodel.RunSlot(time.Now(), 24*time.Hour, 12*time.Hour)
+	before, _ := ledger.RunSlot(time.Now(), 24*time.Hour, 12*time.Hour)
 	var procs []*proc
 	for _, tag := range []string{"a", "b", "c"} {
 		procs = append(procs, startRun(t, "runner "+tag, token, []string{"-lock", l.Name}, childArgs(record, tag, "-sleep", "50ms")...))
@@ -163,12 +164,12 @@ func TestRunOnce_runIDIsThePeriodSlotWithoutRunID(t *testing.T) {
 			t.Fatalf("%s exited %d, want 0", p.name, code)
 		}
 	}
-	after, _ := lockmodel.RunSlot(time.Now(), 24*time.Hour, 12*time.Hour)
+	after, _ := ledger.RunSlot(time.Now(), 24*time.Hour, 12*time.Hour)
 	runs := readRuns(t, record)
 	if len(runs) != 1 || (runs[0].runID != before && runs[0].runID != after) {
 		t.Fatalf("executions %+v; want one, with %s=%s", runs, EnvRunID, before)
 	}
-	if run := ledgerRun(t, l, runs[0].runID); run.Outcome != lockmodel.RunSucceeded {
+	if run := ledgerRun(t, l, runs[0].runID); run.Outcome != ledger.RunSucceeded {
 		t.Fatalf("ledger run %+v", run)
 	}
 }
@@ -177,14 +178,14 @@ func TestRunOnce_runIDIsThePeriodSlotWithoutRunID(t *testing.T) {
 // "running"; the next holder records it crashed and runs attempt 2.
 func TestRunOnce_holderKilledMidRunIsRecordedCrashedAndRetried(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
 	waitStarted(t, record, "a")
 	b := startRun(t, "runner b", token, args, childArgs(record, "b", "-sleep", "50ms")...)
 	waitOutput(t, b, "holder_session=") // waiting, without a session
-	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunRunning || len(run.Attempts) != 1 {
+	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunRunning || len(run.Attempts) != 1 {
 		t.Fatalf("while a runs, the ledger says %+v; want attempt 1 running", run)
 	}
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -204,9 +205,9 @@ func TestRunOnce_holderKilledMidRunIsRecordedCrashedAndRetried(t *testing.T) {
 		t.Fatalf("executions %+v; want b as attempt 2", runs)
 	}
 	run := ledgerRun(t, l, "r1")
-	if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 2 ||
-		run.Attempts[0].Outcome != lockmodel.RunCrashed || run.Attempts[0].Session != runs[0].session ||
-		run.Attempts[1].Outcome != lockmodel.RunSucceeded || run.Attempts[1].Session != runs[1].session {
+	if run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 2 ||
+		run.Attempts[0].Outcome != ledger.RunCrashed || run.Attempts[0].Session != runs[0].session ||
+		run.Attempts[1].Outcome != ledger.RunSucceeded || run.Attempts[1].Session != runs[1].session {
 		t.Fatalf("ledger run %+v; want attempt 1 crashed (a), attempt 2 succeeded (b)", run)
 	}
 }
@@ -216,7 +217,7 @@ func TestRunOnce_holderKilledMidRunIsRecordedCrashedAndRetried(t *testing.T) {
 // session no longer holding the lock); the next runner runs attempt 2.
 func TestRunOnce_lostAttemptIsRecordedLostAndRetried(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-sleep", "5m")...)
@@ -228,14 +229,14 @@ func TestRunOnce_lostAttemptIsRecordedLostAndRetried(t *testing.T) {
 		t.Fatalf("runner a exited %d, want %d", code, ExitLockLost)
 	}
 	run := ledgerRun(t, l, "r1")
-	if len(run.Attempts) != 1 || run.Attempts[0].Outcome != lockmodel.RunLost || run.Outcome != lockmodel.RunLost {
+	if len(run.Attempts) != 1 || run.Attempts[0].Outcome != ledger.RunLost || run.Outcome != ledger.RunLost {
 		t.Fatalf("ledger run %+v; want attempt 1 lost", run)
 	}
 	b := startRun(t, "runner b", token, args, childArgs(record, "b", "-sleep", "50ms")...)
 	if code := b.wait(time.Minute); code != 0 {
 		t.Fatalf("runner b exited %d, want 0", code)
 	}
-	if run := ledgerRun(t, l, "r1"); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 2 {
+	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 2 {
 		t.Fatalf("ledger run %+v; want attempt 2 succeeded", run)
 	}
 }
@@ -245,10 +246,10 @@ func TestRunOnce_lostAttemptIsRecordedLostAndRetried(t *testing.T) {
 // writes nothing more.
 func TestRunOnce_maxAttemptsReachedExits121WithoutRunning(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 2})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour, MaxAttempts: 2})
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
-	for i, want := range []int{3, 3, lockmodel.ExitRunExhausted} {
+	for i, want := range []int{3, 3, ledger.ExitRunExhausted} {
 		p := startRun(t, fmt.Sprintf("runner %d", i), token, args, childArgs(record, strconv.Itoa(i), "-exit", "3")...)
 		if code := p.wait(time.Minute); code != want {
 			t.Fatalf("runner %d exited %d, want %d:\n%s", i, code, want, p.out.String())
@@ -258,14 +259,14 @@ func TestRunOnce_maxAttemptsReachedExits121WithoutRunning(t *testing.T) {
 		t.Fatalf("%d executions, want 2 (max_attempts)", len(runs))
 	}
 	run := ledgerRun(t, l, "r1")
-	if run.Outcome != lockmodel.RunExhausted || len(run.Attempts) != 2 || run.Attempts[1].Outcome != lockmodel.RunFailed ||
+	if run.Outcome != ledger.RunExhausted || len(run.Attempts) != 2 || run.Attempts[1].Outcome != ledger.RunFailed ||
 		run.Attempts[1].ExitCode == nil || *run.Attempts[1].ExitCode != 3 {
 		t.Fatalf("ledger run %+v; want exhausted after 2 failed attempts (exit 3)", run)
 	}
 	_, before := readLedger(t, l)
 	p := startRun(t, "runner after", token, args, childArgs(record, "after")...)
-	if code := p.wait(time.Minute); code != lockmodel.ExitRunExhausted {
-		t.Fatalf("runner after exited %d, want %d", code, lockmodel.ExitRunExhausted)
+	if code := p.wait(time.Minute); code != ledger.ExitRunExhausted {
+		t.Fatalf("runner after exited %d, want %d", code, ledger.ExitRunExhausted)
 	}
 	if !strings.Contains(p.out.String(), "run used up its attempts") {
 		t.Fatalf("runner after does not say why:\n%s", p.out.String())
@@ -283,7 +284,7 @@ func TestRunOnce_maxAttemptsReachedExits121WithoutRunning(t *testing.T) {
 // itself, where a waiter may also acquire the released lock first).
 func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	holder := startRun(t, "holder of another run", token, []string{"-lock", l.Name, "-run-id", "other"}, childArgs(record, "holder", "-wait-stdin")...)
 	waitStarted(t, record, "holder")
@@ -293,19 +294,19 @@ func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 	waitOutput(t, b, "holder_session=")
 	waitOutput(t, c, "holder_session=")
 
-	ledger, pair := readLedger(t, l)
+	led, pair := readLedger(t, l)
 	finished := time.Now().UTC()
-	ledger.Runs = append(ledger.Runs, lockmodel.Run{ID: "r1", Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{{
+	led.Runs = append(led.Runs, ledger.Run{ID: "r1", Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{{
 		Number: 1, Node: "node-that-ran-it", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
-		Started: finished.Add(-time.Second), Finished: finished, ExitCode: new(int), Outcome: lockmodel.RunSucceeded}}})
-	value, err := lockmodel.EncodeLedger(ledger)
+		Started: finished.Add(-time.Second), Finished: finished, ExitCode: new(int), Outcome: ledger.RunSucceeded}}})
+	value, err := lockmodel.EncodeLedger(led)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ok, _, err := agent.Client().KV().CAS(&api.KVPair{Key: ledgerKey(l), Value: value, ModifyIndex: pair.ModifyIndex}, nil); err != nil || !ok {
 		t.Fatalf("write the success: ok=%v err=%v", ok, err)
 	}
-	for p, want := range map[*proc]int{b: lockmodel.ExitRunAlreadySucceededDistinct, c: 0} {
+	for p, want := range map[*proc]int{b: ledger.ExitRunAlreadySucceededDistinct, c: 0} {
 		if code := p.wait(time.Minute); code != want {
 			t.Fatalf("%s exited %d, want %d:\n%s", p.name, code, want, p.out.String())
 		}
@@ -332,11 +333,11 @@ func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 // nothing written.
 func TestRunOnce_corruptLedgerIsAnErrorAndNothingRuns(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
-	good, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: l.Name, Runs: []lockmodel.Run{{ID: "r0", Outcome: lockmodel.RunSucceeded,
-		Attempts: []lockmodel.Attempt{{Number: 1, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7, Started: time.Now(), Finished: time.Now(),
-			ExitCode: new(int), Outcome: lockmodel.RunSucceeded}}}}})
+	good, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{ID: "r0", Outcome: ledger.RunSucceeded,
+		Attempts: []ledger.Attempt{{Number: 1, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7, Started: time.Now(), Finished: time.Now(),
+			ExitCode: new(int), Outcome: ledger.RunSucceeded}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,7 @@ session %q { policy = "write" }
 	if code := p.wait(time.Minute); code != 0 {
 		t.Fatalf("plain lock with -run-id exited %d:\n%s", code, p.out.String())
 	}
-	if !strings.Contains(p.out.String(), "max_attempts=3") || ledgerRun(t, plain, "r1").Outcome != lockmodel.RunSucceeded {
+	if !strings.Contains(p.out.String(), "max_attempts=3") || ledgerRun(t, plain, "r1").Outcome != ledger.RunSucceeded {
 		t.Fatalf("plain lock with -run-id: no run recorded with the default max_attempts:\n%s", p.out.String())
 	}
 
@@ -454,7 +455,7 @@ func newOutageProxy(t *testing.T, fails func(*http.Request) bool) *outageProxy {
 // attempt running, record it crashed and run the command a second time).
 func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
 	t.Parallel()
-	l, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(t.TempDir(), "record")
 	proxy := newOutageProxy(t, failsTxn)
 	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
@@ -469,7 +470,7 @@ func TestRunOnce_outcomeIsRecordedAfterATransactionOutage(t *testing.T) {
 		t.Fatalf("runner a exited %d:\n%s", code, a.out.String())
 	}
 	run := ledgerRun(t, l, "r1")
-	if run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+	if run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("after a %s transaction outage (%d transactions refused) the ledger says %+v; want attempt 1 succeeded",
 			outage, proxy.failed.Load(), run)
 	}
@@ -492,7 +493,7 @@ func TestRunOnce_waiterLostAtAcquisitionAfterTheSuccessExits0(t *testing.T) {
 	t.Parallel()
 	// A queued waiter: it waits with its session (one that races waits
 	// without one, and learns of the success before any acquisition).
-	l, token := declareWithWaiters(t, lockmodel.WaitersQueue, &lockmodel.RunOnce{Period: time.Hour}, fastProfile(t, time.Second), false)
+	l, token := declareWithWaiters(t, lockmodel.WaitersQueue, &ledger.RunOnce{Period: time.Hour}, fastProfile(t, time.Second), false)
 	record := filepath.Join(t.TempDir(), "record")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
 	a := startRun(t, "runner a", token, args, childArgs(record, "a", "-wait-stdin")...)
@@ -529,7 +530,7 @@ func TestRunOnce_waiterLostAtAcquisitionAfterTheSuccessExits0(t *testing.T) {
 // acquisition (issue 37). Renewals are left out.
 func TestRunOnce_costsAtMostTwoWritesBeyondAPlainRun(t *testing.T) {
 	t.Parallel()
-	once, token := declareRunOnce(t, lockmodel.RunOnce{Period: time.Hour})
+	once, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
 	prefix := testenv.UniquePrefix(t.Name())
 	plainLock := declare(t, lockmodel.Lock{Name: uniqueName(t, "plain"), Prefix: prefix}, fastProfile(t, time.Second))
 	plainToken := runnerToken(t, prefix)
@@ -577,7 +578,7 @@ func startRunAtClock(t testing.TB, name, token string, offset time.Duration, arg
 // else, and is no longer listed.
 func TestRunOnce_scheduleSlotRunsOnceAndStartingDeadlineSkipsLateRunners(t *testing.T) {
 	t.Parallel()
-	ro := lockmodel.RunOnce{Schedule: "0 * * * *", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute}
+	ro := ledger.RunOnce{Schedule: "0 * * * *", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute}
 	sched, err := ro.ParsedSchedule()
 	if err != nil {
 		t.Fatal(err)
@@ -614,19 +615,19 @@ func TestRunOnce_scheduleSlotRunsOnceAndStartingDeadlineSkipsLateRunners(t *test
 	if len(runs) != 1 || runs[0].runID != id || runs[0].scheduled != id || !strings.HasPrefix(runs[0].tag, "on-time.") {
 		t.Fatalf("executions %+v; want one, of the on-time batch, with %s=%s=%s", runs, EnvRunID, EnvScheduledTime, id)
 	}
-	if run := ledgerRun(t, l, id); run.Outcome != lockmodel.RunSucceeded || len(run.Attempts) != 1 {
+	if run := ledgerRun(t, l, id); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
 		t.Fatalf("ledger run %+v", run)
 	}
 
 	late := startRunAtClock(t, "late", token, prevSlot.Add(11*time.Minute).Sub(now), []string{"-lock", l.Name}, childArgs(record, "late")...)
-	if code := late.wait(60 * time.Second); code != lockmodel.ExitRunPastDeadline {
-		t.Fatalf("late runner exited %d, want %d:\n%s", code, lockmodel.ExitRunPastDeadline, late.out.String())
+	if code := late.wait(60 * time.Second); code != ledger.ExitRunPastDeadline {
+		t.Fatalf("late runner exited %d, want %d:\n%s", code, ledger.ExitRunPastDeadline, late.out.String())
 	}
 	if out := late.out.String(); !strings.Contains(out, "started past run_once.starting_deadline") || !strings.Contains(out, prevID) {
 		t.Fatalf("late runner's log does not say why or which slot:\n%s", out)
 	}
-	if ledger, _ := readLedger(t, l); ledger.Find(prevID) >= 0 || len(readRuns(t, record)) != 1 {
-		t.Fatalf("the late runner ran or recorded slot %s: %+v", prevID, ledger)
+	if led, _ := readLedger(t, l); led.Find(prevID) >= 0 || len(readRuns(t, record)) != 1 {
+		t.Fatalf("the late runner ran or recorded slot %s: %+v", prevID, led)
 	}
 
 	if out := status(); !strings.Contains(out, "Missed slots") || !strings.Contains(out, "  "+prevID+"\n") {

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -32,7 +33,7 @@ import (
 // releasing without the outcome would make the next holder run a command
 // that succeeded again. Then the outcome is recorded with a
 // check-and-set within the lock-delay that follows (recordAfterLoss).
-func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome lockmodel.RunOutcome, exitCode *int) (released, recorded bool) {
+func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome ledger.RunOutcome, exitCode *int) (released, recorded bool) {
 	run := r.once
 	log := r.log.With("run_id", run.id, "attempt", run.attempt, "outcome", string(outcome))
 	dl := lockmodel.NewOutcomeDeadlines(r.profile.TTL, r.profile.LockDelay, h.LastContact(), time.Now())
@@ -102,7 +103,7 @@ func retryable(err error) bool {
 // an answer lost, is tried again on a fresh read until deadline: a next
 // holder acquires only after the lock-delay that follows the session's
 // end. It reports whether the outcome is recorded.
-func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome lockmodel.RunOutcome, exitCode *int, reason string, deadline time.Time) bool {
+func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome ledger.RunOutcome, exitCode *int, reason string, deadline time.Time) bool {
 	run := r.once
 	for changed, failures := 0, 0; changed < ledgerTries; {
 		if failures > 0 {
@@ -171,7 +172,7 @@ func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) {
 
 // attemptOutcome is the outcome ledger l records for attempt n of run id
 // ("" when it has none).
-func attemptOutcome(l lockmodel.Ledger, id string, n int) lockmodel.RunOutcome {
+func attemptOutcome(l ledger.Ledger, id string, n int) ledger.RunOutcome {
 	if i := l.Find(id); i >= 0 {
 		for _, a := range l.Runs[i].Attempts {
 			if a.Number == n {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // A slot has one identity (issue 44), tried with real runners on a
@@ -28,7 +28,7 @@ import (
 //   - a slot before the lock's declaration is never run, derived or given.
 func TestRunOnce_aSlotHasOneIdentity(t *testing.T) {
 	t.Parallel()
-	ro := lockmodel.RunOnce{Schedule: "* * * * *", TimeZone: "Europe/Berlin", StartingDeadline: 30 * time.Second}
+	ro := ledger.RunOnce{Schedule: "* * * * *", TimeZone: "Europe/Berlin", StartingDeadline: 30 * time.Second}
 	sched, err := ro.ParsedSchedule()
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestRunOnce_aSlotHasOneIdentity(t *testing.T) {
 	run("late-done", s.Add(45*time.Second), doneCode)
 	unbegun := s.Add(time.Minute)
 	hook := filepath.Join(t.TempDir(), "hook")
-	late := run("late-unbegun", unbegun.Add(45*time.Second), lockmodel.ExitRunPastDeadline, "-on-outcome", hookRecorder(hook))
+	late := run("late-unbegun", unbegun.Add(45*time.Second), ledger.ExitRunPastDeadline, "-on-outcome", hookRecorder(hook))
 	requireNotStartedHook(t, hook, HookMissed, id(unbegun))
 	if out := late.out.String(); !strings.Contains(out, "started past run_once.starting_deadline") || !strings.Contains(out, id(unbegun)) {
 		t.Errorf("the late runner's log does not say why or which slot:\n%s", late.out.String())
@@ -153,7 +153,7 @@ func TestRunOnce_aSlotHasOneIdentity(t *testing.T) {
 
 	// Before the declaration (Since, an hour before S): never run.
 	old := s.Add(-2 * time.Hour)
-	before := run("before-declaration", old.Add(5*time.Second), lockmodel.ExitRunPastDeadline)
+	before := run("before-declaration", old.Add(5*time.Second), ledger.ExitRunPastDeadline)
 	if !strings.Contains(before.out.String(), "precedes the declaration") {
 		t.Errorf("the runner's log does not say the slot precedes the declaration:\n%s", before.out.String())
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -324,7 +325,7 @@ func (r *runner) unlock(ctx context.Context, h *lockproto.Hold) {
 }
 
 // outcome is the outcome of this holder's attempt (decideOutcome).
-func (s *supervisor) outcome(code int) (lockmodel.RunOutcome, *int) {
+func (s *supervisor) outcome(code int) (ledger.RunOutcome, *int) {
 	stop := s.stop
 	if s.ch == nil && s.lossWhy != "" {
 		stop = stopLoss // lost after the attempt was recorded, before the command started
@@ -619,7 +620,7 @@ func (s *supervisor) abortDeciding(code int) {
 // leaves without acquiring.
 func (s *supervisor) onLedger(d runDone) (int, bool) {
 	s.ledgerDone = nil
-	if d.kind == lockmodel.BeginWait {
+	if d.kind == ledger.BeginWait {
 		return s.retryWait(d.run.NotBefore, "while waiting for the lock")
 	}
 	return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true
@@ -631,7 +632,7 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	s.decided = nil
 	s.stopDecide()
 	run, log := s.r.once, s.r.log
-	if d.err == nil && d.begin.Kind == lockmodel.BeginRun {
+	if d.err == nil && d.begin.Kind == ledger.BeginRun {
 		run.attempt, run.ledger, run.index = d.begin.Attempt, d.ledger, d.index
 	}
 	switch {
@@ -648,11 +649,11 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	case d.begin.Pruned:
 		log.Info("the run was pruned from the run ledger; the ledger keeps its outcome only", "run_id", run.id, "outcome", d.begin.Kind.String())
 		return s.r.reportDone(d.begin.Kind, nil, "after acquiring the lock"), true
-	case d.begin.Kind == lockmodel.BeginAlreadySucceeded:
-		return s.r.reportDone(d.begin.Kind, []lockmodel.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
-	case d.begin.Kind == lockmodel.BeginExhausted || d.begin.Kind == lockmodel.BeginSuperseded:
+	case d.begin.Kind == ledger.BeginAlreadySucceeded:
+		return s.r.reportDone(d.begin.Kind, []ledger.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
+	case d.begin.Kind == ledger.BeginExhausted || d.begin.Kind == ledger.BeginSuperseded:
 		return s.r.reportDone(d.begin.Kind, d.begin.Attempts, "after acquiring the lock"), true
-	case d.begin.Kind == lockmodel.BeginWait:
+	case d.begin.Kind == ledger.BeginWait:
 		return s.retryWait(d.begin.NotBefore, "after acquiring the lock")
 	}
 	log.Info("run attempt recorded; starting the command", "run_id", run.id, "attempt", run.attempt, "max_attempts", run.maxAttempts)
@@ -667,7 +668,7 @@ func (s *supervisor) lostAtOnce(ctx context.Context, lost *lockproto.LostError) 
 	select {
 	case d := <-s.ledgerDone:
 		s.ledgerDone = nil
-		if d.kind == lockmodel.BeginWait {
+		if d.kind == ledger.BeginWait {
 			return s.retryWait(d.run.NotBefore, "while waiting for the lock")
 		}
 		return s.r.reportDone(d.kind, d.run.Attempts, "while waiting for the lock"), true

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
@@ -61,7 +62,7 @@ func TestStartErrorExitCode(t *testing.T) {
 func TestExitCodesAreDistinct(t *testing.T) {
 	codes := []int{ExitOK, ExitUsage, ExitOutcomeNotRecorded, ExitLockLost, ExitTimeout, ExitSetup, ExitCannotExecute, ExitNotFound,
 		signalExitCode(syscall.SIGINT), signalExitCode(syscall.SIGTERM),
-		lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct, lockmodel.ExitRunPastDeadline, ExitMaxRuntime}
+		ledger.ExitRunExhausted, ledger.ExitRunAlreadySucceededDistinct, ledger.ExitRunPastDeadline, ExitMaxRuntime}
 	if got := slices.Compact(slices.Sorted(slices.Values(codes))); len(got) != len(codes) {
 		t.Fatalf("exit codes collide: %v", codes)
 	}

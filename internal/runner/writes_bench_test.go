@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -118,7 +118,7 @@ type writesSubject struct{ name, metric, bin string }
 // writesRun triggers n runners of s together on a fresh run-once lock,
 // then n more after the success (late arrivals), and measures both.
 func writesRun(b *testing.B, admin *api.Client, s writesSubject, n, run int) writesOne {
-	l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(b, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(b.TempDir(), "record")
 	id := fmt.Sprintf("n%d-%d", n, run)
 	var t0 time.Time
@@ -144,7 +144,7 @@ func writesRun(b *testing.B, admin *api.Client, s writesSubject, n, run int) wri
 // consulLockWrites runs n `consul lock` on one key together: it runs the
 // command once per node, one after the other.
 func consulLockWrites(b *testing.B, admin *api.Client, n int) burstResult {
-	l, _ := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	l, _ := declareRunOnce(b, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(b.TempDir(), "consul-lock")
 	return countWrites(b, admin, func() []*proc {
 		return startMany(n, func(i int) *proc {
@@ -159,7 +159,7 @@ func consulLockWrites(b *testing.B, admin *api.Client, n int) burstResult {
 // create its session): what the random wait adds to, without the
 // process's start.
 func startAlone(b *testing.B, s writesSubject) (start, toSession time.Duration) {
-	l, token := declareRunOnce(b, lockmodel.RunOnce{Period: time.Hour})
+	l, token := declareRunOnce(b, ledger.RunOnce{Period: time.Hour})
 	record := filepath.Join(b.TempDir(), "record")
 	t0 := time.Now()
 	p := startRunnerBin(b, s.bin, s.name+" alone", agent.Addr, token, []string{"-lock", l.Name, "-run-id", "alone"}, childArgs(record, "alone")...)

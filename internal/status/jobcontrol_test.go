@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -15,12 +16,12 @@ import (
 func TestStatusShowsNotBeforeAndKeptOutput(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
-	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, RetryAfter: time.Minute}}, false)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, RetryAfter: time.Minute}}, false)
 	t0 := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
 	exit := 137
-	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{{ID: "2026-12-01T00:00:00Z", Outcome: lockmodel.RunTimedOut,
-		NotBefore: t0.Add(2 * time.Minute), Attempts: []lockmodel.Attempt{{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7",
-			FencingToken: 40, Started: t0, Finished: t0.Add(time.Minute), ExitCode: &exit, Outcome: lockmodel.RunTimedOut,
+	ledger := ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{{ID: "2026-12-01T00:00:00Z", Outcome: ledger.RunTimedOut,
+		NotBefore: t0.Add(2 * time.Minute), Attempts: []ledger.Attempt{{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7",
+			FencingToken: 40, Started: t0, Finished: t0.Add(time.Minute), ExitCode: &exit, Outcome: ledger.RunTimedOut,
 			Output: "loading 1/2\nupstream timed out\n", Stdout: "rows: 120\n"}}}}}
 	rec, err := lockmodel.EncodeLedger(ledger)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestStatusPausedAndReleased(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
-	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}, false)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour}}, false)
 	f.lock(lockmodel.Lock{Name: "plain", SessionDefaults: "strict"}, false)
 	_, before := f.report()
 
@@ -27,9 +28,9 @@ func TestStatusPausedAndReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.put(lockmodel.PauseKey(f.registry, "nightly"), rec)
-	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{{ID: "r1", Outcome: lockmodel.RunReleased, Attempts: []lockmodel.Attempt{
+	ledger := ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunReleased, Attempts: []ledger.Attempt{
 		{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(-time.Hour),
-			Finished: at, Outcome: lockmodel.RunReleased, ReleasedBy: "bob@ops", ReleasedByAccessor: bob, Reason: "stuck on NFS"},
+			Finished: at, Outcome: ledger.RunReleased, ReleasedBy: "bob@ops", ReleasedByAccessor: bob, Reason: "stuck on NFS"},
 	}}}}
 	lrec, err := lockmodel.EncodeLedger(ledger)
 	if err != nil {

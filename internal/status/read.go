@@ -11,6 +11,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -33,7 +34,7 @@ type declarations struct {
 	bad map[string]string
 	// ledgers are the locks' run ledgers (<registry>/runs/<lock>), by
 	// lock name; they are in the same registry listing.
-	ledgers map[string]lockmodel.Ledger
+	ledgers map[string]ledger.Ledger
 	// pauses are the locks' pause records (<registry>/pauses/<lock>), by
 	// lock name, from the same listing.
 	pauses map[string]lockmodel.Pause
@@ -106,7 +107,7 @@ func (w *world) holderService(name, session string) *HolderInstance {
 
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
-		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]lockmodel.Ledger{},
+		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]ledger.Ledger{},
 		pauses: map[string]lockmodel.Pause{}}
 	for _, p := range pairs {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix+"/"), "/")

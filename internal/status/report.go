@@ -14,6 +14,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -102,7 +103,7 @@ type Lock struct {
 	NextSlot *string `json:"next_slot"`
 	// RunState is what the lock's runs need, by runState: "exhausted",
 	// "paused", "missed", "running", or the last run's outcome (a
-	// lockmodel.RunOutcome, as consullock_lock_runs_total's outcome
+	// ledger.RunOutcome, as consullock_lock_runs_total's outcome
 	// label); null for a lock with neither run_once nor a run ledger.
 	RunState *string `json:"run_state"`
 	// MissedSlots is the run IDs of past slots with no run in the ledger,
@@ -165,23 +166,23 @@ type LockRunAttempt struct {
 
 // setRuns fills LastRun (and the history -lock shows) from the lock's run
 // ledger, when it has one.
-func (out *Lock) setRuns(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger) {
-	ledger, ok := ledgers[l.Name]
-	if !ok || len(ledger.Runs) == 0 {
+func (out *Lock) setRuns(l lockmodel.Lock, ledgers map[string]ledger.Ledger) {
+	led, ok := ledgers[l.Name]
+	if !ok || len(led.Runs) == 0 {
 		return
 	}
-	ro := lockmodel.RunOnce{}
+	ro := ledger.RunOnce{}
 	if l.RunOnce != nil {
 		ro = *l.RunOnce
 	}
-	out.runs = runsOf(ledger, ro.WithDefaults().MaxAttempts)
+	out.runs = runsOf(led, ro.WithDefaults().MaxAttempts)
 	last := out.runs[0]
 	last.AttemptList = nil
 	out.LastRun = &last
 }
 
 // setSlots fills NextSlot and MissedSlots of a run_once lock at now.
-func (out *Lock) setSlots(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger, now time.Time) {
+func (out *Lock) setSlots(l lockmodel.Lock, ledgers map[string]ledger.Ledger, now time.Time) {
 	if l.RunOnce == nil {
 		return
 	}
@@ -193,7 +194,7 @@ func (out *Lock) setSlots(l lockmodel.Lock, ledgers map[string]lockmodel.Ledger,
 }
 
 // runsOf turns a ledger into Runs, newest first, with their attempts.
-func runsOf(l lockmodel.Ledger, maxAttempts int) []LockRun {
+func runsOf(l ledger.Ledger, maxAttempts int) []LockRun {
 	out := make([]LockRun, 0, len(l.Runs))
 	for _, r := range l.Runs {
 		run := LockRun{RunID: r.ID, Outcome: string(r.OutcomeUnder(maxAttempts)), Attempts: len(r.Attempts), MaxAttempts: maxAttempts}
@@ -370,7 +371,7 @@ const (
 func (out *Lock) runState(runOnce bool) *string {
 	var s string
 	switch {
-	case out.LastRun != nil && out.LastRun.Outcome == string(lockmodel.RunExhausted):
+	case out.LastRun != nil && out.LastRun.Outcome == string(ledger.RunExhausted):
 		s = out.LastRun.Outcome
 	case out.Paused != nil && (runOnce || out.LastRun != nil):
 		s = RunStatePaused
@@ -392,7 +393,7 @@ func (out *Lock) exitCode() int {
 		return ExitViolation
 	case out.RunState == nil:
 		return ExitOK
-	case *out.RunState == string(lockmodel.RunExhausted):
+	case *out.RunState == string(ledger.RunExhausted):
 		return ExitRunExhausted
 	case *out.RunState == RunStateMissed:
 		return ExitSlotMissed
@@ -496,7 +497,7 @@ func (r *Report) summarize() {
 	for _, l := range r.Locks {
 		switch {
 		case l.RunState == nil:
-		case *l.RunState == string(lockmodel.RunExhausted):
+		case *l.RunState == string(ledger.RunExhausted):
 			s.Exhausted++
 		case *l.RunState == RunStateMissed:
 			s.Missed++

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestStatusLastRunAndHistory(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
-	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, MaxAttempts: 4}}, false)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 4}}, false)
 	f.lock(lockmodel.Lock{Name: "plain", SessionDefaults: "strict"}, false)
 	_, before := f.report()
 
@@ -26,16 +27,16 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 	yesterday, slot := daily(1)
 	t0 := slot.Add(24*time.Hour + 5*time.Minute)
 	one, three := 1, 0
-	ledger := lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{
-		{ID: today, Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+	ledger := ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{
+		{ID: today, Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{
 			{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: t0,
-				Finished: t0.Add(time.Minute), ExitCode: &one, Outcome: lockmodel.RunFailed},
+				Finished: t0.Add(time.Minute), ExitCode: &one, Outcome: ledger.RunFailed},
 			{Number: 2, Node: "node-b", Session: "1b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 42, Started: t0.Add(2 * time.Minute),
-				Finished: t0.Add(3 * time.Minute), ExitCode: &three, Outcome: lockmodel.RunSucceeded},
+				Finished: t0.Add(3 * time.Minute), ExitCode: &three, Outcome: ledger.RunSucceeded},
 		}},
-		{ID: yesterday, Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+		{ID: yesterday, Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{
 			{Number: 1, Node: "node-c", Session: "2b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 30, Started: t0.Add(-24 * time.Hour),
-				Finished: t0.Add(-23 * time.Hour), ExitCode: &three, Outcome: lockmodel.RunSucceeded},
+				Finished: t0.Add(-23 * time.Hour), ExitCode: &three, Outcome: ledger.RunSucceeded},
 		}},
 	}}
 	rec, err := lockmodel.EncodeLedger(ledger)
@@ -94,7 +95,7 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 func TestStatusNextAndMissedSlots(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
-	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Schedule: "0 2 * * *"}}, false)
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Schedule: "0 2 * * *"}}, false)
 	now := time.Now().UTC()
 	latest := time.Date(now.Year(), now.Month(), now.Day(), 2, 0, 0, 0, time.UTC)
 	if latest.After(now) {
@@ -102,13 +103,13 @@ func TestStatusNextAndMissedSlots(t *testing.T) {
 	}
 	slot := func(daysBefore int) string { return latest.AddDate(0, 0, -daysBefore).Format(time.RFC3339) }
 	zero := 0
-	ran := func(id string) lockmodel.Run {
+	ran := func(id string) ledger.Run {
 		at, _ := time.Parse(time.RFC3339, id)
-		return lockmodel.Run{ID: id, Outcome: lockmodel.RunSucceeded, Attempts: []lockmodel.Attempt{
+		return ledger.Run{ID: id, Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{
 			{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(time.Minute),
-				Finished: at.Add(2 * time.Minute), ExitCode: &zero, Outcome: lockmodel.RunSucceeded}}}
+				Finished: at.Add(2 * time.Minute), ExitCode: &zero, Outcome: ledger.RunSucceeded}}}
 	}
-	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: "nightly", Runs: []lockmodel.Run{ran(slot(2)), ran(slot(5))}})
+	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{ran(slot(2)), ran(slot(5))}})
 	if err != nil {
 		t.Fatal(err)
 	}

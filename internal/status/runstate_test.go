@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -19,17 +20,17 @@ func daily(daysBefore int) (string, time.Time) {
 
 // dailyRun is a run of the slot daysBefore whose attempts ended with
 // outcomes, its outcome the latest attempt's (as the runner records it).
-func dailyRun(daysBefore int, outcomes ...lockmodel.RunOutcome) lockmodel.Run {
+func dailyRun(daysBefore int, outcomes ...ledger.RunOutcome) ledger.Run {
 	id, at := daily(daysBefore)
-	r := lockmodel.Run{ID: id}
+	r := ledger.Run{ID: id}
 	for i, o := range outcomes {
 		code := 1
-		if o == lockmodel.RunSucceeded {
+		if o == ledger.RunSucceeded {
 			code = 0
 		}
-		a := lockmodel.Attempt{Number: i + 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: uint64(40 + i),
+		a := ledger.Attempt{Number: i + 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: uint64(40 + i),
 			Started: at.Add(time.Duration(i) * time.Minute), Finished: at.Add(time.Duration(i)*time.Minute + time.Second), ExitCode: &code, Outcome: o}
-		if o == lockmodel.RunLost {
+		if o == ledger.RunLost {
 			a.ExitCode, a.Reason = nil, "session invalidated: node failed"
 		}
 		r.Attempts, r.Outcome = append(r.Attempts, a), o
@@ -37,9 +38,9 @@ func dailyRun(daysBefore int, outcomes ...lockmodel.RunOutcome) lockmodel.Run {
 	return r
 }
 
-func (f *fixture) ledger(lock string, runs ...lockmodel.Run) {
+func (f *fixture) ledger(lock string, runs ...ledger.Run) {
 	f.t.Helper()
-	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: lock, Runs: runs})
+	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: lock, Runs: runs})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -56,10 +57,10 @@ func TestStatusRunStateNeedsAttention(t *testing.T) {
 	f := newFixture(t)
 	f.profile(strict)
 	_, declared := daily(3)
-	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}, false)
-	f.ledger("nightly", dailyRun(0, lockmodel.RunFailed, lockmodel.RunLost, lockmodel.RunFailed), dailyRun(1, lockmodel.RunSucceeded))
-	f.lock(lockmodel.Lock{Name: "fine", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour}}, false)
-	f.ledger("fine", dailyRun(0, lockmodel.RunFailed, lockmodel.RunSucceeded))
+	f.lock(lockmodel.Lock{Name: "nightly", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour}}, false)
+	f.ledger("nightly", dailyRun(0, ledger.RunFailed, ledger.RunLost, ledger.RunFailed), dailyRun(1, ledger.RunSucceeded))
+	f.lock(lockmodel.Lock{Name: "fine", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour}}, false)
+	f.ledger("fine", dailyRun(0, ledger.RunFailed, ledger.RunSucceeded))
 
 	code, rep := f.report()
 	n := lockByName(t, rep, "nightly")
@@ -86,8 +87,8 @@ func TestStatusRunStateNeedsAttention(t *testing.T) {
 
 	// A scheduled lock declared 3 days ago that never ran: MISSED, exit
 	// 5 once nothing is exhausted.
-	f.lock(lockmodel.Lock{Name: "never", SessionDefaults: "strict", RunOnce: &lockmodel.RunOnce{Period: 24 * time.Hour, Since: declared}}, false)
-	f.ledger("nightly", dailyRun(0, lockmodel.RunSucceeded), dailyRun(1, lockmodel.RunSucceeded))
+	f.lock(lockmodel.Lock{Name: "never", SessionDefaults: "strict", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, Since: declared}}, false)
+	f.ledger("nightly", dailyRun(0, ledger.RunSucceeded), dailyRun(1, ledger.RunSucceeded))
 	code, rep = f.report()
 	never := lockByName(t, rep, "never")
 	if code != ExitSlotMissed || rep.Summary.Missed != 1 || never.RunState == nil || *never.RunState != RunStateMissed || never.LastRun != nil {

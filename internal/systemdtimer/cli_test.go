@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -66,11 +67,11 @@ func TestTimerCLI_followsTheDeclaredSchedule(t *testing.T) {
 	if err := testenv.BuildConsullock(context.Background(), bin); err != nil {
 		t.Fatal(err)
 	}
-	nightly := &lockmodel.RunOnce{Schedule: "0 2 * * 1-5", TimeZone: "Europe/Berlin", StartingDeadline: 30 * time.Minute}
+	nightly := &ledger.RunOnce{Schedule: "0 2 * * 1-5", TimeZone: "Europe/Berlin", StartingDeadline: 30 * time.Minute}
 	registry := declare(t,
 		lockmodel.Lock{Name: "nightly", RunOnce: nightly},
-		lockmodel.Lock{Name: "hourly", RunOnce: &lockmodel.RunOnce{Period: time.Hour}},
-		lockmodel.Lock{Name: "skipped", RunOnce: &lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin"}})
+		lockmodel.Lock{Name: "hourly", RunOnce: &ledger.RunOnce{Period: time.Hour}},
+		lockmodel.Lock{Name: "skipped", RunOnce: &ledger.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin"}})
 	reader, err := agent.MintToken("timer-"+testenv.NewUUID()[:8],
 		`key_prefix "`+registry+`/" { policy = "read" }`, 0)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/oncalendar"
 )
 
@@ -18,7 +18,7 @@ var now = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 // the command examples/deploy/nightly-report.timer was made with.
 var exampleTimer = Timer{
 	Lock:    "nightly-report",
-	RunOnce: lockmodel.RunOnce{Schedule: "0 2 * * *", StartingDeadline: time.Hour},
+	RunOnce: ledger.RunOnce{Schedule: "0 2 * * *", StartingDeadline: time.Hour},
 	Delay:   5 * time.Minute,
 	Command: "consullock timer -lock nightly-report -randomized-delay 5m",
 }
@@ -42,7 +42,7 @@ func TestRender_isTheShippedExample(t *testing.T) {
 // TestRender_unitLines: the events, the delay in systemd's units, the
 // accuracy, and the packaged template's instance (or -service-name).
 func TestRender_unitLines(t *testing.T) {
-	tm := Timer{Lock: "billing", RunOnce: lockmodel.RunOnce{Schedule: "0 0 1 * 1", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute},
+	tm := Timer{Lock: "billing", RunOnce: ledger.RunOnce{Schedule: "0 0 1 * 1", TimeZone: "Europe/Berlin", StartingDeadline: 10 * time.Minute},
 		Delay: 1500 * time.Millisecond, Service: "billing-job.service"}
 	got, err := Render(tm, now)
 	if err != nil {
@@ -74,18 +74,18 @@ func TestRender_refuses(t *testing.T) {
 		want  string
 		delay bool
 	}{
-		{"no schedule", Timer{Lock: "hourly", RunOnce: lockmodel.RunOnce{Period: time.Hour}}, `lock "hourly" has no run_once.schedule`, false},
+		{"no schedule", Timer{Lock: "hourly", RunOnce: ledger.RunOnce{Period: time.Hour}}, `lock "hourly" has no run_once.schedule`, false},
 		{"no run_once", Timer{Lock: "plain"}, `lock "plain" has no run_once.schedule`, false},
-		{"skipped time", Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin"}}, "the clocks skip from 02:00 to 03:00", false},
-		{"delay at deadline", Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: 30 * time.Minute},
+		{"skipped time", Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin"}}, "the clocks skip from 02:00 to 03:00", false},
+		{"delay at deadline", Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: 30 * time.Minute},
 			"-randomized-delay 30m is not below run_once.starting_deadline 30m", true},
-		{"delay past deadline", Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: time.Hour},
+		{"delay past deadline", Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: time.Hour},
 			"-randomized-delay 1h is not below run_once.starting_deadline 30m", true},
-		{"delay within accuracy of deadline", Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: 30*time.Minute - 500*time.Millisecond},
+		{"delay within accuracy of deadline", Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: 30*time.Minute - 500*time.Millisecond},
 			"give at most 29m59s", true},
-		{"delay to the next slot", Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "*/15 * * * *"}, Delay: 15 * time.Minute},
+		{"delay to the next slot", Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "*/15 * * * *"}, Delay: 15 * time.Minute},
 			`-randomized-delay 15m reaches the next slot: run_once.schedule "*/15 * * * *" has slots 15m apart`, true},
-		{"negative delay", Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "0 2 * * *"}, Delay: -time.Second}, "want 0 or more", true},
+		{"negative delay", Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "0 2 * * *"}, Delay: -time.Second}, "want 0 or more", true},
 	} {
 		_, err := Render(tc.timer, now)
 		var delay *DelayError
@@ -94,14 +94,14 @@ func TestRender_refuses(t *testing.T) {
 		}
 	}
 	var in *oncalendar.Inexpressible
-	if _, err := Render(Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin"}}, now); !errors.As(err, &in) {
+	if _, err := Render(Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "30 2 * * *", TimeZone: "Europe/Berlin"}}, now); !errors.As(err, &in) {
 		t.Errorf("a skipped slot: %v, want an *oncalendar.Inexpressible", err)
 	}
 	// Just below both bounds is fine.
-	if _, err := Render(Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: 29*time.Minute + 59*time.Second}, now); err != nil {
+	if _, err := Render(Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "0 2 * * *", StartingDeadline: 30 * time.Minute}, Delay: 29*time.Minute + 59*time.Second}, now); err != nil {
 		t.Error(err)
 	}
-	if _, err := Render(Timer{Lock: "x", RunOnce: lockmodel.RunOnce{Schedule: "*/15 * * * *"}, Delay: 14 * time.Minute}, now); err != nil {
+	if _, err := Render(Timer{Lock: "x", RunOnce: ledger.RunOnce{Schedule: "*/15 * * * *"}, Delay: 14 * time.Minute}, now); err != nil {
 		t.Error(err)
 	}
 }
@@ -118,7 +118,7 @@ func TestShortestGap(t *testing.T) {
 		{"0 1,3 * * *", "Europe/Berlin", time.Hour},
 		{"0 0 1 1 *", "UTC", 365 * 24 * time.Hour},
 	} {
-		s, err := lockmodel.ParseSchedule(tc.expr, tc.zone)
+		s, err := ledger.ParseSchedule(tc.expr, tc.zone)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
@@ -46,7 +47,7 @@ const Accuracy = time.Second
 // Timer is what the .timer is made from.
 type Timer struct {
 	Lock    string
-	RunOnce lockmodel.RunOnce
+	RunOnce ledger.RunOnce
 	// Service is the unit the timer starts; "" is DefaultService(Lock).
 	Service string
 	// Delay is RandomizedDelaySec=, 0 for none.
@@ -131,7 +132,7 @@ func Render(t Timer, now time.Time) (string, error) {
 // late for its slot: at or past the starting deadline (the runner would
 // exit 119 on it), or at or past the next slot (the runner would take the
 // next slot for its own).
-func checkDelay(d time.Duration, r lockmodel.RunOnce, s lockmodel.Schedule, now time.Time) error {
+func checkDelay(d time.Duration, r ledger.RunOnce, s ledger.Schedule, now time.Time) error {
 	if err := delayProblem(d, r, s, now); err != nil {
 		return &DelayError{err}
 	}
@@ -143,7 +144,7 @@ type DelayError struct{ err error }
 
 func (e *DelayError) Error() string { return e.err.Error() }
 
-func delayProblem(d time.Duration, r lockmodel.RunOnce, s lockmodel.Schedule, now time.Time) error {
+func delayProblem(d time.Duration, r ledger.RunOnce, s ledger.Schedule, now time.Time) error {
 	switch {
 	case d < 0:
 		return fmt.Errorf("-randomized-delay %s: want 0 or more", d)
@@ -155,7 +156,7 @@ func delayProblem(d time.Duration, r lockmodel.RunOnce, s lockmodel.Schedule, no
 		return fmt.Errorf("-randomized-delay %s is not below run_once.starting_deadline %s by the timer's accuracy (%s): "+
 			"a node starting that late would exit %d for its slot; give at most %s",
 			lockmodel.ShortDuration(d), lockmodel.ShortDuration(r.StartingDeadline), lockmodel.ShortDuration(Accuracy),
-			lockmodel.ExitRunPastDeadline, lockmodel.ShortDuration(r.StartingDeadline-Accuracy))
+			ledger.ExitRunPastDeadline, lockmodel.ShortDuration(r.StartingDeadline-Accuracy))
 	}
 	if gap, from := shortestGap(s, now); d+Accuracy >= gap {
 		return fmt.Errorf("-randomized-delay %s reaches the next slot: run_once.schedule %q has slots %s apart (from %s), "+
@@ -168,7 +169,7 @@ func delayProblem(d time.Duration, r lockmodel.RunOnce, s lockmodel.Schedule, no
 // shortestGap is the shortest time between two consecutive slots of s in
 // the year after now (daylight saving included), and the first slot of
 // that pair.
-func shortestGap(s lockmodel.Schedule, now time.Time) (time.Duration, time.Time) {
+func shortestGap(s ledger.Schedule, now time.Time) (time.Duration, time.Time) {
 	const maxSlots = 200_000
 	gap, from := time.Duration(1<<63-1), time.Time{}
 	prev, ok := s.Next(now)

@@ -4,7 +4,7 @@
 // exported methods); exported types named Hold... or Holder... (and how
 // many of those names are defined twice); the methods on consul.Client;
 // the packages that hold run-once code (they use the run ledger:
-// lockmodel.Ledger or its outcomes, or define them); and the calls of
+// ledger.Ledger or its outcomes, or define them); and the calls of
 // WithDefaults.
 //
 //	go run ./scripts/layout            # a markdown table of the working tree
@@ -134,7 +134,7 @@ func (m *measurer) file(path, dir string) error {
 			if x.Sel.Name == "WithDefaults" {
 				m.f.WithDefaults++
 			}
-			if id, ok := x.X.(*ast.Ident); ok && id.Name == "lockmodel" && isLedgerName(x.Sel.Name) {
+			if id, ok := x.X.(*ast.Ident); ok && (id.Name == "lockmodel" || id.Name == "ledger") && isLedgerName(x.Sel.Name) {
 				m.runOnce[dir] = true
 			}
 		}

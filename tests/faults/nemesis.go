@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -372,7 +373,7 @@ func RunOnceViolations(runs []OnceRun) (n int, evidence []string) {
 			evidence = append(evidence, fmt.Sprintf("run %s: its effect was applied %d times", r.ID, r.Effects))
 		case r.SucceededAttempts > 1:
 			evidence = append(evidence, fmt.Sprintf("run %s: the ledger records %d succeeded attempts", r.ID, r.SucceededAttempts))
-		case r.Outcome == string(lockmodel.RunSucceeded) && r.Effects == 0:
+		case r.Outcome == string(ledger.RunSucceeded) && r.Effects == 0:
 			evidence = append(evidence, fmt.Sprintf("run %s: the ledger says succeeded, but no command of it completed", r.ID))
 		case r.Exits[0] > r.Effects+r.Repeats:
 			evidence = append(evidence, fmt.Sprintf("run %s: %d runners exited 0 (ran the command to success), but %d commands completed", r.ID, r.Exits[0], r.Effects+r.Repeats))
@@ -429,7 +430,7 @@ func StopAtExitViolations(strikes []StopAtExitStrike, runs []OnceRun) (n, judged
 		}
 		judged++
 		r := byID[s.RunID]
-		if s.Exit == 0 && r.Outcome == string(lockmodel.RunSucceeded) && r.SucceededAttempts == 1 && r.Effects == 1 {
+		if s.Exit == 0 && r.Outcome == string(ledger.RunSucceeded) && r.SucceededAttempts == 1 && r.Effects == 1 {
 			continue
 		}
 		n++

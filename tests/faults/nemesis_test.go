@@ -22,6 +22,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/runner"
@@ -1022,7 +1023,7 @@ func onceSummary(runs []OnceRun) string {
 		} else {
 			outcomes[o]++
 		}
-		if r.Outcome == string(lockmodel.RunSucceeded) && r.Attempts == 1 {
+		if r.Outcome == string(ledger.RunSucceeded) && r.Attempts == 1 {
 			firstAttempt++
 		}
 		repeats += r.Repeats

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -192,7 +193,7 @@ func TestStopAtExitWindow_isPastTheGuardsKillByAndUnderTwiceTheTTL(t *testing.T)
 }
 
 func TestStopAtExitViolations(t *testing.T) {
-	succeeded := string(lockmodel.RunSucceeded)
+	succeeded := string(ledger.RunSucceeded)
 	runs := []OnceRun{
 		{ID: "ok", Outcome: succeeded, SucceededAttempts: 1, Effects: 1},
 		// Issue 44, 3: recorded lost on waking, and run again.

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -36,7 +37,7 @@ import (
 // the command was not started), from the runner guide's "Exit codes".
 // 120 is the runner's ExitOutcomeNotRecorded: the command exited, its
 // outcome could not be recorded (a fault struck as it ended).
-var nemesisOnceAllowedExits = append([]int{lockmodel.ExitRunExhausted, lockmodel.ExitRunAlreadySucceededDistinct, 120}, nemesisAllowedExits...)
+var nemesisOnceAllowedExits = append([]int{ledger.ExitRunExhausted, ledger.ExitRunAlreadySucceededDistinct, 120}, nemesisAllowedExits...)
 
 const (
 	// onceWork is how long a run-once command works.
@@ -94,7 +95,7 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 	// The run-once lock's waiters race (no waiters declared), while the
 	// mutex workload's queue: the nemesis covers both modes.
 	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, SessionDefaults: name,
-		RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: onceMaxAttempts}}
+		RunOnce: &ledger.RunOnce{Period: time.Hour, MaxAttempts: onceMaxAttempts}}
 	if o.lock, err = l.Normalize(); err != nil {
 		n.fatalf("%v", err)
 	}
@@ -208,7 +209,7 @@ func (o *onceWorkload) drive() {
 				run.Exits[code]++
 				o.exits[code]++
 				o.mu.Unlock()
-				decided = decided || code == 0 || code == lockmodel.ExitRunExhausted || code == lockmodel.ExitRunAlreadySucceededDistinct
+				decided = decided || code == 0 || code == ledger.ExitRunExhausted || code == ledger.ExitRunAlreadySucceededDistinct
 			}
 			if decided {
 				break
@@ -251,7 +252,7 @@ func (o *onceWorkload) runner(id, name string, node *testenv.Node) int {
 	}
 	defer func() { _ = f.Close() }()
 	cmd := exec.Command(runnerBin, "run", "-lock", o.lock.Name, "-run-id", id,
-		"-exit-code-if-done", fmt.Sprint(lockmodel.ExitRunAlreadySucceededDistinct), "-grace", NemesisOnceGrace.String(), "--",
+		"-exit-code-if-done", fmt.Sprint(ledger.ExitRunAlreadySucceededDistinct), "-grace", NemesisOnceGrace.String(), "--",
 		childBin, "-work", onceWork.String())
 	cmd.Env = append(cleanEnv(), "CONSUL_HTTP_ADDR="+node.Addr, "CONSUL_HTTP_TOKEN="+o.secret,
 		childEnv+"=1", storeEnv+"="+o.url, workerEnv+"="+OnceWorker(id, name))
@@ -316,21 +317,21 @@ func (o *onceWorkload) readLedger(run *OnceRun) {
 	if o.ctx.Err() != nil {
 		stopped = ", stopped by the end of the schedule"
 	}
-	ledger, err := lockmodel.DecodeLedger(pair.Value)
+	led, err := lockmodel.DecodeLedger(pair.Value)
 	if err != nil {
 		run.LedgerError = err.Error()
 		return
 	}
-	i := ledger.Find(run.ID)
+	i := led.Find(run.ID)
 	if i < 0 {
 		run.LedgerError = "not in the ledger" + stopped
 		return
 	}
-	r := ledger.Runs[i]
+	r := led.Runs[i]
 	run.Outcome, run.Attempts = string(r.Outcome), len(r.Attempts)
 	for _, a := range r.Attempts {
 		run.AttemptOutcomes = append(run.AttemptOutcomes, string(a.Outcome))
-		if a.Outcome == lockmodel.RunSucceeded {
+		if a.Outcome == ledger.RunSucceeded {
 			run.SucceededAttempts++
 		}
 	}

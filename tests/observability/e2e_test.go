@@ -23,6 +23,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -118,11 +119,11 @@ func TestAlertsFireE2E(t *testing.T) {
 		// Its holder's session will have a longer TTL than the profile's.
 		{Name: "strict", Prefix: prefix + "/strict", SessionDefaults: "fast"},
 		// Run once: most ledgers are written with the faults.
-		{Name: "nightly", Prefix: prefix + "/nightly", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Minute}},
-		{Name: "flaky", Prefix: prefix + "/flaky", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Hour, MaxAttempts: 1}},
-		{Name: "minutely", Prefix: prefix + "/minutely", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Schedule: "* * * * *"}},
-		{Name: "fresh", Prefix: prefix + "/fresh", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Minute, Since: freshSince}},
-		{Name: "skipped", Prefix: prefix + "/skipped", SessionDefaults: "fast", RunOnce: &lockmodel.RunOnce{Period: time.Minute,
+		{Name: "nightly", Prefix: prefix + "/nightly", SessionDefaults: "fast", RunOnce: &ledger.RunOnce{Period: time.Minute}},
+		{Name: "flaky", Prefix: prefix + "/flaky", SessionDefaults: "fast", RunOnce: &ledger.RunOnce{Period: time.Hour, MaxAttempts: 1}},
+		{Name: "minutely", Prefix: prefix + "/minutely", SessionDefaults: "fast", RunOnce: &ledger.RunOnce{Schedule: "* * * * *"}},
+		{Name: "fresh", Prefix: prefix + "/fresh", SessionDefaults: "fast", RunOnce: &ledger.RunOnce{Period: time.Minute, Since: freshSince}},
+		{Name: "skipped", Prefix: prefix + "/skipped", SessionDefaults: "fast", RunOnce: &ledger.RunOnce{Period: time.Minute,
 			Offset: time.Duration(nextSlot.Unix()%60) * time.Second, StartingDeadline: time.Second, Since: setup.Truncate(time.Second)}},
 	} {
 		rec, err := lockmodel.EncodeLockRecord(l)
@@ -137,11 +138,11 @@ func TestAlertsFireE2E(t *testing.T) {
 	daemon, report, strict := locks["daemon"], locks["report"], locks["strict"]
 	// fresh's slots since its declaration each have a failed run: none is
 	// missed, none succeeded.
-	var freshRuns []lockmodel.Run
-	for _, at := lockmodel.RunSlot(freshSince, time.Minute, 0); !at.After(setup); at = at.Add(time.Minute) {
+	var freshRuns []ledger.Run
+	for _, at := ledger.RunSlot(freshSince, time.Minute, 0); !at.After(setup); at = at.Add(time.Minute) {
 		if !at.Before(freshSince) {
-			id, _ := lockmodel.RunSlot(at, time.Minute, 0)
-			freshRuns = append(freshRuns, oneAttempt(id, lockmodel.RunFailed, at.Add(time.Second)))
+			id, _ := ledger.RunSlot(at, time.Minute, 0)
+			freshRuns = append(freshRuns, oneAttempt(id, ledger.RunFailed, at.Add(time.Second)))
 		}
 	}
 	writeRuns(t, put, registry, "fresh", freshRuns...)
@@ -327,11 +328,11 @@ scrape_configs:
 	}
 	// nightly's last success finished 2m ago: more than its 1m period plus
 	// 30s of grace. flaky's one allowed attempt failed.
-	writeRuns(t, put, registry, "nightly", oneAttempt("r1", lockmodel.RunSucceeded, t0.Add(-2*time.Minute)))
-	writeRuns(t, put, registry, "flaky", oneAttempt("r1", lockmodel.RunFailed, t0))
+	writeRuns(t, put, registry, "nightly", oneAttempt("r1", ledger.RunSucceeded, t0.Add(-2*time.Minute)))
+	writeRuns(t, put, registry, "flaky", oneAttempt("r1", ledger.RunFailed, t0))
 	// minutely (a schedule, no period) last ran 3m ago: the slots since
 	// are missed, and the alert reads its slots.
-	writeRuns(t, put, registry, "minutely", oneAttempt("r1", lockmodel.RunSucceeded, t0.Add(-3*time.Minute)))
+	writeRuns(t, put, registry, "minutely", oneAttempt("r1", ledger.RunSucceeded, t0.Add(-3*time.Minute)))
 	// idle was paused two days ago (consullock pause): past the rule's day.
 	pause, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "idle", Reason: "INC-9", By: "alice", At: t0.Add(-48 * time.Hour)})
 	if err != nil {
@@ -446,22 +447,22 @@ func (f firing) matches(labels map[string]string) bool {
 
 // oneAttempt is a run of one attempt that finished at finished with
 // outcome (succeeded or failed).
-func oneAttempt(id string, outcome lockmodel.RunOutcome, finished time.Time) lockmodel.Run {
+func oneAttempt(id string, outcome ledger.RunOutcome, finished time.Time) ledger.Run {
 	code := 0
-	if outcome == lockmodel.RunFailed {
+	if outcome == ledger.RunFailed {
 		code = 1
 	}
-	return lockmodel.Run{ID: id, Outcome: outcome, Attempts: []lockmodel.Attempt{{Number: 1, Node: "n1",
+	return ledger.Run{ID: id, Outcome: outcome, Attempts: []ledger.Attempt{{Number: 1, Node: "n1",
 		Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
 		Started: finished.Add(-time.Second), Finished: finished, ExitCode: &code, Outcome: outcome}}}
 }
 
 // writeRuns writes lock's run ledger with runs, oldest first.
-func writeRuns(t *testing.T, put func(string, []byte, uint64), registry, lock string, runs ...lockmodel.Run) {
+func writeRuns(t *testing.T, put func(string, []byte, uint64), registry, lock string, runs ...ledger.Run) {
 	t.Helper()
 	newest := slices.Clone(runs)
 	slices.Reverse(newest) // the ledger keeps the most recently begun first
-	rec, err := lockmodel.EncodeLedger(lockmodel.Ledger{Lock: lock, Runs: newest})
+	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: lock, Runs: newest})
 	if err != nil {
 		t.Fatal(err)
 	}

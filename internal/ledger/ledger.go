@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // The run ledger: per lock, the runs of a run-once job and their attempts,
@@ -47,11 +49,11 @@ const (
 	RunExhausted RunOutcome = "exhausted"
 )
 
-// attemptOutcomes are the outcomes an attempt may have.
-var attemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut, RunReleased, RunSkipped, RunReplaced}
+// AttemptOutcomes are the outcomes an attempt may have.
+var AttemptOutcomes = []RunOutcome{RunRunning, RunSucceeded, RunFailed, RunLost, RunCrashed, RunTimedOut, RunReleased, RunSkipped, RunReplaced}
 
-// runOutcomes are the outcomes a run may have.
-var runOutcomes = append(slices.Clone(attemptOutcomes), RunExhausted)
+// RunOutcomes are the outcomes a run may have.
+var RunOutcomes = append(slices.Clone(AttemptOutcomes), RunExhausted)
 
 // Retried reports whether a run whose latest attempt ended with o gets
 // another attempt (while attempts remain).
@@ -357,10 +359,10 @@ func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time
 		return BeginDecision{}, err
 	}
 	if maxAttempts < 1 || maxAttempts > MaxMaxAttempts {
-		return BeginDecision{}, &FieldError{Field: FieldRunOnceMaxAttempts, Value: fmt.Sprint(maxAttempts), Allowed: maxAttemptsAllowed}
+		return BeginDecision{}, &validation.FieldError{Field: FieldRunOnceMaxAttempts, Value: fmt.Sprint(maxAttempts), Allowed: maxAttemptsAllowed}
 	}
 	if h.Session == "" {
-		return BeginDecision{}, errors.New("lockmodel: Begin needs the holder's session")
+		return BeginDecision{}, errors.New("ledger: Begin needs the holder's session")
 	}
 	out := l.clone()
 	i := out.Find(id)
@@ -462,13 +464,13 @@ func (l Ledger) FinishWith(id string, n int, res AttemptResult, p AttemptPolicy,
 	switch outcome {
 	case RunSucceeded, RunFailed, RunLost, RunTimedOut:
 	default:
-		return l, fmt.Errorf("lockmodel: an attempt finishes %q, %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, RunTimedOut, outcome)
+		return l, fmt.Errorf("ledger: an attempt finishes %q, %q, %q or %q, not %q", RunSucceeded, RunFailed, RunLost, RunTimedOut, outcome)
 	}
 	switch {
 	case outcome == RunSucceeded && (exitCode == nil || *exitCode != 0):
-		return l, errors.New("lockmodel: a succeeded attempt has exit code 0")
+		return l, errors.New("ledger: a succeeded attempt has exit code 0")
 	case outcome == RunFailed && (exitCode == nil || *exitCode == 0):
-		return l, errors.New("lockmodel: a failed attempt has a non-zero exit code")
+		return l, errors.New("ledger: a failed attempt has a non-zero exit code")
 	}
 	i := l.Find(id)
 	if i < 0 {

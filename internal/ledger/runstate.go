@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 // Exhausted reports whether run r used up maxAttempts without a success:
 // its record says so, or its latest attempt ended with an outcome that is

@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // wallPredicates are schedules with an independent reading of what local
@@ -263,7 +265,7 @@ func TestParseSchedule_invalid(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := ParseSchedule(c.expr, c.zone)
-		fes := AsFieldErrors(err)
+		fes := validation.AsFieldErrors(err)
 		if len(fes) != 1 || fes[0].Field != c.field || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParseSchedule(%q, %q) = %v, want one %s error with %q", c.expr, c.zone, err, c.field, c.want)
 		}

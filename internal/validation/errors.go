@@ -1,9 +1,10 @@
-package lockmodel
+package validation
 
 import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // FieldError says which input is wrong, what it was, and what is allowed.
@@ -57,4 +58,16 @@ type Warning struct {
 	Field   string
 	Summary string
 	Detail  string
+}
+
+// Truncate shortens s to about n bytes for an error message, at a rune
+// boundary when s is valid UTF-8.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

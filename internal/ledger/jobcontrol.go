@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Job control of a run-once lock: a runtime deadline (max_runtime), retries
@@ -76,23 +78,23 @@ const (
 )
 
 var (
-	maxRuntimeAllowed   = fmt.Sprintf("a duration from %s to %s, or unset for no deadline", MinMaxRuntime, FormatDuration(MaxMaxRuntime))
-	retryAfterAllowed   = fmt.Sprintf("a duration from 0s (retry at once) to %s", FormatDuration(MaxRetryAfter))
+	maxRuntimeAllowed   = fmt.Sprintf("a duration from %s to %s, or unset for no deadline", MinMaxRuntime, MaxMaxRuntime.String())
+	retryAfterAllowed   = fmt.Sprintf("a duration from 0s (retry at once) to %s", MaxRetryAfter.String())
 	retryBackoffAllowed = fmt.Sprintf("a factor from 1 (the same wait each time) to %g", MaxRetryBackoff)
 )
 
 // validateJobControl reports the problems of r's max_runtime, retry_after
 // and retry_backoff (0 is the default).
-func (r RunOnce) validateJobControl() FieldErrors {
-	var errs FieldErrors
+func (r RunOnce) validateJobControl() validation.FieldErrors {
+	var errs validation.FieldErrors
 	if err := ValidateMaxRuntime(FieldRunOnceMaxRuntime, r.MaxRuntime); err != nil {
-		errs = append(errs, AsFieldErrors(err)...)
+		errs = append(errs, validation.AsFieldErrors(err)...)
 	}
 	if r.RetryAfter < 0 || r.RetryAfter > MaxRetryAfter {
-		errs = append(errs, &FieldError{Field: FieldRunOnceRetryAfter, Value: FormatDuration(r.RetryAfter), Allowed: retryAfterAllowed})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceRetryAfter, Value: r.RetryAfter.String(), Allowed: retryAfterAllowed})
 	}
 	if b := r.RetryBackoff; b != 0 && (math.IsNaN(b) || b < 1 || b > MaxRetryBackoff) {
-		errs = append(errs, &FieldError{Field: FieldRunOnceRetryBackoff, Value: fmt.Sprint(b), Allowed: retryBackoffAllowed})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceRetryBackoff, Value: fmt.Sprint(b), Allowed: retryBackoffAllowed})
 	}
 	return errs
 }
@@ -101,7 +103,7 @@ func (r RunOnce) validateJobControl() FieldErrors {
 // field (run_once.max_runtime or -max-runtime).
 func ValidateMaxRuntime(field string, d time.Duration) error {
 	if d != 0 && (d < MinMaxRuntime || d > MaxMaxRuntime) {
-		return &FieldError{Field: field, Value: FormatDuration(d), Allowed: maxRuntimeAllowed}
+		return &validation.FieldError{Field: field, Value: d.String(), Allowed: maxRuntimeAllowed}
 	}
 	return nil
 }
@@ -114,12 +116,12 @@ func ValidateRetryAfter(field string, d time.Duration) error {
 
 func ValidateRetryBackoff(field string, b float64) error {
 	if b == 0 {
-		return &FieldError{Field: field, Value: "0", Allowed: retryBackoffAllowed}
+		return &validation.FieldError{Field: field, Value: "0", Allowed: retryBackoffAllowed}
 	}
 	return renamed(field, RunOnce{RetryBackoff: b}.validateJobControl())
 }
 
-func renamed(field string, errs FieldErrors) error {
+func renamed(field string, errs validation.FieldErrors) error {
 	if len(errs) == 0 {
 		return nil
 	}
@@ -182,6 +184,13 @@ type AttemptResult struct {
 	Reason   string // why a lost attempt's lock was lost; "" otherwise
 }
 
+// MaxLedgerBytes is the largest encoded ledger: Consul's default limit on a
+// KV value (kv_max_value_size, 512 KiB; agent/config/default.go). A ledger
+// grows by about 300 bytes per attempt, plus its kept output (at most
+// KeepOutputBudget each), so keep x attempts stays below it; past it,
+// Consul would refuse the write.
+const MaxLedgerBytes = 512 * 1024
+
 // KeepOutputBudget is the largest -keep-output a lock with keep runs of
 // maxAttempts attempts allows: keep x maxAttempts attempts with that much
 // of stdout and of stderr each, and everything else at its upper bound,
@@ -197,9 +206,9 @@ func KeepOutputBudget(keep, maxAttempts int) int {
 func ValidateKeepOutput(size, keep, maxAttempts int) error {
 	switch {
 	case size < 0 || size > MaxKeepOutput:
-		return &FieldError{Field: FlagKeepOutput, Value: fmt.Sprint(size), Allowed: fmt.Sprintf("0 (off) to %d bytes", MaxKeepOutput)}
+		return &validation.FieldError{Field: FlagKeepOutput, Value: fmt.Sprint(size), Allowed: fmt.Sprintf("0 (off) to %d bytes", MaxKeepOutput)}
 	case keep > 0 && size > KeepOutputBudget(keep, maxAttempts):
-		return &FieldError{Field: FlagKeepOutput, Value: fmt.Sprint(size), Allowed: fmt.Sprintf(
+		return &validation.FieldError{Field: FlagKeepOutput, Value: fmt.Sprint(size), Allowed: fmt.Sprintf(
 			"0 to %d bytes for this lock: run_once.keep %d x max_attempts %d attempts must fit the ledger's %d bytes (lower keep or max_attempts for more)",
 			KeepOutputBudget(keep, maxAttempts), keep, maxAttempts, MaxLedgerBytes)}
 	}

@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 import (
 	"fmt"
@@ -15,6 +15,8 @@ import (
 	// minimal container) still reads run_once.time_zone. A system copy,
 	// when present, is read first, so nodes should share tzdata releases.
 	_ "time/tzdata"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Calendar schedules: run_once.schedule, a cron expression read in
@@ -112,14 +114,14 @@ var (
 const maxParsedSchedules = 4096
 
 func parseSchedule(expr, zone string) (Schedule, error) {
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	loc, zerr := LoadTimeZone(zone)
 	if zerr != nil {
-		errs = append(errs, AsFieldErrors(zerr)...)
+		errs = append(errs, validation.AsFieldErrors(zerr)...)
 	}
 	spec, serr := parseCron(expr)
 	if serr != nil {
-		errs = append(errs, &FieldError{Field: FieldRunOnceSchedule, Value: truncate(expr, 200), Allowed: serr.Error() + "; want " + ScheduleAllowed})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceSchedule, Value: validation.Truncate(expr, 200), Allowed: serr.Error() + "; want " + ScheduleAllowed})
 	}
 	if len(errs) > 0 {
 		return Schedule{}, errs
@@ -137,7 +139,7 @@ func LoadTimeZone(zone string) (*time.Location, error) {
 		zone = DefaultTimeZone
 	}
 	bad := func(what string) error {
-		return &FieldError{Field: FieldRunOnceTimeZone, Value: truncate(zone, 100), Allowed: what + "; want " + TimeZoneAllowed}
+		return &validation.FieldError{Field: FieldRunOnceTimeZone, Value: validation.Truncate(zone, 100), Allowed: what + "; want " + TimeZoneAllowed}
 	}
 	if zone == "Local" {
 		return nil, bad("the node's local zone differs from node to node")
@@ -522,7 +524,7 @@ func (r RunOnce) Slot(start time.Time) (id string, at time.Time, err error) {
 	}
 	at, ok := s.Prev(start)
 	if !ok {
-		return "", time.Time{}, &FieldError{Field: FieldRunOnceSchedule, Value: r.Schedule, Allowed: "a schedule with a slot in the 8 years before the start"}
+		return "", time.Time{}, &validation.FieldError{Field: FieldRunOnceSchedule, Value: r.Schedule, Allowed: "a schedule with a slot in the 8 years before the start"}
 	}
 	return s.SlotID(at), at, nil
 }
@@ -673,7 +675,7 @@ func (r RunOnce) RunIDSlot(id string) (canonical string, at time.Time, slot bool
 		why = fmt.Sprintf("%s is not a slot %s: the nearest slots are %s before and %s after",
 			t.In(s.Location()).Format(time.RFC3339Nano), where, slotText(prev, havePrev), slotText(next, haveNext))
 	}
-	return "", time.Time{}, false, &FieldError{Field: "-run-id", Value: id, Allowed: why +
+	return "", time.Time{}, false, &validation.FieldError{Field: "-run-id", Value: id, Allowed: why +
 		"; give a slot's time (any RFC 3339 spelling of its instant), or a run ID that is not a timestamp (e.g. manual-2026-12-07) for a run of its own"}
 }
 

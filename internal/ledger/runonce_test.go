@@ -1,9 +1,11 @@
-package lockmodel
+package ledger
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestRunOnce_Validate(t *testing.T) {
@@ -36,7 +38,7 @@ func TestRunOnce_Validate(t *testing.T) {
 			fields: []string{FieldRunOncePeriod, FieldRunOnceOffset, FieldRunOnceMaxAttempts, FieldRunOnceKeep}, value: "1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := AsFieldErrors(tc.r.Validate())
+			errs := validation.AsFieldErrors(tc.r.Validate())
 			if len(errs) != len(tc.fields) {
 				t.Fatalf("Validate() = %v, want errors for %v", errs, tc.fields)
 			}
@@ -49,32 +51,6 @@ func TestRunOnce_Validate(t *testing.T) {
 				t.Errorf("value = %q, want %q", errs[0].Value, tc.value)
 			}
 		})
-	}
-}
-
-func TestRunOnce_defaults(t *testing.T) {
-	got := RunOnce{Period: time.Hour}.WithDefaults()
-	if got.MaxAttempts != 3 || got.Keep != 20 {
-		t.Fatalf("WithDefaults() = %+v, want max_attempts 3 and keep 20", got)
-	}
-	n, err := Lock{Name: "job", Prefix: "svc/job", RunOnce: &RunOnce{Period: time.Hour}}.Normalize()
-	if err != nil || n.RunOnce.MaxAttempts != 3 || n.RunOnce.Keep != 20 {
-		t.Fatalf("Normalize() = %+v, %v; want run_once with defaults", n.RunOnce, err)
-	}
-}
-
-func TestLock_runOnceNeedsAMutex(t *testing.T) {
-	err := Lock{Name: "pool", Prefix: "svc/pool", Limit: 3, RunOnce: &RunOnce{Period: time.Hour}}.Validate()
-	errs := AsFieldErrors(err)
-	if len(errs) != 1 || errs[0].Field != "run_once" || !strings.Contains(errs[0].Error(), "limit 3") {
-		t.Fatalf("Validate() = %v, want one run_once error naming the limit", err)
-	}
-	if err := (Lock{Name: "job", Prefix: "svc/job", RunOnce: &RunOnce{Period: time.Hour}}).Validate(); err != nil {
-		t.Fatalf("a mutex with run_once: %v", err)
-	}
-	errs = AsFieldErrors(Lock{Name: "job", Prefix: "svc/job", RunOnce: &RunOnce{Period: time.Second}}.Validate())
-	if len(errs) != 1 || errs[0].Field != "run_once.period" {
-		t.Fatalf("Lock.Validate does not judge run_once: %v", errs)
 	}
 }
 
@@ -91,7 +67,7 @@ func TestValidateRunID(t *testing.T) {
 		"", strings.Repeat("x", 129), "a b", "a/b", "a\nb", "ä", "$(rm)", "a;b", "a=b", "run\x00id",
 	} {
 		err := ValidateRunID(bad)
-		fes := AsFieldErrors(err)
+		fes := validation.AsFieldErrors(err)
 		if len(fes) != 1 || fes[0].Field != "-run-id" || !strings.Contains(fes[0].Allowed, "128 bytes") {
 			t.Errorf("ValidateRunID(%q) = %v, want a -run-id error with the allowed form", bad, err)
 		}
@@ -142,18 +118,6 @@ func TestRunSlot(t *testing.T) {
 				t.Errorf("%s is not in [%v, %v)", tc.t, start, start.Add(tc.period))
 			}
 		})
-	}
-}
-
-func TestRunOnce_PeriodWarnings(t *testing.T) {
-	fast := SessionProfile{Name: "fast"} // worst_case_gap 2 x 15s + 15s = 45s
-	slow := SessionProfile{Name: "slow", TTL: time.Hour, LockDelay: time.Minute}
-	if ws := (RunOnce{Period: time.Minute}).PeriodWarnings(fast); len(ws) != 0 {
-		t.Errorf("1m period with a 45s gap: %v, want no warning", ws)
-	}
-	ws := RunOnce{Period: time.Hour}.PeriodWarnings(slow)
-	if len(ws) != 1 || ws[0].Field != "run_once.period" || !strings.Contains(ws[0].Detail, "2h1m0s") {
-		t.Errorf("1h period with a 2h1m gap: %v, want one warning naming the gap", ws)
 	}
 }
 

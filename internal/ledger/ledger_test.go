@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 var (
@@ -41,11 +43,11 @@ func finish(t *testing.T, l Ledger, id string, n int, o RunOutcome, exit *int, n
 // encodes and decodes to itself.
 func checkLedger(t *testing.T, l Ledger) {
 	t.Helper()
-	b, err := EncodeLedger(l)
+	b, err := encodeLedger(l)
 	if err != nil {
 		t.Fatalf("the rules produced a ledger the decoder refuses: %v", err)
 	}
-	back, err := DecodeLedger(b)
+	back, err := decodeLedger(b)
 	if err != nil {
 		t.Fatalf("DecodeLedger(EncodeLedger(l)): %v", err)
 	}
@@ -152,11 +154,11 @@ func TestBegin_failedLostAndCrashedAreRetriedUntilMaxAttempts(t *testing.T) {
 
 func TestBegin_refusesBadInput(t *testing.T) {
 	l := Ledger{Lock: "nightly"}
-	if _, err := l.Begin("a b", nodeA, 3, t0); AsFieldErrors(err) == nil || AsFieldErrors(err)[0].Field != "-run-id" {
+	if _, err := l.Begin("a b", nodeA, 3, t0); validation.AsFieldErrors(err) == nil || validation.AsFieldErrors(err)[0].Field != "-run-id" {
 		t.Errorf("bad run ID: %v, want a -run-id error", err)
 	}
 	for _, m := range []int{0, 101} {
-		if _, err := l.Begin("r1", nodeA, m, t0); AsFieldErrors(err) == nil {
+		if _, err := l.Begin("r1", nodeA, m, t0); validation.AsFieldErrors(err) == nil {
 			t.Errorf("max attempts %d: %v, want a field error", m, err)
 		}
 	}
@@ -260,7 +262,7 @@ func TestFinishWithReason(t *testing.T) {
 		t.Fatalf("attempt %+v, want lost with the reason", a)
 	}
 	checkLedger(t, l)
-	b, _ := EncodeLedger(l)
+	b, _ := encodeLedger(l)
 	if !strings.Contains(string(b), `"reason":"the token lost session:write on worker-1`) {
 		t.Errorf("the record does not carry the reason: %s", b)
 	}
@@ -275,7 +277,7 @@ func TestFinishWithReason(t *testing.T) {
 	if l := finish(t, started, "r1", 1, RunLost, nil, t0); l.Runs[0].Attempts[0].Reason != "" {
 		t.Error("Finish recorded a reason")
 	}
-	b, _ = EncodeLedger(finish(t, started, "r1", 1, RunLost, nil, t0))
+	b, _ = encodeLedger(finish(t, started, "r1", 1, RunLost, nil, t0))
 	if strings.Contains(string(b), "reason") {
 		t.Errorf("an attempt without a reason has the field: %s", b)
 	}
@@ -360,7 +362,7 @@ func TestPrune_keepsDoneRunsCompactlyAndForgetsPastTheBound(t *testing.T) {
 	if d := begin(t, l, id(n+5), nodeB, 3, t0); d.Kind != BeginRun {
 		t.Errorf("Begin(a later slot) = %+v, want run", d)
 	}
-	if b, err := EncodeLedger(l); err != nil || len(b) > 150*1024 {
+	if b, err := encodeLedger(l); err != nil || len(b) > 150*1024 {
 		t.Errorf("the ledger with %d pruned runs encodes to %d bytes (%v)", len(l.Pruned), len(b), err)
 	} else {
 		t.Logf("MEASURED a ledger of 20 runs (1 attempt each) and %d pruned runs: %d bytes", len(l.Pruned), len(b))
@@ -369,7 +371,7 @@ func TestPrune_keepsDoneRunsCompactlyAndForgetsPastTheBound(t *testing.T) {
 
 func TestDecodeLedger_refusesBadPrunedRuns(t *testing.T) {
 	l := Ledger{Lock: "nightly", Pruned: []PrunedRun{{"r0", RunSucceeded}}}
-	b, err := EncodeLedger(l)
+	b, err := encodeLedger(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +385,7 @@ func TestDecodeLedger_refusesBadPrunedRuns(t *testing.T) {
 		if bad == string(b) {
 			t.Fatalf("%s: %q not in %s", c.field, c.from, b)
 		}
-		if _, err := DecodeLedger([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.field) {
+		if _, err := decodeLedger([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("DecodeLedger with a bad %s: %v", c.field, err)
 		}
 	}

@@ -1,9 +1,11 @@
-package lockmodel
+package ledger
 
 import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Run once: a lock whose command must run once per run, not merely one at
@@ -118,77 +120,58 @@ var (
 	maxAttemptsAllowed = fmt.Sprintf("an integer from 1 to %d", MaxMaxAttempts)
 	runKeepAllowed     = fmt.Sprintf("an integer from 1 to %d", MaxRunKeep)
 
-	startingDeadlineAllowed = fmt.Sprintf("a duration from 1s to %s, or unset for no deadline", FormatDuration(MaxStartingDeadline))
+	startingDeadlineAllowed = fmt.Sprintf("a duration from 1s to %s, or unset for no deadline", MaxStartingDeadline.String())
 )
 
 // Validate reports every problem of r as FieldErrors named
 // "run_once.period" and so on. Zero MaxAttempts and Keep mean their
 // defaults.
 func (r RunOnce) Validate() error {
-	var errs FieldErrors
+	var errs validation.FieldErrors
 	switch {
 	case r.Schedule != "":
 		if r.Period != 0 || r.Offset != 0 {
-			errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: fmt.Sprintf(
+			errs = append(errs, &validation.FieldError{Field: FieldRunOncePeriod, Value: r.Period.String(), Allowed: fmt.Sprintf(
 				"no run_once.period or run_once.offset with run_once.schedule (%q): set one of run_once.period and run_once.schedule", r.Schedule)})
 		}
-		errs = append(errs, AsFieldErrors(func() error { _, err := ParseSchedule(r.Schedule, r.TimeZone); return err }())...)
+		errs = append(errs, validation.AsFieldErrors(func() error { _, err := ParseSchedule(r.Schedule, r.TimeZone); return err }())...)
 	case r.TimeZone != "":
-		errs = append(errs, &FieldError{Field: FieldRunOnceTimeZone, Value: r.TimeZone, Allowed: "a time zone only with run_once.schedule (run_once.period slots are in UTC)"})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceTimeZone, Value: r.TimeZone, Allowed: "a time zone only with run_once.schedule (run_once.period slots are in UTC)"})
 		fallthrough
 	default:
 		if r.Period == 0 {
-			errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: runPeriodAllowed + ", or run_once.schedule instead"})
+			errs = append(errs, &validation.FieldError{Field: FieldRunOncePeriod, Value: r.Period.String(), Allowed: runPeriodAllowed + ", or run_once.schedule instead"})
 		} else if r.Period < MinRunPeriod || r.Period > MaxRunPeriod {
-			errs = append(errs, &FieldError{Field: FieldRunOncePeriod, Value: FormatDuration(r.Period), Allowed: runPeriodAllowed})
+			errs = append(errs, &validation.FieldError{Field: FieldRunOncePeriod, Value: r.Period.String(), Allowed: runPeriodAllowed})
 		}
 	}
 	if r.StartingDeadline != 0 && (r.StartingDeadline < time.Second || r.StartingDeadline > MaxStartingDeadline) {
-		errs = append(errs, &FieldError{Field: FieldRunOnceStartingDeadline, Value: FormatDuration(r.StartingDeadline), Allowed: startingDeadlineAllowed})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceStartingDeadline, Value: r.StartingDeadline.String(), Allowed: startingDeadlineAllowed})
 	}
 	if r.Offset < 0 || (r.Period > 0 && r.Offset >= r.Period) {
-		errs = append(errs, &FieldError{Field: FieldRunOnceOffset, Value: FormatDuration(r.Offset), Allowed: fmt.Sprintf(
-			"a duration from 0s to less than the period (%s)", FormatDuration(r.Period))})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceOffset, Value: r.Offset.String(), Allowed: fmt.Sprintf(
+			"a duration from 0s to less than the period (%s)", r.Period.String())})
 	}
 	if r.MaxAttempts < 0 || r.MaxAttempts > MaxMaxAttempts {
-		errs = append(errs, &FieldError{Field: FieldRunOnceMaxAttempts, Value: strconv.Itoa(r.MaxAttempts), Allowed: maxAttemptsAllowed})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceMaxAttempts, Value: strconv.Itoa(r.MaxAttempts), Allowed: maxAttemptsAllowed})
 	}
 	if r.Keep < 0 || r.Keep > MaxRunKeep {
-		errs = append(errs, &FieldError{Field: FieldRunOnceKeep, Value: strconv.Itoa(r.Keep), Allowed: runKeepAllowed})
+		errs = append(errs, &validation.FieldError{Field: FieldRunOnceKeep, Value: strconv.Itoa(r.Keep), Allowed: runKeepAllowed})
 	}
-	errs = append(errs, AsFieldErrors(ValidateOverlap(FieldRunOnceOverlap, string(r.Overlap)))...)
+	errs = append(errs, validation.AsFieldErrors(ValidateOverlap(FieldRunOnceOverlap, string(r.Overlap)))...)
 	errs = append(errs, r.validateJobControl()...)
 	return errs.Err()
-}
-
-// PeriodWarnings advises on a period shorter than the session profile's
-// worst_case_gap: a holder that vanishes is replaced only after up to
-// worst_case_gap, so a crashed run may not be taken over within its own
-// period.
-func (r RunOnce) PeriodWarnings(p SessionProfile) []Warning {
-	gap := p.WithDefaults().WorstCaseGap()
-	if r.Period <= 0 || r.Period >= gap {
-		return nil
-	}
-	return []Warning{{
-		Field:   FieldRunOncePeriod,
-		Summary: "Run Period Shorter Than Worst-Case Gap",
-		Detail: fmt.Sprintf("run_once.period is %s but the session profile %q has worst_case_gap %s: when a holder "+
-			"vanishes mid-run, the next node may acquire only after up to %s, so a crashed run may not be "+
-			"taken over within its period. Use a longer period or a profile with a shorter ttl and lock_delay.",
-			FormatDuration(r.Period), p.Name, FormatDuration(gap), FormatDuration(gap)),
-	}}
 }
 
 // DeadlineWarnings advises on a schedule without starting_deadline: a
 // trigger then runs the latest slot however late it starts, until the next
 // slot's time (a day late for a daily schedule), after a reboot, a resumed
 // VM or a timer catching up.
-func (r RunOnce) DeadlineWarnings() []Warning {
+func (r RunOnce) DeadlineWarnings() []validation.Warning {
 	if r.Schedule == "" || r.StartingDeadline != 0 {
 		return nil
 	}
-	return []Warning{{
+	return []validation.Warning{{
 		Field:   FieldRunOnceSchedule,
 		Summary: "Schedule Without Starting Deadline",
 		Detail: fmt.Sprintf("run_once.schedule (%q) has no run_once.starting_deadline: a runner started without -run-id "+
@@ -204,14 +187,16 @@ func (r RunOnce) DeadlineWarnings() []Warning {
 // is safe in logs, environment variables and file names, and the same bytes
 // on every node. The error is a *FieldError for "-run-id".
 func ValidateRunID(id string) error {
-	return validateRunID("-run-id", id)
+	return ValidateRunIDField("-run-id", id)
 }
 
 // RunIDAllowed describes a valid run ID.
 var RunIDAllowed = fmt.Sprintf("1 to %d bytes of letters, digits, '.', '_', ':', '@', '+' or '-' "+
 	"(the same on every node for one run, e.g. a scheduler's job ID or a date)", MaxRunIDLength)
 
-func validateRunID(field, id string) error {
+// ValidateRunIDField is ValidateRunID for a run ID read from field (a
+// ledger record's run_id).
+func ValidateRunIDField(field, id string) error {
 	ok := len(id) >= 1 && len(id) <= MaxRunIDLength
 	for i := 0; ok && i < len(id); i++ {
 		c := id[i]
@@ -221,7 +206,7 @@ func validateRunID(field, id string) error {
 	if ok {
 		return nil
 	}
-	return &FieldError{Field: field, Value: truncate(id, MaxRunIDLength+8), Allowed: RunIDAllowed}
+	return &validation.FieldError{Field: field, Value: validation.Truncate(id, MaxRunIDLength+8), Allowed: RunIDAllowed}
 }
 
 // RunSlot is the run of a run_once lock that a runner started at t belongs
@@ -240,7 +225,7 @@ func validateRunID(field, id string) error {
 // guaranteed, pass an explicit -run-id from the scheduler instead.
 func RunSlot(t time.Time, period, offset time.Duration) (id string, start time.Time) {
 	if period <= 0 {
-		panic("lockmodel.RunSlot: period must be positive")
+		panic("ledger.RunSlot: period must be positive")
 	}
 	origin := time.Unix(0, 0).UTC().Add(offset)
 	// t.Sub saturates outside the years 1678..2262; a runner's clock is
@@ -261,7 +246,7 @@ func floorDiv(a, b int64) int64 {
 // ValidateRunPeriod checks a run_once period on its own, as a *FieldError
 // for field, for a validator that judges one attribute.
 func ValidateRunPeriod(field string, d time.Duration) error {
-	for _, fe := range AsFieldErrors(RunOnce{Period: d}.Validate()) {
+	for _, fe := range validation.AsFieldErrors(RunOnce{Period: d}.Validate()) {
 		if fe.Field == FieldRunOncePeriod {
 			c := *fe
 			c.Field = field

@@ -1,10 +1,12 @@
-package lockmodel
+package ledger
 
 import (
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestDecideOverlap(t *testing.T) {
@@ -65,11 +67,11 @@ func TestLedger_skipAndReplace(t *testing.T) {
 	} else if out, _, _, found := lost.Replace(h.Session, "c", now); !found || out.Runs[0].Outcome != RunReplaced {
 		t.Errorf("an attempt its runner recorded lost first is not replaced: %+v", out.Runs[0])
 	}
-	data, err := EncodeLedger(l)
+	data, err := encodeLedger(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeLedger(data)
+	back, err := decodeLedger(data)
 	if err != nil {
 		t.Fatalf("a ledger with skipped and replaced runs does not decode: %v\n%s", err, data)
 	}
@@ -118,7 +120,7 @@ func TestRunOnce_backfillSlots(t *testing.T) {
 		{from, now.Add(time.Minute), "-to"},
 		{from.AddDate(-3, 0, 0), to, "-from"},
 	} {
-		var fe *FieldError
+		var fe *validation.FieldError
 		if _, err := ro.BackfillSlots(c.from, c.to, now); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("BackfillSlots(%s, %s) = %v, want an error naming %s", c.from, c.to, err, c.field)
 		}

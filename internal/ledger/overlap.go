@@ -1,9 +1,11 @@
-package lockmodel
+package ledger
 
 import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Overlap: what a runner for one run does when it finds another run's
@@ -73,7 +75,7 @@ func ValidateOverlap(field, v string) error {
 	if v == "" || slices.Contains(OverlapValues, v) {
 		return nil
 	}
-	return &FieldError{Field: field, Value: v, Allowed: fmt.Sprintf("one of %q, %q or %q", OverlapWait, OverlapSkip, OverlapReplace)}
+	return &validation.FieldError{Field: field, Value: v, Allowed: fmt.Sprintf("one of %q, %q or %q", OverlapWait, OverlapSkip, OverlapReplace)}
 }
 
 // OverlapAction is what a runner for run id does under policy p while
@@ -183,7 +185,7 @@ const MaxBackfillSlots = MaxRunKeep
 // before leaving any out); r needs a schedule.
 func (r RunOnce) BackfillSlots(from, to, now time.Time) ([]string, error) {
 	if r.Schedule == "" {
-		return nil, &FieldError{Field: FieldRunOnceSchedule, Value: "", Allowed: "a schedule: backfill runs the slots of run_once.schedule"}
+		return nil, &validation.FieldError{Field: FieldRunOnceSchedule, Value: "", Allowed: "a schedule: backfill runs the slots of run_once.schedule"}
 	}
 	s, err := r.ParsedSchedule()
 	if err != nil {
@@ -191,9 +193,9 @@ func (r RunOnce) BackfillSlots(from, to, now time.Time) ([]string, error) {
 	}
 	switch {
 	case to.Before(from):
-		return nil, &FieldError{Field: "-to", Value: to.Format(time.RFC3339), Allowed: fmt.Sprintf("a time at or after -from (%s)", from.Format(time.RFC3339))}
+		return nil, &validation.FieldError{Field: "-to", Value: to.Format(time.RFC3339), Allowed: fmt.Sprintf("a time at or after -from (%s)", from.Format(time.RFC3339))}
 	case to.After(now):
-		return nil, &FieldError{Field: "-to", Value: to.Format(time.RFC3339), Allowed: fmt.Sprintf("a time at or before now (%s): slots not yet due are not backfilled", now.UTC().Format(time.RFC3339))}
+		return nil, &validation.FieldError{Field: "-to", Value: to.Format(time.RFC3339), Allowed: fmt.Sprintf("a time at or before now (%s): slots not yet due are not backfilled", now.UTC().Format(time.RFC3339))}
 	}
 	var ids []string
 	for t, n := from.Add(-time.Nanosecond), 0; ; n++ {
@@ -203,7 +205,7 @@ func (r RunOnce) BackfillSlots(from, to, now time.Time) ([]string, error) {
 		}
 		t = next
 		if n == MaxBackfillSlots {
-			return nil, &FieldError{Field: "-from", Value: from.Format(time.RFC3339), Allowed: fmt.Sprintf(
+			return nil, &validation.FieldError{Field: "-from", Value: from.Format(time.RFC3339), Allowed: fmt.Sprintf(
 				"a range of at most %d slots of run_once.schedule %q (%s to %s holds more): backfill it in parts", MaxBackfillSlots, r.Schedule,
 				from.Format(time.RFC3339), to.Format(time.RFC3339))}
 		}

@@ -1,4 +1,4 @@
-package lockmodel
+package ledger
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 func TestRetryWait_growsByTheFactorAndIsCapped(t *testing.T) {
@@ -236,7 +238,7 @@ func TestTailOutput_isTheBoundedEndAsValidUTF8(t *testing.T) {
 // checkTail: valid UTF-8 taking at most size bytes in the ledger's JSON.
 func checkTail(t *testing.T, s string, size int) {
 	t.Helper()
-	b, err := marshal(s)
+	b, err := marshalJSON(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,11 +283,11 @@ func TestKeepOutputBudget_aFullLedgerFitsConsulsLimit(t *testing.T) {
 			}
 			l.Runs = append(l.Runs, run)
 		}
-		b, err := EncodeLedger(l)
+		b, err := encodeLedger(l)
 		if err != nil {
 			t.Fatalf("keep %d x %d attempts x %d bytes: %v", c.keep, c.attempts, size, err)
 		}
-		back, err := DecodeLedger(b)
+		back, err := decodeLedger(b)
 		if err != nil || back.Runs[len(back.Runs)-1].Attempts[0].Output != worst {
 			t.Fatalf("keep %d x %d: outputs dropped or undecodable (%v): the budget is not what fits", c.keep, c.attempts, err)
 		}
@@ -305,14 +307,14 @@ func TestEncodeLedger_dropsTheOldestOutputsToFit(t *testing.T) {
 		l.Runs = append(l.Runs, Run{ID: "r" + itoa(r), Outcome: RunFailed, Attempts: []Attempt{{Number: 1, Node: "n", Session: nodeA.Session,
 			FencingToken: 1, Started: t0, Finished: t0, ExitCode: code(1), Outcome: RunFailed, Output: big}}})
 	}
-	b, err := EncodeLedger(l)
+	b, err := encodeLedger(l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(b) > MaxLedgerBytes {
 		t.Fatalf("%d bytes > %d", len(b), MaxLedgerBytes)
 	}
-	back, _ := DecodeLedger(b)
+	back, _ := decodeLedger(b)
 	if back.Runs[0].Attempts[0].Output != big || back.Runs[11].Attempts[0].Output != "" {
 		t.Fatal("want the newest output kept and the oldest dropped")
 	}
@@ -336,7 +338,7 @@ func TestRunOnce_jobControlBadInputNamesTheAttribute(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := base
 			c.edit(&r)
-			fes := AsFieldErrors(r.Validate())
+			fes := validation.AsFieldErrors(r.Validate())
 			if len(fes) != 1 || fes[0].Field != c.field || fes[0].Allowed == "" {
 				t.Fatalf("Validate: %v, want one error naming %s with the allowed range", fes, c.field)
 			}
@@ -347,32 +349,8 @@ func TestRunOnce_jobControlBadInputNamesTheAttribute(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var fe *FieldError
+	var fe *validation.FieldError
 	if err := ValidateRetryBackoff(FieldRunOnceRetryBackoff, 0); !errors.As(err, &fe) || fe.Field != FieldRunOnceRetryBackoff {
 		t.Fatalf("backoff 0 as an attribute: %v", err)
-	}
-}
-
-func TestLockRecord_jobControlRoundTrips(t *testing.T) {
-	l := Lock{Name: "nightly", Prefix: "jobs/nightly", RunOnce: &RunOnce{Period: time.Hour, MaxRuntime: 10 * time.Minute,
-		RetryAfter: 30 * time.Second, RetryBackoff: 1.5}}
-	n, err := l.Normalize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := EncodeLockRecord(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := DecodeLockRecord(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *back.RunOnce != *n.RunOnce {
-		t.Fatalf("round trip: %+v, want %+v", *back.RunOnce, *n.RunOnce)
-	}
-	bad := strings.Replace(string(b), `"max_runtime":"10m0s"`, `"max_runtime":"-1s"`, 1)
-	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), FieldRunOnceMaxRuntime) {
-		t.Fatalf("negative max_runtime in a record: %v", err)
 	}
 }
