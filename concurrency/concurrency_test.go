@@ -17,6 +17,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -261,7 +262,7 @@ func TestRunOnce_paused(t *testing.T) {
 func assertAttempts(t *testing.T, registry, lock, id string, want ...ledger.RunOutcome) {
 	t.Helper()
 	c := &consul.Client{Client: agent.Client()}
-	l, _, err := c.ReadLedger(context.Background(), lockmodel.RunLedgerKey(registry, lock), lock)
+	l, _, err := store.New(c).ReadLedger(context.Background(), lockmodel.RunLedgerKey(registry, lock), lock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // hold is what a Mutex and a Semaphore share: a lock acquired through a
@@ -115,7 +116,7 @@ func (h *hold) tryOnce(ctx context.Context, holder func() []byte) (lockproto.Gra
 	if h.lock.IsSemaphore() || h.lock.Queued() {
 		return lockproto.Grant{}, errors.New("concurrency: TryLock needs a mutex whose waiters race (waiters = \"race\")")
 	}
-	pair, err := h.s.c.ReadKeyConsistent(ctx, h.lock.Key)
+	pair, err := store.New(h.s.c).ReadKeyConsistent(ctx, h.lock.Key)
 	if err != nil {
 		return lockproto.Grant{}, err
 	}
@@ -259,12 +260,12 @@ func (h *hold) token() uint64 {
 
 // fence is the key the session holds while it holds the lock: the lock
 // key for a mutex, its contender key for a semaphore.
-func (h *hold) fence() consul.Fence {
+func (h *hold) fence() store.Fence {
 	key := h.lock.Key
 	if h.lock.IsSemaphore() {
 		key = h.lock.Prefix + "/" + h.s.s.ID
 	}
-	return consul.Fence{Key: key, Session: h.s.s.ID}
+	return store.Fence{Key: key, Session: h.s.s.ID}
 }
 
 func (h *hold) isOwner() *api.TxnOp { return &api.TxnOp{KV: h.fence().Op()} }

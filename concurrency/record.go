@@ -10,6 +10,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Recording an attempt's outcome once fn has returned, as the runner
@@ -39,8 +40,8 @@ func (u *run) finish(ctx context.Context, h *hold, res ledger.AttemptResult) boo
 			return false
 		}
 		wctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), dl.Fenced))
-		_, err = u.r.c.FinishRunAndRelease(wctx, consul.RunRelease{
-			LedgerWrite: consul.LedgerWrite{Fence: h.fence(), LedgerKey: u.key, Index: index, Ledger: next.Prune(u.spec.Keep, u.id)},
+		_, err = store.New(u.r.c).FinishRunAndRelease(wctx, store.RunRelease{
+			LedgerWrite: store.LedgerWrite{Fence: h.fence(), LedgerKey: u.key, Index: index, Ledger: next.Prune(u.spec.Keep, u.id)},
 			Flags:       u.lock.Flags(), Value: value,
 		})
 		cancel()
@@ -48,9 +49,9 @@ func (u *run) finish(ctx context.Context, h *hold, res ledger.AttemptResult) boo
 		case err == nil:
 			log.Info("attempt outcome recorded; lock released")
 			return true
-		case errors.Is(err, consul.ErrFenceLost):
+		case errors.Is(err, store.ErrFenceLost):
 			return u.recordAfterLoss(ctx, log, res, dl.AfterLoss(time.Now()))
-		case errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries:
+		case errors.Is(err, store.ErrLedgerChanged) && changed < ledgerTries:
 			changed++
 		case transient(err):
 			failures++
@@ -61,7 +62,7 @@ func (u *run) finish(ctx context.Context, h *hold, res ledger.AttemptResult) boo
 			return false
 		}
 		rctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), dl.Fenced))
-		l, i, err := u.r.c.ReadLedger(rctx, u.key, u.r.name)
+		l, i, err := store.New(u.r.c).ReadLedger(rctx, u.key, u.r.name)
 		cancel()
 		switch {
 		case err == nil:
@@ -95,7 +96,7 @@ func (u *run) recordAfterLoss(ctx context.Context, log *slog.Logger, res ledger.
 	}
 	for failures := 1; ; failures++ {
 		wctx, cancel := context.WithDeadline(ctx, deadline)
-		written, err := u.r.c.EditLedger(wctx, u.r.cfg.registry, u.r.name, ledgerTries, edit)
+		written, err := store.New(u.r.c).EditLedger(wctx, u.r.cfg.registry, u.r.name, ledgerTries, edit)
 		cancel()
 		if err == nil {
 			if written {

@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // RunOnce runs a function once per run ID on a declared run-once lock
@@ -49,7 +50,7 @@ type Attempt struct {
 	// run_once; zero otherwise.
 	Scheduled time.Time
 
-	fence consul.Fence
+	fence store.Fence
 }
 
 // IsOwner is a transaction op that fails a Consul transaction unless the
@@ -196,7 +197,7 @@ func (u *run) lookFirst(ctx context.Context) error {
 	if err := u.checkPause(ctx); err != nil {
 		return err
 	}
-	l, _, err := u.r.c.ReadLedger(ctx, u.key, u.r.name)
+	l, _, err := store.New(u.r.c).ReadLedger(ctx, u.key, u.r.name)
 	if err != nil {
 		u.r.cfg.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
 		return nil
@@ -220,7 +221,7 @@ func (u *run) doneIn(l ledger.Ledger) error {
 // checkPause is ErrPaused while the lock is paused. A token that may not
 // read the pause record runs as if not paused, as the runner does.
 func (u *run) checkPause(ctx context.Context) error {
-	p, _, err := u.r.c.Registry(u.r.cfg.registry).ReadPause(ctx, u.r.name)
+	p, _, err := store.New(u.r.c).Registry(u.r.cfg.registry).ReadPause(ctx, u.r.name)
 	switch {
 	case errors.Is(err, consul.ErrPermissionDenied):
 		u.r.cfg.log.Warn("cannot read the lock's pause record; running as if not paused", "pause_key", lockmodel.PauseKey(u.r.cfg.registry, u.r.name))
@@ -255,7 +256,7 @@ const ledgerTries = 5
 func (u *run) begin(ctx context.Context, h *hold) (ledger.BeginDecision, error) {
 	holder := ledger.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()}
 	for changed, failures := 0, 0; ; {
-		l, index, err := u.r.c.ReadLedger(ctx, u.key, u.r.name)
+		l, index, err := store.New(u.r.c).ReadLedger(ctx, u.key, u.r.name)
 		if err == nil {
 			var d ledger.BeginDecision
 			if d, err = l.BeginWith(u.id, holder, u.policy, time.Now()); err != nil {
@@ -263,19 +264,19 @@ func (u *run) begin(ctx context.Context, h *hold) (ledger.BeginDecision, error) 
 			}
 			if d.Changed {
 				d.Ledger = d.Ledger.Prune(u.spec.Keep, u.id)
-				index, err = u.r.c.BeginRun(ctx, consul.LedgerWrite{Fence: h.fence(), LedgerKey: u.key, Index: index, Ledger: d.Ledger})
+				index, err = store.New(u.r.c).BeginRun(ctx, store.LedgerWrite{Fence: h.fence(), LedgerKey: u.key, Index: index, Ledger: d.Ledger})
 			}
 			if err == nil {
 				u.attempt, u.ledger, u.index = d.Attempt, d.Ledger, index
 				return d, nil
 			}
-			if errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries {
+			if errors.Is(err, store.ErrLedgerChanged) && changed < ledgerTries {
 				changed++
 				continue
 			}
 		}
 		switch {
-		case errors.Is(err, consul.ErrFenceLost):
+		case errors.Is(err, store.ErrFenceLost):
 			return ledger.BeginDecision{}, fmt.Errorf("%w while recording the attempt: %v", ErrLockLost, err)
 		case !transient(err) || h.err() != nil || ctx.Err() != nil:
 			return ledger.BeginDecision{}, err

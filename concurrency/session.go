@@ -15,6 +15,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Session is a Consul session that holds locks (etcd's concurrency.Session):
@@ -74,7 +75,7 @@ func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmod
 		if cfg.ttl != 0 || cfg.lockDelay != nil {
 			return lockmodel.SessionProfile{}, errors.New("concurrency: WithProfile takes the TTL and lock-delay from the profile; drop WithTTL and WithLockDelay")
 		}
-		rec, found, err := c.Registry(cfg.registry).Get(ctx, lockmodel.KindSessionDefaults, cfg.profile)
+		rec, found, err := store.New(c).Registry(cfg.registry).Get(ctx, lockmodel.KindSessionDefaults, cfg.profile)
 		if err != nil {
 			return lockmodel.SessionProfile{}, fmt.Errorf("read session profile %q: %w", cfg.profile, err)
 		}

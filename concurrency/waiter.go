@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // acquire waits for the lock while following the run ledger, as the
@@ -54,7 +55,7 @@ func (u *run) followUntilDone(ctx context.Context) error {
 		if err != nil || !f.Changed() {
 			return true
 		}
-		l, _, err := consul.DecodeLedgerPair(u.key, u.r.name, pair)
+		l, _, err := store.DecodeLedgerPair(u.key, u.r.name, pair)
 		if err != nil {
 			return true
 		}

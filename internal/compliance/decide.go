@@ -76,7 +76,7 @@ type State struct {
 	// "started" the holder wrote, bounded by what this controller saw
 	// itself (TrackHolds), or its first sight when the holder wrote none.
 	// max_hold is measured from it.
-	HeldSince map[HoldID]time.Time
+	HeldSince map[LockSession]time.Time
 
 	// ProfileIndex is the ModifyIndex (a Raft index) of each session
 	// profile's record, by profile name. A holder session created before
@@ -385,7 +385,7 @@ func judgeHolder(st State, l lockmodel.Lock, s lockmodel.ObservedSession, enforc
 		}
 	}
 	if l.MaxHold > 0 {
-		if since, ok := st.HeldSince[HoldID{Lock: l.Name, Session: s.ID}]; ok {
+		if since, ok := st.HeldSince[LockSession{Lock: l.Name, Session: s.ID}]; ok {
 			if held := st.Now.Sub(since); held > l.MaxHold {
 				reasons = append(reasons, ReasonMaxHoldExceeded)
 				details = append(details, fmt.Sprintf("session %s has held lock %q for %s (from the start its holder value gives, bounded by what this controller saw, else from its first sight); max_hold is %s",

@@ -42,7 +42,7 @@ func baseState() State {
 		},
 		Sessions:     map[string]lockmodel.ObservedSession{},
 		LivePolicies: map[string]LivePolicy{policyID: {ID: policyID, Name: "holder", Rules: rules, ModifyIndex: 12}},
-		HeldSince:    map[HoldID]time.Time{},
+		HeldSince:    map[LockSession]time.Time{},
 		Now:          t0,
 	}
 }
@@ -58,7 +58,7 @@ func holdMutex(st *State, s lockmodel.ObservedSession, since time.Time) {
 	k := st.Keys[mutexKey]
 	k.Session, k.LockIndex = s.ID, 1
 	st.Keys[mutexKey] = k
-	st.HeldSince[HoldID{Lock: "report", Session: s.ID}] = since
+	st.HeldSince[LockSession{Lock: "report", Session: s.ID}] = since
 }
 
 // holdSlots makes sessions hold their contender keys of the semaphore
@@ -376,8 +376,8 @@ func TestDecide_holdersThatPredateTheirProfile(t *testing.T) {
 }
 
 func TestTrackHolds(t *testing.T) {
-	a, b := HoldID{Lock: "report", Session: sessA}, HoldID{Lock: "report", Session: sessB}
-	o := HoldID{Lock: "other", Session: sessB}
+	a, b := LockSession{Lock: "report", Session: sessA}, LockSession{Lock: "report", Session: sessB}
+	o := LockSession{Lock: "other", Session: sessB}
 	look := map[string]time.Time{}
 	got := TrackHolds(nil, map[string]map[string]uint64{"report": {sessA: 1}, "other": {sessB: 0}}, look, t0)
 	if !got[a].FirstSeen.Equal(t0) || !got[a].NotBefore.IsZero() {

@@ -6,8 +6,8 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
-// HoldID identifies one hold: one session holding one lock.
-type HoldID struct {
+// LockSession identifies one hold: one session holding one lock.
+type LockSession struct {
 	Lock, Session string
 }
 
@@ -28,10 +28,10 @@ func HolderSessions(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessio
 	return out
 }
 
-// Hold is what this controller has itself seen of one holder's hold, on
+// Sighting is what this controller has itself seen of one holder's hold, on
 // its own clock; lockmodel.HoldStart turns it and the holder's value into
 // the time the hold began.
-type Hold struct {
+type Sighting struct {
 	// FirstSeen is when this controller first saw the hold.
 	FirstSeen time.Time
 	// NotBefore is when this controller last saw the lock without this
@@ -45,7 +45,7 @@ type Hold struct {
 }
 
 // Evidence is h as lockmodel.HoldStart takes it.
-func (h Hold) Evidence() lockmodel.HoldEvidence {
+func (h Sighting) Evidence() lockmodel.HoldEvidence {
 	return lockmodel.HoldEvidence{FirstSeen: h.FirstSeen, NotBefore: h.NotBefore}
 }
 
@@ -62,8 +62,8 @@ func (h Hold) Evidence() lockmodel.HoldEvidence {
 //   - A hold of a looked-at lock that is no longer current is forgotten;
 //     the holds of locks not looked at this time (their state is unknown)
 //     are kept as they are.
-func TrackHolds(prev map[HoldID]Hold, looks map[string]map[string]uint64, lastLook map[string]time.Time, now time.Time) map[HoldID]Hold {
-	out := make(map[HoldID]Hold, len(prev))
+func TrackHolds(prev map[LockSession]Sighting, looks map[string]map[string]uint64, lastLook map[string]time.Time, now time.Time) map[LockSession]Sighting {
+	out := make(map[LockSession]Sighting, len(prev))
 	for h, p := range prev {
 		if _, looked := looks[h.Lock]; !looked {
 			out[h] = p
@@ -71,10 +71,10 @@ func TrackHolds(prev map[HoldID]Hold, looks map[string]map[string]uint64, lastLo
 	}
 	for lock, sessions := range looks {
 		for session, acq := range sessions {
-			h := HoldID{Lock: lock, Session: session}
+			h := LockSession{Lock: lock, Session: session}
 			p, ok := prev[h]
 			if !ok || p.Acquisition != acq {
-				p = Hold{FirstSeen: now, NotBefore: lastLook[lock], Acquisition: acq}
+				p = Sighting{FirstSeen: now, NotBefore: lastLook[lock], Acquisition: acq}
 			}
 			out[h] = p
 		}

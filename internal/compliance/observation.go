@@ -16,14 +16,14 @@ type Observation struct {
 	Read State
 	// Holds is what the observer saw itself of each hold (TrackHolds);
 	// nil for one that keeps no history (a single read).
-	Holds map[HoldID]Hold
+	Holds map[LockSession]Sighting
 }
 
 // State is the State of o, with when each hold of a declared lock began
 // (HoldStarts).
 func (o Observation) State() State {
 	st := o.Read
-	st.HeldSince = map[HoldID]time.Time{}
+	st.HeldSince = map[LockSession]time.Time{}
 	for _, l := range st.Locks {
 		maps.Copy(st.HeldSince, HoldStarts(l, st.Keys, st.Sessions, o.Holds, st.Now))
 	}
@@ -38,13 +38,13 @@ func (o Observation) State() State {
 // HolderSessions': none without a session read (sessions nil).
 // Observation.State applies it to every lock; an observer that keeps its
 // State up to date lock by lock applies it to the locks it looks at again.
-func HoldStarts(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessions map[string]lockmodel.ObservedSession, holds map[HoldID]Hold, now time.Time) map[HoldID]time.Time {
+func HoldStarts(l lockmodel.Lock, keys map[string]lockmodel.KeyEntry, sessions map[string]lockmodel.ObservedSession, holds map[LockSession]Sighting, now time.Time) map[LockSession]time.Time {
 	if sessions == nil {
 		return nil
 	}
-	out := map[HoldID]time.Time{}
+	out := map[LockSession]time.Time{}
 	for _, h := range lockmodel.Holders(lockStateOf(l, keys, sessions)) {
-		id := HoldID{Lock: l.Name, Session: h.Session}
+		id := LockSession{Lock: l.Name, Session: h.Session}
 		if start, ok := lockmodel.HoldStart(h.Entry.Value, holds[id].Evidence(), now); ok {
 			out[id] = start
 		}

@@ -27,38 +27,38 @@ func TestHoldStarts(t *testing.T) {
 	held := func(v []byte) map[string]lockmodel.KeyEntry {
 		return map[string]lockmodel.KeyEntry{mutexKey: {Flags: lockmodel.LockFlagValue, Session: sessA, LockIndex: 1, ModifyIndex: 20, Value: v}}
 	}
-	idA, idB := HoldID{Lock: "report", Session: sessA}, HoldID{Lock: "thumbs", Session: sessB}
+	idA, idB := LockSession{Lock: "report", Session: sessA}, LockSession{Lock: "thumbs", Session: sessB}
 	tests := []struct {
 		name     string
 		l        lockmodel.Lock
 		keys     map[string]lockmodel.KeyEntry
 		sessions map[string]lockmodel.ObservedSession
-		holds    map[HoldID]Hold
-		want     map[HoldID]time.Time
+		holds    map[LockSession]Sighting
+		want     map[LockSession]time.Time
 	}{
 		{name: "the holder's start", l: mutex, keys: held(value(t0.Add(-time.Hour))), sessions: sessions,
-			want: map[HoldID]time.Time{idA: t0.Add(-time.Hour)}},
+			want: map[LockSession]time.Time{idA: t0.Add(-time.Hour)}},
 		{name: "a start after now is now", l: mutex, keys: held(value(t0.Add(time.Hour))), sessions: sessions,
-			want: map[HoldID]time.Time{idA: t0}},
+			want: map[LockSession]time.Time{idA: t0}},
 		{name: "no start, no evidence: unknown", l: mutex, keys: held([]byte("x")), sessions: sessions,
-			want: map[HoldID]time.Time{}},
+			want: map[LockSession]time.Time{}},
 		{name: "no start: first seen", l: mutex, keys: held(nil), sessions: sessions,
-			holds: map[HoldID]Hold{idA: {FirstSeen: t0.Add(-time.Minute)}},
-			want:  map[HoldID]time.Time{idA: t0.Add(-time.Minute)}},
+			holds: map[LockSession]Sighting{idA: {FirstSeen: t0.Add(-time.Minute)}},
+			want:  map[LockSession]time.Time{idA: t0.Add(-time.Minute)}},
 		{name: "a start before the last look without the hold is that look", l: mutex, keys: held(value(t0.Add(-time.Hour))), sessions: sessions,
-			holds: map[HoldID]Hold{idA: {FirstSeen: t0.Add(-time.Minute), NotBefore: t0.Add(-2 * time.Minute)}},
-			want:  map[HoldID]time.Time{idA: t0.Add(-2 * time.Minute)}},
+			holds: map[LockSession]Sighting{idA: {FirstSeen: t0.Add(-time.Minute), NotBefore: t0.Add(-2 * time.Minute)}},
+			want:  map[LockSession]time.Time{idA: t0.Add(-2 * time.Minute)}},
 		{name: "a session the read does not list holds nothing", l: mutex, keys: held(value(t0)), sessions: map[string]lockmodel.ObservedSession{},
-			want: map[HoldID]time.Time{}},
+			want: map[LockSession]time.Time{}},
 		{name: "no session read: none", l: mutex, keys: held(value(t0)), want: nil},
 		{name: "a semaphore holder's start is in its contender key", l: sem, sessions: sessions, keys: map[string]lockmodel.KeyEntry{
 			semKey:                 {Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{"` + sessB + `":true}}`)},
 			"jobs/thumbs/" + sessB: {Session: sessB, Value: value(t0.Add(-time.Hour))},
 			"jobs/thumbs/" + sessA: {Session: sessA, Value: value(t0.Add(-2 * time.Hour))}, // waiting: not listed
-		}, want: map[HoldID]time.Time{idB: t0.Add(-time.Hour)}},
+		}, want: map[LockSession]time.Time{idB: t0.Add(-time.Hour)}},
 		{name: "a listed semaphore session without its contender key holds nothing", l: sem, sessions: sessions, keys: map[string]lockmodel.KeyEntry{
 			semKey: {Flags: lockmodel.SemaphoreFlagValue, Value: []byte(`{"Limit":3,"Holders":{"` + sessB + `":true}}`)},
-		}, want: map[HoldID]time.Time{}},
+		}, want: map[LockSession]time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,7 +86,7 @@ func TestObservationState(t *testing.T) {
 	if len(st.Locks) != 2 || st.ProfileIndex["strict"] != 5 || !st.Settling["locks/thumbs"] || !st.Now.Equal(t0) || len(st.Keys) != 3 {
 		t.Errorf("State did not keep what was read: %+v", st)
 	}
-	if got := st.HeldSince[HoldID{Lock: "report", Session: sessA}]; !got.Equal(t0.Add(-2*time.Hour)) || len(st.HeldSince) != 1 {
+	if got := st.HeldSince[LockSession{Lock: "report", Session: sessA}]; !got.Equal(t0.Add(-2*time.Hour)) || len(st.HeldSince) != 1 {
 		t.Errorf("HeldSince = %v, want report's holder since 2h ago", st.HeldSince)
 	}
 	ds := Decide(st, ModeEnforce)

@@ -240,14 +240,14 @@ func TestReadBatcher_realAgentSeesEveryWriteBeforeTheRead(t *testing.T) {
 				k := (r + i) % keys
 				key := fmt.Sprintf("%s/%d", p, k)
 				floor := written[k].Load()
-				rec, err := c.ReadRecord(ctx, key)
+				pairs, err := c.Reads().Get(ctx, key)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				var got int64
-				if rec != nil {
-					got, _ = strconv.ParseInt(string(rec.Value), 10, 64)
+				if p := pairs[key]; p != nil {
+					got, _ = strconv.ParseInt(string(p.Value), 10, 64)
 				}
 				if got < floor {
 					t.Errorf("read of %s that began after value %d was written saw %d", key, floor, got)

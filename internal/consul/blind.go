@@ -67,7 +67,7 @@ func (c *Client) CheckListable(ctx context.Context, prefix string) error {
 	}
 	e := Classify("read "+prefix, err)
 	if e.Kind != KindPermissionDenied {
-		return c.wrap("read "+prefix, err)
+		return c.Wrap("read "+prefix, err)
 	}
 	b := &BlindError{Prefix: prefix, NoToken: !c.hasToken, Err: e}
 	if m := deniedAccessor.FindStringSubmatch(e.Message); m != nil {

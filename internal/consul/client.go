@@ -228,11 +228,11 @@ func (c *Client) Ping(ctx context.Context) error {
 		if errors.As(err, &e) {
 			err = e.Err
 		}
-		return c.wrap("reach Consul", err)
+		return c.Wrap("reach Consul", err)
 	}
 	q := (&api.QueryOptions{}).WithContext(ctx)
 	if _, err := c.Status().LeaderWithQueryOptions(q); err != nil {
-		return c.wrap("reach Consul", err)
+		return c.Wrap("reach Consul", err)
 	}
 	return nil
 }

@@ -261,8 +261,8 @@ func (c *Client) CheckToken(ctx context.Context) error {
 	return nil
 }
 
-// wrap classifies err with op and names the address on transport errors.
-func (c *Client) wrap(op string, err error) error {
+// Wrap classifies err with op and names the address on transport errors.
+func (c *Client) Wrap(op string, err error) error {
 	e := Classify(op, err)
 	if e.StatusCode == 0 {
 		e.Op = fmt.Sprintf("%s at %s://%s", op, c.Scheme, c.Address)

@@ -137,27 +137,27 @@ func notApplied(resp *http.Response) bool {
 	return false
 }
 
-// maxSettleAttempts bounds how often a write whose answer was lost is found
+// MaxSettleAttempts bounds how often a write whose answer was lost is found
 // not applied and sent again.
-const maxSettleAttempts = 3
+const MaxSettleAttempts = 3
 
-// writeOutcome is what a read after an unanswered write found.
-type writeOutcome int
+// WriteOutcome is what a read after an unanswered write found.
+type WriteOutcome int
 
 const (
-	// outcomeApplied: the live state is exactly what was written.
-	outcomeApplied writeOutcome = iota + 1
-	// outcomeNotApplied: the live state is still what the write expected.
-	outcomeNotApplied
-	// outcomeOverwritten: someone else changed it: a real conflict.
-	outcomeOverwritten
+	// OutcomeApplied: the live state is exactly what was written.
+	OutcomeApplied WriteOutcome = iota + 1
+	// OutcomeNotApplied: the live state is still what the write expected.
+	OutcomeNotApplied
+	// OutcomeOverwritten: someone else changed it: a real conflict.
+	OutcomeOverwritten
 )
 
-// settleCAS runs a check-and-set write. When its answer is lost (a
+// SettleCAS runs a check-and-set write. When its answer is lost (a
 // transient error), or it fails its check after an attempt whose answer was
 // lost, look reads the live state: exactly what was written counts as done,
 // unchanged is sent again, anything else is a real conflict (ok false).
-func settleCAS(write func() (ok bool, err error), look func() (writeOutcome, error)) (bool, error) {
+func SettleCAS(write func() (ok bool, err error), look func() (WriteOutcome, error)) (bool, error) {
 	var lost error
 	for attempt := 1; ; attempt++ {
 		ok, err := write()
@@ -173,11 +173,11 @@ func settleCAS(write func() (ok bool, err error), look func() (writeOutcome, err
 		switch {
 		case lerr != nil:
 			return false, lost
-		case outcome == outcomeApplied:
+		case outcome == OutcomeApplied:
 			return true, nil
-		case outcome == outcomeNotApplied && attempt < maxSettleAttempts:
+		case outcome == OutcomeNotApplied && attempt < MaxSettleAttempts:
 			continue
-		case outcome == outcomeNotApplied:
+		case outcome == OutcomeNotApplied:
 			return false, lost
 		default:
 			return false, nil
@@ -185,16 +185,16 @@ func settleCAS(write func() (ok bool, err error), look func() (writeOutcome, err
 	}
 }
 
-// casOutcome judges the live pair after an unanswered check-and-set that
+// CASOutcome judges the live pair after an unanswered check-and-set that
 // expected ModifyIndex expectIndex (0: the key did not exist) and would
 // leave a pair for which written is true.
-func casOutcome(pair *api.KVPair, expectIndex uint64, written func(*api.KVPair) bool) writeOutcome {
+func CASOutcome(pair *api.KVPair, expectIndex uint64, written func(*api.KVPair) bool) WriteOutcome {
 	switch {
 	case pair == nil && expectIndex == 0, pair != nil && pair.ModifyIndex == expectIndex:
-		return outcomeNotApplied
+		return OutcomeNotApplied
 	case pair != nil && pair.ModifyIndex > expectIndex && written(pair):
-		return outcomeApplied
+		return OutcomeApplied
 	default:
-		return outcomeOverwritten
+		return OutcomeOverwritten
 	}
 }

@@ -7,15 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -111,94 +107,28 @@ func TestCASOutcome(t *testing.T) {
 		name   string
 		pair   *api.KVPair
 		expect uint64
-		want   writeOutcome
+		want   WriteOutcome
 	}{
-		{"create not applied", nil, 0, outcomeNotApplied},
-		{"create applied", &api.KVPair{ModifyIndex: 9, Value: []byte("mine")}, 0, outcomeApplied},
-		{"created by another", &api.KVPair{ModifyIndex: 9, Value: []byte("theirs")}, 0, outcomeOverwritten},
-		{"update not applied", &api.KVPair{ModifyIndex: 5, Value: []byte("old")}, 5, outcomeNotApplied},
-		{"update applied", &api.KVPair{ModifyIndex: 9, Value: []byte("mine")}, 5, outcomeApplied},
-		{"updated by another", &api.KVPair{ModifyIndex: 9, Value: []byte("theirs")}, 5, outcomeOverwritten},
-		{"deleted by another", nil, 5, outcomeOverwritten},
+		{"create not applied", nil, 0, OutcomeNotApplied},
+		{"create applied", &api.KVPair{ModifyIndex: 9, Value: []byte("mine")}, 0, OutcomeApplied},
+		{"created by another", &api.KVPair{ModifyIndex: 9, Value: []byte("theirs")}, 0, OutcomeOverwritten},
+		{"update not applied", &api.KVPair{ModifyIndex: 5, Value: []byte("old")}, 5, OutcomeNotApplied},
+		{"update applied", &api.KVPair{ModifyIndex: 9, Value: []byte("mine")}, 5, OutcomeApplied},
+		{"updated by another", &api.KVPair{ModifyIndex: 9, Value: []byte("theirs")}, 5, OutcomeOverwritten},
+		{"deleted by another", nil, 5, OutcomeOverwritten},
 	}
 	for _, tt := range tests {
-		if got := casOutcome(tt.pair, tt.expect, written); got != tt.want {
+		if got := CASOutcome(tt.pair, tt.expect, written); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
-}
-
-// lossyProxy forwards every request to the real agent. The first request
-// that drop matches is forwarded and answered by the agent, and then the
-// connection to the client is closed without the answer: the write
-// happened, the client cannot know. A real agent cannot be made to do this.
-type lossyProxy struct {
-	t      *testing.T
-	drop   func(*http.Request, []byte) bool
-	mu     sync.Mutex
-	done   bool
-	counts map[string]int
-}
-
-func newLossyProxy(t *testing.T, drop func(r *http.Request, body []byte) bool) *httptest.Server {
-	p := &lossyProxy{t: t, drop: drop, counts: map[string]int{}}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-func (p *lossyProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, agent.HTTPAddr()+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	out.Header = r.Header.Clone()
-	resp, err := http.DefaultTransport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-
-	p.mu.Lock()
-	drop := !p.done && p.drop(r, body)
-	if drop {
-		p.done = true
-	}
-	p.mu.Unlock()
-	if drop {
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			p.t.Error("the test server's ResponseWriter cannot hijack")
-			return
-		}
-		conn, _, err := hj.Hijack()
-		if err != nil {
-			p.t.Errorf("hijack: %v", err)
-			return
-		}
-		_ = conn.Close()
-		return
-	}
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(answer)
-}
-
-func putTo(path string) func(*http.Request, []byte) bool {
-	return func(r *http.Request, _ []byte) bool { return r.Method == http.MethodPut && r.URL.Path == path }
 }
 
 // lossyClient talks to the agent through a proxy that loses the answer to
 // the first request drop matches.
 func lossyClient(t *testing.T, drop func(*http.Request, []byte) bool) *Client {
 	t.Helper()
-	srv := newLossyProxy(t, drop)
+	srv := testenv.LossyProxy(t, agent.HTTPAddr(), drop)
 	c, err := New(Settings{Address: srv.URL, Token: agent.ManagementToken,
 		Retry: RetrySettings{MaxAttempts: 3, MinWait: 10 * time.Millisecond, MaxWait: 20 * time.Millisecond}})
 	if err != nil {
@@ -207,112 +137,11 @@ func lossyClient(t *testing.T, drop func(*http.Request, []byte) bool) *Client {
 	return c
 }
 
-func TestCreateACLToken_lostAnswerLeavesExactlyOneToken(t *testing.T) {
-	ctx := context.Background()
-	description := "lost-answer " + testenv.NewUUID()
-	c := lossyClient(t, putTo("/v1/acl/token"))
-	got, err := c.CreateACLToken(ctx, &api.ACLToken{Description: description})
-	if err != nil {
-		t.Fatalf("create with a lost answer: %v", err)
-	}
-	tokens, _, err := agent.Client().ACL().TokenList(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []string
-	for _, tok := range tokens {
-		if tok.Description == description {
-			found = append(found, tok.AccessorID)
-			t.Cleanup(func() { _, _ = agent.Client().ACL().TokenDelete(tok.AccessorID, nil) })
-		}
-	}
-	if len(found) != 1 || found[0] != got.AccessorID {
-		t.Fatalf("tokens with the description: %v; want exactly the one returned (%s)", found, got.AccessorID)
-	}
-	live, _, err := agent.Client().ACL().TokenRead(got.AccessorID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.SecretID == "" || live.SecretID != got.SecretID {
-		t.Fatal("the returned secret is not the live token's secret")
-	}
-}
-
-func TestCreateACLPolicy_lostAnswerLeavesExactlyOnePolicy(t *testing.T) {
-	ctx := context.Background()
-	name := "lost-answer-" + testenv.NewUUID()[:8]
-	c := lossyClient(t, putTo("/v1/acl/policy"))
-	want := &api.ACLPolicy{Name: name, Description: "d", Rules: "key \"lost\" {\n  policy = \"read\"\n}\n"}
-	got, err := c.CreateACLPolicy(ctx, want)
-	if err != nil {
-		t.Fatalf("create with a lost answer: %v", err)
-	}
-	t.Cleanup(func() { _, _ = agent.Client().ACL().PolicyDelete(got.ID, nil) })
-	policies, _, err := agent.Client().ACL().PolicyList(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []string
-	for _, p := range policies {
-		if p.Name == name {
-			found = append(found, p.ID)
-		}
-	}
-	if len(found) != 1 || found[0] != got.ID {
-		t.Fatalf("policies named %s: %v; want exactly the one returned (%s)", name, found, got.ID)
-	}
-
-	// A policy of that name that is not ours is still an error.
-	other := *want
-	other.Rules = "key \"other\" {\n  policy = \"read\"\n}\n"
-	if _, err := newClient(t, agent.ManagementToken).CreateACLPolicy(ctx, &other); err == nil || !strings.Contains(err.Error(), "already exists") {
-		t.Fatalf("creating a second, different policy of the same name: %v; want already exists", err)
-	}
-}
-
-func TestRegistryPut_lostAnswerIsNotAConflict(t *testing.T) {
-	ctx := context.Background()
-	prefix := testenv.UniquePrefix(t.Name())
-	reg := lossyClient(t, putTo("/v1/txn")).Registry(prefix)
-	index, err := reg.Put(ctx, lockmodel.KindLock, "a", []byte("v1"), 0)
-	if err != nil {
-		t.Fatalf("create-only Put with a lost answer: %v; want success, not a conflict with itself", err)
-	}
-	pair, _, err := agent.Client().KV().Get(reg.Key(lockmodel.KindLock, "a"), &api.QueryOptions{RequireConsistent: true})
-	if err != nil || pair == nil || string(pair.Value) != "v1" || pair.ModifyIndex != index {
-		t.Fatalf("record after Put: %+v, %v; want v1 at the returned index %d", pair, err, index)
-	}
-
-	// An update whose answer is lost, then a real conflict.
-	reg2 := lossyClient(t, putTo("/v1/txn")).Registry(prefix)
-	next, err := reg2.Put(ctx, lockmodel.KindLock, "a", []byte("v2"), index)
-	if err != nil || next <= index {
-		t.Fatalf("update Put with a lost answer: %d, %v; want success at a higher index", next, err)
-	}
-	var conflict *ErrConflict
-	if _, err := reg2.Put(ctx, lockmodel.KindLock, "a", []byte("v3"), index); !errors.As(err, &conflict) {
-		t.Fatalf("Put at a stale index: %v; want a conflict", err)
-	}
-}
-
-func TestCreateKeyOnly_lostAnswerCountsAsCreated(t *testing.T) {
-	ctx := context.Background()
-	key := testenv.UniquePrefix(t.Name()) + "/.lock"
-	c := lossyClient(t, func(r *http.Request, _ []byte) bool { return r.Method == http.MethodPut && r.URL.Query().Has("cas") })
-	created, err := c.CreateKeyOnly(ctx, key, lockmodel.LockFlagValue, nil)
-	if err != nil || !created {
-		t.Fatalf("create-only with a lost answer: created %v, %v; want created", created, err)
-	}
-	if created, err := c.CreateKeyOnly(ctx, key, lockmodel.LockFlagValue, nil); err != nil || created {
-		t.Fatalf("second create-only: created %v, %v; want false (exists)", created, err)
-	}
-}
-
 // TestSessionCreate_notSentTwice: Consul names a new session on every
 // create, so a create whose answer is lost is reported, not sent again.
 func TestSessionCreate_notSentTwice(t *testing.T) {
 	name := "lost-answer-" + testenv.NewUUID()[:8]
-	c := lossyClient(t, putTo("/v1/session/create"))
+	c := lossyClient(t, testenv.PutTo("/v1/session/create"))
 	_, _, err := c.Session().Create(&api.SessionEntry{Name: name, TTL: "30s"}, nil)
 	sessions, _, lerr := agent.Client().Session().List(&api.QueryOptions{RequireConsistent: true})
 	if lerr != nil {

@@ -21,7 +21,7 @@ func (c *Client) RenewSession(ctx context.Context, id string) (*api.SessionEntry
 	case err == nil:
 		return nil, nil
 	}
-	e := c.wrap(op, err)
+	e := c.Wrap(op, err)
 	if KindOf(e) == KindNotFound {
 		return nil, nil
 	}

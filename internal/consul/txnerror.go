@@ -1,7 +1,11 @@
 package consul
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -68,4 +72,26 @@ func TxnError(op string, errs api.TxnErrors) *Error {
 		}
 	}
 	return out
+}
+
+// WriteTxn runs a transaction that writes. Unlike api.Txn, which reports a
+// refused request (403 ACL not found, 500 no leader) as bare text, it keeps
+// the HTTP status, so that Classify tells an expired token or a transient
+// error from the rest. ok is false when Consul rolled the transaction back
+// (HTTP 409); resp then lists why (TxnError reads it).
+func (c *Client) WriteTxn(ctx context.Context, txn api.TxnOps) (ok bool, resp *api.TxnResponse, err error) {
+	resp = &api.TxnResponse{}
+	_, err = c.Raw().Write("/v1/txn", txn, resp, (&api.WriteOptions{}).WithContext(ctx))
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusConflict {
+		resp = &api.TxnResponse{}
+		if jerr := json.Unmarshal([]byte(se.Body), resp); jerr != nil {
+			return false, nil, err
+		}
+		return false, resp, nil
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	return true, resp, nil
 }

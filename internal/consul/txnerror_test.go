@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -94,13 +95,13 @@ func TestTxnError_realAgentKinds(t *testing.T) {
 	a, b := session(time.Minute), session(0)
 	refusal := func(c *Client, ops ...*api.KVTxnOp) *Error {
 		t.Helper()
-		ok, resp, err := c.writeTxn(ctx, ops)
+		ok, resp, err := writeKVTxn(ctx, c, ops)
 		if err != nil || ok {
 			t.Fatalf("%+v: ok=%v err=%v, want a refusal", ops[0], ok, err)
 		}
 		return TxnError("txn", resp.Errors)
 	}
-	if ok, _, err := c.writeTxn(ctx, api.KVTxnOps{{Verb: api.KVLock, Key: key, Session: a}}); err != nil || !ok {
+	if ok, _, err := writeKVTxn(ctx, c, api.KVTxnOps{{Verb: api.KVLock, Key: key, Session: a}}); err != nil || !ok {
 		t.Fatalf("lock with a: ok=%v err=%v", ok, err)
 	}
 	assertKind(t, refusal(c, &api.KVTxnOp{Verb: api.KVLock, Key: key, Session: b}), KindHeld)
@@ -125,4 +126,13 @@ func TestTxnError_realAgentKinds(t *testing.T) {
 
 	_, _, err = c.KV().Acquire(&api.KVPair{Key: key + "-acquire", Session: testenv.NewUUID()}, nil)
 	assertKind(t, Classify("acquire", err), KindSessionInvalid)
+}
+
+// writeKVTxn is WriteTxn for KV ops.
+func writeKVTxn(ctx context.Context, c *Client, ops api.KVTxnOps) (bool, *api.TxnResponse, error) {
+	txn := make(api.TxnOps, 0, len(ops))
+	for _, op := range ops {
+		txn = append(txn, &api.TxnOp{KV: op})
+	}
+	return c.WriteTxn(ctx, txn)
 }

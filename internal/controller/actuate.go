@@ -11,6 +11,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Repair back-off: a repair that failed (Consul refused or failed the
@@ -106,7 +107,7 @@ func (c *Controller) act(t *term, d compliance.Decision, failures int) (retryIn 
 	log.Info("repair writing") // the nemesis's checker: no write begun after leadership passed on
 	done, err := c.execute(t, fresh)
 	switch {
-	case errors.Is(err, errNotLeader) || errors.Is(err, consul.ErrFenceLost) || t.ctx.Err() != nil:
+	case errors.Is(err, errNotLeader) || errors.Is(err, store.ErrFenceLost) || t.ctx.Err() != nil:
 		log.Info("repair abandoned: this replica no longer leads")
 	case err != nil:
 		c.metrics.repairErrors.WithLabelValues(string(d.Kind)).Inc()
@@ -135,7 +136,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
 		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]lockmodel.KeyEntry{},
-		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.HoldID]time.Time{}, Now: c.cfg.Clock.Now(),
+		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.LockSession]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
 		return c.recheckPolicy(ctx, d, st, q)
@@ -146,13 +147,13 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 // settledDeclaration reads the declaration record of kind and name
 // (found false: gone); errDeclarationChanging while an apply may still be
 // writing it (declarationSettled).
-func (c *Controller) settledDeclaration(ctx context.Context, kind, name string, now time.Time) (consul.StoredRecord, bool, error) {
+func (c *Controller) settledDeclaration(ctx context.Context, kind, name string, now time.Time) (store.StoredRecord, bool, error) {
 	rec, found, err := c.readDeclaration(ctx, kind, name)
 	if err != nil || !found {
-		return consul.StoredRecord{}, false, err
+		return store.StoredRecord{}, false, err
 	}
 	if !c.declarationSettled(compliance.SettlingKey(kind, name), rec.ModifyIndex, now) {
-		return consul.StoredRecord{}, false, errDeclarationChanging
+		return store.StoredRecord{}, false, errDeclarationChanging
 	}
 	return rec, true, nil
 }
@@ -217,7 +218,7 @@ func (c *Controller) recheckLock(ctx context.Context, d compliance.Decision, st 
 // needs: the profile l names, the session (false: gone), the hold's value
 // and when it began.
 func (c *Controller) recheckHolder(ctx context.Context, d compliance.Decision, l lockmodel.Lock, pair *api.KVPair, st *compliance.State, q *api.QueryOptions) (bool, error) {
-	reg := c.client.Registry(c.cfg.RegistryPrefix)
+	reg := store.New(c.client).Registry(c.cfg.RegistryPrefix)
 	if l.SessionDefaults != "" {
 		prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
 		if err != nil {
@@ -239,7 +240,7 @@ func (c *Controller) recheckHolder(ctx context.Context, d compliance.Decision, l
 	if se == nil {
 		return false, nil // already gone
 	}
-	st.Sessions[se.ID] = consul.ObservedSession(se)
+	st.Sessions[se.ID] = store.ObservedSession(se)
 	// The hold's value, read now: the mutex key's, or the holder's
 	// contender key's for a semaphore.
 	var value []byte
@@ -262,7 +263,7 @@ func (c *Controller) recheckHolder(ctx context.Context, d compliance.Decision, l
 		}
 	}
 	c.mu.Lock()
-	h := compliance.HoldID{Lock: l.Name, Session: d.Session}
+	h := compliance.LockSession{Lock: l.Name, Session: d.Session}
 	if hold, ok := c.recon.heldSince[h]; ok && (l.IsSemaphore() || pair == nil || hold.Acquisition == pair.LockIndex) {
 		st.HeldSince[h], _ = lockmodel.HoldStart(value, hold.Evidence(), st.Now)
 	}
@@ -291,7 +292,7 @@ func (c *Controller) execute(t *term, d compliance.Decision) (bool, error) {
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	switch d.Kind {
 	case compliance.KindRecreateKey, compliance.KindRestoreFlags, compliance.KindRestoreLimit:
-		ok, err := c.client.FencedCAS(ctx, t.fence, &api.KVPair{Key: d.Key, Flags: d.Flags, Value: d.Value, ModifyIndex: d.ModifyIndex})
+		ok, err := store.New(c.client).FencedCAS(ctx, t.fence, &api.KVPair{Key: d.Key, Flags: d.Flags, Value: d.Value, ModifyIndex: d.ModifyIndex})
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", d.Kind, err)
 		}

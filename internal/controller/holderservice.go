@@ -8,6 +8,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Holder services: an agentless holder's instance (registered in the
@@ -108,10 +109,10 @@ func (c *Controller) reapHolderServices(ctx context.Context) {
 		if !ok || l.HolderService == nil {
 			continue
 		}
-		stale, err := c.client.StaleHolderInstances(ctx, l.HolderService.Name, l.Name, l.Limit, "")
+		stale, err := store.New(c.client).StaleHolderInstances(ctx, l.HolderService.Name, l.Name, l.Limit, "")
 		failed := c.noteReapError(l, err)
 		for _, in := range stale {
-			if err := c.client.DeregisterHolderServiceCatalog(ctx, in.Node, in.ID); err != nil {
+			if err := store.New(c.client).DeregisterHolderServiceCatalog(ctx, in.Node, in.ID); err != nil {
 				failed = c.noteReapError(l, err) || failed
 				continue
 			}

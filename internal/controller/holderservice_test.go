@@ -12,6 +12,8 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // TestRepair_removesAgentlessHoldersInstancesNobodyTookOver: agentless
@@ -48,7 +50,7 @@ func TestRepair_removesAgentlessHoldersInstancesNobodyTookOver(t *testing.T) {
 	}
 	register := func(node, s string) string {
 		in := lockmodel.HolderService{Name: service}.Instance(lockmodel.HolderIdentity{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 0)
-		if err := mgmt.RegisterHolderServiceCatalog(ctx, node, in); err != nil {
+		if err := store.New(mgmt).RegisterHolderServiceCatalog(ctx, node, in); err != nil {
 			t.Fatal(err)
 		}
 		return in.ID

@@ -252,7 +252,7 @@ func (c *Controller) rebuildView() {
 func (c *Controller) forgetLock(name string) {
 	v := &c.recon.view
 	for s := range v.looked[name] {
-		h := compliance.HoldID{Lock: name, Session: s}
+		h := compliance.LockSession{Lock: name, Session: s}
 		delete(c.recon.heldSince, h)
 		delete(c.recon.holdStart, h)
 	}

@@ -64,7 +64,7 @@ type world struct {
 	seen     map[string]declVersion
 	prev     map[string]lockmodel.Lock
 	switched map[string]uint64
-	holds    map[compliance.HoldID]compliance.Hold
+	holds    map[compliance.LockSession]compliance.Sighting
 	lastLook map[string]time.Time
 }
 
@@ -87,7 +87,7 @@ func newWorld(t *testing.T, seed uint64, mode compliance.Mode) *world {
 		index: 100, locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
 		versions: map[string]uint64{}, keys: map[string]lockmodel.KeyEntry{}, sessions: map[string]lockmodel.ObservedSession{},
 		declared: true, seen: map[string]declVersion{}, switched: map[string]uint64{},
-		holds: map[compliance.HoldID]compliance.Hold{}, lastLook: map[string]time.Time{},
+		holds: map[compliance.LockSession]compliance.Sighting{}, lastLook: map[string]time.Time{},
 	}
 	for range 4 {
 		w.declareLock()
@@ -393,7 +393,7 @@ func (w *world) reference() compliance.State {
 	st := compliance.State{
 		Locks: w.locks, Profiles: w.profiles, Policies: map[string]lockmodel.ACLPolicySpec{},
 		Keys: map[string]lockmodel.KeyEntry{}, Sessions: w.sessions, Now: w.now,
-		HeldSince: map[compliance.HoldID]time.Time{}, ProfileIndex: map[string]uint64{}, ProfileSwitched: w.switched,
+		HeldSince: map[compliance.LockSession]time.Time{}, ProfileIndex: map[string]uint64{}, ProfileSwitched: w.switched,
 	}
 	for id, v := range w.seen {
 		if compliance.Pending(v.index, v.index, v.changed, w.now, worldGrace) {
@@ -488,8 +488,8 @@ func (w *world) compare() error {
 	return nil
 }
 
-func cloneHolds(m map[compliance.HoldID]time.Time) map[compliance.HoldID]time.Time {
-	out := make(map[compliance.HoldID]time.Time, len(m))
+func cloneHolds(m map[compliance.LockSession]time.Time) map[compliance.LockSession]time.Time {
+	out := make(map[compliance.LockSession]time.Time, len(m))
 	for k, v := range m {
 		out[k] = v
 	}

@@ -13,13 +13,14 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Leader election: one replica acts, holding the leader key with a session
 // of leaderProfile (lockproto, as `consullock run`). Each term has a
 // context (term.ctx) that ends before the key is released; every action of
 // the term runs under it, each write within LeaderGrace. Lock key writes
-// are fenced by the term's hold on the leader key (consul.Fence); session
+// are fenced by the term's hold on the leader key (store.Fence); session
 // ends and ACL rule writes are preceded by a consistent read of it
 // (confirmLeader). What a stalled agent can still apply late, and the
 // take-over times: the package doc (doc.go).
@@ -39,7 +40,7 @@ type term struct {
 	ctx context.Context
 	// fence is the term's hold on the leader key, which lock key writes
 	// are committed under; zero without leader election.
-	fence consul.Fence
+	fence store.Fence
 }
 
 // errNotLeader: a write was refused, or not sent, because this replica's

@@ -19,8 +19,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -281,7 +281,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	ours := h.session(api.SessionEntry{Name: "consullock-controller"}, true)
 	theirs := h.session(api.SessionEntry{Name: "consullock-controller"}, true)
 	h.acquire(c.LeaderKey(), theirs)
-	stale := &term{ctx: context.Background(), fence: consul.Fence{Key: c.LeaderKey(), Session: ours}}
+	stale := &term{ctx: context.Background(), fence: store.Fence{Key: c.LeaderKey(), Session: ours}}
 
 	victim := h.session(api.SessionEntry{Name: "victim"}, true)
 	if _, err := c.execute(stale, compliance.Decision{Kind: compliance.KindEndSession, Session: victim}); !errors.Is(err, errNotLeader) {
@@ -302,7 +302,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 
 	key := h.prefix + "/fenced/.lock"
 	rec := compliance.Decision{Kind: compliance.KindRecreateKey, Key: key, Flags: lockmodel.LockFlagValue}
-	if _, err := c.execute(stale, rec); !errors.Is(err, consul.ErrFenceLost) {
+	if _, err := c.execute(stale, rec); !errors.Is(err, store.ErrFenceLost) {
 		t.Errorf("re-creating a lock key from an ended term: error %v, want ErrFenceLost", err)
 	}
 	if h.get(key) != nil {
@@ -310,7 +310,7 @@ func TestLeadership_unfencedWritesAreNotSentWithoutTheLeaderKey(t *testing.T) {
 	}
 
 	// The same writes from the term that holds the key go through.
-	current := &term{ctx: context.Background(), fence: consul.Fence{Key: c.LeaderKey(), Session: theirs}}
+	current := &term{ctx: context.Background(), fence: store.Fence{Key: c.LeaderKey(), Session: theirs}}
 	if done, err := c.execute(current, compliance.Decision{Kind: compliance.KindEndSession, Session: victim}); err != nil || !done {
 		t.Fatalf("ending a session as the leader: done %v, error %v", done, err)
 	}

@@ -249,7 +249,7 @@ func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name strin
 	var newest uint64
 	for id := range ls.holders {
 		ch <- prometheus.MustNewConstMetric(descHolderInfo, prometheus.GaugeValue, 1, name, c.cache.sessions[id].Node, id)
-		if start, ok := c.recon.holdStart[compliance.HoldID{Lock: name, Session: id}]; ok {
+		if start, ok := c.recon.holdStart[compliance.LockSession{Lock: name, Session: id}]; ok {
 			ch <- prometheus.MustNewConstMetric(descHeldFor, prometheus.GaugeValue, max(now.Sub(start).Seconds(), 0), name, id)
 		}
 		if lk, ok := c.holderKey(l, id); ok {

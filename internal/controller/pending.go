@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // confirmDrift applies Pending to the drift findings of one reconcile that
@@ -48,7 +48,7 @@ func (c *Controller) confirmDrift(ctx context.Context, ds []compliance.Decision,
 	if len(check) == 0 {
 		return ds, settling, next
 	}
-	reg := c.client.Registry(c.cfg.RegistryPrefix)
+	reg := store.New(c.client).Registry(c.cfg.RegistryPrefix)
 	pending := map[string]bool{}
 	for _, id := range check {
 		kind, name := lockmodel.KindLock, ""
@@ -108,7 +108,7 @@ const declReadReuse = 100 * time.Millisecond
 
 // declRead is one declaration read with ?consistent by confirmDrift.
 type declRead struct {
-	rec   consul.StoredRecord
+	rec   store.StoredRecord
 	found bool
 	at    time.Time
 }
@@ -117,11 +117,11 @@ type declRead struct {
 // confirmDrift's read of it in this reconcile when it is younger than
 // declReadReuse, else a new read. One repair then reads its declaration
 // once, not twice.
-func (c *Controller) readDeclaration(ctx context.Context, kind, name string) (consul.StoredRecord, bool, error) {
+func (c *Controller) readDeclaration(ctx context.Context, kind, name string) (store.StoredRecord, bool, error) {
 	if r, ok := c.recon.declReads[compliance.SettlingKey(kind, name)]; ok && c.cfg.Clock.Now().Sub(r.at) < declReadReuse {
 		return r.rec, r.found, nil
 	}
-	return c.client.Registry(c.cfg.RegistryPrefix).Get(ctx, kind, name)
+	return store.New(c.client).Registry(c.cfg.RegistryPrefix).Get(ctx, kind, name)
 }
 
 // findDecl returns the first decision about the declaration id.

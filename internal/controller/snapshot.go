@@ -158,11 +158,11 @@ func (c *Controller) lookAtLocks(st compliance.State, now time.Time) map[string]
 func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Time) time.Time {
 	v := &c.recon.view
 	if len(looks) > 0 {
-		prev := map[compliance.HoldID]compliance.Hold{}
+		prev := map[compliance.LockSession]compliance.Sighting{}
 		lastLook := make(map[string]time.Time, len(looks))
 		for name := range looks {
 			for s := range v.looked[name] {
-				h := compliance.HoldID{Lock: name, Session: s}
+				h := compliance.LockSession{Lock: name, Session: s}
 				if hold, ok := c.recon.heldSince[h]; ok {
 					prev[h] = hold
 				}
@@ -181,7 +181,7 @@ func (c *Controller) trackHolds(looks map[string]map[string]uint64, now time.Tim
 			delete(v.due, name)
 			l := c.cache.locks[name]
 			for s := range look {
-				h := compliance.HoldID{Lock: name, Session: s}
+				h := compliance.LockSession{Lock: name, Session: s}
 				var value []byte
 				if lk, ok := c.holderKey(l, s); ok {
 					value = lk.Value

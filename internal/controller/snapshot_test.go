@@ -45,7 +45,7 @@ func snapshotController(t *testing.T, value []byte) *Controller {
 // A start in the future, none, or the zero time is timed from first sight.
 func TestSnapshot_maxHoldIsTimedByHoldStart(t *testing.T) {
 	now := time.Now() // with a monotonic reading, as the controller's
-	holder := compliance.HoldID{Lock: "report", Session: sessA}
+	holder := compliance.LockSession{Lock: "report", Session: sessA}
 	started := func(at time.Time) []byte {
 		return []byte(`{"node":"n1","pid":1,"started":"` + at.UTC().Format(time.RFC3339Nano) + `"}`)
 	}

@@ -94,10 +94,10 @@ type lockStatus struct {
 // reconciles and reports (under Controller.mu). The view is kept
 // incrementally: the watches mark it dirty, the snapshot derives it.
 type reconState struct {
-	heldSince map[compliance.HoldID]compliance.Hold
+	heldSince map[compliance.LockSession]compliance.Sighting
 	// holdStart is when each hold began (lockmodel.HoldStart), as of the
 	// last snapshot; lastLook is when each lock's state was last known.
-	holdStart  map[compliance.HoldID]time.Time
+	holdStart  map[compliance.LockSession]time.Time
 	lastLook   map[string]time.Time
 	lockStatus map[string]*lockStatus // per-lock metrics
 	reported   map[string]string      // Decision.ID of findings already logged -> SettlingKey of their object
@@ -109,8 +109,8 @@ type reconState struct {
 
 func newReconState() reconState {
 	return reconState{
-		heldSince:  map[compliance.HoldID]compliance.Hold{},
-		holdStart:  map[compliance.HoldID]time.Time{},
+		heldSince:  map[compliance.LockSession]compliance.Sighting{},
+		holdStart:  map[compliance.LockSession]time.Time{},
 		lastLook:   map[string]time.Time{},
 		lockStatus: map[string]*lockStatus{},
 		reported:   map[string]string{},

@@ -12,6 +12,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // poll is one blocking query: it queries with f's options (f.Index is
@@ -377,7 +378,7 @@ func (c *Controller) pollSessions(ctx context.Context, f *consul.Follower) (uint
 	}
 	sessions := make(map[string]lockmodel.ObservedSession, len(entries))
 	for _, e := range entries {
-		sessions[e.ID] = consul.ObservedSession(e)
+		sessions[e.ID] = store.ObservedSession(e)
 	}
 	c.mu.Lock()
 	c.setSessions(sessions)

@@ -26,6 +26,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Exit codes of pause, resume and release (as status's).
@@ -221,7 +222,7 @@ func (c *common) connect(ctx context.Context, e env) (*consul.Client, lockmodel.
 // none.
 func declaredNames(ctx context.Context, client *consul.Client, registry string) string {
 	const shown = 20
-	recs, _, err := client.Registry(registry).List(ctx, lockmodel.KindLock)
+	recs, _, err := store.New(client).Registry(registry).List(ctx, lockmodel.KindLock)
 	if err != nil || len(recs) == 0 {
 		return ""
 	}
@@ -253,7 +254,7 @@ func Pause(ctx context.Context, args []string, e env) int {
 	if code >= 0 {
 		return code
 	}
-	reg := client.Registry(c.registry)
+	reg := store.New(client).Registry(c.registry)
 	old, index, err := reg.ReadPause(ctx, c.lock)
 	if err != nil && !isBadRecord(err) {
 		return c.consulError(e, err)
@@ -287,7 +288,7 @@ func Resume(ctx context.Context, args []string, e env) int {
 	if code >= 0 {
 		return code
 	}
-	reg := client.Registry(c.registry)
+	reg := store.New(client).Registry(c.registry)
 	old, index, err := reg.ReadPause(ctx, c.lock)
 	if err != nil && !isBadRecord(err) {
 		return c.consulError(e, err)

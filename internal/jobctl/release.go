@@ -11,6 +11,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // ledgerWrites bounds the check-and-set retries of recording a release in
@@ -43,7 +44,7 @@ func Release(ctx context.Context, args []string, e env) int {
 	if code >= 0 {
 		return code
 	}
-	view, err := client.ReadLock(ctx, l.Key, true)
+	view, err := store.New(client).ReadLock(ctx, l.Key, true)
 	if errors.Is(err, consul.ErrPermissionDenied) {
 		fmt.Fprintf(e.stderr, "consullock release: the token may not see the holder of lock %s; nothing was changed. "+
 			"consullock release needs session write on the holder's node: session_prefix \"<node>\" { policy = \"write\" } "+
@@ -70,7 +71,7 @@ func Release(ctx context.Context, args []string, e env) int {
 			return ExitRefused
 		}
 	}
-	ended, err := client.EndHolderSessions(ctx, []consul.HolderSession{target})
+	ended, err := store.New(client).EndHolderSessions(ctx, []store.HolderSession{target})
 	if errors.Is(err, consul.ErrPermissionDenied) {
 		fmt.Fprintf(e.stderr, "consullock release: the token may not end session %s on node %q; nothing was changed. "+
 			"consullock release needs session write on the holder's node: session_prefix %q { policy = \"write\" } "+
@@ -106,9 +107,9 @@ func Release(ctx context.Context, args []string, e env) int {
 
 // pickHolder chooses the holder to end: the one of session, or the only
 // one; msg says why none is chosen.
-func pickHolder(holders []consul.HolderSession, session string, l lockmodel.Lock) (consul.HolderSession, string) {
+func pickHolder(holders []store.HolderSession, session string, l lockmodel.Lock) (store.HolderSession, string) {
 	if len(holders) == 0 {
-		return consul.HolderSession{}, fmt.Sprintf("lock %s is not held (key %s)", l.Name, l.Key)
+		return store.HolderSession{}, fmt.Sprintf("lock %s is not held (key %s)", l.Name, l.Key)
 	}
 	if session != "" {
 		for _, h := range holders {
@@ -116,10 +117,10 @@ func pickHolder(holders []consul.HolderSession, session string, l lockmodel.Lock
 				return h, ""
 			}
 		}
-		return consul.HolderSession{}, fmt.Sprintf("-session %s does not hold lock %s; it is held by %s", session, l.Name, consul.DescribeHolders(holders))
+		return store.HolderSession{}, fmt.Sprintf("-session %s does not hold lock %s; it is held by %s", session, l.Name, store.DescribeHolders(holders))
 	}
 	if len(holders) > 1 {
-		return consul.HolderSession{}, fmt.Sprintf("lock %s has %d holders: %s; -session is required to pick one", l.Name, len(holders), consul.DescribeHolders(holders))
+		return store.HolderSession{}, fmt.Sprintf("lock %s has %d holders: %s; -session is required to pick one", l.Name, len(holders), store.DescribeHolders(holders))
 	}
 	return holders[0], ""
 }
@@ -141,7 +142,7 @@ func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client
 	key := lockmodel.RunLedgerKey(c.registry, c.lock)
 	var run string
 	var attempt int
-	written, err := client.EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l ledger.Ledger) (ledger.Ledger, bool) {
+	written, err := store.New(client).EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l ledger.Ledger) (ledger.Ledger, bool) {
 		out, r, n, found := l.Release(session, c.by, c.reason, at)
 		if found {
 			setReleasedByAccessor(out, r, n, c.accessor)
@@ -150,7 +151,7 @@ func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client
 		return out, found
 	})
 	switch {
-	case errors.Is(err, consul.ErrLedgerChanged):
+	case errors.Is(err, store.ErrLedgerChanged):
 		return c.consulError(e, fmt.Errorf("the session was ended, but the run ledger %s kept changing; the release is not recorded", key))
 	case err != nil:
 		return c.consulError(e, fmt.Errorf("the session was ended, but the release is not recorded in the run ledger: %w", writeAdvice(err, key)))

@@ -87,13 +87,13 @@ type LockSpec struct {
 	RunOnce *RunOnceSpec `json:"run_once,omitempty"`
 	// HolderService is absent for a lock without holder_service, as
 	// RunOnce.
-	HolderService *HolderServiceSpec `json:"holder_service,omitempty"`
+	HolderService *ServiceSpec `json:"holder_service,omitempty"`
 	// Waiters is absent for "race" (the default), as RunOnce.
 	Waiters string `json:"waiters,omitempty"`
 }
 
-// HolderServiceSpec is the holder_service of a LockSpec.
-type HolderServiceSpec struct {
+// ServiceSpec is the holder_service of a LockSpec.
+type ServiceSpec struct {
 	Name string            `json:"name"`
 	Tags []string          `json:"tags"` // [] for none
 	Port int               `json:"port"` // 0 for none
@@ -234,7 +234,7 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		}
 	}
 	if h := n.HolderService; h != nil {
-		spec.HolderService = &HolderServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
+		spec.HolderService = &ServiceSpec{Name: h.Name, Tags: append([]string{}, h.Tags...), Port: h.Port, Meta: map[string]string{}}
 		for k, v := range h.Meta {
 			spec.HolderService.Meta[k] = v
 		}

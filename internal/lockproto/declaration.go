@@ -7,6 +7,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // ErrNotDeclared: the registry has no record of the lock.
@@ -16,7 +17,7 @@ var ErrNotDeclared = errors.New("not declared")
 // registry prefix and its session profile (defaults applied), consistently,
 // for a holder that acquires a declared lock.
 func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name string) (lockmodel.Lock, lockmodel.SessionProfile, error) {
-	reg := c.Registry(registryPrefix)
+	reg := store.New(c).Registry(registryPrefix)
 	rec, found, err := reg.Get(ctx, lockmodel.KindLock, name)
 	if err != nil {
 		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("read the declaration of lock %q: %w", name, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func ExampleAcquireHold() {
 		return
 	}
 	fence := h.IsOwner()
-	ok, err := c.FencedCAS(ctx, fence, &api.KVPair{Key: prefix + "/result", Value: []byte("done")})
+	ok, err := store.New(c).FencedCAS(ctx, fence, &api.KVPair{Key: prefix + "/result", Value: []byte("done")})
 	fmt.Println("fenced write while held:", ok, err)
 	select {
 	case <-h.Done():
@@ -47,8 +48,8 @@ func ExampleAcquireHold() {
 		fmt.Println("still held")
 	}
 	fmt.Println("unlock:", h.Unlock(ctx))
-	_, err = c.FencedCAS(ctx, fence, &api.KVPair{Key: prefix + "/late", Value: []byte("late")})
-	fmt.Println("fenced write after the unlock refused:", errors.Is(err, consul.ErrFenceLost))
+	_, err = store.New(c).FencedCAS(ctx, fence, &api.KVPair{Key: prefix + "/late", Value: []byte("late")})
+	fmt.Println("fenced write after the unlock refused:", errors.Is(err, store.ErrFenceLost))
 	// Output:
 	// fenced write while held: true <nil>
 	// still held

@@ -11,6 +11,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // HoldOptions describe a hold: which lock, with which session, and how
@@ -283,8 +284,8 @@ func (h *Hold) Done() <-chan struct{} { return h.lost }
 // Mutex.IsOwner): the session still holds the lock key, or for a
 // semaphore its contender key. consul.FencedCAS and the run ledger's
 // writes put it in their transactions.
-func (h *Hold) IsOwner() consul.Fence {
-	return consul.Fence{Key: h.proto.ownerKey(h.Session), Session: h.Session.ID}
+func (h *Hold) IsOwner() store.Fence {
+	return store.Fence{Key: h.proto.ownerKey(h.Session), Session: h.Session.ID}
 }
 
 // Reason says why the lock was lost ("" before Done is closed).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // semaphore is the api.Semaphore protocol (consul api/semaphore.go) with a
@@ -407,11 +408,11 @@ func (m *semaphore) lostBecause(pairs api.KVPairs, s *Session) string {
 	st := lockmodel.LockState{Key: m.lock.Key, Semaphore: true, Keys: make(map[string]lockmodel.KeyEntry, len(pairs))}
 	for _, p := range pairs {
 		if p.Key == m.lock.Key {
-			table := consul.KeyEntry(p)
+			table := store.KeyEntry(p)
 			st.Entry = &table
 			continue
 		}
-		st.Keys[p.Key] = consul.KeyEntry(p)
+		st.Keys[p.Key] = store.KeyEntry(p)
 	}
 	return lockmodel.NotHolding(st, s.ID)
 }
@@ -422,7 +423,7 @@ func (m *semaphore) Release(ctx context.Context, s *Session, _ []byte) (bool, er
 	kv := m.c.KV()
 	released := false
 	for attempt := 0; ; attempt++ {
-		pair, err := m.c.ReadKeyConsistent(ctx, m.lock.Key)
+		pair, err := store.New(m.c).ReadKeyConsistent(ctx, m.lock.Key)
 		if err != nil {
 			return false, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -85,7 +86,7 @@ func TestSemaphore_tokenIsTheAdmissionsOwnWriteWithAFixedValue(t *testing.T) {
 
 	// Every reader reports the same token: the contender key's ModifyIndex,
 	// which is also the holder table's write of the last admission.
-	view, err := c.ReadLock(ctx, l.Key, true)
+	view, err := store.New(c).ReadLock(ctx, l.Key, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Session is a Consul session as the protocols use it: a lock's holder,
@@ -84,7 +85,7 @@ func sessionMismatches(e *api.SessionEntry, p lockmodel.SessionProfile) []string
 	if behavior != string(p.Behavior) {
 		out = append(out, fmt.Sprintf("behavior is %q, declared %q", behavior, p.Behavior))
 	}
-	nodeChecks, serviceChecks := consul.SessionChecks(e)
+	nodeChecks, serviceChecks := store.SessionChecks(e)
 	if !sameSet(nodeChecks, p.NodeChecks) {
 		out = append(out, fmt.Sprintf("node checks are %q, declared %q", nodeChecks, nonNil(p.NodeChecks)))
 	}

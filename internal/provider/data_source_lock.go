@@ -19,6 +19,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 var (
@@ -281,7 +282,7 @@ func (d *lockDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	}
 	consistent := cfg.Consistent.IsNull() || cfg.Consistent.ValueBool()
 
-	view, err := d.data.client.ReadLock(ctx, key, consistent)
+	view, err := store.New(d.data.client).ReadLock(ctx, key, consistent)
 	if err != nil {
 		addLockReadError(&resp.Diagnostics, key, consistent, err)
 		return
@@ -318,7 +319,7 @@ func addLockReadError(diags *diag.Diagnostics, key string, consistent bool, err 
 
 // lockStateFromView converts what Consul said into the data source model;
 // attributes that do not apply are null.
-func lockStateFromView(ctx context.Context, key types.String, consistent bool, view *consul.LockView, diags *diag.Diagnostics) lockDataSourceModel {
+func lockStateFromView(ctx context.Context, key types.String, consistent bool, view *store.LockView, diags *diag.Diagnostics) lockDataSourceModel {
 	m := lockDataSourceModel{
 		Key:                  key,
 		Consistent:           types.BoolValue(consistent),
@@ -383,7 +384,7 @@ func lockStateFromView(ctx context.Context, key types.String, consistent bool, v
 
 // setSemaphoreHolders sets a semaphore's limit, holders and fencing token
 // (the highest holder's).
-func setSemaphoreHolders(ctx context.Context, m *lockDataSourceModel, view *consul.LockView, diags *diag.Diagnostics) {
+func setSemaphoreHolders(ctx context.Context, m *lockDataSourceModel, view *store.LockView, diags *diag.Diagnostics) {
 	sem := view.Semaphore
 	m.Limit = types.Int64Value(int64(sem.Limit))
 	holders := make([]lockHolderModel, 0, len(sem.Holders))
@@ -426,7 +427,7 @@ func setSessionAttrs(ctx context.Context, m *lockDataSourceModel, s *api.Session
 		behavior = string(lockmodel.BehaviorRelease)
 	}
 	m.SessionBehavior = types.StringValue(behavior)
-	nodeChecks, serviceChecks := consul.SessionChecks(s)
+	nodeChecks, serviceChecks := store.SessionChecks(s)
 	var ds diag.Diagnostics
 	m.SessionNodeChecks, ds = types.ListValueFrom(ctx, types.StringType, nodeChecks)
 	diags.Append(ds...)

@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // The data source's holder_services: the catalog instances the current
@@ -57,7 +57,7 @@ func holderServicesSchemaAttribute() schema.ListNestedAttribute {
 // declaredLock is the lock declared for key, read with one list of the lock
 // records; ok is false when no lock declares key.
 func (d *lockDataSource) declaredLock(ctx context.Context, key string) (l lockmodel.Lock, ok bool, err error) {
-	recs, _, err := d.data.client.Registry(d.data.registryPrefix).List(ctx, lockmodel.KindLock)
+	recs, _, err := store.New(d.data.client).Registry(d.data.registryPrefix).List(ctx, lockmodel.KindLock)
 	if err != nil {
 		return lockmodel.Lock{}, false, err
 	}
@@ -72,7 +72,7 @@ func (d *lockDataSource) declaredLock(ctx context.Context, key string) (l lockmo
 // holderServices reads the instances of the holders in view, for a lock
 // that declares a holder_service. Consul errors are a warning, so that the
 // holder is still reported.
-func (d *lockDataSource) holderServices(ctx context.Context, l lockmodel.Lock, view *consul.LockView, consistent bool, diags *diag.Diagnostics) types.List {
+func (d *lockDataSource) holderServices(ctx context.Context, l lockmodel.Lock, view *store.LockView, consistent bool, diags *diag.Diagnostics) types.List {
 	if l.HolderService == nil {
 		return types.ListNull(holderServicesType)
 	}
@@ -86,7 +86,7 @@ func (d *lockDataSource) holderServices(ctx context.Context, l lockmodel.Lock, v
 		sessions = []string{view.Pair.Session}
 	}
 	name := l.HolderService.Name
-	views, err := d.data.client.ReadHolderServices(ctx, name, sessions, consistent)
+	views, err := store.New(d.data.client).ReadHolderServices(ctx, name, sessions, consistent)
 	if err != nil {
 		diags.AddAttributeWarning(path.Root("holder_services"), "Holder Services Not Read",
 			fmt.Sprintf("holder_services is null because the instances of service %q could not be read; the holder attributes "+

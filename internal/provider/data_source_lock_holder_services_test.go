@@ -13,6 +13,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -75,11 +76,11 @@ data "consullock_lock" "plain" {
 					check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: time.Hour, LockDelay: 15 * time.Second})
 					inst = lockmodel.HolderService{Name: service, Port: 8080}.Instance(
 						lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 1}, check, "", 0)
-					if err := client.RegisterHolderService(ctx, inst); err != nil {
+					if err := store.New(client).RegisterHolderService(ctx, inst); err != nil {
 						t.Fatal(err)
 					}
-					t.Cleanup(func() { _ = client.DeregisterHolderService(ctx, inst.ID) })
-					if err := client.PassHolderCheck(ctx, inst.CheckID); err != nil {
+					t.Cleanup(func() { _ = store.New(client).DeregisterHolderService(ctx, inst.ID) })
+					if err := store.New(client).PassHolderCheck(ctx, inst.CheckID); err != nil {
 						t.Fatal(err)
 					}
 					waitCatalogPassing(t, inst.CheckID)
@@ -101,7 +102,7 @@ data "consullock_lock" "plain" {
 			{
 				// The holder deregisters, then releases (the runner's order).
 				PreConfig: func() {
-					if err := client.DeregisterHolderService(ctx, inst.ID); err != nil {
+					if err := store.New(client).DeregisterHolderService(ctx, inst.ID); err != nil {
 						t.Fatal(err)
 					}
 					if _, err := agent.Client().Session().Destroy(session, nil); err != nil {

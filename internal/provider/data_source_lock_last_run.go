@@ -15,6 +15,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // The data source's last_run: the latest run in the run ledger of the
@@ -119,7 +120,7 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 	}
 	name := decl.Name
 	ledgerKey := lockmodel.RunLedgerKey(d.data.registryPrefix, name)
-	led, _, err := d.data.client.ReadLedger(ctx, ledgerKey, name)
+	led, _, err := store.New(d.data.client).ReadLedger(ctx, ledgerKey, name)
 	var ce *consul.Error
 	switch {
 	case errors.As(err, &ce):

@@ -16,6 +16,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -84,7 +85,7 @@ data "consullock_lock" "raw" {
 						t.Fatal(err)
 					}
 					started = d.Ledger
-					if index, err = client.BeginRun(ctx, consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: started}); err != nil {
+					if index, err = store.New(client).BeginRun(ctx, store.LedgerWrite{Fence: store.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: started}); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -115,8 +116,8 @@ data "consullock_lock" "raw" {
 						t.Fatal(err)
 					}
 					held := kvPair(t, key)
-					if index, err = client.FinishRunAndRelease(ctx, consul.RunRelease{
-						LedgerWrite: consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: done},
+					if index, err = store.New(client).FinishRunAndRelease(ctx, store.RunRelease{
+						LedgerWrite: store.LedgerWrite{Fence: store.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: done},
 						Flags:       held.Flags, Value: held.Value,
 					}); err != nil {
 						t.Fatal(err)
@@ -147,15 +148,15 @@ data "consullock_lock" "raw" {
 						if err != nil || d.Kind != ledger.BeginRun {
 							t.Fatalf("begin attempt %d: %v %v", n, d.Kind, err)
 						}
-						w := consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: d.Ledger}
-						if w.Index, err = client.BeginRun(ctx, w); err != nil {
+						w := store.LedgerWrite{Fence: store.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Index: index, Ledger: d.Ledger}
+						if w.Index, err = store.New(client).BeginRun(ctx, w); err != nil {
 							t.Fatal(err)
 						}
 						if w.Ledger, err = d.Ledger.FinishWith("2026-12-01T00:00:00Z", n, res, ledger.AttemptPolicy{MaxAttempts: 3}, at.Add(time.Minute)); err != nil {
 							t.Fatal(err)
 						}
 						held := kvPair(t, key)
-						if index, err = client.FinishRunAndRelease(ctx, consul.RunRelease{LedgerWrite: w, Flags: held.Flags, Value: held.Value}); err != nil {
+						if index, err = store.New(client).FinishRunAndRelease(ctx, store.RunRelease{LedgerWrite: w, Flags: held.Flags, Value: held.Value}); err != nil {
 							t.Fatal(err)
 						}
 						started = w.Ledger

@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // The data source's paused: the reason of the pause record of the
@@ -30,7 +32,7 @@ func (d *lockDataSource) paused(ctx context.Context, decl lockmodel.Lock, declar
 	if !declared {
 		return types.StringNull()
 	}
-	p, _, err := d.data.client.Registry(d.data.registryPrefix).ReadPause(ctx, decl.Name)
+	p, _, err := store.New(d.data.client).Registry(d.data.registryPrefix).ReadPause(ctx, decl.Name)
 	if err != nil {
 		diags.AddAttributeWarning(path.Root("paused"), "Pause Not Read",
 			fmt.Sprintf("paused is null because the pause record %s could not be read; the holder attributes are unaffected.\n\n%s",

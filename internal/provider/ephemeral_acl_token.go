@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 var (
@@ -120,7 +122,7 @@ func (e *aclTokenEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest,
 	for _, n := range names {
 		tok.Policies = append(tok.Policies, &api.ACLTokenPolicyLink{Name: n})
 	}
-	created, err := e.data.client.CreateACLToken(ctx, tok)
+	created, err := store.New(e.data.client).CreateACLToken(ctx, tok)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Create ACL Token", err)
 		return
@@ -131,7 +133,7 @@ func (e *aclTokenEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest,
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, ephemeralTokenKey, idJSON)...)
 	client, accessor := e.data.client, created.AccessorID
 	trackUnclosed("token "+accessor, func(ctx context.Context) {
-		_ = client.DeleteACLToken(ctx, accessor) // best effort at shutdown; the token expires by its ttl otherwise
+		_ = store.New(client).DeleteACLToken(ctx, accessor) // best effort at shutdown; the token expires by its ttl otherwise
 	})
 	m.AccessorID = types.StringValue(created.AccessorID)
 	m.SecretID = types.StringValue(created.SecretID)
@@ -151,7 +153,7 @@ func (e *aclTokenEphemeral) Close(ctx context.Context, req ephemeral.CloseReques
 		return
 	}
 	closed("token " + id)
-	if err := e.data.client.DeleteACLToken(context.WithoutCancel(ctx), id); err != nil {
+	if err := store.New(e.data.client).DeleteACLToken(context.WithoutCancel(ctx), id); err != nil {
 		resp.Diagnostics.AddWarning("Ephemeral ACL Token Not Deleted",
 			fmt.Sprintf("Token %s could not be deleted; Consul deletes it when its ttl runs out. Delete it with `consul acl token delete -id %s` to end it now.\n\n%s",
 				id, id, err))

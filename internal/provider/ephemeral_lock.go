@@ -25,6 +25,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 var (
@@ -300,7 +301,7 @@ func (e *lockEphemeral) openError(ctx, waitCtx context.Context, l lockmodel.Lock
 func (e *lockEphemeral) describeHolder(ctx context.Context, l lockmodel.Lock) string {
 	ctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
 	defer cancel()
-	view, err := e.data.client.ReadLock(ctx, l.Key, true)
+	view, err := store.New(e.data.client).ReadLock(ctx, l.Key, true)
 	if err != nil {
 		return "its holder could not be read (" + err.Error() + ")"
 	}

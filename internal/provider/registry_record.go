@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Declaration records: every resource that declares something for the
@@ -49,7 +50,7 @@ func registryIndex(ctx context.Context, p privateState) (uint64, diag.Diagnostic
 // last refresh saw, so that a concurrent apply elsewhere is reported instead
 // of overwritten. Without a recorded index, or when the record moves to
 // another key (sameKey false), it reads the current index first.
-func writeRegistryRecord(ctx context.Context, reg *consul.Registry, private privateState, sameKey bool, kind, name string, data []byte) (uint64, diag.Diagnostics) {
+func writeRegistryRecord(ctx context.Context, reg *store.Registry, private privateState, sameKey bool, kind, name string, data []byte) (uint64, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	index, ds := registryIndex(ctx, private)
 	diags.Append(ds...)
@@ -65,7 +66,7 @@ func writeRegistryRecord(ctx context.Context, reg *consul.Registry, private priv
 		}
 	}
 	newIndex, err := reg.Put(ctx, kind, name, data, index)
-	var conflict *consul.ErrConflict
+	var conflict *store.ErrConflict
 	switch {
 	case errors.As(err, &conflict):
 		diags.AddError("Registry Record Changed Concurrently",
@@ -84,7 +85,7 @@ func removeMovedRecord(ctx context.Context, client *consul.Client, oldKey, newKe
 	if oldKey == "" || oldKey == newKey || !strings.Contains(oldKey, "/") {
 		return
 	}
-	if _, err := client.DeleteKeyIfIndex(ctx, oldKey, 0); err != nil {
+	if _, err := store.New(client).DeleteKeyIfIndex(ctx, oldKey, 0); err != nil {
 		diags.AddWarning("Old Registry Record Left Behind",
 			fmt.Sprintf("The declaration moved to %s; its old record %s could not be deleted. Delete it with `consul kv delete %s`.\n\n%s",
 				newKey, oldKey, oldKey, err))

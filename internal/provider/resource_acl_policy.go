@@ -27,6 +27,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -309,7 +310,7 @@ func (r *aclPolicyResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 func (r *aclPolicyResource) inputWarnings(ctx context.Context, in aclrules.RulesInput) []validation.Warning {
 	var lockPrefixes, lockNames []string
 	if r.data != nil {
-		recs, _, err := r.data.client.Registry(r.data.registryPrefix).List(ctx, lockmodel.KindLock)
+		recs, _, err := store.New(r.data.client).Registry(r.data.registryPrefix).List(ctx, lockmodel.KindLock)
 		if err != nil {
 			tflog.Debug(ctx, "cannot list declared locks; skipping the lock key check", map[string]any{"error": err.Error()})
 		}
@@ -347,7 +348,7 @@ func (r *aclPolicyResource) Create(ctx context.Context, req resource.CreateReque
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	created, err := r.data.client.CreateACLPolicy(ctx, policy)
+	created, err := store.New(r.data.client).CreateACLPolicy(ctx, policy)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Create ACL Policy", err)
 		return
@@ -357,7 +358,7 @@ func (r *aclPolicyResource) Create(ctx context.Context, req resource.CreateReque
 	key, err := r.writeRecord(ctx, plan.spec(ctx, canonical, &resp.Diagnostics), true)
 	if err != nil {
 		// Do not leave a policy behind that no state knows about.
-		if derr := r.data.client.DeleteACLPolicy(ctx, created.ID); derr != nil {
+		if derr := store.New(r.data.client).DeleteACLPolicy(ctx, created.ID); derr != nil {
 			resp.Diagnostics.AddError("Cannot Remove ACL Policy After Failure",
 				fmt.Sprintf("The policy %q (%s) was created, but its declaration record could not be written and the policy could not be deleted again. Delete it by hand before the next apply.\n\n%s", created.Name, created.ID, derr))
 		}
@@ -379,7 +380,7 @@ func (r *aclPolicyResource) Read(ctx context.Context, req resource.ReadRequest, 
 		return
 	}
 	what := fmt.Sprintf("consullock_acl_policy %q", state.Name.ValueString())
-	live, err := r.data.client.ACLPolicy(ctx, state.ID.ValueString())
+	live, err := store.New(r.data.client).ACLPolicy(ctx, state.ID.ValueString())
 	if err != nil {
 		if consul.KindOf(err) == consul.KindNotFound {
 			tflog.Info(ctx, "ACL policy is gone; removing it from state", map[string]any{"id": state.ID.ValueString()})
@@ -463,7 +464,7 @@ func (r *aclPolicyResource) Update(ctx context.Context, req resource.UpdateReque
 			return
 		}
 	}
-	updated, err := r.data.client.UpdateACLPolicy(ctx, policy)
+	updated, err := store.New(r.data.client).UpdateACLPolicy(ctx, policy)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Update ACL Policy", err)
 		return
@@ -489,7 +490,7 @@ func (r *aclPolicyResource) Delete(ctx context.Context, req resource.DeleteReque
 		addConsulError(&resp.Diagnostics, "Cannot Remove ACL Policy Declaration", err)
 		return
 	}
-	if err := r.data.client.DeleteACLPolicy(ctx, state.ID.ValueString()); err != nil {
+	if err := store.New(r.data.client).DeleteACLPolicy(ctx, state.ID.ValueString()); err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Delete ACL Policy", err)
 		return
 	}
@@ -507,9 +508,9 @@ func (r *aclPolicyResource) ImportState(ctx context.Context, req resource.Import
 	)
 	switch {
 	case aclUUID.MatchString(req.ID):
-		live, err = r.data.client.ACLPolicy(ctx, req.ID)
+		live, err = store.New(r.data.client).ACLPolicy(ctx, req.ID)
 	case lockmodel.ValidateName("name", req.ID) == nil:
-		live, err = r.data.client.ACLPolicyByName(ctx, req.ID)
+		live, err = store.New(r.data.client).ACLPolicyByName(ctx, req.ID)
 	default:
 		resp.Diagnostics.AddError("Invalid Import ID",
 			fmt.Sprintf("%q is neither a policy name (%s) nor a policy ID (a UUID). Import a consullock_acl_policy by its name or its ID.", req.ID, lockmodel.NamePattern))
@@ -558,11 +559,11 @@ func (r *aclPolicyResource) writeRecord(ctx context.Context, spec lockmodel.ACLP
 	if err != nil {
 		return "", err
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	if creating {
 		// A new policy's record is usually new too: write it create-only,
 		// and read what is there only when that loses.
-		var conflict *consul.ErrConflict
+		var conflict *store.ErrConflict
 		_, err := reg.Put(ctx, lockmodel.KindACLPolicy, spec.Name, data, 0)
 		if !errors.As(err, &conflict) {
 			return reg.Key(lockmodel.KindACLPolicy, spec.Name), err
@@ -591,7 +592,7 @@ func (r *aclPolicyResource) writeRecord(ctx context.Context, spec lockmodel.ACLP
 // deleteRecord removes the declaration record of the policy name with ID id
 // (CAS); a record that names another policy is left alone.
 func (r *aclPolicyResource) deleteRecord(ctx context.Context, name, id string) error {
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	rec, found, err := reg.Get(ctx, lockmodel.KindACLPolicy, name)
 	if err != nil || !found {
 		return err
@@ -606,7 +607,7 @@ func (r *aclPolicyResource) deleteRecord(ctx context.Context, name, id string) e
 // recordUpToDate reports whether the declaration record says desired.
 func (r *aclPolicyResource) recordUpToDate(ctx context.Context, desired lockmodel.ACLPolicySpec) (bool, string, error) {
 	key := lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindACLPolicy, desired.Name)
-	rec, err := r.data.client.ReadRecord(ctx, key)
+	rec, err := store.New(r.data.client).ReadRecord(ctx, key)
 	if err != nil || rec == nil {
 		return false, key, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // TestAccACLPolicy_runLedgersGrantExactlyTheNamedLedgers: run_ledgers = ["a"]
@@ -92,7 +93,7 @@ session_prefix %q {
 			if err != nil {
 				return 0, ledger.Ledger{}, err
 			}
-			index, err := c.BeginRun(ctx, consul.LedgerWrite{Fence: consul.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: d.Ledger})
+			index, err := store.New(c).BeginRun(ctx, store.LedgerWrite{Fence: store.Fence{Key: key, Session: session}, LedgerKey: ledgerKey, Ledger: d.Ledger})
 			return index, d.Ledger, err
 		}
 
@@ -105,13 +106,13 @@ session_prefix %q {
 		if err != nil {
 			return err
 		}
-		if _, err := c.FinishRunAndRelease(ctx, consul.RunRelease{
-			LedgerWrite: consul.LedgerWrite{Fence: consul.Fence{Key: keyA, Session: session}, LedgerKey: ledgerA, Index: index, Ledger: done},
+		if _, err := store.New(c).FinishRunAndRelease(ctx, store.RunRelease{
+			LedgerWrite: store.LedgerWrite{Fence: store.Fence{Key: keyA, Session: session}, LedgerKey: ledgerA, Index: index, Ledger: done},
 			Flags:       lockmodel.LockFlagValue,
 		}); err != nil {
 			return fmt.Errorf("worker FinishRunAndRelease on lock a: %w", err)
 		}
-		if l, _, err := c.ReadLedger(ctx, ledgerA, "a"); err != nil || l.Runs[0].Outcome != ledger.RunSucceeded {
+		if l, _, err := store.New(c).ReadLedger(ctx, ledgerA, "a"); err != nil || l.Runs[0].Outcome != ledger.RunSucceeded {
 			return fmt.Errorf("lock a's ledger after the run: %+v, %v", l, err)
 		}
 

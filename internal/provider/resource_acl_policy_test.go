@@ -23,6 +23,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -619,7 +620,7 @@ func TestACLPolicyModifyPlan_warnsAboutRiskyInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := data.client.Registry(data.registryPrefix).Put(ctx, lockmodel.KindLock, "nightly-report", record, 0); err != nil {
+	if _, err := store.New(data.client).Registry(data.registryPrefix).Put(ctx, lockmodel.KindLock, "nightly-report", record, 0); err != nil {
 		t.Fatal(err)
 	}
 	r := &aclPolicyResource{data: data}

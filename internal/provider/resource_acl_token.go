@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 var (
@@ -252,7 +253,7 @@ func (r *aclTokenResource) Create(ctx context.Context, req resource.CreateReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	created, err := r.data.client.CreateACLToken(ctx, tok)
+	created, err := store.New(r.data.client).CreateACLToken(ctx, tok)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Create ACL Token", err)
 		return
@@ -271,7 +272,7 @@ func (r *aclTokenResource) Read(ctx context.Context, req resource.ReadRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	live, err := r.data.client.ACLToken(ctx, state.AccessorID.ValueString())
+	live, err := store.New(r.data.client).ACLToken(ctx, state.AccessorID.ValueString())
 	if err != nil {
 		if consul.KindOf(err) == consul.KindNotFound {
 			tflog.Info(ctx, "ACL token is gone (deleted or expired); removing it from state", map[string]any{"accessor_id": state.AccessorID.ValueString()})
@@ -321,7 +322,7 @@ func (r *aclTokenResource) Update(ctx context.Context, req resource.UpdateReques
 	// the plan's refresh (or with -refresh=false) is in no plan: refuse
 	// rather than remove it unseen. (What the plan keeps is no removal: a
 	// policy renamed by this apply reads back under its planned name.)
-	live, err := r.data.client.ACLToken(ctx, tok.AccessorID)
+	live, err := store.New(r.data.client).ACLToken(ctx, tok.AccessorID)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read ACL Token", err)
 		return
@@ -332,7 +333,7 @@ func (r *aclTokenResource) Update(ctx context.Context, req resource.UpdateReques
 				"Run plan again (with refresh) to see the change, then apply.", tok.AccessorID, unseen))
 		return
 	}
-	updated, err := r.data.client.UpdateACLToken(ctx, tok)
+	updated, err := store.New(r.data.client).UpdateACLToken(ctx, tok)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Update ACL Token", err)
 		return
@@ -352,7 +353,7 @@ func (r *aclTokenResource) Delete(ctx context.Context, req resource.DeleteReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if err := r.data.client.DeleteACLToken(ctx, state.AccessorID.ValueString()); err != nil {
+	if err := store.New(r.data.client).DeleteACLToken(ctx, state.AccessorID.ValueString()); err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Delete ACL Token", err)
 		return
 	}

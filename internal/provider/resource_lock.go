@@ -15,8 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 var (
@@ -148,9 +148,9 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	recordKey := r.data.client.Registry(r.data.registryPrefix).Key(lockmodel.KindLock, l.Name)
-	res, err := r.data.client.ApplyLock(ctx, consul.LockApply{
-		Op: consul.LockCreate, Lock: l, ProfileKey: r.profileKey(l), RecordKey: recordKey, Record: data,
+	recordKey := store.New(r.data.client).Registry(r.data.registryPrefix).Key(lockmodel.KindLock, l.Name)
+	res, err := store.New(r.data.client).ApplyLock(ctx, store.LockApply{
+		Op: store.LockCreate, Lock: l, ProfileKey: r.profileKey(l), RecordKey: recordKey, Record: data,
 	})
 	if res != nil && res.ReplacedRecord != nil {
 		resp.Diagnostics.AddAttributeWarning(path.Root("registry_key"), "Unreadable Lock Record Replaced",
@@ -162,7 +162,7 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 				fmt.Sprintf("The record %s and the key %s were written before the lock was found unusable, and could not be removed again. "+
 					"Delete them with consul kv delete, or fix the problem below and apply again.", recordKey, l.Key))
 		}
-		r.lockApplyError(ctx, consul.LockCreate, l, recordKey, err, &resp.Diagnostics)
+		r.lockApplyError(ctx, store.LockCreate, l, recordKey, err, &resp.Diagnostics)
 		return
 	}
 	r.profileWarnings(l, res.Profile, &resp.Diagnostics)
@@ -186,31 +186,31 @@ func (r *lockResource) Create(ctx context.Context, req resource.CreateRequest, r
 
 // lockApplyError turns what consul.ApplyLock refused or failed with, in
 // operation op, into its diagnostic.
-func (r *lockResource) lockApplyError(ctx context.Context, op consul.LockOp, l lockmodel.Lock, recordKey string, err error, diags *diag.Diagnostics) {
-	summary := map[consul.LockOp]string{consul.LockCreate: "Cannot Create Lock", consul.LockUpdate: "Cannot Update Lock", consul.LockDelete: "Cannot Delete Lock"}[op]
+func (r *lockResource) lockApplyError(ctx context.Context, op store.LockOp, l lockmodel.Lock, recordKey string, err error, diags *diag.Diagnostics) {
+	summary := map[store.LockOp]string{store.LockCreate: "Cannot Create Lock", store.LockUpdate: "Cannot Update Lock", store.LockDelete: "Cannot Delete Lock"}[op]
 	var (
-		claimed    *consul.RecordClaimedError
-		newer      *consul.NewerRecordError
-		bad        *consul.IncompatibleKeyError
-		unusable   *consul.UnusableSemaphoreKeyError
-		badProfile *consul.UnreadableProfileError
-		held       *consul.LockHeldError
+		claimed    *store.RecordClaimedError
+		newer      *store.NewerRecordError
+		bad        *store.IncompatibleKeyError
+		unusable   *store.UnusableSemaphoreKeyError
+		badProfile *store.UnreadableProfileError
+		held       *store.LockHeldError
 	)
 	switch {
-	case errors.Is(err, consul.ErrProfileMissing):
+	case errors.Is(err, store.ErrProfileMissing):
 		r.profileNotFound(l, diags)
-	case errors.Is(err, consul.ErrRecordChanged) && op == consul.LockCreate:
+	case errors.Is(err, store.ErrRecordChanged) && op == store.LockCreate:
 		diags.AddError("Registry Record Changed Concurrently",
 			fmt.Sprintf("The record %s was written by someone else at the same moment, so it was not overwritten (check-and-set) and the lock key %s was not created. "+
 				"Another configuration may declare lock %q. Run apply again.", recordKey, l.Key, l.Name))
-	case errors.Is(err, consul.ErrRecordChanged):
+	case errors.Is(err, store.ErrRecordChanged):
 		diags.AddError("Registry Record Changed Concurrently",
 			fmt.Sprintf("The record %s was changed by someone else since it was last read, so it was not overwritten (check-and-set). "+
 				"Another configuration may declare the same name. Refresh (tofu plan) to see the change, then apply again.", recordKey))
-	case errors.Is(err, consul.ErrKeyKeepsChanging) && op == consul.LockDelete:
+	case errors.Is(err, store.ErrKeyKeepsChanging) && op == store.LockDelete:
 		diags.AddError("Lock Key Keeps Changing",
 			fmt.Sprintf("The key %s changed between every read and delete (holders acquiring and releasing); it was not deleted. Destroy again.", l.Key))
-	case errors.Is(err, consul.ErrKeyKeepsChanging):
+	case errors.Is(err, store.ErrKeyKeepsChanging):
 		diags.AddError("Lock Key Keeps Changing",
 			fmt.Sprintf("The key %s changed between every read and write (holders acquiring and releasing), so it was not written. Apply again.", l.Key))
 	case errors.As(err, &newer):
@@ -222,7 +222,7 @@ func (r *lockResource) lockApplyError(ctx context.Context, op consul.LockOp, l l
 				"Lock names are unique per registry prefix. Import it to manage it here (tofu import consullock_lock.<resource name> %s), or choose another name.",
 				l.Name, claimed.RecordKey, claimed.DeclaredKey, l.Name))
 	case errors.As(err, &bad):
-		r.incompatibleKey(ctx, r.data.client.Registry(r.data.registryPrefix), l, bad.Pair, bad.Err, diags)
+		r.incompatibleKey(ctx, store.New(r.data.client).Registry(r.data.registryPrefix), l, bad.Pair, bad.Err, diags)
 	case errors.As(err, &unusable):
 		diags.AddAttributeError(path.Root("key"), "Unusable Semaphore Key",
 			fmt.Sprintf("The key %s holds a value api.Semaphore cannot use, and consullock does not overwrite holder data. "+
@@ -236,7 +236,7 @@ func (r *lockResource) lockApplyError(ctx context.Context, op consul.LockOp, l l
 			fmt.Sprintf("Lock %q (key %s) is held by %s. Destroying it would pull the key from under a running job. "+
 				"Wait until the holder releases it, or set force_destroy = true, apply, and destroy again: consullock then "+
 				"ends the holders' sessions (their lock-delay keeps the next holder out while they stop) and deletes the key.",
-				l.Name, l.Key, consul.DescribeHolders(held.Holders)))
+				l.Name, l.Key, store.DescribeHolders(held.Holders)))
 	default:
 		addConsulError(diags, summary, err)
 	}
@@ -263,7 +263,7 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		key = lockmodel.DefaultLockKey(strings.Trim(state.Prefix.ValueString(), "/"))
 	}
 	recordKey := r.data.recordKey(state.RegistryKey, lockmodel.KindLock, state.Name.ValueString())
-	got, err := r.data.client.ReadLockAndRecord(ctx, key, recordKey)
+	got, err := store.New(r.data.client).ReadLockAndRecord(ctx, key, recordKey)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Lock", err)
 		return
@@ -344,7 +344,7 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		return
 	}
 	client := r.data.client
-	newKey := client.Registry(r.data.registryPrefix).Key(lockmodel.KindLock, l.Name)
+	newKey := store.New(client).Registry(r.data.registryPrefix).Key(lockmodel.KindLock, l.Name)
 	index, diags := registryIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
 	// Check-and-set against the record the last refresh saw, so that a
@@ -353,11 +353,11 @@ func (r *lockResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	if state.RegistryKey.ValueString() != newKey {
 		index = 0
 	}
-	res, err := client.ApplyLock(ctx, consul.LockApply{
-		Op: consul.LockUpdate, Lock: l, ProfileKey: r.profileKey(l), RecordKey: newKey, Record: data, RecordIndex: index,
+	res, err := store.New(client).ApplyLock(ctx, store.LockApply{
+		Op: store.LockUpdate, Lock: l, ProfileKey: r.profileKey(l), RecordKey: newKey, Record: data, RecordIndex: index,
 	})
 	if err != nil {
-		r.lockApplyError(ctx, consul.LockUpdate, l, newKey, err, &resp.Diagnostics)
+		r.lockApplyError(ctx, store.LockUpdate, l, newKey, err, &resp.Diagnostics)
 		return
 	}
 	removeMovedRecord(ctx, client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
@@ -399,8 +399,8 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	resp.Diagnostics.Append(diags...)
 	keyIndex, diags := unheldKeyIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
-	res, err := r.data.client.ApplyLock(ctx, consul.LockApply{
-		Op: consul.LockDelete, Lock: l, RecordKey: recordKey, RecordIndex: index, KeyIndex: keyIndex, Force: state.ForceDestroy.ValueBool(),
+	res, err := store.New(r.data.client).ApplyLock(ctx, store.LockApply{
+		Op: store.LockDelete, Lock: l, RecordKey: recordKey, RecordIndex: index, KeyIndex: keyIndex, Force: state.ForceDestroy.ValueBool(),
 	})
 	if res != nil && res.RecordLeftFor != "" {
 		resp.Diagnostics.AddWarning("Lock Record Left In Place",
@@ -408,7 +408,7 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 				recordKey, res.RecordLeftFor, l.Name, l.Key))
 	}
 	if err != nil {
-		r.lockApplyError(ctx, consul.LockDelete, l, recordKey, err, &resp.Diagnostics)
+		r.lockApplyError(ctx, store.LockDelete, l, recordKey, err, &resp.Diagnostics)
 		return
 	}
 	r.deletePaused(ctx, l.Name, &resp.Diagnostics)
@@ -423,7 +423,7 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("Import a lock by its name. %s.", err))
 		return
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	rec, found, err := reg.Get(ctx, lockmodel.KindLock, name)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Lock Record", err)
@@ -552,7 +552,7 @@ func (r *lockResource) declaration(_ context.Context, m lockResourceModel, since
 
 // incompatibleKey explains why an existing key cannot be adopted and what
 // to do, naming the lock that declares it when the registry knows one.
-func (r *lockResource) incompatibleKey(ctx context.Context, reg *consul.Registry, l lockmodel.Lock, pair *api.KVPair, why error, diags *diag.Diagnostics) {
+func (r *lockResource) incompatibleKey(ctx context.Context, reg *store.Registry, l lockmodel.Lock, pair *api.KVPair, why error, diags *diag.Diagnostics) {
 	var advice []string
 	if recs, _, err := reg.List(ctx, lockmodel.KindLock); err == nil {
 		for _, rec := range recs {

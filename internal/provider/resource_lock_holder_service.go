@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // consullock_lock's holder_service: the attribute, its model and its
@@ -128,7 +130,7 @@ func (r *lockResource) holderServicePlanWarnings(ctx context.Context, plan lockR
 		lockmodel.ValidateName("session_defaults", plan.SessionDefaults.ValueString()) != nil {
 		return
 	}
-	rec, found, err := r.data.client.Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, plan.SessionDefaults.ValueString())
+	rec, found, err := store.New(r.data.client).Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, plan.SessionDefaults.ValueString())
 	if err != nil || !found {
 		return
 	}

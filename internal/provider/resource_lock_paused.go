@@ -14,6 +14,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // consullock_lock.paused: the lock's pause record (lockmodel.Pause) at
@@ -60,7 +61,7 @@ func (r *lockResource) pauseKeyOf(name types.String) types.String {
 // update (prior is the state before, nil on create): written while paused
 // is set, deleted when it was set and is no more, untouched otherwise.
 func (r *lockResource) applyPaused(ctx context.Context, plan lockResourceModel, prior *lockResourceModel, diags *diag.Diagnostics) {
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	name := plan.Name.ValueString()
 	switch {
 	case !plan.Paused.IsNull():
@@ -90,7 +91,7 @@ func (r *lockResource) readPaused(ctx context.Context, state *lockResourceModel,
 	if state.Paused.IsNull() {
 		return
 	}
-	p, _, err := r.data.client.Registry(r.data.registryPrefix).ReadPause(ctx, state.Name.ValueString())
+	p, _, err := store.New(r.data.client).Registry(r.data.registryPrefix).ReadPause(ctx, state.Name.ValueString())
 	switch {
 	case err != nil && !isRecordError(err):
 		addConsulError(diags, "Cannot Read Pause", err)
@@ -114,7 +115,7 @@ func isRecordError(err error) bool {
 
 // deletePaused removes the pause record of a destroyed lock.
 func (r *lockResource) deletePaused(ctx context.Context, name string, diags *diag.Diagnostics) {
-	if err := r.data.client.Registry(r.data.registryPrefix).DeletePause(ctx, name, 0); err != nil {
+	if err := store.New(r.data.client).Registry(r.data.registryPrefix).DeletePause(ctx, name, 0); err != nil {
 		diags.AddWarning("Pause Record Left Behind",
 			fmt.Sprintf("The lock was destroyed but its pause record %s could not be deleted; delete it with consul kv delete.\n\n%s",
 				lockmodel.PauseKey(r.data.registryPrefix, name), err))

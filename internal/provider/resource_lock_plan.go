@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // ValidateConfig checks the rule that ties key to prefix and limit; each
@@ -121,7 +123,7 @@ func (r *lockResource) checkProfileAtPlan(ctx context.Context, req resource.Modi
 			return
 		}
 	}
-	_, found, err := r.data.client.Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, name)
+	_, found, err := store.New(r.data.client).Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, name)
 	if err != nil {
 		tflog.Debug(ctx, "cannot read the session profile at plan; apply checks it", map[string]any{"session_defaults": name, "error": err.Error()})
 		return

@@ -22,6 +22,8 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // consullock_lock's run_once: the attribute, its model and its conversion
@@ -383,7 +385,7 @@ func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourc
 	if ds.HasError() || lockmodel.ValidateName("session_defaults", plan.SessionDefaults.ValueString()) != nil {
 		return
 	}
-	rec, found, err := r.data.client.Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, plan.SessionDefaults.ValueString())
+	rec, found, err := store.New(r.data.client).Registry(r.data.registryPrefix).Get(ctx, lockmodel.KindSessionDefaults, plan.SessionDefaults.ValueString())
 	if err != nil || !found {
 		return
 	}

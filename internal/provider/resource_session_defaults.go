@@ -20,8 +20,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -404,9 +404,9 @@ func (r *sessionDefaultsResource) Create(ctx context.Context, req resource.Creat
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	index, err := reg.Put(ctx, lockmodel.KindSessionDefaults, p.Name, data, 0)
-	var conflict *consul.ErrConflict
+	var conflict *store.ErrConflict
 	switch {
 	case errors.As(err, &conflict):
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "Session Profile Already Declared",
@@ -435,7 +435,7 @@ func (r *sessionDefaultsResource) Read(ctx context.Context, req resource.ReadReq
 	// Read the record where the last apply wrote it: after a change of the
 	// provider's registry_prefix the plan then moves it (Update).
 	key := r.data.recordKey(state.RegistryKey, lockmodel.KindSessionDefaults, state.Name.ValueString())
-	rec, err := r.data.client.ReadRecord(ctx, key)
+	rec, err := store.New(r.data.client).ReadRecord(ctx, key)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Session Profile", err)
 		return
@@ -479,7 +479,7 @@ func (r *sessionDefaultsResource) Update(ctx context.Context, req resource.Updat
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	newKey := reg.Key(lockmodel.KindSessionDefaults, p.Name)
 	index, diags := writeRegistryRecord(ctx, reg, req.Private, state.RegistryKey.ValueString() == newKey, lockmodel.KindSessionDefaults, p.Name, data)
 	resp.Diagnostics.Append(diags...)
@@ -507,13 +507,13 @@ func (r *sessionDefaultsResource) Delete(ctx context.Context, req resource.Delet
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ok, err := r.data.client.DeleteKeyIfIndex(ctx, key, index)
+	ok, err := store.New(r.data.client).DeleteKeyIfIndex(ctx, key, index)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Delete Session Profile Record", err)
 		return
 	}
 	if !ok {
-		if pair, err := r.data.client.ReadKeyConsistent(ctx, key); err == nil && pair == nil {
+		if pair, err := store.New(r.data.client).ReadKeyConsistent(ctx, key); err == nil && pair == nil {
 			return
 		}
 		resp.Diagnostics.AddError("Session Profile Record Changed",
@@ -532,7 +532,7 @@ func (r *sessionDefaultsResource) ImportState(ctx context.Context, req resource.
 			fmt.Sprintf("Import a session profile by its name. %s.", err))
 		return
 	}
-	reg := r.data.client.Registry(r.data.registryPrefix)
+	reg := store.New(r.data.client).Registry(r.data.registryPrefix)
 	rec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, name)
 	if err != nil {
 		addConsulError(&resp.Diagnostics, "Cannot Read Session Profile", err)

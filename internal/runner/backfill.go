@@ -17,6 +17,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // consullock backfill: the slots of a lock's run_once.schedule in a range
@@ -169,7 +170,7 @@ func backfill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return ExitUsage
 	}
 	ledgerKey := lockmodel.RunLedgerKey(b.registry, b.lock)
-	l, _, err := client.ReadLedger(ctx, ledgerKey, b.lock)
+	l, _, err := store.New(client).ReadLedger(ctx, ledgerKey, b.lock)
 	if err != nil {
 		log.Error("cannot read the run ledger", "ledger", ledgerKey, "error", err.Error())
 		return ExitSetup
@@ -199,7 +200,7 @@ func backfill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		runArgs := append(append(append([]string{}, b.runArgs...), "-run-id", id, "--"), b.command...)
 		rc := mainAs(ctx, runArgs, stderr, true)
-		if l, _, err = client.ReadLedger(ctx, ledgerKey, b.lock); err == nil && succeeded(l, id, ro) {
+		if l, _, err = store.New(client).ReadLedger(ctx, ledgerKey, b.lock); err == nil && succeeded(l, id, ro) {
 			continue
 		}
 		if rc == ExitOK {

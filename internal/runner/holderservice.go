@@ -10,6 +10,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // holderService keeps the holder's service instance (the lock's
@@ -113,12 +115,12 @@ func (hs *holderService) reap(h *lockproto.Hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
 	defer cancel()
 	log, c, start := hs.r.log, hs.r.client, time.Now()
-	stale, err := c.StaleHolderInstances(ctx, hs.spec.Name, hs.r.lock.Name, hs.r.lock.Limit, h.Session.ID)
+	stale, err := store.New(c).StaleHolderInstances(ctx, hs.spec.Name, hs.r.lock.Name, hs.r.lock.Limit, h.Session.ID)
 	if err != nil {
 		log.Error("cannot list every former holder's instance; DNS may name a former holder", "error", err.Error())
 	}
 	for _, in := range stale {
-		if err := c.DeregisterHolderServiceCatalog(ctx, in.Node, in.ID); err != nil {
+		if err := store.New(c).DeregisterHolderServiceCatalog(ctx, in.Node, in.ID); err != nil {
 			log.Error("cannot deregister a former holder's instance; DNS may name it", "service_id", in.ID, "node", in.Node, "error", err.Error())
 			continue
 		}
@@ -186,7 +188,7 @@ func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
 		hs.keepInCatalog(ctx, log, in)
 		return
 	}
-	if err := c.RegisterHolderService(ctx, in); err != nil {
+	if err := store.New(c).RegisterHolderService(ctx, in); err != nil {
 		if ctx.Err() == nil {
 			log.Error("cannot register the holder service; the lock is held without it", "service", in.Name, "error", err.Error())
 			return
@@ -205,7 +207,7 @@ func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
 	defer dcancel()
-	if err := c.DeregisterHolderService(dctx, in.ID); err != nil {
+	if err := store.New(c).DeregisterHolderService(dctx, in.ID); err != nil {
 		log.Warn("cannot deregister the holder service; its check goes critical and the agent removes it",
 			"check_ttl", lockmodel.FormatDuration(in.Check.TTL), "error", err.Error())
 		return
@@ -218,7 +220,7 @@ func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
 // check.
 func (hs *holderService) keepInCatalog(ctx context.Context, log *slog.Logger, in lockmodel.HolderInstance) {
 	c, start, node := hs.r.client, time.Now(), hs.catalogNode
-	err := c.RegisterHolderServiceCatalog(ctx, node, in)
+	err := store.New(c).RegisterHolderServiceCatalog(ctx, node, in)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		log.Error("cannot register the holder service; the lock is held without it", "service", in.Name, "node", node, "error", err.Error())
@@ -230,7 +232,7 @@ func (hs *holderService) keepInCatalog(ctx context.Context, log *slog.Logger, in
 	<-ctx.Done() // withdrawn (a registration cut short by it may have landed)
 	dctx, dcancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
 	defer dcancel()
-	if err := c.DeregisterHolderServiceCatalog(dctx, node, in.ID); err != nil {
+	if err := store.New(c).DeregisterHolderServiceCatalog(dctx, node, in.ID); err != nil {
 		log.Warn("cannot deregister the holder service; the next holder deregisters it before its command starts",
 			"node", node, "error", err.Error())
 		return
@@ -247,7 +249,7 @@ func (hs *holderService) pass(ctx context.Context, checkID string, at time.Time)
 	}
 	pctx, cancel := context.WithTimeout(ctx, hs.check.PassTimeout)
 	defer cancel()
-	if err := hs.r.client.PassHolderCheck(pctx, checkID); err != nil && ctx.Err() == nil {
+	if err := store.New(hs.r.client).PassHolderCheck(pctx, checkID); err != nil && ctx.Err() == nil {
 		hs.r.log.Warn("cannot pass the holder check; DNS drops this holder when it expires", "error", err.Error())
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // run_once.overlap: a runner for one run that finds another run's attempt
@@ -51,7 +51,7 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 	if !r.overlapActive() {
 		return 0, false
 	}
-	pair, err := r.client.ReadKeyConsistent(ctx, r.lock.Key)
+	pair, err := store.New(r.client).ReadKeyConsistent(ctx, r.lock.Key)
 	if err != nil || pair == nil || pair.Session == "" {
 		return 0, false
 	}
@@ -84,7 +84,7 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 // logged).
 func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string) {
 	var skipErr error
-	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
+	written, err := store.New(r.client).EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
 		out, changed, err := l.Skip(r.once.id, r.nodeName(), other, r.cfg.clock.Now())
 		skipErr = err
 		return out.Prune(r.once.keep, r.once.id), changed && err == nil
@@ -104,7 +104,7 @@ func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string)
 // replace ends session (on node), the holder of another run's attempt,
 // and records that attempt replaced by this run.
 func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node string) {
-	ended, err := r.client.EndHolderSessions(ctx, []consul.HolderSession{{Session: session, Node: node, LockDelay: -1}})
+	ended, err := store.New(r.client).EndHolderSessions(ctx, []store.HolderSession{{Session: session, Node: node, LockDelay: -1}})
 	if err != nil {
 		log.Warn("run_once.overlap replace: cannot end the holder's session; waiting for the lock", "error", err.Error())
 		return
@@ -118,7 +118,7 @@ func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node st
 		"lock_delay", lockmodel.FormatDuration(lockmodel.TakeOverDelay(delay)))
 	var run string
 	var n int
-	written, err := r.client.EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
+	written, err := store.New(r.client).EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
 		out, id, attempt, found := l.Replace(session, r.once.id, at)
 		run, n = id, attempt
 		return out, found

@@ -10,6 +10,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Pause (lockmodel.Pause): a runner that finds its lock paused at start
@@ -38,7 +39,7 @@ func (r *runner) checkPause(ctx context.Context) error {
 	if r.cfg.lockName == "" {
 		return nil
 	}
-	p, _, err := r.client.Registry(r.cfg.registryPrefix).ReadPause(ctx, r.cfg.lockName)
+	p, _, err := store.New(r.client).Registry(r.cfg.registryPrefix).ReadPause(ctx, r.cfg.lockName)
 	r.pauseReadable = !errors.Is(err, consul.ErrPermissionDenied)
 	switch {
 	case errors.Is(err, consul.ErrPermissionDenied):

@@ -15,6 +15,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Run once: the runner's side of the run ledger (lockmodel ledger.go
@@ -286,7 +287,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		l, index, fresh := r.watchedCopy(h)
 		if try > 1 || !fresh {
 			var err error
-			if l, index, err = r.client.ReadLedger(ctx, run.ledgerKey, r.cfg.lockName); err != nil {
+			if l, index, err = store.New(r.client).ReadLedger(ctx, run.ledgerKey, r.cfg.lockName); err != nil {
 				if failures++; transient(failures, err) {
 					continue
 				}
@@ -300,10 +301,10 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 			return decision{begin: d, ledger: l, index: index, err: err}
 		}
 		written := d.Ledger.Prune(run.keep, run.id)
-		index, err = r.client.BeginRun(ctx, consul.LedgerWrite{
+		index, err = store.New(r.client).BeginRun(ctx, store.LedgerWrite{
 			Fence: h.IsOwner(), LedgerKey: run.ledgerKey, Index: index, Ledger: written,
 		})
-		if errors.Is(err, consul.ErrLedgerChanged) && changed+1 < ledgerTries {
+		if errors.Is(err, store.ErrLedgerChanged) && changed+1 < ledgerTries {
 			changed++
 			continue
 		}
@@ -325,7 +326,7 @@ func (r *runner) readLedger(ctx context.Context) (ledger.Ledger, uint64, error) 
 func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (ledger.Ledger, uint64, error) {
 	rctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), deadline))
 	defer cancel()
-	return r.client.ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
+	return store.New(r.client).ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
 }
 
 // doneBeforeSession reads the run ledger (consistently) before any session
@@ -539,7 +540,7 @@ func (r *runner) followHeldKey(ctx context.Context) keyWait {
 // until it shows this run done (or ctx ends).
 func (r *runner) followLedgerUntilDone(ctx context.Context, from uint64) {
 	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", from, func(pair *api.KVPair, asOf uint64) bool {
-		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
+		l, modify, err := store.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
 		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
 			return true
@@ -561,7 +562,7 @@ type runDone struct {
 // report (the waiter then decides after acquiring, and refuses to run).
 func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", 0, func(pair *api.KVPair, asOf uint64) bool {
-		l, modify, err := consul.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
+		l, modify, err := store.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
 		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
 			r.log.Debug("the run ledger does not decode; the holder reports it", "error", err.Error())

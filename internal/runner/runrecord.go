@@ -12,6 +12,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Recording a run-once attempt's outcome once its command has exited:
@@ -50,8 +51,8 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome ledge
 			return false, false
 		}
 		wctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), dl.Fenced))
-		_, err = r.client.FinishRunAndRelease(wctx, consul.RunRelease{
-			LedgerWrite: consul.LedgerWrite{Fence: h.IsOwner(), LedgerKey: run.ledgerKey,
+		_, err = store.New(r.client).FinishRunAndRelease(wctx, store.RunRelease{
+			LedgerWrite: store.LedgerWrite{Fence: h.IsOwner(), LedgerKey: run.ledgerKey,
 				Index: index, Ledger: next.Prune(run.keep, run.id)},
 			Flags: r.lock.Flags(), Value: h.Value,
 		})
@@ -60,9 +61,9 @@ func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome ledge
 		case err == nil:
 			log.Info("run outcome recorded; lock released", "exit_code", exitCodeText(exitCode))
 			return true, true
-		case errors.Is(err, consul.ErrFenceLost):
+		case errors.Is(err, store.ErrFenceLost):
 			return false, r.recordAfterLoss(ctx, log, outcome, exitCode, h.Reason(), dl.AfterLoss(time.Now()))
-		case errors.Is(err, consul.ErrLedgerChanged) && changed < ledgerTries:
+		case errors.Is(err, store.ErrLedgerChanged) && changed < ledgerTries:
 			changed++
 		case retryable(err):
 			failures++

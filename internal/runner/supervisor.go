@@ -6,10 +6,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // drainPoll is how often the runner checks whether the processes the
@@ -640,7 +640,7 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 		return ExitLockLost, true
 	case s.abortCode != 0:
 		return s.abortCode, true
-	case errors.Is(d.err, consul.ErrFenceLost):
+	case errors.Is(d.err, store.ErrFenceLost):
 		log.Error("lock lost while recording the run's start; the command was not started", "error", d.err.Error())
 		return ExitLockLost, true
 	case d.err != nil:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // TestStatusShowsTheHoldersService: for a lock with holder_service, each
@@ -36,18 +37,18 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 	}
 	inst := l.HolderService.Instance(lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
 		lockmodel.NewHolderCheck(strict), "", 0)
-	if err := client.RegisterHolderService(ctx, inst); err != nil {
+	if err := store.New(client).RegisterHolderService(ctx, inst); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = client.DeregisterHolderService(ctx, inst.ID) })
-	if err := client.PassHolderCheck(ctx, inst.CheckID); err != nil {
+	t.Cleanup(func() { _ = store.New(client).DeregisterHolderService(ctx, inst.ID) })
+	if err := store.New(client).PassHolderCheck(ctx, inst.CheckID); err != nil {
 		t.Fatal(err)
 	}
 	waitPassing(t, name)
 
 	_, rep := f.report()
 	h := lockByName(t, rep, "web").Holders
-	want := HolderInstance{ID: inst.ID, Name: name, Address: "127.0.0.1", Port: 8080, Status: api.HealthPassing}
+	want := holderInstance{ID: inst.ID, Name: name, Address: "127.0.0.1", Port: 8080, Status: api.HealthPassing}
 	if len(h) != 1 || h[0].Service == nil || *h[0].Service != want {
 		t.Fatalf("holders %+v, want one with service %+v", h, want)
 	}

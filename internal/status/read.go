@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // maxKeyLists caps the key listings of one read: lock keys are grouped by
@@ -54,7 +55,7 @@ type world struct {
 	pending map[string]bool
 	// services are the instances of the declared holder services, by
 	// service name (readHolderServices).
-	services map[string][]consul.HolderServiceView
+	services map[string][]store.ServiceView
 }
 
 // holderServiceNames are the declared locks' holder service names, sorted.
@@ -75,7 +76,7 @@ func (d declarations) holderServiceNames() []string {
 // that the sessions in w registered: one health query per service name,
 // none without holder services.
 func (r *reader) readHolderServices(ctx context.Context, w *world) error {
-	w.services = map[string][]consul.HolderServiceView{}
+	w.services = map[string][]store.ServiceView{}
 	names := w.decl.holderServiceNames()
 	if len(names) == 0 {
 		return nil
@@ -85,7 +86,7 @@ func (r *reader) readHolderServices(ctx context.Context, w *world) error {
 		sessions = append(sessions, id)
 	}
 	for _, n := range names {
-		views, err := r.c.ReadHolderServices(ctx, n, sessions, false)
+		views, err := store.New(r.c).ReadHolderServices(ctx, n, sessions, false)
 		if err != nil {
 			return err
 		}
@@ -96,10 +97,10 @@ func (r *reader) readHolderServices(ctx context.Context, w *world) error {
 
 // holderService is session's instance of service name; nil when it has
 // none.
-func (w *world) holderService(name, session string) *HolderInstance {
+func (w *world) holderService(name, session string) *holderInstance {
 	for _, v := range w.services[name] {
 		if v.Session == session {
-			return &HolderInstance{ID: v.ID, Name: name, Address: v.Address, Port: v.Port, Status: v.Status}
+			return &holderInstance{ID: v.ID, Name: name, Address: v.Address, Port: v.Port, Status: v.Status}
 		}
 	}
 	return nil
@@ -284,7 +285,7 @@ func (w *world) setSessions(raw map[string]*api.SessionEntry) {
 	w.raw = raw
 	w.sessions = make(map[string]lockmodel.ObservedSession, len(raw))
 	for id, e := range raw {
-		w.sessions[id] = consul.ObservedSession(e)
+		w.sessions[id] = store.ObservedSession(e)
 	}
 }
 

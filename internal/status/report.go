@@ -13,9 +13,9 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // SchemaVersion is the version of the -json document. Fields are only
@@ -58,11 +58,11 @@ type Lock struct {
 	Kind  string `json:"kind"`
 	Limit int    `json:"limit"`
 	// State is "held", "unheld" or "missing" (the key does not exist).
-	State        string         `json:"state"`
-	Holders      []HolderReport `json:"holders"`
-	FencingToken *uint64        `json:"fencing_token"`
-	LockIndex    uint64         `json:"lock_index"`
-	ModifyIndex  uint64         `json:"modify_index"`
+	State        string      `json:"state"`
+	Holders      []holderRow `json:"holders"`
+	FencingToken *uint64     `json:"fencing_token"`
+	LockIndex    uint64      `json:"lock_index"`
+	ModifyIndex  uint64      `json:"modify_index"`
 	// Contenders are semaphore contender keys whose session does not hold
 	// a slot (waiting); null for a mutex (see Queue for a queued one's).
 	Contenders *int `json:"contenders"`
@@ -218,8 +218,8 @@ func runsOf(l ledger.Ledger, maxAttempts int) []LockRun {
 	return out
 }
 
-// HolderReport is one session holding a lock, as status reports it.
-type HolderReport struct {
+// holderRow is one session holding a lock, as status reports it.
+type holderRow struct {
 	Session      string `json:"session"`
 	SessionName  string `json:"session_name"`
 	Node         string `json:"node"`
@@ -239,12 +239,12 @@ type HolderReport struct {
 	Violations   []string `json:"violations"`
 	// Service is the holder's instance of its lock's holder_service;
 	// null when the lock has none or the holder registered none.
-	Service *HolderInstance `json:"service"`
+	Service *holderInstance `json:"service"`
 	started time.Time
 }
 
-// HolderInstance is a holder's service instance as the catalog shows it.
-type HolderInstance struct {
+// holderInstance is a holder's service instance as the catalog shows it.
+type holderInstance struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Address string `json:"address"`
@@ -321,7 +321,7 @@ func (w *world) observation(byKey map[string]*api.KVPair, now time.Time) complia
 	o := compliance.Observation{Read: compliance.State{Locks: w.decl.locks, Profiles: w.decl.profiles, ProfileIndex: w.decl.profileIndex,
 		Keys: make(map[string]lockmodel.KeyEntry, len(byKey)), Sessions: w.sessions, Settling: map[string]bool{}, Now: now}}
 	for key, p := range byKey {
-		o.Read.Keys[key] = consul.KeyEntry(p)
+		o.Read.Keys[key] = store.KeyEntry(p)
 	}
 	for name := range w.pending {
 		o.Read.Settling[compliance.SettlingKey(lockmodel.KindLock, name)] = true
@@ -333,7 +333,7 @@ func (w *world) observation(byKey map[string]*api.KVPair, now time.Time) complia
 // record) says of it, before its keys are looked at.
 func declaredLock(w *world, l lockmodel.Lock, alwaysHeld map[string]bool, now time.Time) Lock {
 	out := Lock{Name: l.Name, Key: l.Key, Kind: "mutex", Limit: max(l.Limit, 1), SessionDefaults: l.SessionDefaults,
-		AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []HolderReport{}, Findings: []Finding{}, Description: l.Description,
+		AlwaysHeld: l.AlwaysHeld || alwaysHeld["*"] || alwaysHeld[l.Name], Holders: []holderRow{}, Findings: []Finding{}, Description: l.Description,
 		Pending: w.pending[l.Name]}
 	if l.IsSemaphore() {
 		out.Kind = "semaphore"
@@ -404,10 +404,10 @@ func (out *Lock) exitCode() int {
 // setLive fills in what l's existing key (ls.Entry) and the keys and
 // sessions around it show: its holders, each since heldSince (the State's
 // HeldSince), a semaphore's waiting contenders, a queue's waiters.
-func (out *Lock) setLive(w *world, l lockmodel.Lock, ls lockmodel.LockState, byKey map[string]*api.KVPair, heldSince map[compliance.HoldID]time.Time, now time.Time) {
+func (out *Lock) setLive(w *world, l lockmodel.Lock, ls lockmodel.LockState, byKey map[string]*api.KVPair, heldSince map[compliance.LockSession]time.Time, now time.Time) {
 	out.LockIndex, out.ModifyIndex = ls.Entry.LockIndex, ls.Entry.ModifyIndex
 	for _, h := range lockmodel.Holders(ls) {
-		start, known := heldSince[compliance.HoldID{Lock: l.Name, Session: h.Session}]
+		start, known := heldSince[compliance.LockSession{Lock: l.Name, Session: h.Session}]
 		hd := holder(w, h.Session, h.Entry, start, known, now)
 		if l.HolderService != nil {
 			hd.Service = w.holderService(l.HolderService.Name, h.Session)
@@ -518,8 +518,8 @@ func (r *Report) summarize() {
 // its fencing token (the shared definition: the Raft index of the hold),
 // held since start when known (the State's HeldSince, by
 // lockmodel.HoldStart: the holder's start, not after now).
-func holder(w *world, id string, e lockmodel.KeyEntry, start time.Time, known bool, now time.Time) HolderReport {
-	h := HolderReport{Session: id, FencingToken: e.ModifyIndex, Compliant: true, Violations: []string{}, Value: printable(e.Value),
+func holder(w *world, id string, e lockmodel.KeyEntry, start time.Time, known bool, now time.Time) holderRow {
+	h := holderRow{Session: id, FencingToken: e.ModifyIndex, Compliant: true, Violations: []string{}, Value: printable(e.Value),
 		NodeChecks: []string{}, ServiceCheck: []string{}}
 	if se := w.raw[id]; se != nil {
 		s := w.sessions[id]
@@ -551,7 +551,7 @@ func holder(w *world, id string, e lockmodel.KeyEntry, start time.Time, known bo
 // marks in contenderKeys; with the sessions status read after the keys.
 func lockState(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.KVPair, contenderKeys map[string]bool) lockmodel.LockState {
 	ls := lockmodel.LockState{Key: l.Key, Semaphore: l.IsSemaphore(), Keys: map[string]lockmodel.KeyEntry{}, Sessions: w.sessions,
-		Entry: new(consul.KeyEntry(p))}
+		Entry: new(store.KeyEntry(p))}
 	if !ls.Semaphore {
 		return ls
 	}
@@ -561,7 +561,7 @@ func lockState(w *world, l lockmodel.Lock, p *api.KVPair, byKey map[string]*api.
 			continue
 		}
 		contenderKeys[key] = true
-		ls.Keys[key] = consul.KeyEntry(kp)
+		ls.Keys[key] = store.KeyEntry(kp)
 	}
 	return ls
 }

@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // The run ledger in Consul (lockmodel ledger.go decides, this file writes):
@@ -27,7 +29,7 @@ var ErrLedgerChanged = errors.New("run ledger changed since it was read")
 // ModifyIndex for the next write. An absent ledger is an empty one at
 // index 0. A ledger that does not decode, or belongs to another lock, is an
 // error naming the field: a runner must not run a command on a guess.
-func (c *Client) ReadLedger(ctx context.Context, key, lock string) (ledger.Ledger, uint64, error) {
+func (c Store) ReadLedger(ctx context.Context, key, lock string) (ledger.Ledger, uint64, error) {
 	pair, err := c.ReadKeyConsistent(ctx, key)
 	if err != nil {
 		return ledger.Ledger{}, 0, err
@@ -70,13 +72,13 @@ type LedgerWrite struct {
 // on the lock key and a check-and-set of the ledger. It returns the
 // ledger's new ModifyIndex, for FinishRunAndRelease. Errors: ErrFenceLost
 // (the session no longer holds the lock: do not run the command),
-// ErrLedgerChanged, a permission denial (*Error).
+// ErrLedgerChanged, a permission denial (*consul.Error).
 //
 // A write whose answer is lost is settled by a consistent read, never sent
 // blindly again: the ledger as written at a higher index is done; the
 // ledger unchanged while the session still holds the lock is sent again;
 // anything else is a conflict or a lost fence.
-func (c *Client) BeginRun(ctx context.Context, w LedgerWrite) (uint64, error) {
+func (c Store) BeginRun(ctx context.Context, w LedgerWrite) (uint64, error) {
 	value, err := lockmodel.EncodeLedger(w.Ledger)
 	if err != nil {
 		return 0, err
@@ -104,7 +106,7 @@ type RunRelease struct {
 // can therefore acquire without seeing the outcome, and the release sets no
 // lock-delay. It returns the ledger's new ModifyIndex. Errors as BeginRun's;
 // on any error the lock was not released by this call.
-func (c *Client) FinishRunAndRelease(ctx context.Context, r RunRelease) (uint64, error) {
+func (c Store) FinishRunAndRelease(ctx context.Context, r RunRelease) (uint64, error) {
 	value, err := lockmodel.EncodeLedger(r.Ledger)
 	if err != nil {
 		return 0, err
@@ -119,16 +121,16 @@ func (c *Client) FinishRunAndRelease(ctx context.Context, r RunRelease) (uint64,
 
 // ledgerTxn runs a guarded ledger write (ops: check-session first, the
 // ledger's check-and-set second) and settles a lost answer.
-func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value []byte, ops api.KVTxnOps, releases bool) (uint64, error) {
+func (c Store) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value []byte, ops api.KVTxnOps, releases bool) (uint64, error) {
 	var index uint64
 	var refused error // why Consul rolled the transaction back
-	ok, err := settleCAS(func() (bool, error) {
+	ok, err := consul.SettleCAS(func() (bool, error) {
 		ok, resp, err := c.writeTxn(ctx, ops)
 		if err != nil {
 			return false, c.Classify(ctx, op, err)
 		}
 		if !ok {
-			if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			if e := consul.TxnError(op, resp.Errors); e.Kind == consul.KindPermissionDenied {
 				return false, e
 			}
 			refused = ErrLedgerChanged
@@ -145,7 +147,7 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 			}
 		}
 		return true, nil
-	}, func() (writeOutcome, error) {
+	}, func() (consul.WriteOutcome, error) {
 		got, err := c.readKeys(ctx, op, "settling a ledger write needs permission 'key:read' on the ledger and the lock key", w.LedgerKey, w.Fence.Key)
 		if err != nil {
 			return 0, err
@@ -156,13 +158,13 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 		switch {
 		case written && (!releases || !held):
 			index = ledger.ModifyIndex
-			return outcomeApplied, nil
+			return consul.OutcomeApplied, nil
 		case !held:
 			refused = fmt.Errorf("%s: %w (%s is no longer held by session %s)", op, ErrFenceLost, w.Fence.Key, w.Fence.Session)
-			return outcomeOverwritten, nil
+			return consul.OutcomeOverwritten, nil
 		}
 		refused = ErrLedgerChanged
-		return casOutcome(ledger, w.Index, func(*api.KVPair) bool { return false }), nil
+		return consul.CASOutcome(ledger, w.Index, func(*api.KVPair) bool { return false }), nil
 	})
 	if err != nil {
 		return 0, err
@@ -183,7 +185,7 @@ func (c *Client) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value 
 // editing again after another writer's change, at most tries times. edit
 // returns false to write nothing (then EditLedger reports false, nil).
 // It reports whether the edit was written.
-func (c *Client) EditLedger(ctx context.Context, registry, lock string, tries int, edit func(ledger.Ledger) (ledger.Ledger, bool)) (bool, error) {
+func (c Store) EditLedger(ctx context.Context, registry, lock string, tries int, edit func(ledger.Ledger) (ledger.Ledger, bool)) (bool, error) {
 	key := lockmodel.RunLedgerKey(registry, lock)
 	for range tries {
 		l, index, err := c.ReadLedger(ctx, key, lock)

@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"bytes"
@@ -13,11 +13,13 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // ledgerFixture is a lock key held by a session, and the lock's ledger key.
 type ledgerFixture struct {
-	c                  *Client
+	c                  Store
 	lockKey, ledgerKey string
 	holder, other      string // sessions
 	token              uint64 // the holder's fencing token
@@ -59,7 +61,7 @@ func (f *ledgerFixture) holderInfo() ledger.RunHolder {
 
 // begin records the first start of run r1 on a ledger not yet written
 // (check-and-set index 0).
-func (f *ledgerFixture) begin(t *testing.T, c *Client, l ledger.Ledger) (ledger.Ledger, uint64, error) {
+func (f *ledgerFixture) begin(t *testing.T, c Store, l ledger.Ledger) (ledger.Ledger, uint64, error) {
 	t.Helper()
 	d, err := l.Begin("r1", f.holderInfo(), 3, time.Now())
 	if err != nil || d.Kind != ledger.BeginRun {
@@ -206,7 +208,7 @@ func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 func TestLedgerWrites_lostAnswerIsSettledByARead(t *testing.T) {
 	ctx := context.Background()
 	f := newLedgerFixture(t)
-	txn := putTo("/v1/txn")
+	txn := testenv.PutTo("/v1/txn")
 	lossy := lossyClient(t, txn)
 	started, index, err := f.begin(t, lossy, ledger.Ledger{Lock: "job"})
 	if err != nil {
@@ -238,8 +240,8 @@ func TestLedgerWrites_permissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	worker := newClient(t, tok.SecretID)
-	if _, _, err := f.begin(t, worker, ledger.Ledger{Lock: "job"}); KindOf(err) != KindPermissionDenied || !strings.Contains(err.Error(), "key:write") {
-		t.Fatalf("BeginRun without key write on the ledger: %v (kind %s); want permission denied naming key:write", err, KindOf(err))
+	if _, _, err := f.begin(t, worker, ledger.Ledger{Lock: "job"}); consul.KindOf(err) != consul.KindPermissionDenied || !strings.Contains(err.Error(), "key:write") {
+		t.Fatalf("BeginRun without key write on the ledger: %v (kind %s); want permission denied naming key:write", err, consul.KindOf(err))
 	}
 	if f.live(t, f.ledgerKey) != nil {
 		t.Fatal("a denied BeginRun wrote the ledger")

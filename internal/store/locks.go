@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // Lock key writes for the consullock_lock resource. Keys are written with
@@ -29,9 +31,9 @@ type LockAndRecord struct {
 //
 // Consul drops what the token may not read from a transaction's results
 // instead of refusing it; a dropped result is reported as
-// KindPermissionDenied naming the key, never as a missing key, so that no
+// consul.KindPermissionDenied naming the key, never as a missing key, so that no
 // caller removes state on a guess.
-func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey string) (*LockAndRecord, error) {
+func (c Store) ReadLockAndRecord(ctx context.Context, lockKey, recordKey string) (*LockAndRecord, error) {
 	op := fmt.Sprintf("read lock key %s and registry record %s", lockKey, recordKey)
 	got, err := c.readKeys(ctx, op, "reading a lock needs permission 'key:read' on its key and on its registry record", lockKey, recordKey)
 	if err != nil {
@@ -46,7 +48,7 @@ func (c *Client) ReadLockAndRecord(ctx context.Context, lockKey, recordKey strin
 
 // ReadRecord reads one registry record consistently, batched like
 // ReadLockAndRecord; nil when it does not exist.
-func (c *Client) ReadRecord(ctx context.Context, key string) (*StoredRecord, error) {
+func (c Store) ReadRecord(ctx context.Context, key string) (*StoredRecord, error) {
 	got, err := c.readKeys(ctx, "read registry record "+key, "reading a registry record needs permission 'key:read' on it", key)
 	if err != nil {
 		return nil, err
@@ -60,12 +62,12 @@ func (c *Client) ReadRecord(ctx context.Context, key string) (*StoredRecord, err
 
 // readKeys reads keys through the client's ReadBatcher. The map has every
 // key: nil when it does not exist. A key hidden by ACLs is an error.
-func (c *Client) readKeys(ctx context.Context, op, need string, keys ...string) (map[string]*api.KVPair, error) {
+func (c Store) readKeys(ctx context.Context, op, need string, keys ...string) (map[string]*api.KVPair, error) {
 	seen, err := c.Reads().Get(ctx, keys...)
 	if err != nil {
 		// The error is shared by every read of the batch: name this one's
 		// keys on a copy.
-		if e := (*Error)(nil); errors.As(err, &e) {
+		if e := (*consul.Error)(nil); errors.As(err, &e) {
 			named := *e
 			named.Op = op
 			return nil, &named
@@ -91,7 +93,7 @@ func (c *Client) readKeys(ctx context.Context, op, need string, keys ...string) 
 
 // ReadKeyConsistent reads one key with ?consistent; nil when it does not
 // exist.
-func (c *Client) ReadKeyConsistent(ctx context.Context, key string) (*api.KVPair, error) {
+func (c Store) ReadKeyConsistent(ctx context.Context, key string) (*api.KVPair, error) {
 	pair, _, err := c.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return nil, c.Classify(ctx, "read key "+key, err)
@@ -102,8 +104,8 @@ func (c *Client) ReadKeyConsistent(ctx context.Context, key string) (*api.KVPair
 // CreateKeyOnly writes key with flags and value only if it does not exist
 // (CAS index 0). created is false when the key already exists. A create
 // whose answer was lost counts as done when the key reads back as written.
-func (c *Client) CreateKeyOnly(ctx context.Context, key string, flags uint64, value []byte) (created bool, err error) {
-	return settleCAS(func() (bool, error) {
+func (c Store) CreateKeyOnly(ctx context.Context, key string, flags uint64, value []byte) (created bool, err error) {
+	return consul.SettleCAS(func() (bool, error) {
 		ok, _, err := c.KV().CAS(&api.KVPair{Key: key, Flags: flags, Value: value, ModifyIndex: 0}, (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
 			return false, c.Classify(ctx, "create key "+key, err)
@@ -114,14 +116,14 @@ func (c *Client) CreateKeyOnly(ctx context.Context, key string, flags uint64, va
 	}))
 }
 
-// lookCAS reads key after an unanswered check-and-set, for settleCAS.
-func (c *Client) lookCAS(ctx context.Context, key string, expectIndex uint64, written func(*api.KVPair) bool) func() (writeOutcome, error) {
-	return func() (writeOutcome, error) {
+// lookCAS reads key after an unanswered check-and-set, for SettleCAS.
+func (c Store) lookCAS(ctx context.Context, key string, expectIndex uint64, written func(*api.KVPair) bool) func() (consul.WriteOutcome, error) {
+	return func() (consul.WriteOutcome, error) {
 		pair, err := c.ReadKeyConsistent(ctx, key)
 		if err != nil {
 			return 0, err
 		}
-		return casOutcome(pair, expectIndex, written), nil
+		return consul.CASOutcome(pair, expectIndex, written), nil
 	}
 }
 
@@ -134,7 +136,7 @@ func (c *Client) lookCAS(ctx context.Context, key string, expectIndex uint64, wr
 // session), which Consul performs without changing Session or LockIndex. An
 // unheld key is written with a plain CAS. ok is false when the key changed
 // in between; read it again and retry.
-func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, flags uint64, value []byte) (ok bool, err error) {
+func (c Store) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, flags uint64, value []byte) (ok bool, err error) {
 	op := "rewrite key " + pair.Key
 	// A rewrite whose answer was lost counts as done when the key reads
 	// back as written, with the same holder.
@@ -142,7 +144,7 @@ func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, 
 		return p.Flags == flags && bytes.Equal(p.Value, value) && p.Session == pair.Session
 	})
 	if pair.Session == "" {
-		return settleCAS(func() (bool, error) {
+		return consul.SettleCAS(func() (bool, error) {
 			ok, _, err := c.KV().CAS(&api.KVPair{Key: pair.Key, Flags: flags, Value: value, ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(ctx))
 			if err != nil {
 				return false, c.Classify(ctx, op, err)
@@ -154,13 +156,13 @@ func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, 
 		{Verb: api.KVCheckIndex, Key: pair.Key, Index: pair.ModifyIndex},
 		{Verb: api.KVLock, Key: pair.Key, Flags: flags, Value: value, Session: pair.Session},
 	}
-	return settleCAS(func() (bool, error) {
+	return consul.SettleCAS(func() (bool, error) {
 		ok, resp, err := c.writeTxn(ctx, ops)
 		if err != nil {
 			return false, c.Classify(ctx, op, err)
 		}
 		if !ok {
-			if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			if e := consul.TxnError(op, resp.Errors); e.Kind == consul.KindPermissionDenied {
 				return false, e
 			}
 			// Stale index, session gone, lock taken: the key moved on.
@@ -172,7 +174,7 @@ func (c *Client) RewriteKeyKeepingHolder(ctx context.Context, pair *api.KVPair, 
 
 // DeleteKeyIfIndex deletes key if its ModifyIndex is still index; index 0
 // deletes unconditionally. Deleting a missing key succeeds.
-func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64) (ok bool, err error) {
+func (c Store) DeleteKeyIfIndex(ctx context.Context, key string, index uint64) (ok bool, err error) {
 	op := "delete key " + key
 	if index == 0 {
 		if _, err := c.KV().Delete(key, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
@@ -181,23 +183,23 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 		return true, nil
 	}
 	// A delete whose answer was lost counts as done when the key is gone.
-	return settleCAS(func() (bool, error) {
+	return consul.SettleCAS(func() (bool, error) {
 		ok, _, err := c.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
 			return false, c.Classify(ctx, op, err)
 		}
 		return ok, nil
-	}, func() (writeOutcome, error) {
+	}, func() (consul.WriteOutcome, error) {
 		pair, err := c.ReadKeyConsistent(ctx, key)
 		switch {
 		case err != nil:
 			return 0, err
 		case pair == nil:
-			return outcomeApplied, nil
+			return consul.OutcomeApplied, nil
 		case pair.ModifyIndex == index:
-			return outcomeNotApplied, nil
+			return consul.OutcomeNotApplied, nil
 		default:
-			return outcomeOverwritten, nil
+			return consul.OutcomeOverwritten, nil
 		}
 	})
 }
@@ -213,7 +215,7 @@ func (c *Client) DeleteKeyIfIndex(ctx context.Context, key string, index uint64)
 // Destroying a session needs 'session:write' on its node: a denial stops
 // at that holder, with an error naming the rule to grant and the sessions
 // already ended, so that the caller deletes nothing.
-func (c *Client) EndHolderSessions(ctx context.Context, holders []HolderSession) ([]HolderSession, error) {
+func (c Store) EndHolderSessions(ctx context.Context, holders []HolderSession) ([]HolderSession, error) {
 	var ended []HolderSession
 	for _, h := range holders {
 		op := fmt.Sprintf("end session %s on node %q holding the lock", h.Session, h.Node)
@@ -229,10 +231,10 @@ func (c *Client) EndHolderSessions(ctx context.Context, holders []HolderSession)
 		}
 		if _, err := c.Session().Destroy(h.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 			e := c.Classify(ctx, op, err)
-			if e.Kind == KindNotFound {
+			if e.Kind == consul.KindNotFound {
 				continue
 			}
-			if e.Kind == KindPermissionDenied {
+			if e.Kind == consul.KindPermissionDenied {
 				e.Message = fmt.Sprintf("%s. Ending a holder's session needs permission 'session:write' on its node: "+
 					"session_prefix %q { policy = \"write\" } (or session %q) in the provider token's policy. %s",
 					e.Message, h.Node, h.Node, endedSoFar(ended))

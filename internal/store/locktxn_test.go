@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // A lock's creation is all or nothing in one request: when any part of it
@@ -67,8 +69,8 @@ key %q { policy = "read" }`, p+"/reg/", lockKey), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, tok.SecretID).ApplyLockChange(ctx, create); KindOf(err) != KindPermissionDenied {
-		t.Fatalf("creation without key:write on the key: %v (kind %s), want permission denied", err, KindOf(err))
+	if _, err := newClient(t, tok.SecretID).ApplyLockChange(ctx, create); consul.KindOf(err) != consul.KindPermissionDenied {
+		t.Fatalf("creation without key:write on the key: %v (kind %s), want permission denied", err, consul.KindOf(err))
 	}
 	nothingWritten("no permission on the key")
 
@@ -109,14 +111,14 @@ func TestApplyLockChange_unknownTokenIsInvalidToken(t *testing.T) {
 		RecordKey: p + "/reg/locks/job", Record: RecordPut, RecordValue: []byte(`{}`),
 		Key: p + "/job/.lock", KeyOp: KeyCreate, Flags: lockmodel.LockFlagValue,
 	})
-	if KindOf(err) != KindInvalidToken {
-		t.Fatalf("lock change with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	if consul.KindOf(err) != consul.KindInvalidToken {
+		t.Fatalf("lock change with an unknown token: %v (kind %s), want invalid token", err, consul.KindOf(err))
 	}
 }
 
 // holdLock creates a mutex lock at <p>/job/.lock through ApplyLock and has
 // a session with lockDelay hold it, as a job's runner would.
-func holdLock(t *testing.T, c *Client, p string, lockDelay time.Duration) (lockmodel.Lock, string, string) {
+func holdLock(t *testing.T, c Store, p string, lockDelay time.Duration) (lockmodel.Lock, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	l := lockmodel.Lock{Name: "job", Prefix: p + "/job", Key: p + "/job/.lock", Limit: 1}
@@ -207,8 +209,8 @@ session_prefix "" { policy = "read" }
 		t.Fatal(err)
 	}
 	_, err = newClient(t, tok.SecretID).ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey, Force: true})
-	if KindOf(err) != KindPermissionDenied {
-		t.Fatalf("forced delete without session write: %v (kind %s), want permission denied", err, KindOf(err))
+	if consul.KindOf(err) != consul.KindPermissionDenied {
+		t.Fatalf("forced delete without session write: %v (kind %s), want permission denied", err, consul.KindOf(err))
 	}
 	for _, want := range []string{"session:write", fmt.Sprintf(`session_prefix %q { policy = "write" }`, agent.NodeName), "nothing was deleted"} {
 		if !strings.Contains(err.Error(), want) {

@@ -1,18 +1,18 @@
-package consul
+package store
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // KeyAction is what a LockChange does to the lock key.
@@ -88,7 +88,7 @@ type LockChangeResult struct {
 // errors; a lost check-and-set, a missing profile or a missing key are
 // reported in the result. A result with OK and an error means the change
 // was applied but Consul hid part of the answer from the token.
-func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChangeResult, error) {
+func (c Store) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChangeResult, error) {
 	var ops api.KVTxnOps
 	part := map[int]string{}
 	add := func(name string, o ...*api.KVTxnOp) {
@@ -130,7 +130,7 @@ func (c *Client) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChang
 	}
 	res := &LockChangeResult{OK: ok}
 	if !ok {
-		if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+		if e := consul.TxnError(op, resp.Errors); e.Kind == consul.KindPermissionDenied {
 			return nil, e
 		}
 		for _, e := range resp.Errors {
@@ -188,9 +188,9 @@ func rewriteOps(pair *api.KVPair, flags uint64, value []byte) []*api.KVTxnOp {
 // results because the token may not read it.
 // need says who needs what, e.g. "reading a lock needs permission
 // 'key:read' on its key".
-func hiddenKey(op, key, need string) *Error {
-	return &Error{
-		Kind: KindPermissionDenied,
+func hiddenKey(op, key, need string) *consul.Error {
+	return &consul.Error{
+		Kind: consul.KindPermissionDenied,
 		Op:   op,
 		Message: fmt.Sprintf("Consul hid key %q from the token (results filtered by ACLs); %s, "+
 			"e.g. key_prefix %q { policy = \"read\" }", key, need, key),
@@ -199,34 +199,15 @@ func hiddenKey(op, key, need string) *Error {
 
 // writeTxn runs a KV transaction that writes. Unlike api.KV.Txn, which
 // reports a refused request (403 ACL not found, 500 no leader) as bare
-// text, it keeps the HTTP status, so that Classify tells an expired token
+// text, it keeps the HTTP status, so that consul.Classify tells an expired token
 // or a transient error from the rest. ok is false when Consul rolled the
-// transaction back (HTTP 409); resp then lists why (TxnError reads it).
-func (c *Client) writeTxn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.TxnResponse, err error) {
+// transaction back (HTTP 409); resp then lists why (consul.TxnError reads it).
+func (c Store) writeTxn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.TxnResponse, err error) {
 	txn := make(api.TxnOps, 0, len(ops))
 	for _, op := range ops {
 		txn = append(txn, &api.TxnOp{KV: op})
 	}
 	return c.WriteTxn(ctx, txn)
-}
-
-// WriteTxn is writeTxn for ops already wrapped as api.TxnOps: the lock
-// protocol's acquisitions and hand-overs.
-func (c *Client) WriteTxn(ctx context.Context, txn api.TxnOps) (ok bool, resp *api.TxnResponse, err error) {
-	resp = &api.TxnResponse{}
-	_, err = c.Raw().Write("/v1/txn", txn, resp, (&api.WriteOptions{}).WithContext(ctx))
-	var se api.StatusError
-	if errors.As(err, &se) && se.Code == http.StatusConflict {
-		resp = &api.TxnResponse{}
-		if jerr := json.Unmarshal([]byte(se.Body), resp); jerr != nil {
-			return false, nil, err
-		}
-		return false, resp, nil
-	}
-	if err != nil {
-		return false, nil, err
-	}
-	return true, resp, nil
 }
 
 // LockOp is what ApplyLock does with a consullock_lock declaration.
@@ -413,7 +394,7 @@ func (view *LockView) HolderSessions() []HolderSession {
 // they need (adopt a compatible key, take over a record of the same lock,
 // rewrite a drifted key keeping its holder, end the holders' sessions on a
 // forced delete). Refusals are the errors above; Consul's are *Error.
-func (c *Client) ApplyLock(ctx context.Context, a LockApply) (*LockApplied, error) {
+func (c Store) ApplyLock(ctx context.Context, a LockApply) (*LockApplied, error) {
 	switch a.Op {
 	case LockCreate:
 		return c.createLock(ctx, a)
@@ -438,7 +419,7 @@ func initialKeyValue(l lockmodel.Lock) []byte {
 // profile in one transaction. When the record or the key already exists,
 // it reads both and decides (take over a record of the same lock, adopt a
 // compatible key, refuse the rest) before writing again.
-func (c *Client) createLock(ctx context.Context, a LockApply) (*LockApplied, error) {
+func (c Store) createLock(ctx context.Context, a LockApply) (*LockApplied, error) {
 	l := a.Lock
 	ch := LockChange{
 		ProfileKey: a.ProfileKey,
@@ -521,7 +502,7 @@ func claimRecord(rec *StoredRecord, l lockmodel.Lock) (index uint64, replaced, e
 // hidden from the token): the key it created and the record, if the record
 // is new, each only as long as nobody changed it since. It reports whether
 // that worked.
-func (c *Client) undoCreate(ctx context.Context, ch LockChange, res *LockChangeResult, adopted *api.KVPair) bool {
+func (c Store) undoCreate(ctx context.Context, ch LockChange, res *LockChangeResult, adopted *api.KVPair) bool {
 	undo := LockChange{RecordKey: ch.RecordKey, Key: ch.Key}
 	if ch.RecordIndex == 0 {
 		undo.Record, undo.RecordIndex = RecordDelete, res.RecordIndex
@@ -551,7 +532,7 @@ func keyRewrite(l lockmodel.Lock, pair *api.KVPair) ([]byte, bool, error) {
 // (keeping its holder), in one transaction. The usual change touches only
 // the record: then the transaction reads the key to see it still matches,
 // and nothing else is sent.
-func (c *Client) updateLock(ctx context.Context, a LockApply) (*LockApplied, error) {
+func (c Store) updateLock(ctx context.Context, a LockApply) (*LockApplied, error) {
 	l := a.Lock
 	knownIndex := a.RecordIndex != 0
 	ch := LockChange{
@@ -626,7 +607,7 @@ func (c *Client) updateLock(ctx context.Context, a LockApply) (*LockApplied, err
 // Force, which ends the holders' sessions first (EndHolderSessions: Consul
 // then puts the key under their lock-delay, which a release would not).
 // Other keys under the prefix are left alone.
-func (c *Client) deleteLock(ctx context.Context, a LockApply) (*LockApplied, error) {
+func (c Store) deleteLock(ctx context.Context, a LockApply) (*LockApplied, error) {
 	l := a.Lock
 	ch := LockChange{RecordKey: a.RecordKey, Record: RecordDelete, RecordIndex: a.RecordIndex, Key: l.Key, KeyOp: KeyDelete, KeyIndex: a.KeyIndex}
 	out := &LockApplied{}
@@ -702,7 +683,7 @@ func holdersTakeOverDelay(holders []HolderSession) time.Duration {
 // failed: it reads the record and sets ch to delete it again at its new
 // index when it still declares this lock's key, or to leave it when it is
 // gone or declares another key (out.RecordLeftFor).
-func (c *Client) recordStillOurs(ctx context.Context, ch *LockChange, l lockmodel.Lock, out *LockApplied) error {
+func (c Store) recordStillOurs(ctx context.Context, ch *LockChange, l lockmodel.Lock, out *LockApplied) error {
 	rec, err := c.ReadRecord(ctx, ch.RecordKey)
 	if err != nil {
 		return err

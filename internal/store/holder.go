@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // LockView is what a lock key says about its holders, read with as few
@@ -73,15 +75,15 @@ type SemaphoreHolder struct {
 // LastContact tell how fresh the answer is.
 //
 // Consul filters what a token may not read instead of refusing it: a hidden
-// holder session or contender key is reported as KindPermissionDenied naming
+// holder session or contender key is reported as consul.KindPermissionDenied naming
 // the permission, never as "not held".
-func (c *Client) ReadLock(ctx context.Context, key string, consistent bool) (*LockView, error) {
+func (c Store) ReadLock(ctx context.Context, key string, consistent bool) (*LockView, error) {
 	query := func() *api.QueryOptions {
 		return (&api.QueryOptions{RequireConsistent: consistent, AllowStale: !consistent}).WithContext(ctx)
 	}
 	pair, meta, err := c.KV().Get(key, query())
 	if err != nil {
-		return nil, c.wrap("read lock key "+key, err)
+		return nil, c.Wrap("read lock key "+key, err)
 	}
 	view := &LockView{Key: key, Pair: pair, KnownLeader: meta.KnownLeader, LastContact: meta.LastContact}
 	if pair == nil {
@@ -109,7 +111,7 @@ func (c *Client) ReadLock(ctx context.Context, key string, consistent bool) (*Lo
 	session := held[0].Session
 	entry, smeta, err := c.Session().Info(session, query())
 	if err != nil {
-		return nil, c.wrap(fmt.Sprintf("read session %s holding %s", session, key), err)
+		return nil, c.Wrap(fmt.Sprintf("read session %s holding %s", session, key), err)
 	}
 	if entry == nil {
 		if smeta.ResultsFilteredByACLs {
@@ -154,7 +156,7 @@ func semaphoreState(key string, pair *api.KVPair) (lockmodel.SemaphoreState, boo
 // protocol apply too, from one list of the keys under its prefix. The
 // session list comes after it: a holder whose session ended in between is
 // still reported, with SessionGone.
-func (c *Client) readSemaphore(key string, pair *api.KVPair, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
+func (c Store) readSemaphore(key string, pair *api.KVPair, state lockmodel.SemaphoreState, query func() *api.QueryOptions) (*SemaphoreView, error) {
 	prefix := lockmodel.SemaphorePrefix(key)
 	view := &SemaphoreView{Prefix: prefix, Limit: state.Limit, Holders: []SemaphoreHolder{}}
 	if len(state.Holders) == 0 {
@@ -162,11 +164,11 @@ func (c *Client) readSemaphore(key string, pair *api.KVPair, state lockmodel.Sem
 	}
 	pairs, meta, err := c.KV().List(prefix+"/", query())
 	if err != nil {
-		return nil, c.wrap("list semaphore contenders under "+prefix+"/", err)
+		return nil, c.Wrap("list semaphore contenders under "+prefix+"/", err)
 	}
 	if meta.ResultsFilteredByACLs {
-		return nil, &Error{
-			Kind: KindPermissionDenied,
+		return nil, &consul.Error{
+			Kind: consul.KindPermissionDenied,
 			Op:   "list semaphore contenders under " + prefix + "/",
 			Message: fmt.Sprintf("Consul hid some keys under %q from the token (results filtered by ACLs); "+
 				"reading a semaphore's holders needs permission 'key:read' on the prefix: key_prefix %q { policy = \"read\" }",
@@ -188,7 +190,7 @@ func (c *Client) readSemaphore(key string, pair *api.KVPair, state lockmodel.Sem
 	// One list for all holders' nodes rather than one read per holder.
 	sessions, smeta, err := c.Session().List(query())
 	if err != nil {
-		return nil, c.wrap("list sessions for the holders of "+key, err)
+		return nil, c.Wrap("list sessions for the holders of "+key, err)
 	}
 	nodes := make(map[string]string, len(sessions))
 	for _, s := range sessions {
@@ -216,9 +218,9 @@ func KeyEntry(p *api.KVPair) lockmodel.KeyEntry {
 
 // hiddenSession is the error for a holder session that Consul filtered out
 // of a read because the token may not read sessions on its node.
-func hiddenSession(key, session string) *Error {
-	return &Error{
-		Kind: KindPermissionDenied,
+func hiddenSession(key, session string) *consul.Error {
+	return &consul.Error{
+		Kind: consul.KindPermissionDenied,
 		Op:   fmt.Sprintf("read session %s holding %s", session, key),
 		Message: "Consul hid the holder's session from the token (results filtered by ACLs); " +
 			"reading it needs permission 'session:read' on the holder's node, e.g. session_prefix \"\" { policy = \"read\" } " +

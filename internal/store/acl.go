@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -9,10 +9,12 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // ACL policies and tokens. Every error is classified with Client.Classify,
-// so Consul's 403 "ACL not found" comes back as KindNotFound only when the
+// so Consul's 403 "ACL not found" comes back as consul.KindNotFound only when the
 // caller's own token was checked and is valid, and as KindInvalidToken
 // otherwise. Errors never carry a token's SecretID: Consul does not echo it
 // and nothing here adds it.
@@ -20,8 +22,8 @@ import (
 // aclObjectNotFound is the error for an ACL object Consul answered with "no such
 // object" in a way that needs no token check (HTTP 404, or an empty 200 of a
 // read by name).
-func aclObjectNotFound(op string) *Error {
-	return &Error{Kind: KindNotFound, Op: op, StatusCode: http.StatusNotFound, Message: "ACL object not found"}
+func aclObjectNotFound(op string) *consul.Error {
+	return &consul.Error{Kind: consul.KindNotFound, Op: op, StatusCode: http.StatusNotFound, Message: "ACL object not found"}
 }
 
 func aclQueryOpts(ctx context.Context) *api.QueryOptions {
@@ -33,7 +35,7 @@ func aclWriteOpts(ctx context.Context) *api.WriteOptions {
 }
 
 // ACLPolicy reads the policy with ID id.
-func (c *Client) ACLPolicy(ctx context.Context, id string) (*api.ACLPolicy, error) {
+func (c Store) ACLPolicy(ctx context.Context, id string) (*api.ACLPolicy, error) {
 	op := "read ACL policy " + id
 	p, _, err := c.ACL().PolicyRead(id, aclQueryOpts(ctx))
 	if err != nil {
@@ -46,7 +48,7 @@ func (c *Client) ACLPolicy(ctx context.Context, id string) (*api.ACLPolicy, erro
 }
 
 // ACLPolicyByName reads the policy called name.
-func (c *Client) ACLPolicyByName(ctx context.Context, name string) (*api.ACLPolicy, error) {
+func (c Store) ACLPolicyByName(ctx context.Context, name string) (*api.ACLPolicy, error) {
 	op := "read ACL policy named " + name
 	p, _, err := c.ACL().PolicyReadByName(name, aclQueryOpts(ctx))
 	if err != nil {
@@ -63,19 +65,19 @@ func (c *Client) ACLPolicyByName(ctx context.Context, name string) (*api.ACLPoli
 // A create whose answer is lost is not sent again blindly (the second would
 // fail with "already exists", leaving a policy no state knows): the policy
 // is looked up by name, and one that is exactly p is the one created.
-func (c *Client) CreateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.ACLPolicy, error) {
+func (c Store) CreateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.ACLPolicy, error) {
 	op := "create ACL policy " + p.Name
-	var lost *Error
+	var lost *consul.Error
 	for attempt := 1; ; attempt++ {
 		out, _, err := c.ACL().PolicyCreate(p, aclWriteOpts(ctx))
 		if err == nil {
 			return out, nil
 		}
 		e := c.Classify(ctx, op, err)
-		if e.Kind != KindTransient && (lost == nil || !strings.Contains(e.Message, "already exists")) {
+		if e.Kind != consul.KindTransient && (lost == nil || !strings.Contains(e.Message, "already exists")) {
 			return nil, e
 		}
-		if e.Kind == KindTransient {
+		if e.Kind == consul.KindTransient {
 			lost = e
 		}
 		live, rerr := c.ACLPolicyByName(ctx, p.Name)
@@ -84,7 +86,7 @@ func (c *Client) CreateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.AC
 			return live, nil
 		case rerr == nil:
 			return nil, e // a policy of that name, not ours
-		case KindOf(rerr) == KindNotFound && attempt < maxSettleAttempts:
+		case consul.KindOf(rerr) == consul.KindNotFound && attempt < consul.MaxSettleAttempts:
 			continue
 		default:
 			return nil, lost
@@ -108,7 +110,7 @@ func sortedCopy(s []string) []string {
 }
 
 // UpdateACLPolicy replaces the policy p.ID with p.
-func (c *Client) UpdateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.ACLPolicy, error) {
+func (c Store) UpdateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.ACLPolicy, error) {
 	out, _, err := c.ACL().PolicyUpdate(p, aclWriteOpts(ctx))
 	if err != nil {
 		return nil, c.Classify(ctx, "update ACL policy "+p.ID, err)
@@ -118,9 +120,9 @@ func (c *Client) UpdateACLPolicy(ctx context.Context, p *api.ACLPolicy) (*api.AC
 
 // DeleteACLPolicy deletes the policy id; a policy that is already gone is
 // not an error.
-func (c *Client) DeleteACLPolicy(ctx context.Context, id string) error {
+func (c Store) DeleteACLPolicy(ctx context.Context, id string) error {
 	if _, err := c.ACL().PolicyDelete(id, aclWriteOpts(ctx)); err != nil {
-		if e := c.Classify(ctx, "delete ACL policy "+id, err); e.Kind != KindNotFound {
+		if e := c.Classify(ctx, "delete ACL policy "+id, err); e.Kind != consul.KindNotFound {
 			return e
 		}
 	}
@@ -129,7 +131,7 @@ func (c *Client) DeleteACLPolicy(ctx context.Context, id string) error {
 
 // ACLToken reads the token with AccessorID accessorID. The result holds the
 // SecretID when the caller has acl:write.
-func (c *Client) ACLToken(ctx context.Context, accessorID string) (*api.ACLToken, error) {
+func (c Store) ACLToken(ctx context.Context, accessorID string) (*api.ACLToken, error) {
 	op := "read ACL token " + accessorID
 	t, _, err := c.ACL().TokenRead(accessorID, aclQueryOpts(ctx))
 	if err != nil {
@@ -147,7 +149,7 @@ func (c *Client) ACLToken(ctx context.Context, accessorID string) (*api.ACLToken
 // answer is lost can be settled: the token is read by that ID, and sent
 // again only when Consul does not have it. A blind retry would create a
 // second token whose secret no state holds.
-func (c *Client) CreateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLToken, error) {
+func (c Store) CreateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLToken, error) {
 	if t.AccessorID == "" {
 		id, err := newUUID()
 		if err != nil {
@@ -158,24 +160,24 @@ func (c *Client) CreateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLT
 		t = &cp
 	}
 	op := "create ACL token " + t.AccessorID
-	var lost *Error
+	var lost *consul.Error
 	for attempt := 1; ; attempt++ {
 		out, _, err := c.ACL().TokenCreate(t, aclWriteOpts(ctx))
 		if err == nil {
 			return out, nil
 		}
 		e := c.Classify(ctx, op, err)
-		if e.Kind != KindTransient && (lost == nil || !strings.Contains(e.Message, "already in use")) {
+		if e.Kind != consul.KindTransient && (lost == nil || !strings.Contains(e.Message, "already in use")) {
 			return nil, e
 		}
-		if e.Kind == KindTransient {
+		if e.Kind == consul.KindTransient {
 			lost = e
 		}
 		live, rerr := c.ACLToken(ctx, t.AccessorID)
 		switch {
 		case rerr == nil:
 			return live, nil
-		case KindOf(rerr) == KindNotFound && attempt < maxSettleAttempts:
+		case consul.KindOf(rerr) == consul.KindNotFound && attempt < consul.MaxSettleAttempts:
 			continue
 		default:
 			return nil, lost
@@ -196,7 +198,7 @@ func newUUID() (string, error) {
 
 // UpdateACLToken replaces the token t.AccessorID with t. Consul refuses to
 // change Local and the expiration time.
-func (c *Client) UpdateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLToken, error) {
+func (c Store) UpdateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLToken, error) {
 	out, _, err := c.ACL().TokenUpdate(t, aclWriteOpts(ctx))
 	if err != nil {
 		return nil, c.Classify(ctx, "update ACL token "+t.AccessorID, err)
@@ -206,9 +208,9 @@ func (c *Client) UpdateACLToken(ctx context.Context, t *api.ACLToken) (*api.ACLT
 
 // DeleteACLToken deletes the token accessorID; a token that is already gone
 // is not an error.
-func (c *Client) DeleteACLToken(ctx context.Context, accessorID string) error {
+func (c Store) DeleteACLToken(ctx context.Context, accessorID string) error {
 	if _, err := c.ACL().TokenDelete(accessorID, aclWriteOpts(ctx)); err != nil {
-		if e := c.Classify(ctx, "delete ACL token "+accessorID, err); e.Kind != KindNotFound {
+		if e := c.Classify(ctx, "delete ACL token "+accessorID, err); e.Kind != consul.KindNotFound {
 			return e
 		}
 	}

@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"bytes"
@@ -9,18 +9,20 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // Registry stores declaration records under the registry prefix, one key per
 // object. Every write is check-and-set, so two concurrent applies cannot
 // silently overwrite each other.
 type Registry struct {
-	client *Client
+	client Store
 	prefix string
 }
 
 // Registry returns the declaration store under prefix (already validated).
-func (c *Client) Registry(prefix string) *Registry {
+func (c Store) Registry(prefix string) *Registry {
 	return &Registry{client: c, prefix: strings.Trim(prefix, "/")}
 }
 
@@ -67,13 +69,13 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 	op := "write registry record " + key
 	ops := api.KVTxnOps{{Verb: api.KVCAS, Key: key, Value: value, Index: expectIndex}}
 	var index uint64
-	ok, err := settleCAS(func() (bool, error) {
+	ok, err := consul.SettleCAS(func() (bool, error) {
 		ok, resp, err := r.client.writeTxn(ctx, ops)
 		if err != nil {
 			return false, r.client.Classify(ctx, op, err)
 		}
 		if !ok {
-			if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+			if e := consul.TxnError(op, resp.Errors); e.Kind == consul.KindPermissionDenied {
 				return false, e
 			}
 			return false, nil
@@ -82,7 +84,7 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 			index = resp.Results[0].KV.ModifyIndex
 		}
 		return true, nil
-	}, func() (writeOutcome, error) {
+	}, func() (consul.WriteOutcome, error) {
 		pair, err := r.client.ReadKeyConsistent(ctx, key)
 		if err != nil {
 			return 0, err
@@ -90,7 +92,7 @@ func (r *Registry) Put(ctx context.Context, kind, name string, value []byte, exp
 		if pair != nil {
 			index = pair.ModifyIndex
 		}
-		return casOutcome(pair, expectIndex, func(p *api.KVPair) bool { return bytes.Equal(p.Value, value) }), nil
+		return consul.CASOutcome(pair, expectIndex, func(p *api.KVPair) bool { return bytes.Equal(p.Value, value) }), nil
 	})
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 func TestReadLockAndRecord_oneRequestMissingAndPresent(t *testing.T) {
@@ -55,8 +57,8 @@ func TestReadLockAndRecord_hiddenKeyIsPermissionDeniedNotMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = newClient(t, tok.SecretID).ReadLockAndRecord(context.Background(), lockKey, recordKey)
-	if KindOf(err) != KindPermissionDenied {
-		t.Fatalf("reading a record the token may not read: %v (kind %s), want permission denied", err, KindOf(err))
+	if consul.KindOf(err) != consul.KindPermissionDenied {
+		t.Fatalf("reading a record the token may not read: %v (kind %s), want permission denied", err, consul.KindOf(err))
 	}
 }
 

@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 func TestRegistry_checkAndSetAgainstRealAgent(t *testing.T) {
@@ -44,8 +46,8 @@ func TestRegistry_checkAndSetAgainstRealAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = newClient(t, weak.SecretID).Registry(reg.Prefix()).Put(ctx, lockmodel.KindLock, "b", []byte("x"), 0)
-	if KindOf(err) != KindPermissionDenied {
-		t.Fatalf("Put with a read-only token: kind %v (%v), want permission denied", KindOf(err), err)
+	if consul.KindOf(err) != consul.KindPermissionDenied {
+		t.Fatalf("Put with a read-only token: kind %v (%v), want permission denied", consul.KindOf(err), err)
 	}
 }
 
@@ -55,7 +57,7 @@ func TestRegistry_checkAndSetAgainstRealAgent(t *testing.T) {
 func TestRegistryPut_unknownTokenIsInvalidToken(t *testing.T) {
 	reg := newClient(t, testenv.NewUUID()).Registry(testenv.UniquePrefix(t.Name()))
 	_, err := reg.Put(context.Background(), lockmodel.KindSessionDefaults, "p", []byte(`{}`), 0)
-	if KindOf(err) != KindInvalidToken {
-		t.Fatalf("record write with an unknown token: %v (kind %s), want invalid token", err, KindOf(err))
+	if consul.KindOf(err) != consul.KindInvalidToken {
+		t.Fatalf("record write with an unknown token: %v (kind %s), want invalid token", err, consul.KindOf(err))
 	}
 }

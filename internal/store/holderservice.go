@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // A holder's service instance (lockmodel.HolderInstance) on the local
@@ -24,7 +26,7 @@ import (
 // DeregisterCriticalServiceAfter, so that an instance whose holder was
 // killed leaves the catalog on its own. Registering the same ID again
 // replaces it.
-func (c *Client) RegisterHolderService(ctx context.Context, in lockmodel.HolderInstance) error {
+func (c Store) RegisterHolderService(ctx context.Context, in lockmodel.HolderInstance) error {
 	status := api.HealthCritical
 	if in.Passing {
 		status = api.HealthPassing
@@ -42,34 +44,34 @@ func (c *Client) RegisterHolderService(ctx context.Context, in lockmodel.HolderI
 		},
 	}
 	if err := c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
-		return c.wrap("register holder service "+in.ID, err)
+		return c.Wrap("register holder service "+in.ID, err)
 	}
 	return nil
 }
 
 // PassHolderCheck passes the TTL check checkID of a holder's instance.
-func (c *Client) PassHolderCheck(ctx context.Context, checkID string) error {
+func (c Store) PassHolderCheck(ctx context.Context, checkID string) error {
 	if err := c.Agent().UpdateTTLOpts(checkID, "", api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
-		return c.wrap("pass holder check "+checkID, err)
+		return c.Wrap("pass holder check "+checkID, err)
 	}
 	return nil
 }
 
 // DeregisterHolderService removes instance serviceID (and its check) from
 // the client's agent. An instance already gone is not an error.
-func (c *Client) DeregisterHolderService(ctx context.Context, serviceID string) error {
+func (c Store) DeregisterHolderService(ctx context.Context, serviceID string) error {
 	err := c.Agent().ServiceDeregisterOpts(serviceID, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil && KindOf(Classify("", err)) == KindNotFound {
+	if err != nil && consul.KindOf(consul.Classify("", err)) == consul.KindNotFound {
 		return nil
 	}
 	if err != nil {
-		return c.wrap("deregister holder service "+serviceID, err)
+		return c.Wrap("deregister holder service "+serviceID, err)
 	}
 	return nil
 }
 
-// HolderServiceView is a holder's instance as the catalog shows it.
-type HolderServiceView struct {
+// ServiceView is a holder's instance as the catalog shows it.
+type ServiceView struct {
 	ID      string
 	Node    string
 	Address string // the instance's address, else its node's
@@ -86,20 +88,20 @@ type HolderServiceView struct {
 // given sessions registered (lockmodel.HolderServiceID), in one health
 // query; a holder without an instance is left out. consistent as in
 // ReadLock.
-func (c *Client) ReadHolderServices(ctx context.Context, name string, sessions []string, consistent bool) ([]HolderServiceView, error) {
+func (c Store) ReadHolderServices(ctx context.Context, name string, sessions []string, consistent bool) ([]ServiceView, error) {
 	if len(sessions) == 0 {
 		return nil, nil
 	}
 	q := (&api.QueryOptions{RequireConsistent: consistent, AllowStale: !consistent}).WithContext(ctx)
 	entries, _, err := c.Health().Service(name, "", false, q)
 	if err != nil {
-		return nil, c.wrap("read holder service "+name, err)
+		return nil, c.Wrap("read holder service "+name, err)
 	}
 	want := make(map[string]string, len(sessions))
 	for _, s := range sessions {
 		want[lockmodel.HolderServiceID(name, s)] = s
 	}
-	var out []HolderServiceView
+	var out []ServiceView
 	for _, e := range entries {
 		if e.Service == nil || e.Node == nil {
 			continue
@@ -108,7 +110,7 @@ func (c *Client) ReadHolderServices(ctx context.Context, name string, sessions [
 		if !ok {
 			continue
 		}
-		v := HolderServiceView{ID: e.Service.ID, Node: e.Node.Node, Address: e.Service.Address, Port: e.Service.Port,
+		v := ServiceView{ID: e.Service.ID, Node: e.Node.Node, Address: e.Service.Address, Port: e.Service.Port,
 			Status: e.Checks.AggregatedStatus(), Session: session}
 		if v.Address == "" {
 			v.Address = e.Node.Address
@@ -131,7 +133,7 @@ func (c *Client) ReadHolderServices(ctx context.Context, name string, sessions [
 // own so that health queries list it; the node itself is not updated
 // (SkipNodeUpdate). It needs service "<name>" write and node "<node>"
 // write.
-func (c *Client) RegisterHolderServiceCatalog(ctx context.Context, node string, in lockmodel.HolderInstance) error {
+func (c Store) RegisterHolderServiceCatalog(ctx context.Context, node string, in lockmodel.HolderInstance) error {
 	reg := &api.CatalogRegistration{
 		Node: node, SkipNodeUpdate: true,
 		Service: &api.AgentService{ID: in.ID, Service: in.Name, Tags: in.Tags, Port: in.Port, Address: in.Address, Meta: in.Meta},
@@ -142,7 +144,7 @@ func (c *Client) RegisterHolderServiceCatalog(ctx context.Context, node string, 
 		},
 	}
 	if _, err := c.Catalog().Register(reg, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return c.wrap("register holder service "+in.ID+" on node "+node, err)
+		return c.Wrap("register holder service "+in.ID+" on node "+node, err)
 	}
 	return nil
 }
@@ -150,22 +152,22 @@ func (c *Client) RegisterHolderServiceCatalog(ctx context.Context, node string, 
 // DeregisterHolderServiceCatalog removes instance serviceID (and its
 // check) from node in the catalog. An instance already gone is not an
 // error.
-func (c *Client) DeregisterHolderServiceCatalog(ctx context.Context, node, serviceID string) error {
+func (c Store) DeregisterHolderServiceCatalog(ctx context.Context, node, serviceID string) error {
 	_, err := c.Catalog().Deregister(&api.CatalogDeregistration{Node: node, ServiceID: serviceID}, (&api.WriteOptions{}).WithContext(ctx))
-	var e *Error
-	if err != nil && errors.As(Classify("", err), &e) && (e.Kind == KindNotFound ||
+	var e *consul.Error
+	if err != nil && errors.As(consul.Classify("", err), &e) && (e.Kind == consul.KindNotFound ||
 		e.StatusCode == http.StatusInternalServerError && strings.Contains(e.Message, "Unknown service ID")) {
 		return nil // Consul answers 500 "Unknown service ID" for an instance already gone
 	}
 	if err != nil {
-		return c.wrap("deregister holder service "+serviceID+" on node "+node, err)
+		return c.Wrap("deregister holder service "+serviceID+" on node "+node, err)
 	}
 	return nil
 }
 
-// HolderInstanceRef is one holder's instance in the catalog: the node it
+// InstanceRef is one holder's instance in the catalog: the node it
 // is registered on and its service ID.
-type HolderInstanceRef struct {
+type InstanceRef struct {
 	Node string
 	ID   string
 }
@@ -185,14 +187,14 @@ type HolderInstanceRef struct {
 // instances on nodes the token cannot read and says so only in a header:
 // the stale instances it could see are returned with a permission-denied
 // error, rather than taking the rest for absent.
-func (c *Client) StaleHolderInstances(ctx context.Context, name, lock string, limit int, mine string) ([]HolderInstanceRef, error) {
+func (c Store) StaleHolderInstances(ctx context.Context, name, lock string, limit int, mine string) ([]InstanceRef, error) {
 	op := "list holder service " + name + " of lock " + lock
 	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Service.Meta.%s == %q", lockmodel.HolderMetaLock, lock)}).WithContext(ctx)
 	entries, meta, err := c.Health().Service(name, "", false, q)
 	if err != nil {
-		return nil, c.wrap(op, err)
+		return nil, c.Wrap(op, err)
 	}
-	var stale []HolderInstanceRef
+	var stale []InstanceRef
 	for _, e := range entries {
 		if e.Service == nil || e.Node == nil {
 			continue
@@ -208,12 +210,12 @@ func (c *Client) StaleHolderInstances(ctx context.Context, name, lock string, li
 		if (limit > 1 || mine == "") && other != mine {
 			info, _, err := c.Session().Info(other, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 			if err != nil {
-				return nil, c.wrap("read session "+other, err)
+				return nil, c.Wrap("read session "+other, err)
 			}
 			alive = info != nil
 		}
 		if lockmodel.HolderInstanceStale(limit, mine, other, alive) {
-			stale = append(stale, HolderInstanceRef{Node: e.Node.Node, ID: e.Service.ID})
+			stale = append(stale, InstanceRef{Node: e.Node.Node, ID: e.Service.ID})
 		}
 	}
 	sort.Slice(stale, func(i, j int) bool {
@@ -222,7 +224,7 @@ func (c *Client) StaleHolderInstances(ctx context.Context, name, lock string, li
 	if meta.ResultsFilteredByACLs {
 		// Without node read on a holder's node the answer would look as if
 		// that former holder had left, and it would stay in DNS.
-		return stale, &Error{Kind: KindPermissionDenied, Op: op, StatusCode: http.StatusForbidden,
+		return stale, &consul.Error{Kind: consul.KindPermissionDenied, Op: op, StatusCode: http.StatusForbidden,
 			Permission: "node:read", Resource: "a node with an instance of lock " + lock,
 			Message: "instances of lock " + lock + " on nodes the token cannot read were left out of the answer (X-Consul-Results-Filtered-By-ACLs): the token lacks node read on them"}
 	}

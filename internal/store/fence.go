@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // Fence is the condition a fenced write is committed under: Session holds
@@ -31,7 +33,7 @@ var ErrFenceLost = errors.New("the fencing session no longer holds its key")
 // while the fence holds, however late the request reaches the servers.
 // ok is false with no error when the check-and-set lost; err wraps
 // ErrFenceLost when the fence did not hold.
-func (c *Client) FencedCAS(ctx context.Context, f Fence, pair *api.KVPair) (ok bool, err error) {
+func (c Store) FencedCAS(ctx context.Context, f Fence, pair *api.KVPair) (ok bool, err error) {
 	var ops api.KVTxnOps
 	if f.Session != "" {
 		ops = append(ops, f.Op())
@@ -46,7 +48,7 @@ func (c *Client) FencedCAS(ctx context.Context, f Fence, pair *api.KVPair) (ok b
 	if ok {
 		return true, nil
 	}
-	if e := TxnError(op, resp.Errors); e.Kind == KindPermissionDenied {
+	if e := consul.TxnError(op, resp.Errors); e.Kind == consul.KindPermissionDenied {
 		return false, e
 	}
 	for _, e := range resp.Errors {

@@ -1,4 +1,4 @@
-package consul
+package store
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
+
+	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
 // TestHolderService_workerRulesAllowExactlyTheirService: the worker rules
@@ -46,8 +48,8 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 
 	wantForbidden := func(what string, err error) {
 		t.Helper()
-		var e *Error
-		if !errors.As(err, &e) || e.StatusCode != http.StatusForbidden || e.Kind != KindPermissionDenied {
+		var e *consul.Error
+		if !errors.As(err, &e) || e.StatusCode != http.StatusForbidden || e.Kind != consul.KindPermissionDenied {
 			t.Fatalf("%s: %v, want HTTP 403 permission denied", what, err)
 		}
 	}
@@ -113,7 +115,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	withService := base
 	withService.HolderServices = []string{name}
 	nodeWrite := fmt.Sprintf("node %q { policy = \"write\" }\n", node)
-	mint := func(what, rules string) *Client {
+	mint := func(what, rules string) Store {
 		tok, err := agent.MintToken("holder-cat-"+what+"-"+testenv.NewUUID()[:8], rules, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -128,8 +130,8 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	inst := lockmodel.HolderService{Name: name, Port: 8080}.Instance(h, check, "", 0)
 	wantForbidden := func(what string, err error) {
 		t.Helper()
-		var e *Error
-		if !errors.As(err, &e) || e.StatusCode != http.StatusForbidden || e.Kind != KindPermissionDenied {
+		var e *consul.Error
+		if !errors.As(err, &e) || e.StatusCode != http.StatusForbidden || e.Kind != consul.KindPermissionDenied {
 			t.Fatalf("%s: %v, want HTTP 403 permission denied", what, err)
 		}
 		t.Logf("%s: %v", what, err)
@@ -146,7 +148,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 		!strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "node:write") {
 		t.Fatalf("node write with the worker rules: %v, want HTTP 403 lacking node:write", err)
 	}
-	if stale, err := worker.StaleHolderInstances(ctx, name, "holder-cat", 1, testenv.NewUUID()); err != nil || len(stale) != 1 || stale[0] != (HolderInstanceRef{node, inst.ID}) {
+	if stale, err := worker.StaleHolderInstances(ctx, name, "holder-cat", 1, testenv.NewUUID()); err != nil || len(stale) != 1 || stale[0] != (InstanceRef{node, inst.ID}) {
 		t.Fatalf("worker lists the node's instances: %v, %v; want [%s on %s]", stale, err, inst.ID, node)
 	}
 	views, err := mgmt.ReadHolderServices(ctx, name, []string{h.Session}, true)
@@ -203,7 +205,7 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	mine, dead, deadB, critical := testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID()
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{})
 	spec := lockmodel.HolderService{Name: name}
-	register := func(node, lock, session string) HolderInstanceRef {
+	register := func(node, lock, session string) InstanceRef {
 		in := spec.Instance(lockmodel.HolderIdentity{Lock: lock, Session: session, Node: node}, check, "", 0)
 		if lock == "other" {
 			in.ID += "-other" // another lock declaring the same service name
@@ -211,7 +213,7 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 		if err := mgmt.RegisterHolderServiceCatalog(ctx, node, in); err != nil {
 			t.Fatal(err)
 		}
-		return HolderInstanceRef{node, in.ID}
+		return InstanceRef{node, in.ID}
 	}
 	idMine, idLive, idDead, idDeadB := register(nodeA, "job", mine), register(nodeA, "job", live), register(nodeA, "job", dead), register(nodeB, "job", deadB)
 	register(nodeB, "other", dead)
@@ -223,10 +225,10 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 
 	for _, c := range []struct {
 		limit int
-		want  []HolderInstanceRef
+		want  []InstanceRef
 	}{
-		{1, []HolderInstanceRef{idDead, idLive, idDeadB}},
-		{3, []HolderInstanceRef{idDead, idDeadB}},
+		{1, []InstanceRef{idDead, idLive, idDeadB}},
+		{3, []InstanceRef{idDead, idDeadB}},
 	} {
 		sortRefs(c.want)
 		got, err := mgmt.StaleHolderInstances(ctx, name, "job", c.limit, mine)
@@ -238,7 +240,7 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 		}
 	}
 
-	mint := func(rules string) *Client {
+	mint := func(rules string) Store {
 		tok, err := agent.MintToken("holder-stale-"+testenv.NewUUID()[:8], rules, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -252,16 +254,16 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 		}
 		return aclrules.RenderRules(in)
 	}
-	wantDenied := func(what string, got []HolderInstanceRef, err error, want []HolderInstanceRef) {
+	wantDenied := func(what string, got []InstanceRef, err error, want []InstanceRef) {
 		t.Helper()
-		var e *Error
-		if !errors.As(err, &e) || e.Kind != KindPermissionDenied || e.Permission != "node:read" || fmt.Sprint(got) != fmt.Sprint(sortRefs(want)) {
+		var e *consul.Error
+		if !errors.As(err, &e) || e.Kind != consul.KindPermissionDenied || e.Permission != "node:read" || fmt.Sprint(got) != fmt.Sprint(sortRefs(want)) {
 			t.Fatalf("%s: %v, %v; want %v and permission denied naming node:read", what, got, err, want)
 		}
 		t.Logf("%s: %v", what, err)
 	}
 	got, err := mint(rules(nodeA, true)).StaleHolderInstances(ctx, name, "job", 1, mine)
-	wantDenied("node read on node a only", got, err, []HolderInstanceRef{idDead, idLive})
+	wantDenied("node read on node a only", got, err, []InstanceRef{idDead, idLive})
 	got, err = mint(rules(nodeA, false)+fmt.Sprintf("service %q { policy = \"write\" }\n", name)).StaleHolderInstances(ctx, name, "job", 1, mine)
 	wantDenied("service write without node read", got, err, nil)
 
@@ -270,20 +272,20 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("the worker rules on both nodes: %v, %v; want the three stale instances", got, err)
 	}
-	var e *Error
+	var e *consul.Error
 	if err := mint(rules("runners-"+id+"-", false)).DeregisterHolderServiceCatalog(ctx, nodeB, idDeadB.ID); !errors.As(err, &e) || e.StatusCode != http.StatusForbidden {
 		t.Fatalf("deregister on the other node without holder_services: %v, want HTTP 403", err)
 	}
 	if err := worker.DeregisterHolderServiceCatalog(ctx, nodeB, idDeadB.ID); err != nil {
 		t.Fatalf("deregister on the other node with the worker rules (service write, no node write): %v", err)
 	}
-	if got, err := mgmt.StaleHolderInstances(ctx, name, "job", 3, mine); err != nil || fmt.Sprint(got) != fmt.Sprint([]HolderInstanceRef{idDead}) {
+	if got, err := mgmt.StaleHolderInstances(ctx, name, "job", 3, mine); err != nil || fmt.Sprint(got) != fmt.Sprint([]InstanceRef{idDead}) {
 		t.Fatalf("after the deregistration on node b: %v, %v", got, err)
 	}
 }
 
 // sortRefs sorts refs as StaleHolderInstances does, by node then ID.
-func sortRefs(refs []HolderInstanceRef) []HolderInstanceRef {
+func sortRefs(refs []InstanceRef) []InstanceRef {
 	sort.Slice(refs, func(i, j int) bool {
 		return refs[i].Node < refs[j].Node || refs[i].Node == refs[j].Node && refs[i].ID < refs[j].ID
 	})
