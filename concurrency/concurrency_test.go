@@ -16,7 +16,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/concurrency"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -151,7 +151,7 @@ func workerToken(t *testing.T, registry, name string) *api.Client {
 key "%s" { policy = "write" }
 key "%s" { policy = "write" }
 session_prefix "" { policy = "write" }
-`, registry, registry+"/jobs/"+name+"/.lock", lockmodel.RunLedgerKey(registry, name))
+`, registry, registry+"/jobs/"+name+"/.lock", record.RunLedgerKey(registry, name))
 	tok, err := agent.MintToken(strings.ReplaceAll(registry, "/", "-"), rules, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -249,9 +249,9 @@ func TestRunOnce_lossCancelsTheFunction(t *testing.T) {
 func TestRunOnce_paused(t *testing.T) {
 	ctx := context.Background()
 	registry := runOnceLock(t, "paused", 3)
-	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "paused", By: "test", Reason: "maintenance", At: time.Now().UTC()})
+	rec, err := record.EncodePauseRecord(record.Pause{Lock: "paused", By: "test", Reason: "maintenance", At: time.Now().UTC()})
 	must(t, err)
-	_, err = agent.Client().KV().Put(&api.KVPair{Key: lockmodel.PauseKey(registry, "paused"), Value: rec}, nil)
+	_, err = agent.Client().KV().Put(&api.KVPair{Key: record.PauseKey(registry, "paused"), Value: rec}, nil)
 	must(t, err)
 	r := concurrency.NewRunOnce(agent.Client(), "paused", concurrency.WithRegistryPrefix(registry))
 	if err := r.Do(ctx, "r", func(context.Context, concurrency.Attempt) error { t.Error("fn called"); return nil }); !errors.Is(err, concurrency.ErrPaused) {
@@ -262,7 +262,7 @@ func TestRunOnce_paused(t *testing.T) {
 func assertAttempts(t *testing.T, registry, lock, id string, want ...ledger.RunOutcome) {
 	t.Helper()
 	c := &consul.Client{Client: agent.Client()}
-	l, _, err := store.New(c).ReadLedger(context.Background(), lockmodel.RunLedgerKey(registry, lock), lock)
+	l, _, err := store.New(c).ReadLedger(context.Background(), record.RunLedgerKey(registry, lock), lock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -33,11 +34,11 @@ func declare(t testing.TB, registry string, p lockmodel.SessionProfile, l lockmo
 		t.Helper()
 	}
 	kv := agent.Client().KV()
-	pv, err := lockmodel.EncodeSessionProfileRecord(p)
+	pv, err := record.EncodeSessionProfileRecord(p)
 	must(t, err)
 	_, err = kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(registry, lockmodel.KindSessionDefaults, p.Name), Value: pv}, nil)
 	must(t, err)
-	lv, err := lockmodel.EncodeLockRecord(l)
+	lv, err := record.EncodeLockRecord(l)
 	must(t, err)
 	_, err = kv.Put(&api.KVPair{Key: lockmodel.RegistryKey(registry, lockmodel.KindLock, l.Name), Value: lv}, nil)
 	must(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -183,7 +184,7 @@ func (r *RunOnce) resolve(ctx context.Context, runID string) (*run, error) {
 	if err := ledger.ValidateRunID(id); err != nil {
 		return nil, err
 	}
-	u := &run{r: r, id: id, lock: l, profile: p, spec: spec, policy: spec.Policy(), key: lockmodel.RunLedgerKey(r.cfg.registry, r.name)}
+	u := &run{r: r, id: id, lock: l, profile: p, spec: spec, policy: spec.Policy(), key: record.RunLedgerKey(r.cfg.registry, r.name)}
 	if slot && l.RunOnce != nil {
 		u.scheduled = at
 	}
@@ -224,7 +225,7 @@ func (u *run) checkPause(ctx context.Context) error {
 	p, _, err := store.New(u.r.c).Registry(u.r.cfg.registry).ReadPause(ctx, u.r.name)
 	switch {
 	case errors.Is(err, consul.ErrPermissionDenied):
-		u.r.cfg.log.Warn("cannot read the lock's pause record; running as if not paused", "pause_key", lockmodel.PauseKey(u.r.cfg.registry, u.r.name))
+		u.r.cfg.log.Warn("cannot read the lock's pause record; running as if not paused", "pause_key", record.PauseKey(u.r.cfg.registry, u.r.name))
 		return nil
 	case err != nil:
 		return fmt.Errorf("read the pause record: %w", err)

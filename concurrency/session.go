@@ -15,6 +15,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -82,7 +83,7 @@ func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmod
 		if !found {
 			return lockmodel.SessionProfile{}, fmt.Errorf("session profile %q is %w: there is no record at %s", cfg.profile, lockproto.ErrNotDeclared, rec.Key)
 		}
-		p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
+		p, err := record.DecodeSessionProfileRecord(rec.Value)
 		if err != nil {
 			return p, fmt.Errorf("the session profile at %s cannot be used: %w", rec.Key, err)
 		}

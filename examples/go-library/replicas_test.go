@@ -14,6 +14,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/concurrency"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -64,11 +65,11 @@ func declareReport(t *testing.T, client *api.Client, registry string) {
 	p := lockmodel.SessionProfile{Name: "nightly-report", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.WithDefaults()
 	l := lockmodel.Lock{Name: "nightly-report", Prefix: "jobs/nightly-report", Limit: 1, SessionDefaults: p.Name,
 		RunOnce: &ledger.RunOnce{Schedule: "*/5 * * * *", StartingDeadline: 4 * time.Minute, MaxAttempts: 3}}
-	pv, err := lockmodel.EncodeSessionProfileRecord(p)
+	pv, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lv, err := lockmodel.EncodeLockRecord(l)
+	lv, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}

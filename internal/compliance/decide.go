@@ -9,6 +9,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // Mode is how far the controller goes when live Consul differs from the
@@ -53,7 +54,7 @@ type State struct {
 	// Declarations, by name.
 	Locks    map[string]lockmodel.Lock
 	Profiles map[string]lockmodel.SessionProfile
-	Policies map[string]lockmodel.ACLPolicySpec
+	Policies map[string]record.ACLPolicySpec
 
 	// Keys holds the live lock keys by key, and the keys right under a
 	// semaphore's prefix (its contender keys <prefix>/<session>); a
@@ -419,7 +420,7 @@ func behaviorOf(s lockmodel.ObservedSession) lockmodel.Behavior {
 }
 
 // policyDrift compares a declared policy with its live counterpart (by ID).
-func policyDrift(spec lockmodel.ACLPolicySpec, live map[string]LivePolicy, repair bool) (Decision, bool) {
+func policyDrift(spec record.ACLPolicySpec, live map[string]LivePolicy, repair bool) (Decision, bool) {
 	if spec.ID == "" {
 		return Decision{}, false // not created yet: the provider is between writes
 	}

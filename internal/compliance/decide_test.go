@@ -9,6 +9,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -33,7 +34,7 @@ func baseState() State {
 		Profiles: map[string]lockmodel.SessionProfile{
 			"strict": {Name: "strict", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorRelease},
 		},
-		Policies: map[string]lockmodel.ACLPolicySpec{
+		Policies: map[string]record.ACLPolicySpec{
 			"holder": {Name: "holder", ID: policyID, Rules: rules},
 		},
 		Keys: map[string]lockmodel.KeyEntry{
@@ -148,7 +149,7 @@ func TestDecide(t *testing.T) {
 			st.LivePolicies[policyID] = lp
 		}, []want{{kind: KindRestoreACLRules, act: true}}},
 		{"a declared policy without an ID yet is skipped", ModeRepair, func(st *State) {
-			st.Policies["holder"] = lockmodel.ACLPolicySpec{Name: "holder", Rules: rules}
+			st.Policies["holder"] = record.ACLPolicySpec{Name: "holder", Rules: rules}
 			st.LivePolicies = map[string]LivePolicy{}
 		}, nil},
 		{"a deleted policy is reported, not re-created", ModeRepair, func(st *State) { st.LivePolicies = map[string]LivePolicy{} },

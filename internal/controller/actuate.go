@@ -11,6 +11,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -135,7 +136,7 @@ func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compli
 	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
 	st := compliance.State{
 		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
-		Policies: map[string]lockmodel.ACLPolicySpec{}, Keys: map[string]lockmodel.KeyEntry{},
+		Policies: map[string]record.ACLPolicySpec{}, Keys: map[string]lockmodel.KeyEntry{},
 		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.LockSession]time.Time{}, Now: c.cfg.Clock.Now(),
 	}
 	if d.Policy != "" {
@@ -164,7 +165,7 @@ func (c *Controller) recheckPolicy(ctx context.Context, d compliance.Decision, s
 	if err != nil || !found {
 		return compliance.Decision{}, false, err
 	}
-	spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value)
+	spec, err := record.DecodeACLPolicyRecord(rec.Value)
 	if err != nil {
 		return compliance.Decision{}, false, err
 	}
@@ -191,7 +192,7 @@ func (c *Controller) recheckLock(ctx context.Context, d compliance.Decision, st 
 	if err != nil || !found {
 		return compliance.Decision{}, false, err
 	}
-	l, err := lockmodel.DecodeLockRecord(rec.Value)
+	l, err := record.DecodeLockRecord(rec.Value)
 	if err != nil {
 		return compliance.Decision{}, false, err
 	}
@@ -225,7 +226,7 @@ func (c *Controller) recheckHolder(ctx context.Context, d compliance.Decision, l
 			return false, err
 		}
 		if found {
-			p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
+			p, err := record.DecodeSessionProfileRecord(prec.Value)
 			if err != nil {
 				return false, err
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -60,7 +61,7 @@ func seed(b *testing.B, h *harness, n, segments int, keys bool) []lockmodel.Lock
 			prefix = fmt.Sprintf("seg%04d/%s/%d", i%segments, h.prefix, i)
 		}
 		l := lockmodel.Lock{Name: fmt.Sprintf("bench-%d", i), Prefix: prefix}
-		rec, err := lockmodel.EncodeLockRecord(l)
+		rec, err := record.EncodeLockRecord(l)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -279,7 +280,7 @@ func BenchmarkLedgerWriteBinary(b *testing.B) {
 				l := s.locks[i%len(s.locks)]
 				// A new run each time: Consul does not apply a write that
 				// changes nothing, and the watch would not wake.
-				rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{
+				rec, err := record.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{
 					ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Outcome: ledger.RunRunning,
 					Attempts: []ledger.Attempt{{Number: 1, Node: "bench", Session: "aaaaaaaa-0000-0000-0000-000000000001",
 						FencingToken: uint64(i + 1), Outcome: ledger.RunRunning, Started: time.Now()}},

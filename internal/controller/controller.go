@@ -12,6 +12,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // Config is what a controller needs besides its Consul client.
@@ -361,7 +362,7 @@ func logAttrs(d compliance.Decision) []any {
 // (versions: the ModifyIndex of each record by compliance.SettlingKey), notes which
 // declarations changed (at now), and regroups the lock key watches.
 func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile,
-	policies map[string]lockmodel.ACLPolicySpec, versions map[string]uint64, now time.Time) {
+	policies map[string]record.ACLPolicySpec, versions map[string]uint64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switched := map[string]uint64{}

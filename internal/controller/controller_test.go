@@ -23,6 +23,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -204,7 +205,7 @@ func (h *harness) put(key string, value []byte) {
 
 func (h *harness) declareLock(l lockmodel.Lock) lockmodel.Lock {
 	h.t.Helper()
-	rec, err := lockmodel.EncodeLockRecord(l)
+	rec, err := record.EncodeLockRecord(l)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -215,16 +216,16 @@ func (h *harness) declareLock(l lockmodel.Lock) lockmodel.Lock {
 
 func (h *harness) declareProfile(p lockmodel.SessionProfile) {
 	h.t.Helper()
-	rec, err := lockmodel.EncodeSessionProfileRecord(p)
+	rec, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.put(lockmodel.RegistryKey(h.registry, lockmodel.KindSessionDefaults, p.Name), rec)
 }
 
-func (h *harness) declarePolicy(s lockmodel.ACLPolicySpec) {
+func (h *harness) declarePolicy(s record.ACLPolicySpec) {
 	h.t.Helper()
-	rec, err := lockmodel.EncodeACLPolicyRecord(s)
+	rec, err := record.EncodeACLPolicyRecord(s)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func (h *harness) createPolicy(name, rules string) *api.ACLPolicy {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() { _, _ = h.api.ACL().PolicyDelete(p.ID, nil) })
-	h.declarePolicy(lockmodel.ACLPolicySpec{Name: name, ID: p.ID, Rules: rules})
+	h.declarePolicy(record.ACLPolicySpec{Name: name, ID: p.ID, Rules: rules})
 	return p
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // TestView_decidesWhatAFullDecideDecides applies random sequences of
@@ -328,7 +329,7 @@ func (w *world) feed() {
 	c := w.c
 	if w.declared {
 		locks, profiles, versions := cloneMap(w.locks), cloneMap(w.profiles), cloneMap(w.versions)
-		c.setDeclarations(locks, profiles, map[string]lockmodel.ACLPolicySpec{}, versions, w.now)
+		c.setDeclarations(locks, profiles, map[string]record.ACLPolicySpec{}, versions, w.now)
 		w.referenceDeclarations()
 		w.declared = false
 	}
@@ -391,7 +392,7 @@ func (w *world) referenceDeclarations() {
 // reconcile would decide on now.
 func (w *world) reference() compliance.State {
 	st := compliance.State{
-		Locks: w.locks, Profiles: w.profiles, Policies: map[string]lockmodel.ACLPolicySpec{},
+		Locks: w.locks, Profiles: w.profiles, Policies: map[string]record.ACLPolicySpec{},
 		Keys: map[string]lockmodel.KeyEntry{}, Sessions: w.sessions, Now: w.now,
 		HeldSince: map[compliance.LockSession]time.Time{}, ProfileIndex: map[string]uint64{}, ProfileSwitched: w.switched,
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // TestDecodeListing_agreesWithEncodingJSON: the lock key watches' parser
@@ -140,14 +141,14 @@ func TestDiffRecords_aRunLedgerWriteChangesNoDeclaration(t *testing.T) {
 	}
 	const prefix = "consul-lock/"
 	lock := func(name string, index uint64) *api.KVPair {
-		rec, err := lockmodel.EncodeLockRecord(lockmodel.Lock{Name: name, Prefix: "jobs/" + name})
+		rec, err := record.EncodeLockRecord(lockmodel.Lock{Name: name, Prefix: "jobs/" + name})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return &api.KVPair{Key: prefix + "locks/" + name, Value: rec, ModifyIndex: index}
 	}
 	led := func(index uint64) *api.KVPair {
-		rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: "a"})
+		rec, err := record.EncodeLedger(ledger.Ledger{Lock: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // Notifications (-notify URL): a JSON POST for each event that needs a
@@ -90,7 +91,7 @@ type NotifyEvent struct {
 // NotifyEvents are the events in a registry answer at now, oldest first
 // per lock: each missed slot of a run_once lock, each run that used up its
 // attempts, each pause older than pausedAfter.
-func NotifyEvents(locks map[string]lockmodel.Lock, ledgers map[string]ledger.Ledger, pauses map[string]lockmodel.Pause,
+func NotifyEvents(locks map[string]lockmodel.Lock, ledgers map[string]ledger.Ledger, pauses map[string]record.Pause,
 	now time.Time, pausedAfter time.Duration) []NotifyEvent {
 	var out []NotifyEvent
 	for name, l := range locks {
@@ -140,7 +141,7 @@ type notifier struct {
 	mu      sync.Mutex
 	locks   map[string]lockmodel.Lock
 	ledgers map[string]ledger.Ledger
-	pauses  map[string]lockmodel.Pause
+	pauses  map[string]record.Pause
 	wake    chan struct{}
 }
 
@@ -154,7 +155,7 @@ func newNotifier(cfg NotifyConfig) *notifier {
 
 // observe takes one registry answer (the maps are replaced, never
 // changed in place) and wakes the loop.
-func (n *notifier) observe(locks map[string]lockmodel.Lock, ledgers map[string]ledger.Ledger, pauses map[string]lockmodel.Pause) {
+func (n *notifier) observe(locks map[string]lockmodel.Lock, ledgers map[string]ledger.Ledger, pauses map[string]record.Pause) {
 	if n == nil {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // NotifyEvents finds a missed slot, a run out of attempts and a pause
@@ -32,7 +33,7 @@ func TestNotifyEvents_findsWhatNeedsAPerson(t *testing.T) {
 	}
 	ledgers := map[string]ledger.Ledger{"report": {Lock: "report", Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunFailed,
 		Attempts: []ledger.Attempt{{Number: 1, Node: "node-b", Outcome: ledger.RunFailed, ExitCode: &exit, Started: now.Add(-time.Minute), Finished: now}}}}}}
-	pauses := map[string]lockmodel.Pause{
+	pauses := map[string]record.Pause{
 		"plain":   {Lock: "plain", Reason: "INC-7", By: "alice", At: now.Add(-2 * time.Hour)},
 		"nightly": {Lock: "nightly", Reason: "fresh", By: "bob", At: now.Add(-time.Minute)},
 	}
@@ -77,13 +78,13 @@ func TestNotify_oneRealPOSTPerEventWithTwoReplicas(t *testing.T) {
 	report := h.declareLock(lockmodel.Lock{Name: h.name("report"), Prefix: h.prefix + "/report",
 		RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, MaxAttempts: 1, Since: now}})
 	exit := 3
-	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: report.Name, Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunFailed,
+	rec, err := record.EncodeLedger(ledger.Ledger{Lock: report.Name, Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunFailed,
 		Attempts: []ledger.Attempt{{Number: 1, Node: "node-b", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
 			Outcome: ledger.RunFailed, ExitCode: &exit, Started: now.Add(-time.Minute), Finished: now}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledgerKey := lockmodel.RunLedgerKey(h.registry, report.Name)
+	ledgerKey := record.RunLedgerKey(h.registry, report.Name)
 	h.put(ledgerKey, rec)
 	if out, err := h.cli("pause", "-registry-prefix", h.registry, "-lock", nightly.Name, "-reason", "INC-9 billing", "-by", "alice"); err != nil {
 		t.Fatalf("pause: %v\n%s", err, out)

@@ -6,9 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
-// The locks' pause records (<registry>/pauses/<lock>, lockmodel.Pause),
+// The locks' pause records (<registry>/pauses/<lock>, record.Pause),
 // read only: they come with the registry watch, as the run ledgers do.
 
 var (
@@ -22,13 +24,13 @@ var (
 type pauseMeter struct {
 	mu       sync.Mutex
 	declared map[string]bool
-	pauses   map[string]lockmodel.Pause
+	pauses   map[string]record.Pause
 }
 
 func newPauseMeter() *pauseMeter { return &pauseMeter{} }
 
 // observe takes the pauses and the declared locks of one registry answer.
-func (m *pauseMeter) observe(pauses map[string]lockmodel.Pause, locks map[string]lockmodel.Lock) {
+func (m *pauseMeter) observe(pauses map[string]record.Pause, locks map[string]lockmodel.Lock) {
 	declared := make(map[string]bool, len(locks))
 	for name := range locks {
 		declared[name] = true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // consullock_lock_paused is 0 for a declared lock, 1 while its pause
@@ -29,11 +30,11 @@ func TestMetrics_lockPaused(t *testing.T) {
 	s.absent("not paused", since)
 
 	at := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
-	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: l.Name, Reason: "INC-1", By: "alice", At: at})
+	rec, err := record.EncodePauseRecord(record.Pause{Lock: l.Name, Reason: "INC-1", By: "alice", At: at})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := lockmodel.PauseKey(h.registry, l.Name)
+	key := record.PauseKey(h.registry, l.Name)
 	h.put(key, rec)
 	s.waitFor(paused, 1)
 	s.want("paused", since, float64(at.Unix()))

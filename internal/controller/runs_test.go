@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 func attempt(n int, o ledger.RunOutcome, finished time.Time) ledger.Attempt {
@@ -147,12 +148,12 @@ func TestMetrics_runLedgers(t *testing.T) {
 	s.absent("declared", lockSeries("consullock_lock_last_success_timestamp_seconds", l.Name))
 
 	finished := time.Date(2026, 12, 1, 0, 6, 0, 0, time.UTC)
-	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{ID: "2026-12-01T00:00:00Z",
+	rec, err := record.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{ID: "2026-12-01T00:00:00Z",
 		Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{attempt(1, ledger.RunSucceeded, finished)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledgerKey := lockmodel.RunLedgerKey(h.registry, l.Name)
+	ledgerKey := record.RunLedgerKey(h.registry, l.Name)
 	h.put(ledgerKey, rec)
 	s.waitFor(succeeded, 1)
 	s.want("succeeded", lockSeries("consullock_lock_last_success_timestamp_seconds", l.Name), float64(finished.Unix()))

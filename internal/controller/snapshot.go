@@ -6,6 +6,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // snapshot brings the view up to date for a reconcile at now and returns
@@ -85,7 +86,7 @@ func (c *Controller) settling(now time.Time) (map[string]bool, time.Time) {
 // policiesToJudge returns the declared policies to judge and the live
 // policies to judge them against (nil when the policy watch has not
 // answered).
-func (c *Controller) policiesToJudge() (map[string]lockmodel.ACLPolicySpec, map[string]compliance.LivePolicy) {
+func (c *Controller) policiesToJudge() (map[string]record.ACLPolicySpec, map[string]compliance.LivePolicy) {
 	if !c.cache.policySync {
 		return c.cache.policies, nil
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // cache is what the watches saw, each field written by the one watch
@@ -16,7 +17,7 @@ type cache struct {
 	// Registry watch (pollRegistry, setDeclarations).
 	locks        map[string]lockmodel.Lock
 	profiles     map[string]lockmodel.SessionProfile
-	policies     map[string]lockmodel.ACLPolicySpec
+	policies     map[string]record.ACLPolicySpec
 	declSeen     map[string]declVersion // compliance.SettlingKey -> version last listed
 	badRecords   map[string]uint64      // key -> ModifyIndex already reported
 	registrySync bool
@@ -26,7 +27,7 @@ type cache struct {
 	// records are the registry's records as last listed, by key: a record
 	// whose ModifyIndex did not move is not decoded again. Owned by the
 	// registry watch (no lock), as is registryListed, its last answer.
-	records        map[string]record
+	records        map[string]listedRecord
 	registryListed []listed
 
 	// Registry watch (regrouping in setDeclarations); each group's live
@@ -48,11 +49,11 @@ func newCache() cache {
 	return cache{
 		locks:           map[string]lockmodel.Lock{},
 		profiles:        map[string]lockmodel.SessionProfile{},
-		policies:        map[string]lockmodel.ACLPolicySpec{},
+		policies:        map[string]record.ACLPolicySpec{},
 		declSeen:        map[string]declVersion{},
 		badRecords:      map[string]uint64{},
 		profileSwitched: map[string]uint64{},
-		records:         map[string]record{},
+		records:         map[string]listedRecord{},
 		groups:          map[string]*group{},
 		keyGroup:        map[string]string{},
 	}

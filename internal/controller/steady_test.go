@@ -17,6 +17,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // Steady state: while nothing drifts the controller writes nothing to
@@ -64,7 +65,7 @@ func measureSteadyState(tb testing.TB, locks int, window time.Duration) steadyRe
 	tb.Cleanup(func() { _, _ = cl.KV().DeleteTree(base+"/", nil) })
 
 	profile := lockmodel.SessionProfile{Name: "steady", TTL: time.Hour, LockDelay: 15 * time.Second}
-	rec, err := lockmodel.EncodeSessionProfileRecord(profile)
+	rec, err := record.EncodeSessionProfileRecord(profile)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func measureSteadyState(tb testing.TB, locks int, window time.Duration) steadyRe
 		if i == 0 {
 			l.Limit = 3
 		}
-		rec, err := lockmodel.EncodeLockRecord(l)
+		rec, err := record.EncodeLockRecord(l)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func measureSteadyState(tb testing.TB, locks int, window time.Duration) steadyRe
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() { _, _ = cl.ACL().PolicyDelete(p.ID, nil) })
-		rec, err := lockmodel.EncodeACLPolicyRecord(lockmodel.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: rules})
+		rec, err := record.EncodeACLPolicyRecord(record.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: rules})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -429,7 +430,7 @@ func TestApplyGrace_aChangedDeclarationIsLeftToItsApplyThenConverged(t *testing.
 	declared := time.Now()
 	l := h.declareLock(lockmodel.Lock{Name: h.name("new"), Prefix: h.prefix + "/new"})
 	newRules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
-	h.declarePolicy(lockmodel.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
+	h.declarePolicy(record.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
 
 	time.Sleep(grace / 2)
 	if h.get(l.Key) != nil {
@@ -517,7 +518,7 @@ func TestTerraform_anApplyThatStopsAfterItsDeclarationsIsDriftAfterTheGrace(t *t
 	// The declarations the next apply would write, written as it does
 	// (declaration first), and no live write after them.
 	policyKey := lockmodel.RegistryKey(h.registry, lockmodel.KindACLPolicy, w.policyName)
-	spec, err := lockmodel.DecodeACLPolicyRecord(h.get(policyKey).Value)
+	spec, err := record.DecodeACLPolicyRecord(h.get(policyKey).Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +594,7 @@ func TestApplyGrace_aLiveWriteSeenBeforeItsDeclarationIsPending(t *testing.T) {
 
 	// What an apply does: each declaration, then its live object.
 	newRules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{h.prefix + "/a/.lock"}, SessionNodePrefixes: []string{"batch-"}})
-	h.declarePolicy(lockmodel.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
+	h.declarePolicy(record.ACLPolicySpec{Name: p.Name, ID: p.ID, Rules: newRules})
 	p.Rules = newRules
 	upd, _, err := h.api.ACL().PolicyUpdate(p, nil)
 	if err != nil {

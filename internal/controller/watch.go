@@ -12,6 +12,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -68,9 +69,9 @@ func filtered(op, permission, resource string) error {
 		Message: "Consul filtered the results by ACLs"}
 }
 
-// record is one registry record as last listed: its version and what it
+// listedRecord is one registry record as last listed: its version and what it
 // decoded to (value is nil when it did not decode).
-type record struct {
+type listedRecord struct {
 	index      uint64
 	kind, name string
 	value      any
@@ -114,10 +115,10 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 	}
 	locks := map[string]lockmodel.Lock{}
 	ledgers := map[string]ledger.Ledger{}
-	pauses := map[string]lockmodel.Pause{}
+	pauses := map[string]record.Pause{}
 	if declChanged || !synced {
 		profiles := map[string]lockmodel.SessionProfile{}
-		policies := map[string]lockmodel.ACLPolicySpec{}
+		policies := map[string]record.ACLPolicySpec{}
 		versions := map[string]uint64{}
 		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
@@ -125,12 +126,12 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 				locks[r.name] = v
 			case lockmodel.SessionProfile:
 				profiles[r.name] = v
-			case lockmodel.ACLPolicySpec:
+			case record.ACLPolicySpec:
 				policies[r.name] = v
 			case ledger.Ledger:
 				ledgers[r.name] = v
 				continue
-			case lockmodel.Pause:
+			case record.Pause:
 				pauses[r.name] = v
 				continue
 			default:
@@ -145,7 +146,7 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 			switch v := r.value.(type) {
 			case ledger.Ledger:
 				ledgers[r.name] = v
-			case lockmodel.Pause:
+			case record.Pause:
 				pauses[r.name] = v
 			}
 		}
@@ -179,7 +180,7 @@ func recordKind(prefix, key string) (string, bool) {
 func (c *Controller) declarationsVisible() bool {
 	for _, r := range c.cache.records {
 		switch r.value.(type) {
-		case lockmodel.Lock, lockmodel.SessionProfile, lockmodel.ACLPolicySpec:
+		case lockmodel.Lock, lockmodel.SessionProfile, record.ACLPolicySpec:
 			return true
 		}
 	}
@@ -244,35 +245,35 @@ func (c *Controller) diffRecords(prefix string, changes []keyChange) (declChange
 
 // decodeRecord decodes one registry record of kind; one that does not
 // decode is reported (reportBadRecord) and kept without a value.
-func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name string) record {
-	r := record{index: p.ModifyIndex, kind: kind, name: name}
+func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name string) listedRecord {
+	r := listedRecord{index: p.ModifyIndex, kind: kind, name: name}
 	var err error
 	switch kind {
 	case lockmodel.KindLock:
 		var l lockmodel.Lock
-		if l, err = lockmodel.DecodeLockRecord(p.Value); err == nil {
+		if l, err = record.DecodeLockRecord(p.Value); err == nil {
 			r.name, r.value = l.Name, l
 		}
 	case lockmodel.KindSessionDefaults:
 		var s lockmodel.SessionProfile
-		if s, err = lockmodel.DecodeSessionProfileRecord(p.Value); err == nil {
+		if s, err = record.DecodeSessionProfileRecord(p.Value); err == nil {
 			r.name, r.value = s.Name, s
 		}
 	case lockmodel.KindACLPolicy:
-		var s lockmodel.ACLPolicySpec
-		if s, err = lockmodel.DecodeACLPolicyRecord(p.Value); err == nil {
+		var s record.ACLPolicySpec
+		if s, err = record.DecodeACLPolicyRecord(p.Value); err == nil {
 			r.name, r.value = s.Name, s
 		}
 	case lockmodel.KindRuns:
 		// A run ledger: read only, for the run metrics (runs.go).
 		var l ledger.Ledger
-		if l, err = lockmodel.DecodeLedger(p.Value); err == nil {
+		if l, err = record.DecodeLedger(p.Value); err == nil {
 			r.value = l
 		}
 	case lockmodel.KindPauses:
 		// A pause record: read only, for consullock_lock_paused (pauses.go).
-		var ps lockmodel.Pause
-		if ps, err = lockmodel.DecodePauseRecord(p.Value); err == nil {
+		var ps record.Pause
+		if ps, err = record.DecodePauseRecord(p.Value); err == nil {
 			r.name, r.value = ps.Lock, ps
 		}
 	}

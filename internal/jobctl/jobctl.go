@@ -1,5 +1,5 @@
 // Package jobctl holds the job-control programs: `consullock pause`,
-// `consullock resume` (a lock's pause record, lockmodel.Pause) and
+// `consullock resume` (a lock's pause record, record.Pause) and
 // `consullock release` (end a stuck holder's session). They change Consul
 // only after every flag is valid and the lock is known: bad input writes
 // nothing.
@@ -26,6 +26,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -106,7 +107,7 @@ func newFlags(synopsis, summary string, e env, c *common, withReason bool) *flag
 	fs.StringVar(&c.by, "by", "", "who is acting, recorded with the change next to the token's accessor ID (default: user@host)")
 	logformat.Var(fs, &c.format, logformat.Text)
 	if withReason {
-		fs.StringVar(&c.reason, "reason", "", fmt.Sprintf("why (required; one line, at most %d characters), shown in runner logs and status", lockmodel.MaxPauseReasonLength))
+		fs.StringVar(&c.reason, "reason", "", fmt.Sprintf("why (required; one line, at most %d characters), shown in runner logs and status", record.MaxPauseReasonLength))
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "Usage: consullock %s\n\n%s\n\nConsul settings come from CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...\n\nExit codes: 0 done, 1 refused or nothing to do (nothing changed), 2 usage or unknown lock (nothing written), 3 Consul unreachable or permission denied.\n\n", synopsis, summary)
@@ -144,7 +145,7 @@ func (c *common) parse(fs *flag.FlagSet, args []string, e *env, withReason bool)
 	}
 	c.registry = p
 	if withReason {
-		if err := lockmodel.ValidateReason("-reason", c.reason); err != nil {
+		if err := record.ValidateReason("-reason", c.reason); err != nil {
 			return usage("%v", err)
 		}
 	}
@@ -259,7 +260,7 @@ func Pause(ctx context.Context, args []string, e env) int {
 	if err != nil && !isBadRecord(err) {
 		return c.consulError(e, err)
 	}
-	p := lockmodel.Pause{Lock: c.lock, Reason: c.reason, By: c.by, At: e.now().UTC().Truncate(time.Second), Accessor: accessor(ctx, client)}
+	p := record.Pause{Lock: c.lock, Reason: c.reason, By: c.by, At: e.now().UTC().Truncate(time.Second), Accessor: accessor(ctx, client)}
 	if old != nil && old.Reason == p.Reason {
 		fmt.Fprintf(e.stdout, "lock %s is already paused by %s since %s: %s\n", c.lock, actor(old.By, old.Accessor), old.At.Format(time.RFC3339), old.Reason)
 		return ExitOK
@@ -297,7 +298,7 @@ func Resume(ctx context.Context, args []string, e env) int {
 		fmt.Fprintf(e.stderr, "consullock resume: lock %s is not paused; nothing was changed\n", c.lock)
 		return ExitRefused
 	}
-	if old != nil && old.By == lockmodel.PausedByTerraform && !*force {
+	if old != nil && old.By == record.PausedByTerraform && !*force {
 		fmt.Fprintf(e.stderr, "consullock resume: lock %s is paused by Terraform (consullock_lock.paused = %q) since %s; nothing was changed. "+
 			"Remove paused from the configuration and apply; -force resumes it now, but the next apply pauses it again\n", c.lock, old.Reason, old.At.Format(time.RFC3339))
 		return ExitRefused
@@ -317,8 +318,8 @@ func Resume(ctx context.Context, args []string, e env) int {
 
 // terraformNote is the warning for a pause Terraform wrote, saying what
 // its next apply does ("" for another pause).
-func terraformNote(p lockmodel.Pause, does string) string {
-	if p.By != lockmodel.PausedByTerraform {
+func terraformNote(p record.Pause, does string) string {
+	if p.By != record.PausedByTerraform {
 		return ""
 	}
 	return "; this pause is consullock_lock.paused: the next apply " + does

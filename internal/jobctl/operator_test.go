@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -37,7 +38,7 @@ func declare(t *testing.T, name string, runOnce *ledger.RunOnce) declared {
 	c := agent.Client()
 	t.Cleanup(func() { _, _ = c.KV().DeleteTree(p+"/", nil) })
 	d := declared{registry: p + "/registry"}
-	prof, err := lockmodel.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: time.Second})
+	prof, err := record.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func declare(t *testing.T, name string, runOnce *ledger.RunOnce) declared {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := lockmodel.EncodeLockRecord(l)
+	rec, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,16 +80,16 @@ func (d declared) run(t *testing.T, token testenv.Token, prog func(context.Conte
 	return code, out.String(), errs.String()
 }
 
-func (d declared) pause(t *testing.T) *lockmodel.Pause {
+func (d declared) pause(t *testing.T) *record.Pause {
 	t.Helper()
-	pair, _, err := agent.Client().KV().Get(lockmodel.PauseKey(d.registry, d.lock.Name), &api.QueryOptions{RequireConsistent: true})
+	pair, _, err := agent.Client().KV().Get(record.PauseKey(d.registry, d.lock.Name), &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pair == nil {
 		return nil
 	}
-	p, err := lockmodel.DecodePauseRecord(pair.Value)
+	p, err := record.DecodePauseRecord(pair.Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func (d declared) pause(t *testing.T) *lockmodel.Pause {
 // declarations.
 func (d declared) operator(t *testing.T, name string) testenv.Token {
 	t.Helper()
-	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{lockmodel.PauseKey(d.registry, d.lock.Name)},
+	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{record.PauseKey(d.registry, d.lock.Name)},
 		ReadKeys: []string{lockmodel.RegistryKey(d.registry, lockmodel.KindLock, d.lock.Name), lockmodel.RegistryKey(d.registry, lockmodel.KindSessionDefaults, "p")}})
 	tok, err := agent.MintToken(testenv.UniquePrefix(name), rules, 0)
 	if err != nil {
@@ -155,11 +156,11 @@ func TestPauseResume_refusalsAndAccessor(t *testing.T) {
 	}
 
 	// A pause consullock_lock.paused wrote.
-	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "nightly", Reason: "migration", By: lockmodel.PausedByTerraform, At: time.Now().UTC().Truncate(time.Second)})
+	rec, err := record.EncodePauseRecord(record.Pause{Lock: "nightly", Reason: "migration", By: record.PausedByTerraform, At: time.Now().UTC().Truncate(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := agent.Client().KV().Put(&api.KVPair{Key: lockmodel.PauseKey(d.registry, "nightly"), Value: rec}, nil); err != nil {
+	if _, err := agent.Client().KV().Put(&api.KVPair{Key: record.PauseKey(d.registry, "nightly"), Value: rec}, nil); err != nil {
 		t.Fatal(err)
 	}
 	code, _, errs = d.run(t, alice, Resume)
@@ -180,10 +181,10 @@ func (d declared) worker(t *testing.T, node string) testenv.Token {
 	t.Helper()
 	rules := aclrules.RenderRules(aclrules.RulesInput{
 		LockKeys:            []string{d.lock.Key},
-		RunLedgerKeys:       []string{lockmodel.RunLedgerKey(d.registry, d.lock.Name)},
+		RunLedgerKeys:       []string{record.RunLedgerKey(d.registry, d.lock.Name)},
 		SessionNodePrefixes: []string{node},
 		ReadKeys: []string{lockmodel.RegistryKey(d.registry, lockmodel.KindLock, d.lock.Name),
-			lockmodel.RegistryKey(d.registry, lockmodel.KindSessionDefaults, "p"), lockmodel.PauseKey(d.registry, d.lock.Name)},
+			lockmodel.RegistryKey(d.registry, lockmodel.KindSessionDefaults, "p"), record.PauseKey(d.registry, d.lock.Name)},
 	})
 	tok, err := agent.MintToken(testenv.UniquePrefix(node), rules, 0)
 	if err != nil {
@@ -218,11 +219,11 @@ func (d declared) holdOn(t *testing.T, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := lockmodel.EncodeLedger(b.Ledger)
+	rec, err := record.EncodeLedger(b.Ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.KV().Put(&api.KVPair{Key: lockmodel.RunLedgerKey(d.registry, d.lock.Name), Value: rec}, nil); err != nil {
+	if _, err := c.KV().Put(&api.KVPair{Key: record.RunLedgerKey(d.registry, d.lock.Name), Value: rec}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -252,11 +253,11 @@ func TestRelease_perNodeWorkerPolicy(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "by worker-b (token "+b.AccessorID+"): stuck on NFS") {
 		t.Fatalf("release by the holder's node's worker: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	pair, _, err := agent.Client().KV().Get(lockmodel.RunLedgerKey(d.registry, d.lock.Name), &api.QueryOptions{RequireConsistent: true})
+	pair, _, err := agent.Client().KV().Get(record.RunLedgerKey(d.registry, d.lock.Name), &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lockmodel.DecodeLedger(pair.Value)
+	l, err := record.DecodeLedger(pair.Value)
 	if err != nil {
 		t.Fatal(err)
 	}

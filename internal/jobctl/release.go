@@ -11,6 +11,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -32,7 +33,7 @@ func Release(ctx context.Context, args []string, e env) int {
 	if code := c.parse(fs, args, &e, true); code >= 0 {
 		return code
 	}
-	if *session != "" && !lockmodel.IsUUID(*session) {
+	if *session != "" && !record.IsUUID(*session) {
 		fmt.Fprintf(e.stderr, "consullock release: -session %q: want a session ID (a UUID); nothing was written\n", *session)
 		return ExitUsage
 	}
@@ -75,7 +76,7 @@ func Release(ctx context.Context, args []string, e env) int {
 	if errors.Is(err, consul.ErrPermissionDenied) {
 		fmt.Fprintf(e.stderr, "consullock release: the token may not end session %s on node %q; nothing was changed. "+
 			"consullock release needs session write on the holder's node: session_prefix %q { policy = \"write\" } "+
-			"(and, for a run-once lock, key write on %s)\n", target.Session, target.Node, target.Node, lockmodel.RunLedgerKey(c.registry, c.lock))
+			"(and, for a run-once lock, key write on %s)\n", target.Session, target.Node, target.Node, record.RunLedgerKey(c.registry, c.lock))
 		return ExitConsul
 	}
 	c.accessor = accessor(ctx, client)
@@ -139,7 +140,7 @@ func setReleasedByAccessor(l ledger.Ledger, run string, attempt int, accessor st
 // ledger (consul.EditLedger: check-and-set, retried after another
 // writer's change).
 func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client, session string, at time.Time) int {
-	key := lockmodel.RunLedgerKey(c.registry, c.lock)
+	key := record.RunLedgerKey(c.registry, c.lock)
 	var run string
 	var attempt int
 	written, err := store.New(client).EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l ledger.Ledger) (ledger.Ledger, bool) {

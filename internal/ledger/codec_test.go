@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 )
 
-// The ledger's record codec (EncodeLedger, DecodeLedger) is lockmodel's,
-// with the other registry records, and lockmodel imports this package: the
-// rules' tests reach it through these, which record_test.go (package
-// ledger_test) sets, so that every ledger the rules produce is checked to
-// encode and decode to itself.
+// The ledger's record codec (EncodeLedger, DecodeLedger) is package
+// record's, with the other registry records, and record imports this
+// package: the rules' tests reach it through these, which record_test.go
+// (package ledger_test) sets, so that every ledger the rules produce is
+// checked to encode and decode to itself.
 var (
 	encodeLedger func(Ledger) ([]byte, error)
 	decodeLedger func([]byte) (Ledger, error)

@@ -6,6 +6,7 @@
 // overlap (DecideOverlap, Skip, Replace).
 //
 // It does no I/O and imports nothing from Consul or Terraform. The ledger's
-// record codec (EncodeLedger, DecodeLedger) is lockmodel's, with the other
-// registry records; lockmodel imports this package, never the reverse.
+// record codec (EncodeLedger, DecodeLedger) is package record's, with the
+// other registry records; lockmodel and record import this package, never
+// the reverse.
 package ledger

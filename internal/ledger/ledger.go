@@ -11,12 +11,12 @@ import (
 )
 
 // The run ledger: per lock, the runs of a run-once job and their attempts,
-// one JSON record at <registry_prefix>/runs/<lock name> (RECORDS.md). The
-// holder writes it twice per attempt, each time in a Consul transaction
-// guarded by its session holding the lock key: the attempt's start before
-// the command starts (Begin), and its outcome in the transaction that
-// releases the lock (Finish), so that no later holder acquires without
-// seeing it. Everyone else only reads it.
+// one JSON record at <registry_prefix>/runs/<lock name>
+// (internal/record/RECORDS.md). The holder writes it twice per attempt,
+// each time in a Consul transaction guarded by its session holding the
+// lock key: the attempt's start before the command starts (Begin), and its
+// outcome in the transaction that releases the lock (Finish), so that no
+// later holder acquires without seeing it. Everyone else only reads it.
 
 // RunOutcome is the outcome of an attempt, or of a run (its latest
 // attempt's, or RunExhausted).

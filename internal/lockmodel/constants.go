@@ -57,13 +57,6 @@ const (
 	// stored unless the provider's registry_prefix says otherwise.
 	DefaultRegistryPrefix = "consul-lock"
 
-	// RecordSchemaVersion is the schema_version this package writes and the
-	// highest one it reads (see RECORDS.md).
-	RecordSchemaVersion = 1
-
-	// ManagedBy is the managed_by value of every record this product writes.
-	ManagedBy = "consullock"
-
 	// MaxSemaphoreLimit is the largest semaphore limit a lock may declare.
 	MaxSemaphoreLimit = 1024
 

@@ -217,32 +217,6 @@ func TestNewHolderCheck(t *testing.T) {
 	}
 }
 
-func TestLockRecord_holderServiceRoundTrip(t *testing.T) {
-	l := Lock{Name: "web", Prefix: "service/web", HolderService: &HolderService{Name: "web-leader", Tags: []string{"primary"}, Port: 80, Meta: map[string]string{"team": "a"}}}
-	b, err := EncodeLockRecord(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), `"holder_service":{"name":"web-leader","tags":["primary"],"port":80,"meta":{"team":"a"}}`) {
-		t.Fatalf("record = %s", b)
-	}
-	got, err := DecodeLockRecord(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.HolderService == nil || got.HolderService.Name != "web-leader" || got.HolderService.Port != 80 || got.HolderService.Meta["team"] != "a" {
-		t.Fatalf("decoded holder_service = %+v", got.HolderService)
-	}
-	plain, _ := EncodeLockRecord(Lock{Name: "web", Prefix: "service/web"})
-	if strings.Contains(string(plain), "holder_service") {
-		t.Fatalf("a lock without holder_service writes it: %s", plain)
-	}
-	bad := strings.Replace(string(b), `"port":80`, `"port":70000`, 1)
-	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), FieldHolderServicePort) {
-		t.Fatalf("a record with port 70000 decodes: %v", err)
-	}
-}
-
 // TestHolderVia: the agent endpoint without -node, the catalog with it,
 // an explicit choice kept, catalog without a node and unknown values
 // refused naming the flag, the value and what is allowed.

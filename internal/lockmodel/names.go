@@ -115,6 +115,13 @@ const (
 	KindACLPolicy       = "acl-policies"
 )
 
+// The registry folders of the records that are not declarations: a lock's
+// run ledger and its pause (their codec is package record's).
+const (
+	KindRuns   = "runs"
+	KindPauses = "pauses"
+)
+
 // RegistryKinds lists the registry kinds in a stable order.
 func RegistryKinds() []string {
 	return []string{KindSessionDefaults, KindLock, KindACLPolicy}

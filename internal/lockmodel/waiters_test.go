@@ -97,27 +97,6 @@ func TestLock_validatesWaiters(t *testing.T) {
 	}
 }
 
-func TestLockRecord_waitersRoundTrip(t *testing.T) {
-	for _, w := range []string{"", WaitersRace, WaitersQueue, WaitersHandOff} {
-		l := Lock{Name: "job", Prefix: "svc/job", Waiters: w}
-		b, err := EncodeLockRecord(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		queued := w == WaitersQueue || w == WaitersHandOff
-		if strings.Contains(string(b), "waiters") != queued {
-			t.Errorf("waiters %q: record %s; the field is written only for queue and handoff", w, b)
-		}
-		got, err := DecodeLockRecord(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Queued() != queued || got.HandsOff() != (w == WaitersHandOff) {
-			t.Errorf("waiters %q read back as %q", w, got.Waiters)
-		}
-	}
-}
-
 func TestNextHolder_firstLiveWaiterWithStartedAtTheHandOff(t *testing.T) {
 	at := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
 	value := func(node string) []byte {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -26,7 +27,7 @@ func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name
 		return lockmodel.Lock{}, lockmodel.SessionProfile{}, fmt.Errorf("lock %q is %w: there is no record at %s; "+
 			"declare it (resource consullock_lock) or check the registry prefix", name, ErrNotDeclared, rec.Key)
 	}
-	l, err := lockmodel.DecodeLockRecord(rec.Value)
+	l, err := record.DecodeLockRecord(rec.Value)
 	if err != nil {
 		return l, lockmodel.SessionProfile{}, fmt.Errorf("the declaration at %s cannot be used: %w", rec.Key, err)
 	}
@@ -44,7 +45,7 @@ func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name
 		return l, lockmodel.SessionProfile{}, fmt.Errorf("lock %q uses session profile %q, which is not declared: there is no record at %s",
 			name, l.SessionDefaults, prec.Key)
 	}
-	p, err := lockmodel.DecodeSessionProfileRecord(prec.Value)
+	p, err := record.DecodeSessionProfileRecord(prec.Value)
 	if err != nil {
 		return l, p, fmt.Errorf("the session profile at %s cannot be used: %w", prec.Key, err)
 	}

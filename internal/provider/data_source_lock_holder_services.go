@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -62,7 +64,7 @@ func (d *lockDataSource) declaredLock(ctx context.Context, key string) (l lockmo
 		return lockmodel.Lock{}, false, err
 	}
 	for _, rec := range recs {
-		if l, err := lockmodel.DecodeLockRecord(rec.Value); err == nil && l.Key == key {
+		if l, err := record.DecodeLockRecord(rec.Value); err == nil && l.Key == key {
 			return l, true, nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -119,7 +120,7 @@ func (d *lockDataSource) lastRun(ctx context.Context, decl lockmodel.Lock, decla
 		return null
 	}
 	name := decl.Name
-	ledgerKey := lockmodel.RunLedgerKey(d.data.registryPrefix, name)
+	ledgerKey := record.RunLedgerKey(d.data.registryPrefix, name)
 	led, _, err := store.New(d.data.client).ReadLedger(ctx, ledgerKey, name)
 	var ce *consul.Error
 	switch {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 
+	"github.com/consullock/terraform-provider-consullock/internal/record"
+
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -36,7 +38,7 @@ func (d *lockDataSource) paused(ctx context.Context, decl lockmodel.Lock, declar
 	if err != nil {
 		diags.AddAttributeWarning(path.Root("paused"), "Pause Not Read",
 			fmt.Sprintf("paused is null because the pause record %s could not be read; the holder attributes are unaffected.\n\n%s",
-				lockmodel.PauseKey(d.data.registryPrefix, decl.Name), err))
+				record.PauseKey(d.data.registryPrefix, decl.Name), err))
 		return types.StringNull()
 	}
 	if p == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 var _ function.Function = (*lockRulesFunction)(nil)
@@ -92,7 +93,7 @@ func (in *lockRulesInput) ledgerKeys() error {
 		if err := lockmodel.ValidateName("run_ledgers", n); err != nil {
 			return err
 		}
-		in.RunLedgerKeys = append(in.RunLedgerKeys, lockmodel.RunLedgerKey(prefix, n))
+		in.RunLedgerKeys = append(in.RunLedgerKeys, record.RunLedgerKey(prefix, n))
 	}
 	return nil
 }

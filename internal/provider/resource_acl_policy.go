@@ -27,6 +27,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
@@ -70,12 +71,12 @@ type aclPolicyModel struct {
 // process, and requests must not pay for regular expressions again.
 var (
 	namePatternRE       = regexp.MustCompile(lockmodel.NamePattern)
-	datacenterPatternRE = regexp.MustCompile(lockmodel.DatacenterPattern)
+	datacenterPatternRE = regexp.MustCompile(record.DatacenterPattern)
 	aclRoleNameRE       = regexp.MustCompile(aclRoleNamePattern)
 )
 
 // aclUUID matches Consul's ACL object IDs, to tell an import ID from a name.
-var aclUUID = regexp.MustCompile(lockmodel.UUIDPattern)
+var aclUUID = regexp.MustCompile(record.UUIDPattern)
 
 // aclPolicyNameMessage completes "Attribute name ..." in the validator's error.
 const aclPolicyNameMessage = "must be 1 to 128 letters, digits, '-' or '_' (Consul's rule for policy names: " + lockmodel.NamePattern + ")"
@@ -237,8 +238,8 @@ func (m *aclPolicyModel) setRulesInput(in aclrules.RulesInput) {
 }
 
 // spec is the declaration record of m, with rules the canonical rules.
-func (m aclPolicyModel) spec(ctx context.Context, rules string, diags *diag.Diagnostics) lockmodel.ACLPolicySpec {
-	return lockmodel.ACLPolicySpec{
+func (m aclPolicyModel) spec(ctx context.Context, rules string, diags *diag.Diagnostics) record.ACLPolicySpec {
+	return record.ACLPolicySpec{
 		Name:        m.Name.ValueString(),
 		ID:          m.ID.ValueString(),
 		Rules:       rules,
@@ -315,7 +316,7 @@ func (r *aclPolicyResource) inputWarnings(ctx context.Context, in aclrules.Rules
 			tflog.Debug(ctx, "cannot list declared locks; skipping the lock key check", map[string]any{"error": err.Error()})
 		}
 		for _, rec := range recs {
-			l, err := lockmodel.DecodeLockRecord(rec.Value)
+			l, err := record.DecodeLockRecord(rec.Value)
 			if err != nil {
 				continue
 			}
@@ -554,8 +555,8 @@ func rulesForState(planned aclRules, canonical string) aclRules {
 // writeRecord writes the declaration record of spec with check-and-set
 // against what it read, and returns its key. A record that already says
 // the same is left alone. creating tries a create-only write first.
-func (r *aclPolicyResource) writeRecord(ctx context.Context, spec lockmodel.ACLPolicySpec, creating bool) (string, error) {
-	data, err := lockmodel.EncodeACLPolicyRecord(spec)
+func (r *aclPolicyResource) writeRecord(ctx context.Context, spec record.ACLPolicySpec, creating bool) (string, error) {
+	data, err := record.EncodeACLPolicyRecord(spec)
 	if err != nil {
 		return "", err
 	}
@@ -597,7 +598,7 @@ func (r *aclPolicyResource) deleteRecord(ctx context.Context, name, id string) e
 	if err != nil || !found {
 		return err
 	}
-	if spec, err := lockmodel.DecodeACLPolicyRecord(rec.Value); err == nil && spec.ID != "" && spec.ID != id {
+	if spec, err := record.DecodeACLPolicyRecord(rec.Value); err == nil && spec.ID != "" && spec.ID != id {
 		tflog.Warn(ctx, "leaving a declaration record that names another policy", map[string]any{"key": rec.Key, "record_id": spec.ID, "id": id})
 		return nil
 	}
@@ -605,14 +606,14 @@ func (r *aclPolicyResource) deleteRecord(ctx context.Context, name, id string) e
 }
 
 // recordUpToDate reports whether the declaration record says desired.
-func (r *aclPolicyResource) recordUpToDate(ctx context.Context, desired lockmodel.ACLPolicySpec) (bool, string, error) {
+func (r *aclPolicyResource) recordUpToDate(ctx context.Context, desired record.ACLPolicySpec) (bool, string, error) {
 	key := lockmodel.RegistryKey(r.data.registryPrefix, lockmodel.KindACLPolicy, desired.Name)
 	rec, err := store.New(r.data.client).ReadRecord(ctx, key)
 	if err != nil || rec == nil {
 		return false, key, err
 	}
-	got, decodeErr := lockmodel.DecodeACLPolicyRecord(rec.Value)
-	if errors.Is(decodeErr, lockmodel.ErrNewerSchema) {
+	got, decodeErr := record.DecodeACLPolicyRecord(rec.Value)
+	if errors.Is(decodeErr, record.ErrNewerSchema) {
 		return true, rec.Key, nil // a newer consullock owns the format: do not downgrade it
 	}
 	// An unreadable record is out of date: apply rewrites it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // consullock_acl_policy's run_ledgers: key write on the run ledger of each
@@ -53,7 +54,7 @@ func (r *aclPolicyResource) rulesInput(ctx context.Context, m aclPolicyModel, di
 		return in, false
 	}
 	for _, n := range names {
-		in.RunLedgerKeys = append(in.RunLedgerKeys, lockmodel.RunLedgerKey(r.data.registryPrefix, n))
+		in.RunLedgerKeys = append(in.RunLedgerKeys, record.RunLedgerKey(r.data.registryPrefix, n))
 	}
 	return in, true
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -128,7 +129,7 @@ func checkPolicyLive(name, rules string) tfresource.TestCheckFunc {
 		if err != nil || pair == nil {
 			return fmt.Errorf("registry record %s: %v (found: %v)", registryRecordKey(name), err, pair != nil)
 		}
-		spec, err := lockmodel.DecodeACLPolicyRecord(pair.Value)
+		spec, err := record.DecodeACLPolicyRecord(pair.Value)
 		if err != nil {
 			return err
 		}
@@ -616,7 +617,7 @@ func TestACLPolicyModifyPlan_warnsAboutRiskyInputs(t *testing.T) {
 	ctx := context.Background()
 	data := aclTestProviderData(t, agent.ManagementToken)
 	prefix := testenv.UniquePrefix(t.Name())
-	record, err := lockmodel.EncodeLockRecord(lockmodel.Lock{Name: "nightly-report", Prefix: prefix + "/nightly"})
+	record, err := record.EncodeLockRecord(lockmodel.Lock{Name: "nightly-report", Prefix: prefix + "/nightly"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -287,9 +289,9 @@ func (r *lockResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		state.RegistryKey = types.StringValue("")
 	} else {
 		recIndex = rec.ModifyIndex
-		decl, err := lockmodel.DecodeLockRecord(rec.Value)
+		decl, err := record.DecodeLockRecord(rec.Value)
 		switch {
-		case errors.Is(err, lockmodel.ErrNewerSchema):
+		case errors.Is(err, record.ErrNewerSchema):
 			resp.Diagnostics.AddError("Registry Record From A Newer consullock",
 				fmt.Sprintf("The record %s was written by a newer consullock and this provider will not overwrite it. Upgrade the provider.\n\n%s", rec.Key, err))
 			return
@@ -437,7 +439,7 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 				name, r.data.registryPrefix, rec.Key))
 		return
 	}
-	decl, err := lockmodel.DecodeLockRecord(rec.Value)
+	decl, err := record.DecodeLockRecord(rec.Value)
 	if err != nil {
 		resp.Diagnostics.AddError("Unreadable Lock Record",
 			fmt.Sprintf("The record %s cannot be imported. Fix or delete it, then declare the lock.\n\n%s", rec.Key, err))
@@ -450,7 +452,7 @@ func (r *lockResource) ImportState(ctx context.Context, req resource.ImportState
 		ForceDestroy:    types.BoolValue(false),
 		Flags:           types.StringValue(lockmodel.FormatFlags(decl.Flags())),
 		RegistryKey:     types.StringValue(rec.Key),
-		PauseKey:        types.StringValue(lockmodel.PauseKey(r.data.registryPrefix, name)),
+		PauseKey:        types.StringValue(record.PauseKey(r.data.registryPrefix, name)),
 	}
 	state.setDeclared(decl)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, rec.ModifyIndex)...)
@@ -481,7 +483,7 @@ func (r *lockResource) profileWarnings(l lockmodel.Lock, pair *api.KVPair, diags
 	if l.SessionDefaults == "" || pair == nil {
 		return true
 	}
-	p, err := lockmodel.DecodeSessionProfileRecord(pair.Value)
+	p, err := record.DecodeSessionProfileRecord(pair.Value)
 	if err != nil {
 		diags.AddAttributeError(path.Root("session_defaults"), "Unreadable Session Profile",
 			fmt.Sprintf("The record %s of session profile %q cannot be read. Apply its consullock_session_defaults resource again to rewrite it.\n\n%s",
@@ -542,7 +544,7 @@ func (r *lockResource) declaration(_ context.Context, m lockResourceModel, since
 	if l.RunOnce != nil {
 		l.RunOnce.Since = since
 	}
-	data, err := lockmodel.EncodeLockRecord(l)
+	data, err := record.EncodeLockRecord(l)
 	if err != nil {
 		addFieldErrors(diags, "Invalid Lock", err)
 		return l, nil
@@ -556,7 +558,7 @@ func (r *lockResource) incompatibleKey(ctx context.Context, reg *store.Registry,
 	var advice []string
 	if recs, _, err := reg.List(ctx, lockmodel.KindLock); err == nil {
 		for _, rec := range recs {
-			if decl, err := lockmodel.DecodeLockRecord(rec.Value); err == nil && decl.Key == l.Key && decl.Name != l.Name {
+			if decl, err := record.DecodeLockRecord(rec.Value); err == nil && decl.Key == l.Key && decl.Name != l.Name {
 				advice = append(advice, fmt.Sprintf("The registry records this key as lock %q (%s, limit %d). To manage it here, import that "+
 					"declaration (tofu import consullock_lock.<resource name> %s) and declare limit = %d.", decl.Name, rec.Key, decl.Limit, decl.Name, decl.Limit))
 			}

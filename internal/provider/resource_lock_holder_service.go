@@ -16,6 +16,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 
+	"github.com/consullock/terraform-provider-consullock/internal/record"
+
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -134,7 +136,7 @@ func (r *lockResource) holderServicePlanWarnings(ctx context.Context, plan lockR
 	if err != nil || !found {
 		return
 	}
-	if p, err := lockmodel.DecodeSessionProfileRecord(rec.Value); err == nil {
+	if p, err := record.DecodeSessionProfileRecord(rec.Value); err == nil {
 		addWarnings(diags, lockmodel.NewHolderCheck(p).Warnings())
 	}
 }

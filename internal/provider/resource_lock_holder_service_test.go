@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -26,7 +28,7 @@ func checkHolderServiceRecord(t *testing.T, recordKey string, want *lockmodel.Ho
 		if pair == nil {
 			return fmt.Errorf("registry record %s does not exist", recordKey)
 		}
-		got, err := lockmodel.DecodeLockRecord(pair.Value)
+		got, err := record.DecodeLockRecord(pair.Value)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}

@@ -13,11 +13,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
-// consullock_lock.paused: the lock's pause record (lockmodel.Pause) at
+// consullock_lock.paused: the lock's pause record (record.Pause) at
 // <registry>/pauses/<name>. Set, Terraform owns the record: apply writes
 // it (by "terraform"), refresh reads it back, so a `consullock pause` with
 // another reason or a `consullock resume` shows as drift. Unset, the
@@ -27,16 +27,16 @@ import (
 
 // pausedBy is the "by" of a pause the provider writes (`consullock
 // resume` refuses it without -force).
-const pausedBy = lockmodel.PausedByTerraform
+const pausedBy = record.PausedByTerraform
 
 func pausedSchemaAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
 		MarkdownDescription: fmt.Sprintf("Pauses the lock, with this reason (one line, at most %d characters): no run starts "+
 			"([pause](../guides/runner.md#pause-and-release)). Stored at `pause_key`. Set, Terraform owns the pause: "+
 			"a `consullock pause` or `consullock resume` shows as drift in the next plan and apply puts it back. Removing it "+
-			"resumes the lock. Unset (the default), the provider leaves the pause record alone.", lockmodel.MaxPauseReasonLength),
+			"resumes the lock. Unset (the default), the provider leaves the pause record alone.", record.MaxPauseReasonLength),
 		Optional:   true,
-		Validators: []validator.String{domainStringRule{check: lockmodel.ValidateReason, what: fmt.Sprintf("one line of at most %d characters", lockmodel.MaxPauseReasonLength)}},
+		Validators: []validator.String{domainStringRule{check: record.ValidateReason, what: fmt.Sprintf("one line of at most %d characters", record.MaxPauseReasonLength)}},
 	}
 }
 
@@ -54,7 +54,7 @@ func (r *lockResource) pauseKeyOf(name types.String) types.String {
 	if r.data == nil || name.IsUnknown() {
 		return types.StringUnknown()
 	}
-	return types.StringValue(lockmodel.PauseKey(r.data.registryPrefix, name.ValueString()))
+	return types.StringValue(record.PauseKey(r.data.registryPrefix, name.ValueString()))
 }
 
 // applyPaused makes the pause record follow plan after a create or an
@@ -73,7 +73,7 @@ func (r *lockResource) applyPaused(ctx context.Context, plan lockResourceModel, 
 		if old != nil && old.Reason == plan.Paused.ValueString() {
 			return
 		}
-		p := lockmodel.Pause{Lock: name, Reason: plan.Paused.ValueString(), By: pausedBy, At: time.Now().UTC().Truncate(time.Second)}
+		p := record.Pause{Lock: name, Reason: plan.Paused.ValueString(), By: pausedBy, At: time.Now().UTC().Truncate(time.Second)}
 		if _, err := reg.WritePause(ctx, p, index); err != nil {
 			addConsulError(diags, "Cannot Pause Lock", err)
 		}
@@ -87,7 +87,7 @@ func (r *lockResource) applyPaused(ctx context.Context, plan lockResourceModel, 
 // readPaused refreshes paused when Terraform owns it (set in state): the
 // record's reason, or null when the lock is not paused.
 func (r *lockResource) readPaused(ctx context.Context, state *lockResourceModel, diags *diag.Diagnostics) {
-	state.PauseKey = types.StringValue(lockmodel.PauseKey(r.data.registryPrefix, state.Name.ValueString()))
+	state.PauseKey = types.StringValue(record.PauseKey(r.data.registryPrefix, state.Name.ValueString()))
 	if state.Paused.IsNull() {
 		return
 	}
@@ -118,6 +118,6 @@ func (r *lockResource) deletePaused(ctx context.Context, name string, diags *dia
 	if err := store.New(r.data.client).Registry(r.data.registryPrefix).DeletePause(ctx, name, 0); err != nil {
 		diags.AddWarning("Pause Record Left Behind",
 			fmt.Sprintf("The lock was destroyed but its pause record %s could not be deleted; delete it with consul kv delete.\n\n%s",
-				lockmodel.PauseKey(r.data.registryPrefix, name), err))
+				record.PauseKey(r.data.registryPrefix, name), err))
 	}
 }

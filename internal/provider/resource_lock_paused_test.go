@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/jobctl"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -32,7 +32,7 @@ func checkPauseRecord(t *testing.T, key, reason, by string) resource.TestCheckFu
 		case pair == nil:
 			return fmt.Errorf("pause record %s does not exist", key)
 		}
-		p, err := lockmodel.DecodePauseRecord(pair.Value)
+		p, err := record.DecodePauseRecord(pair.Value)
 		if err != nil || p.Reason != reason || p.By != by {
 			return fmt.Errorf("pause record %s: %+v, %v; want reason %q by %q", key, p, err, reason, by)
 		}
@@ -136,7 +136,7 @@ resource "consullock_lock" "test" {
   prefix = "%s/nightly"
   paused = %q
 }
-`, p, strings.Repeat("x", lockmodel.MaxPauseReasonLength+1)),
+`, p, strings.Repeat("x", record.MaxPauseReasonLength+1)),
 			ExpectError: regexp.MustCompile(`(?s)Invalid Paused.*paused:.*at most 512 characters`),
 		}},
 	})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -389,7 +390,7 @@ func (r *lockResource) runOncePlanWarnings(ctx context.Context, plan lockResourc
 	if err != nil || !found {
 		return
 	}
-	if p, err := lockmodel.DecodeSessionProfileRecord(rec.Value); err == nil {
+	if p, err := record.DecodeSessionProfileRecord(rec.Value); err == nil {
 		addWarnings(diags, lockmodel.RunOncePeriodWarnings(ro, p))
 	}
 }

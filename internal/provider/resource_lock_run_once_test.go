@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -28,7 +28,7 @@ func checkRunOnceRecord(t *testing.T, recordKey string, want *ledger.RunOnce) re
 		if pair == nil {
 			return fmt.Errorf("registry record %s does not exist", recordKey)
 		}
-		got, err := lockmodel.DecodeLockRecord(pair.Value)
+		got, err := record.DecodeLockRecord(pair.Value)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
@@ -144,7 +144,7 @@ resource "consullock_lock" "test" {
 	var since time.Time
 	sinceIs := func(same bool) resource.TestCheckFunc {
 		return func(*terraform.State) error {
-			got, err := lockmodel.DecodeLockRecord(kvPair(t, recordKey).Value)
+			got, err := record.DecodeLockRecord(kvPair(t, recordKey).Value)
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -126,7 +128,7 @@ func checkLockRecord(t *testing.T, recordKey string, want lockmodel.Lock) resour
 		if pair == nil {
 			return fmt.Errorf("registry record %s does not exist", recordKey)
 		}
-		got, err := lockmodel.DecodeLockRecord(pair.Value)
+		got, err := record.DecodeLockRecord(pair.Value)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
@@ -675,7 +677,7 @@ func TestAccLock_refusesIncompatibleExistingKey(t *testing.T) {
 	}
 	put(plainKey, 0, "app config")
 	put(semKey, lockmodel.SemaphoreFlagValue, `{"Limit":4,"Holders":{}}`)
-	otherRecord, err := lockmodel.EncodeLockRecord(lockmodel.Lock{Name: "taken", Prefix: p + "/elsewhere"})
+	otherRecord, err := record.EncodeLockRecord(lockmodel.Lock{Name: "taken", Prefix: p + "/elsewhere"})
 	if err != nil {
 		t.Fatal(err)
 	}

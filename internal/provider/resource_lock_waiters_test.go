@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -41,7 +43,7 @@ func checkWaitersRecord(t *testing.T, recordKey, want string) resource.TestCheck
 		case want != lockmodel.WaitersRace && string(raw) != fmt.Sprintf("%q", want):
 			return fmt.Errorf("registry record %s declares waiters %s; want %q: %s", recordKey, raw, want, pair.Value)
 		}
-		l, err := lockmodel.DecodeLockRecord(pair.Value)
+		l, err := record.DecodeLockRecord(pair.Value)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}

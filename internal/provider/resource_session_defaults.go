@@ -21,6 +21,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
@@ -383,7 +385,7 @@ func (m sessionDefaultsModel) record(ctx context.Context, diags *diag.Diagnostic
 	if diags.HasError() {
 		return p, nil
 	}
-	data, err := lockmodel.EncodeSessionProfileRecord(p)
+	data, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		addFieldErrors(diags, "Invalid Session Profile", err)
 		return p, nil
@@ -446,9 +448,9 @@ func (r *sessionDefaultsResource) Read(ctx context.Context, req resource.ReadReq
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
+	p, err := record.DecodeSessionProfileRecord(rec.Value)
 	switch {
-	case errors.Is(err, lockmodel.ErrNewerSchema):
+	case errors.Is(err, record.ErrNewerSchema):
 		resp.Diagnostics.AddError("Registry Record From A Newer consullock",
 			fmt.Sprintf("The record %s was written by a newer consullock and this provider will not overwrite it. Upgrade the provider.\n\n%s", rec.Key, err))
 		return
@@ -545,7 +547,7 @@ func (r *sessionDefaultsResource) ImportState(ctx context.Context, req resource.
 				name, r.data.registryPrefix, rec.Key))
 		return
 	}
-	p, err := lockmodel.DecodeSessionProfileRecord(rec.Value)
+	p, err := record.DecodeSessionProfileRecord(rec.Value)
 	if err != nil {
 		resp.Diagnostics.AddError("Unreadable Session Profile Record",
 			fmt.Sprintf("The record %s cannot be imported. Fix or delete it, then declare the profile.\n\n%s", rec.Key, err))

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -25,7 +27,7 @@ func checkProfileRecord(t *testing.T, recordKey string, want lockmodel.SessionPr
 		if pair == nil {
 			return fmt.Errorf("registry record %s does not exist", recordKey)
 		}
-		got, err := lockmodel.DecodeSessionProfileRecord(pair.Value)
+		got, err := record.DecodeSessionProfileRecord(pair.Value)
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
@@ -144,15 +146,15 @@ resource "consullock_session_defaults" "test" {
   name = "gone"
 }
 `
-	addr, record := "consullock_session_defaults.test", reg+"/session-defaults/gone"
+	addr, recordKey := "consullock_session_defaults.test", reg+"/session-defaults/gone"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             checkKeysGone(record),
+		CheckDestroy:             checkKeysGone(recordKey),
 		Steps: []resource.TestStep{
 			{Config: cfg},
 			{
 				PreConfig: func() {
-					if _, err := agent.Client().KV().Delete(record, nil); err != nil {
+					if _, err := agent.Client().KV().Delete(recordKey, nil); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -164,11 +166,11 @@ resource "consullock_session_defaults" "test" {
 			{
 				// A record edited out of band shows as drift and is put back.
 				PreConfig: func() {
-					data, err := lockmodel.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "gone", TTL: time.Hour, LockDelay: time.Second})
+					data, err := record.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "gone", TTL: time.Hour, LockDelay: time.Second})
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := agent.Client().KV().Put(&api.KVPair{Key: record, Value: data}, nil); err != nil {
+					if _, err := agent.Client().KV().Put(&api.KVPair{Key: recordKey, Value: data}, nil); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -179,7 +181,7 @@ resource "consullock_session_defaults" "test" {
 						plancheck.ExpectKnownValue(addr, tfjsonpath.New("ttl"), knownvalue.StringExact("15s")),
 					},
 				},
-				Check: checkProfileRecord(t, record, lockmodel.SessionProfile{
+				Check: checkProfileRecord(t, recordKey, lockmodel.SessionProfile{
 					Name: "gone", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorRelease,
 					NodeChecks: []string{"serfHealth"}, RenewEvery: 5 * time.Second,
 				}),
@@ -236,7 +238,7 @@ resource "consullock_session_defaults" "test" {
 func TestAccSessionDefaults_refusesDuplicateName(t *testing.T) {
 	p := testenv.UniquePrefix(t.Name())
 	reg := p + "/registry"
-	data, err := lockmodel.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "shared", TTL: 20 * time.Second, LockDelay: time.Second})
+	data, err := record.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "shared", TTL: 20 * time.Second, LockDelay: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -169,7 +170,7 @@ func backfill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		log.Error("usage error", "error", err.Error())
 		return ExitUsage
 	}
-	ledgerKey := lockmodel.RunLedgerKey(b.registry, b.lock)
+	ledgerKey := record.RunLedgerKey(b.registry, b.lock)
 	l, _, err := store.New(client).ReadLedger(ctx, ledgerKey, b.lock)
 	if err != nil {
 		log.Error("cannot read the run ledger", "ledger", ledgerKey, "error", err.Error())

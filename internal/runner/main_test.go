@@ -29,6 +29,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -458,13 +459,13 @@ func declareAt(t testing.TB, c *api.Client, l lockmodel.Lock, p *lockmodel.Sessi
 	kv := c.KV()
 	if p != nil {
 		l.SessionDefaults = p.Name
-		rec, err := lockmodel.EncodeSessionProfileRecord(*p)
+		rec, err := record.EncodeSessionProfileRecord(*p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		put(t, kv, lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, p.Name), rec, 0)
 	}
-	rec, err := lockmodel.EncodeLockRecord(l)
+	rec, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,11 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
-// Pause (lockmodel.Pause): a runner that finds its lock paused at start
+// Pause (record.Pause): a runner that finds its lock paused at start
 // does not run the command; a waiter leaves when the pause appears, and
 // its acquisition reads the pause record in its own transaction
 // (lockproto.WithBlockingKey): found there, the lock is given up and the
@@ -25,7 +25,7 @@ import (
 // release` does).
 
 // pausedError: the lock is paused; the command does not run.
-type pausedError struct{ p lockmodel.Pause }
+type pausedError struct{ p record.Pause }
 
 func (e pausedError) Error() string {
 	return fmt.Sprintf("lock %q is paused by %s since %s: %s", e.p.Lock, e.p.By, e.p.At.Format(time.RFC3339), e.p.Reason)
@@ -44,7 +44,7 @@ func (r *runner) checkPause(ctx context.Context) error {
 	switch {
 	case errors.Is(err, consul.ErrPermissionDenied):
 		r.log.Warn("cannot read the lock's pause record; running as if not paused. Add the key to the worker policy's read_keys (consullock_lock.pause_key)",
-			"pause_key", lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "error", err.Error())
+			"pause_key", record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "error", err.Error())
 		return nil
 	case err != nil:
 		return fmt.Errorf("read the pause record: %w", err)
@@ -55,7 +55,7 @@ func (r *runner) checkPause(ctx context.Context) error {
 }
 
 // logPaused says why the command did not run and returns the exit code.
-func (r *runner) logPaused(p lockmodel.Pause, when string) int {
+func (r *runner) logPaused(p record.Pause, when string) int {
 	r.log.Warn("the lock is paused; the command was not run"+when, "paused_by", p.By, "paused_at", p.At.Format(time.RFC3339),
 		"paused_for", p.PausedFor(r.cfg.clock.Now()).Round(time.Second).String(), "reason", p.Reason, "exit_code", r.cfg.exitIfPaused)
 	r.notStarted = HookPaused
@@ -64,10 +64,10 @@ func (r *runner) logPaused(p lockmodel.Pause, when string) int {
 
 // watchPause follows the pause record while the runner waits and sends
 // the pause when one appears. It returns when ctx ends or after sending.
-func (r *runner) watchPause(ctx context.Context, out chan<- lockmodel.Pause) {
-	r.followKey(ctx, r.watchClient, lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", 0, func(pair *api.KVPair, _ uint64) bool {
+func (r *runner) watchPause(ctx context.Context, out chan<- record.Pause) {
+	r.followKey(ctx, r.watchClient, record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", 0, func(pair *api.KVPair, _ uint64) bool {
 		if pair != nil {
-			if p, err := lockmodel.DecodePauseRecord(pair.Value); err == nil {
+			if p, err := record.DecodePauseRecord(pair.Value); err == nil {
 				out <- p
 				return false
 			}
@@ -84,7 +84,7 @@ func (s *supervisor) startPauseWatch(ctx context.Context) {
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	s.paused = make(chan lockmodel.Pause, 1)
+	s.paused = make(chan record.Pause, 1)
 	s.stopPause = func() { cancel(); <-done }
 	go func() {
 		defer close(done)
@@ -92,7 +92,7 @@ func (s *supervisor) startPauseWatch(ctx context.Context) {
 	}()
 }
 
-func (s *supervisor) pausedC() <-chan lockmodel.Pause {
+func (s *supervisor) pausedC() <-chan record.Pause {
 	if s.state != waiting || s.acq == nil {
 		return nil
 	}
@@ -100,6 +100,6 @@ func (s *supervisor) pausedC() <-chan lockmodel.Pause {
 }
 
 // onPaused: the lock was paused while this runner waited: it leaves.
-func (s *supervisor) onPaused(p lockmodel.Pause) (int, bool) {
+func (s *supervisor) onPaused(p record.Pause) (int, bool) {
 	return s.r.logPaused(p, "; stopped waiting"), true
 }

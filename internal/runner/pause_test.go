@@ -14,6 +14,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // workerToken is the token consullock_acl_policy renders for a run-once
@@ -29,7 +30,7 @@ func workerToken(t testing.TB, l lockmodel.Lock) string {
 		ReadKeys: []string{
 			lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, l.Name),
 			lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, l.SessionDefaults),
-			lockmodel.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name),
+			record.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name),
 		},
 	})
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
@@ -64,7 +65,7 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: "pause/" + uniqueName(t, "p"), RunOnce: &ledger.RunOnce{Period: time.Hour}},
 		fastProfile(t, time.Second))
 	token := workerToken(t, l)
-	record := filepath.Join(t.TempDir(), "record")
+	recordFile := filepath.Join(t.TempDir(), "record")
 	reason := "INC-1234: downstream billing outage"
 	if code, out := consullock(t, "pause", "pause", "-lock", l.Name, "-reason", reason, "-by", "alice@ops"); code != 0 || !strings.Contains(out, "paused lock "+l.Name) {
 		t.Fatalf("pause exited %d:\n%s", code, out)
@@ -75,7 +76,7 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pauseKey := lockmodel.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name)
+	pauseKey := record.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name)
 	if pair, _, err := worker.KV().Get(pauseKey, nil); err != nil || pair == nil {
 		t.Fatalf("worker reading %s: %v, %v", pauseKey, pair, err)
 	}
@@ -90,7 +91,7 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 		if i == 2 {
 			args = append(args, "-exit-code-if-paused", "120", "-on-outcome", hookRecorder(hook))
 		}
-		procs = append(procs, startRun(t, fmt.Sprintf("runner %d", i), token, args, childArgs(record, fmt.Sprint(i))...))
+		procs = append(procs, startRun(t, fmt.Sprintf("runner %d", i), token, args, childArgs(recordFile, fmt.Sprint(i))...))
 	}
 	for i, p := range procs {
 		want := 0
@@ -107,7 +108,7 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 			}
 		}
 	}
-	if runs := readRuns(t, record); len(runs) != 0 {
+	if runs := readRuns(t, recordFile); len(runs) != 0 {
 		t.Fatalf("the command ran %d times on a paused lock", len(runs))
 	}
 	requireNotStartedHook(t, hook, HookPaused, "r1")
@@ -121,14 +122,14 @@ func TestPause_pausedLockRunsNothingAndResumedRunsOnce(t *testing.T) {
 	procs = nil
 	for i := range 3 {
 		procs = append(procs, startRun(t, fmt.Sprintf("runner %d after resume", i), token, []string{"-lock", l.Name, "-run-id", "r1"},
-			childArgs(record, fmt.Sprint("resumed-", i))...))
+			childArgs(recordFile, fmt.Sprint("resumed-", i))...))
 	}
 	for _, p := range procs {
 		if code := p.wait(30 * time.Second); code != 0 {
 			t.Fatalf("%s exited %d:\n%s", p.name, code, p.out.String())
 		}
 	}
-	if runs := readRuns(t, record); len(runs) != 1 {
+	if runs := readRuns(t, recordFile); len(runs) != 1 {
 		t.Fatalf("after resume the command ran %d times, want once", len(runs))
 	}
 	if run := ledgerRun(t, l, "r1"); run.Outcome != ledger.RunSucceeded || len(run.Attempts) != 1 {
@@ -172,7 +173,7 @@ func TestJobControl_badInputWritesNothing(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"pause", "-lock", l.Name, "-reason", strings.Repeat("x", lockmodel.MaxPauseReasonLength+1)}, 2, "-reason: "},
+		{[]string{"pause", "-lock", l.Name, "-reason", strings.Repeat("x", record.MaxPauseReasonLength+1)}, 2, "-reason: "},
 		{[]string{"pause", "-lock", l.Name}, 2, "-reason: "},
 		{[]string{"pause", "-lock", "no-such-lock", "-reason", "x"}, 2, `-lock "no-such-lock"`},
 		{[]string{"resume", "-lock", "bad/name"}, 2, "-lock: "},
@@ -184,7 +185,7 @@ func TestJobControl_badInputWritesNothing(t *testing.T) {
 			t.Errorf("consullock %s: exit %d, want %d saying %q and that nothing was written:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
 		}
 	}
-	if pair, _, _ := agent.Client().KV().Get(lockmodel.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name), nil); pair != nil {
+	if pair, _, _ := agent.Client().KV().Get(record.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name), nil); pair != nil {
 		t.Fatalf("a pause record was written: %s", pair.Value)
 	}
 }
@@ -280,11 +281,11 @@ func TestPause_aHandOverReadsNoPauseRecordAfterTheLockOp(t *testing.T) {
 	t.Parallel()
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: uniqueName(t, "prefix")}, fastProfile(t, time.Second))
 	token := workerToken(t, l)
-	record := filepath.Join(t.TempDir(), "record")
-	a := startRun(t, "runner a", token, []string{"-lock", l.Name}, childArgs(record, "a", "-wait-stdin")...)
-	waitStarted(t, record, "a")
+	recordFile := filepath.Join(t.TempDir(), "record")
+	a := startRun(t, "runner a", token, []string{"-lock", l.Name}, childArgs(recordFile, "a", "-wait-stdin")...)
+	waitStarted(t, recordFile, "a")
 	proxy := newCountingProxy(t, nil, 0)
-	b := startRunAt(t, "runner b", proxy.addr, token, []string{"-lock", l.Name}, childArgs(record, "b")...)
+	b := startRunAt(t, "runner b", proxy.addr, token, []string{"-lock", l.Name}, childArgs(recordFile, "b")...)
 	proxy.waitBlocking(t, l.Key)
 	a.closeStdin()
 	if code := a.wait(time.Minute); code != 0 {
@@ -298,7 +299,7 @@ func TestPause_aHandOverReadsNoPauseRecordAfterTheLockOp(t *testing.T) {
 	if lockOp < 0 {
 		t.Fatalf("runner b sent no lock transaction: %q", requests)
 	}
-	pauseKey := lockmodel.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name)
+	pauseKey := record.PauseKey(lockmodel.DefaultRegistryPrefix, l.Name)
 	for _, r := range requests[lockOp:] {
 		if strings.HasPrefix(r, "GET /v1/kv/"+pauseKey+"?") && !strings.Contains(r, "index=") {
 			t.Fatalf("runner b read the pause record after its lock transaction (%q); requests: %q", r, requests)

@@ -30,6 +30,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // Main runs `consullock run` with args (the words after "run") and returns
@@ -283,7 +284,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			opts = append(opts, lockproto.WithTry())
 		}
 		if r.pauseReadable {
-			opts = append(opts, lockproto.WithBlockingKey(lockmodel.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)))
+			opts = append(opts, lockproto.WithBlockingKey(record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)))
 		}
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),

@@ -15,6 +15,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -177,7 +178,7 @@ func (r *runner) resolveRun() error {
 		}
 	}
 	r.once = &runOnce{id: id, maxAttempts: spec.MaxAttempts, keep: spec.Keep, scheduled: scheduled, policy: spec.Policy(),
-		ledgerKey: lockmodel.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName), trigger: trigger}
+		ledgerKey: record.RunLedgerKey(r.cfg.registryPrefix, r.cfg.lockName), trigger: trigger}
 	r.once.policy.Backfill = r.backfill
 	r.log.Info("run once", "run_id", id, "from", from, "max_attempts", spec.MaxAttempts, "ledger", r.once.ledgerKey)
 	return nil
@@ -471,9 +472,9 @@ const (
 // ledger shows the run done or a pause appears. Only a run-once mutex
 // whose waiters race waits so (a queued waiter needs its session for its
 // place in line). The time it waits counts against -timeout.
-func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait, lockmodel.Pause) {
+func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait, record.Pause) {
 	if r.lock.IsSemaphore() || r.lock.Queued() {
-		return keyFree, lockmodel.Pause{}
+		return keyFree, record.Pause{}
 	}
 	if r.waitStart.IsZero() {
 		r.waitStart = time.Now()
@@ -485,7 +486,7 @@ func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait
 	defer cancel()
 	fctx, stop := context.WithCancel(wctx)
 	ended := make(chan keyWait, 3)
-	paused := make(chan lockmodel.Pause, 1)
+	paused := make(chan record.Pause, 1)
 	var wg sync.WaitGroup
 	for _, follow := range []func(){
 		func() { ended <- r.followHeldKey(fctx) },
@@ -509,11 +510,11 @@ func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait
 	}
 	switch {
 	case ctx.Err() != nil:
-		return keyFree, lockmodel.Pause{}
+		return keyFree, record.Pause{}
 	case wctx.Err() != nil:
-		return keyTimedOut, lockmodel.Pause{}
+		return keyTimedOut, record.Pause{}
 	}
-	return w, lockmodel.Pause{}
+	return w, record.Pause{}
 }
 
 // followHeldKey follows the lock key: keyFree when it is free at the first

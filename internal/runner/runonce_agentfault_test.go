@@ -8,6 +8,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -77,16 +78,16 @@ func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
 			l := declareClusterRunOnce(t, c, agentFaultProfile, lockmodel.Lock{Name: "agent-" + fault.name,
 				Prefix: "jobs/agent-" + fault.name, RunOnce: &ledger.RunOnce{Period: time.Hour}})
 			id := "agent-" + fault.name
-			record := filepath.Join(t.TempDir(), "record")
+			recordFile := filepath.Join(t.TempDir(), "record")
 			args := []string{"-lock", l.Name, "-run-id", id, "-grace", agentFaultGrace.String()}
 			victim := c.Clients[0]
 			a := startRunAt(t, "runner a on "+victim.Name, victim.Addr, c.ManagementToken, args,
-				childArgs(record, "a", "-sleep", "5m")...)
-			waitStarted(t, record, "a")
+				childArgs(recordFile, "a", "-sleep", "5m")...)
+			waitStarted(t, recordFile, "a")
 			var waiters []*proc
 			for _, node := range c.Clients[1:] {
 				p := startRunAt(t, "runner on "+node.Name, node.Addr, c.ManagementToken, args,
-					childArgs(record, node.Name, "-sleep", "500ms")...)
+					childArgs(recordFile, node.Name, "-sleep", "500ms")...)
 				waitOutput(t, p, "waiting for the lock")
 				waiters = append(waiters, p)
 			}
@@ -121,12 +122,12 @@ func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
 			// handled once the agent runs again: watch the ledger a while.
 			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 				if _, now := clusterLedger(t, c, l.Name); now.ModifyIndex != pair.ModifyIndex {
-					after, _ := lockmodel.DecodeLedger(now.Value)
+					after, _ := record.DecodeLedger(now.Value)
 					t.Fatalf("the ledger was written after the new holder's success (index %d -> %d): %+v", pair.ModifyIndex, now.ModifyIndex, after)
 				}
 			}
 
-			runs := readRuns(t, record)
+			runs := readRuns(t, recordFile)
 			var old, success *childRun
 			for _, r := range runs {
 				if r.runID != id {

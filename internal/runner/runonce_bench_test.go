@@ -14,6 +14,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // BenchmarkRunOnceWaiterExit measures how fast waiters leave once a run
@@ -99,7 +100,7 @@ func waitSucceeded(b testing.TB, l lockmodel.Lock, id string) time.Time {
 			return now
 		}
 		if pair != nil {
-			if led, err := lockmodel.DecodeLedger(pair.Value); err == nil {
+			if led, err := record.DecodeLedger(pair.Value); err == nil {
 				if i := led.Find(id); i >= 0 && led.Runs[i].Outcome == ledger.RunSucceeded {
 					return now
 				}

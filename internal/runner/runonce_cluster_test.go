@@ -13,6 +13,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -142,13 +143,13 @@ func declareClusterRunOnce(t *testing.T, c *testenv.Cluster, profile lockmodel.S
 			t.Fatal(err)
 		}
 	}
-	rec, err := lockmodel.EncodeSessionProfileRecord(profile)
+	rec, err := record.EncodeSessionProfileRecord(profile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindSessionDefaults, profile.Name), rec, 0)
 	l.SessionDefaults = profile.Name
-	if rec, err = lockmodel.EncodeLockRecord(l); err != nil {
+	if rec, err = record.EncodeLockRecord(l); err != nil {
 		t.Fatal(err)
 	}
 	put(lockmodel.RegistryKey(lockmodel.DefaultRegistryPrefix, lockmodel.KindLock, l.Name), rec, 0)
@@ -215,13 +216,13 @@ func clusterLedger(t *testing.T, c *testenv.Cluster, lock string) (ledger.Ledger
 	},
 		func() error {
 			var err error
-			pair, _, err = c.Clients[1].Client().KV().Get(lockmodel.RunLedgerKey(lockmodel.DefaultRegistryPrefix, lock), &api.QueryOptions{RequireConsistent: true})
+			pair, _, err = c.Clients[1].Client().KV().Get(record.RunLedgerKey(lockmodel.DefaultRegistryPrefix, lock), &api.QueryOptions{RequireConsistent: true})
 			return err
 		})
 	if err != nil || pair == nil {
 		t.Fatalf("read the ledger: %v (pair %v)", err, pair)
 	}
-	ledger, err := lockmodel.DecodeLedger(pair.Value)
+	ledger, err := record.DecodeLedger(pair.Value)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -108,10 +109,10 @@ func healDropping(t testing.TB, link *testenv.Link) *testenv.Link {
 func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
-	record := filepath.Join(t.TempDir(), "record")
+	recordFile := filepath.Join(t.TempDir(), "record")
 	proxy := newOutageProxy(t, failsTxn)
-	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "a", "-wait-stdin")...)
-	waitStarted(t, record, "a")
+	a := startRunAt(t, "runner a", proxy.addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(recordFile, "a", "-wait-stdin")...)
+	waitStarted(t, recordFile, "a")
 	proxy.failing.Store(true)
 	a.closeStdin()
 	waitOutput(t, a, "cannot record the run's outcome yet")
@@ -122,7 +123,7 @@ func TestRunOnce_anOutcomeThatCannotBeRecordedExits120(t *testing.T) {
 	}
 	run := &led.Runs[i]
 	run.Attempts[0].Outcome, run.Attempts[0].Finished, run.Outcome = ledger.RunCrashed, time.Now(), ledger.RunCrashed
-	value, err := lockmodel.EncodeLedger(led)
+	value, err := record.EncodeLedger(led)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -49,7 +50,7 @@ session %q { policy = "write" }
 }
 
 func ledgerKey(l lockmodel.Lock) string {
-	return lockmodel.RunLedgerKey(lockmodel.DefaultRegistryPrefix, l.Name)
+	return record.RunLedgerKey(lockmodel.DefaultRegistryPrefix, l.Name)
 }
 
 // readLedger reads the lock's ledger consistently; ok is false when there
@@ -63,7 +64,7 @@ func readLedger(t testing.TB, l lockmodel.Lock) (ledger.Ledger, *api.KVPair) {
 	if pair == nil {
 		return ledger.Ledger{}, nil
 	}
-	led, err := lockmodel.DecodeLedger(pair.Value)
+	led, err := record.DecodeLedger(pair.Value)
 	if err != nil {
 		t.Fatalf("ledger: %v", err)
 	}
@@ -285,12 +286,12 @@ func TestRunOnce_maxAttemptsReachedExits121WithoutRunning(t *testing.T) {
 func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
-	record := filepath.Join(t.TempDir(), "record")
-	holder := startRun(t, "holder of another run", token, []string{"-lock", l.Name, "-run-id", "other"}, childArgs(record, "holder", "-wait-stdin")...)
-	waitStarted(t, record, "holder")
+	recordFile := filepath.Join(t.TempDir(), "record")
+	holder := startRun(t, "holder of another run", token, []string{"-lock", l.Name, "-run-id", "other"}, childArgs(recordFile, "holder", "-wait-stdin")...)
+	waitStarted(t, recordFile, "holder")
 	args := []string{"-lock", l.Name, "-run-id", "r1"}
-	b := startRun(t, "runner b", token, append(args, "-exit-code-if-done", "122"), childArgs(record, "b")...)
-	c := startRun(t, "runner c", token, args, childArgs(record, "c")...)
+	b := startRun(t, "runner b", token, append(args, "-exit-code-if-done", "122"), childArgs(recordFile, "b")...)
+	c := startRun(t, "runner c", token, args, childArgs(recordFile, "c")...)
 	waitOutput(t, b, "holder_session=")
 	waitOutput(t, c, "holder_session=")
 
@@ -299,7 +300,7 @@ func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 	led.Runs = append(led.Runs, ledger.Run{ID: "r1", Outcome: ledger.RunSucceeded, Attempts: []ledger.Attempt{{
 		Number: 1, Node: "node-that-ran-it", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7,
 		Started: finished.Add(-time.Second), Finished: finished, ExitCode: new(int), Outcome: ledger.RunSucceeded}}})
-	value, err := lockmodel.EncodeLedger(led)
+	value, err := record.EncodeLedger(led)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,14 +317,14 @@ func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 			t.Fatalf("%s does not say it saw the success while waiting, and who ran it:\n%s", p.name, out)
 		}
 	}
-	if pair := waitKey(t, l.Key, time.Second, heldByOther("")); pair.Session != readRuns(t, record)[0].session {
+	if pair := waitKey(t, l.Key, time.Second, heldByOther("")); pair.Session != readRuns(t, recordFile)[0].session {
 		t.Fatalf("the holder lost the lock: %+v", pair)
 	}
 	holder.closeStdin()
 	if code := holder.wait(time.Minute); code != 0 {
 		t.Fatalf("holder exited %d", code)
 	}
-	if runs := readRuns(t, record); len(runs) != 1 {
+	if runs := readRuns(t, recordFile); len(runs) != 1 {
 		t.Fatalf("%d executions, want only the holder's", len(runs))
 	}
 }
@@ -334,8 +335,8 @@ func TestRunOnce_waitersLeaveWhenTheRunSucceeds(t *testing.T) {
 func TestRunOnce_corruptLedgerIsAnErrorAndNothingRuns(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
-	record := filepath.Join(t.TempDir(), "record")
-	good, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{ID: "r0", Outcome: ledger.RunSucceeded,
+	recordFile := filepath.Join(t.TempDir(), "record")
+	good, err := record.EncodeLedger(ledger.Ledger{Lock: l.Name, Runs: []ledger.Run{{ID: "r0", Outcome: ledger.RunSucceeded,
 		Attempts: []ledger.Attempt{{Number: 1, Node: "n", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 7, Started: time.Now(), Finished: time.Now(),
 			ExitCode: new(int), Outcome: ledger.RunSucceeded}}}}})
 	if err != nil {
@@ -353,7 +354,7 @@ func TestRunOnce_corruptLedgerIsAnErrorAndNothingRuns(t *testing.T) {
 		if _, err := kv.Put(&api.KVPair{Key: ledgerKey(l), Value: tc.value}, nil); err != nil {
 			t.Fatal(err)
 		}
-		p := startRun(t, "runner "+tc.name, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, tc.name)...)
+		p := startRun(t, "runner "+tc.name, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(recordFile, tc.name)...)
 		if code := p.wait(time.Minute); code != ExitSetup {
 			t.Fatalf("%s: exited %d, want %d:\n%s", tc.name, code, ExitSetup, p.out.String())
 		}
@@ -364,7 +365,7 @@ func TestRunOnce_corruptLedgerIsAnErrorAndNothingRuns(t *testing.T) {
 			t.Fatalf("%s: the ledger was rewritten: %s", tc.name, pair.Value)
 		}
 	}
-	if runs := readRuns(t, record); len(runs) != 0 {
+	if runs := readRuns(t, recordFile); len(runs) != 0 {
 		t.Fatalf("%d executions on a corrupt ledger, want 0", len(runs))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -134,7 +135,7 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
 			return false
 		}
-		value, err := lockmodel.EncodeLedger(next.Prune(run.keep, run.id))
+		value, err := record.EncodeLedger(next.Prune(run.keep, run.id))
 		if err != nil {
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
 			return false

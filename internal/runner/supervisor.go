@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -93,7 +93,7 @@ type supervisor struct {
 	timeout   *time.Timer // -timeout while waiting; nil without one
 	// paused brings a pause seen while waiting (pause.go); stopPause
 	// ends that watch.
-	paused    chan lockmodel.Pause
+	paused    chan record.Pause
 	stopPause func()
 
 	// Run once: the waiter's watch of the ledger, and the decision.

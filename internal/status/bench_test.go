@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -30,7 +32,7 @@ func BenchmarkStatus(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _, _ = c.Session().Destroy(sess, nil) })
-			prof, _ := lockmodel.EncodeSessionProfileRecord(strict)
+			prof, _ := record.EncodeSessionProfileRecord(strict)
 			ops := api.KVTxnOps{{Verb: api.KVSet, Key: lockmodel.RegistryKey(registry, lockmodel.KindSessionDefaults, "strict"), Value: prof}}
 			flush := func(force bool) {
 				if len(ops) == 0 || (!force && len(ops) < 64) {
@@ -43,7 +45,7 @@ func BenchmarkStatus(b *testing.B) {
 			}
 			for i := range n {
 				l := lockmodel.Lock{Name: fmt.Sprintf("lock-%05d", i), Prefix: fmt.Sprintf("%s/g%02d/lock-%05d", prefix, i%20, i), SessionDefaults: "strict"}
-				rec, err := lockmodel.EncodeLockRecord(l)
+				rec, err := record.EncodeLockRecord(l)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // TestStatusShowsNotBeforeAndKeptOutput: a run waiting for retry_after
@@ -23,11 +24,11 @@ func TestStatusShowsNotBeforeAndKeptOutput(t *testing.T) {
 		NotBefore: t0.Add(2 * time.Minute), Attempts: []ledger.Attempt{{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7",
 			FencingToken: 40, Started: t0, Finished: t0.Add(time.Minute), ExitCode: &exit, Outcome: ledger.RunTimedOut,
 			Output: "loading 1/2\nupstream timed out\n", Stdout: "rows: 120\n"}}}}}
-	rec, err := lockmodel.EncodeLedger(ledger)
+	rec, err := record.EncodeLedger(ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), rec)
+	f.put(record.RunLedgerKey(f.registry, "nightly"), rec)
 
 	_, rep := f.report()
 	n := lockByName(t, rep, "nightly")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // A paused lock shows PAUSED with its reason in the table, who (with the
@@ -23,20 +24,20 @@ func TestStatusPausedAndReleased(t *testing.T) {
 
 	at := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
 	const alice, bob = "5f0c1e2a-0c1f-4d47-a1a8-6b0f2a9d8e01", "7a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
-	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "nightly", Reason: "INC-1: billing outage", By: "alice@ops", At: at, Accessor: alice})
+	rec, err := record.EncodePauseRecord(record.Pause{Lock: "nightly", Reason: "INC-1: billing outage", By: "alice@ops", At: at, Accessor: alice})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.put(lockmodel.PauseKey(f.registry, "nightly"), rec)
+	f.put(record.PauseKey(f.registry, "nightly"), rec)
 	ledger := ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{{ID: "r1", Outcome: ledger.RunReleased, Attempts: []ledger.Attempt{
 		{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(-time.Hour),
 			Finished: at, Outcome: ledger.RunReleased, ReleasedBy: "bob@ops", ReleasedByAccessor: bob, Reason: "stuck on NFS"},
 	}}}}
-	lrec, err := lockmodel.EncodeLedger(ledger)
+	lrec, err := record.EncodeLedger(ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), lrec)
+	f.put(record.RunLedgerKey(f.registry, "nightly"), lrec)
 
 	code, rep := f.report()
 	if code != ExitOK || len(rep.BadRecords) != 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -38,7 +39,7 @@ type declarations struct {
 	ledgers map[string]ledger.Ledger
 	// pauses are the locks' pause records (<registry>/pauses/<lock>), by
 	// lock name, from the same listing.
-	pauses map[string]lockmodel.Pause
+	pauses map[string]record.Pause
 }
 
 // world is what one read saw: declarations, the key listings by prefix and
@@ -109,7 +110,7 @@ func (w *world) holderService(name, session string) *holderInstance {
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
 		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]ledger.Ledger{},
-		pauses: map[string]lockmodel.Pause{}}
+		pauses: map[string]record.Pause{}}
 	for _, p := range pairs {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(p.Key, prefix+"/"), "/")
 		if !ok || name == "" || strings.Contains(name, "/") {
@@ -117,7 +118,7 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 		}
 		switch kind {
 		case lockmodel.KindLock:
-			l, err := lockmodel.DecodeLockRecord(p.Value)
+			l, err := record.DecodeLockRecord(p.Value)
 			if err != nil {
 				d.bad[p.Key] = err.Error()
 				continue
@@ -125,7 +126,7 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 			d.locks[l.Name] = l
 			d.lockIndex[l.Name] = p.ModifyIndex
 		case lockmodel.KindSessionDefaults:
-			s, err := lockmodel.DecodeSessionProfileRecord(p.Value)
+			s, err := record.DecodeSessionProfileRecord(p.Value)
 			if err != nil {
 				d.bad[p.Key] = err.Error()
 				continue
@@ -133,7 +134,7 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 			d.profiles[s.Name] = s
 			d.profileIndex[s.Name] = p.ModifyIndex
 		case lockmodel.KindRuns:
-			l, err := lockmodel.DecodeLedger(p.Value)
+			l, err := record.DecodeLedger(p.Value)
 			if err == nil && l.Lock != name {
 				err = fmt.Errorf("run ledger of lock %q stored under the name %q", l.Lock, name)
 			}
@@ -143,7 +144,7 @@ func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
 			}
 			d.ledgers[name] = l
 		case lockmodel.KindPauses:
-			ps, err := lockmodel.DecodePauseRecord(p.Value)
+			ps, err := record.DecodePauseRecord(p.Value)
 			if err == nil && ps.Lock != name {
 				err = fmt.Errorf("pause record of lock %q stored under the name %q", ps.Lock, name)
 			}

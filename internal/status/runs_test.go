@@ -7,6 +7,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // TestStatusLastRunAndHistory: a run-once lock's ledger shows as the LAST
@@ -39,11 +40,11 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 				Finished: t0.Add(-23 * time.Hour), ExitCode: &three, Outcome: ledger.RunSucceeded},
 		}},
 	}}
-	rec, err := lockmodel.EncodeLedger(ledger)
+	rec, err := record.EncodeLedger(ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), rec)
+	f.put(record.RunLedgerKey(f.registry, "nightly"), rec)
 
 	code, rep := f.report()
 	if code != ExitOK || len(rep.BadRecords) != 0 {
@@ -82,7 +83,7 @@ func TestStatusLastRunAndHistory(t *testing.T) {
 		t.Fatalf("-json -lock runs %+v", detail.Runs)
 	}
 
-	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), []byte(`{"kind":"run_ledger"`))
+	f.put(record.RunLedgerKey(f.registry, "nightly"), []byte(`{"kind":"run_ledger"`))
 	_, rep = f.report()
 	if len(rep.BadRecords) != 1 || !strings.Contains(rep.BadRecords[0].Key, "/runs/nightly") || lockByName(t, rep, "nightly").LastRun != nil {
 		t.Fatalf("a corrupted ledger: bad records %+v", rep.BadRecords)
@@ -109,11 +110,11 @@ func TestStatusNextAndMissedSlots(t *testing.T) {
 			{Number: 1, Node: "node-a", Session: "0b6e1f0a-6d2b-4bbf-9f43-3c1bd2b1f0a7", FencingToken: 40, Started: at.Add(time.Minute),
 				Finished: at.Add(2 * time.Minute), ExitCode: &zero, Outcome: ledger.RunSucceeded}}}
 	}
-	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{ran(slot(2)), ran(slot(5))}})
+	rec, err := record.EncodeLedger(ledger.Ledger{Lock: "nightly", Runs: []ledger.Run{ran(slot(2)), ran(slot(5))}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.put(lockmodel.RunLedgerKey(f.registry, "nightly"), rec)
+	f.put(record.RunLedgerKey(f.registry, "nightly"), rec)
 
 	_, rep := f.report()
 	n := lockByName(t, rep, "nightly")

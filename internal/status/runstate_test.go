@@ -8,6 +8,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // daily is a run_once lock's slot n days before the latest one (00:00 UTC
@@ -40,11 +41,11 @@ func dailyRun(daysBefore int, outcomes ...ledger.RunOutcome) ledger.Run {
 
 func (f *fixture) ledger(lock string, runs ...ledger.Run) {
 	f.t.Helper()
-	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: lock, Runs: runs})
+	rec, err := record.EncodeLedger(ledger.Ledger{Lock: lock, Runs: runs})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.put(lockmodel.RunLedgerKey(f.registry, lock), rec)
+	f.put(record.RunLedgerKey(f.registry, lock), rec)
 }
 
 // TestStatusRunStateNeedsAttention: a run whose 3 of 3 attempts failed
@@ -99,11 +100,11 @@ func TestStatusRunStateNeedsAttention(t *testing.T) {
 	}
 
 	// Paused: PAUSED, and its missed slots do not fail status.
-	rec, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "never", Reason: "INC-7", By: "alice@ops", At: declared})
+	rec, err := record.EncodePauseRecord(record.Pause{Lock: "never", Reason: "INC-7", By: "alice@ops", At: declared})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.put(lockmodel.PauseKey(f.registry, "never"), rec)
+	f.put(record.PauseKey(f.registry, "never"), rec)
 	code, rep = f.report()
 	if never := lockByName(t, rep, "never"); code != ExitOK || never.RunState == nil || *never.RunState != RunStatePaused {
 		t.Fatalf("paused: exit %d, run_state %v; want paused, exit 0", code, never.RunState)

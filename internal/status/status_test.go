@@ -23,6 +23,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -60,7 +61,7 @@ func (f *fixture) put(key string, value []byte) {
 
 func (f *fixture) profile(p lockmodel.SessionProfile) {
 	f.t.Helper()
-	rec, err := lockmodel.EncodeSessionProfileRecord(p)
+	rec, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func (f *fixture) profile(p lockmodel.SessionProfile) {
 func (f *fixture) lock(l lockmodel.Lock, noKey bool) lockmodel.Lock {
 	f.t.Helper()
 	l.Prefix = f.prefix + "/" + l.Name
-	rec, err := lockmodel.EncodeLockRecord(l)
+	rec, err := record.EncodeLockRecord(l)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -631,7 +632,7 @@ func TestStatusPendingApplyIsNotDrift(t *testing.T) {
 
 	// The apply: declaration, then key. Out of band: the other key.
 	sem.Limit = 5
-	rec, _ := lockmodel.EncodeLockRecord(sem)
+	rec, _ := record.EncodeLockRecord(sem)
 	f.put(lockmodel.RegistryKey(f.registry, lockmodel.KindLock, sem.Name), rec)
 	for _, k := range []struct {
 		l     lockmodel.Lock
@@ -707,7 +708,7 @@ func TestStatusWatchShowsAPendingApplyThenDrift(t *testing.T) {
 
 	// An apply writes the declaration and never the key.
 	sem.Limit = 5
-	rec, _ := lockmodel.EncodeLockRecord(sem)
+	rec, _ := record.EncodeLockRecord(sem)
 	declared := time.Now()
 	f.put(lockmodel.RegistryKey(f.registry, lockmodel.KindLock, sem.Name), rec)
 	l := frame()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
@@ -44,7 +45,7 @@ func DecodeLedgerPair(key, lock string, pair *api.KVPair) (ledger.Ledger, uint64
 	if pair == nil {
 		return ledger.Ledger{Lock: lock}, 0, nil
 	}
-	l, err := lockmodel.DecodeLedger(pair.Value)
+	l, err := record.DecodeLedger(pair.Value)
 	if err != nil {
 		return ledger.Ledger{}, 0, fmt.Errorf("run ledger %s: %w", key, err)
 	}
@@ -79,7 +80,7 @@ type LedgerWrite struct {
 // ledger unchanged while the session still holds the lock is sent again;
 // anything else is a conflict or a lost fence.
 func (c Store) BeginRun(ctx context.Context, w LedgerWrite) (uint64, error) {
-	value, err := lockmodel.EncodeLedger(w.Ledger)
+	value, err := record.EncodeLedger(w.Ledger)
 	if err != nil {
 		return 0, err
 	}
@@ -107,7 +108,7 @@ type RunRelease struct {
 // lock-delay. It returns the ledger's new ModifyIndex. Errors as BeginRun's;
 // on any error the lock was not released by this call.
 func (c Store) FinishRunAndRelease(ctx context.Context, r RunRelease) (uint64, error) {
-	value, err := lockmodel.EncodeLedger(r.Ledger)
+	value, err := record.EncodeLedger(r.Ledger)
 	if err != nil {
 		return 0, err
 	}
@@ -186,7 +187,7 @@ func (c Store) ledgerTxn(ctx context.Context, op string, w LedgerWrite, value []
 // returns false to write nothing (then EditLedger reports false, nil).
 // It reports whether the edit was written.
 func (c Store) EditLedger(ctx context.Context, registry, lock string, tries int, edit func(ledger.Ledger) (ledger.Ledger, bool)) (bool, error) {
-	key := lockmodel.RunLedgerKey(registry, lock)
+	key := record.RunLedgerKey(registry, lock)
 	for range tries {
 		l, index, err := c.ReadLedger(ctx, key, lock)
 		if err != nil {
@@ -196,7 +197,7 @@ func (c Store) EditLedger(ctx context.Context, registry, lock string, tries int,
 		if !ok {
 			return false, nil
 		}
-		value, err := lockmodel.EncodeLedger(out)
+		value, err := record.EncodeLedger(out)
 		if err != nil {
 			return false, err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
@@ -30,7 +31,7 @@ func newLedgerFixture(t *testing.T) *ledgerFixture {
 	t.Helper()
 	c := newClient(t, agent.ManagementToken)
 	p := testenv.UniquePrefix(t.Name())
-	f := &ledgerFixture{c: c, lockKey: p + "/job/.lock", ledgerKey: lockmodel.RunLedgerKey(p+"/reg", "job"), value: []byte(`{"node":"worker-1"}`)}
+	f := &ledgerFixture{c: c, lockKey: p + "/job/.lock", ledgerKey: record.RunLedgerKey(p+"/reg", "job"), value: []byte(`{"node":"worker-1"}`)}
 	session := func() string {
 		id, _, err := agent.Client().Session().Create(&api.SessionEntry{TTL: "60s", LockDelay: 0, Checks: []string{}}, nil)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 
+	"github.com/consullock/terraform-provider-consullock/internal/record"
+
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
@@ -441,7 +443,7 @@ func (c Store) createLock(ctx context.Context, a LockApply) (*LockApplied, error
 		}
 		if res.OK {
 			if a.ProfileKey != "" && res.Profile != nil {
-				if _, err := lockmodel.DecodeSessionProfileRecord(res.Profile.Value); err != nil {
+				if _, err := record.DecodeSessionProfileRecord(res.Profile.Value); err != nil {
 					out.LeftBehind = !c.undoCreate(ctx, ch, res, adopted)
 					return out, &UnreadableProfileError{Key: res.Profile.Key, Err: err}
 				}
@@ -485,9 +487,9 @@ func claimRecord(rec *StoredRecord, l lockmodel.Lock) (index uint64, replaced, e
 	if rec == nil {
 		return 0, nil, nil
 	}
-	decl, err := lockmodel.DecodeLockRecord(rec.Value)
+	decl, err := record.DecodeLockRecord(rec.Value)
 	switch {
-	case errors.Is(err, lockmodel.ErrNewerSchema):
+	case errors.Is(err, record.ErrNewerSchema):
 		return 0, nil, &NewerRecordError{RecordKey: rec.Key, Err: err}
 	case err != nil:
 		return rec.ModifyIndex, err, nil
@@ -692,7 +694,7 @@ func (c Store) recordStillOurs(ctx context.Context, ch *LockChange, l lockmodel.
 		ch.Record = RecordLeave
 		return nil
 	}
-	if decl, derr := lockmodel.DecodeLockRecord(rec.Value); derr == nil && decl.Key != l.Key {
+	if decl, derr := record.DecodeLockRecord(rec.Value); derr == nil && decl.Key != l.Key {
 		ch.Record, out.RecordLeftFor = RecordLeave, decl.Key
 		return nil
 	}

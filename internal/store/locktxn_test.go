@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
@@ -123,7 +125,7 @@ func holdLock(t *testing.T, c Store, p string, lockDelay time.Duration) (lockmod
 	ctx := context.Background()
 	l := lockmodel.Lock{Name: "job", Prefix: p + "/job", Key: p + "/job/.lock", Limit: 1}
 	recordKey := p + "/registry/locks/job"
-	data, err := lockmodel.EncodeLockRecord(l)
+	data, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +246,7 @@ func TestApplyLock_forceDeleteOfSemaphoreKeepsTableForHoldersLockDelay(t *testin
 	p := testenv.UniquePrefix(t.Name())
 	l := lockmodel.Lock{Name: "pool", Prefix: p + "/pool", Key: p + "/pool/.lock", Limit: 2}
 	recordKey := p + "/registry/locks/pool"
-	data, err := lockmodel.EncodeLockRecord(l)
+	data, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,18 @@ import (
 	"context"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
-// Pause records (lockmodel.Pause) at <registry>/pauses/<lock>: written by
+// Pause records (record.Pause) at <registry>/pauses/<lock>: written by
 // `consullock pause` and the provider (consullock_lock.paused), read by
 // runners and status.
 
 // ReadPause reads lock's pause record consistently: nil when the lock is
 // not paused. index is the record's ModifyIndex (0 when absent), for a
 // check-and-set write or delete.
-func (r *Registry) ReadPause(ctx context.Context, lock string) (p *lockmodel.Pause, index uint64, err error) {
+func (r *Registry) ReadPause(ctx context.Context, lock string) (p *record.Pause, index uint64, err error) {
 	// One GET ?consistent, not the batched read transaction: a runner
 	// sends it at start and after acquiring, and a token that may not read
 	// the key gets a plain 403.
@@ -21,7 +23,7 @@ func (r *Registry) ReadPause(ctx context.Context, lock string) (p *lockmodel.Pau
 	if err != nil || !found {
 		return nil, 0, err
 	}
-	got, err := lockmodel.DecodePauseRecord(rec.Value)
+	got, err := record.DecodePauseRecord(rec.Value)
 	if err != nil {
 		return nil, rec.ModifyIndex, err
 	}
@@ -30,8 +32,8 @@ func (r *Registry) ReadPause(ctx context.Context, lock string) (p *lockmodel.Pau
 
 // WritePause writes p's record if its ModifyIndex is still expectIndex (0:
 // only if the lock is not paused).
-func (r *Registry) WritePause(ctx context.Context, p lockmodel.Pause, expectIndex uint64) (uint64, error) {
-	b, err := lockmodel.EncodePauseRecord(p)
+func (r *Registry) WritePause(ctx context.Context, p record.Pause, expectIndex uint64) (uint64, error) {
+	b, err := record.EncodePauseRecord(p)
 	if err != nil {
 		return 0, err
 	}

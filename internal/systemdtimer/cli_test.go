@@ -17,6 +17,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func declare(t *testing.T, locks ...lockmodel.Lock) string {
 			t.Fatal(err)
 		}
 	}
-	prof, err := lockmodel.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: time.Second})
+	prof, err := record.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: time.Second})
 	put(lockmodel.RegistryKey(registry, lockmodel.KindSessionDefaults, "p"), prof, err)
 	for _, l := range locks {
 		l.Prefix, l.SessionDefaults = p+"/jobs/"+l.Name, "p"
@@ -51,7 +52,7 @@ func declare(t *testing.T, locks ...lockmodel.Lock) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := lockmodel.EncodeLockRecord(n)
+		rec, err := record.EncodeLockRecord(n)
 		put(lockmodel.RegistryKey(registry, lockmodel.KindLock, l.Name), rec, err)
 	}
 	return registry

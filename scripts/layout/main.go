@@ -134,7 +134,7 @@ func (m *measurer) file(path, dir string) error {
 			if x.Sel.Name == "WithDefaults" {
 				m.f.WithDefaults++
 			}
-			if id, ok := x.X.(*ast.Ident); ok && (id.Name == "lockmodel" || id.Name == "ledger") && isLedgerName(x.Sel.Name) {
+			if id, ok := x.X.(*ast.Ident); ok && (id.Name == "lockmodel" || id.Name == "ledger" || id.Name == "record") && isLedgerName(x.Sel.Name) {
 				m.runOnce[dir] = true
 			}
 		}

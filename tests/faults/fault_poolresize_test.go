@@ -7,6 +7,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // FaultPoolResize rewrites the semaphore's limit (Value: the new limit,
@@ -38,7 +40,7 @@ func (n *nemesis) resize(limit int) bool {
 	h := n.sem
 	lock := h.lock
 	lock.Limit = limit
-	rec, err := lockmodel.EncodeLockRecord(lock)
+	rec, err := record.EncodeLockRecord(lock)
 	if err != nil {
 		n.fatalf("encoding the lock: %v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 )
 
 // FaultProfileChange rewrites a lock's session profile (Value: the
@@ -34,7 +36,7 @@ func (n *nemesis) changeProfile(s Step) bool {
 	}
 	p := variants[(s.Value-1)%len(variants)]
 	p.Name = h.profile.Name
-	rec, err := lockmodel.EncodeSessionProfileRecord(p)
+	rec, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		n.fatalf("encoding profile: %v", err)
 	}

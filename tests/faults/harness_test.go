@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/runner"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -250,11 +252,11 @@ func newHarness(t *testing.T, ph phase) *harness {
 // the provider does (create-only, with the protocol's flags).
 func (h *harness) declare(lock lockmodel.Lock) error {
 	kv := h.env.admin().KV()
-	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
+	prof, err := record.EncodeSessionProfileRecord(h.profile)
 	if err != nil {
 		return err
 	}
-	rec, err := lockmodel.EncodeLockRecord(lock)
+	rec, err := record.EncodeLockRecord(lock)
 	if err != nil {
 		return err
 	}
@@ -292,11 +294,11 @@ func (h *harness) reseed() error {
 	if err := advanceRaftIndex(h.store.Highest()); err != nil {
 		return err
 	}
-	prof, err := lockmodel.EncodeSessionProfileRecord(h.profile)
+	prof, err := record.EncodeSessionProfileRecord(h.profile)
 	if err != nil {
 		return err
 	}
-	rec, err := lockmodel.EncodeLockRecord(h.lock)
+	rec, err := record.EncodeLockRecord(h.lock)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -106,11 +107,11 @@ func hsDeclare(t *testing.T, c *testenv.Cluster, limit int, p lockmodel.SessionP
 	p.Name = name
 	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, Limit: limit, SessionDefaults: name,
 		HolderService: &lockmodel.HolderService{Name: name}}
-	prec, err := lockmodel.EncodeSessionProfileRecord(p)
+	prec, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lrec, err := lockmodel.EncodeLockRecord(l)
+	lrec, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}

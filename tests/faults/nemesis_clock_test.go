@@ -16,6 +16,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -85,11 +86,11 @@ func TestClockSkewHook_aControllerAheadEndsAHoldEarly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prof, err := lockmodel.EncodeSessionProfileRecord(profile)
+	prof, err := record.EncodeSessionProfileRecord(profile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := lockmodel.EncodeLockRecord(l)
+	rec, err := record.EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
 	}

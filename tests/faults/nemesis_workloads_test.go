@@ -23,6 +23,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -100,11 +101,11 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 		n.fatalf("%v", err)
 	}
 	admin := clusterAdmin(n.cluster)
-	prof, err := lockmodel.EncodeSessionProfileRecord(o.profile)
+	prof, err := record.EncodeSessionProfileRecord(o.profile)
 	if err != nil {
 		n.fatalf("%v", err)
 	}
-	rec, err := lockmodel.EncodeLockRecord(o.lock)
+	rec, err := record.EncodeLockRecord(o.lock)
 	if err != nil {
 		n.fatalf("%v", err)
 	}
@@ -124,7 +125,7 @@ func newOnceWorkload(n *nemesis) *onceWorkload {
 	// lock key, the declarations, the lock's run ledger, sessions on the
 	// client nodes.
 	rules := fmt.Sprintf("key %q { policy = \"write\" }\nkey_prefix \"%s/\" { policy = \"read\" }\nkey %q { policy = \"write\" }\n",
-		o.lock.Key, lockmodel.DefaultRegistryPrefix, lockmodel.RunLedgerKey(lockmodel.DefaultRegistryPrefix, name))
+		o.lock.Key, lockmodel.DefaultRegistryPrefix, record.RunLedgerKey(lockmodel.DefaultRegistryPrefix, name))
 	for _, c := range n.cluster.Clients {
 		rules += fmt.Sprintf("session %q { policy = \"write\" }\n", c.Name)
 	}
@@ -299,7 +300,7 @@ func (o *onceWorkload) readLedger(run *OnceRun) {
 	var pair *api.KVPair
 	_, err := testenv.RetryWhile(ctx, consul.IsTransientText, func() error {
 		var err error
-		pair, _, err = clusterAdmin(o.n.cluster).KV().Get(lockmodel.RunLedgerKey(lockmodel.DefaultRegistryPrefix, o.lock.Name),
+		pair, _, err = clusterAdmin(o.n.cluster).KV().Get(record.RunLedgerKey(lockmodel.DefaultRegistryPrefix, o.lock.Name),
 			(&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		return err
 	})
@@ -317,7 +318,7 @@ func (o *onceWorkload) readLedger(run *OnceRun) {
 	if o.ctx.Err() != nil {
 		stopped = ", stopped by the end of the schedule"
 	}
-	led, err := lockmodel.DecodeLedger(pair.Value)
+	led, err := record.DecodeLedger(pair.Value)
 	if err != nil {
 		run.LedgerError = err.Error()
 		return

@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -325,7 +327,7 @@ func checkConsul(t *testing.T, name, registry string, prefixes map[string]string
 		case kind == lockmodel.KindSessionDefaults && recName == name:
 			profileRecords++
 		case kind == lockmodel.KindLock && prefixes[recName] != "":
-			rec, err := lockmodel.DecodeLockRecord(p.Value)
+			rec, err := record.DecodeLockRecord(p.Value)
 			if err != nil || rec.Prefix != prefixes[recName] || seen[rec.Prefix] {
 				strays = append(strays, fmt.Sprintf("%s (prefix %q, err %v)", p.Key, rec.Prefix, err))
 				continue

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -99,7 +101,7 @@ resource "consullock_lock" "job" {
 		if err != nil || pair == nil {
 			t.Fatalf("round %d: reading the declaration: %v (present: %v)", round, err, pair != nil)
 		}
-		rec, err := lockmodel.DecodeLockRecord(pair.Value)
+		rec, err := record.DecodeLockRecord(pair.Value)
 		if err != nil {
 			t.Fatalf("round %d: declaration: %v", round, err)
 		}

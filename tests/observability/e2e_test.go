@@ -25,6 +25,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/controller"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -97,7 +98,7 @@ func TestAlertsFireE2E(t *testing.T) {
 		}
 	}
 	// worst_case_gap = 2 x 10s + 0s = 20s, the shortest Consul allows.
-	prof, err := lockmodel.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "fast", TTL: 10 * time.Second})
+	prof, err := record.EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "fast", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestAlertsFireE2E(t *testing.T) {
 		{Name: "skipped", Prefix: prefix + "/skipped", SessionDefaults: "fast", RunOnce: &ledger.RunOnce{Period: time.Minute,
 			Offset: time.Duration(nextSlot.Unix()%60) * time.Second, StartingDeadline: time.Second, Since: setup.Truncate(time.Second)}},
 	} {
-		rec, err := lockmodel.EncodeLockRecord(l)
+		rec, err := record.EncodeLockRecord(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +156,7 @@ func TestAlertsFireE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = c.ACL().PolicyDelete(policy.ID, nil) })
-	spec, err := lockmodel.EncodeACLPolicyRecord(lockmodel.ACLPolicySpec{Name: policyName, ID: policy.ID, Rules: rules})
+	spec, err := record.EncodeACLPolicyRecord(record.ACLPolicySpec{Name: policyName, ID: policy.ID, Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,11 +335,11 @@ scrape_configs:
 	// are missed, and the alert reads its slots.
 	writeRuns(t, put, registry, "minutely", oneAttempt("r1", ledger.RunSucceeded, t0.Add(-3*time.Minute)))
 	// idle was paused two days ago (consullock pause): past the rule's day.
-	pause, err := lockmodel.EncodePauseRecord(lockmodel.Pause{Lock: "idle", Reason: "INC-9", By: "alice", At: t0.Add(-48 * time.Hour)})
+	pause, err := record.EncodePauseRecord(record.Pause{Lock: "idle", Reason: "INC-9", By: "alice", At: t0.Add(-48 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	put(lockmodel.PauseKey(registry, "idle"), pause, 0)
+	put(record.PauseKey(registry, "idle"), pause, 0)
 
 	// The second scrape, once the controller shows the first event of each
 	// counter: skipped's slot has passed unstarted, the repair has failed.
@@ -462,9 +463,9 @@ func writeRuns(t *testing.T, put func(string, []byte, uint64), registry, lock st
 	t.Helper()
 	newest := slices.Clone(runs)
 	slices.Reverse(newest) // the ledger keeps the most recently begun first
-	rec, err := lockmodel.EncodeLedger(ledger.Ledger{Lock: lock, Runs: newest})
+	rec, err := record.EncodeLedger(ledger.Ledger{Lock: lock, Runs: newest})
 	if err != nil {
 		t.Fatal(err)
 	}
-	put(lockmodel.RunLedgerKey(registry, lock), rec, 0)
+	put(record.RunLedgerKey(registry, lock), rec, 0)
 }

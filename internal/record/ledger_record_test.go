@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -46,7 +47,7 @@ func TestLedgerRecord_roundTrip(t *testing.T) {
 	if want := `{"schema_version":1,"kind":"run_ledger","name":"nightly","spec":{"lock":"nightly","runs":[]},"managed_by":"consullock"}`; err != nil || string(empty) != want {
 		t.Fatalf("empty ledger = %s, %v", empty, err)
 	}
-	if RunLedgerKey("consul-lock", "nightly") != "consul-lock/runs/nightly" || RegistryKindOf(RecordKindRunLedger) != KindRuns {
+	if RunLedgerKey("consul-lock", "nightly") != "consul-lock/runs/nightly" || RegistryKindOf(RecordKindRunLedger) != lockmodel.KindRuns {
 		t.Fatal("the ledger is not at <registry_prefix>/runs/<lock>")
 	}
 }
@@ -121,7 +122,7 @@ func TestEncodeLedger_refusesAnInvalidLedger(t *testing.T) {
 }
 
 func TestLockRecord_runOnceSchedule(t *testing.T) {
-	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &ledger.RunOnce{Schedule: "0 2 * * 1-5", StartingDeadline: 10 * time.Minute}}
+	l := lockmodel.Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &ledger.RunOnce{Schedule: "0 2 * * 1-5", StartingDeadline: 10 * time.Minute}}
 	b, err := EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestLockRecord_runOnceSchedule(t *testing.T) {
 }
 
 func TestLockRecord_runOnce(t *testing.T) {
-	l := Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour}}
+	l := lockmodel.Lock{Name: "nightly", Prefix: "svc/nightly", RunOnce: &ledger.RunOnce{Period: 24 * time.Hour, Offset: 2 * time.Hour}}
 	b, err := EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +162,7 @@ func TestLockRecord_runOnce(t *testing.T) {
 	}
 	// Without run_once the record is exactly what earlier versions wrote,
 	// and they decode as nil.
-	plain, _ := EncodeLockRecord(Lock{Name: "job", Prefix: "svc/job"})
+	plain, _ := EncodeLockRecord(lockmodel.Lock{Name: "job", Prefix: "svc/job"})
 	if bytes.Contains(plain, []byte("run_once")) {
 		t.Fatalf("a lock without run_once writes %s", plain)
 	}

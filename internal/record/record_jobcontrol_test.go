@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 import (
 	"strings"
@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 func TestLockRecord_jobControlRoundTrips(t *testing.T) {
-	l := Lock{Name: "nightly", Prefix: "jobs/nightly", RunOnce: &ledger.RunOnce{Period: time.Hour, MaxRuntime: 10 * time.Minute,
+	l := lockmodel.Lock{Name: "nightly", Prefix: "jobs/nightly", RunOnce: &ledger.RunOnce{Period: time.Hour, MaxRuntime: 10 * time.Minute,
 		RetryAfter: 30 * time.Second, RetryBackoff: 1.5}}
 	n, err := l.Normalize()
 	if err != nil {

@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -91,16 +92,16 @@ func TestEncodeRecords_golden(t *testing.T) {
 		want   string
 	}{
 		{"lock is normalised", func() ([]byte, error) {
-			return EncodeLockRecord(Lock{Name: "job", Prefix: "/svc/job/"})
+			return EncodeLockRecord(lockmodel.Lock{Name: "job", Prefix: "/svc/job/"})
 		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"","description":"","always_held":false},"managed_by":"consullock"}`},
 		{"description is not HTML-escaped", func() ([]byte, error) {
-			return EncodeLockRecord(Lock{Name: "job", Prefix: "svc/job", Limit: 2, Description: "a <b> & c"})
+			return EncodeLockRecord(lockmodel.Lock{Name: "job", Prefix: "svc/job", Limit: 2, Description: "a <b> & c"})
 		}, `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"svc/job","key":"svc/job/.lock","limit":2,"flags":"0xe0f69a2baa414de0","session_defaults":"","max_hold":"","description":"a <b> & c","always_held":false},"managed_by":"consullock"}`},
 		{"always_held written", func() ([]byte, error) {
-			return EncodeLockRecord(Lock{Name: "daemon", Prefix: "svc/daemon", AlwaysHeld: true})
+			return EncodeLockRecord(lockmodel.Lock{Name: "daemon", Prefix: "svc/daemon", AlwaysHeld: true})
 		}, `{"schema_version":1,"kind":"lock","name":"daemon","spec":{"name":"daemon","prefix":"svc/daemon","key":"svc/daemon/.lock","limit":1,"flags":"0x2ddccbc058a50c18","session_defaults":"","max_hold":"","description":"","always_held":true},"managed_by":"consullock"}`},
 		{"profile defaults written out, zero lock delay explicit", func() ([]byte, error) {
-			return EncodeSessionProfileRecord(SessionProfile{Name: "p", TTL: 30 * time.Second, NodeChecks: []string{}})
+			return EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "p", TTL: 30 * time.Second, NodeChecks: []string{}})
 		}, `{"schema_version":1,"kind":"session_defaults","name":"p","spec":{"name":"p","ttl":"30s","lock_delay":"0s","behavior":"release","node_checks":[],"service_checks":[],"renew_every":"10s","worst_case_gap":"1m0s"},"managed_by":"consullock"}`},
 		{"acl policy without datacenters", func() ([]byte, error) {
 			return EncodeACLPolicyRecord(ACLPolicySpec{Name: "holder", Rules: "key \"a\" {\n  policy = \"write\"\n}\n"})
@@ -123,9 +124,9 @@ func TestEncodeRecords_refuseInvalid(t *testing.T) {
 		encode       func() ([]byte, error)
 		field, value string
 	}{
-		{"lock", func() ([]byte, error) { return EncodeLockRecord(Lock{Name: "job", Prefix: "svc/*"}) }, "prefix", "svc/*"},
+		{"lock", func() ([]byte, error) { return EncodeLockRecord(lockmodel.Lock{Name: "job", Prefix: "svc/*"}) }, "prefix", "svc/*"},
 		{"profile", func() ([]byte, error) {
-			return EncodeSessionProfileRecord(SessionProfile{Name: "p", TTL: 5 * time.Second})
+			return EncodeSessionProfileRecord(lockmodel.SessionProfile{Name: "p", TTL: 5 * time.Second})
 		}, "ttl", "5s"},
 		{"acl policy", func() ([]byte, error) {
 			return EncodeACLPolicyRecord(ACLPolicySpec{Name: "p", Datacenters: []string{"DC1"}})
@@ -223,20 +224,20 @@ func TestDecodeLockRecord(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   string
-		want Lock
+		want lockmodel.Lock
 	}{
-		{"written record", lockRecord, Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+		{"written record", lockRecord, lockmodel.Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
 		// lockRecord predates always_held: a record without the field
 		// declares a lock that need not always be held.
-		{"record written before always_held existed", lockRecord, Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour, AlwaysHeld: false}},
+		{"record written before always_held existed", lockRecord, lockmodel.Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour, AlwaysHeld: false}},
 		{"always_held read", strings.Replace(lockRecord, `"description":""`, `"description":"","always_held":true`, 1),
-			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour, AlwaysHeld: true}},
+			lockmodel.Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour, AlwaysHeld: true}},
 		{"hand-written minimal record", `{"schema_version":1,"kind":"lock","name":"job","spec":{"name":"job","prefix":"/svc/job/"}}`,
-			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1}},
+			lockmodel.Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1}},
 		{"unknown fields ignored", strings.Replace(lockRecord, `"limit":1`, `"limit":1,"future":{"x":[1]}`, 1),
-			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+			lockmodel.Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
 		{"other managed_by accepted", strings.Replace(lockRecord, `"managed_by":"consullock"`, `"managed_by":"ops"`, 1),
-			Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
+			lockmodel.Lock{Name: "job", Prefix: "svc/job", Key: "svc/job/.lock", Limit: 1, MaxHold: time.Hour}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeLockRecord([]byte(tc.in))
@@ -251,7 +252,7 @@ func TestDecodeLockRecord(t *testing.T) {
 // decode both ways, and a record is written with it explicitly.
 func TestLockRecord_alwaysHeldRoundTrip(t *testing.T) {
 	for _, want := range []bool{false, true} {
-		l := Lock{Name: "daemon", Prefix: "svc/daemon", Key: "svc/daemon/.lock", Limit: 1, AlwaysHeld: want}
+		l := lockmodel.Lock{Name: "daemon", Prefix: "svc/daemon", Key: "svc/daemon/.lock", Limit: 1, AlwaysHeld: want}
 		b, err := EncodeLockRecord(l)
 		if err != nil {
 			t.Fatal(err)
@@ -273,18 +274,18 @@ func TestDecodeSessionProfileRecord(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   string
-		want SessionProfile
+		want lockmodel.SessionProfile
 	}{
-		{"absent fields take Consul's defaults", rec(``), SessionProfile{Name: "p", TTL: 15 * time.Second,
-			LockDelay: 15 * time.Second, Behavior: BehaviorRelease, NodeChecks: []string{"serfHealth"}, RenewEvery: 5 * time.Second}},
+		{"absent fields take Consul's defaults", rec(``), lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second,
+			LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorRelease, NodeChecks: []string{"serfHealth"}, RenewEvery: 5 * time.Second}},
 		{"explicit zero lock delay and no node checks", rec(`,"ttl":"1m0s","lock_delay":"0s","node_checks":[],"service_checks":[]`),
-			SessionProfile{Name: "p", TTL: time.Minute, Behavior: BehaviorRelease, NodeChecks: []string{}, RenewEvery: 20 * time.Second}},
+			lockmodel.SessionProfile{Name: "p", TTL: time.Minute, Behavior: lockmodel.BehaviorRelease, NodeChecks: []string{}, RenewEvery: 20 * time.Second}},
 		{"null node checks mean the default", rec(`,"node_checks":null,"behavior":"delete","renew_every":"2s"`),
-			SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: BehaviorDelete,
+			lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorDelete,
 				NodeChecks: []string{"serfHealth"}, RenewEvery: 2 * time.Second}},
 		{"worst_case_gap is recomputed, not trusted", rec(`,"worst_case_gap":"1s","service_checks":[{"id":"web","namespace":"ns"}]`),
-			SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: BehaviorRelease,
-				NodeChecks: []string{"serfHealth"}, ServiceChecks: []ServiceCheck{{ID: "web", Namespace: "ns"}}, RenewEvery: 5 * time.Second}},
+			lockmodel.SessionProfile{Name: "p", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorRelease,
+				NodeChecks: []string{"serfHealth"}, ServiceChecks: []lockmodel.ServiceCheck{{ID: "web", Namespace: "ns"}}, RenewEvery: 5 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeSessionProfileRecord([]byte(tc.in))
@@ -335,8 +336,8 @@ func TestACLPolicySpec_Validate(t *testing.T) {
 
 func TestRegistryKindOf(t *testing.T) {
 	for kind, want := range map[string]string{
-		RecordKindLock: KindLock, RecordKindSessionDefaults: KindSessionDefaults, RecordKindACLPolicy: KindACLPolicy,
-		RecordKindRunLedger: KindRuns, "locks": "", "runs": "", "": "",
+		RecordKindLock: lockmodel.KindLock, RecordKindSessionDefaults: lockmodel.KindSessionDefaults, RecordKindACLPolicy: lockmodel.KindACLPolicy,
+		RecordKindRunLedger: lockmodel.KindRuns, "locks": "", "runs": "", "": "",
 	} {
 		if got := RegistryKindOf(kind); got != want {
 			t.Errorf("RegistryKindOf(%q) = %q, want %q", kind, got, want)
@@ -379,4 +380,18 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+// assertFieldError checks that fe is for field and value and that its
+// message names both and contains every fragment.
+func assertFieldError(t *testing.T, fe *validation.FieldError, field, value string, fragments ...string) {
+	t.Helper()
+	if fe.Field != field || fe.Value != value {
+		t.Errorf("error is for %s = %q, want %s = %q", fe.Field, fe.Value, field, value)
+	}
+	for _, f := range append([]string{field + ":", fmt.Sprintf("%q", value)}, fragments...) {
+		if !strings.Contains(fe.Error(), f) {
+			t.Errorf("error %q does not contain %q", fe.Error(), f)
+		}
+	}
 }

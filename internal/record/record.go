@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 // Registry records.
 //
@@ -30,7 +30,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
+)
+
+const (
+	// RecordSchemaVersion is the schema_version this package writes and the
+	// highest one it reads (see RECORDS.md).
+	RecordSchemaVersion = 1
+
+	// ManagedBy is the managed_by value of every record this product writes.
+	ManagedBy = "consullock"
 )
 
 // Record kinds, the "kind" of the envelope.
@@ -45,15 +55,15 @@ const (
 func RegistryKindOf(recordKind string) string {
 	switch recordKind {
 	case RecordKindLock:
-		return KindLock
+		return lockmodel.KindLock
 	case RecordKindSessionDefaults:
-		return KindSessionDefaults
+		return lockmodel.KindSessionDefaults
 	case RecordKindACLPolicy:
-		return KindACLPolicy
+		return lockmodel.KindACLPolicy
 	case RecordKindRunLedger:
-		return KindRuns
+		return lockmodel.KindRuns
 	case RecordKindPause:
-		return KindPauses
+		return lockmodel.KindPauses
 	}
 	return ""
 }
@@ -129,18 +139,18 @@ type RunOnceSpec struct {
 // effective values (after WithDefaults), so readers need no defaults of their
 // own.
 type SessionProfileSpec struct {
-	Name          string         `json:"name"`
-	TTL           string         `json:"ttl"`
-	LockDelay     string         `json:"lock_delay"`
-	Behavior      string         `json:"behavior"`
-	NodeChecks    []string       `json:"node_checks"` // [] means none; absent (null) means ["serfHealth"]
-	ServiceChecks []ServiceCheck `json:"service_checks"`
-	RenewEvery    string         `json:"renew_every"`
-	WorstCaseGap  string         `json:"worst_case_gap"` // informational, recomputed on read
+	Name          string                   `json:"name"`
+	TTL           string                   `json:"ttl"`
+	LockDelay     string                   `json:"lock_delay"`
+	Behavior      string                   `json:"behavior"`
+	NodeChecks    []string                 `json:"node_checks"` // [] means none; absent (null) means ["serfHealth"]
+	ServiceChecks []lockmodel.ServiceCheck `json:"service_checks"`
+	RenewEvery    string                   `json:"renew_every"`
+	WorstCaseGap  string                   `json:"worst_case_gap"` // informational, recomputed on read
 }
 
 // ACLPolicySpec is a declared ACL policy and the spec of an "acl_policy"
-// record. Rules is the canonical HCL rendered by this package.
+// record. Rules is the canonical HCL rendered by package aclrules.
 type ACLPolicySpec struct {
 	Name        string   `json:"name"`
 	ID          string   `json:"id"` // Consul's policy ID once created; "" before
@@ -168,7 +178,7 @@ func IsUUID(s string) bool { return uuidRE.MatchString(s) }
 
 func (s ACLPolicySpec) Validate() error {
 	var errs validation.FieldErrors
-	errs = append(errs, validation.AsFieldErrors(ValidateName("name", s.Name))...)
+	errs = append(errs, validation.AsFieldErrors(lockmodel.ValidateName("name", s.Name))...)
 	if s.ID != "" && !uuidRE.MatchString(s.ID) {
 		errs = append(errs, &validation.FieldError{Field: "id", Value: s.ID, Allowed: "a Consul policy ID (a UUID such as 00000000-0000-0000-0000-000000000001)"})
 	}
@@ -193,7 +203,7 @@ func (s ACLPolicySpec) Validate() error {
 
 // EncodeLockRecord renders the registry record of l (normalised). It refuses
 // an invalid lock.
-func EncodeLockRecord(l Lock) ([]byte, error) {
+func EncodeLockRecord(l lockmodel.Lock) ([]byte, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -203,7 +213,7 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		Prefix:          n.Prefix,
 		Key:             n.Key,
 		Limit:           n.Limit,
-		Flags:           FormatFlags(n.Flags()),
+		Flags:           lockmodel.FormatFlags(n.Flags()),
 		SessionDefaults: n.SessionDefaults,
 		Description:     n.Description,
 		AlwaysHeld:      n.AlwaysHeld,
@@ -214,19 +224,19 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 	if r := n.RunOnce; r != nil {
 		spec.RunOnce = &RunOnceSpec{MaxAttempts: r.MaxAttempts, Keep: r.Keep, Schedule: r.Schedule, TimeZone: r.TimeZone}
 		if r.Schedule == "" {
-			spec.RunOnce.Period, spec.RunOnce.Offset = FormatDuration(r.Period), FormatDuration(r.Offset)
+			spec.RunOnce.Period, spec.RunOnce.Offset = lockmodel.FormatDuration(r.Period), lockmodel.FormatDuration(r.Offset)
 		}
 		if r.StartingDeadline != 0 {
-			spec.RunOnce.StartingDeadline = FormatDuration(r.StartingDeadline)
+			spec.RunOnce.StartingDeadline = lockmodel.FormatDuration(r.StartingDeadline)
 		}
 		if !r.Since.IsZero() {
 			spec.RunOnce.Since = r.Since.UTC().Truncate(time.Second).Format(time.RFC3339)
 		}
 		if r.MaxRuntime != 0 {
-			spec.RunOnce.MaxRuntime = FormatDuration(r.MaxRuntime)
+			spec.RunOnce.MaxRuntime = lockmodel.FormatDuration(r.MaxRuntime)
 		}
 		if r.RetryAfter != 0 {
-			spec.RunOnce.RetryAfter = FormatDuration(r.RetryAfter)
+			spec.RunOnce.RetryAfter = lockmodel.FormatDuration(r.RetryAfter)
 		}
 		spec.RunOnce.RetryBackoff = r.RetryBackoff
 		if r.Overlap != "" && r.Overlap != ledger.OverlapWait {
@@ -240,22 +250,22 @@ func EncodeLockRecord(l Lock) ([]byte, error) {
 		}
 	}
 	if n.MaxHold != 0 {
-		spec.MaxHold = FormatDuration(n.MaxHold)
+		spec.MaxHold = lockmodel.FormatDuration(n.MaxHold)
 	}
 	return encodeRecord(RecordKindLock, n.Name, spec)
 }
 
 // DecodeLockRecord parses and validates a "lock" record and returns the
 // normalised lock.
-func DecodeLockRecord(data []byte) (Lock, error) {
+func DecodeLockRecord(data []byte) (lockmodel.Lock, error) {
 	var spec LockSpec
 	if err := decodeRecord(data, RecordKindLock, &spec, func() string { return spec.Name }); err != nil {
-		return Lock{}, err
+		return lockmodel.Lock{}, err
 	}
 	var errs validation.FieldErrors
 	maxHold, err := parseRecordDuration("max_hold", spec.MaxHold, 0)
 	errs = append(errs, validation.AsFieldErrors(err)...)
-	l := Lock{
+	l := lockmodel.Lock{
 		Name:            spec.Name,
 		Prefix:          spec.Prefix,
 		Key:             spec.Key,
@@ -265,11 +275,11 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 		Description:     spec.Description,
 		AlwaysHeld:      spec.AlwaysHeld,
 	}
-	if spec.Waiters != WaitersRace {
+	if spec.Waiters != lockmodel.WaitersRace {
 		l.Waiters = spec.Waiters // "race" reads as "", as it was written
 	}
 	if h := spec.HolderService; h != nil {
-		l.HolderService = &HolderService{Name: h.Name, Tags: h.Tags, Port: h.Port, Meta: h.Meta}
+		l.HolderService = &lockmodel.HolderService{Name: h.Name, Tags: h.Tags, Port: h.Port, Meta: h.Meta}
 	}
 	judged := l
 	if r := spec.RunOnce; r != nil {
@@ -303,14 +313,14 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 	}
 	errs = append(errs, validation.AsFieldErrors(judged.Validate())...)
 	if len(errs) == 0 && spec.Flags != "" {
-		f, err := ParseFlags(spec.Flags)
+		f, err := lockmodel.ParseFlags(spec.Flags)
 		if err != nil || f != l.Flags() {
 			errs = append(errs, &validation.FieldError{Field: "flags", Value: spec.Flags, Allowed: fmt.Sprintf(
-				"%s for limit %d (flags follow from the limit)", FormatFlags(l.Flags()), max(l.Limit, 1))})
+				"%s for limit %d (flags follow from the limit)", lockmodel.FormatFlags(l.Flags()), max(l.Limit, 1))})
 		}
 	}
 	if len(errs) > 0 {
-		return Lock{}, recordError(RecordKindLock, spec.Name, errs)
+		return lockmodel.Lock{}, recordError(RecordKindLock, spec.Name, errs)
 	}
 	n, _ := l.Normalize()
 	return n, nil
@@ -318,23 +328,23 @@ func DecodeLockRecord(data []byte) (Lock, error) {
 
 // EncodeSessionProfileRecord renders the registry record of p with defaults
 // applied (see WithDefaults). It refuses an invalid profile.
-func EncodeSessionProfileRecord(p SessionProfile) ([]byte, error) {
+func EncodeSessionProfileRecord(p lockmodel.SessionProfile) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	d := p.WithDefaults()
 	spec := SessionProfileSpec{
 		Name:          d.Name,
-		TTL:           FormatDuration(d.TTL),
-		LockDelay:     FormatDuration(d.LockDelay),
+		TTL:           lockmodel.FormatDuration(d.TTL),
+		LockDelay:     lockmodel.FormatDuration(d.LockDelay),
 		Behavior:      string(d.Behavior),
 		NodeChecks:    d.NodeChecks,
 		ServiceChecks: d.ServiceChecks,
-		RenewEvery:    FormatDuration(d.RenewEvery),
-		WorstCaseGap:  FormatDuration(d.WorstCaseGap()),
+		RenewEvery:    lockmodel.FormatDuration(d.RenewEvery),
+		WorstCaseGap:  lockmodel.FormatDuration(d.WorstCaseGap()),
 	}
 	if spec.ServiceChecks == nil {
-		spec.ServiceChecks = []ServiceCheck{}
+		spec.ServiceChecks = []lockmodel.ServiceCheck{}
 	}
 	return encodeRecord(RecordKindSessionDefaults, d.Name, spec)
 }
@@ -342,23 +352,23 @@ func EncodeSessionProfileRecord(p SessionProfile) ([]byte, error) {
 // DecodeSessionProfileRecord parses and validates a "session_defaults" record
 // and returns the profile with defaults applied. An absent ttl or lock_delay
 // means Consul's default (15s); write "0s" for no lock delay.
-func DecodeSessionProfileRecord(data []byte) (SessionProfile, error) {
+func DecodeSessionProfileRecord(data []byte) (lockmodel.SessionProfile, error) {
 	var spec SessionProfileSpec
 	if err := decodeRecord(data, RecordKindSessionDefaults, &spec, func() string { return spec.Name }); err != nil {
-		return SessionProfile{}, err
+		return lockmodel.SessionProfile{}, err
 	}
 	var errs validation.FieldErrors
-	ttl, err := parseRecordDuration("ttl", spec.TTL, DefaultSessionTTL)
+	ttl, err := parseRecordDuration("ttl", spec.TTL, lockmodel.DefaultSessionTTL)
 	errs = append(errs, validation.AsFieldErrors(err)...)
-	lockDelay, err := parseRecordDuration("lock_delay", spec.LockDelay, DefaultLockDelay)
+	lockDelay, err := parseRecordDuration("lock_delay", spec.LockDelay, lockmodel.DefaultLockDelay)
 	errs = append(errs, validation.AsFieldErrors(err)...)
 	renew, err := parseRecordDuration("renew_every", spec.RenewEvery, 0)
 	errs = append(errs, validation.AsFieldErrors(err)...)
-	p := SessionProfile{
+	p := lockmodel.SessionProfile{
 		Name:          spec.Name,
 		TTL:           ttl,
 		LockDelay:     lockDelay,
-		Behavior:      Behavior(spec.Behavior),
+		Behavior:      lockmodel.Behavior(spec.Behavior),
 		NodeChecks:    spec.NodeChecks,
 		ServiceChecks: spec.ServiceChecks,
 		RenewEvery:    renew,
@@ -370,7 +380,7 @@ func DecodeSessionProfileRecord(data []byte) (SessionProfile, error) {
 		errs = validation.AsFieldErrors(p.Validate())
 	}
 	if len(errs) > 0 {
-		return SessionProfile{}, recordError(RecordKindSessionDefaults, spec.Name, errs)
+		return lockmodel.SessionProfile{}, recordError(RecordKindSessionDefaults, spec.Name, errs)
 	}
 	return p.WithDefaults(), nil
 }

@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 func TestPauseRecord_roundTrip(t *testing.T) {
@@ -22,7 +23,7 @@ func TestPauseRecord_roundTrip(t *testing.T) {
 	if err != nil || got != p {
 		t.Fatalf("decoded %+v, %v; want %+v", got, err, p)
 	}
-	if PauseKey("consul-lock", "nightly") != "consul-lock/pauses/nightly" || RegistryKindOf(RecordKindPause) != KindPauses {
+	if PauseKey("consul-lock", "nightly") != "consul-lock/pauses/nightly" || RegistryKindOf(RecordKindPause) != lockmodel.KindPauses {
 		t.Fatal("pause key or kind")
 	}
 }

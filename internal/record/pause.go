@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 import (
 	"errors"
@@ -7,13 +7,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // Pause records.
 //
-// A paused lock has one record at RegistryKey(registry, KindPauses, lock
-// name), kind "pause" (PauseSpec). Its presence is the pause: a runner
+// A paused lock has one record at PauseKey(registry, lock name), kind
+// "pause" (PauseSpec). Its presence is the pause: a runner
 // that reads it at start does not run the command, a waiter that sees it
 // appear leaves, and a holder already running its command is left to
 // finish. The record is not part of the lock's declaration so that
@@ -24,9 +25,6 @@ import (
 // RecordKindPause is the kind of a pause record.
 const RecordKindPause = "pause"
 
-// KindPauses is the registry folder of pause records.
-const KindPauses = "pauses"
-
 // MaxPauseReasonLength is the longest pause (and release) reason, in
 // characters: a sentence or a ticket link, shown in logs and status.
 const MaxPauseReasonLength = 512
@@ -34,7 +32,7 @@ const MaxPauseReasonLength = 512
 // PauseKey is the KV key of lock's pause record:
 // <registryPrefix>/pauses/<lock>.
 func PauseKey(registryPrefix, lock string) string {
-	return RegistryKey(registryPrefix, KindPauses, lock)
+	return lockmodel.RegistryKey(registryPrefix, lockmodel.KindPauses, lock)
 }
 
 // Pause is a decoded pause record: who paused the lock, when and why.
@@ -85,7 +83,7 @@ func ValidateReason(field, reason string) error {
 // Validate checks p as a reader and a writer do.
 func (p Pause) Validate() error {
 	var errs validation.FieldErrors
-	for _, err := range []error{ValidateName("lock", p.Lock), ValidateReason("reason", p.Reason)} {
+	for _, err := range []error{lockmodel.ValidateName("lock", p.Lock), ValidateReason("reason", p.Reason)} {
 		var fe *validation.FieldError
 		if errors.As(err, &fe) {
 			errs = append(errs, fe)

@@ -1,4 +1,4 @@
-package lockmodel
+package record
 
 import (
 	"fmt"
@@ -6,22 +6,20 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 // RecordKindRunLedger is the kind of a run ledger record, stored at
-// RegistryKey(registry, KindRuns, lock name). It is not a declaration: the
-// holders of the lock write it, the provider, the controller and status
-// only read it.
+// RunLedgerKey(registry, lock name). It is not a declaration: the holders
+// of the lock write it, the provider, the controller and status only read
+// it.
 const RecordKindRunLedger = "run_ledger"
-
-// KindRuns is the registry folder of run ledgers.
-const KindRuns = "runs"
 
 // RunLedgerKey is the KV key of lock's run ledger:
 // <registryPrefix>/runs/<lock>.
 func RunLedgerKey(registryPrefix, lock string) string {
-	return RegistryKey(registryPrefix, KindRuns, lock)
+	return lockmodel.RegistryKey(registryPrefix, lockmodel.KindRuns, lock)
 }
 
 // LedgerSpec is the spec of a "run_ledger" record.
@@ -157,7 +155,7 @@ func DecodeLedger(data []byte) (ledger.Ledger, error) {
 
 func ledgerFromSpec(spec LedgerSpec) (ledger.Ledger, error) {
 	var e specErrors
-	e.add(ValidateName("lock", spec.Lock))
+	e.add(lockmodel.ValidateName("lock", spec.Lock))
 	if len(spec.Runs) > maxLedgerRuns {
 		e.bad("runs", fmt.Sprintf("%d runs", len(spec.Runs)), fmt.Sprintf("at most %d runs (keep is at most %d)", maxLedgerRuns, ledger.MaxRunKeep))
 	}
