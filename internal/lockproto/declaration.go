@@ -35,7 +35,7 @@ func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name
 		return l, lockmodel.SessionProfile{}, fmt.Errorf("the declaration at %s is for lock %q, not %q", rec.Key, l.Name, name)
 	}
 	if l.SessionDefaults == "" {
-		return l, ConsulDefaultProfile(l), nil
+		return l, consulDefaultProfile(l), nil
 	}
 	prec, found, err := reg.Get(ctx, lockmodel.KindSessionDefaults, l.SessionDefaults)
 	if err != nil {
@@ -52,10 +52,10 @@ func ReadDeclaration(ctx context.Context, c *consul.Client, registryPrefix, name
 	return l, p.WithDefaults(), nil
 }
 
-// ConsulDefaultProfile is the profile of a declared lock without
+// consulDefaultProfile is the profile of a declared lock without
 // session_defaults: Consul's defaults (TTL 15s as api.Lock, lock-delay 15s,
 // serfHealth), with behavior delete for a semaphore as api.Semaphore.
-func ConsulDefaultProfile(l lockmodel.Lock) lockmodel.SessionProfile {
+func consulDefaultProfile(l lockmodel.Lock) lockmodel.SessionProfile {
 	p := lockmodel.SessionProfile{Name: "consul-defaults", TTL: lockmodel.DefaultSessionTTL, LockDelay: lockmodel.DefaultLockDelay}
 	if l.IsSemaphore() {
 		p.Behavior = lockmodel.BehaviorDelete

@@ -119,7 +119,7 @@ func (m *mutex) enqueue(ctx context.Context, s *Session, entry string, holder fu
 			return false, ErrSessionInvalid
 		case consul.KindOf(err) == consul.KindPermissionDenied:
 			m.log.Warn("cannot queue for the lock: the token lacks the waiter queue grant; racing for the lock instead",
-				"missing_grant", QueueGrant(m.lock), "error", consul.Classify("write queue entry "+entry, err).Error())
+				"missing_grant", queueGrant(m.lock), "error", consul.Classify("write queue entry "+entry, err).Error())
 			return false, nil
 		}
 		if werr := waitAfterError(ctx, m.log, "write queue entry "+entry, err, &retry); werr != nil {
@@ -128,10 +128,10 @@ func (m *mutex) enqueue(ctx context.Context, s *Session, entry string, holder fu
 	}
 }
 
-// QueueGrant names the ACL grant queued waiters of l need, as a runner's
+// queueGrant names the ACL grant queued waiters of l need, as a runner's
 // warning says it: the rule and the consullock_acl_policy input that
 // renders it.
-func QueueGrant(l lockmodel.Lock) string {
+func queueGrant(l lockmodel.Lock) string {
 	return `key_prefix "` + lockmodel.WaiterQueuePrefix(l) + `" write (consullock_acl_policy queue_prefixes)`
 }
 
@@ -166,19 +166,19 @@ func (m *mutex) leaveQueue(ctx context.Context, entry string) {
 // that may no longer delete the entry does not keep the waiter from the
 // lock: the delete is dropped (*entry cleared) and the lock tried again.
 func (m *mutex) lockTxn(ctx context.Context, pair *api.KVPair, entry *string) (*api.KVPair, bool, error) {
-	won, ok, err := runLockTxn(ctx, m.c, append(LockTxnOps(pair, *entry), blockOps(m.blockingKey)...), pair.Key)
+	won, ok, err := runLockTxn(ctx, m.c, append(lockTxnOps(pair, *entry), blockOps(m.blockingKey)...), pair.Key)
 	if *entry != "" && consul.KindOf(err) == consul.KindPermissionDenied {
 		m.log.Warn("the token may no longer delete this runner's queue entry; acquiring without deleting it",
-			"missing_grant", QueueGrant(m.lock), "error", err.Error())
+			"missing_grant", queueGrant(m.lock), "error", err.Error())
 		*entry = ""
-		return runLockTxn(ctx, m.c, append(LockTxnOps(pair, ""), blockOps(m.blockingKey)...), pair.Key)
+		return runLockTxn(ctx, m.c, append(lockTxnOps(pair, ""), blockOps(m.blockingKey)...), pair.Key)
 	}
 	return won, ok, err
 }
 
-// LockTxnOps are the ops of a mutex acquisition: the "lock" op of pair
+// lockTxnOps are the ops of a mutex acquisition: the "lock" op of pair
 // and, with entry set, the delete of the waiter's queue entry.
-func LockTxnOps(pair *api.KVPair, entry string) api.TxnOps {
+func lockTxnOps(pair *api.KVPair, entry string) api.TxnOps {
 	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: pair.Key, Value: pair.Value, Flags: pair.Flags, Session: pair.Session}}}
 	if entry != "" {
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: entry}})

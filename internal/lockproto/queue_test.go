@@ -16,11 +16,11 @@ import (
 
 func TestLockTxnOps(t *testing.T) {
 	pair := &api.KVPair{Key: "p/.lock", Value: []byte("v"), Session: "s", Flags: lockmodel.LockFlagValue}
-	ops := LockTxnOps(pair, "")
+	ops := lockTxnOps(pair, "")
 	if len(ops) != 1 || ops[0].KV.Verb != api.KVLock || ops[0].KV.Key != "p/.lock" || ops[0].KV.Session != "s" || ops[0].KV.Flags != lockmodel.LockFlagValue {
 		t.Fatalf("without a queue entry: %+v; want the lock op alone", ops)
 	}
-	ops = LockTxnOps(pair, "p/.queue/s")
+	ops = lockTxnOps(pair, "p/.queue/s")
 	if len(ops) != 2 || ops[0].KV.Verb != api.KVLock || ops[1].KV.Verb != api.KVDelete || ops[1].KV.Key != "p/.queue/s" {
 		t.Fatalf("with a queue entry: %+v; want the lock op, then the entry's delete", ops)
 	}

@@ -193,7 +193,7 @@ func RenewLoop(ctx context.Context, c *consul.Client, id string, every, timeout 
 		switch {
 		case err != nil:
 			e := consul.Classify("renew session "+id, err)
-			o = Observation{Session: id, Kind: ObsRenewFailed, At: sent, Detail: e.Error(), Cause: RefusalCause(e)}
+			o = Observation{Session: id, Kind: ObsRenewFailed, At: sent, Detail: e.Error(), Cause: refusalCause(e)}
 			next = min(renewRetry, every)
 		case entry == nil:
 			o = Observation{Session: id, Kind: ObsSessionGone, At: sent, Detail: "session " + id}
@@ -212,11 +212,11 @@ func RenewLoop(ctx context.Context, c *consul.Client, id string, every, timeout 
 	}
 }
 
-// RefusalCause is what a request Consul refused means for a holder: "the
+// refusalCause is what a request Consul refused means for a holder: "the
 // token lost session:write on web-1" for a 403 naming the permission,
 // "the token is invalid or expired" for an unknown token; "" for any
 // other error.
-func RefusalCause(e *consul.Error) string {
+func refusalCause(e *consul.Error) string {
 	switch {
 	case e == nil:
 		return ""
