@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
@@ -112,7 +113,7 @@ func (in RulesInput) Validate() error {
 		}
 	}
 	for _, v := range in.HolderServices {
-		errs = append(errs, validation.AsFieldErrors(lockmodel.ValidateHolderServiceName(attrHolderServices, v))...)
+		errs = append(errs, validation.AsFieldErrors(holdersvc.ValidateName(attrHolderServices, v))...)
 	}
 	if len(in.SessionNodePrefixes) == 0 {
 		errs = append(errs, &validation.FieldError{Field: attrSessionNodePrefixes, Value: "[]", Allowed: allowedNodePrefixes})

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 
@@ -38,7 +39,7 @@ func TestRepair_removesAgentlessHoldersInstancesNobodyTookOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l := h.declareLock(lockmodel.Lock{Name: h.name("hs"), Prefix: h.prefix + "/hs", HolderService: &lockmodel.HolderService{Name: service}})
+	l := h.declareLock(lockmodel.Lock{Name: h.name("hs"), Prefix: h.prefix + "/hs", HolderService: &holdersvc.Service{Name: service}})
 	mgmt := h.clientAt(h.a.Addr, h.a.ManagementToken, 1)
 	session := func(node string) string {
 		s, _, err := h.api.Session().CreateNoChecks(&api.SessionEntry{Node: node, TTL: "30s", LockDelay: time.Millisecond}, nil)
@@ -49,7 +50,7 @@ func TestRepair_removesAgentlessHoldersInstancesNobodyTookOver(t *testing.T) {
 		return s
 	}
 	register := func(node, s string) string {
-		in := lockmodel.HolderService{Name: service}.Instance(lockmodel.HolderIdentity{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 0)
+		in := holdersvc.Service{Name: service}.Instance(holdersvc.Identity{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 0)
 		if err := store.New(mgmt).RegisterHolderServiceCatalog(ctx, node, in); err != nil {
 			t.Fatal(err)
 		}

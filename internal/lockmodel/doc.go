@@ -1,9 +1,10 @@
 // Package lockmodel is the pure domain of consullock: lock and session
 // declarations, their validation, the failover arithmetic, the key and flag
 // conventions shared with Consul's api.Lock and api.Semaphore, who holds a
-// lock, holder services, and where the registry keeps its records
-// (RegistryKey, the Kind folders). The run-once rules are in package
-// ledger, ACL rules in aclrules, field errors in validation, and the
+// lock, and where the registry keeps its records (RegistryKey, the Kind
+// folders). The run-once rules are in package ledger, the holder-service
+// rules in holdersvc (NewHolderCheck gives its check a profile's numbers),
+// ACL rules in aclrules, field errors in validation, and the
 // versioned registry record codec (the declarations', the run ledger's and
 // pauses' records) in package record, which imports this one.
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
@@ -37,8 +38,8 @@ type Lock struct {
 	// run ID (package ledger); nil for none.
 	RunOnce *ledger.RunOnce
 	// HolderService, when set, puts each holder into Consul's catalog and
-	// DNS while it holds (holderservice.go); nil for none.
-	HolderService *HolderService
+	// DNS while it holds (package holdersvc); nil for none.
+	HolderService *holdersvc.Service
 	// Waiters is how waiters take the lock at a release: WaitersRace,
 	// WaitersQueue or WaitersHandOff (waiters.go); "" means WaitersRace and is kept as "",
 	// so that locks declared before waiters existed compare equal.

@@ -18,7 +18,7 @@ import (
 
 // The data source's holder_services: the catalog instances the current
 // holders registered for the declared lock's holder_service
-// (lockmodel.HolderServiceID), with their health.
+// (holdersvc.ServiceID), with their health.
 
 var holderServiceAttrTypes = map[string]attr.Type{
 	"id":            types.StringType,

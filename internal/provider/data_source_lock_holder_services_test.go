@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -56,7 +57,7 @@ data "consullock_lock" "plain" {
 		return statecheck.ExpectKnownValue("data.consullock_lock.test", tfjsonpath.New("holder_services"), check)
 	}
 	var session string
-	var inst lockmodel.HolderInstance
+	var inst holdersvc.Instance
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             checkKeysGone(key, reg+"/locks/web"),
@@ -74,8 +75,8 @@ data "consullock_lock" "plain" {
 					acquire(t, key, session, `{"node":"worker-1"}`, lockmodel.LockFlagValue)
 					token := kvPair(t, key).ModifyIndex
 					check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: time.Hour, LockDelay: 15 * time.Second})
-					inst = lockmodel.HolderService{Name: service, Port: 8080}.Instance(
-						lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 1}, check, "", 0)
+					inst = holdersvc.Service{Name: service, Port: 8080}.Instance(
+						holdersvc.Identity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 1}, check, "", 0)
 					if err := store.New(client).RegisterHolderService(ctx, inst); err != nil {
 						t.Fatal(err)
 					}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -187,7 +188,7 @@ func policyGrantAttributes() map[string]schema.Attribute {
 			Optional:    true,
 			ElementType: types.StringType,
 			Validators: []validator.Set{setvalidator.ValueStringsAre(domainStringRule{
-				check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("holder_services", "")),
+				check: holdersvc.ValidateName, what: allowedText(holdersvc.ValidateName("holder_services", "")),
 			})},
 		},
 		"agent_read": schema.BoolAttribute{

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 
 	"github.com/consullock/terraform-provider-consullock/internal/record"
@@ -22,7 +23,7 @@ import (
 )
 
 // consullock_lock's holder_service: the attribute, its model and its
-// conversion to lockmodel.HolderService (the rules are lockmodel's,
+// conversion to holdersvc.Service (the rules are lockmodel's,
 // holderservice.go).
 
 // lockHolderServiceModel is holder_service; a nil pointer in
@@ -42,37 +43,37 @@ func holderServiceSchemaAttribute() schema.SingleNestedAttribute {
 		Attributes: map[string]schema.Attribute{
 			"name": schema.StringAttribute{
 				MarkdownDescription: "Service name, so that `<name>.service.consul` names the holder(s): " +
-					allowedText(lockmodel.ValidateHolderServiceName("name", "")) + ".",
+					allowedText(holdersvc.ValidateName("name", "")) + ".",
 				Required:   true,
-				Validators: []validator.String{domainStringRule{check: lockmodel.ValidateHolderServiceName, what: allowedText(lockmodel.ValidateHolderServiceName("name", ""))}},
+				Validators: []validator.String{domainStringRule{check: holdersvc.ValidateName, what: allowedText(holdersvc.ValidateName("name", ""))}},
 			},
 			"tags": schema.ListAttribute{
-				MarkdownDescription: fmt.Sprintf("Service tags, each a DNS label (`<tag>.<name>.service.consul`), at most %d, no duplicates.", lockmodel.MaxHolderServiceTags),
+				MarkdownDescription: fmt.Sprintf("Service tags, each a DNS label (`<tag>.<name>.service.consul`), at most %d, no duplicates.", holdersvc.MaxTags),
 				ElementType:         types.StringType,
 				Optional:            true,
 				Validators: []validator.List{
-					listvalidator.SizeAtMost(lockmodel.MaxHolderServiceTags),
+					listvalidator.SizeAtMost(holdersvc.MaxTags),
 					listvalidator.UniqueValues(),
-					listvalidator.ValueStringsAre(domainStringRule{check: lockmodel.ValidateHolderServiceTag, what: allowedText(lockmodel.ValidateHolderServiceTag("tags", ""))}),
+					listvalidator.ValueStringsAre(domainStringRule{check: holdersvc.ValidateTag, what: allowedText(holdersvc.ValidateTag("tags", ""))}),
 				},
 			},
 			"port": schema.Int64Attribute{
 				MarkdownDescription: fmt.Sprintf("The holder's port, `1` to `%d`, in SRV answers and the catalog. Unset: no port. "+
-					"A runner may override it with `-service-port` (several holders on one host).", lockmodel.MaxServicePort),
+					"A runner may override it with `-service-port` (several holders on one host).", holdersvc.MaxPort),
 				Optional:   true,
-				Validators: []validator.Int64{int64validator.Between(1, lockmodel.MaxServicePort)},
+				Validators: []validator.Int64{int64validator.Between(1, holdersvc.MaxPort)},
 			},
 			"meta": schema.MapAttribute{
 				MarkdownDescription: fmt.Sprintf("Service meta added to the runner's own. Keys follow Consul's rule (1 to %d "+
 					"letters, digits, `-` or `_`, not starting with `consul-`) and may not be `lock`, `session`, `fencing_token` "+
-					"or `holder`; values at most %d bytes; at most %d pairs.", lockmodel.MaxServiceMetaKeyLength,
-					lockmodel.MaxServiceMetaValueLen, lockmodel.MaxServiceMetaPairs-len(lockmodel.HolderMetaKeys)),
+					"or `holder`; values at most %d bytes; at most %d pairs.", holdersvc.MaxMetaKeyLength,
+					holdersvc.MaxMetaValueLen, holdersvc.MaxMetaPairs-len(holdersvc.MetaKeys)),
 				ElementType: types.StringType,
 				Optional:    true,
 				Validators: []validator.Map{
-					mapvalidator.SizeAtMost(lockmodel.MaxServiceMetaPairs - len(lockmodel.HolderMetaKeys)),
-					mapvalidator.KeysAre(domainStringRule{check: lockmodel.ValidateHolderServiceMetaKey, what: allowedText(lockmodel.ValidateHolderServiceMetaKey("meta", "consul-"))}),
-					mapvalidator.ValueStringsAre(stringvalidator.LengthAtMost(lockmodel.MaxServiceMetaValueLen)),
+					mapvalidator.SizeAtMost(holdersvc.MaxMetaPairs - len(holdersvc.MetaKeys)),
+					mapvalidator.KeysAre(domainStringRule{check: holdersvc.ValidateMetaKey, what: allowedText(holdersvc.ValidateMetaKey("meta", "consul-"))}),
+					mapvalidator.ValueStringsAre(stringvalidator.LengthAtMost(holdersvc.MaxMetaValueLen)),
 				},
 			},
 		},
@@ -80,11 +81,11 @@ func holderServiceSchemaAttribute() schema.SingleNestedAttribute {
 }
 
 // holderService converts a known holder_service (nil for none).
-func (m *lockHolderServiceModel) holderService(diags *diag.Diagnostics) *lockmodel.HolderService {
+func (m *lockHolderServiceModel) holderService(diags *diag.Diagnostics) *holdersvc.Service {
 	if m == nil {
 		return nil
 	}
-	h := &lockmodel.HolderService{Name: m.Name.ValueString(), Port: int(m.Port.ValueInt64())}
+	h := &holdersvc.Service{Name: m.Name.ValueString(), Port: int(m.Port.ValueInt64())}
 	if !m.Tags.IsNull() && !m.Tags.IsUnknown() {
 		diags.Append(m.Tags.ElementsAs(context.Background(), &h.Tags, false)...)
 	}
@@ -96,7 +97,7 @@ func (m *lockHolderServiceModel) holderService(diags *diag.Diagnostics) *lockmod
 
 // holderServiceState is holder_service as recorded (h), keeping prior's
 // null tags, port and meta where the record has none.
-func holderServiceState(prior *lockHolderServiceModel, h *lockmodel.HolderService) *lockHolderServiceModel {
+func holderServiceState(prior *lockHolderServiceModel, h *holdersvc.Service) *lockHolderServiceModel {
 	if h == nil {
 		return nil
 	}
@@ -123,7 +124,7 @@ func holderServiceState(prior *lockHolderServiceModel, h *lockmodel.HolderServic
 }
 
 // holderServicePlanWarnings warns at plan time when the session profile
-// makes the holder check flap (lockmodel.HolderCheck.Warnings), when the
+// makes the holder check flap (holdersvc.Check.Warnings), when the
 // profile is already recorded (one consistent read; a profile created in
 // the same apply is judged at apply, profileWarnings). A failed read adds
 // nothing: apply reports it.

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
-	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 
 	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -22,7 +22,7 @@ import (
 
 // checkHolderServiceRecord asserts the holder_service the lock's record
 // declares (nil: none, and the record does not mention it).
-func checkHolderServiceRecord(t *testing.T, recordKey string, want *lockmodel.HolderService) resource.TestCheckFunc {
+func checkHolderServiceRecord(t *testing.T, recordKey string, want *holdersvc.Service) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		pair := kvPair(t, recordKey)
 		if pair == nil {
@@ -76,7 +76,7 @@ resource "consullock_lock" "test" {
 						"meta": knownvalue.MapExact(map[string]knownvalue.Check{"team": knownvalue.StringExact("web")}),
 					})),
 				},
-				Check: checkHolderServiceRecord(t, recordKey, &lockmodel.HolderService{Name: "web-leader", Tags: []string{"primary", "v2"}, Port: 8080, Meta: map[string]string{"team": "web"}}),
+				Check: checkHolderServiceRecord(t, recordKey, &holdersvc.Service{Name: "web-leader", Tags: []string{"primary", "v2"}, Port: 8080, Meta: map[string]string{"team": "web"}}),
 			},
 			{
 				ResourceName:                         addr,
@@ -95,7 +95,7 @@ resource "consullock_lock" "test" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("holder_service").AtMapKey("port"), knownvalue.Null()),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("holder_service").AtMapKey("tags"), knownvalue.Null()),
 				},
-				Check: checkHolderServiceRecord(t, recordKey, &lockmodel.HolderService{Name: "web", Tags: []string{}, Meta: map[string]string{}}),
+				Check: checkHolderServiceRecord(t, recordKey, &holdersvc.Service{Name: "web", Tags: []string{}, Meta: map[string]string{}}),
 			},
 			{
 				Config: cfg(""),

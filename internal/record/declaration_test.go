@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -14,7 +15,7 @@ import (
 // holds, and a valid declaration reads back as itself.
 
 func TestLockRecord_holderServiceRoundTrip(t *testing.T) {
-	l := lockmodel.Lock{Name: "web", Prefix: "service/web", HolderService: &lockmodel.HolderService{Name: "web-leader", Tags: []string{"primary"}, Port: 80, Meta: map[string]string{"team": "a"}}}
+	l := lockmodel.Lock{Name: "web", Prefix: "service/web", HolderService: &holdersvc.Service{Name: "web-leader", Tags: []string{"primary"}, Port: 80, Meta: map[string]string{"team": "a"}}}
 	b, err := EncodeLockRecord(l)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func TestLockRecord_holderServiceRoundTrip(t *testing.T) {
 		t.Fatalf("a lock without holder_service writes it: %s", plain)
 	}
 	bad := strings.Replace(string(b), `"port":80`, `"port":70000`, 1)
-	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), lockmodel.FieldHolderServicePort) {
+	if _, err := DecodeLockRecord([]byte(bad)); err == nil || !strings.Contains(err.Error(), holdersvc.FieldPort) {
 		t.Fatalf("a record with port 70000 decodes: %v", err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
@@ -279,7 +280,7 @@ func DecodeLockRecord(data []byte) (lockmodel.Lock, error) {
 		l.Waiters = spec.Waiters // "race" reads as "", as it was written
 	}
 	if h := spec.HolderService; h != nil {
-		l.HolderService = &lockmodel.HolderService{Name: h.Name, Tags: h.Tags, Port: h.Port, Meta: h.Meta}
+		l.HolderService = &holdersvc.Service{Name: h.Name, Tags: h.Tags, Port: h.Port, Meta: h.Meta}
 	}
 	judged := l
 	if r := spec.RunOnce; r != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
@@ -45,7 +46,7 @@ type config struct {
 	serviceAddress string
 	servicePort    int
 	// serviceVia is how the holder's instance is registered
-	// (lockmodel.HolderVia of -service-registration and -node).
+	// (holdersvc.Via of -service-registration and -node).
 	serviceVia, serviceViaReason string
 	// clock is the wall clock (lockmodel.EnvClockOffset: fault injection).
 	clock lockmodel.Clock
@@ -187,7 +188,7 @@ func (cfg *config) defineFlags(fs *flag.FlagSet, x *flagValues) {
 	fs.IntVar(&cfg.exitIfPaused, "exit-code-if-paused", record.ExitPaused, "exit code when the lock is paused (consullock pause, consullock_lock.paused) and the command was not started, e.g. 120 to tell it from a run")
 	fs.StringVar(&cfg.serviceAddress, "service-address", "", "holder_service: this holder's address in the catalog and DNS (default: its node's address)")
 	fs.IntVar(&cfg.servicePort, "service-port", 0, "holder_service: this holder's port (default: the declared holder_service.port), e.g. for several holders on one host")
-	fs.StringVar(&x.serviceRegistration, "service-registration", lockmodel.HolderViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
+	fs.StringVar(&x.serviceRegistration, "service-registration", holdersvc.ViaAuto, "holder_service: agent (the agent at CONSUL_HTTP_ADDR), catalog (on the -node in the catalog, agentless) or auto (catalog with -node, agent without)")
 	fs.DurationVar(&cfg.maxRuntime, "max-runtime", 0, "stop the command this long after it started (SIGTERM, SIGKILL after -grace) and exit 118; run once: the attempt is timed_out (default: the lock's run_once.max_runtime; the shorter wins when both are set)")
 	fs.IntVar(&cfg.keepOutput, "keep-output", ledger.DefaultKeepOutput, fmt.Sprintf("run once: keep the last SIZE bytes of the command's stdout and of its stderr in the attempt's ledger entry (status -lock shows them); 0 keeps none, at most %d and what keep x max_attempts attempts fit in the ledger", ledger.MaxKeepOutput))
 	fs.StringVar(&cfg.onOutcome, "on-outcome", "", "run this shell command (sh -c) after the outcome is recorded, with CONSUL_LOCK_RUN_ID, CONSUL_LOCK_ATTEMPT, CONSUL_LOCK_OUTCOME, CONSUL_LOCK_EXIT_CODE, CONSUL_LOCK_NODE and CONSUL_LOCK_FENCING_TOKEN, and without the runner's Consul token (see -on-outcome-token); also when the command was not started for a missed slot, a run out of attempts or a paused lock (CONSUL_LOCK_OUTCOME missed, exhausted, paused); its failure is logged and changes nothing")
@@ -216,10 +217,10 @@ func (cfg *config) checkValues(x flagValues) error {
 	if cfg.clock, err = lockmodel.ClockFromEnv(os.Getenv); err != nil {
 		return usageErrorf("%v", err)
 	}
-	if cfg.servicePort < 0 || cfg.servicePort > lockmodel.MaxServicePort {
-		return usageErrorf("-service-port %d: want a port from 1 to %d (0: the declared port)", cfg.servicePort, lockmodel.MaxServicePort)
+	if cfg.servicePort < 0 || cfg.servicePort > holdersvc.MaxPort {
+		return usageErrorf("-service-port %d: want a port from 1 to %d (0: the declared port)", cfg.servicePort, holdersvc.MaxPort)
 	}
-	if cfg.serviceVia, cfg.serviceViaReason, err = lockmodel.HolderVia(x.serviceRegistration, cfg.node); err != nil {
+	if cfg.serviceVia, cfg.serviceViaReason, err = holdersvc.Via(x.serviceRegistration, cfg.node); err != nil {
 		return usageErrorf("%v", err)
 	}
 	if cfg.exitIfPaused < 0 || cfg.exitIfPaused > 255 {

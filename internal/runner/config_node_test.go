@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -60,7 +61,7 @@ func TestParseArgs_nodeMustBeADNSLabelForTheCatalog(t *testing.T) {
 	// TTL only: the catalog node has no serfHealth.
 	p := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: time.Second, NodeChecks: []string{}}
 	withService := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix + "/holder",
-		HolderService: &lockmodel.HolderService{Name: service}}, p)
+		HolderService: &holdersvc.Service{Name: service}}, p)
 	plain := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix + "/plain", SessionDefaults: p.Name}, nil)
 	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{withService.Key, plain.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
@@ -137,7 +138,7 @@ func TestHolderNode_srvAnswersNeedADNSLabelNode(t *testing.T) {
 		if got := err == nil && len(ports) == 1 && ports[0] == 20000+tc.length; got != tc.answer {
 			t.Errorf("node of %d characters: SRV answered %v (ports %v, error %v), want answered %v", tc.length, got, ports, err, tc.answer)
 		}
-		if lockmodel.ValidateHolderNode("-node", node) == nil != tc.answer {
+		if holdersvc.ValidateNode("-node", node) == nil != tc.answer {
 			t.Errorf("ValidateHolderNode(%d characters) disagrees with DNS", tc.length)
 		}
 	}

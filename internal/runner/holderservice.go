@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 
@@ -17,13 +18,13 @@ import (
 // holderService keeps the holder's service instance (the lock's
 // holder_service) on the local agent while, and only while, the lock is
 // held: registered when the command starts, its TTL check passed after
-// every renewal Consul answered (when lockmodel.HolderCheck.PassAllowed:
+// every renewal Consul answered (when holdersvc.Check.PassAllowed:
 // the check then expires before anyone else could acquire), withdrawn at
 // once when the lock is lost, and deregistered before the release on every
 // exit. It is nil for a lock without holder_service, and every method is a
 // no-op on nil: such a lock costs no request more.
 //
-// Agentless (catalogNode set: lockmodel.HolderViaCatalog) the instance is
+// Agentless (catalogNode set: holdersvc.ViaCatalog) the instance is
 // registered on the session's node in the catalog, passing, and nobody
 // runs its check: renewals pass nothing, and before the command starts
 // reap deregisters the instances that former holders of the lock left
@@ -38,8 +39,8 @@ import (
 //	  done                  done (wait returns)
 type holderService struct {
 	r       *runner
-	spec    lockmodel.HolderService
-	check   lockmodel.HolderCheck
+	spec    holdersvc.Service
+	check   holdersvc.Check
 	renewed chan time.Time // the latest answered renewal's send time
 	stop    chan struct{}  // closed by withdraw
 	done    chan struct{}  // closed when the instance is deregistered (or never was)
@@ -58,10 +59,10 @@ type holderService struct {
 // and so does -service-registration agent (the instance is then on the
 // agent's node).
 func (r *runner) checkHolderNode() error {
-	if r.lock.HolderService == nil || r.cfg.serviceVia != lockmodel.HolderViaCatalog {
+	if r.lock.HolderService == nil || r.cfg.serviceVia != holdersvc.ViaCatalog {
 		return nil
 	}
-	if err := lockmodel.ValidateHolderNode("-node", r.cfg.node); err != nil {
+	if err := holdersvc.ValidateNode("-node", r.cfg.node); err != nil {
 		return fmt.Errorf("lock %q declares holder_service %q, whose instance goes on -node: %w (-service-registration agent puts the instance on the agent's node instead)",
 			r.lock.Name, r.lock.HolderService.Name, err)
 	}
@@ -75,7 +76,7 @@ func newHolderService(r *runner) *holderService {
 	}
 	hs := &holderService{r: r, spec: *r.lock.HolderService, check: lockmodel.NewHolderCheck(r.profile),
 		renewed: make(chan time.Time, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	if r.cfg.serviceVia == lockmodel.HolderViaCatalog {
+	if r.cfg.serviceVia == holdersvc.ViaCatalog {
 		hs.catalogNode = r.cfg.node
 	}
 	r.log.Info("holder service registration", "service", hs.spec.Name, "via", r.cfg.serviceVia, "node", r.cfg.node, "reason", r.cfg.serviceViaReason)
@@ -94,7 +95,7 @@ func (hs *holderService) start(h *lockproto.Hold) {
 		return
 	}
 	hs.started = true
-	holder := lockmodel.HolderIdentity{Lock: hs.r.lock.Name, Session: h.Session.ID, FencingToken: h.Grant.FencingToken, Node: h.Session.Node, PID: os.Getpid()}
+	holder := holdersvc.Identity{Lock: hs.r.lock.Name, Session: h.Session.ID, FencingToken: h.Grant.FencingToken, Node: h.Session.Node, PID: os.Getpid()}
 	in := hs.spec.Instance(holder, hs.check, hs.r.cfg.serviceAddress, hs.r.cfg.servicePort)
 	go hs.keep(in, h)
 }
@@ -171,7 +172,7 @@ func (hs *holderService) wait() {
 // latency, and passes its check at once on the hold's last confirmed
 // contact (when PassAllowed), then after each renewal; on withdraw it
 // deregisters.
-func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
+func (hs *holderService) keep(in holdersvc.Instance, h *lockproto.Hold) {
 	defer close(hs.done)
 	log, c := hs.r.log.With("service_id", in.ID), hs.r.client
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,7 +219,7 @@ func (hs *holderService) keep(in lockmodel.HolderInstance, h *lockproto.Hold) {
 // keepInCatalog registers in on the catalog node, passing, and
 // deregisters it on withdraw. Renewals pass nothing: no agent runs the
 // check.
-func (hs *holderService) keepInCatalog(ctx context.Context, log *slog.Logger, in lockmodel.HolderInstance) {
+func (hs *holderService) keepInCatalog(ctx context.Context, log *slog.Logger, in holdersvc.Instance) {
 	c, start, node := hs.r.client, time.Now(), hs.catalogNode
 	err := store.New(c).RegisterHolderServiceCatalog(ctx, node, in)
 	switch {
@@ -226,7 +227,7 @@ func (hs *holderService) keepInCatalog(ctx context.Context, log *slog.Logger, in
 		log.Error("cannot register the holder service; the lock is held without it", "service", in.Name, "node", node, "error", err.Error())
 		return
 	case err == nil:
-		log.Info("holder service registered", "service", in.Name, "node", node, "via", lockmodel.HolderViaCatalog,
+		log.Info("holder service registered", "service", in.Name, "node", node, "via", holdersvc.ViaCatalog,
 			"took", time.Since(start).Round(time.Millisecond))
 	}
 	<-ctx.Done() // withdrawn (a registration cut short by it may have landed)

@@ -12,13 +12,14 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
 // Agentless holder service on the dev agent: runners name a catalog node of
 // their own (-node, no agent runs it) with a TTL-only profile, as the
 // agentless guide sets them up; the holder's instance is registered in the
-// catalog on that node (lockmodel.HolderViaCatalog), where nobody runs its
+// catalog on that node (holdersvc.ViaCatalog), where nobody runs its
 // check. A killed holder's case runs beside the agent's, in one table:
 // TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts/catalog.
 
@@ -37,7 +38,7 @@ func agentlessHolder(t *testing.T) (l lockmodel.Lock, service, node, token strin
 	prefix := "t/" + uniqueName(t, "lock")
 	p := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: time.Second, NodeChecks: []string{}}
 	l = declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix,
-		HolderService: &lockmodel.HolderService{Name: service}}, p)
+		HolderService: &holdersvc.Service{Name: service}}, p)
 	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, SessionNodePrefixes: []string{node}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/") // node read: rendered with holder_services
 	tok, err := agent.MintToken(uniqueName(t, "policy"), rules, 0)
@@ -75,8 +76,8 @@ func TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	former := lockmodel.HolderIdentity{Lock: l.Name, Session: "00000000-0000-4000-8000-000000000001", Node: node}
-	in := lockmodel.HolderService{Name: service}.Instance(former, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 20021)
+	former := holdersvc.Identity{Lock: l.Name, Session: "00000000-0000-4000-8000-000000000001", Node: node}
+	in := holdersvc.Service{Name: service}.Instance(former, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 20021)
 	if _, err := agent.Client().Catalog().Register(&api.CatalogRegistration{Node: node, SkipNodeUpdate: true,
 		Service: &api.AgentService{ID: in.ID, Service: in.Name, Port: in.Port, Meta: in.Meta}}, nil); err != nil {
 		t.Fatal(err)

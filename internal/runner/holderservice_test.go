@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
@@ -114,7 +115,7 @@ func declareHolderService(t *testing.T, limit int) (lockmodel.Lock, string, stri
 	service := fmt.Sprintf("hs%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
 	prefix := "t/" + uniqueName(t, "lock")
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, Limit: limit,
-		HolderService: &lockmodel.HolderService{Name: service, Tags: []string{"leader"}, Meta: map[string]string{"team": "test"}}}, holderProfile(t))
+		HolderService: &holdersvc.Service{Name: service, Tags: []string{"leader"}, Meta: map[string]string{"team": "test"}}}, holderProfile(t))
 	return l, service, holderToken(t, prefix, service)
 }
 
@@ -161,14 +162,14 @@ func TestHolderService_dnsNamesOnlyTheHolderAcrossACleanHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	runA := readRuns(t, record)[0]
-	if len(entries) != 1 || entries[0].Service.Meta[lockmodel.HolderMetaFencingToken] != strconv.FormatUint(runA.token, 10) ||
-		entries[0].Service.Meta[lockmodel.HolderMetaSession] != runA.session || entries[0].Service.Meta["team"] != "test" ||
-		entries[0].Service.ID != lockmodel.HolderServiceID(service, runA.session) {
+	if len(entries) != 1 || entries[0].Service.Meta[holdersvc.MetaFencingToken] != strconv.FormatUint(runA.token, 10) ||
+		entries[0].Service.Meta[holdersvc.MetaSession] != runA.session || entries[0].Service.Meta["team"] != "test" ||
+		entries[0].Service.ID != holdersvc.ServiceID(service, runA.session) {
 		t.Fatalf("catalog while A holds: %+v, want A's instance with fencing token %d", entries, runA.token)
 	}
 
 	time.Sleep(300 * time.Millisecond) // let the sampler see A
-	idA := lockmodel.HolderServiceID(service, runA.session)
+	idA := holdersvc.ServiceID(service, runA.session)
 	a.closeStdin()
 	if code := a.wait(30 * time.Second); code != 0 {
 		t.Fatalf("A exit code %d", code)
@@ -336,11 +337,11 @@ func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
 		holder func(t *testing.T) (l lockmodel.Lock, service, node, token string)
 		ports  [2]int // A's and B's -service-port
 	}{
-		{lockmodel.HolderViaAgent, func(t *testing.T) (lockmodel.Lock, string, string, string) {
+		{holdersvc.ViaAgent, func(t *testing.T) (lockmodel.Lock, string, string, string) {
 			l, service, token := declareHolderService(t, 1)
 			return l, service, "", token
 		}, [2]int{20001, 20002}},
-		{lockmodel.HolderViaCatalog, agentlessHolder, [2]int{20011, 20012}},
+		{holdersvc.ViaCatalog, agentlessHolder, [2]int{20011, 20012}},
 	} {
 		t.Run(tc.via, func(t *testing.T) {
 			l, service, node, token := tc.holder(t)
@@ -355,7 +356,7 @@ func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
 			waitStarted(t, record, "A")
 			waitOutput(t, a, "holder service registered")
 			runA := readRuns(t, record)[0]
-			if tc.via == lockmodel.HolderViaCatalog {
+			if tc.via == holdersvc.ViaCatalog {
 				if out := a.out.String(); !strings.Contains(out, `via=catalog`) {
 					t.Fatalf("A did not log the catalog registration:\n%s", out)
 				}
@@ -363,7 +364,7 @@ func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(entries) != 1 || entries[0].Node.Node != node || entries[0].Service.ID != lockmodel.HolderServiceID(service, runA.session) {
+				if len(entries) != 1 || entries[0].Node.Node != node || entries[0].Service.ID != holdersvc.ServiceID(service, runA.session) {
 					t.Fatalf("catalog while A holds: %d passing instances (%+v), want A's on node %s", len(entries), entries, node)
 				}
 			}
@@ -390,7 +391,7 @@ func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
 				t.Fatalf("DNS answered killed holder A to a query sent %s after B's command started", lastA.Sub(runB.start))
 			}
 			switch tc.via {
-			case lockmodel.HolderViaAgent:
+			case holdersvc.ViaAgent:
 				var emptyAt time.Time
 				for _, s := range samples {
 					if s.Sent.After(lastA) && len(s.Ports) == 0 {
@@ -406,7 +407,7 @@ func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
 					lastA.Sub(killed).Round(time.Millisecond), lockmodel.FormatDuration(lockmodel.NewHolderCheck(*holderProfile(t)).TTL),
 					emptyAt.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
 					runB.start.Sub(emptyAt).Round(time.Millisecond), len(samples))
-			case lockmodel.HolderViaCatalog:
+			case holdersvc.ViaCatalog:
 				out := b.out.String()
 				reaped, started := strings.Index(out, "former holder's instance deregistered"), strings.Index(out, "command started")
 				if reaped < 0 || reaped > started {
@@ -488,7 +489,7 @@ func TestHolderService_withdrawnAtOnceWhenTheLockIsLost(t *testing.T) {
 	b := startRun(t, "B", token, holderArgs(l, 20002), childArgs(record, "B", "-sleep", "1s")...)
 	waitOutput(t, b, "waiting for the lock")
 	runA := readRuns(t, record)[0]
-	goneAt := watchInstanceGone(service, lockmodel.HolderServiceID(service, runA.session))
+	goneAt := watchInstanceGone(service, holdersvc.ServiceID(service, runA.session))
 	destroyed := time.Now()
 	if _, err := agent.Client().Session().Destroy(runA.session, nil); err != nil {
 		t.Fatal(err)
@@ -545,7 +546,7 @@ func TestHolderService_withoutServiceWriteTheLockIsHeldWithoutAnInstance(t *test
 // then A is thawed while B holds: A finds the lock lost and exits 123
 // without passing its check again, so no DNS answer to a query sent after
 // B started names A (a renewal sent before the freeze is too old to pass
-// on, lockmodel.HolderCheck.PassAllowed).
+// on, holdersvc.Check.PassAllowed).
 func TestHolderService_frozenRunnerNeverReappearsAfterTheTakeOver(t *testing.T) {
 	l, service, token := declareHolderService(t, 1)
 	record := filepath.Join(t.TempDir(), "record")
@@ -597,7 +598,7 @@ func TestHolderService_destroyedSessionOutOfDNSBeforeTheNextStarts(t *testing.T)
 	service := fmt.Sprintf("hs%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
 	prefix := "t/" + uniqueName(t, "lock")
 	quickstart := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 10 * time.Second, LockDelay: 5 * time.Second}
-	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, HolderService: &lockmodel.HolderService{Name: service}}, quickstart)
+	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix, HolderService: &holdersvc.Service{Name: service}}, quickstart)
 	token := holderToken(t, prefix, service)
 	record := filepath.Join(t.TempDir(), "record")
 	a := startRun(t, "A", token, holderArgs(l, 20001), childArgs(record, "A", "-sleep", "2m")...)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
 
@@ -27,7 +28,7 @@ func TestHolderService_nilIsANoOp(t *testing.T) {
 // over renewals without waiting; an unread older one is replaced.
 func TestHolderService_onRenewedKeepsTheLatestAndNeverBlocks(t *testing.T) {
 	r := &runner{log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		lock: lockmodel.Lock{HolderService: &lockmodel.HolderService{Name: "web"}}}
+		lock: lockmodel.Lock{HolderService: &holdersvc.Service{Name: "web"}}}
 	hs := newHolderService(r)
 	t0 := time.Unix(100, 0)
 	for i := range 5 {

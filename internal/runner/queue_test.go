@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -385,7 +386,7 @@ func TestQueue_holderServiceNamesTheQueuedWaiterThatTookOver(t *testing.T) {
 	t.Parallel()
 	service := fmt.Sprintf("hq%d-%d", nameCounter.Add(1), time.Now().UnixNano()%1e6)
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: testenv.UniquePrefix(t.Name()), Waiters: lockmodel.WaitersQueue,
-		HolderService: &lockmodel.HolderService{Name: service}}, holderProfile(t))
+		HolderService: &holdersvc.Service{Name: service}}, holderProfile(t))
 	rules := aclrules.RenderRules(aclrules.RulesInput{LockKeys: []string{l.Key}, QueuePrefixes: []string{l.Prefix},
 		SessionNodePrefixes: []string{agent.NodeName}, HolderServices: []string{service}})
 	rules += fmt.Sprintf("key_prefix %q { policy = \"read\" }\n", lockmodel.DefaultRegistryPrefix+"/")
@@ -412,7 +413,7 @@ func TestQueue_holderServiceNamesTheQueuedWaiterThatTookOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Service.Meta[lockmodel.HolderMetaSession] != sessionOf(t, b) {
+	if len(entries) != 1 || entries[0].Service.Meta[holdersvc.MetaSession] != sessionOf(t, b) {
 		t.Fatalf("instances of %s after the hand-over: %d; want B's alone", service, len(entries))
 	}
 	b.closeStdin()

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
@@ -27,7 +28,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 		name = name[len(name)-63:]
 	}
 	name = strings.Trim(strings.ToLower(name), "-")
-	l := f.lock(lockmodel.Lock{Name: "web", SessionDefaults: "strict", HolderService: &lockmodel.HolderService{Name: name, Port: 8080}}, false)
+	l := f.lock(lockmodel.Lock{Name: "web", SessionDefaults: "strict", HolderService: &holdersvc.Service{Name: name, Port: 8080}}, false)
 	session := f.session("15s", "15s", "release")
 	token := f.acquire(l, session, time.Now())
 
@@ -35,7 +36,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst := l.HolderService.Instance(lockmodel.HolderIdentity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
+	inst := l.HolderService.Instance(holdersvc.Identity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
 		lockmodel.NewHolderCheck(strict), "", 0)
 	if err := store.New(client).RegisterHolderService(ctx, inst); err != nil {
 		t.Fatal(err)

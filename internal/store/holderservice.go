@@ -11,12 +11,13 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 )
 
-// A holder's service instance (lockmodel.HolderInstance) on the local
+// A holder's service instance (holdersvc.Instance) on the local
 // agent: registered when the holder acquires, its TTL check passed after
 // each renewal, deregistered before the release. Each call needs only
 // service "<name>" write (aclrules.RulesInput.HolderServices).
@@ -26,7 +27,7 @@ import (
 // DeregisterCriticalServiceAfter, so that an instance whose holder was
 // killed leaves the catalog on its own. Registering the same ID again
 // replaces it.
-func (c Store) RegisterHolderService(ctx context.Context, in lockmodel.HolderInstance) error {
+func (c Store) RegisterHolderService(ctx context.Context, in holdersvc.Instance) error {
 	status := api.HealthCritical
 	if in.Passing {
 		status = api.HealthPassing
@@ -35,12 +36,12 @@ func (c Store) RegisterHolderService(ctx context.Context, in lockmodel.HolderIns
 		ID: in.ID, Name: in.Name, Tags: in.Tags, Port: in.Port, Address: in.Address, Meta: in.Meta,
 		Check: &api.AgentServiceCheck{
 			CheckID: in.CheckID,
-			Name:    "consullock holder " + in.Meta[lockmodel.HolderMetaLock],
+			Name:    "consullock holder " + in.Meta[holdersvc.MetaLock],
 			Notes: "Passing while the holder renews its session; critical before anyone else can acquire, however the session ends (" +
 				lockmodel.FormatDuration(in.Check.TTL) + " < lock_delay " + lockmodel.FormatDuration(in.Check.Bound) + ").",
 			TTL:                            lockmodel.FormatDuration(in.Check.TTL),
 			Status:                         status,
-			DeregisterCriticalServiceAfter: lockmodel.FormatDuration(lockmodel.HolderDeregisterCriticalAfter),
+			DeregisterCriticalServiceAfter: lockmodel.FormatDuration(holdersvc.DeregisterCriticalAfter),
 		},
 	}
 	if err := c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
@@ -85,7 +86,7 @@ type ServiceView struct {
 }
 
 // ReadHolderServices reads the instances of holder service name that the
-// given sessions registered (lockmodel.HolderServiceID), in one health
+// given sessions registered (holdersvc.ServiceID), in one health
 // query; a holder without an instance is left out. consistent as in
 // ReadLock.
 func (c Store) ReadHolderServices(ctx context.Context, name string, sessions []string, consistent bool) ([]ServiceView, error) {
@@ -99,7 +100,7 @@ func (c Store) ReadHolderServices(ctx context.Context, name string, sessions []s
 	}
 	want := make(map[string]string, len(sessions))
 	for _, s := range sessions {
-		want[lockmodel.HolderServiceID(name, s)] = s
+		want[holdersvc.ServiceID(name, s)] = s
 	}
 	var out []ServiceView
 	for _, e := range entries {
@@ -115,7 +116,7 @@ func (c Store) ReadHolderServices(ctx context.Context, name string, sessions []s
 		if v.Address == "" {
 			v.Address = e.Node.Address
 		}
-		v.FencingToken, _ = strconv.ParseUint(e.Service.Meta[lockmodel.HolderMetaFencingToken], 10, 64)
+		v.FencingToken, _ = strconv.ParseUint(e.Service.Meta[holdersvc.MetaFencingToken], 10, 64)
 		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Session < out[j].Session })
@@ -123,7 +124,7 @@ func (c Store) ReadHolderServices(ctx context.Context, name string, sessions []s
 }
 
 // Agentless: a runner with no agent of its own registers its holder's
-// instance on the session's node in the catalog (lockmodel.HolderViaCatalog).
+// instance on the session's node in the catalog (holdersvc.ViaCatalog).
 // Nobody runs a catalog check: the instance is registered passing and stays
 // until it is deregistered, by its runner on exit or loss, or by the next
 // holder (StaleHolderInstances) before that one starts its command.
@@ -133,12 +134,12 @@ func (c Store) ReadHolderServices(ctx context.Context, name string, sessions []s
 // own so that health queries list it; the node itself is not updated
 // (SkipNodeUpdate). It needs service "<name>" write and node "<node>"
 // write.
-func (c Store) RegisterHolderServiceCatalog(ctx context.Context, node string, in lockmodel.HolderInstance) error {
+func (c Store) RegisterHolderServiceCatalog(ctx context.Context, node string, in holdersvc.Instance) error {
 	reg := &api.CatalogRegistration{
 		Node: node, SkipNodeUpdate: true,
 		Service: &api.AgentService{ID: in.ID, Service: in.Name, Tags: in.Tags, Port: in.Port, Address: in.Address, Meta: in.Meta},
 		Check: &api.AgentCheck{
-			Node: node, CheckID: in.CheckID, Name: "consullock holder " + in.Meta[lockmodel.HolderMetaLock],
+			Node: node, CheckID: in.CheckID, Name: "consullock holder " + in.Meta[holdersvc.MetaLock],
 			Status: api.HealthPassing, ServiceID: in.ID, ServiceName: in.Name,
 			Notes: "Registered in the catalog by an agentless holder: passing until the holder deregisters it, or the next holder does before it starts.",
 		},
@@ -175,7 +176,7 @@ type InstanceRef struct {
 // StaleHolderInstances lists, on every node, the instances of holder
 // service name that lock's holders registered, that DNS still answers (not
 // critical) and that are stale for holder session mine
-// (lockmodel.HolderInstanceStale): one consistent health query filtered by
+// (holdersvc.InstanceStale): one consistent health query filtered by
 // the lock's meta, and for a semaphore (or mine "", the controller) one
 // session read per other holder's instance. A critical instance is left alone: it is out of DNS
 // already, and an agent that registered it removes it (a catalog
@@ -189,7 +190,7 @@ type InstanceRef struct {
 // error, rather than taking the rest for absent.
 func (c Store) StaleHolderInstances(ctx context.Context, name, lock string, limit int, mine string) ([]InstanceRef, error) {
 	op := "list holder service " + name + " of lock " + lock
-	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Service.Meta.%s == %q", lockmodel.HolderMetaLock, lock)}).WithContext(ctx)
+	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Service.Meta.%s == %q", holdersvc.MetaLock, lock)}).WithContext(ctx)
 	entries, meta, err := c.Health().Service(name, "", false, q)
 	if err != nil {
 		return nil, c.Wrap(op, err)
@@ -199,8 +200,8 @@ func (c Store) StaleHolderInstances(ctx context.Context, name, lock string, limi
 		if e.Service == nil || e.Node == nil {
 			continue
 		}
-		other := e.Service.Meta[lockmodel.HolderMetaSession]
-		if e.Service.Meta[lockmodel.HolderMetaLock] != lock || other == "" || e.Service.ID != lockmodel.HolderServiceID(name, other) {
+		other := e.Service.Meta[holdersvc.MetaSession]
+		if e.Service.Meta[holdersvc.MetaLock] != lock || other == "" || e.Service.ID != holdersvc.ServiceID(name, other) {
 			continue // not a holder's instance of this lock
 		}
 		if e.Checks.AggregatedStatus() == api.HealthCritical {
@@ -214,7 +215,7 @@ func (c Store) StaleHolderInstances(ctx context.Context, name, lock string, limi
 			}
 			alive = info != nil
 		}
-		if lockmodel.HolderInstanceStale(limit, mine, other, alive) {
+		if holdersvc.InstanceStale(limit, mine, other, alive) {
 			stale = append(stale, InstanceRef{Node: e.Node.Node, ID: e.Service.ID})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 
@@ -43,8 +44,8 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 	worker, denied := newClient(t, tokWith.SecretID), newClient(t, tokWithout.SecretID)
 
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second})
-	h := lockmodel.HolderIdentity{Lock: "holder-acl", Session: testenv.NewUUID(), FencingToken: 42, Node: agent.NodeName, PID: 1}
-	inst := lockmodel.HolderService{Name: name, Port: 8080}.Instance(h, check, "", 0)
+	h := holdersvc.Identity{Lock: "holder-acl", Session: testenv.NewUUID(), FencingToken: 42, Node: agent.NodeName, PID: 1}
+	inst := holdersvc.Service{Name: name, Port: 8080}.Instance(h, check, "", 0)
 
 	wantForbidden := func(what string, err error) {
 		t.Helper()
@@ -54,7 +55,7 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 		}
 	}
 	wantForbidden("register without holder_services", denied.RegisterHolderService(ctx, inst))
-	other := lockmodel.HolderService{Name: name + "-other"}.Instance(h, check, "", 0)
+	other := holdersvc.Service{Name: name + "-other"}.Instance(h, check, "", 0)
 	wantForbidden("register another service name", worker.RegisterHolderService(ctx, other))
 
 	if err := worker.RegisterHolderService(ctx, inst); err != nil {
@@ -126,8 +127,8 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	nodeOnly := mint("node", aclrules.RenderRules(base)+nodeWrite)
 
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, NodeChecks: []string{}})
-	h := lockmodel.HolderIdentity{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
-	inst := lockmodel.HolderService{Name: name, Port: 8080}.Instance(h, check, "", 0)
+	h := holdersvc.Identity{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
+	inst := holdersvc.Service{Name: name, Port: 8080}.Instance(h, check, "", 0)
 	wantForbidden := func(what string, err error) {
 		t.Helper()
 		var e *consul.Error
@@ -137,7 +138,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 		t.Logf("%s: %v", what, err)
 	}
 	wantForbidden("register with node write alone", nodeOnly.RegisterHolderServiceCatalog(ctx, node, inst))
-	other := lockmodel.HolderService{Name: name + "-other"}.Instance(h, check, "", 0)
+	other := holdersvc.Service{Name: name + "-other"}.Instance(h, check, "", 0)
 	wantForbidden("register another service name", worker.RegisterHolderServiceCatalog(ctx, node, other))
 	if err := worker.RegisterHolderServiceCatalog(ctx, node, inst); err != nil {
 		t.Fatalf("register with the worker rules (service write): %v", err)
@@ -204,9 +205,9 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	t.Cleanup(func() { _, _ = mgmt.Session().Destroy(live, nil) })
 	mine, dead, deadB, critical := testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID()
 	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{})
-	spec := lockmodel.HolderService{Name: name}
+	spec := holdersvc.Service{Name: name}
 	register := func(node, lock, session string) InstanceRef {
-		in := spec.Instance(lockmodel.HolderIdentity{Lock: lock, Session: session, Node: node}, check, "", 0)
+		in := spec.Instance(holdersvc.Identity{Lock: lock, Session: session, Node: node}, check, "", 0)
 		if lock == "other" {
 			in.ID += "-other" // another lock declaring the same service name
 		}
@@ -219,7 +220,7 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	register(nodeB, "other", dead)
 	crit := register(nodeB, "job", critical)
 	if _, err := mgmt.Catalog().Register(&api.CatalogRegistration{Node: nodeB, SkipNodeUpdate: true, Check: &api.AgentCheck{
-		Node: nodeB, CheckID: lockmodel.HolderCheckID(crit.ID), Name: "critical", Status: api.HealthCritical, ServiceID: crit.ID}}, nil); err != nil {
+		Node: nodeB, CheckID: holdersvc.CheckID(crit.ID), Name: "critical", Status: api.HealthCritical, ServiceID: crit.ID}}, nil); err != nil {
 		t.Fatal(err)
 	}
 

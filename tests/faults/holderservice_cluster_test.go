@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
@@ -106,7 +107,7 @@ func hsDeclare(t *testing.T, c *testenv.Cluster, limit int, p lockmodel.SessionP
 	admin := clusterAdmin(c)
 	p.Name = name
 	l := lockmodel.Lock{Name: name, Prefix: "faults/" + name, Limit: limit, SessionDefaults: name,
-		HolderService: &lockmodel.HolderService{Name: name}}
+		HolderService: &holdersvc.Service{Name: name}}
 	prec, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		t.Fatal(err)

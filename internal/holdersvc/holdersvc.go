@@ -1,4 +1,4 @@
-package lockmodel
+package holdersvc
 
 import (
 	"fmt"
@@ -11,62 +11,53 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
-// Holder service: a lock's holder_service puts each holder into Consul's
-// catalog (and DNS, `<name>.service.consul`) while, and only while, it
-// holds. The rules live here once: what a valid declaration is, the
-// instance a holder registers (its ID, the meta the runner writes), and the
-// TTL of the check that takes the instance out of DNS when its holder stops
-// renewing (HolderCheck). Registering it is internal/consul's
-// (RegisterHolderService); the runner and the agentless registration build
-// the same HolderInstance.
-
 // Consul's limits on service metadata (consul agent/structs/structs.go,
 // metaMaxKeyPairs, metaKeyMaxLength, metaValueMaxLength,
 // MetaKeyReservedPrefix, metaKeyFormat).
 const (
-	MaxServiceMetaPairs     = 64
-	MaxServiceMetaKeyLength = 128
-	MaxServiceMetaValueLen  = 512
-	ServiceMetaReservedPfx  = "consul-"
-	// MaxServicePort is the largest TCP port.
-	MaxServicePort = 65535
-	// MaxHolderServiceTags bounds tags: each is a DNS label, and a holder
+	MaxMetaPairs     = 64
+	MaxMetaKeyLength = 128
+	MaxMetaValueLen  = 512
+	MetaReservedPfx  = "consul-"
+	// MaxPort is the largest TCP port.
+	MaxPort = 65535
+	// MaxTags bounds tags: each is a DNS label, and a holder
 	// service is looked up by name, rarely by more than a few tags.
-	MaxHolderServiceTags = 32
-	// HolderDeregisterCriticalAfter is the instance's
+	MaxTags = 32
+	// DeregisterCriticalAfter is the instance's
 	// DeregisterCriticalServiceAfter: the agent removes an instance whose
 	// check stayed critical that long (its runner was killed and could not
 	// deregister it). One minute is the least Consul honours.
-	HolderDeregisterCriticalAfter = time.Minute
-	// HolderCheckMargin is kept between a holder check's expiry and the
+	DeregisterCriticalAfter = time.Minute
+	// CheckMargin is kept between a holder check's expiry and the
 	// earliest take-over: time for the agent to sync the critical status
 	// to the servers, which answer DNS and catalog queries.
-	HolderCheckMargin = time.Second
+	CheckMargin = time.Second
 )
 
 // The meta keys the runner writes on a holder's instance; a declaration's
 // meta may not use them.
 const (
-	HolderMetaLock         = "lock"          // the lock's name
-	HolderMetaSession      = "session"       // the holder's session ID
-	HolderMetaFencingToken = "fencing_token" // the holder's fencing token (decimal)
-	HolderMetaHolder       = "holder"        // the holder's node and process, "<node>/<pid>"
+	MetaLock         = "lock"          // the lock's name
+	MetaSession      = "session"       // the holder's session ID
+	MetaFencingToken = "fencing_token" // the holder's fencing token (decimal)
+	MetaHolder       = "holder"        // the holder's node and process, "<node>/<pid>"
 )
 
-// HolderMetaKeys lists the meta keys the runner writes, sorted.
-var HolderMetaKeys = []string{HolderMetaFencingToken, HolderMetaHolder, HolderMetaLock, HolderMetaSession}
+// MetaKeys lists the meta keys the runner writes, sorted.
+var MetaKeys = []string{MetaFencingToken, MetaHolder, MetaLock, MetaSession}
 
 // Field names of the holder_service block, as users write them.
 const (
-	FieldHolderService     = "holder_service"
-	FieldHolderServiceName = "holder_service.name"
-	FieldHolderServiceTags = "holder_service.tags"
-	FieldHolderServicePort = "holder_service.port"
-	FieldHolderServiceMeta = "holder_service.meta"
+	FieldService = "holder_service"
+	FieldName    = "holder_service.name"
+	FieldTags    = "holder_service.tags"
+	FieldPort    = "holder_service.port"
+	FieldMeta    = "holder_service.meta"
 )
 
-// HolderService is a lock's holder_service block.
-type HolderService struct {
+// Service is a lock's holder_service block.
+type Service struct {
 	// Name is the service name: a DNS label, so that
 	// <name>.service.consul resolves.
 	Name string
@@ -74,7 +65,7 @@ type HolderService struct {
 	Tags []string
 	// Port is the holder's port; 0 for none.
 	Port int
-	// Meta is added to the runner's own meta (HolderMetaKeys).
+	// Meta is added to the runner's own meta (MetaKeys).
 	Meta map[string]string
 }
 
@@ -87,37 +78,37 @@ var metaKeyRE = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 const dnsLabelAllowed = "1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit (a DNS label, so that %s resolves)"
 
-// ValidateHolderServiceName checks a holder service name on its own, as a
+// ValidateName checks a holder service name on its own, as a
 // *FieldError for field.
-func ValidateHolderServiceName(field, name string) error {
+func ValidateName(field, name string) error {
 	if dnsLabelRE.MatchString(name) {
 		return nil
 	}
 	return &validation.FieldError{Field: field, Value: validation.Truncate(name, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<name>.service.consul")}
 }
 
-// ValidateHolderServiceTag checks one tag, as a *FieldError for field.
-func ValidateHolderServiceTag(field, tag string) error {
+// ValidateTag checks one tag, as a *FieldError for field.
+func ValidateTag(field, tag string) error {
 	if dnsLabelRE.MatchString(tag) {
 		return nil
 	}
 	return &validation.FieldError{Field: field, Value: validation.Truncate(tag, 70), Allowed: fmt.Sprintf(dnsLabelAllowed, "<tag>.<name>.service.consul")}
 }
 
-// ValidateHolderServiceMetaKey checks one meta key, as a *FieldError for
+// ValidateMetaKey checks one meta key, as a *FieldError for
 // field: Consul's rule, and none of the keys the runner writes.
-func ValidateHolderServiceMetaKey(field, key string) error {
+func ValidateMetaKey(field, key string) error {
 	switch {
-	case !metaKeyRE.MatchString(key) || len(key) > MaxServiceMetaKeyLength:
+	case !metaKeyRE.MatchString(key) || len(key) > MaxMetaKeyLength:
 		return &validation.FieldError{Field: field, Value: validation.Truncate(key, 140), Allowed: fmt.Sprintf(
-			"a key of 1 to %d letters, digits, '-' or '_' (Consul's rule for service meta)", MaxServiceMetaKeyLength)}
-	case len(key) >= len(ServiceMetaReservedPfx) && key[:len(ServiceMetaReservedPfx)] == ServiceMetaReservedPfx:
-		return &validation.FieldError{Field: field, Value: key, Allowed: fmt.Sprintf("a key not starting with %q (Consul reserves it)", ServiceMetaReservedPfx)}
+			"a key of 1 to %d letters, digits, '-' or '_' (Consul's rule for service meta)", MaxMetaKeyLength)}
+	case len(key) >= len(MetaReservedPfx) && key[:len(MetaReservedPfx)] == MetaReservedPfx:
+		return &validation.FieldError{Field: field, Value: key, Allowed: fmt.Sprintf("a key not starting with %q (Consul reserves it)", MetaReservedPfx)}
 	}
-	for _, k := range HolderMetaKeys {
+	for _, k := range MetaKeys {
 		if key == k {
 			return &validation.FieldError{Field: field, Value: key, Allowed: fmt.Sprintf(
-				"a key other than %q: the runner writes them (lock, session, fencing token, holder)", HolderMetaKeys)}
+				"a key other than %q: the runner writes them (lock, session, fencing token, holder)", MetaKeys)}
 		}
 	}
 	return nil
@@ -125,35 +116,35 @@ func ValidateHolderServiceMetaKey(field, key string) error {
 
 // Validate reports every problem of s as FieldErrors named
 // "holder_service.name" and so on.
-func (s HolderService) Validate() error {
+func (s Service) Validate() error {
 	var errs validation.FieldErrors
 	add := func(err error) { errs = append(errs, validation.AsFieldErrors(err)...) }
-	add(ValidateHolderServiceName(FieldHolderServiceName, s.Name))
-	if len(s.Tags) > MaxHolderServiceTags {
-		errs = append(errs, &validation.FieldError{Field: FieldHolderServiceTags, Value: strconv.Itoa(len(s.Tags)) + " tags",
-			Allowed: fmt.Sprintf("at most %d tags", MaxHolderServiceTags)})
+	add(ValidateName(FieldName, s.Name))
+	if len(s.Tags) > MaxTags {
+		errs = append(errs, &validation.FieldError{Field: FieldTags, Value: strconv.Itoa(len(s.Tags)) + " tags",
+			Allowed: fmt.Sprintf("at most %d tags", MaxTags)})
 	}
 	seen := map[string]bool{}
 	for _, t := range s.Tags {
-		add(ValidateHolderServiceTag(FieldHolderServiceTags, t))
+		add(ValidateTag(FieldTags, t))
 		if seen[t] {
-			errs = append(errs, &validation.FieldError{Field: FieldHolderServiceTags, Value: t, Allowed: "each tag at most once"})
+			errs = append(errs, &validation.FieldError{Field: FieldTags, Value: t, Allowed: "each tag at most once"})
 		}
 		seen[t] = true
 	}
-	if s.Port < 0 || s.Port > MaxServicePort {
-		errs = append(errs, &validation.FieldError{Field: FieldHolderServicePort, Value: strconv.Itoa(s.Port),
-			Allowed: fmt.Sprintf("a port from 1 to %d (unset: no port)", MaxServicePort)})
+	if s.Port < 0 || s.Port > MaxPort {
+		errs = append(errs, &validation.FieldError{Field: FieldPort, Value: strconv.Itoa(s.Port),
+			Allowed: fmt.Sprintf("a port from 1 to %d (unset: no port)", MaxPort)})
 	}
-	if most := MaxServiceMetaPairs - len(HolderMetaKeys); len(s.Meta) > most {
-		errs = append(errs, &validation.FieldError{Field: FieldHolderServiceMeta, Value: strconv.Itoa(len(s.Meta)) + " pairs", Allowed: fmt.Sprintf(
-			"at most %d pairs (Consul allows %d, the runner writes %d)", most, MaxServiceMetaPairs, len(HolderMetaKeys))})
+	if most := MaxMetaPairs - len(MetaKeys); len(s.Meta) > most {
+		errs = append(errs, &validation.FieldError{Field: FieldMeta, Value: strconv.Itoa(len(s.Meta)) + " pairs", Allowed: fmt.Sprintf(
+			"at most %d pairs (Consul allows %d, the runner writes %d)", most, MaxMetaPairs, len(MetaKeys))})
 	}
 	for _, k := range sortedKeys(s.Meta) {
-		add(ValidateHolderServiceMetaKey(FieldHolderServiceMeta, k))
-		if v := s.Meta[k]; len(v) > MaxServiceMetaValueLen {
-			errs = append(errs, &validation.FieldError{Field: FieldHolderServiceMeta, Value: k + "=" + validation.Truncate(v, 40),
-				Allowed: fmt.Sprintf("a value of at most %d bytes (Consul's limit)", MaxServiceMetaValueLen)})
+		add(ValidateMetaKey(FieldMeta, k))
+		if v := s.Meta[k]; len(v) > MaxMetaValueLen {
+			errs = append(errs, &validation.FieldError{Field: FieldMeta, Value: k + "=" + validation.Truncate(v, 40),
+				Allowed: fmt.Sprintf("a value of at most %d bytes (Consul's limit)", MaxMetaValueLen)})
 		}
 	}
 	return errs.Err()
@@ -168,22 +159,22 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// HolderServiceID is the service ID of a holder's instance: the service
+// ServiceID is the service ID of a holder's instance: the service
 // name and the holder's session ID, unique per holder (a semaphore's
 // holders register one instance each) and recognisable in the catalog.
-func HolderServiceID(name, session string) string {
+func ServiceID(name, session string) string {
 	return name + "-" + session
 }
 
-// HolderCheckID is the ID of the TTL check of instance serviceID, the one
+// CheckID is the ID of the TTL check of instance serviceID, the one
 // Consul would give a service's only check.
-func HolderCheckID(serviceID string) string {
+func CheckID(serviceID string) string {
 	return "service:" + serviceID
 }
 
-// HolderIdentity is who registers an instance: the lock, the holder's
+// Identity is who registers an instance: the lock, the holder's
 // session, its fencing token, node and process.
-type HolderIdentity struct {
+type Identity struct {
 	Lock         string
 	Session      string
 	FencingToken uint64
@@ -191,9 +182,9 @@ type HolderIdentity struct {
 	PID          int
 }
 
-// HolderInstance is the service instance a holder registers: what
+// Instance is the service instance a holder registers: what
 // consul.RegisterHolderService sends.
-type HolderInstance struct {
+type Instance struct {
 	ID      string
 	Name    string
 	Tags    []string
@@ -201,35 +192,35 @@ type HolderInstance struct {
 	Address string // "" for the node's address
 	Meta    map[string]string
 	CheckID string
-	Check   HolderCheck
+	Check   Check
 	// Passing: the check starts passing (else critical, until the first
-	// pass): HolderCheck.PassAllowed at registration.
+	// pass): Check.PassAllowed at registration.
 	Passing bool
 }
 
 // Instance is h's instance of s. address and port, when set, override
 // the node's address and the declared port (a runner's -service-address
 // and -service-port, e.g. several holders on one host).
-func (s HolderService) Instance(h HolderIdentity, check HolderCheck, address string, port int) HolderInstance {
-	id := HolderServiceID(s.Name, h.Session)
-	meta := make(map[string]string, len(s.Meta)+len(HolderMetaKeys))
+func (s Service) Instance(h Identity, check Check, address string, port int) Instance {
+	id := ServiceID(s.Name, h.Session)
+	meta := make(map[string]string, len(s.Meta)+len(MetaKeys))
 	for k, v := range s.Meta {
 		meta[k] = v
 	}
-	meta[HolderMetaLock] = h.Lock
-	meta[HolderMetaSession] = h.Session
-	meta[HolderMetaFencingToken] = strconv.FormatUint(h.FencingToken, 10)
-	meta[HolderMetaHolder] = h.Node + "/" + strconv.Itoa(h.PID)
+	meta[MetaLock] = h.Lock
+	meta[MetaSession] = h.Session
+	meta[MetaFencingToken] = strconv.FormatUint(h.FencingToken, 10)
+	meta[MetaHolder] = h.Node + "/" + strconv.Itoa(h.PID)
 	if port == 0 {
 		port = s.Port
 	}
-	return HolderInstance{
+	return Instance{
 		ID: id, Name: s.Name, Tags: append([]string(nil), s.Tags...), Port: port, Address: address,
-		Meta: meta, CheckID: HolderCheckID(id), Check: check,
+		Meta: meta, CheckID: CheckID(id), Check: check,
 	}
 }
 
-// HolderCheck is the TTL check of a holder's instance. The holder passes it
+// Check is the TTL check of a holder's instance. The holder passes it
 // after each renewal of its session that Consul answered, so it goes
 // critical when the holder stops renewing; it must then be critical (and
 // the instance out of DNS and health-filtered catalog answers) before
@@ -242,7 +233,7 @@ func (s HolderService) Instance(h HolderIdentity, check HolderCheck, address str
 //
 //   - expiry: the session outlives c by at least its TTL (the servers wait
 //     SessionTTLMultiplier x TTL), then the key is under lock-delay:
-//     c + ttl + L, where L = min(lock_delay, 60s) (TakeOverDelay);
+//     c + ttl + L, where L = min(lock_delay, 60s) (lockmodel.TakeOverDelay);
 //   - destroy or invalidation at any d >= c (an operator, the controller at
 //     max_hold, force_destroy, a failing node or service check): the key is
 //     free at d + L, so from c + L on;
@@ -254,86 +245,93 @@ func (s HolderService) Instance(h HolderIdentity, check HolderCheck, address str
 //
 // A pass sent at c + s lands at the latest s + PassTimeout after c and
 // keeps the check passing for TTL, so it is safe exactly when
-// s + PassTimeout + TTL + HolderCheckMargin <= Bound (PassAllowed:
+// s + PassTimeout + TTL + CheckMargin <= Bound (PassAllowed:
 // the check is critical at least the margin before the take-over). Passes
 // follow renewals (s <= RenewTimeout), so
 //
-//	TTL <= Bound - 2 x RenewTimeout - HolderCheckMargin   (the ceiling)
+//	TTL <= Bound - 2 x RenewTimeout - CheckMargin   (the ceiling)
 //
 // and, for the check not to go critical between healthy renewals (sent
 // every RenewEvery from their send times, each pass landing up to
 // 2 x RenewTimeout after its renewal's send time), TTL > RenewEvery +
 // 2 x RenewTimeout (the floor). Both hold only when
 //
-//	RenewEvery + 4 x RenewTimeout + HolderCheckMargin < L
+//	RenewEvery + 4 x RenewTimeout + CheckMargin < L
 //
-// (HolderCheck.MaxRenewEvery and MinLockDelay solve it for renew_every and
+// (Check.MaxRenewEvery and MinLockDelay solve it for renew_every and
 // lock_delay). TTL is RenewEvery more than the floor, so one failed renewal
 // (retried within half a second) does not flap DNS, unless the ceiling is
 // lower: then the ceiling wins (safety first, never below
-// MinHolderCheckTTL) and Flaps is set. PassAllowed still decides each pass
+// MinCheckTTL) and Flaps is set. PassAllowed still decides each pass
 // exactly, so with a short lock_delay a holder is in DNS only for a moment
 // after each fast renewal, or never (PassAllowed(0) false).
-type HolderCheck struct {
-	TTL          time.Duration
-	Bound        time.Duration // the earliest take-over after the last contact: min(lock_delay, 60s)
-	PassTimeout  time.Duration // bounds one pass request
-	Flaps        bool          // TTL not above TTLFloor, or above TTLCeiling (raised to MinHolderCheckTTL)
-	RenewEvery   time.Duration // the profile's, for the warning
-	RenewTimeout time.Duration
-	TTLFloor     time.Duration // RenewEvery + 2 x RenewTimeout: the TTL healthy renewals need
-	TTLCeiling   time.Duration // Bound - 2 x RenewTimeout - HolderCheckMargin: the longest safe TTL
+type Check struct {
+	Timing
+	TTL         time.Duration
+	PassTimeout time.Duration // bounds one pass request
+	Flaps       bool          // TTL not above TTLFloor, or above TTLCeiling (raised to MinCheckTTL)
+	TTLFloor    time.Duration // RenewEvery + 2 x RenewTimeout: the TTL healthy renewals need
+	TTLCeiling  time.Duration // Bound - 2 x RenewTimeout - CheckMargin: the longest safe TTL
 }
 
-// MinHolderCheckTTL is the shortest holder check TTL: the least interval
-// Consul runs a check at (agent/checks MinInterval).
-const MinHolderCheckTTL = time.Second
+// Timing is what a holder check follows of its holder's session, as the
+// session rules (package lockmodel, NewHolderCheck) resolve them from the
+// profile.
+type Timing struct {
+	Bound           time.Duration // the earliest take-over after the last contact: min(lock_delay, 60s)
+	RenewEvery      time.Duration // the profile's, for the warning
+	RenewTimeout    time.Duration // bounds one renewal
+	MaxRenewTimeout time.Duration // RenewTimeout for any renew_every at most this
+	MaxLockDelay    time.Duration // the longest lock_delay Consul honours
+}
 
-// NewHolderCheck is the holder check for profile p (defaults applied here).
-func NewHolderCheck(p SessionProfile) HolderCheck {
-	d := p.WithDefaults()
-	rt := RenewTimeout(d.RenewEvery)
-	c := HolderCheck{Bound: TakeOverDelay(d.LockDelay), PassTimeout: rt, RenewEvery: d.RenewEvery, RenewTimeout: rt}
-	c.TTLFloor = d.RenewEvery + 2*rt
-	c.TTLCeiling = c.Bound - 2*rt - HolderCheckMargin
-	c.TTL = max(min(c.TTLFloor+d.RenewEvery, c.TTLCeiling), MinHolderCheckTTL)
+// MinCheckTTL is the shortest holder check TTL: the least interval
+// Consul runs a check at (agent/checks MinInterval).
+const MinCheckTTL = time.Second
+
+// NewCheck is the holder check for a session of timing t.
+func NewCheck(t Timing) Check {
+	c := Check{Timing: t, PassTimeout: t.RenewTimeout}
+	c.TTLFloor = t.RenewEvery + 2*t.RenewTimeout
+	c.TTLCeiling = t.Bound - 2*t.RenewTimeout - CheckMargin
+	c.TTL = max(min(c.TTLFloor+t.RenewEvery, c.TTLCeiling), MinCheckTTL)
 	c.Flaps = c.TTL <= c.TTLFloor || c.TTL > c.TTLCeiling
 	return c
 }
 
 // PassAllowed reports whether a pass sent sinceContact after the holder's
 // last confirmed contact keeps the check's expiry at least
-// HolderCheckMargin before the earliest take-over.
-func (c HolderCheck) PassAllowed(sinceContact time.Duration) bool {
-	return sinceContact >= 0 && sinceContact+c.PassTimeout+c.TTL+HolderCheckMargin <= c.Bound
+// CheckMargin before the earliest take-over.
+func (c Check) PassAllowed(sinceContact time.Duration) bool {
+	return sinceContact >= 0 && sinceContact+c.PassTimeout+c.TTL+CheckMargin <= c.Bound
 }
 
 // MaxRenewEvery is the supremum of the renew_every values whose check
 // does not flap with c's lock-delay: RenewEvery + 4 x RenewTimeout +
-// HolderCheckMargin < Bound, solved for RenewEvery (RenewTimeout is
+// CheckMargin < Bound, solved for RenewEvery (RenewTimeout is
 // RenewEvery up to MaxRenewTimeout), with a ceiling of at least
-// MinHolderCheckTTL. Zero when none does.
-func (c HolderCheck) MaxRenewEvery() time.Duration {
-	room := c.Bound - HolderCheckMargin
-	if room > 5*MaxRenewTimeout {
-		return room - 4*MaxRenewTimeout
+// MinCheckTTL. Zero when none does.
+func (c Check) MaxRenewEvery() time.Duration {
+	room := c.Bound - CheckMargin
+	if room > 5*c.MaxRenewTimeout {
+		return room - 4*c.MaxRenewTimeout
 	}
-	return max(min(room/5, (room-MinHolderCheckTTL)/2), 0)
+	return max(min(room/5, (room-MinCheckTTL)/2), 0)
 }
 
 // MinLockDelay is the infimum of the lock_delay values whose check does
 // not flap with c's renew_every: RenewEvery + 4 x RenewTimeout +
-// HolderCheckMargin (and 2 x RenewTimeout + HolderCheckMargin +
-// MinHolderCheckTTL). It may exceed MaxLockDelay: then no lock_delay helps.
-func (c HolderCheck) MinLockDelay() time.Duration {
-	return max(c.RenewEvery+4*c.RenewTimeout, 2*c.RenewTimeout+MinHolderCheckTTL) + HolderCheckMargin
+// CheckMargin (and 2 x RenewTimeout + CheckMargin +
+// MinCheckTTL). It may exceed c.MaxLockDelay: then no lock_delay helps.
+func (c Check) MinLockDelay() time.Duration {
+	return max(c.RenewEvery+4*c.RenewTimeout, 2*c.RenewTimeout+MinCheckTTL) + CheckMargin
 }
 
 // Warnings says when the check cannot stay passing between healthy
 // renewals while being critical before the earliest take-over (a
 // lock_delay short for the renew_every), naming the numbers and the
 // renew_every or lock_delay that would do.
-func (c HolderCheck) Warnings() []validation.Warning {
+func (c Check) Warnings() []validation.Warning {
 	if !c.Flaps {
 		return nil
 	}
@@ -342,44 +340,44 @@ func (c HolderCheck) Warnings() []validation.Warning {
 	if !c.PassAllowed(0) {
 		summary, effect = "Holder Never In DNS", "so the holder's check is never passed and the holder never appears in DNS"
 	}
-	fix := fmt.Sprintf("Lower renew_every below %s", FormatDuration(c.MaxRenewEvery()))
+	fix := fmt.Sprintf("Lower renew_every below %s", c.MaxRenewEvery())
 	if c.MaxRenewEvery() <= 0 {
 		fix = "No renew_every is short enough"
 	}
-	if need := c.MinLockDelay(); need < MaxLockDelay {
-		fix += fmt.Sprintf(", or raise lock_delay above %s", FormatDuration(need))
+	if need := c.MinLockDelay(); need < c.MaxLockDelay {
+		fix += fmt.Sprintf(", or raise lock_delay above %s", need)
 	}
 	return []validation.Warning{{
-		Field:   FieldHolderService,
+		Field:   FieldService,
 		Summary: summary,
 		Detail: fmt.Sprintf("A destroyed session (an operator, the controller at max_hold, force_destroy, a failing check) "+
 			"frees the lock lock_delay %s after the destroy, which may come right after a renewal: the holder's check must be "+
 			"critical by then, so its TTL is at most lock_delay - 2 x renewal timeout %s - margin %s = %s (and never below %s). "+
 			"Staying passing between renewals needs more than renew_every %s + 2 x renewal timeout = %s; the check TTL is %s, "+
 			"%s. %s.",
-			FormatDuration(c.Bound), FormatDuration(c.RenewTimeout), FormatDuration(HolderCheckMargin), FormatDuration(c.TTLCeiling),
-			FormatDuration(MinHolderCheckTTL), FormatDuration(c.RenewEvery), FormatDuration(c.TTLFloor), FormatDuration(c.TTL),
+			c.Bound, c.RenewTimeout, CheckMargin, c.TTLCeiling,
+			MinCheckTTL, c.RenewEvery, c.TTLFloor, c.TTL,
 			effect, fix),
 	}}
 }
 
 // How a runner registers its holder's instance (-service-registration).
 const (
-	// HolderViaAuto picks HolderViaCatalog when the runner names its
-	// session's node (-node), HolderViaAgent otherwise.
-	HolderViaAuto = "auto"
-	// HolderViaAgent registers on the agent the runner talks to (PUT
+	// ViaAuto picks ViaCatalog when the runner names its
+	// session's node (-node), ViaAgent otherwise.
+	ViaAuto = "auto"
+	// ViaAgent registers on the agent the runner talks to (PUT
 	// /v1/agent/service/register): the agent runs the TTL check and
 	// removes the instance when its node fails.
-	HolderViaAgent = "agent"
-	// HolderViaCatalog registers on the session's node in the catalog (PUT
+	ViaAgent = "agent"
+	// ViaCatalog registers on the session's node in the catalog (PUT
 	// /v1/catalog/register), for runners with no agent of their own
 	// (agentless): nobody runs a catalog check, so the instance is passing
-	// until it is deregistered (HolderInstanceStale says who reaps it).
-	HolderViaCatalog = "catalog"
+	// until it is deregistered (InstanceStale says who reaps it).
+	ViaCatalog = "catalog"
 )
 
-// HolderVia resolves a runner's -service-registration value against its
+// Via resolves a runner's -service-registration value against its
 // -node: it returns how the instance is registered, and why, for the
 // runner's log line. A client agent runs the node it is for: a catalog
 // registration on that node would be removed by the agent's anti-entropy,
@@ -387,26 +385,26 @@ const (
 // rule follows the session: on the agent's node without -node, on the
 // named node with it. catalog without -node is refused: the instance
 // would have no node of its own.
-func HolderVia(value, node string) (via, reason string, err error) {
+func Via(value, node string) (via, reason string, err error) {
 	switch value {
-	case HolderViaAuto, "":
+	case ViaAuto, "":
 		if node != "" {
-			return HolderViaCatalog, "-node names the session's node: the instance is registered on it in the catalog (-service-registration agent registers on the agent instead)", nil
+			return ViaCatalog, "-node names the session's node: the instance is registered on it in the catalog (-service-registration agent registers on the agent instead)", nil
 		}
-		return HolderViaAgent, "no -node: the session and the instance are on the node of the agent at CONSUL_HTTP_ADDR", nil
-	case HolderViaAgent:
-		return HolderViaAgent, "-service-registration agent", nil
-	case HolderViaCatalog:
+		return ViaAgent, "no -node: the session and the instance are on the node of the agent at CONSUL_HTTP_ADDR", nil
+	case ViaAgent:
+		return ViaAgent, "-service-registration agent", nil
+	case ViaCatalog:
 		if node == "" {
 			return "", "", &validation.FieldError{Field: "-service-registration", Value: value,
 				Allowed: "catalog only with -node NAME (the node the instance is registered on); agent or auto without it"}
 		}
-		return HolderViaCatalog, "-service-registration catalog", nil
+		return ViaCatalog, "-service-registration catalog", nil
 	}
 	return "", "", &validation.FieldError{Field: "-service-registration", Value: validation.Truncate(value, 40), Allowed: "auto, agent or catalog"}
 }
 
-// HolderInstanceStale reports whether another holder's instance of the
+// InstanceStale reports whether another holder's instance of the
 // same lock, found on any node, is stale: its session is not a holder's
 // any more. A mutex has one holder, so once this one holds, every other
 // session's instance is stale; a semaphore's other holders keep theirs
@@ -418,7 +416,7 @@ func HolderVia(value, node string) (via, reason string, err error) {
 // controller) cannot tell a current holder's instance from a former one's
 // by the lock alone: for it an instance is stale once its session has
 // ended (a session ID is never reused).
-func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
+func InstanceStale(limit int, mine, other string, otherAlive bool) bool {
 	switch {
 	case other == mine:
 		return false
@@ -432,7 +430,7 @@ func HolderInstanceStale(limit int, mine, other string, otherAlive bool) bool {
 const allowedHolderNode = "1 to 63 letters, digits or '-', starting and ending with a letter or digit " +
 	"(a DNS label: SRV answers for the holder service name this node, and Consul's answers for a longer one time out)"
 
-// ValidateHolderNode checks the name of the node an agentless runner
+// ValidateNode checks the name of the node an agentless runner
 // registers its holder's instance on (consullock run -node with a catalog
 // registration), as a *FieldError for field. Consul answers an SRV query
 // for <name>.service.consul with a target <node>.node.<dc>.consul, so the
@@ -440,7 +438,7 @@ const allowedHolderNode = "1 to 63 letters, digits or '-', starting and ending w
 // either case: DNS names are case-insensitive); with a 75-character node
 // name the agent's SRV answers for the service timed out. The session
 // itself would be fine on any node: only the holder service needs this.
-func ValidateHolderNode(field, node string) error {
+func ValidateNode(field, node string) error {
 	if dnsLabelRE.MatchString(strings.ToLower(node)) {
 		return nil
 	}
