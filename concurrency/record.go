@@ -83,7 +83,7 @@ func (u *run) finish(ctx context.Context, h *hold, res ledger.AttemptResult) boo
 func (u *run) recordAfterLoss(ctx context.Context, log *slog.Logger, res ledger.AttemptResult, deadline time.Time) bool {
 	already := false
 	edit := func(l ledger.Ledger) (ledger.Ledger, bool) {
-		if attemptOutcome(l, u.id, u.attempt) == res.Outcome {
+		if l.AttemptOutcome(u.id, u.attempt) == res.Outcome {
 			already = true
 			return l, false
 		}
@@ -110,19 +110,6 @@ func (u *run) recordAfterLoss(ctx context.Context, log *slog.Logger, res ledger.
 		}
 		_ = consul.Sleep(ctx, max(min(consul.Backoff(100*time.Millisecond, time.Second, failures), time.Until(deadline)), 0))
 	}
-}
-
-// attemptOutcome is the outcome ledger l records for attempt n of run id
-// ("" when it has none).
-func attemptOutcome(l ledger.Ledger, id string, n int) ledger.RunOutcome {
-	if i := l.Find(id); i >= 0 {
-		for _, a := range l.Runs[i].Attempts {
-			if a.Number == n {
-				return a.Outcome
-			}
-		}
-	}
-	return ""
 }
 
 // earliest is the earlier of a and b.

@@ -231,6 +231,20 @@ func (l Ledger) Find(id string) int {
 	return -1
 }
 
+// AttemptOutcome is the outcome l records for attempt n of run id ("" when
+// it has none): how a writer that lost a check-and-set learns whether the
+// ledger already says what it meant to write.
+func (l Ledger) AttemptOutcome(id string, n int) RunOutcome {
+	if i := l.Find(id); i >= 0 {
+		for _, a := range l.Runs[i].Attempts {
+			if a.Number == n {
+				return a.Outcome
+			}
+		}
+	}
+	return ""
+}
+
 // LastRun is the most recently begun run; ok is false for an empty ledger.
 func (l Ledger) LastRun() (Run, bool) {
 	if len(l.Runs) == 0 {

@@ -390,3 +390,16 @@ func TestDecodeLedger_refusesBadPrunedRuns(t *testing.T) {
 		}
 	}
 }
+
+func TestAttemptOutcome(t *testing.T) {
+	l := Ledger{Runs: []Run{{ID: "r1", Attempts: []Attempt{{Number: 1, Outcome: RunLost}, {Number: 2, Outcome: RunSucceeded}}}}}
+	for _, c := range []struct {
+		id   string
+		n    int
+		want RunOutcome
+	}{{"r1", 1, RunLost}, {"r1", 2, RunSucceeded}, {"r1", 3, ""}, {"r2", 1, ""}} {
+		if got := l.AttemptOutcome(c.id, c.n); got != c.want {
+			t.Errorf("AttemptOutcome(%q, %d) = %q, want %q", c.id, c.n, got, c.want)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func (r *runner) recordAfterLoss(ctx context.Context, log *slog.Logger, outcome 
 			log.Warn("lock lost: cannot read the run ledger yet to record the outcome; trying again", "error", err.Error())
 			continue
 		}
-		if attemptOutcome(l, run.id, run.attempt) == outcome {
+		if l.AttemptOutcome(run.id, run.attempt) == outcome {
 			log.Info("the outcome is already recorded in the run ledger")
 			return true
 		}
@@ -170,17 +170,4 @@ func earliest(a, b time.Time) time.Time {
 // sleepUntil waits d, but not past deadline nor once ctx ends.
 func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) {
 	_ = consul.Sleep(ctx, max(min(d, time.Until(deadline)), 0))
-}
-
-// attemptOutcome is the outcome ledger l records for attempt n of run id
-// ("" when it has none).
-func attemptOutcome(l ledger.Ledger, id string, n int) ledger.RunOutcome {
-	if i := l.Find(id); i >= 0 {
-		for _, a := range l.Runs[i].Attempts {
-			if a.Number == n {
-				return a.Outcome
-			}
-		}
-	}
-	return ""
 }
