@@ -14,6 +14,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
+	"github.com/consullock/terraform-provider-consullock/internal/runonce"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -145,21 +146,16 @@ func (r *RunOnce) once(ctx context.Context, runID string, fn func(context.Contex
 	return u.notRun(d.Kind, len(d.Attempts))
 }
 
-// run is one pass's run: the declaration as read and the ledger as this
-// holder wrote it.
+// run is one pass's run: the declaration as read, and the run's ledger
+// protocol (runonce.Run: set by begin to the attempt and the ledger as
+// this holder wrote it).
 type run struct {
 	r         *RunOnce
-	id        string
 	lock      lockmodel.Lock
 	profile   lockmodel.SessionProfile
 	spec      ledger.RunOnce // defaults applied
-	policy    ledger.AttemptPolicy
-	key       string
 	scheduled time.Time
-	// Set by begin: the attempt and the ledger as written, at index.
-	attempt int
-	ledger  ledger.Ledger
-	index   uint64
+	proto     runonce.Run
 }
 
 // resolve reads the declaration and names the run (RunIDSlot, as the
@@ -184,7 +180,10 @@ func (r *RunOnce) resolve(ctx context.Context, runID string) (*run, error) {
 	if err := ledger.ValidateRunID(id); err != nil {
 		return nil, err
 	}
-	u := &run{r: r, id: id, lock: l, profile: p, spec: spec, policy: spec.Policy(), key: record.RunLedgerKey(r.cfg.registry, r.name)}
+	u := &run{r: r, lock: l, profile: p, spec: spec, proto: runonce.Run{
+		Client: r.c, Key: record.RunLedgerKey(r.cfg.registry, r.name), Lock: r.name,
+		ID: id, Policy: spec.Policy(), Keep: spec.Keep, Log: r.cfg.log,
+	}}
 	if slot && l.RunOnce != nil {
 		u.scheduled = at
 	}
@@ -198,7 +197,7 @@ func (u *run) lookFirst(ctx context.Context) error {
 	if err := u.checkPause(ctx); err != nil {
 		return err
 	}
-	l, _, err := store.New(u.r.c).ReadLedger(ctx, u.key, u.r.name)
+	l, _, err := store.New(u.r.c).ReadLedger(ctx, u.proto.Key, u.r.name)
 	if err != nil {
 		u.r.cfg.log.Debug("cannot read the run ledger before creating a session; the holder decides", "error", err.Error())
 		return nil
@@ -209,14 +208,10 @@ func (u *run) lookFirst(ctx context.Context) error {
 // doneIn is the notRun error when ledger l shows the run done (succeeded,
 // or exhausted under max_attempts), nil otherwise.
 func (u *run) doneIn(l ledger.Ledger) error {
-	done, ok := l.DoneRun(u.id, u.spec.MaxAttempts)
-	switch {
-	case !ok:
-		return nil
-	case done.Outcome == ledger.RunExhausted:
-		return u.notRun(ledger.BeginExhausted, len(done.Attempts))
+	if kind, done, ok := u.proto.Done(l); ok {
+		return u.notRun(kind, len(done.Attempts))
 	}
-	return u.notRun(ledger.BeginAlreadySucceeded, len(done.Attempts))
+	return nil
 }
 
 // checkPause is ErrPaused while the lock is paused. A token that may not
@@ -239,65 +234,31 @@ func (u *run) checkPause(ctx context.Context) error {
 func (u *run) notRun(kind ledger.BeginKind, attempts int) error {
 	switch kind {
 	case ledger.BeginAlreadySucceeded:
-		return fmt.Errorf("%w: run %q of lock %q", ErrAlreadySucceeded, u.id, u.r.name)
+		return fmt.Errorf("%w: run %q of lock %q", ErrAlreadySucceeded, u.proto.ID, u.r.name)
 	case ledger.BeginExhausted:
-		return fmt.Errorf("%w: run %q of lock %q made %d attempts (max_attempts %d)", ErrExhausted, u.id, u.r.name, attempts, u.spec.MaxAttempts)
+		return fmt.Errorf("%w: run %q of lock %q made %d attempts (max_attempts %d)", ErrExhausted, u.proto.ID, u.r.name, attempts, u.spec.MaxAttempts)
 	}
-	return fmt.Errorf("%w: run %q of lock %q (run_once.overlap)", ErrSkipped, u.id, u.r.name)
+	return fmt.Errorf("%w: run %q of lock %q (run_once.overlap)", ErrSkipped, u.proto.ID, u.r.name)
 }
 
-// ledgerTries bounds how often a ledger write is decided again after its
-// check-and-set lost (the runner's bound).
-const ledgerTries = 5
-
-// begin decides on a consistent read of the ledger (lockmodel BeginWith)
-// and writes the decision when it changes the ledger, fenced by the hold
-// (consul BeginRun). A lost check-and-set is decided again; a transient
-// failure is retried while the lock is held.
+// begin decides and records the attempt under the hold (runonce
+// Run.Begin, on a consistent read), trying again while the lock is held.
 func (u *run) begin(ctx context.Context, h *hold) (ledger.BeginDecision, error) {
-	holder := ledger.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()}
-	for changed, failures := 0, 0; ; {
-		l, index, err := store.New(u.r.c).ReadLedger(ctx, u.key, u.r.name)
-		if err == nil {
-			var d ledger.BeginDecision
-			if d, err = l.BeginWith(u.id, holder, u.policy, time.Now()); err != nil {
-				return d, err
-			}
-			if d.Changed {
-				d.Ledger = d.Ledger.Prune(u.spec.Keep, u.id)
-				index, err = store.New(u.r.c).BeginRun(ctx, store.LedgerWrite{Fence: h.fence(), LedgerKey: u.key, Index: index, Ledger: d.Ledger})
-			}
-			if err == nil {
-				u.attempt, u.ledger, u.index = d.Attempt, d.Ledger, index
-				return d, nil
-			}
-			if errors.Is(err, store.ErrLedgerChanged) && changed < ledgerTries {
-				changed++
-				continue
-			}
-		}
-		switch {
-		case errors.Is(err, store.ErrFenceLost):
-			return ledger.BeginDecision{}, fmt.Errorf("%w while recording the attempt: %v", ErrLockLost, err)
-		case !transient(err) || h.err() != nil || ctx.Err() != nil:
-			return ledger.BeginDecision{}, err
-		}
-		failures++
-		u.r.cfg.log.Warn("cannot read or write the run ledger yet; trying again while the lock is held", "error", err.Error())
-		_ = consul.Sleep(ctx, consul.Backoff(100*time.Millisecond, 2*time.Second, failures))
+	d, err := u.proto.Begin(ctx, runonce.Hold{
+		Fence:  h.fence(),
+		Holder: ledger.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()},
+		Held:   func() bool { return h.err() == nil },
+	}, nil)
+	if errors.Is(err, store.ErrFenceLost) {
+		return ledger.BeginDecision{}, fmt.Errorf("%w while recording the attempt: %v", ErrLockLost, err)
 	}
-}
-
-// transient: worth sending again (no cluster leader, the agent
-// unreachable, a request that timed out).
-func transient(err error) bool {
-	return consul.KindOf(err) == consul.KindTransient || errors.Is(err, context.DeadlineExceeded)
+	return d.BeginDecision, err
 }
 
 // execute calls fn as attempt n and records its outcome.
 func (u *run) execute(ctx context.Context, h *hold, n int, fn func(context.Context, Attempt) error) error {
-	a := Attempt{RunID: u.id, Number: n, MaxAttempts: u.spec.MaxAttempts, FencingToken: h.token(), Scheduled: u.scheduled, fence: h.fence()}
-	u.r.cfg.log.Info("run attempt recorded; calling the function", "run_id", u.id, "attempt", n, "fencing_token", a.FencingToken)
+	a := Attempt{RunID: u.proto.ID, Number: n, MaxAttempts: u.spec.MaxAttempts, FencingToken: h.token(), Scheduled: u.scheduled, fence: h.fence()}
+	u.r.cfg.log.Info("run attempt recorded; calling the function", "run_id", u.proto.ID, "attempt", n, "fencing_token", a.FencingToken)
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// stopped is the cancellation that reached fn before it returned.
@@ -336,7 +297,7 @@ func (u *run) execute(ctx context.Context, h *hold, n int, fn func(context.Conte
 	close(finished)
 	res := outcome(err, cause)
 	if !u.finish(context.WithoutCancel(ctx), h, res) {
-		return errors.Join(cause, err, fmt.Errorf("%w: run %q attempt %d (%s)", ErrOutcomeNotRecorded, u.id, n, res.Outcome))
+		return errors.Join(cause, err, fmt.Errorf("%w: run %q attempt %d (%s)", ErrOutcomeNotRecorded, u.proto.ID, n, res.Outcome))
 	}
 	return errors.Join(cause, err)
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/hashicorp/consul/api"
-
-	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/store"
+	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 )
 
 // acquire waits for the lock while following the run ledger, as the
@@ -43,27 +40,18 @@ func (u *run) acquire(ctx context.Context, h *hold) error {
 	return err
 }
 
-// followUntilDone follows the ledger with blocking queries until ctx ends
-// (nil) or the ledger shows the run done (its notRun error). A ledger that
-// does not decode is left to the holder to report.
+// followUntilDone follows the ledger without a session (runonce
+// Run.Follow) until ctx ends (nil) or the ledger shows the run done (its
+// notRun error). A ledger that does not decode is left to the holder to
+// report.
 func (u *run) followUntilDone(ctx context.Context) error {
 	var found error
-	f := &consul.Follower{}
-	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
-		return u.r.c.KV().Get(u.key, o)
-	}, func(pair *api.KVPair, err error) bool {
-		if err != nil || !f.Changed() {
-			return true
-		}
-		l, _, err := store.DecodeLedgerPair(u.key, u.r.name, pair)
+	u.proto.Follow(ctx, 0, func(l ledger.Ledger, _, _ uint64, err error) bool {
 		if err != nil {
 			return true
 		}
-		if err := u.doneIn(l); err != nil {
-			found = err
-			return false
-		}
-		return true
+		found = u.doneIn(l)
+		return found == nil
 	})
 	return found
 }
