@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -16,19 +15,22 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
+	"github.com/consullock/terraform-provider-consullock/internal/runonce"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
-// Run once: the runner's side of the run ledger (lockmodel ledger.go
-// decides, consul ledger.go writes). A holder with a run ID reads the
-// ledger consistently, or takes its watch's copy when that is as new as
-// the acquisition's view (watchedCopy), and decides (deciding state): the run already
-// succeeded, it used up its attempts, or this holder runs the next
-// attempt, recorded "running" (BeginRun, guarded by the session) before the
-// command starts. The outcome is written in the transaction that releases
-// the lock (FinishRunAndRelease); after a loss it is written afterwards,
-// with a check-and-set, if the attempt is still ours. A waiter watches the
-// ledger and leaves as soon as the run is done.
+// Run once: the runner's side of the run ledger (internal/ledger decides,
+// internal/runonce keeps the protocol, internal/store writes). A holder
+// with a run ID reads the ledger consistently, or takes its watch's copy
+// when that is as new as the acquisition's view (watchedCopy), and decides
+// (deciding state, runonce Run.Begin): the run already succeeded, it used
+// up its attempts, or this holder runs the next attempt, recorded
+// "running" (guarded by the session) before the command starts. The
+// outcome is written in the transaction that releases the lock
+// (runrecord.go, runonce Run.Finish); after a loss it is written
+// afterwards, with a check-and-set, if the attempt is still ours. A
+// waiter watches the ledger (runonce Run.Follow) and leaves as soon as the
+// run is done.
 
 // Environment the child of a run-once job receives.
 const (
@@ -41,9 +43,8 @@ const (
 )
 
 // ledgerTries bounds how often a ledger write is decided again after its
-// check-and-set lost (someone else wrote the ledger in between: only a
-// holder that lost the lock recording its outcome, or a hand edit).
-const ledgerTries = 5
+// check-and-set lost (runonce.LedgerTries).
+const ledgerTries = runonce.LedgerTries
 
 // runOnce is the run this runner is part of.
 type runOnce struct {
@@ -265,67 +266,37 @@ type decision struct {
 }
 
 // decide takes the ledger (the watch's copy when it is at least as new as
-// the acquisition's view, else a consistent read), decides (lockmodel
-// Begin) and writes the decision when it changes the ledger, guarded by
-// h's session. A lost check-and-set is decided again on a fresh read. A
-// transient failure (a read, or a write whose answer was lost and could
-// not be settled) is tried again on a fresh read while the hold lasts (ctx
-// ends when it is lost): a start that did commit then reads as this
-// session's own running attempt, which Begin hands back without a write,
-// so that an attempt is never counted without its command running.
+// the acquisition's view, else a consistent read), decides and writes the
+// decision when it changes the ledger, guarded by h's session (runonce
+// Run.Begin: a lost check-and-set is decided again on a fresh read, a
+// transient failure tried again while the hold lasts; ctx ends when it is
+// lost).
 func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
-	run := r.once
-	holder := ledger.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken}
-	transient := func(failures int, err error) bool {
-		if !retryable(err) || ctx.Err() != nil {
-			return false
-		}
-		r.log.Warn("cannot read or write the run ledger yet; reading it again while the lock is held", "error", err.Error())
-		sleepUntil(ctx, consul.Backoff(100*time.Millisecond, 2*time.Second, failures), time.Now().Add(time.Minute))
-		return ctx.Err() == nil
+	var start *runonce.Copy
+	if l, index, fresh := r.watchedCopy(h); fresh {
+		r.log.Debug("deciding on the watched copy of the run ledger", "index", index, "seen", h.Grant.Seen)
+		start = &runonce.Copy{Ledger: l, Index: index}
 	}
-	for try, changed, failures := 1, 0, 0; ; try++ {
-		l, index, fresh := r.watchedCopy(h)
-		if try > 1 || !fresh {
-			var err error
-			if l, index, err = store.New(r.client).ReadLedger(ctx, run.ledgerKey, r.cfg.lockName); err != nil {
-				if failures++; transient(failures, err) {
-					continue
-				}
-				return decision{err: err}
-			}
-		} else {
-			r.log.Debug("deciding on the watched copy of the run ledger", "index", index, "seen", h.Grant.Seen)
-		}
-		d, err := l.BeginWith(run.id, holder, run.policy, r.cfg.clock.Now())
-		if err != nil || !d.Changed {
-			return decision{begin: d, ledger: l, index: index, err: err}
-		}
-		written := d.Ledger.Prune(run.keep, run.id)
-		index, err = store.New(r.client).BeginRun(ctx, store.LedgerWrite{
-			Fence: h.IsOwner(), LedgerKey: run.ledgerKey, Index: index, Ledger: written,
-		})
-		if errors.Is(err, store.ErrLedgerChanged) && changed+1 < ledgerTries {
-			changed++
-			continue
-		}
-		if err != nil {
-			if failures++; transient(failures, err) {
-				continue
-			}
-		}
-		return decision{begin: d, ledger: written, index: index, err: err}
-	}
+	run := r.ledgerRun()
+	d, err := run.Begin(ctx, runonce.Hold{
+		Fence:  h.IsOwner(),
+		Holder: ledger.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken},
+	}, start)
+	return decision{begin: d.BeginDecision, ledger: d.Ledger, index: d.Index, err: err}
 }
 
+// ledgerRun is the run's ledger protocol (runonce.Run), from what
+// resolveRun set (the waiters' goroutines use it too); finishRun adds the
+// attempt.
+func (r *runner) ledgerRun() runonce.Run {
+	o := r.once
+	return runonce.Run{Client: r.client, Key: o.ledgerKey, Lock: r.cfg.lockName, ID: o.id, Policy: o.policy, Keep: o.keep,
+		Log: r.log, Now: r.cfg.clock.Now}
+}
+
+// readLedger reads the ledger consistently, for at most CleanupTimeout.
 func (r *runner) readLedger(ctx context.Context) (ledger.Ledger, uint64, error) {
-	return r.readLedgerBy(ctx, time.Now().Add(lockproto.CleanupTimeout))
-}
-
-// readLedgerBy reads the ledger consistently, for at most CleanupTimeout
-// and not past deadline.
-func (r *runner) readLedgerBy(ctx context.Context, deadline time.Time) (ledger.Ledger, uint64, error) {
-	rctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), deadline))
+	rctx, cancel := context.WithTimeout(ctx, lockproto.CleanupTimeout)
 	defer cancel()
 	return store.New(r.client).ReadLedger(rctx, r.once.ledgerKey, r.cfg.lockName)
 }
@@ -536,12 +507,11 @@ func (r *runner) followHeldKey(ctx context.Context) keyWait {
 	return keyFree
 }
 
-// followLedgerUntilDone follows the run ledger from its consistent read at
-// index from (its ModifyIndex; 0 when absent), keeping the watched copy,
-// until it shows this run done (or ctx ends).
+// followLedgerUntilDone follows the run ledger (runonce Run.Follow) from
+// its consistent read at index from (its ModifyIndex; 0 when absent),
+// keeping the watched copy, until it shows this run done (or ctx ends).
 func (r *runner) followLedgerUntilDone(ctx context.Context, from uint64) {
-	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", from, func(pair *api.KVPair, asOf uint64) bool {
-		l, modify, err := store.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
+	r.ledgerRun().Follow(ctx, from, func(l ledger.Ledger, modify, asOf uint64, err error) bool {
 		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
 			return true
@@ -562,8 +532,7 @@ type runDone struct {
 // its attempts. A ledger that does not decode is left to the holder to
 // report (the waiter then decides after acquiring, and refuses to run).
 func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
-	r.followKey(ctx, r.client, r.once.ledgerKey, "the run ledger", 0, func(pair *api.KVPair, asOf uint64) bool {
-		l, modify, err := store.DecodeLedgerPair(r.once.ledgerKey, r.cfg.lockName, pair)
+	r.ledgerRun().Follow(ctx, 0, func(l ledger.Ledger, modify, asOf uint64, err error) bool {
 		r.once.watched.set(l, modify, asOf, err == nil)
 		if err != nil {
 			r.log.Debug("the run ledger does not decode; the holder reports it", "error", err.Error())
@@ -612,14 +581,10 @@ func (r *runner) runIsDone(l ledger.Ledger) (runDone, bool) {
 	if d, ok := r.superseded(l); ok {
 		return d, true
 	}
-	run, ok := l.DoneRun(r.once.id, r.once.maxAttempts)
-	switch {
-	case !ok:
-		return runDone{}, false
-	case run.Outcome == ledger.RunExhausted:
-		return runDone{kind: ledger.BeginExhausted, run: run}, true
+	if kind, run, ok := r.ledgerRun().Done(l); ok {
+		return runDone{kind: kind, run: run}, true
 	}
-	return runDone{kind: ledger.BeginAlreadySucceeded, run: run}, true
+	return runDone{}, false
 }
 
 // reportDone logs why the command is not started and returns the exit
@@ -663,11 +628,4 @@ func (r *runner) runEnv() []string {
 		env = append(env, EnvScheduledTime+"="+r.once.scheduled)
 	}
 	return env
-}
-
-func exitCodeText(c *int) string {
-	if c == nil {
-		return "none"
-	}
-	return strconv.Itoa(*c)
 }
