@@ -18,8 +18,10 @@ type config struct {
 	profile     string
 	registry    string
 	sessionName string
+	renewEvery  time.Duration
 	grace       time.Duration
 	log         *slog.Logger
+	holderValue func() []byte
 }
 
 func newConfig(opts []Option) config {
@@ -38,6 +40,15 @@ func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } 
 // after the session ends without releasing, its keys stay unacquirable
 // that long. Session only; not with WithProfile.
 func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = &d } }
+
+// WithRenewEvery sets how often the session is renewed: more than 0 and
+// at most half the TTL, the interval of Consul's api.Lock (default a
+// third of the TTL). The stop rule counts with it: a healthy holder's
+// last renewal may be one interval plus a renewal's timeout old, so a
+// loss cannot be decided sooner; NewSession warns through WithLogger when
+// a holder cut off from Consul then cannot stop before another may take
+// over. Session only; not with WithProfile, whose renew_every applies.
+func WithRenewEvery(d time.Duration) Option { return func(c *config) { c.renewEvery = d } }
 
 // WithProfile creates the session from the declared session profile
 // (resource consullock_session_defaults) of that name, read from the
@@ -62,3 +73,15 @@ func WithGrace(d time.Duration) Option { return func(c *config) { c.grace = d } 
 // WithLogger receives warnings (failed renewals, cleanup failures) and
 // the run-once steps; by default nothing is logged. Session and RunOnce.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithHolderValue has every lock held through the session write f() into
+// its key (a mutex's key, a semaphore's contender key) instead of the
+// default, a JSON object naming the node, the process ID, the start of the
+// hold and the lock, as `consullock run` writes it. f is called at every
+// acquisition attempt; the value of the attempt that won is written again
+// at the release. A value that is such a JSON object gets the session's
+// lock-delay added, which other holders' waiters read; any other value is
+// written as given. `consullock status` and the controller read the
+// default value to name a holder and to time its hold against max_hold,
+// so keep it for a declared lock. Session only.
+func WithHolderValue(f func() []byte) Option { return func(c *config) { c.holderValue = f } }

@@ -46,10 +46,10 @@ type Session struct {
 }
 
 // NewSession creates a session on the agent client talks to: from the
-// declared profile (WithProfile), or with WithTTL and WithLockDelay
-// (defaults 15s and 15s, Consul's). The session is read back and checked
-// against what was asked (a session Consul changed is destroyed and
-// reported). The token needs session write on the agent's node, and key
+// declared profile (WithProfile), or with WithTTL, WithLockDelay and
+// WithRenewEvery (defaults 15s, 15s and a third of the TTL). The session
+// is read back and checked against what was asked (a session Consul
+// changed is destroyed and reported). The token needs session write on the agent's node, and key
 // read on the profile's record with WithProfile.
 func NewSession(ctx context.Context, client *api.Client, opts ...Option) (*Session, error) {
 	cfg := newConfig(opts)
@@ -73,8 +73,8 @@ func NewSession(ctx context.Context, client *api.Client, opts ...Option) (*Sessi
 // settings, defaults applied and validated.
 func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmodel.SessionProfile, error) {
 	if cfg.profile != "" {
-		if cfg.ttl != 0 || cfg.lockDelay != nil {
-			return lockmodel.SessionProfile{}, errors.New("concurrency: WithProfile takes the TTL and lock-delay from the profile; drop WithTTL and WithLockDelay")
+		if cfg.ttl != 0 || cfg.lockDelay != nil || cfg.renewEvery != 0 {
+			return lockmodel.SessionProfile{}, errors.New("concurrency: WithProfile takes the TTL, lock-delay and renewal interval from the profile; drop WithTTL, WithLockDelay and WithRenewEvery")
 		}
 		rec, found, err := store.New(c).Registry(cfg.registry).Get(ctx, lockmodel.KindSessionDefaults, cfg.profile)
 		if err != nil {
@@ -97,7 +97,20 @@ func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmod
 		p.LockDelay = *cfg.lockDelay
 	}
 	p = p.WithDefaults()
-	return p, p.Validate()
+	if err := p.Validate(); err != nil {
+		return p, err
+	}
+	// A declared profile's renew_every is below ttl/2; WithRenewEvery
+	// also allows ttl/2, the interval of Consul's api.Lock (the stop rule
+	// still judges whether a holder can stop in time).
+	if d := cfg.renewEvery; d != 0 {
+		if d < 0 || d > p.TTL/2 {
+			return p, fmt.Errorf("concurrency: WithRenewEvery(%s): want more than 0s and at most half the TTL (%s)",
+				lockmodel.FormatDuration(d), lockmodel.FormatDuration(p.TTL/2))
+		}
+		p.RenewEvery = d
+	}
+	return p, nil
 }
 
 func startSession(c *consul.Client, s *lockproto.Session, p lockmodel.SessionProfile, cfg config) *Session {
@@ -207,10 +220,13 @@ func (s *Session) track(h *hold, on bool) {
 	}
 }
 
-// holderValue is what a hold writes into its key: who holds it and since
-// when, as `consullock run` writes it (the controller measures max_hold
-// from Started).
+// holderValue is what a hold writes into its key: WithHolderValue's, or
+// who holds it and since when, as `consullock run` writes it (the
+// controller measures max_hold from Started).
 func (s *Session) holderValue(lock string) []byte {
+	if s.cfg.holderValue != nil {
+		return s.cfg.holderValue()
+	}
 	b, _ := json.Marshal(lockmodel.HolderValue{Lock: lock, Node: s.s.Node, PID: os.Getpid(), Started: time.Now().UTC()}) // plain struct
 	return b
 }
