@@ -10,14 +10,15 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/concurrency"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
-	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
 // Leader election: one replica acts, holding the leader key with a session
-// of leaderProfile (lockproto, as `consullock run`). Each term has a
+// of leaderProfile (the public library concurrency: a Session and a Mutex,
+// whose stop rule and loss judge are lockproto's, as `consullock run`'s). Each term has a
 // context (term.ctx) that ends before the key is released; every action of
 // the term runs under it, each write within LeaderGrace. Lock key writes
 // are fenced by the term's hold on the leader key (store.Fence); session
@@ -103,31 +104,43 @@ func (c *Controller) elect(ctx context.Context) {
 // lock is lost or ctx ends, and always cleans up its session. led reports
 // whether it became leader.
 func (c *Controller) leadOnce(ctx context.Context) (led bool, err error) {
-	value, _ := json.Marshal(map[string]any{"identity": c.identity(), "mode": c.cfg.Mode})
-	h, err := lockproto.AcquireHold(ctx, c.client, lockproto.HoldOptions{
-		Lock:        lockmodel.Lock{Name: "controller", Prefix: c.cfg.RegistryPrefix + "/controller", Key: c.LeaderKey(), Limit: 1},
-		Profile:     leaderProfile,
-		SessionName: "consullock-controller",
-		Grace:       LeaderGrace,
-		Value:       func() []byte { return value },
-		Log:         c.log,
-	})
+	s, err := concurrency.NewSession(ctx, c.client.Client, c.leaderSessionOptions()...)
 	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("create the session for the leader key %s: %w", c.LeaderKey(), err)
+	}
+	log := c.log.With("session", s.ID(), "key", c.LeaderKey())
+	// giveUp releases the key if the session holds it (a release sets no
+	// lock-delay, so the next replica takes over at once), then destroys
+	// the session.
+	giveUp := func() error { return s.Close(context.WithoutCancel(ctx)) }
+	m, err := concurrency.NewMutex(s, c.LeaderKey())
+	if err == nil {
+		err = m.Lock(ctx)
+	}
+	if err != nil {
+		if cerr := giveUp(); cerr != nil {
+			log.Warn("cleaning up after the election failed; the session ends by TTL", "error", cerr.Error())
+		}
 		if ctx.Err() != nil {
 			return false, nil
 		}
 		return false, fmt.Errorf("acquire the leader key %s: %w", c.LeaderKey(), err)
 	}
-	log := c.log.With("session", h.Session.ID, "key", c.LeaderKey())
-	log.Info("became leader", "fencing_token", h.Grant.FencingToken)
+	log.Info("became leader", "fencing_token", m.Token())
 	termCtx, endTerm := context.WithCancel(ctx)
 	defer endTerm()
-	c.setTerm(&term{ctx: termCtx, fence: h.IsOwner()})
+	// The term's fence is the session's hold on the leader key (the
+	// mutex's IsOwner, as store.FencedCAS writes it).
+	c.setTerm(&term{ctx: termCtx, fence: store.Fence{Key: m.Key(), Session: s.ID()}})
 
 	select {
-	case <-h.Done():
+	case <-m.Done(): // the key lost, or the session lost (stop rule)
 	case <-ctx.Done():
 	}
+	lost := m.Err()
 	// End the term: cancel what it has in flight, wait for the action to
 	// return, then release and only then destroy the session: a release
 	// sets no lock-delay, so the next replica takes over at once. acting
@@ -137,15 +150,36 @@ func (c *Controller) leadOnce(ctx context.Context) (led bool, err error) {
 	c.setTerm(nil)
 	c.actMu.Lock()
 	defer c.actMu.Unlock()
-	if err := h.Unlock(context.WithoutCancel(ctx)); err != nil {
+	if err := giveUp(); err != nil {
 		log.Warn("giving leadership up failed; the next replica takes over when the session ends", "error", err.Error())
 	}
 	if ctx.Err() != nil {
 		log.Info("released leadership")
 		return true, nil
 	}
-	log.Warn("lost leadership", "reason", h.Reason())
-	return true, errors.New("leader key lost: " + h.Reason())
+	reason := "the hold ended" // not reached: Done closes without an error only on Unlock
+	if lost != nil {
+		reason = lost.Error()
+	}
+	log.Warn("lost leadership", "reason", reason)
+	return true, errors.New("leader key lost: " + reason)
+}
+
+// leaderSessionOptions create the leader's session as leaderProfile says
+// (the library's explicit session: behavior release, the agent's
+// serfHealth check) and have it write the leader value, who leads and in
+// which mode, into the leader key.
+func (c *Controller) leaderSessionOptions() []concurrency.Option {
+	value, _ := json.Marshal(map[string]any{"identity": c.identity(), "mode": c.cfg.Mode}) // plain map
+	return []concurrency.Option{
+		concurrency.WithTTL(leaderProfile.TTL),
+		concurrency.WithLockDelay(leaderProfile.LockDelay),
+		concurrency.WithRenewEvery(leaderProfile.RenewEvery),
+		concurrency.WithSessionName("consullock-controller"),
+		concurrency.WithGrace(LeaderGrace),
+		concurrency.WithHolderValue(func() []byte { return value }),
+		concurrency.WithLogger(c.log),
+	}
 }
 
 func (c *Controller) identity() string {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -9,10 +10,13 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/compliance"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
@@ -158,5 +162,57 @@ func TestLeader_profileStopsBeforeATakeOver(t *testing.T) {
 	}
 	if r.DeadBy()+r.Margin > r.TakeOverAfter() {
 		t.Fatalf("a cut-off leader stops acting %s after its last renewal; another may lead from %s", r.DeadBy(), r.TakeOverAfter())
+	}
+}
+
+// The leader holds its key with a session as leaderProfile declares
+// (through the public library), writes who leads and in which mode into
+// the key, logs the acquisition's fencing token, and on shutdown releases
+// the key (no lock-delay for the next replica) and destroys the session.
+func TestLeader_holdsItsKeyAsTheLeaderProfileSays(t *testing.T) {
+	h := newHarness(t, agent)
+	c := h.startWith(startOpts{mode: compliance.ModeRepair, ha: true, configure: func(cfg *Config) { cfg.Identity = "replica-a" }})
+	var pair *api.KVPair
+	eventually(t, 30*time.Second, func() error {
+		if !c.IsLeader() {
+			return fmt.Errorf("not leader")
+		}
+		if pair = h.get(c.LeaderKey()); pair == nil || pair.Session == "" {
+			return fmt.Errorf("the leader key %s is not held", c.LeaderKey())
+		}
+		return nil
+	})
+	var value map[string]any
+	if err := json.Unmarshal(pair.Value, &value); err != nil {
+		t.Fatalf("leader value %q: %v", pair.Value, err)
+	}
+	if want := map[string]any{"identity": "replica-a", "mode": string(compliance.ModeRepair)}; !reflect.DeepEqual(value, want) {
+		t.Errorf("leader value %v, want %v", value, want)
+	}
+	if pair.Flags != lockmodel.LockFlagValue {
+		t.Errorf("leader key flags %#x, want api.Lock's %#x", pair.Flags, lockmodel.LockFlagValue)
+	}
+	s, _, err := h.api.Session().Info(pair.Session, nil)
+	if err != nil || s == nil {
+		t.Fatalf("the leader's session %s: %v, %v", pair.Session, s, err)
+	}
+	if s.Name != "consullock-controller" || s.TTL != leaderProfile.TTL.String() || s.LockDelay != leaderProfile.LockDelay ||
+		s.Behavior != string(lockmodel.BehaviorRelease) {
+		t.Errorf("leader session name %q, TTL %s, lock-delay %s, behavior %s; want consullock-controller, %s, %s, release",
+			s.Name, s.TTL, s.LockDelay, s.Behavior, leaderProfile.TTL, leaderProfile.LockDelay)
+	}
+	if len(c.logs.lines(`"msg":"became leader"`, `"session":"`+pair.Session+`"`, fmt.Sprintf(`"fencing_token":%d`, pair.ModifyIndex))) == 0 {
+		t.Errorf("no \"became leader\" line with session %s and fencing_token %d:\n%s", pair.Session, pair.ModifyIndex, c.logs.String())
+	}
+
+	c.stop()
+	if len(c.logs.lines(`"msg":"released leadership"`)) == 0 {
+		t.Error("the leader did not log releasing its leadership")
+	}
+	if p := h.get(c.LeaderKey()); p == nil || p.Session != "" {
+		t.Errorf("after shutdown the leader key is %+v; want it released (present, no session)", p)
+	}
+	if s, _, err := h.api.Session().Info(pair.Session, nil); err != nil || s != nil {
+		t.Errorf("after shutdown the leader's session is %v (%v); want it destroyed", s, err)
 	}
 }
