@@ -55,7 +55,7 @@ func TestHold_blockingKeyRefusesTheAcquisitionWhileItExists(t *testing.T) {
 			if o.Lock.IsSemaphore() {
 				o.Profile = semaphoreProfile(time.Second)
 			}
-			h, err := AcquireHold(ctx, c, o, WithBlockingKey(block))
+			h, err := acquireHold(ctx, c, o, WithBlockingKey(block))
 			if !errors.Is(err, ErrBlocked) || h != nil {
 				t.Fatalf("AcquireHold while the blocking key exists = %v, %v; want ErrBlocked", h, err)
 			}
@@ -71,7 +71,7 @@ func TestHold_blockingKeyRefusesTheAcquisitionWhileItExists(t *testing.T) {
 			if _, err := kv.Delete(block, nil); err != nil {
 				t.Fatal(err)
 			}
-			h, err = AcquireHold(ctx, c, o, WithBlockingKey(block))
+			h, err = acquireHold(ctx, c, o, WithBlockingKey(block))
 			if err != nil {
 				t.Fatalf("AcquireHold once the blocking key is gone: %v", err)
 			}
@@ -93,14 +93,14 @@ func TestHoldHandOff_aBlockingKeyStopsTheHandOff(t *testing.T) {
 	kv := agent.Client().KV()
 	o := holdOptions(t, l.Key)
 	o.Lock = l
-	holder, err := AcquireHold(ctx, c, o, WithBlockingKey(block))
+	holder, err := acquireHold(ctx, c, o, WithBlockingKey(block))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiter := make(chan error, 1)
 	var session string
 	go func() {
-		h, err := AcquireHold(ctx, c, o, WithBlockingKey(block))
+		h, err := acquireHold(ctx, c, o, WithBlockingKey(block))
 		if h != nil {
 			session = h.Session.ID
 			unlock(t, h)
@@ -150,7 +150,7 @@ func TestHold_blockingKeyNeedsReadOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := AcquireHold(ctx, c, o, WithBlockingKey(block))
+			h, err := acquireHold(ctx, c, o, WithBlockingKey(block))
 			if tc.blocked != errors.Is(err, ErrBlocked) || (!tc.blocked && err != nil) {
 				t.Fatalf("AcquireHold with %s on the blocking key = %v; want blocked %v and no other error", tc.name, err, tc.blocked)
 			}

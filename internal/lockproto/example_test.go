@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -26,14 +25,10 @@ func ExampleAcquireHold() {
 		return
 	}
 	prefix := testenv.UniquePrefix("ExampleAcquireHold")
-	h, err := AcquireHold(ctx, c, HoldOptions{
-		Lock:        lockmodel.Lock{Name: "nightly", Prefix: prefix, Key: prefix + "/.lock", Limit: 1},
-		Profile:     lockmodel.SessionProfile{Name: "example", TTL: 15 * time.Second}.WithDefaults(),
-		SessionName: "example",
-		Grace:       time.Second,
-		Value:       func() []byte { return []byte("worker-1") },
-		Log:         slog.New(slog.DiscardHandler),
-	})
+	h, err := AcquireHold(ctx, c,
+		lockmodel.Lock{Name: "nightly", Prefix: prefix, Key: prefix + "/.lock", Limit: 1},
+		lockmodel.SessionProfile{Name: "example", TTL: 15 * time.Second}.WithDefaults(),
+		WithSessionName("example"), WithGrace(time.Second), WithValue(func() []byte { return []byte("worker-1") }))
 	if err != nil {
 		fmt.Println(err)
 		return

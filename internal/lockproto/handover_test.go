@@ -96,7 +96,7 @@ func TestHold_watchBlocksFromTheAcquisitionsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := AcquireHold(ctx, c, holdOptions(t, key))
+	h, err := acquireHold(ctx, c, holdOptions(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := AcquireHold(actx, c, holdOptions(t, key))
+		_, err := acquireHold(actx, c, holdOptions(t, key))
 		done <- err
 	}()
 	defer func() {
@@ -205,7 +205,7 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 		v, _ := json.Marshal(lockmodel.HolderValue{Node: agent.NodeName, PID: 1, Started: time.Now().UTC()})
 		return v
 	}
-	held, err := AcquireHold(ctx, c, opts)
+	held, err := acquireHold(ctx, c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := AcquireHold(wctx, pc, opts)
+		_, err := acquireHold(wctx, pc, opts)
 		done <- err
 	}()
 	proxy.waitKeyReads(t, key, 2) // waiting on the holder
@@ -257,7 +257,7 @@ func TestHold_releaseGoesOverAnIdleConnection(t *testing.T) {
 		}
 		return c
 	}
-	h, err := AcquireHold(ctx, client(), holdOptions(t, key), WithWatchClient(client()))
+	h, err := acquireHold(ctx, client(), holdOptions(t, key), WithWatchClient(client()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,30 +14,14 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
-// HoldOptions describe a hold: which lock, with which session, and how
-// long the holder needs to stop once the lock is lost.
-type HoldOptions struct {
-	Lock        lockmodel.Lock           // normalised
-	Profile     lockmodel.SessionProfile // defaults applied
-	SessionName string
-	// Session, when set, is a session the caller created from Profile (so
-	// that its errors came with the caller's other setup errors): the hold
-	// uses it instead of creating one, and owns it from then on.
-	Session *Session
-	// Grace is how long the holder needs, after Lost, to stop what it
-	// does under the lock; the stop rule decides loss that much earlier.
-	Grace time.Duration
-	// Value gives the value to write at acquisition. It is called for
-	// every attempt; the winning attempt's value is written again at
-	// release.
-	Value func() []byte
-	// Clock is the wall clock of what the hold writes for other processes
-	// to compare with their own clocks: the hand-off's started (waiters =
-	// "handoff"). The zero Clock is the system's.
-	Clock lockmodel.Clock
-	// Log gets the hold's events; the hold adds the key to each line.
-	Log *slog.Logger
-
+// holdConfig is what a hold's options set (HoldOption).
+type holdConfig struct {
+	sessionName string
+	session     *Session
+	grace       time.Duration
+	value       func() []byte
+	clock       lockmodel.Clock
+	log         *slog.Logger
 	ruleWarned  bool
 	try         bool
 	blockingKey string
@@ -45,20 +29,48 @@ type HoldOptions struct {
 	observed    func(o Observation, held bool, lostIfNoRenewalBy time.Time)
 }
 
-// HoldOption is one caller's behaviour of a hold (etcd concurrency's
-// options): AcquireHold applies them to its HoldOptions.
-type HoldOption func(*HoldOptions)
+// HoldOption is one setting of a hold (etcd concurrency's options): the
+// lock and its profile are AcquireHold's arguments, everything else an
+// option.
+type HoldOption func(*holdConfig)
+
+// WithSessionName names the session AcquireHold creates (not one given
+// WithSession).
+func WithSessionName(name string) HoldOption { return func(o *holdConfig) { o.sessionName = name } }
+
+// WithSession has the hold use s, a session the caller created from the
+// hold's profile (so that its errors came with the caller's other setup
+// errors), instead of creating one; the hold owns it from then on.
+func WithSession(s *Session) HoldOption { return func(o *holdConfig) { o.session = s } }
+
+// WithGrace is how long the holder needs, after Lost, to stop what it
+// does under the lock; the stop rule decides loss that much earlier.
+func WithGrace(d time.Duration) HoldOption { return func(o *holdConfig) { o.grace = d } }
+
+// WithValue gives the value to write at acquisition. It is called for
+// every attempt; the winning attempt's value is written again at release.
+// Without it the key's value is empty.
+func WithValue(f func() []byte) HoldOption { return func(o *holdConfig) { o.value = f } }
+
+// WithClock is the wall clock of what the hold writes for other processes
+// to compare with their own clocks: the hand-off's started (waiters =
+// "handoff"). Without it, the system's.
+func WithClock(c lockmodel.Clock) HoldOption { return func(o *holdConfig) { o.clock = c } }
+
+// WithLogger gets the hold's events; the hold adds the key to each line.
+// Without it they are discarded.
+func WithLogger(l *slog.Logger) HoldOption { return func(o *holdConfig) { o.log = l } }
 
 // WithRuleWarned: the caller has already warned that the stop rule is not
 // feasible (the runner, with its own numbers); the hold does not again.
-func WithRuleWarned() HoldOption { return func(o *HoldOptions) { o.ruleWarned = true } }
+func WithRuleWarned() HoldOption { return func(o *holdConfig) { o.ruleWarned = true } }
 
 // WithTry has the acquisition of a mutex whose waiters race return
 // ErrLocked as soon as it sees the key held by another session, on the
 // first read or after a lock op that lost, instead of waiting with its
 // session (etcd concurrency's TryLock). A key free but in its lock-delay
 // is still waited out. Queued mutexes and semaphores wait as without it.
-func WithTry() HoldOption { return func(o *HoldOptions) { o.try = true } }
+func WithTry() HoldOption { return func(o *holdConfig) { o.try = true } }
 
 // WithBlockingKey has every acquisition read key at the acquisition's own
 // Raft index: the lock op's (or semaphore admission's) transaction also
@@ -68,14 +80,14 @@ func WithTry() HoldOption { return func(o *HoldOptions) { o.try = true } }
 // handed over (waiters = "handoff") is taken in the previous holder's
 // transaction: its new holder reads key consistently once. The token
 // needs read on key.
-func WithBlockingKey(key string) HoldOption { return func(o *HoldOptions) { o.blockingKey = key } }
+func WithBlockingKey(key string) HoldOption { return func(o *holdConfig) { o.blockingKey = key } }
 
 // WithWatchClient has the hold's watch use c, a client with connections of
 // its own (the same settings as the hold's): the watch's blocking query
 // keeps a connection busy while the lock is held, and the release then
 // goes over the connection the acquisition left idle instead of dialling
 // one (a TCP, and with TLS a TLS, handshake on the hand-over's path).
-func WithWatchClient(c *consul.Client) HoldOption { return func(o *HoldOptions) { o.watchClient = c } }
+func WithWatchClient(c *consul.Client) HoldOption { return func(o *holdConfig) { o.watchClient = c } }
 
 // WithObserver has f called with every observation of the renewer and the
 // watcher, whether the lock was held then, and the time the lock counts as
@@ -83,7 +95,7 @@ func WithWatchClient(c *consul.Client) HoldOption { return func(o *HoldOptions) 
 // of failed requests (for a caller that logs them its own way) and must
 // not block.
 func WithObserver(f func(o Observation, held bool, lostIfNoRenewalBy time.Time)) HoldOption {
-	return func(o *HoldOptions) { o.observed = f }
+	return func(o *holdConfig) { o.observed = f }
 }
 
 // Hold is a lock held by a session of its own: the session is renewed,
@@ -100,7 +112,7 @@ type Hold struct {
 	Value []byte
 
 	c      *consul.Client
-	opts   HoldOptions
+	opts   holdConfig
 	log    *slog.Logger
 	proto  Protocol
 	cancel context.CancelFunc
@@ -125,32 +137,33 @@ type LostError struct{ Reason string }
 
 func (e *LostError) Error() string { return e.Reason }
 
-// AcquireHold creates a session (or takes o.Session) and waits until it
-// holds the lock. It returns ctx's error when ctx ends first, an error
+// AcquireHold creates a session from profile (defaults applied; or takes
+// WithSession's) and waits until it holds lock (normalised). It returns ctx's error when ctx ends first, an error
 // wrapping ErrSessionInvalid when the session ends while waiting, and a
 // *LostError when the lock was lost by the time it was acquired. On every
 // error the lock is released if the session got it (unless the session is
 // gone) and the session destroyed, and the caller may start over.
-func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...HoldOption) (*Hold, error) {
+func AcquireHold(ctx context.Context, c *consul.Client, lock lockmodel.Lock, profile lockmodel.SessionProfile, opts ...HoldOption) (*Hold, error) {
+	o := holdConfig{value: func() []byte { return nil }, log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	log := o.Log.With("key", o.Lock.Key)
-	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
+	log := o.log.With("key", lock.Key)
+	rule := lockmodel.NewStopRule(profile, o.grace)
 	if verdict := rule.Verdict(); verdict != "" && !o.ruleWarned {
 		log.Warn("holders cut off from Consul cannot stop in time", "verdict", verdict, "fix", rule.Fix())
 	}
-	s := o.Session
+	s := o.session
 	if s == nil {
 		var err error
-		if s, err = CreateSession(ctx, c, o.SessionName, "", o.Profile); err != nil {
+		if s, err = CreateSession(ctx, c, o.sessionName, "", profile); err != nil {
 			return nil, err
 		}
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, o.Lock, o.Profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
+	h := &Hold{Session: s, c: c, opts: o, log: log, proto: New(c, lock, profile.LockDelay, log), cancel: cancel, lost: make(chan struct{})}
 	if m, ok := h.proto.(*mutex); ok {
-		m.clock, m.try, m.blockingKey = o.Clock, o.try && !o.Lock.Queued(), o.blockingKey
+		m.clock, m.try, m.blockingKey = o.clock, o.try && !lock.Queued(), o.blockingKey
 	}
 	if m, ok := h.proto.(*semaphore); ok {
 		m.blockingKey = o.blockingKey
@@ -167,7 +180,7 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...H
 	go func() {
 		var err error
 		h.Grant, err = h.proto.Acquire(acqCtx, s, func() []byte {
-			h.Value = o.Value()
+			h.Value = o.value()
 			return h.Value
 		})
 		done <- err
@@ -203,7 +216,7 @@ func AcquireHold(ctx context.Context, c *consul.Client, o HoldOptions, opts ...H
 			if ob.Kind == ObsSessionGone {
 				acqCancel()
 				if err := <-done; err != nil { // the session is gone: its error is only detail
-					h.opts.Log.Debug("acquisition stopped", "key", h.opts.Lock.Key, "error", err.Error())
+					log.Debug("acquisition stopped", "error", err.Error())
 				}
 				if cerr := h.end(context.WithoutCancel(ctx), false); cerr != nil {
 					log.Warn("cleaning up after the session ended", "error", cerr.Error())
@@ -350,7 +363,7 @@ func (h *Hold) end(ctx context.Context, release bool) error {
 	if release {
 		value := h.Value
 		if value == nil {
-			value = h.opts.Value()
+			value = h.opts.value()
 		}
 		switch released, err := h.proto.Release(ctx, h.Session, value); {
 		case err != nil:

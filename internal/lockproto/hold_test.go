@@ -24,8 +24,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func holdOptions(t *testing.T, key string) HoldOptions {
-	return HoldOptions{
+// holdSpec is a test's hold: the lock and profile AcquireHold takes, and
+// the options most tests set.
+type holdSpec struct {
+	Lock        lockmodel.Lock
+	Profile     lockmodel.SessionProfile
+	SessionName string
+	Session     *Session
+	Grace       time.Duration
+	Value       func() []byte
+	Log         *slog.Logger
+}
+
+func holdOptions(t *testing.T, key string) holdSpec {
+	return holdSpec{
 		Lock:        lockmodel.Lock{Name: "hold", Prefix: key, Key: key, Limit: 1},
 		Profile:     lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.WithDefaults(),
 		SessionName: t.Name(),
@@ -33,6 +45,15 @@ func holdOptions(t *testing.T, key string) HoldOptions {
 		Value:       func() []byte { return []byte(t.Name()) },
 		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+}
+
+// acquireHold is AcquireHold of o, with extra options after o's.
+func acquireHold(ctx context.Context, c *consul.Client, o holdSpec, extra ...HoldOption) (*Hold, error) {
+	opts := []HoldOption{WithSessionName(o.SessionName), WithGrace(o.Grace), WithValue(o.Value), WithLogger(o.Log)}
+	if o.Session != nil {
+		opts = append(opts, WithSession(o.Session))
+	}
+	return AcquireHold(ctx, c, o.Lock, o.Profile, append(opts, extra...)...)
 }
 
 // holdTest is a client with the management token, a key of the test's own
@@ -62,7 +83,7 @@ func unlock(t *testing.T, h *Hold) {
 func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
 	c, key, ctx := holdTest(t)
 
-	h, err := AcquireHold(ctx, c, holdOptions(t, key))
+	h, err := acquireHold(ctx, c, holdOptions(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +101,7 @@ func TestHold_acquiresNoticesLossAndReleasesBeforeDestroying(t *testing.T) {
 	// Released, not destroyed with the key held: no lock-delay for the
 	// next holder, although the profile has 15s.
 	start := time.Now()
-	next, err := AcquireHold(ctx, c, holdOptions(t, key))
+	next, err := acquireHold(ctx, c, holdOptions(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +154,7 @@ func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
 		agent.Client().KV().Release(pair, nil) //nolint:errcheck // the hold below fails the test if the key stays held
 	}()
 
-	h, err := AcquireHold(ctx, c, o)
+	h, err := acquireHold(ctx, c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +191,7 @@ func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
 		}
 	})
 
-	h, err := AcquireHold(ctx, c, o, observer)
+	h, err := acquireHold(ctx, c, o, observer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +221,7 @@ func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
 // the holder keeps the lock.
 func TestHold_withTryReturnsErrLockedWhenHeld(t *testing.T) {
 	c, key, ctx := holdTest(t)
-	a, err := AcquireHold(ctx, c, holdOptions(t, key))
+	a, err := acquireHold(ctx, c, holdOptions(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +232,7 @@ func TestHold_withTryReturnsErrLockedWhenHeld(t *testing.T) {
 	}
 	o := holdOptions(t, key)
 	o.Session = s
-	b, err := AcquireHold(ctx, c, o, WithTry())
+	b, err := acquireHold(ctx, c, o, WithTry())
 	if !errors.Is(err, ErrLocked) || b != nil {
 		t.Fatalf("AcquireHold with the key held, WithTry = %v, %v; want ErrLocked", b, err)
 	}

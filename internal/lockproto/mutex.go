@@ -47,7 +47,7 @@ type mutex struct {
 	// (followQueue, waiters = "handoff"), so that the release does not
 	// wait for a listing.
 	queueSeen atomic.Pointer[api.KVPairs]
-	// clock dates the hand-off (HoldOptions.Clock).
+	// clock dates the hand-off (WithClock).
 	clock lockmodel.Clock
 	// try: a race returns ErrLocked when it sees the key held by another
 	// session (WithTry).

@@ -233,7 +233,7 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	o := holdOptions(t, l.Key)
 	o.Lock, o.Profile.TTL, o.Profile.LockDelay = l, 10*time.Second, time.Second
 	o.Value = func() []byte { return []byte(`{"node":"holder","pid":1,"started":"2026-01-01T00:00:00Z"}`) }
-	h, err := AcquireHold(ctx, c, o)
+	h, err := acquireHold(ctx, c, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,10 +243,8 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	hold, err := lockproto.AcquireHold(waitCtx, e.data.client, lockproto.HoldOptions{
-		Lock: l, Profile: profile, SessionName: "consullock ephemeral " + label,
-		Value: value, Log: log,
-	})
+	hold, err := lockproto.AcquireHold(waitCtx, e.data.client, l, profile,
+		lockproto.WithSessionName("consullock ephemeral "+label), lockproto.WithValue(value), lockproto.WithLogger(log))
 	if err != nil {
 		e.openError(ctx, waitCtx, l, wait, err, &resp.Diagnostics)
 		return

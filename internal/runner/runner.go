@@ -89,7 +89,7 @@ type runner struct {
 
 	client *consul.Client
 	// watchClient has connections of its own for the hold's watch, so
-	// that the release finds client's connection idle (HoldOptions).
+	// that the release finds client's connection idle (lockproto.WithWatchClient).
 	watchClient *consul.Client
 	lock        lockmodel.Lock           // normalised
 	profile     lockmodel.SessionProfile // defaults applied
@@ -291,11 +291,9 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockpr
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
 			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 		sess := s
-		h, err := lockproto.AcquireHold(ctx, r.client, lockproto.HoldOptions{
-			Lock: r.lock, Profile: r.profile, SessionName: r.sessionName(), Session: s, Grace: r.cfg.grace,
-			Value: func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
-			Clock: r.cfg.clock, Log: r.holdLog,
-		}, opts...)
+		opts = append(opts, lockproto.WithSession(s), lockproto.WithGrace(r.cfg.grace), lockproto.WithClock(r.cfg.clock),
+			lockproto.WithValue(func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) }), lockproto.WithLogger(r.holdLog))
+		h, err := lockproto.AcquireHold(ctx, r.client, r.lock, r.profile, opts...)
 		switch {
 		case err == nil:
 			return h, nil
