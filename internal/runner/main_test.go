@@ -81,7 +81,8 @@ func testMain(m *testing.M) int {
 // The child command: this test binary with CONSULLOCK_RUNNER_TEST_CHILD=1.
 
 // helperMain records "start" (with the CONSUL_LOCK_* it was given), waits
-// (-sleep, or until stdin ends with -wait-stdin), records "end" and exits
+// (-sleep, until stdin ends with -wait-stdin, or until the file -until
+// exists), records "end" and exits
 // with -exit. On SIGTERM it records "term" and exits 143, or with
 // -on-term=ignore carries on.
 func helperMain(args []string) int {
@@ -90,6 +91,7 @@ func helperMain(args []string) int {
 	tag := fs.String("tag", "", "name of this child in the record")
 	sleep := fs.Duration("sleep", 0, "how long to run")
 	waitStdin := fs.Bool("wait-stdin", false, "run until stdin ends")
+	until := fs.String("until", "", "run until this file exists (a gate the test opens)")
 	exitCode := fs.Int("exit", 0, "exit code")
 	onTerm := fs.String("on-term", "exit", "exit or ignore")
 	spawn := fs.String("spawn", "", "start a copy of this child with this tag in the background (same process group), sleeping 5m, and do not wait for it")
@@ -144,9 +146,14 @@ func helperMain(args []string) int {
 		"run="+os.Getenv(EnvRunID), "attempt="+os.Getenv(EnvAttempt), "scheduled="+os.Getenv(EnvScheduledTime))
 	done := make(chan struct{})
 	go func() {
-		if *waitStdin {
+		switch {
+		case *waitStdin:
 			_, _ = io.Copy(io.Discard, os.Stdin)
-		} else {
+		case *until != "":
+			for _, err := os.Stat(*until); err != nil; _, err = os.Stat(*until) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		default:
 			time.Sleep(*sleep)
 		}
 		close(done)

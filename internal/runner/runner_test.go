@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -318,11 +319,19 @@ func TestRun_sharesSemaphoreSlotsWithConsulLock(t *testing.T) {
 	token := runnerToken(t, prefix)
 	record := filepath.Join(t.TempDir(), "record")
 
-	c1 := startConsulLock(t, "consul lock 1", 2, prefix, childArgs(record, "consul-1", "-sleep", "2s")...)
-	r1 := startRun(t, "runner 1", token, []string{"-lock", l.Name}, childArgs(record, "run-1", "-sleep", "2s")...)
+	// The first two children run until the gate opens, once both have
+	// started: they hold at once however slowly a busy machine starts them.
+	gate := filepath.Join(t.TempDir(), "gate")
+	c1 := startConsulLock(t, "consul lock 1", 2, prefix, childArgs(record, "consul-1", "-until", gate)...)
+	r1 := startRun(t, "runner 1", token, []string{"-lock", l.Name}, childArgs(record, "run-1", "-until", gate)...)
 	waitSemaphoreHolders(t, prefix, 2, 30*time.Second)
+	waitStarted(t, record, "consul-1")
+	waitStarted(t, record, "run-1")
 	r2 := startRun(t, "runner 2", token, []string{"-lock", l.Name}, childArgs(record, "run-2", "-sleep", "500ms")...)
 	c2 := startConsulLock(t, "consul lock 2", 2, prefix, childArgs(record, "consul-2", "-sleep", "500ms")...)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []*proc{c1, r1, r2, c2} {
 		if code := p.wait(60 * time.Second); code != 0 {
 			t.Fatalf("%s exited %d, want 0", p.name, code)
