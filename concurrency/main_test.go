@@ -59,7 +59,7 @@ func must(t testing.TB, err error) {
 // 10s and no lock-delay, and returns the registry prefix.
 func runOnceLock(t testing.TB, name string, maxAttempts int) string {
 	registry := testenv.UniquePrefix(name)
-	p := lockmodel.SessionProfile{Name: "jobs", TTL: 10 * time.Second, LockDelay: 0}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: "jobs", TTL: 10 * time.Second, LockDelay: 0}
 	declare(t, registry, p, lockmodel.Lock{
 		Name: name, Prefix: registry + "/jobs/" + name, Limit: 1, SessionDefaults: "jobs",
 		RunOnce: &ledger.RunOnce{Period: time.Hour, MaxAttempts: maxAttempts},
@@ -72,7 +72,7 @@ func runOnceLock(t testing.TB, name string, maxAttempts int) string {
 // registry prefix.
 func poolLock(t testing.TB, name string, limit int) string {
 	registry := testenv.UniquePrefix(name)
-	p := lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: 0, Behavior: lockmodel.BehaviorDelete}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: name, TTL: 10 * time.Second, LockDelay: 0, Behavior: lockmodel.BehaviorDelete}
 	declare(t, registry, p, lockmodel.Lock{Name: name, Prefix: registry + "/" + name, Limit: limit, SessionDefaults: name})
 	return registry
 }

@@ -152,7 +152,7 @@ func (r *RunOnce) once(ctx context.Context, runID string, fn func(context.Contex
 type run struct {
 	r         *RunOnce
 	lock      lockmodel.Lock
-	profile   lockmodel.SessionProfile
+	profile   lockmodel.Profile
 	spec      ledger.RunOnce // defaults applied
 	scheduled time.Time
 	proto     runonce.Run

@@ -27,7 +27,7 @@ import (
 type Session struct {
 	c       *consul.Client
 	s       *lockproto.Session
-	profile lockmodel.SessionProfile
+	profile lockmodel.Profile
 	cfg     config
 	rule    lockmodel.StopRule
 
@@ -69,25 +69,25 @@ func NewSession(ctx context.Context, client *api.Client, opts ...Option) (*Sessi
 	return startSession(c, s, p, cfg), nil
 }
 
-// sessionProfile is the declared profile (WithProfile) or the explicit
-// settings, defaults applied and validated.
-func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmodel.SessionProfile, error) {
+// sessionProfile is the declared profile (WithProfile), resolved by its
+// decoder, or the explicit settings, resolved and validated.
+func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmodel.Profile, error) {
 	if cfg.profile != "" {
 		if cfg.ttl != 0 || cfg.lockDelay != nil || cfg.renewEvery != 0 {
-			return lockmodel.SessionProfile{}, errors.New("concurrency: WithProfile takes the TTL, lock-delay and renewal interval from the profile; drop WithTTL, WithLockDelay and WithRenewEvery")
+			return lockmodel.Profile{}, errors.New("concurrency: WithProfile takes the TTL, lock-delay and renewal interval from the profile; drop WithTTL, WithLockDelay and WithRenewEvery")
 		}
 		rec, found, err := store.New(c).Registry(cfg.registry).Get(ctx, lockmodel.KindSessionDefaults, cfg.profile)
 		if err != nil {
-			return lockmodel.SessionProfile{}, fmt.Errorf("read session profile %q: %w", cfg.profile, err)
+			return lockmodel.Profile{}, fmt.Errorf("read session profile %q: %w", cfg.profile, err)
 		}
 		if !found {
-			return lockmodel.SessionProfile{}, fmt.Errorf("session profile %q is %w: there is no record at %s", cfg.profile, lockproto.ErrNotDeclared, rec.Key)
+			return lockmodel.Profile{}, fmt.Errorf("session profile %q is %w: there is no record at %s", cfg.profile, lockproto.ErrNotDeclared, rec.Key)
 		}
 		p, err := record.DecodeSessionProfileRecord(rec.Value)
 		if err != nil {
 			return p, fmt.Errorf("the session profile at %s cannot be used: %w", rec.Key, err)
 		}
-		return p.WithDefaults(), nil
+		return p, nil
 	}
 	p := lockmodel.SessionProfile{Name: "explicit", TTL: cfg.ttl, LockDelay: lockmodel.DefaultLockDelay}
 	if p.TTL == 0 {
@@ -96,24 +96,24 @@ func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmod
 	if cfg.lockDelay != nil {
 		p.LockDelay = *cfg.lockDelay
 	}
-	p = p.WithDefaults()
-	if err := p.Validate(); err != nil {
-		return p, err
+	r := p.Resolve()
+	if err := r.Validate(); err != nil {
+		return r, err
 	}
 	// A declared profile's renew_every is below ttl/2; WithRenewEvery
 	// also allows ttl/2, the interval of Consul's api.Lock (the stop rule
 	// still judges whether a holder can stop in time).
 	if d := cfg.renewEvery; d != 0 {
-		if d < 0 || d > p.TTL/2 {
-			return p, fmt.Errorf("concurrency: WithRenewEvery(%s): want more than 0s and at most half the TTL (%s)",
-				lockmodel.FormatDuration(d), lockmodel.FormatDuration(p.TTL/2))
+		if d < 0 || d > r.TTL/2 {
+			return r, fmt.Errorf("concurrency: WithRenewEvery(%s): want more than 0s and at most half the TTL (%s)",
+				lockmodel.FormatDuration(d), lockmodel.FormatDuration(r.TTL/2))
 		}
-		p.RenewEvery = d
+		r.RenewEvery = d
 	}
-	return p, nil
+	return r, nil
 }
 
-func startSession(c *consul.Client, s *lockproto.Session, p lockmodel.SessionProfile, cfg config) *Session {
+func startSession(c *consul.Client, s *lockproto.Session, p lockmodel.Profile, cfg config) *Session {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	rctx, stop := context.WithCancel(ctx)
 	ss := &Session{c: c, s: s, profile: p, cfg: cfg, rule: lockmodel.NewStopRule(p, cfg.grace),

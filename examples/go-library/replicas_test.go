@@ -62,7 +62,7 @@ func TestRunSlot_threeReplicasRunTheSlotOnce(t *testing.T) {
 // declareReport writes the records main.tf declares.
 func declareReport(t *testing.T, client *api.Client, registry string) {
 	t.Helper()
-	p := lockmodel.SessionProfile{Name: "nightly-report", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: "nightly-report", TTL: 10 * time.Second, LockDelay: 15 * time.Second}
 	l := lockmodel.Lock{Name: "nightly-report", Prefix: "jobs/nightly-report", Limit: 1, SessionDefaults: p.Name,
 		RunOnce: &ledger.RunOnce{Schedule: "*/5 * * * *", StartingDeadline: 4 * time.Minute, MaxAttempts: 3}}
 	pv, err := record.EncodeSessionProfileRecord(p)

@@ -51,9 +51,9 @@ type LivePolicy struct {
 // State is everything the decision needs: the declarations and what the
 // watches last saw. It is a value; Decide does not keep it.
 type State struct {
-	// Declarations, by name.
+	// Declarations, by name; the profiles as their decoder resolved them.
 	Locks    map[string]lockmodel.Lock
-	Profiles map[string]lockmodel.SessionProfile
+	Profiles map[string]lockmodel.Profile
 	Policies map[string]record.ACLPolicySpec
 
 	// Keys holds the live lock keys by key, and the keys right under a

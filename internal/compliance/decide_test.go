@@ -31,8 +31,8 @@ func baseState() State {
 			"report": {Name: "report", Prefix: "jobs/report", Key: mutexKey, Limit: 1, SessionDefaults: "strict", MaxHold: time.Hour},
 			"thumbs": {Name: "thumbs", Prefix: "jobs/thumbs", Limit: 3, SessionDefaults: "strict"},
 		},
-		Profiles: map[string]lockmodel.SessionProfile{
-			"strict": {Name: "strict", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorRelease},
+		Profiles: map[string]lockmodel.Profile{
+			"strict": lockmodel.SessionProfile{Name: "strict", TTL: 15 * time.Second, LockDelay: 15 * time.Second, Behavior: lockmodel.BehaviorRelease}.Resolve(),
 		},
 		Policies: map[string]record.ACLPolicySpec{
 			"holder": {Name: "holder", ID: policyID, Rules: rules},

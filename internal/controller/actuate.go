@@ -135,7 +135,7 @@ var errDeclarationChanging = errors.New("the declaration is being changed")
 func (c *Controller) recheck(ctx context.Context, d compliance.Decision) (compliance.Decision, bool, error) {
 	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
 	st := compliance.State{
-		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.SessionProfile{},
+		Locks: map[string]lockmodel.Lock{}, Profiles: map[string]lockmodel.Profile{},
 		Policies: map[string]record.ACLPolicySpec{}, Keys: map[string]lockmodel.KeyEntry{},
 		Sessions: map[string]lockmodel.ObservedSession{}, HeldSince: map[compliance.LockSession]time.Time{}, Now: c.cfg.Clock.Now(),
 	}

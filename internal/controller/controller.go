@@ -361,7 +361,7 @@ func logAttrs(d compliance.Decision) []any {
 // setDeclarations replaces the declarations from one registry listing
 // (versions: the ModifyIndex of each record by compliance.SettlingKey), notes which
 // declarations changed (at now), and regroups the lock key watches.
-func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.SessionProfile,
+func (c *Controller) setDeclarations(locks map[string]lockmodel.Lock, profiles map[string]lockmodel.Profile,
 	policies map[string]record.ACLPolicySpec, versions map[string]uint64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

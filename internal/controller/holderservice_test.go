@@ -50,7 +50,7 @@ func TestRepair_removesAgentlessHoldersInstancesNobodyTookOver(t *testing.T) {
 		return s
 	}
 	register := func(node, s string) string {
-		in := holdersvc.Service{Name: service}.Instance(holdersvc.Identity{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 0)
+		in := holdersvc.Service{Name: service}.Instance(holdersvc.Identity{Lock: l.Name, Session: s, Node: node}, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}.Resolve()), "", 0)
 		if err := store.New(mgmt).RegisterHolderServiceCatalog(ctx, node, in); err != nil {
 			t.Fatal(err)
 		}

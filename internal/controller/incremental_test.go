@@ -53,7 +53,7 @@ type world struct {
 
 	index    uint64
 	locks    map[string]lockmodel.Lock
-	profiles map[string]lockmodel.SessionProfile
+	profiles map[string]lockmodel.Profile
 	versions map[string]uint64 // by compliance.SettlingKey
 	keys     map[string]lockmodel.KeyEntry
 	sessions map[string]lockmodel.ObservedSession
@@ -85,7 +85,7 @@ func newWorld(t *testing.T, seed uint64, mode compliance.Mode) *world {
 	c.groupCtx, c.groupWG = ctx, &sync.WaitGroup{}
 	w := &world{
 		t: t, rnd: rand.New(rand.NewPCG(seed, 24)), c: c, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
-		index: 100, locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
+		index: 100, locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.Profile{},
 		versions: map[string]uint64{}, keys: map[string]lockmodel.KeyEntry{}, sessions: map[string]lockmodel.ObservedSession{},
 		declared: true, seen: map[string]declVersion{}, switched: map[string]uint64{},
 		holds: map[compliance.LockSession]compliance.Sighting{}, lastLook: map[string]time.Time{},
@@ -128,7 +128,7 @@ func (w *world) declareProfile() string {
 	name := []string{"p1", "p2"}[w.pick(2)]
 	p := lockmodel.SessionProfile{Name: name, TTL: []time.Duration{15 * time.Second, time.Minute}[w.pick(2)],
 		LockDelay: 15 * time.Second, NodeChecks: []string{"serfHealth"}}
-	w.profiles[name] = p
+	w.profiles[name] = p.Resolve()
 	w.versions[compliance.SettlingKey(lockmodel.KindSessionDefaults, name)] = w.write()
 	w.declared = true
 	return "declare profile " + name

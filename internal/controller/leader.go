@@ -71,7 +71,7 @@ func (c *Controller) confirmLeader(ctx context.Context, t *term) error {
 var leaderProfile = lockmodel.SessionProfile{
 	Name: "consullock-controller", TTL: LeaderSessionTTL, LockDelay: LeaderLockDelay,
 	Behavior: lockmodel.BehaviorRelease, RenewEvery: LeaderRenewEvery,
-}.WithDefaults()
+}.Resolve()
 
 // elect campaigns for the leader key until ctx ends. While this replica
 // holds it, IsLeader is true and reconcile acts. Any outage of the agent,

@@ -244,7 +244,7 @@ func (lc *lockCollector) collectDeclared(ch chan<- prometheus.Metric, name strin
 		ch <- prometheus.MustNewConstMetric(descMaxHold, prometheus.GaugeValue, l.MaxHold.Seconds(), name)
 	}
 	if p, ok := c.cache.profiles[l.SessionDefaults]; ok {
-		ch <- prometheus.MustNewConstMetric(descWorstCaseGap, prometheus.GaugeValue, p.WithDefaults().WorstCaseGap().Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(descWorstCaseGap, prometheus.GaugeValue, p.WorstCaseGap().Seconds(), name)
 	}
 	var newest uint64
 	for id := range ls.holders {

@@ -16,7 +16,7 @@ import (
 type cache struct {
 	// Registry watch (pollRegistry, setDeclarations).
 	locks        map[string]lockmodel.Lock
-	profiles     map[string]lockmodel.SessionProfile
+	profiles     map[string]lockmodel.Profile
 	policies     map[string]record.ACLPolicySpec
 	declSeen     map[string]declVersion // compliance.SettlingKey -> version last listed
 	badRecords   map[string]uint64      // key -> ModifyIndex already reported
@@ -48,7 +48,7 @@ type cache struct {
 func newCache() cache {
 	return cache{
 		locks:           map[string]lockmodel.Lock{},
-		profiles:        map[string]lockmodel.SessionProfile{},
+		profiles:        map[string]lockmodel.Profile{},
 		policies:        map[string]record.ACLPolicySpec{},
 		declSeen:        map[string]declVersion{},
 		badRecords:      map[string]uint64{},

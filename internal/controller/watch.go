@@ -117,14 +117,14 @@ func (c *Controller) pollRegistry(ctx context.Context, f *consul.Follower) (uint
 	ledgers := map[string]ledger.Ledger{}
 	pauses := map[string]record.Pause{}
 	if declChanged || !synced {
-		profiles := map[string]lockmodel.SessionProfile{}
+		profiles := map[string]lockmodel.Profile{}
 		policies := map[string]record.ACLPolicySpec{}
 		versions := map[string]uint64{}
 		for _, r := range c.cache.records {
 			switch v := r.value.(type) {
 			case lockmodel.Lock:
 				locks[r.name] = v
-			case lockmodel.SessionProfile:
+			case lockmodel.Profile:
 				profiles[r.name] = v
 			case record.ACLPolicySpec:
 				policies[r.name] = v
@@ -180,7 +180,7 @@ func recordKind(prefix, key string) (string, bool) {
 func (c *Controller) declarationsVisible() bool {
 	for _, r := range c.cache.records {
 		switch r.value.(type) {
-		case lockmodel.Lock, lockmodel.SessionProfile, record.ACLPolicySpec:
+		case lockmodel.Lock, lockmodel.Profile, record.ACLPolicySpec:
 			return true
 		}
 	}
@@ -255,7 +255,7 @@ func (c *Controller) decodeRecord(key string, p lockmodel.KeyEntry, kind, name s
 			r.name, r.value = l.Name, l
 		}
 	case lockmodel.KindSessionDefaults:
-		var s lockmodel.SessionProfile
+		var s lockmodel.Profile
 		if s, err = record.DecodeSessionProfileRecord(p.Value); err == nil {
 			r.name, r.value = s.Name, s
 		}

@@ -196,16 +196,16 @@ func actor(by, accessor string) string {
 
 // connect builds the client and reads the lock's declaration; code >= 0
 // means exit (an unknown lock is a usage error naming -lock).
-func (c *common) connect(ctx context.Context, e env) (*consul.Client, lockmodel.Lock, lockmodel.SessionProfile, int) {
+func (c *common) connect(ctx context.Context, e env) (*consul.Client, lockmodel.Lock, lockmodel.Profile, int) {
 	settings, err := consul.SettingsFromEnv()
 	if err != nil {
 		fmt.Fprintf(e.stderr, "consullock %s: reading the Consul environment: %v\n", c.prog, err)
-		return nil, lockmodel.Lock{}, lockmodel.SessionProfile{}, ExitUsage
+		return nil, lockmodel.Lock{}, lockmodel.Profile{}, ExitUsage
 	}
 	client, err := consul.New(settings)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "consullock %s: %v\n", c.prog, err)
-		return nil, lockmodel.Lock{}, lockmodel.SessionProfile{}, ExitUsage
+		return nil, lockmodel.Lock{}, lockmodel.Profile{}, ExitUsage
 	}
 	l, p, err := lockproto.ReadDeclaration(ctx, client, c.registry, c.lock)
 	if errors.Is(err, lockproto.ErrNotDeclared) {

@@ -11,6 +11,21 @@
 // It imports nothing from Consul or Terraform so that the provider, the
 // controller and the runner apply exactly the same rules.
 //
+// # A session profile, declared and resolved
+//
+// SessionProfile is a profile as declared: what the provider's schema maps,
+// with unset fields at their zero values; Validate and Warnings judge it.
+// Profile is the same profile with its defaults applied (SessionProfile.Resolve),
+// and it is what everything that needs the defaults takes: creating a session
+// (lockproto.CreateSession, AcquireHold), the stop rule (NewStopRule,
+// StopWarning), the worst-case gap, the holder check (NewHolderCheck) and the
+// compliance check (Violations). The decoders resolve once, where a
+// declaration is read (record.DecodeSessionProfileRecord, and so
+// lockproto.ReadDeclaration); programs that build a profile themselves (the
+// runner's -key flags, the library's explicit TTL, the ephemeral lock's
+// inline settings, the controller's leader session) validate it and resolve
+// it once.
+//
 // # Who holds a lock
 //
 // Holders is the one rule for who holds a lock, which the data source

@@ -62,13 +62,12 @@ type StopRule struct {
 	Margin       time.Duration
 }
 
-// NewStopRule is the rule for profile p (defaults applied here) and the
-// runner's grace, with the runner's renewal timeout and StopMargin.
-func NewStopRule(p SessionProfile, grace time.Duration) StopRule {
-	d := p.WithDefaults()
+// NewStopRule is the rule for profile p and the runner's grace, with the
+// runner's renewal timeout and StopMargin.
+func NewStopRule(p Profile, grace time.Duration) StopRule {
 	return StopRule{
-		TTL: d.TTL, LockDelay: d.LockDelay, HealthChecks: len(d.NodeChecks)+len(d.ServiceChecks) > 0,
-		RenewEvery: d.RenewEvery, RenewTimeout: RenewTimeout(d.RenewEvery), Grace: grace, Margin: StopMargin,
+		TTL: p.TTL, LockDelay: p.LockDelay, HealthChecks: len(p.NodeChecks)+len(p.ServiceChecks) > 0,
+		RenewEvery: p.RenewEvery, RenewTimeout: RenewTimeout(p.RenewEvery), Grace: grace, Margin: StopMargin,
 	}
 }
 
@@ -207,7 +206,7 @@ func (r StopRule) with(attr string, v time.Duration) StopRule {
 // its default -grace cannot stop a holder cut off from Consul before
 // another may take over; nil when it can. Its detail is two lines: the
 // verdict and the fix.
-func (p SessionProfile) StopWarning() *validation.Warning {
+func (p Profile) StopWarning() *validation.Warning {
 	r := NewStopRule(p, DefaultRunnerGrace)
 	if r.Feasible() {
 		return nil

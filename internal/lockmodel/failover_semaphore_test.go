@@ -49,7 +49,7 @@ func TestSlotFreeAtIsNoEarlierThanTheStopRulesTakeOver(t *testing.T) {
 	}
 	contact := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, p := range profiles {
-		r := NewStopRule(p, 2*time.Second)
+		r := NewStopRule(p.Resolve(), 2*time.Second)
 		if !r.Feasible() {
 			t.Fatalf("profile %+v: the test wants a feasible rule", p)
 		}

@@ -89,28 +89,28 @@ func TestStopRule(t *testing.T) {
 	}
 }
 
-func TestNewStopRuleUsesTheProfileWithDefaults(t *testing.T) {
-	r := NewStopRule(SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second}, DefaultRunnerGrace)
+func TestNewStopRuleUsesTheResolvedProfile(t *testing.T) {
+	r := NewStopRule(SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second}.Resolve(), DefaultRunnerGrace)
 	want := StopRule{TTL: 15 * time.Second, LockDelay: 15 * time.Second, HealthChecks: true, RenewEvery: 5 * time.Second,
 		RenewTimeout: 2 * time.Second, Grace: 5 * time.Second, Margin: StopMargin}
 	if r != want {
 		t.Fatalf("NewStopRule = %+v, want %+v", r, want)
 	}
-	noChecks := NewStopRule(SessionProfile{TTL: 10 * time.Second, NodeChecks: []string{}}, 0)
+	noChecks := NewStopRule(SessionProfile{TTL: 10 * time.Second, NodeChecks: []string{}}.Resolve(), 0)
 	if noChecks.HealthChecks {
 		t.Fatal("node_checks [] and no service checks: HealthChecks must be false")
 	}
-	svc := NewStopRule(SessionProfile{TTL: 10 * time.Second, NodeChecks: []string{}, ServiceChecks: []ServiceCheck{{ID: "web"}}}, 0)
+	svc := NewStopRule(SessionProfile{TTL: 10 * time.Second, NodeChecks: []string{}, ServiceChecks: []ServiceCheck{{ID: "web"}}}.Resolve(), 0)
 	if !svc.HealthChecks {
 		t.Fatal("a service check also ends the session when it fails: HealthChecks must be true")
 	}
 }
 
 func TestStopWarningIsTheVerdictThenTheFix(t *testing.T) {
-	if w := (SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second}).StopWarning(); w != nil {
+	if w := (SessionProfile{TTL: 15 * time.Second, LockDelay: 15 * time.Second}).Resolve().StopWarning(); w != nil {
 		t.Fatalf("Consul's defaults are feasible with the default grace, got %+v", w)
 	}
-	p := SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}
+	p := SessionProfile{TTL: 10 * time.Second, LockDelay: time.Second}.Resolve()
 	w := p.StopWarning()
 	if w == nil {
 		t.Fatal("lock_delay 1s with serfHealth: want a warning")
@@ -167,7 +167,7 @@ func TestStopRuleVerdictAndFix(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := NewStopRule(tc.profile, tc.grace)
+			r := NewStopRule(tc.profile.Resolve(), tc.grace)
 			v, f := r.Verdict(), r.Fix()
 			if tc.feasible {
 				if v != "" || f != "" || !r.Feasible() {

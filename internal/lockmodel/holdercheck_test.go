@@ -62,11 +62,11 @@ func TestNewHolderCheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := SessionProfile{TTL: tc.ttl, LockDelay: tc.lockDelay, RenewEvery: tc.renew}
-			c := NewHolderCheck(p)
+			c := NewHolderCheck(p.Resolve())
 			if c.TTL != tc.wantTTL || c.Flaps != tc.wantFlaps || c.PassAllowed(0) == tc.wantNever {
 				t.Fatalf("NewHolderCheck = TTL %s flaps %v never %v, want %s %v %v", c.TTL, c.Flaps, !c.PassAllowed(0), tc.wantTTL, tc.wantFlaps, tc.wantNever)
 			}
-			d := p.WithDefaults()
+			d := p.Resolve()
 			rt := RenewTimeout(d.RenewEvery)
 			// Invariants, every case.
 			if bound := TakeOverDelay(d.LockDelay); c.Bound != bound {
@@ -107,14 +107,14 @@ func TestNewHolderCheck(t *testing.T) {
 			if m := c.MaxRenewEvery(); m > 0 {
 				q := p
 				q.RenewEvery = m - 10*ms
-				if n := NewHolderCheck(q); n.Flaps && n.TTLCeiling >= holdersvc.MinCheckTTL {
+				if n := NewHolderCheck(q.Resolve()); n.Flaps && n.TTLCeiling >= holdersvc.MinCheckTTL {
 					t.Errorf("renew_every %s (below MaxRenewEvery %s) flaps: %+v", q.RenewEvery, m, n)
 				}
 			}
 			if need := c.MinLockDelay(); need < MaxLockDelay {
 				q := p
 				q.LockDelay = need + 10*ms
-				if n := NewHolderCheck(q); n.Flaps {
+				if n := NewHolderCheck(q.Resolve()); n.Flaps {
 					t.Errorf("lock_delay %s (above MinLockDelay %s) flaps: %+v", q.LockDelay, need, n)
 				}
 			}

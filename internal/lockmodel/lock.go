@@ -143,13 +143,13 @@ func (l Lock) Validate() error {
 }
 
 // ProfileWarnings returns advice about using profile p for lock l.
-func (l Lock) ProfileWarnings(p SessionProfile) []validation.Warning {
+func (l Lock) ProfileWarnings(p Profile) []validation.Warning {
 	if l.IsSemaphore() && p.Behavior != BehaviorDelete {
 		return []validation.Warning{{
 			Field:   "session_defaults",
 			Summary: "Semaphore with a release session profile",
 			Detail: fmt.Sprintf("Semaphore contenders hold a key <prefix>/<session> each; with behavior %q those keys stay behind "+
-				"when a session ends. api.Semaphore and `consul lock -n` use behavior \"delete\".", p.WithDefaults().Behavior),
+				"when a session ends. api.Semaphore and `consul lock -n` use behavior \"delete\".", p.Behavior),
 		}}
 	}
 	return nil
@@ -298,8 +298,8 @@ type HolderValue struct {
 // session profile's worst_case_gap: a holder that vanishes is replaced only
 // after up to worst_case_gap, so a crashed run may not be taken over within
 // its own period.
-func RunOncePeriodWarnings(r ledger.RunOnce, p SessionProfile) []validation.Warning {
-	gap := p.WithDefaults().WorstCaseGap()
+func RunOncePeriodWarnings(r ledger.RunOnce, p Profile) []validation.Warning {
+	gap := p.WorstCaseGap()
 	if r.Period <= 0 || r.Period >= gap {
 		return nil
 	}

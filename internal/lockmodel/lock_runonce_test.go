@@ -38,10 +38,10 @@ func TestLock_runOnceNeedsAMutex(t *testing.T) {
 func TestRunOnce_PeriodWarnings(t *testing.T) {
 	fast := SessionProfile{Name: "fast"} // worst_case_gap 2 x 15s + 15s = 45s
 	slow := SessionProfile{Name: "slow", TTL: time.Hour, LockDelay: time.Minute}
-	if ws := RunOncePeriodWarnings(ledger.RunOnce{Period: time.Minute}, fast); len(ws) != 0 {
+	if ws := RunOncePeriodWarnings(ledger.RunOnce{Period: time.Minute}, fast.Resolve()); len(ws) != 0 {
 		t.Errorf("1m period with a 45s gap: %v, want no warning", ws)
 	}
-	ws := RunOncePeriodWarnings(ledger.RunOnce{Period: time.Hour}, slow)
+	ws := RunOncePeriodWarnings(ledger.RunOnce{Period: time.Hour}, slow.Resolve())
 	if len(ws) != 1 || ws[0].Field != "run_once.period" || !strings.Contains(ws[0].Detail, "2h1m0s") {
 		t.Errorf("1h period with a 2h1m gap: %v, want one warning naming the gap", ws)
 	}

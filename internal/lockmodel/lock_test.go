@@ -312,7 +312,7 @@ func TestLock_ProfileWarnings(t *testing.T) {
 		{"semaphore with default behavior", 3, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := Lock{Limit: tc.limit}.ProfileWarnings(SessionProfile{Behavior: tc.behavior})
+			ws := Lock{Limit: tc.limit}.ProfileWarnings(SessionProfile{Behavior: tc.behavior}.Resolve())
 			if got := len(ws) == 1 && ws[0].Field == "session_defaults" && strings.Contains(ws[0].Detail, `"release"`); got != tc.warn {
 				t.Fatalf("ProfileWarnings() = %+v, want a session_defaults warning: %v", ws, tc.warn)
 			}

@@ -11,12 +11,14 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
-// SessionProfile is a named set of session settings (consullock_session_defaults).
-// Lock holders create their Consul sessions from it, and the controller checks
-// live sessions against it.
+// SessionProfile is a named set of session settings as declared
+// (consullock_session_defaults): the shape the provider's schema maps, with
+// unset fields at their zero values. Validate and Warnings judge it; Resolve
+// applies its defaults and gives the Profile that lock holders create their
+// Consul sessions from and the controller checks live sessions against.
 type SessionProfile struct {
 	Name string
-	// TTL is the session TTL. Zero is not "no TTL" here: WithDefaults turns it
+	// TTL is the session TTL. Zero is not "no TTL" here: Resolve turns it
 	// into DefaultSessionTTL and Validate refuses it.
 	TTL time.Duration
 	// LockDelay is how long Consul keeps a key unacquirable after the holder's
@@ -53,13 +55,27 @@ func DefaultNodeChecks() []string {
 	return []string{DefaultNodeCheck}
 }
 
-// WithDefaults fills unset fields: TTL 0 becomes DefaultSessionTTL, Behavior
+// Profile is a SessionProfile with its defaults applied (Resolve): what
+// sessions are created from (lockproto.CreateSession), and what the stop
+// rule (NewStopRule), the worst-case gap, the holder check and the
+// compliance check (Violations) read. The decoders hand it out
+// (record.DecodeSessionProfileRecord, lockproto.ReadDeclaration), so a
+// declaration read from the registry is resolved once, where it is read;
+// the type, not a convention, says that the defaults were applied.
+//
+// Make one with Resolve: a Profile literal applies no defaults. The
+// embedded SessionProfile keeps field access (p.TTL) and the declared
+// type's methods (Validate, Warnings).
+type Profile struct{ SessionProfile }
+
+// Resolve applies p's defaults: TTL 0 becomes DefaultSessionTTL, Behavior
 // "" becomes BehaviorRelease, nil NodeChecks becomes [DefaultNodeCheck] and
 // RenewEvery 0 becomes DefaultRenewEvery(TTL). LockDelay is left alone: zero
 // is a meaningful choice there, so its default (DefaultLockDelay) belongs to
 // the caller's schema. Slices are copied, never shared with p, and empty
-// ServiceChecks become nil.
-func (p SessionProfile) WithDefaults() SessionProfile {
+// ServiceChecks become nil. Resolve does not validate: call Validate on the
+// declaration first (a TTL of 0 is refused there, not replaced).
+func (p SessionProfile) Resolve() Profile {
 	if p.TTL == 0 {
 		p.TTL = DefaultSessionTTL
 	}
@@ -79,7 +95,7 @@ func (p SessionProfile) WithDefaults() SessionProfile {
 	if p.RenewEvery == 0 {
 		p.RenewEvery = DefaultRenewEvery(p.TTL)
 	}
-	return p
+	return Profile{p}
 }
 
 // ttlAllowed is the Allowed text of a ttl error.
@@ -130,7 +146,7 @@ func ValidateRenewEvery(field string, renew, ttl time.Duration) error {
 
 // Validate reports every problem of p as FieldErrors, with field names as
 // users write them (name, ttl, lock_delay, behavior, node_checks,
-// service_checks, renew_every). The zero values WithDefaults fills are
+// service_checks, renew_every). The zero values Resolve fills are
 // accepted, except TTL: a zero TTL means "no TTL" to Consul, so it is refused
 // rather than silently replaced.
 func (p SessionProfile) Validate() error {
@@ -213,8 +229,15 @@ func (p SessionProfile) Warnings() []validation.Warning {
 // invalidated may still be running: Consul invalidates an unrenewed session
 // after about 2 x TTL, then keeps its keys unacquirable for the lock-delay
 // (clamped to MaxLockDelay as Consul does).
-func (p SessionProfile) WorstCaseGap() time.Duration {
-	return SessionTTLMultiplier*p.TTL + min(p.LockDelay, MaxLockDelay)
+func (p Profile) WorstCaseGap() time.Duration {
+	return WorstCaseGap(p.TTL, p.LockDelay)
+}
+
+// WorstCaseGap is Profile.WorstCaseGap of an explicit TTL and lock-delay
+// (the provider's worst_case_gap function, a plan whose profile is still
+// partly unknown): 2 x ttl + min(lockDelay, MaxLockDelay).
+func WorstCaseGap(ttl, lockDelay time.Duration) time.Duration {
+	return SessionTTLMultiplier*ttl + min(lockDelay, MaxLockDelay)
 }
 
 // FormatDuration is the canonical text of a duration in plans, state and
@@ -288,43 +311,42 @@ type Violation struct {
 	Detail string // a sentence for logs and reports
 }
 
-// Violations compares a live session with the profile (after WithDefaults)
-// and lists where the session gives weaker guarantees: a longer (or no) TTL,
-// a shorter lock-delay, another behavior, a declared check it is not bound
-// to. Stricter settings than declared are not violations.
-func (p SessionProfile) Violations(s ObservedSession) []Violation {
-	d := p.WithDefaults()
+// Violations compares a live session with the profile and lists where the
+// session gives weaker guarantees: a longer (or no) TTL, a shorter
+// lock-delay, another behavior, a declared check it is not bound to.
+// Stricter settings than declared are not violations.
+func (p Profile) Violations(s ObservedSession) []Violation {
 	var vs []Violation
 	switch {
 	case s.TTL == 0:
 		vs = append(vs, Violation{ViolationTTLTooLong, fmt.Sprintf(
-			"session %s has no TTL; profile %q declares ttl %s", s.ID, d.Name, FormatDuration(d.TTL))})
-	case s.TTL > d.TTL:
+			"session %s has no TTL; profile %q declares ttl %s", s.ID, p.Name, FormatDuration(p.TTL))})
+	case s.TTL > p.TTL:
 		vs = append(vs, Violation{ViolationTTLTooLong, fmt.Sprintf(
-			"session %s has ttl %s; profile %q declares at most %s", s.ID, FormatDuration(s.TTL), d.Name, FormatDuration(d.TTL))})
+			"session %s has ttl %s; profile %q declares at most %s", s.ID, FormatDuration(s.TTL), p.Name, FormatDuration(p.TTL))})
 	}
-	if declared := min(d.LockDelay, MaxLockDelay); s.LockDelay < declared {
+	if declared := min(p.LockDelay, MaxLockDelay); s.LockDelay < declared {
 		vs = append(vs, Violation{ViolationLockDelayTooShort, fmt.Sprintf(
-			"session %s has lock_delay %s; profile %q declares %s", s.ID, FormatDuration(s.LockDelay), d.Name, FormatDuration(declared))})
+			"session %s has lock_delay %s; profile %q declares %s", s.ID, FormatDuration(s.LockDelay), p.Name, FormatDuration(declared))})
 	}
 	got := s.Behavior
 	if got == "" {
 		got = BehaviorRelease
 	}
-	if got != d.Behavior {
+	if got != p.Behavior {
 		vs = append(vs, Violation{ViolationBehaviorMismatch, fmt.Sprintf(
-			"session %s has behavior %q; profile %q declares %q", s.ID, got, d.Name, d.Behavior)})
+			"session %s has behavior %q; profile %q declares %q", s.ID, got, p.Name, p.Behavior)})
 	}
-	for _, c := range d.NodeChecks {
+	for _, c := range p.NodeChecks {
 		if !slices.Contains(s.NodeChecks, c) {
 			vs = append(vs, Violation{ViolationNodeCheckMissing, fmt.Sprintf(
-				"session %s is not bound to node check %q declared by profile %q", s.ID, c, d.Name)})
+				"session %s is not bound to node check %q declared by profile %q", s.ID, c, p.Name)})
 		}
 	}
-	for _, c := range d.ServiceChecks {
+	for _, c := range p.ServiceChecks {
 		if !slices.Contains(s.ServiceChecks, c.ID) {
 			vs = append(vs, Violation{ViolationServiceCheckMissing, fmt.Sprintf(
-				"session %s is not bound to service check %q declared by profile %q", s.ID, c.ID, d.Name)})
+				"session %s is not bound to service check %q declared by profile %q", s.ID, c.ID, p.Name)})
 		}
 	}
 	return vs

@@ -22,7 +22,7 @@ func validProfile() SessionProfile {
 	}
 }
 
-func TestSessionProfile_WithDefaults(t *testing.T) {
+func TestSessionProfile_Resolve(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   SessionProfile
@@ -49,24 +49,24 @@ func TestSessionProfile_WithDefaults(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := tc.in.WithDefaults()
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("WithDefaults() = %+v, want %+v", got, tc.want)
+			got := tc.in.Resolve()
+			if !reflect.DeepEqual(got, Profile{tc.want}) {
+				t.Fatalf("Resolve() = %+v, want %+v", got, tc.want)
 			}
 			if got.NodeChecks == nil {
-				t.Fatalf("WithDefaults() left NodeChecks nil")
+				t.Fatalf("Resolve() left NodeChecks nil")
 			}
 		})
 	}
 }
 
-func TestSessionProfile_WithDefaultsCopiesSlices(t *testing.T) {
+func TestSessionProfile_ResolveCopiesSlices(t *testing.T) {
 	in := SessionProfile{NodeChecks: []string{"a"}, ServiceChecks: []ServiceCheck{{ID: "s"}}}
-	out := in.WithDefaults()
+	out := in.Resolve()
 	out.NodeChecks[0] = "changed"
 	out.ServiceChecks[0].ID = "changed"
 	if in.NodeChecks[0] != "a" || in.ServiceChecks[0].ID != "s" {
-		t.Fatalf("WithDefaults shares slices with its receiver: %+v", in)
+		t.Fatalf("Resolve shares slices with its receiver: %+v", in)
 	}
 }
 
@@ -205,7 +205,7 @@ func TestSessionProfile_Warnings(t *testing.T) {
 	}
 }
 
-func TestSessionProfile_WorstCaseGap(t *testing.T) {
+func TestProfile_WorstCaseGap(t *testing.T) {
 	for _, tc := range []struct {
 		ttl, delay time.Duration
 		want       string
@@ -217,9 +217,12 @@ func TestSessionProfile_WorstCaseGap(t *testing.T) {
 		{15 * time.Second, 5 * time.Minute, "1m30s"}, // Consul clamps the delay to 60s
 	} {
 		t.Run(tc.want, func(t *testing.T) {
-			p := SessionProfile{TTL: tc.ttl, LockDelay: tc.delay}
+			p := SessionProfile{TTL: tc.ttl, LockDelay: tc.delay}.Resolve()
 			if got := FormatDuration(p.WorstCaseGap()); got != tc.want {
 				t.Fatalf("WorstCaseGap(ttl %s, lock_delay %s) = %s, want %s", tc.ttl, tc.delay, got, tc.want)
+			}
+			if got := FormatDuration(WorstCaseGap(tc.ttl, tc.delay)); got != tc.want {
+				t.Fatalf("WorstCaseGap(%s, %s) = %s, want %s", tc.ttl, tc.delay, got, tc.want)
 			}
 		})
 	}
@@ -273,7 +276,7 @@ func TestParseConsulTTL(t *testing.T) {
 	}
 }
 
-func TestSessionProfile_Violations(t *testing.T) {
+func TestProfile_Violations(t *testing.T) {
 	profile := SessionProfile{Name: "fast", TTL: 15 * time.Second, LockDelay: 15 * time.Second,
 		Behavior: BehaviorRelease, ServiceChecks: []ServiceCheck{{ID: "service:web"}}}
 	conforming := ObservedSession{ID: "s1", TTL: 15 * time.Second, LockDelay: 15 * time.Second,
@@ -314,7 +317,7 @@ func TestSessionProfile_Violations(t *testing.T) {
 			s.NodeChecks = slices.Clone(conforming.NodeChecks)
 			tc.modify(&s)
 			var got []string
-			for _, v := range tc.profile.Violations(s) {
+			for _, v := range tc.profile.Resolve().Violations(s) {
 				got = append(got, v.Reason)
 				if !strings.Contains(v.Detail, "s1") || !strings.Contains(v.Detail, tc.profile.Name) {
 					t.Errorf("detail %q does not name the session and the profile", v.Detail)
@@ -346,7 +349,7 @@ func FuzzValidateSessionProfile(f *testing.F) {
 			p.ServiceChecks = []ServiceCheck{{ID: svcID, Namespace: svcNS}}
 		}
 		_ = p.Warnings()
-		_ = p.Violations(ObservedSession{})
+		_ = p.Resolve().Violations(ObservedSession{})
 		err := p.Validate()
 		if err != nil {
 			if len(validation.AsFieldErrors(err)) == 0 {
@@ -354,9 +357,9 @@ func FuzzValidateSessionProfile(f *testing.F) {
 			}
 			return
 		}
-		d := p.WithDefaults()
+		d := p.Resolve()
 		if err := d.Validate(); err != nil {
-			t.Fatalf("WithDefaults made a valid profile invalid: %v", err)
+			t.Fatalf("Resolve made a valid profile invalid: %v", err)
 		}
 		if gap := d.WorstCaseGap(); gap < 2*d.TTL || gap > 2*d.TTL+MaxLockDelay {
 			t.Fatalf("WorstCaseGap() = %s out of [2 x ttl, 2 x ttl + 60s] for %+v", gap, d)

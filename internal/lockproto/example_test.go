@@ -27,7 +27,7 @@ func ExampleAcquireHold() {
 	prefix := testenv.UniquePrefix("ExampleAcquireHold")
 	h, err := AcquireHold(ctx, c,
 		lockmodel.Lock{Name: "nightly", Prefix: prefix, Key: prefix + "/.lock", Limit: 1},
-		lockmodel.SessionProfile{Name: "example", TTL: 15 * time.Second}.WithDefaults(),
+		lockmodel.SessionProfile{Name: "example", TTL: 15 * time.Second}.Resolve(),
 		WithSessionName("example"), WithGrace(time.Second), WithValue(func() []byte { return []byte("worker-1") }))
 	if err != nil {
 		fmt.Println(err)

@@ -137,13 +137,12 @@ type LostError struct{ Reason string }
 
 func (e *LostError) Error() string { return e.Reason }
 
-// AcquireHold creates a session from profile (defaults applied; or takes
-// WithSession's) and waits until it holds lock (normalised). It returns ctx's error when ctx ends first, an error
+// AcquireHold creates a session from profile (or takes WithSession's) and waits until it holds lock (normalised). It returns ctx's error when ctx ends first, an error
 // wrapping ErrSessionInvalid when the session ends while waiting, and a
 // *LostError when the lock was lost by the time it was acquired. On every
 // error the lock is released if the session got it (unless the session is
 // gone) and the session destroyed, and the caller may start over.
-func AcquireHold(ctx context.Context, c *consul.Client, lock lockmodel.Lock, profile lockmodel.SessionProfile, opts ...HoldOption) (*Hold, error) {
+func AcquireHold(ctx context.Context, c *consul.Client, lock lockmodel.Lock, profile lockmodel.Profile, opts ...HoldOption) (*Hold, error) {
 	o := holdConfig{value: func() []byte { return nil }, log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 // the options most tests set.
 type holdSpec struct {
 	Lock        lockmodel.Lock
-	Profile     lockmodel.SessionProfile
+	Profile     lockmodel.Profile
 	SessionName string
 	Session     *Session
 	Grace       time.Duration
@@ -39,7 +39,7 @@ type holdSpec struct {
 func holdOptions(t *testing.T, key string) holdSpec {
 	return holdSpec{
 		Lock:        lockmodel.Lock{Name: "hold", Prefix: key, Key: key, Limit: 1},
-		Profile:     lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.WithDefaults(),
+		Profile:     lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.Resolve(),
 		SessionName: t.Name(),
 		Grace:       time.Second,
 		Value:       func() []byte { return []byte(t.Name()) },
@@ -146,7 +146,7 @@ func TestHold_lastContactIsTheLatestRenewalAfterALongWait(t *testing.T) {
 	}
 
 	o := holdOptions(t, key)
-	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: time.Second, RenewEvery: time.Second}.WithDefaults()
+	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: time.Second, RenewEvery: time.Second}.Resolve()
 	rule := lockmodel.NewStopRule(o.Profile, o.Grace)
 	heldFor := rule.LossAfter() + 3*time.Second
 	go func() {
@@ -175,7 +175,7 @@ func TestHold_usesTheCallersSessionHookAndWinningValue(t *testing.T) {
 	c, key, ctx := holdTest(t)
 
 	o := holdOptions(t, key)
-	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second, RenewEvery: 500 * time.Millisecond}.WithDefaults()
+	o.Profile = lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second, RenewEvery: 500 * time.Millisecond}.Resolve()
 	s, err := CreateSession(ctx, c, t.Name(), "", o.Profile)
 	if err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func TestMutexQueue_entryWhileWaitingDeletedByTheAcquisition(t *testing.T) {
 	c, l := queuedFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.Resolve()
 	holder, waiter, leaver := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
 	kv := agent.Client().KV()
 
@@ -139,7 +139,7 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 	l.Waiters = lockmodel.WaitersHandOff
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.Resolve()
 	holder, first, second := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
 	kv := agent.Client().KV()
 	queuedAt := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -319,7 +319,7 @@ session_prefix "" { policy = "write" }`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: "q", TTL: 10 * time.Second, LockDelay: time.Second}.Resolve()
 	s := newSession(ctx, t, c, "", p)
 	entry := lockmodel.WaiterQueueEntryKey(l, s.ID)
 	if ok, _, err := mgmt.KV().Acquire(&api.KVPair{Key: entry, Session: s.ID}, nil); err != nil || !ok {

@@ -30,12 +30,12 @@ func semaphoreFixture(t *testing.T) (*consul.Client, lockmodel.Lock) {
 	return c, lockmodel.Lock{Name: "sem", Prefix: prefix, Key: prefix + "/" + lockmodel.LockKeyName, Limit: 2}
 }
 
-func semaphoreProfile(lockDelay time.Duration) lockmodel.SessionProfile {
+func semaphoreProfile(lockDelay time.Duration) lockmodel.Profile {
 	return lockmodel.SessionProfile{Name: "sem", TTL: 10 * time.Second, LockDelay: lockDelay,
-		Behavior: lockmodel.BehaviorDelete, NodeChecks: []string{}}.WithDefaults()
+		Behavior: lockmodel.BehaviorDelete, NodeChecks: []string{}}.Resolve()
 }
 
-func newSession(ctx context.Context, t *testing.T, c *consul.Client, node string, p lockmodel.SessionProfile) *Session {
+func newSession(ctx context.Context, t *testing.T, c *consul.Client, node string, p lockmodel.Profile) *Session {
 	t.Helper()
 	s, err := CreateSession(ctx, c, t.Name(), node, p)
 	if err != nil {

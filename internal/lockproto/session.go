@@ -28,12 +28,12 @@ type Session struct {
 	Created time.Time
 }
 
-// sessionCreateBody is the JSON body of PUT /v1/session/create for profile p
-// (defaults applied). Every setting is written out, the durations as Go
+// sessionCreateBody is the JSON body of PUT /v1/session/create for profile p.
+// Every setting is written out, the durations as Go
 // duration strings: the Go api omits a zero LockDelay and the server would
 // then apply 15s, so "0s" must be sent. node "" leaves the node to the agent
 // that answers, which is the agent's own node.
-func sessionCreateBody(name, node string, p lockmodel.SessionProfile) map[string]any {
+func sessionCreateBody(name, node string, p lockmodel.Profile) map[string]any {
 	body := map[string]any{
 		"Name":      name,
 		"TTL":       lockmodel.ConsulDuration(p.TTL),
@@ -66,7 +66,7 @@ func nonNil(s []string) []string {
 // sessionMismatches compares the session Consul created with the profile it
 // was created from and lists every difference. An empty result means the
 // session is exactly what was declared.
-func sessionMismatches(e *api.SessionEntry, p lockmodel.SessionProfile) []string {
+func sessionMismatches(e *api.SessionEntry, p lockmodel.Profile) []string {
 	var out []string
 	ttl, err := lockmodel.ParseConsulTTL(e.TTL)
 	switch {
@@ -109,7 +109,7 @@ func sameSet(a, b []string) bool {
 // CreateSession creates the session from profile p and reads it back
 // consistently to learn its node and to check that Consul applied every
 // setting as declared. A session that differs is destroyed and reported.
-func CreateSession(ctx context.Context, c *consul.Client, name, node string, p lockmodel.SessionProfile) (*Session, error) {
+func CreateSession(ctx context.Context, c *consul.Client, name, node string, p lockmodel.Profile) (*Session, error) {
 	var out struct{ ID string }
 	sent := time.Now()
 	body := sessionCreateBody(name, node, p)

@@ -170,7 +170,7 @@ func TestLockDelayWait(t *testing.T) {
 
 func TestSessionCreateBodyWritesEverySettingOut(t *testing.T) {
 	p := lockmodel.SessionProfile{Name: "p", TTL: 10 * time.Second, LockDelay: 0, NodeChecks: []string{},
-		ServiceChecks: []lockmodel.ServiceCheck{{ID: "svc:web", Namespace: "ns"}}}.WithDefaults()
+		ServiceChecks: []lockmodel.ServiceCheck{{ID: "svc:web", Namespace: "ns"}}}.Resolve()
 	body := sessionCreateBody("n", "", p)
 	want := map[string]any{"Name": "n", "TTL": "10s", "LockDelay": "0s", "Behavior": "release", "NodeChecks": []string{},
 		"ServiceChecks": []api.ServiceCheck{{ID: "svc:web", Namespace: "ns"}}}
@@ -183,14 +183,14 @@ func TestSessionCreateBodyWritesEverySettingOut(t *testing.T) {
 	if got := sessionCreateBody("n", "web-1", p)["Node"]; got != "web-1" {
 		t.Fatalf("Node = %v", got)
 	}
-	defaults := sessionCreateBody("n", "", lockmodel.SessionProfile{TTL: 15 * time.Second}.WithDefaults())
+	defaults := sessionCreateBody("n", "", lockmodel.SessionProfile{TTL: 15 * time.Second}.Resolve())
 	if fmt.Sprint(defaults["NodeChecks"]) != "[serfHealth]" {
 		t.Fatalf("default node checks = %v", defaults["NodeChecks"])
 	}
 }
 
 func TestSessionMismatches(t *testing.T) {
-	p := lockmodel.SessionProfile{Name: "p", TTL: 10 * time.Second, LockDelay: 0}.WithDefaults()
+	p := lockmodel.SessionProfile{Name: "p", TTL: 10 * time.Second, LockDelay: 0}.Resolve()
 	exact := &api.SessionEntry{TTL: "10s", LockDelay: 0, Behavior: "release", NodeChecks: []string{"serfHealth"}}
 	if d := sessionMismatches(exact, p); len(d) != 0 {
 		t.Fatalf("an exact session has mismatches: %v", d)

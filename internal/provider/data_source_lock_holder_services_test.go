@@ -74,7 +74,7 @@ data "consullock_lock" "plain" {
 					session = newHolderSession(t, "web-holder")
 					acquire(t, key, session, `{"node":"worker-1"}`, lockmodel.LockFlagValue)
 					token := kvPair(t, key).ModifyIndex
-					check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: time.Hour, LockDelay: 15 * time.Second})
+					check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: time.Hour, LockDelay: 15 * time.Second}.Resolve())
 					inst = holdersvc.Service{Name: service, Port: 8080}.Instance(
 						holdersvc.Identity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 1}, check, "", 0)
 					if err := store.New(client).RegisterHolderService(ctx, inst); err != nil {

@@ -64,11 +64,11 @@ type lockEphemeralModel struct {
 // The CLI may call them in another provider process than Open, so
 // everything they need is here, none of it secret.
 type heldLock struct {
-	Session     string                   `json:"session"`
-	Lock        lockmodel.Lock           `json:"lock"`
-	Profile     lockmodel.SessionProfile `json:"profile"`
-	Value       []byte                   `json:"value"`
-	LastRenewal time.Time                `json:"last_renewal"`
+	Session     string            `json:"session"`
+	Lock        lockmodel.Lock    `json:"lock"`
+	Profile     lockmodel.Profile `json:"profile"`
+	Value       []byte            `json:"value"`
+	LastRenewal time.Time         `json:"last_renewal"`
 }
 
 const heldLockKey = "held_lock"
@@ -167,7 +167,7 @@ func (e *lockEphemeral) Configure(_ context.Context, req ephemeral.ConfigureRequ
 
 // target resolves what to hold: a declared lock from the registry, or the
 // key with the inline session settings.
-func (e *lockEphemeral) target(ctx context.Context, m lockEphemeralModel, diags *diag.Diagnostics) (lockmodel.Lock, lockmodel.SessionProfile) {
+func (e *lockEphemeral) target(ctx context.Context, m lockEphemeralModel, diags *diag.Diagnostics) (lockmodel.Lock, lockmodel.Profile) {
 	if name := m.Lock.ValueString(); name != "" {
 		l, p, err := lockproto.ReadDeclaration(ctx, e.data.client, e.data.registryPrefix, name)
 		if err != nil {
@@ -185,7 +185,7 @@ func (e *lockEphemeral) target(ctx context.Context, m lockEphemeralModel, diags 
 	l, err := lockmodel.Lock{Name: "", Prefix: key, Key: key, Limit: 1}.Normalize()
 	if err != nil {
 		addFieldErrors(diags, "Invalid Lock Key", err)
-		return l, lockmodel.SessionProfile{}
+		return l, lockmodel.Profile{}
 	}
 	p := lockmodel.SessionProfile{Name: "inline", TTL: lockmodel.DefaultSessionTTL, LockDelay: lockmodel.DefaultLockDelay,
 		Behavior: lockmodel.Behavior(m.Behavior.ValueString())}
@@ -195,11 +195,11 @@ func (e *lockEphemeral) target(ctx context.Context, m lockEphemeralModel, diags 
 	if d := durationOrZero(m.LockDelay, diags); !m.LockDelay.IsNull() {
 		p.LockDelay = d
 	}
-	p = p.WithDefaults()
-	if err := p.Validate(); err != nil {
+	r := p.Resolve()
+	if err := r.Validate(); err != nil {
 		addFieldErrors(diags, "Invalid Session Setting", err)
 	}
-	return l, p
+	return l, r
 }
 
 func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, resp *ephemeral.OpenResponse) {

@@ -56,7 +56,7 @@ func (f *worstCaseGapFunction) Run(ctx context.Context, req function.RunRequest,
 		resp.Error = function.NewArgumentFuncError(1, err.Error())
 		return
 	}
-	gap := lockmodel.SessionProfile{TTL: ttl, LockDelay: delay}.WorstCaseGap()
+	gap := lockmodel.WorstCaseGap(ttl, delay)
 	resp.Error = resp.Result.Set(ctx, lockmodel.FormatDuration(gap))
 }
 

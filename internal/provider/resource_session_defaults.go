@@ -220,10 +220,10 @@ func (m sessionDefaultsModel) profile(ctx context.Context) (p lockmodel.SessionP
 	return p, unknown, diags
 }
 
-// setProfile writes p (a profile with defaults applied, as records hold it)
-// into the model. Values equal to what the model already holds keep their
+// setProfile writes p (a resolved profile, as records hold it) into the
+// model. Values equal to what the model already holds keep their
 // spelling ("1m" stays "1m", not "1m0s"), so a refresh shows no false drift.
-func (m *sessionDefaultsModel) setProfile(p lockmodel.SessionProfile, registryKey string) {
+func (m *sessionDefaultsModel) setProfile(p lockmodel.Profile, registryKey string) {
 	m.Name = types.StringValue(p.Name)
 	m.TTL = keepDuration(m.TTL, p.TTL)
 	m.LockDelay = keepDuration(m.LockDelay, p.LockDelay)
@@ -333,7 +333,7 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 	if unknown["ttl"] || unknown["lock_delay"] {
 		plan.WorstCaseGap = timetypes.NewGoDurationUnknown()
 	} else {
-		plan.WorstCaseGap = keepDurationAs(plan.WorstCaseGap, p.WorstCaseGap(), lockmodel.FormatDuration)
+		plan.WorstCaseGap = keepDurationAs(plan.WorstCaseGap, lockmodel.WorstCaseGap(p.TTL, p.LockDelay), lockmodel.FormatDuration)
 	}
 	plan.RegistryKey = types.StringUnknown()
 	if r.data != nil && !unknown["name"] {
@@ -351,7 +351,7 @@ func (r *sessionDefaultsResource) ModifyPlan(ctx context.Context, req resource.M
 	// as the runner fills them) only when they are all known.
 	if cp, cu, d := cfg.profile(ctx); !d.HasError() && !cu["ttl"] && !cu["lock_delay"] && !cu["renew_every"] &&
 		!cu["node_checks"] && !cu["service_checks"] {
-		if w := cp.StopWarning(); w != nil {
+		if w := cp.Resolve().StopWarning(); w != nil {
 			warnings = append(warnings, *w)
 		}
 	}
@@ -378,19 +378,19 @@ func (r *sessionDefaultsResource) importedDefaultRenewEvery(ctx context.Context,
 }
 
 // record renders the model's registry record, reporting invalid input on its
-// attributes.
-func (m sessionDefaultsModel) record(ctx context.Context, diags *diag.Diagnostics) (lockmodel.SessionProfile, []byte) {
+// attributes, and returns the profile resolved as the record holds it.
+func (m sessionDefaultsModel) record(ctx context.Context, diags *diag.Diagnostics) (lockmodel.Profile, []byte) {
 	p, _, ds := m.profile(ctx)
 	diags.Append(ds...)
 	if diags.HasError() {
-		return p, nil
+		return lockmodel.Profile{}, nil
 	}
 	data, err := record.EncodeSessionProfileRecord(p)
 	if err != nil {
 		addFieldErrors(diags, "Invalid Session Profile", err)
-		return p, nil
+		return lockmodel.Profile{}, nil
 	}
-	return p, data
+	return p.Resolve(), data
 }
 
 func (r *sessionDefaultsResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -420,7 +420,7 @@ func (r *sessionDefaultsResource) Create(ctx context.Context, req resource.Creat
 		addConsulError(&resp.Diagnostics, "Cannot Record Session Profile", err)
 		return
 	}
-	plan.setProfile(p.WithDefaults(), reg.Key(lockmodel.KindSessionDefaults, p.Name))
+	plan.setProfile(p, reg.Key(lockmodel.KindSessionDefaults, p.Name))
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
@@ -489,7 +489,7 @@ func (r *sessionDefaultsResource) Update(ctx context.Context, req resource.Updat
 		return
 	}
 	removeMovedRecord(ctx, r.data.client, state.RegistryKey.ValueString(), newKey, &resp.Diagnostics)
-	plan.setProfile(p.WithDefaults(), newKey)
+	plan.setProfile(p, newKey)
 	resp.Diagnostics.Append(setRegistryIndex(ctx, resp.Private, index)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }

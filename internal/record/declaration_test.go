@@ -121,7 +121,7 @@ func FuzzSessionProfileRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("DecodeSessionProfileRecord(%s): %v", b, err)
 		}
-		if d := p.WithDefaults(); !reflect.DeepEqual(got, d) {
+		if d := p.Resolve(); !reflect.DeepEqual(got, d) {
 			t.Fatalf("record round trip changed the profile:\n got %+v\nwant %+v", got, d)
 		}
 	})

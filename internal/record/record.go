@@ -137,8 +137,8 @@ type RunOnceSpec struct {
 }
 
 // SessionProfileSpec is the spec of a "session_defaults" record. It holds the
-// effective values (after WithDefaults), so readers need no defaults of their
-// own.
+// effective values (lockmodel.SessionProfile.Resolve), so readers need no
+// defaults of their own.
 type SessionProfileSpec struct {
 	Name          string                   `json:"name"`
 	TTL           string                   `json:"ttl"`
@@ -327,13 +327,14 @@ func DecodeLockRecord(data []byte) (lockmodel.Lock, error) {
 	return n, nil
 }
 
-// EncodeSessionProfileRecord renders the registry record of p with defaults
-// applied (see WithDefaults). It refuses an invalid profile.
+// EncodeSessionProfileRecord renders the registry record of the declared
+// profile p with its defaults applied (lockmodel.SessionProfile.Resolve). It
+// refuses an invalid profile: p is validated as declared, before Resolve.
 func EncodeSessionProfileRecord(p lockmodel.SessionProfile) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	d := p.WithDefaults()
+	d := p.Resolve()
 	spec := SessionProfileSpec{
 		Name:          d.Name,
 		TTL:           lockmodel.FormatDuration(d.TTL),
@@ -351,12 +352,13 @@ func EncodeSessionProfileRecord(p lockmodel.SessionProfile) ([]byte, error) {
 }
 
 // DecodeSessionProfileRecord parses and validates a "session_defaults" record
-// and returns the profile with defaults applied. An absent ttl or lock_delay
-// means Consul's default (15s); write "0s" for no lock delay.
-func DecodeSessionProfileRecord(data []byte) (lockmodel.SessionProfile, error) {
+// and returns the profile resolved (defaults applied, once, here). An absent
+// ttl or lock_delay means Consul's default (15s); write "0s" for no lock
+// delay.
+func DecodeSessionProfileRecord(data []byte) (lockmodel.Profile, error) {
 	var spec SessionProfileSpec
 	if err := decodeRecord(data, RecordKindSessionDefaults, &spec, func() string { return spec.Name }); err != nil {
-		return lockmodel.SessionProfile{}, err
+		return lockmodel.Profile{}, err
 	}
 	var errs validation.FieldErrors
 	ttl, err := parseRecordDuration("ttl", spec.TTL, lockmodel.DefaultSessionTTL)
@@ -381,9 +383,9 @@ func DecodeSessionProfileRecord(data []byte) (lockmodel.SessionProfile, error) {
 		errs = validation.AsFieldErrors(p.Validate())
 	}
 	if len(errs) > 0 {
-		return lockmodel.SessionProfile{}, recordError(RecordKindSessionDefaults, spec.Name, errs)
+		return lockmodel.Profile{}, recordError(RecordKindSessionDefaults, spec.Name, errs)
 	}
-	return p.WithDefaults(), nil
+	return p.Resolve(), nil
 }
 
 // EncodeACLPolicyRecord renders the registry record of s. It refuses an

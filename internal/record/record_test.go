@@ -62,7 +62,7 @@ func reencode(kind string, b []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return EncodeSessionProfileRecord(p)
+		return EncodeSessionProfileRecord(p.SessionProfile)
 	case RecordKindACLPolicy:
 		s, err := DecodeACLPolicyRecord(b)
 		if err != nil {
@@ -289,7 +289,7 @@ func TestDecodeSessionProfileRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeSessionProfileRecord([]byte(tc.in))
-			if err != nil || !reflect.DeepEqual(got, tc.want) {
+			if err != nil || !reflect.DeepEqual(got, lockmodel.Profile{SessionProfile: tc.want}) {
 				t.Fatalf("DecodeSessionProfileRecord = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})

@@ -38,8 +38,9 @@ type config struct {
 	exitIfDone int
 	// exitIfPaused is the exit code when the lock is paused.
 	exitIfPaused int
-	// Session settings for -key (the profile of an undeclared key).
-	profile lockmodel.SessionProfile
+	// Session settings for -key (the profile of an undeclared key),
+	// validated and resolved once, by resolveLock.
+	profile lockmodel.Profile
 	command []string
 	// serviceAddress and servicePort override the holder service's
 	// address (default: the node's) and declared port for this holder.
@@ -306,11 +307,11 @@ func (cfg *config) resolveLock(set map[string]bool, ttl, lockDelay time.Duration
 			b = lockmodel.BehaviorDelete
 		}
 	}
-	cfg.profile = lockmodel.SessionProfile{Name: "flags", TTL: ttl, LockDelay: lockDelay, Behavior: b, RenewEvery: renewEvery}
-	if err := cfg.profile.Validate(); err != nil {
+	declared := lockmodel.SessionProfile{Name: "flags", TTL: ttl, LockDelay: lockDelay, Behavior: b, RenewEvery: renewEvery}
+	if err := declared.Validate(); err != nil {
 		return usageErrorf("%v", flagNames(err))
 	}
-	cfg.profile = cfg.profile.WithDefaults()
+	cfg.profile = declared.Resolve()
 	return nil
 }
 

@@ -145,7 +145,7 @@ exit 0`
 	}
 	profile := newProfile(t)
 	grace := 500 * time.Millisecond
-	stop := lockmodel.NewStopRule(profile.WithDefaults(), grace)
+	stop := lockmodel.NewStopRule(profile.Resolve(), grace)
 	// Stopped past the guard's kill-by, and well inside the session's life
 	// (the servers end it about 2 x ttl after the last renewal).
 	stopped := stop.GuardKillAfter() + time.Second

@@ -219,7 +219,7 @@ func TestRun_cutOffHolderKillsChildBeforeLastContactPlusLockDelay(t *testing.T) 
 			// Loss after 10s - 1s margin - 2s grace = 7s, SIGKILL at 9s.
 			profile := &lockmodel.SessionProfile{Name: uniqueName(t, "profile"), TTL: 30 * time.Second,
 				LockDelay: 10 * time.Second, RenewEvery: 2 * time.Second}
-			rule := lockmodel.NewStopRule(*profile, 2*time.Second)
+			rule := lockmodel.NewStopRule(profile.Resolve(), 2*time.Second)
 			if !rule.Feasible() || rule.LossAfter() != 7*time.Second {
 				t.Fatalf("test profile: %+v feasible=%v loss after %s", rule, rule.Feasible(), rule.LossAfter())
 			}

@@ -196,9 +196,9 @@ func TestHandOff_firstInLineKilledOrStopped(t *testing.T) {
 			if !nextRun.start.After(ended) {
 				t.Fatalf("next started %s before the first in line's session was seen ended", ended.Sub(nextRun.start))
 			}
-			stall, bound := nextRun.start.Sub(signalled), profile.WorstCaseGap()+margin
+			stall, bound := nextRun.start.Sub(signalled), profile.Resolve().WorstCaseGap()+margin
 			t.Logf("MEASURED %s first in line handed the lock (ttl %s, lock_delay %s, worst_case_gap %s): next started %.1fs after the signal, %.1fs after the holder exited, %.1fs after the session was seen ended",
-				name, profile.TTL, profile.LockDelay, profile.WorstCaseGap(), stall.Seconds(), nextRun.start.Sub(holder.exited).Seconds(), nextRun.start.Sub(ended).Seconds())
+				name, profile.TTL, profile.LockDelay, profile.Resolve().WorstCaseGap(), stall.Seconds(), nextRun.start.Sub(holder.exited).Seconds(), nextRun.start.Sub(ended).Seconds())
 			if stall > bound {
 				t.Fatalf("next started %s after the signal; want at most 2 x ttl + lock_delay + %s = %s", stall, margin, bound)
 			}

@@ -77,7 +77,7 @@ func TestHolderService_agentlessWithoutNodeReadSaysSoAndRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	former := holdersvc.Identity{Lock: l.Name, Session: "00000000-0000-4000-8000-000000000001", Node: node}
-	in := holdersvc.Service{Name: service}.Instance(former, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}), "", 20021)
+	in := holdersvc.Service{Name: service}.Instance(former, lockmodel.NewHolderCheck(lockmodel.SessionProfile{}.Resolve()), "", 20021)
 	if _, err := agent.Client().Catalog().Register(&api.CatalogRegistration{Node: node, SkipNodeUpdate: true,
 		Service: &api.AgentService{ID: in.ID, Service: in.Name, Port: in.Port, Meta: in.Meta}}, nil); err != nil {
 		t.Fatal(err)

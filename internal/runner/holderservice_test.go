@@ -404,7 +404,7 @@ func TestHolderService_killedHolderOutOfDNSBeforeTheNextStarts(t *testing.T) {
 				}
 				t.Logf("runner SIGKILLed: DNS named A until %s after the kill (check TTL %s), empty from %s; B's command started %s after the kill "+
 					"(empty answers for %s before it); %d samples",
-					lastA.Sub(killed).Round(time.Millisecond), lockmodel.FormatDuration(lockmodel.NewHolderCheck(*holderProfile(t)).TTL),
+					lastA.Sub(killed).Round(time.Millisecond), lockmodel.FormatDuration(lockmodel.NewHolderCheck(holderProfile(t).Resolve()).TTL),
 					emptyAt.Sub(killed).Round(time.Millisecond), runB.start.Sub(killed).Round(time.Millisecond),
 					runB.start.Sub(emptyAt).Round(time.Millisecond), len(samples))
 			case holdersvc.ViaCatalog:
@@ -639,7 +639,7 @@ func TestHolderService_destroyedSessionOutOfDNSBeforeTheNextStarts(t *testing.T)
 	samples := stop()
 	runB := lastRun(t, record, "B")
 	lastA := samples.LastWith(20001)
-	check := lockmodel.NewHolderCheck(*quickstart)
+	check := lockmodel.NewHolderCheck(quickstart.Resolve())
 	if lastA.IsZero() || !lastA.Before(runB.start) {
 		t.Fatalf("DNS answered A (session destroyed, runner frozen) to a query sent %s after B's command started (check TTL %s, lock_delay %s)",
 			lastA.Sub(runB.start).Round(time.Millisecond), lockmodel.FormatDuration(check.TTL), lockmodel.FormatDuration(quickstart.LockDelay))

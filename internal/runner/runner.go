@@ -91,8 +91,8 @@ type runner struct {
 	// watchClient has connections of its own for the hold's watch, so
 	// that the release finds client's connection idle (lockproto.WithWatchClient).
 	watchClient *consul.Client
-	lock        lockmodel.Lock           // normalised
-	profile     lockmodel.SessionProfile // defaults applied
+	lock        lockmodel.Lock // normalised
+	profile     lockmodel.Profile
 	// stop says when a holder without contact must stop its command.
 	stop lockmodel.StopRule
 	// once is the run of a run-once job; nil without -run-id or run_once.

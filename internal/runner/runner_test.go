@@ -96,7 +96,7 @@ func TestRun_sessionIsExactlyTheDeclaredProfile(t *testing.T) {
 			prefix := testenv.UniquePrefix(t.Name())
 			p := tc.profile
 			p.Name = uniqueName(t, "profile")
-			want := p.WithDefaults()
+			want := p.Resolve()
 			l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: prefix}, &p)
 			record := filepath.Join(t.TempDir(), "record")
 			before := time.Now()

@@ -38,7 +38,7 @@ const agentFaultGrace = time.Second
 // nothing. Exactly one successful execution, none after it, never two at
 // once.
 func TestRunOnce_holderAgentFrozenOrKilledMidRun(t *testing.T) {
-	rule := lockmodel.NewStopRule(agentFaultProfile, agentFaultGrace)
+	rule := lockmodel.NewStopRule(agentFaultProfile.Resolve(), agentFaultGrace)
 	if !rule.Feasible() {
 		t.Fatalf("test profile: %s", rule.Verdict())
 	}

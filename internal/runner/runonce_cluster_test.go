@@ -82,7 +82,7 @@ func TestRunOnce_clusterRunnersAcrossClientsAndLeaderKills(t *testing.T) {
 // run it again.
 func longElectionAsTheCommandEnds(t *testing.T, c *testenv.Cluster, record string) {
 	p := lockmodel.SessionProfile{Name: "cluster-election", TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second}
-	rule := lockmodel.NewStopRule(p, time.Second)
+	rule := lockmodel.NewStopRule(p.Resolve(), time.Second)
 	noLeader := rule.LossAfter() + 2*time.Second
 	l := declareClusterRunOnce(t, c, p, lockmodel.Lock{Name: "cluster-election", Prefix: "jobs/cluster-election",
 		RunOnce: &ledger.RunOnce{Period: time.Hour}})

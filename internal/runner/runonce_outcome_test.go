@@ -44,7 +44,7 @@ func outageProfile(t testing.TB) *lockmodel.SessionProfile {
 func TestRunOnce_outcomeIsRecordedAfterACompleteOutageLongerThanTheStopRule(t *testing.T) {
 	t.Parallel()
 	p := outageProfile(t)
-	rule := lockmodel.NewStopRule(*p, time.Second)
+	rule := lockmodel.NewStopRule(p.Resolve(), time.Second)
 	outage := rule.LossAfter() + 3*time.Second
 	if !rule.Feasible() || outage >= lockmodel.SessionTTLMultiplier*p.TTL-5*time.Second {
 		t.Fatalf("test profile: loss after %s, outage %s, ttl %s: %s", rule.LossAfter(), outage, p.TTL, rule.Verdict())

@@ -37,7 +37,7 @@ func TestStatusShowsTheHoldersService(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst := l.HolderService.Instance(holdersvc.Identity{Lock: "web", Session: session, FencingToken: token, Node: agent.NodeName, PID: 42},
-		lockmodel.NewHolderCheck(strict), "", 0)
+		lockmodel.NewHolderCheck(strict.Resolve()), "", 0)
 	if err := store.New(client).RegisterHolderService(ctx, inst); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ const maxKeyLists = compliance.DefaultMaxLockWatches
 // declarations are the registry's records, as the controller reads them.
 type declarations struct {
 	locks    map[string]lockmodel.Lock
-	profiles map[string]lockmodel.SessionProfile
+	profiles map[string]lockmodel.Profile
 	// profileIndex is each profile record's ModifyIndex (see
 	// compliance.State.ProfileIndex).
 	profileIndex map[string]uint64
@@ -108,7 +108,7 @@ func (w *world) holderService(name, session string) *holderInstance {
 }
 
 func decodeRegistry(prefix string, pairs api.KVPairs) declarations {
-	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.SessionProfile{},
+	d := declarations{locks: map[string]lockmodel.Lock{}, profiles: map[string]lockmodel.Profile{},
 		profileIndex: map[string]uint64{}, lockIndex: map[string]uint64{}, bad: map[string]string{}, ledgers: map[string]ledger.Ledger{},
 		pauses: map[string]record.Pause{}}
 	for _, p := range pairs {

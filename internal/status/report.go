@@ -347,7 +347,7 @@ func declaredLock(w *world, l lockmodel.Lock, alwaysHeld map[string]bool, now ti
 		out.MaxHold = lockmodel.FormatDuration(l.MaxHold)
 	}
 	if p, ok := w.decl.profiles[l.SessionDefaults]; ok {
-		out.WorstCaseGap = lockmodel.FormatDuration(p.WithDefaults().WorstCaseGap())
+		out.WorstCaseGap = lockmodel.FormatDuration(p.WorstCaseGap())
 	}
 	out.setRuns(l, w.decl.ledgers)
 	if p, ok := w.decl.pauses[l.Name]; ok {

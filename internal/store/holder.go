@@ -248,7 +248,7 @@ func SessionChecks(e *api.SessionEntry) (nodeChecks, serviceChecks []string) {
 }
 
 // ObservedSession is a session entry as the controller and `consullock
-// status` judge it (compliance.Decide, lockmodel.SessionProfile.Violations):
+// status` judge it (compliance.Decide, lockmodel.Profile.Violations):
 // one conversion, so both judge the same values.
 func ObservedSession(e *api.SessionEntry) lockmodel.ObservedSession {
 	ttl, _ := lockmodel.ParseConsulTTL(e.TTL)

@@ -43,7 +43,7 @@ func TestHolderService_workerRulesAllowExactlyTheirService(t *testing.T) {
 	}
 	worker, denied := newClient(t, tokWith.SecretID), newClient(t, tokWithout.SecretID)
 
-	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second})
+	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, RenewEvery: time.Second}.Resolve())
 	h := holdersvc.Identity{Lock: "holder-acl", Session: testenv.NewUUID(), FencingToken: 42, Node: agent.NodeName, PID: 1}
 	inst := holdersvc.Service{Name: name, Port: 8080}.Instance(h, check, "", 0)
 
@@ -126,7 +126,7 @@ func TestHolderServiceCatalog_needsServiceWriteOnly(t *testing.T) {
 	worker := mint("service", aclrules.RenderRules(withService))
 	nodeOnly := mint("node", aclrules.RenderRules(base)+nodeWrite)
 
-	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, NodeChecks: []string{}})
+	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{TTL: 10 * time.Second, LockDelay: 5 * time.Second, NodeChecks: []string{}}.Resolve())
 	h := holdersvc.Identity{Lock: "holder-cat", Session: testenv.NewUUID(), FencingToken: 42, Node: node, PID: 1}
 	inst := holdersvc.Service{Name: name, Port: 8080}.Instance(h, check, "", 0)
 	wantForbidden := func(what string, err error) {
@@ -204,7 +204,7 @@ func TestStaleHolderInstances_reapsFormerHoldersOnly(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = mgmt.Session().Destroy(live, nil) })
 	mine, dead, deadB, critical := testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID(), testenv.NewUUID()
-	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{})
+	check := lockmodel.NewHolderCheck(lockmodel.SessionProfile{}.Resolve())
 	spec := holdersvc.Service{Name: name}
 	register := func(node, lock, session string) InstanceRef {
 		in := spec.Instance(holdersvc.Identity{Lock: lock, Session: session, Node: node}, check, "", 0)

@@ -4,8 +4,10 @@
 // exported methods); exported types named Hold... or Holder... (and how
 // many of those names are defined twice); the methods on consul.Client;
 // the packages that hold run-once code (they use the run ledger:
-// ledger.Ledger or its outcomes, or define them); and the calls of
-// WithDefaults.
+// ledger.Ledger or its outcomes, or define them); and where defaults are
+// applied: the calls of WithDefaults (today ledger.RunOnce's) and of Resolve
+// (lockmodel.SessionProfile's, which gives the resolved lockmodel.Profile),
+// each counted by selector and listed as file:line.
 //
 //	go run ./scripts/layout            # a markdown table of the working tree
 //	go run ./scripts/layout -json      # the same figures as JSON
@@ -33,7 +35,10 @@ type Figures struct {
 	HolderTwice     int            `json:"holder_twice"`      // names among them defined in more than one package
 	ClientMethods   int            `json:"client_methods"`    // methods declared on consul.Client
 	RunOncePackages []string       `json:"run_once_packages"` // packages that use or define the run ledger
-	WithDefaults    int            `json:"with_defaults"`     // calls of a WithDefaults method
+	WithDefaults    int            `json:"with_defaults"`     // calls of a WithDefaults method (selectors)
+	WithDefaultsAt  []string       `json:"with_defaults_at"`  // where: file:line
+	Resolve         int            `json:"resolve"`           // calls of a Resolve method (selectors)
+	ResolveAt       []string       `json:"resolve_at"`        // where: file:line
 	Calls           map[string]int `json:"-"`
 }
 
@@ -84,7 +89,7 @@ func Measure(root string) (Figures, error) {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		return m.file(path, filepath.ToSlash(filepath.Dir(rel)))
+		return m.file(path, filepath.ToSlash(rel))
 	})
 	if err != nil {
 		return m.f, err
@@ -101,8 +106,9 @@ type measurer struct {
 	runOnce map[string]bool
 }
 
-// file adds the Go file at path, of the package in dir.
-func (m *measurer) file(path, dir string) error {
+// file adds the Go file at path, rel below the root.
+func (m *measurer) file(path, rel string) error {
+	dir := filepath.ToSlash(filepath.Dir(rel))
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -131,8 +137,14 @@ func (m *measurer) file(path, dir string) error {
 	}
 	ast.Inspect(file, func(n ast.Node) bool {
 		if x, ok := n.(*ast.SelectorExpr); ok {
-			if x.Sel.Name == "WithDefaults" {
+			at := fmt.Sprintf("%s:%d", rel, m.fset.Position(x.Sel.Pos()).Line)
+			switch x.Sel.Name {
+			case "WithDefaults":
 				m.f.WithDefaults++
+				m.f.WithDefaultsAt = append(m.f.WithDefaultsAt, at)
+			case "Resolve":
+				m.f.Resolve++
+				m.f.ResolveAt = append(m.f.ResolveAt, at)
 			}
 			if id, ok := x.X.(*ast.Ident); ok && (id.Name == "lockmodel" || id.Name == "ledger" || id.Name == "record") && isLedgerName(x.Sel.Name) {
 				m.runOnce[dir] = true
@@ -230,5 +242,8 @@ func Print(w io.Writer, f Figures) {
 	fmt.Fprintf(w, "| exported methods on consul.Client | %d |\n", f.ClientMethods)
 	fmt.Fprintf(w, "| packages with run-once code | %d (%s) |\n", len(f.RunOncePackages), strings.Join(f.RunOncePackages, ", "))
 	fmt.Fprintf(w, "| WithDefaults calls (selectors) | %d |\n", f.WithDefaults)
+	fmt.Fprintf(w, "| Resolve calls (selectors) | %d |\n", f.Resolve)
 	fmt.Fprintf(w, "\nHold…/Holder… types: %s\n", strings.Join(f.HolderTypes, ", "))
+	fmt.Fprintf(w, "\nWithDefaults calls: %s\n", strings.Join(f.WithDefaultsAt, ", "))
+	fmt.Fprintf(w, "\nResolve calls: %s\n", strings.Join(f.ResolveAt, ", "))
 }

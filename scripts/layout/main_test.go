@@ -8,8 +8,9 @@ import (
 )
 
 // Measure counts a small tree's lines, exported names, Hold types (one
-// defined twice), client methods, run-once packages and WithDefaults
-// calls; test files and testdata are not counted.
+// defined twice), client methods, run-once packages, and the WithDefaults
+// and Resolve calls with where they are; test files and testdata are not
+// counted.
 func TestMeasure_aSmallTree(t *testing.T) {
 	root := t.TempDir()
 	write := func(path, src string) {
@@ -25,7 +26,8 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	write("internal/consul/client.go", "package consul\n\ntype Client struct{}\n\nfunc (c *Client) Get() {}\n\nfunc (c *Client) put() {}\n\ntype HolderSession struct{}\n")
 	write("internal/lockmodel/ledger.go", "package lockmodel\n\ntype Ledger struct{}\n\nconst A, b = 1, 2\n\ntype Hold struct{}\n")
 	write("internal/runner/run.go", "package runner\n\nimport \"x/lockmodel\"\n\nvar l lockmodel.Ledger\n\ntype Hold struct{}\n\nfunc f(p interface{ WithDefaults() }) { p.WithDefaults() }\n")
-	write("internal/runner/run_test.go", "package runner\n\nfunc Exported() {}\n")
+	write("internal/runner/config.go", "package runner\n\nfunc g(p interface{ Resolve() }) {\n\tp.Resolve()\n\tp.Resolve()\n}\n\nfunc (c config) Resolve() {}\n\ntype config struct{}\n")
+	write("internal/runner/run_test.go", "package runner\n\nfunc Exported() { var p interface{ Resolve() }; p.Resolve() }\n")
 	write("internal/runner/testdata/x/main.go", "package main\n\nfunc Exported() {}\n")
 	f, err := Measure(root)
 	if err != nil {
@@ -35,12 +37,17 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	for _, p := range f.Packages {
 		sizes[p.Path] = p
 	}
-	if len(sizes) != 3 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 1 ||
+	if len(sizes) != 3 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 2 ||
 		sizes["internal/consul"].Lines != 5 {
 		t.Fatalf("packages %+v", f.Packages)
 	}
 	if f.ClientMethods != 1 || len(f.HolderTypes) != 3 || f.HolderTwice != 1 || f.WithDefaults != 1 ||
 		!slices.Equal(f.RunOncePackages, []string{"internal/lockmodel", "internal/runner"}) {
 		t.Fatalf("figures %+v", f)
+	}
+	// Calls are counted where they are, a method's declaration is not.
+	if !slices.Equal(f.WithDefaultsAt, []string{"internal/runner/run.go:9"}) || f.Resolve != 2 ||
+		!slices.Equal(f.ResolveAt, []string{"internal/runner/config.go:4", "internal/runner/config.go:5"}) {
+		t.Fatalf("WithDefaults %d at %v, Resolve %d at %v", f.WithDefaults, f.WithDefaultsAt, f.Resolve, f.ResolveAt)
 	}
 }

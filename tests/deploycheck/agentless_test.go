@@ -38,7 +38,7 @@ func TestAgentlessProfile_stopRule(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := lockmodel.NewStopRule(tc.profile, lockmodel.DefaultRunnerGrace)
+			r := lockmodel.NewStopRule(tc.profile.Resolve(), lockmodel.DefaultRunnerGrace)
 			if r.HealthChecks != tc.healthChecks {
 				t.Errorf("HealthChecks %v, want %v", r.HealthChecks, tc.healthChecks)
 			}
@@ -51,8 +51,8 @@ func TestAgentlessProfile_stopRule(t *testing.T) {
 			if got := r.DeadBy(); got != tc.deadBy {
 				t.Errorf("DeadBy %s, want %s", got, tc.deadBy)
 			}
-			if r.Feasible() != tc.feasible || (tc.profile.StopWarning() != nil) != tc.warned {
-				t.Errorf("Feasible %v (warning %v), want %v", r.Feasible(), tc.profile.StopWarning(), tc.feasible)
+			if r.Feasible() != tc.feasible || (tc.profile.Resolve().StopWarning() != nil) != tc.warned {
+				t.Errorf("Feasible %v (warning %v), want %v", r.Feasible(), tc.profile.Resolve().StopWarning(), tc.feasible)
 			}
 			if r.DeadBy()+r.Margin > r.TakeOverAfter() {
 				t.Errorf("the command is dead at %s, after the take-over at %s", r.DeadBy(), r.TakeOverAfter())
@@ -97,7 +97,7 @@ func TestAgentless_sessionOnTheServersNode(t *testing.T) {
 
 	servers := client(`key "` + key + `" { policy = "write" }
 session_prefix "consul-server-" { policy = "write" }`)
-	s, err := lockproto.CreateSession(ctx, servers, "agentless", "", agentlessProfile.WithDefaults())
+	s, err := lockproto.CreateSession(ctx, servers, "agentless", "", agentlessProfile.Resolve())
 	if err != nil {
 		t.Fatalf("session with session_prefix naming the servers: %v", err)
 	}
@@ -120,7 +120,7 @@ session_prefix "consul-server-" { policy = "write" }`)
 	}
 
 	// -node names another node: Consul accepts only a node in its catalog.
-	if s, err := lockproto.CreateSession(ctx, agentClient(t, agent), "agentless", "pod-not-in-catalog", agentlessProfile.WithDefaults()); err == nil {
+	if s, err := lockproto.CreateSession(ctx, agentClient(t, agent), "agentless", "pod-not-in-catalog", agentlessProfile.Resolve()); err == nil {
 		t.Errorf("session %s created on a node missing from the catalog", s.ID)
 	} else if consul.KindOf(err) != consul.KindValidation || !strings.Contains(err.Error(), "Missing node registration") {
 		t.Errorf("on a node missing from the catalog: %v (kind %s), want invalid input (never retried), HTTP 500 Missing node registration", err, consul.KindOf(err))
@@ -142,7 +142,7 @@ session_prefix "consul-lock-runners" { policy = "write" }`
 	if _, err := client(`node "consul-lock-runners" { policy = "write" }`).Catalog().Register(runnersNode, nil); err != nil {
 		t.Fatalf("registering the runners' node with node \"consul-lock-runners\" write: %v", err)
 	}
-	defaults := lockmodel.SessionProfile{Name: "default", TTL: 15 * time.Second, LockDelay: 15 * time.Second}.WithDefaults()
+	defaults := lockmodel.SessionProfile{Name: "default", TTL: 15 * time.Second, LockDelay: 15 * time.Second}.Resolve()
 	if s, err := lockproto.CreateSession(ctx, mgmt, "agentless", "consul-lock-runners", defaults); err == nil {
 		t.Errorf("session %s bound to serfHealth on a catalog node without it was created", s.ID)
 	} else if !strings.Contains(err.Error(), "Missing check 'serfHealth' registration") {
@@ -150,7 +150,7 @@ session_prefix "consul-lock-runners" { policy = "write" }`
 	} else {
 		t.Logf("serfHealth on the catalog node: %v", err)
 	}
-	if s, err := lockproto.CreateSession(ctx, mgmt, "agentless", "consul-lock-runners", agentlessProfile.WithDefaults()); err != nil {
+	if s, err := lockproto.CreateSession(ctx, mgmt, "agentless", "consul-lock-runners", agentlessProfile.Resolve()); err != nil {
 		t.Errorf("TTL-only session on the catalog node: %v", err)
 	} else if s.Node != "consul-lock-runners" {
 		t.Errorf("session on %q, want consul-lock-runners", s.Node)
@@ -158,7 +158,7 @@ session_prefix "consul-lock-runners" { policy = "write" }`
 
 	workers := client(`key "` + key + `" { policy = "write" }
 session_prefix "worker-" { policy = "write" }`)
-	if s, err := lockproto.CreateSession(ctx, workers, "agentless", "", agentlessProfile.WithDefaults()); err == nil {
+	if s, err := lockproto.CreateSession(ctx, workers, "agentless", "", agentlessProfile.Resolve()); err == nil {
 		t.Errorf("session %s on %s created with session_prefix \"worker-\" only, want permission denied", s.ID, s.Node)
 	} else if consul.KindOf(err) != consul.KindPermissionDenied {
 		t.Errorf("with session_prefix \"worker-\" only: %v (kind %s), want permission denied", err, consul.KindOf(err))
@@ -231,7 +231,7 @@ func TestAgentless_serverKilled(t *testing.T) {
 		{what: "TTL-only on the runners' catalog node", node: runnersNode, key: "agentless/runners-ttl/.lock", profile: agentlessProfile, survives: true},
 	}
 	for _, x := range sessions {
-		if x.s, err = lockproto.CreateSession(ctx, through, "agentless", x.node, x.profile.WithDefaults()); err != nil {
+		if x.s, err = lockproto.CreateSession(ctx, through, "agentless", x.node, x.profile.Resolve()); err != nil {
 			t.Fatalf("%s: %v", x.what, err)
 		}
 		want := x.node

@@ -658,7 +658,7 @@ func (h *harness) run() Report {
 	if h.ph.limit > 1 {
 		rep = checkSemaphore(h.ph.name, h.store.Log(), h.ph.limit)
 	} else {
-		rep = Check(h.ph.name, h.store.Log(), h.profile.WorstCaseGap())
+		rep = Check(h.ph.name, h.store.Log(), h.profile.Resolve().WorstCaseGap())
 	}
 	switch {
 	case h.part != nil:

@@ -372,7 +372,7 @@ func hsRunnerKilled(t *testing.T, c *testenv.Cluster, dns string) {
 	lastA := hsNeverAfter(t, "runner killed", samples, bStart)
 	t.Logf("cluster, A's runner SIGKILLed (client-1; DNS of %s): DNS named A until %s after the kill (check TTL %s); B's command started %s after the kill; "+
 		"%d answers, %d failed queries", c.Servers[1].Name, lastA.Sub(killed).Round(time.Millisecond),
-		lockmodel.FormatDuration(lockmodel.NewHolderCheck(hsProfile).TTL), bStart.Sub(killed).Round(time.Millisecond), len(samples), len(failed))
+		lockmodel.FormatDuration(lockmodel.NewHolderCheck(hsProfile.Resolve()).TTL), bStart.Sub(killed).Round(time.Millisecond), len(samples), len(failed))
 }
 
 // hsAgentFrozen: A's client agent (client-1) is frozen (SIGSTOP) until B

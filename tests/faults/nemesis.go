@@ -39,7 +39,7 @@ const NemesisOnceGrace = 2 * time.Second
 // (the session still lives when the runner wakes, so the run is the
 // runner's to record).
 func StopAtExitWindow(profile lockmodel.SessionProfile, grace time.Duration) (lo, hi time.Duration) {
-	killBy := lockmodel.NewStopRule(profile, grace).GuardKillAfter()
+	killBy := lockmodel.NewStopRule(profile.Resolve(), grace).GuardKillAfter()
 	return killBy + time.Second, killBy + (2*profile.TTL-killBy)/2
 }
 

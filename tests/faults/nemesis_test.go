@@ -686,9 +686,9 @@ func (n *nemesis) check(steps []Step) {
 	for _, r := range n.replicas {
 		r.stop()
 	}
-	mutexRep := Check("nemesis mutex", n.mutex.store.Log(), nemesisMutexProfiles[1].WorstCaseGap())
+	mutexRep := Check("nemesis mutex", n.mutex.store.Log(), nemesisMutexProfiles[1].Resolve().WorstCaseGap())
 	handoffLog := n.handoff.store.Log()
-	handoffRep := Check("nemesis handoff", handoffLog, nemesisMutexProfiles[1].WorstCaseGap())
+	handoffRep := Check("nemesis handoff", handoffLog, nemesisMutexProfiles[1].Resolve().WorstCaseGap())
 	n.mu.Lock()
 	limits := append([]LimitChange(nil), n.limits...)
 	events := append([]ControllerEvent(nil), n.events...)
@@ -713,7 +713,7 @@ func (n *nemesis) check(steps []Step) {
 	n.once.mu.Unlock()
 	onceUnexpected, onceCodes := UnexpectedExits(onceExits, nemesisOnceAllowedExits)
 	onceLog := n.once.store.Log()
-	onceRep := Check("nemesis once", onceLog, n.once.profile.WorstCaseGap())
+	onceRep := Check("nemesis once", onceLog, n.once.profile.Resolve().WorstCaseGap())
 	runs := n.once.results()
 	onceViolations, onceEvidence := RunOnceViolations(runs)
 	unrecorded, unrecordedEvidence := SuccessExitsNotRecorded(runs)
@@ -751,7 +751,7 @@ func (n *nemesis) check(steps []Step) {
 	// bound (a session keeps the ttl it was created with).
 	stallBound := waiterKillMargin
 	for _, p := range nemesisMutexProfiles {
-		stallBound = max(stallBound, p.WorstCaseGap()+waiterKillMargin)
+		stallBound = max(stallBound, p.Resolve().WorstCaseGap()+waiterKillMargin)
 	}
 	stalls := map[*harness][]WaiterKillStall{n.mutex: WaiterKillStalls(mutexLog), n.handoff: WaiterKillStalls(handoffLog)}
 	var stallsOver []string

@@ -185,7 +185,7 @@ func TestSchedule_withoutATreeKillTargetKillsNoRunnerWithItsGuard(t *testing.T) 
 }
 
 func TestStopAtExitWindow_isPastTheGuardsKillByAndUnderTwiceTheTTL(t *testing.T) {
-	killBy := lockmodel.NewStopRule(NemesisOnceProfile, NemesisOnceGrace).GuardKillAfter()
+	killBy := lockmodel.NewStopRule(NemesisOnceProfile.Resolve(), NemesisOnceGrace).GuardKillAfter()
 	lo, hi := StopAtExitWindow(NemesisOnceProfile, NemesisOnceGrace)
 	if lo <= killBy || hi <= lo || hi >= 2*NemesisOnceProfile.TTL-2*time.Second {
 		t.Fatalf("StopAtExitWindow = %s..%s; want past the guard's kill-by %s and well under 2 x ttl %s", lo, hi, killBy, 2*NemesisOnceProfile.TTL)
