@@ -20,7 +20,8 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
-// checkProfileRecord asserts that the registry record decodes to want.
+// checkProfileRecord asserts that the registry record decodes to want
+// (a profile whose every field is explicit, so resolving it changes nothing).
 func checkProfileRecord(t *testing.T, recordKey string, want lockmodel.SessionProfile) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		pair := kvPair(t, recordKey)
@@ -31,7 +32,7 @@ func checkProfileRecord(t *testing.T, recordKey string, want lockmodel.SessionPr
 		if err != nil {
 			return fmt.Errorf("registry record %s: %w", recordKey, err)
 		}
-		if !reflect.DeepEqual(got, want) {
+		if !reflect.DeepEqual(got, lockmodel.Profile{SessionProfile: want}) {
 			return fmt.Errorf("registry record %s is %+v, want %+v", recordKey, got, want)
 		}
 		return nil
