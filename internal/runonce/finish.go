@@ -7,13 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
-	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
 
@@ -133,24 +130,22 @@ func (r Run) recordAfterLoss(ctx context.Context, log *slog.Logger, res ledger.A
 			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
 			return false
 		}
-		value, err := record.EncodeLedger(next.Prune(r.Keep, r.ID))
-		if err != nil {
-			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
-			return false
-		}
 		wctx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(lockproto.CleanupTimeout), deadline))
-		ok, _, err := r.Client.KV().CAS(&api.KVPair{Key: r.Key, Value: value, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(wctx))
+		err = store.New(r.Client).CASLedger(wctx, r.Key, next.Prune(r.Keep, r.ID), index)
 		cancel()
 		switch {
-		case err != nil:
+		case err == nil:
+			log.Info("lock lost: outcome recorded in the run ledger after the loss")
+			return true
+		case errors.Is(err, store.ErrLedgerChanged):
+			changed++
+		case errors.Is(err, store.ErrLedgerInvalid):
+			log.Warn("lock lost: the outcome is not recorded", "reason", err.Error())
+			return false
+		default:
 			// Its answer may be lost, not the write: the next read tells.
 			failures++
 			log.Warn("lock lost: recording the outcome failed; trying again", "error", err.Error())
-		case ok:
-			log.Info("lock lost: outcome recorded in the run ledger after the loss")
-			return true
-		default:
-			changed++
 		}
 	}
 	log.Warn("lock lost: the run ledger kept changing; the outcome is not recorded")

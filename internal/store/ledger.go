@@ -19,12 +19,39 @@ import (
 // one record per lock at <registry>/runs/<lock>, read consistently and
 // written only by the lock's holder, in transactions that check the
 // holder's session on the lock key. Two writes per attempt: BeginRun
-// before the command starts, FinishRunAndRelease with the release.
+// before the command starts, FinishRunAndRelease with the release; after a
+// loss, CASLedger records the outcome by check-and-set instead.
 
 // ErrLedgerChanged: the ledger was written by someone else since it was
 // read (its check-and-set lost). Nothing was written; read it again and
 // decide again.
 var ErrLedgerChanged = errors.New("run ledger changed since it was read")
+
+// ErrLedgerInvalid: the ledger to write is one a reader would refuse
+// (record.EncodeLedger); nothing was sent.
+var ErrLedgerInvalid = errors.New("run ledger not written")
+
+// CASLedger writes l at key with a check-and-set on index, the ledger's
+// ModifyIndex as read: the one ledger write no session fences, an
+// attempt's outcome recorded after its holder lost the lock (runonce
+// RecordAfterLoss). It is ErrLedgerChanged when the ledger was written
+// since index, and an error wrapping ErrLedgerInvalid when l does not
+// encode; Consul's errors are returned as they are (an answer lost may
+// hide a write that committed: read again to know).
+func (c Store) CASLedger(ctx context.Context, key string, l ledger.Ledger, index uint64) error {
+	value, err := record.EncodeLedger(l)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrLedgerInvalid, err)
+	}
+	ok, _, err := c.KV().CAS(&api.KVPair{Key: key, Value: value, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return ErrLedgerChanged
+	}
+	return nil
+}
 
 // ReadLedger reads lock's ledger at key with ?consistent, and its
 // ModifyIndex for the next write. An absent ledger is an empty one at

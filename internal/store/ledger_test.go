@@ -248,3 +248,32 @@ func TestLedgerWrites_permissionDenied(t *testing.T) {
 		t.Fatal("a denied BeginRun wrote the ledger")
 	}
 }
+
+// CASLedger, the outcome written after a loss, writes only on the index it
+// read, and refuses a ledger a reader would refuse without sending it.
+func TestCASLedger_writesOnlyOnTheIndexItRead(t *testing.T) {
+	ctx := context.Background()
+	f := newLedgerFixture(t)
+	begun, err := ledger.Ledger{Lock: "job"}.Begin("r1", f.holderInfo(), 3, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.CASLedger(ctx, f.ledgerKey, begun.Ledger, 0); err != nil {
+		t.Fatalf("CASLedger on an absent ledger at 0: %v", err)
+	}
+	got, index, err := f.c.ReadLedger(ctx, f.ledgerKey, "job")
+	if err != nil || index == 0 || len(got.Runs) != 1 || got.Runs[0].ID != "r1" {
+		t.Fatalf("ledger after the write: %+v at %d, %v", got, index, err)
+	}
+	if err := f.c.CASLedger(ctx, f.ledgerKey, ledger.Ledger{Lock: "job"}, 0); !errors.Is(err, ErrLedgerChanged) {
+		t.Fatalf("CASLedger on a stale index = %v, want ErrLedgerChanged", err)
+	}
+	bad := begun.Ledger
+	bad.Runs[0].Attempts[0].Session = ""
+	if err := f.c.CASLedger(ctx, f.ledgerKey, bad, index); !errors.Is(err, ErrLedgerInvalid) {
+		t.Fatalf("CASLedger of an invalid ledger = %v, want ErrLedgerInvalid", err)
+	}
+	if _, after, _ := f.c.ReadLedger(ctx, f.ledgerKey, "job"); after != index {
+		t.Fatalf("the refused ledger was written: index %d, want %d", after, index)
+	}
+}
