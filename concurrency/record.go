@@ -19,7 +19,7 @@ func (u *run) finish(ctx context.Context, h *hold, res ledger.AttemptResult) boo
 	h.mu.Unlock()
 	lastContact := h.s.lastContact()
 	h.stop() // fn has returned: the transaction below releases the lock, not Unlock
-	_, recorded := u.proto.Finish(ctx, runonce.Hold{
+	_, recorded := u.proto.Finish(ctx, runonce.Tenure{
 		Fence: h.fence(), LastContact: lastContact, TTL: u.profile.TTL, LockDelay: u.profile.LockDelay,
 		Flags: u.lock.Flags(), Value: value,
 	}, res)

@@ -244,7 +244,7 @@ func (u *run) notRun(kind ledger.BeginKind, attempts int) error {
 // begin decides and records the attempt under the hold (runonce
 // Run.Begin, on a consistent read), trying again while the lock is held.
 func (u *run) begin(ctx context.Context, h *hold) (ledger.BeginDecision, error) {
-	d, err := u.proto.Begin(ctx, runonce.Hold{
+	d, err := u.proto.Begin(ctx, runonce.Tenure{
 		Fence:  h.fence(),
 		Holder: ledger.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()},
 		Held:   func() bool { return h.err() == nil },

@@ -278,7 +278,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		start = &runonce.Copy{Ledger: l, Index: index}
 	}
 	run := r.ledgerRun()
-	d, err := run.Begin(ctx, runonce.Hold{
+	d, err := run.Begin(ctx, runonce.Tenure{
 		Fence:  h.IsOwner(),
 		Holder: ledger.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken},
 	}, start)

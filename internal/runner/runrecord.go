@@ -26,7 +26,7 @@ import (
 func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome ledger.RunOutcome, exitCode *int) (released, recorded bool) {
 	run := r.ledgerRun()
 	run.Attempt, run.Ledger, run.Index = r.once.attempt, r.once.ledger, r.once.index
-	return run.Finish(ctx, runonce.Hold{
+	return run.Finish(ctx, runonce.Tenure{
 		Fence: h.IsOwner(), LastContact: h.LastContact(), TTL: r.profile.TTL, LockDelay: r.profile.LockDelay,
 		Flags: r.lock.Flags(), Value: h.Value, Reason: h.Reason,
 	}, r.once.result(outcome, exitCode, ""))

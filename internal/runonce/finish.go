@@ -29,7 +29,7 @@ import (
 // would make the next holder run again work that succeeded. Then the
 // outcome is recorded by RecordAfterLoss within the lock-delay that
 // follows.
-func (r Run) Finish(ctx context.Context, h Hold, res ledger.AttemptResult) (released, recorded bool) {
+func (r Run) Finish(ctx context.Context, h Tenure, res ledger.AttemptResult) (released, recorded bool) {
 	log := r.log().With("run_id", r.ID, "attempt", r.Attempt, "outcome", string(res.Outcome))
 	dl := lockmodel.NewOutcomeDeadlines(h.TTL, h.LockDelay, h.LastContact, time.Now())
 	l, index := r.Ledger, r.Index
@@ -82,7 +82,7 @@ func (r Run) Finish(ctx context.Context, h Hold, res ledger.AttemptResult) (rele
 }
 
 // result is res with h's loss reason as it is now, when h tells one.
-func (h Hold) result(res ledger.AttemptResult) ledger.AttemptResult {
+func (h Tenure) result(res ledger.AttemptResult) ledger.AttemptResult {
 	if h.Reason != nil {
 		res.Reason = h.Reason()
 	}

@@ -39,9 +39,9 @@ type Run struct {
 	Index   uint64
 }
 
-// Hold is the hold on the lock an attempt runs under, as the protocol
+// Tenure is the hold on the lock an attempt runs under, as the protocol
 // needs it.
-type Hold struct {
+type Tenure struct {
 	// Fence fences every write but the one after a loss (Hold.IsOwner).
 	Fence store.Fence
 	// Holder is recorded with the attempt (Begin).
@@ -62,11 +62,11 @@ type Hold struct {
 	Reason func() string
 }
 
-func (h Hold) held(ctx context.Context) bool {
+func (h Tenure) held(ctx context.Context) bool {
 	return ctx.Err() == nil && (h.Held == nil || h.Held())
 }
 
-func (h Hold) reason() string {
+func (h Tenure) reason() string {
 	if h.Reason == nil {
 		return ""
 	}
@@ -99,7 +99,7 @@ type Copy struct {
 // attempt is never counted without its work running. A decision to run
 // sets r.Attempt, r.Ledger and r.Index. Errors are the store's:
 // store.ErrFenceLost when the session no longer holds the lock.
-func (r *Run) Begin(ctx context.Context, h Hold, start *Copy) (Decision, error) {
+func (r *Run) Begin(ctx context.Context, h Tenure, start *Copy) (Decision, error) {
 	for try, changed, failures := 1, 0, 0; ; try++ {
 		var l ledger.Ledger
 		var index uint64
@@ -145,7 +145,7 @@ func (r *Run) began(d Decision, err error) (Decision, error) {
 
 // retryBegin: Begin's transient failure err (its failures-th) is tried
 // again, after a back-off, while h is held.
-func (r *Run) retryBegin(ctx context.Context, h Hold, failures int, err error) bool {
+func (r *Run) retryBegin(ctx context.Context, h Tenure, failures int, err error) bool {
 	if !Transient(err) || !h.held(ctx) {
 		return false
 	}

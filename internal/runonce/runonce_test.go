@@ -84,11 +84,11 @@ func TestTransient(t *testing.T) {
 // leaves the caller's reason.
 func TestHold_result(t *testing.T) {
 	res := ledger.AttemptResult{Outcome: ledger.RunLost, Reason: "fn's own"}
-	if got := (Hold{}).result(res); got.Reason != "fn's own" {
+	if got := (Tenure{}).result(res); got.Reason != "fn's own" {
 		t.Fatalf("no Reason func: %q", got.Reason)
 	}
 	why := ""
-	h := Hold{Reason: func() string { return why }}
+	h := Tenure{Reason: func() string { return why }}
 	if got := h.result(res); got.Reason != "" {
 		t.Fatalf("held: %q", got.Reason)
 	}
@@ -101,11 +101,11 @@ func TestHold_result(t *testing.T) {
 // Begin goes on trying only while the hold lasts and ctx does.
 func TestHold_held(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	if !(Hold{}).held(ctx) {
+	if !(Tenure{}).held(ctx) {
 		t.Fatal("no Held func: held while ctx lasts")
 	}
 	lost := false
-	h := Hold{Held: func() bool { return !lost }}
+	h := Tenure{Held: func() bool { return !lost }}
 	if !h.held(ctx) {
 		t.Fatal("held")
 	}
@@ -114,7 +114,7 @@ func TestHold_held(t *testing.T) {
 		t.Fatal("lost, still held")
 	}
 	cancel()
-	if (Hold{}).held(ctx) {
+	if (Tenure{}).held(ctx) {
 		t.Fatal("ctx ended, still held")
 	}
 }

@@ -35,6 +35,8 @@ type Figures struct {
 	HolderTwice     int            `json:"holder_twice"`      // names among them defined in more than one package
 	ClientMethods   int            `json:"client_methods"`    // methods declared on consul.Client
 	RunOncePackages []string       `json:"run_once_packages"` // packages that use or define the run ledger
+	RunOnceWriters  []string       `json:"run_once_writers"`  // of those, packages that decide or write it themselves
+	RunOnceCallers  []string       `json:"run_once_callers"`  // packages that run it through package runonce
 	WithDefaults    int            `json:"with_defaults"`     // calls of a WithDefaults method (selectors)
 	WithDefaultsAt  []string       `json:"with_defaults_at"`  // where: file:line
 	Resolve         int            `json:"resolve"`           // calls of a Resolve method (selectors)
@@ -70,10 +72,15 @@ func main() {
 // ledgerNames are the identifiers whose use marks run-once code.
 var ledgerNames = []string{"Ledger", "RunOutcome", "RunSucceeded", "BeginDecision", "AttemptResult", "RunLedgerKey"}
 
+// writerNames are the ledger's decisions and writes: a package that
+// declares or calls one decides or writes run-once state itself; one that
+// uses package runonce runs the protocol through it; the others only read.
+var writerNames = []string{"BeginWith", "FinishWith", "FinishWithReason", "BeginRun", "FinishRunAndRelease", "EditLedger", "CASLedger"}
+
 // Measure reads every non-test Go file of the module below root (not
 // tests/, examples/ or other non-product folders, nor testdata).
 func Measure(root string) (Figures, error) {
-	m := &measurer{fset: token.NewFileSet(), pkgs: map[string]*Package{}, holders: map[string][]string{}, runOnce: map[string]bool{}}
+	m := &measurer{fset: token.NewFileSet(), pkgs: map[string]*Package{}, holders: map[string][]string{}, runOnce: map[string]bool{}, writers: map[string]bool{}, callers: map[string]bool{}}
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -104,6 +111,8 @@ type measurer struct {
 	pkgs    map[string]*Package
 	holders map[string][]string // Hold... type name -> packages
 	runOnce map[string]bool
+	writers map[string]bool
+	callers map[string]bool
 }
 
 // file adds the Go file at path, rel below the root.
@@ -149,6 +158,14 @@ func (m *measurer) file(path, rel string) error {
 			if id, ok := x.X.(*ast.Ident); ok && (id.Name == "lockmodel" || id.Name == "ledger" || id.Name == "record") && isLedgerName(x.Sel.Name) {
 				m.runOnce[dir] = true
 			}
+			id, _ := x.X.(*ast.Ident)
+			switch {
+			case id != nil && id.Name == "runonce":
+				m.runOnce[dir], m.callers[dir] = true, true
+			case id != nil && id.Name == "ledger" && x.Sel.Name == "BeginRun": // the decision's kind, not the write
+			case slices.Contains(writerNames, x.Sel.Name):
+				m.runOnce[dir], m.writers[dir] = true, true
+			}
 		}
 		return true
 	})
@@ -165,6 +182,9 @@ func (m *measurer) funcDecl(p *Package, dir string, d *ast.FuncDecl) {
 	}
 	if d.Recv != nil && isLedgerName(d.Name.Name) {
 		m.runOnce[dir] = true
+	}
+	if slices.Contains(writerNames, d.Name.Name) {
+		m.runOnce[dir], m.writers[dir] = true, true
 	}
 }
 
@@ -212,6 +232,14 @@ func (m *measurer) figures() Figures {
 		f.RunOncePackages = append(f.RunOncePackages, d)
 	}
 	sort.Strings(f.RunOncePackages)
+	for d := range m.writers {
+		f.RunOnceWriters = append(f.RunOnceWriters, d)
+	}
+	sort.Strings(f.RunOnceWriters)
+	for d := range m.callers {
+		f.RunOnceCallers = append(f.RunOnceCallers, d)
+	}
+	sort.Strings(f.RunOnceCallers)
 	return f
 }
 
@@ -241,6 +269,8 @@ func Print(w io.Writer, f Figures) {
 	fmt.Fprintf(w, "| exported Hold…/Holder… types | %d (%d names defined twice) |\n", len(f.HolderTypes), f.HolderTwice)
 	fmt.Fprintf(w, "| exported methods on consul.Client | %d |\n", f.ClientMethods)
 	fmt.Fprintf(w, "| packages with run-once code | %d (%s) |\n", len(f.RunOncePackages), strings.Join(f.RunOncePackages, ", "))
+	fmt.Fprintf(w, "| of which decide or write it themselves | %d (%s) |\n", len(f.RunOnceWriters), strings.Join(f.RunOnceWriters, ", "))
+	fmt.Fprintf(w, "| of which run it through package runonce | %d (%s) |\n", len(f.RunOnceCallers), strings.Join(f.RunOnceCallers, ", "))
 	fmt.Fprintf(w, "| WithDefaults calls (selectors) | %d |\n", f.WithDefaults)
 	fmt.Fprintf(w, "| Resolve calls (selectors) | %d |\n", f.Resolve)
 	fmt.Fprintf(w, "\nHold…/Holder… types: %s\n", strings.Join(f.HolderTypes, ", "))

@@ -29,6 +29,8 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	write("internal/runner/config.go", "package runner\n\nfunc g(p interface{ Resolve() }) {\n\tp.Resolve()\n\tp.Resolve()\n}\n\nfunc (c config) Resolve() {}\n\ntype config struct{}\n")
 	write("internal/runner/run_test.go", "package runner\n\nfunc Exported() { var p interface{ Resolve() }; p.Resolve() }\n")
 	write("internal/runner/testdata/x/main.go", "package main\n\nfunc Exported() {}\n")
+	write("internal/store/ledger.go", "package store\n\nfunc (s Store) BeginRun() {}\n\ntype Store struct{}\n")
+	write("internal/cli/run.go", "package cli\n\nimport \"x/runonce\"\n\nvar r runonce.Run\n")
 	f, err := Measure(root)
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +39,13 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	for _, p := range f.Packages {
 		sizes[p.Path] = p
 	}
-	if len(sizes) != 3 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 2 ||
+	if len(sizes) != 5 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 2 ||
 		sizes["internal/consul"].Lines != 5 {
 		t.Fatalf("packages %+v", f.Packages)
 	}
 	if f.ClientMethods != 1 || len(f.HolderTypes) != 3 || f.HolderTwice != 1 || f.WithDefaults != 1 ||
-		!slices.Equal(f.RunOncePackages, []string{"internal/lockmodel", "internal/runner"}) {
+		!slices.Equal(f.RunOncePackages, []string{"internal/cli", "internal/lockmodel", "internal/runner", "internal/store"}) ||
+		!slices.Equal(f.RunOnceWriters, []string{"internal/store"}) || !slices.Equal(f.RunOnceCallers, []string{"internal/cli"}) {
 		t.Fatalf("figures %+v", f)
 	}
 	// Calls are counted where they are, a method's declaration is not.
