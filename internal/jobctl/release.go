@@ -9,15 +9,11 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
-	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
+	"github.com/consullock/terraform-provider-consullock/internal/runonce"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
-
-// ledgerWrites bounds the check-and-set retries of recording a release in
-// the run ledger (each retry follows another writer's change).
-const ledgerWrites = 5
 
 // Release ends the session of a lock's holder. Ending (not releasing) the
 // session puts the key under the session's lock-delay, so the next holder
@@ -126,31 +122,13 @@ func pickHolder(holders []store.HolderSession, session string, l lockmodel.Lock)
 	return holders[0], ""
 }
 
-// setReleasedByAccessor records accessor on attempt of run in l (a copy
-// that Ledger.Release returned).
-func setReleasedByAccessor(l ledger.Ledger, run string, attempt int, accessor string) {
-	for i := range l.Runs {
-		if r := &l.Runs[i]; r.ID == run && attempt >= 1 && attempt <= len(r.Attempts) {
-			r.Attempts[attempt-1].ReleasedByAccessor = accessor
-		}
-	}
-}
-
 // recordRelease marks the session's running attempt released in the run
-// ledger (consul.EditLedger: check-and-set, retried after another
+// ledger (runonce.RecordRelease: check-and-set, retried after another
 // writer's change).
 func (c *common) recordRelease(ctx context.Context, e env, client *consul.Client, session string, at time.Time) int {
 	key := record.RunLedgerKey(c.registry, c.lock)
-	var run string
-	var attempt int
-	written, err := store.New(client).EditLedger(ctx, c.registry, c.lock, ledgerWrites, func(l ledger.Ledger) (ledger.Ledger, bool) {
-		out, r, n, found := l.Release(session, c.by, c.reason, at)
-		if found {
-			setReleasedByAccessor(out, r, n, c.accessor)
-		}
-		run, attempt = r, n
-		return out, found
-	})
+	written, run, attempt, err := runonce.RecordRelease(ctx, client, c.registry, c.lock,
+		runonce.Released{Session: session, By: c.by, Accessor: c.accessor, Reason: c.reason, At: at})
 	switch {
 	case errors.Is(err, store.ErrLedgerChanged):
 		return c.consulError(e, fmt.Errorf("the session was ended, but the run ledger %s kept changing; the release is not recorded", key))

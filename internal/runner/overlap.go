@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -83,15 +82,10 @@ func (r *runner) checkOverlap(ctx context.Context) (int, bool) {
 // the runner then exits ExitRunSkipped, recorded or not (a failure is
 // logged).
 func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string) {
-	var skipErr error
-	written, err := store.New(r.client).EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
-		out, changed, err := l.Skip(r.once.id, r.nodeName(), other, r.cfg.clock.Now())
-		skipErr = err
-		return out.Prune(r.once.keep, r.once.id), changed && err == nil
-	})
+	written, err := r.ledgerRun().Skip(ctx, r.cfg.registryPrefix, r.nodeName(), other)
 	switch {
-	case err != nil || skipErr != nil:
-		log.Warn("another run holds the lock: this run is skipped, but the skip is not recorded in the run ledger", "error", errors.Join(err, skipErr).Error(),
+	case err != nil:
+		log.Warn("another run holds the lock: this run is skipped, but the skip is not recorded in the run ledger", "error", err.Error(),
 			"exit_code", ledger.ExitRunSkipped)
 	case written:
 		log.Info("another run holds the lock: this run is recorded skipped; the command was not started", "exit_code", ledger.ExitRunSkipped)
@@ -116,13 +110,7 @@ func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node st
 	at := r.cfg.clock.Now()
 	log.Info("another run holds the lock: its session is ended (run_once.overlap replace); acquiring once the lock-delay has passed",
 		"lock_delay", lockmodel.FormatDuration(lockmodel.TakeOverDelay(delay)))
-	var run string
-	var n int
-	written, err := store.New(r.client).EditLedger(ctx, r.cfg.registryPrefix, r.cfg.lockName, ledgerTries, func(l ledger.Ledger) (ledger.Ledger, bool) {
-		out, id, attempt, found := l.Replace(session, r.once.id, at)
-		run, n = id, attempt
-		return out, found
-	})
+	written, run, n, err := r.ledgerRun().Replace(ctx, r.cfg.registryPrefix, session, at)
 	switch {
 	case err != nil:
 		log.Warn("run_once.overlap replace: the replaced attempt is not recorded in the run ledger", "error", err.Error())

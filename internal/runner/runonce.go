@@ -42,10 +42,6 @@ const (
 	EnvScheduledTime = "CONSUL_LOCK_SCHEDULED_TIME"
 )
 
-// ledgerTries bounds how often a ledger write is decided again after its
-// check-and-set lost (runonce.LedgerTries).
-const ledgerTries = runonce.LedgerTries
-
 // runOnce is the run this runner is part of.
 type runOnce struct {
 	id          string
