@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -114,6 +115,33 @@ func Follow[T any](ctx context.Context, f *Follower, query func(*api.QueryOption
 			return nil
 		}
 	}
+}
+
+// FollowKey follows key with blocking queries (Follow), the first
+// waiting for a change after index from (0: none), until ctx ends or
+// handle returns false. handle sees every answer that may have changed,
+// with its X-Consul-Index; a failed read is logged at debug level to log,
+// naming what the key holds, and tried again after the back-off.
+func FollowKey(ctx context.Context, c *Client, key, what string, from uint64, log *slog.Logger, handle func(pair *api.KVPair, asOf uint64) bool) {
+	type answer struct {
+		pair *api.KVPair
+		asOf uint64
+	}
+	f := &Follower{}
+	f.From(from)
+	_ = Follow(ctx, f, func(o *api.QueryOptions) (answer, *api.QueryMeta, error) {
+		pair, meta, err := c.KV().Get(key, o)
+		if err != nil {
+			return answer{}, nil, err
+		}
+		return answer{pair, meta.LastIndex}, meta, nil
+	}, func(a answer, err error) bool {
+		if err != nil {
+			log.Debug("reading "+what+" failed", "error", err.Error(), "retry_in", f.RetryIn().String())
+			return true
+		}
+		return !f.Changed() || handle(a.pair, a.asOf)
+	})
 }
 
 // Sleep waits d or until ctx ends (then it returns ctx's error).

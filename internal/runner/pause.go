@@ -65,7 +65,7 @@ func (r *runner) logPaused(p record.Pause, when string) int {
 // watchPause follows the pause record while the runner waits and sends
 // the pause when one appears. It returns when ctx ends or after sending.
 func (r *runner) watchPause(ctx context.Context, out chan<- record.Pause) {
-	r.followKey(ctx, r.watchClient, record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", 0, func(pair *api.KVPair, _ uint64) bool {
+	consul.FollowKey(ctx, r.watchClient, record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName), "the pause record", 0, r.log, func(pair *api.KVPair, _ uint64) bool {
 		if pair != nil {
 			if p, err := record.DecodePauseRecord(pair.Value); err == nil {
 				out <- p

@@ -488,7 +488,7 @@ func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait
 // answer, keyChanged when it changes after it was seen held.
 func (r *runner) followHeldKey(ctx context.Context) keyWait {
 	held := false
-	r.followKey(ctx, r.client, r.lock.Key, "the lock key", 0, func(pair *api.KVPair, _ uint64) bool {
+	consul.FollowKey(ctx, r.client, r.lock.Key, "the lock key", 0, r.log, func(pair *api.KVPair, _ uint64) bool {
 		if held || pair == nil || pair.Session == "" {
 			return false
 		}
@@ -540,33 +540,6 @@ func (r *runner) watchLedger(ctx context.Context, out chan<- runDone) {
 			return false
 		}
 		return true
-	})
-}
-
-// followKey follows key with blocking queries (consul.Follow), the first
-// waiting for a change after index from (0: none), until ctx ends or
-// handle returns false; handle sees every answer that may have changed,
-// with its X-Consul-Index. Failed reads are logged (what names
-// the key) and retried.
-func (r *runner) followKey(ctx context.Context, c *consul.Client, key, what string, from uint64, handle func(pair *api.KVPair, asOf uint64) bool) {
-	type answer struct {
-		pair *api.KVPair
-		asOf uint64
-	}
-	f := &consul.Follower{}
-	f.From(from)
-	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (answer, *api.QueryMeta, error) {
-		pair, meta, err := c.KV().Get(key, o)
-		if err != nil {
-			return answer{}, nil, err
-		}
-		return answer{pair, meta.LastIndex}, meta, nil
-	}, func(a answer, err error) bool {
-		if err != nil {
-			r.log.Debug("reading "+what+" failed", "error", err.Error(), "retry_in", f.RetryIn().String())
-			return true
-		}
-		return !f.Changed() || handle(a.pair, a.asOf)
 	})
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // Follow waits for the run's end without a session: it follows the ledger
-// with blocking queries (consul.Follow), the first waiting for a change
+// with blocking queries (consul.FollowKey), the first waiting for a change
 // after index from (its ModifyIndex as read; 0: none), until ctx ends or
 // handle returns false. handle sees every answer that may have changed:
 // the ledger decoded (store.DecodeLedgerPair; err when it does not, which
@@ -19,27 +19,8 @@ import (
 // absent) and the answer's X-Consul-Index. A failed read is logged and
 // tried again after the Follower's back-off.
 func (r Run) Follow(ctx context.Context, from uint64, handle func(l ledger.Ledger, index, asOf uint64, err error) bool) {
-	type answer struct {
-		pair *api.KVPair
-		asOf uint64
-	}
-	f := &consul.Follower{}
-	f.From(from)
-	_ = consul.Follow(ctx, f, func(o *api.QueryOptions) (answer, *api.QueryMeta, error) {
-		pair, meta, err := r.Client.KV().Get(r.Key, o)
-		if err != nil {
-			return answer{}, nil, err
-		}
-		return answer{pair, meta.LastIndex}, meta, nil
-	}, func(a answer, err error) bool {
-		if err != nil {
-			r.log().Debug("reading the run ledger failed", "error", err.Error(), "retry_in", f.RetryIn().String())
-			return true
-		}
-		if !f.Changed() {
-			return true
-		}
-		l, index, err := store.DecodeLedgerPair(r.Key, r.Lock, a.pair)
-		return handle(l, index, a.asOf, err)
+	consul.FollowKey(ctx, r.Client, r.Key, "the run ledger", from, r.log(), func(pair *api.KVPair, asOf uint64) bool {
+		l, index, err := store.DecodeLedgerPair(r.Key, r.Lock, pair)
+		return handle(l, index, asOf, err)
 	})
 }
