@@ -69,7 +69,7 @@ func (c *Client) CheckListable(ctx context.Context, prefix string) error {
 	if e.Kind != KindPermissionDenied {
 		return c.Wrap("read "+prefix, err)
 	}
-	b := &BlindError{Prefix: prefix, NoToken: !c.hasToken, Err: e}
+	b := &BlindError{Prefix: prefix, NoToken: c.token == tokenAbsent, Err: e}
 	if m := deniedAccessor.FindStringSubmatch(e.Message); m != nil {
 		b.AccessorID = m[1]
 	}

@@ -29,14 +29,29 @@ type Client struct {
 
 	requests atomic.Uint64
 	http     *http.Client
-	// hasToken is false for the anonymous token, which /v1/acl/token/self
-	// cannot read (403 "ACL not found") although it is valid.
-	hasToken bool
+	token    tokenKnowledge
 	// certAsked is set when an HTTPS agent asked this client, which has
 	// no client certificate, for one: Consul asks only when it requires
 	// one (verify_incoming), and then the connection fails.
 	certAsked atomic.Bool
 }
+
+// tokenKnowledge is what a client knows of the token its requests carry,
+// which decides how a 403 "ACL not found" is read (Client.Classify).
+type tokenKnowledge uint8
+
+const (
+	// tokenUnknown: the caller built the *api.Client (FromAPI), which does
+	// not tell its token. The zero value, so that a Client built as a
+	// literal is never taken for one without a token.
+	tokenUnknown tokenKnowledge = iota
+	// tokenAbsent: no token; Consul uses the anonymous token, which
+	// /v1/acl/token/self cannot read (403 "ACL not found") although it is
+	// valid.
+	tokenAbsent
+	// tokenPresent: a token is sent.
+	tokenPresent
+)
 
 // requestsTotal counts HTTP requests sent to Consul by every client of this
 // process; benchmarks read it to report requests per resource.
@@ -59,7 +74,10 @@ func New(s Settings) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition, hasToken: token != ""}
+	c := &Client{Address: hostport, Scheme: scheme, Datacenter: s.Datacenter, Namespace: s.Namespace, Partition: s.Partition, token: tokenAbsent}
+	if token != "" {
+		c.token = tokenPresent
+	}
 	transport, err := newTransport(s, scheme, &c.certAsked)
 	if err != nil {
 		return nil, err
@@ -98,6 +116,15 @@ func New(s Settings) (*Client, error) {
 	apiClient.SetHeaders(headers)
 	c.Client = apiClient
 	return c, nil
+}
+
+// FromAPI wraps a client its caller built, whose token (if any) it cannot
+// see: a 403 "ACL not found" is then read with /v1/acl/token/self, and an
+// unknown token and no token at all are the same invalid-token error. The
+// caller's client keeps its own transport: Address, Scheme and HTTPClient
+// are empty and Requests does not count.
+func FromAPI(client *api.Client) *Client {
+	return &Client{Client: client, token: tokenUnknown}
 }
 
 // resolveScheme reads the scheme from the address and the scheme
@@ -219,7 +246,7 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // from the agent too. It is called once when the provider is configured,
 // never per operation.
 func (c *Client) Ping(ctx context.Context) error {
-	if c.hasToken {
+	if c.token == tokenPresent {
 		err := c.CheckToken(ctx)
 		if err == nil || KindOf(err) == KindInvalidToken {
 			return err

@@ -82,7 +82,11 @@ type Error struct {
 	// Permission and Resource are set for KindPermissionDenied, as Consul
 	// reported them (e.g. "key:write" on "jobs/a/.lock").
 	Permission, Resource string
-	Err                  error
+	// TokenUnknown is set for KindInvalidToken when the client could not
+	// see its token (FromAPI): Consul answers an unknown token and no
+	// token alike there, so the message cannot say "expired".
+	TokenUnknown bool
+	Err          error
 }
 
 func (e *Error) Error() string {
@@ -92,6 +96,9 @@ func (e *Error) Error() string {
 			return fmt.Sprintf("%s: permission denied: the token lacks %q on %q (HTTP %d)", e.Op, e.Permission, e.Resource, e.StatusCode)
 		}
 	case KindInvalidToken:
+		if e.TokenUnknown {
+			return fmt.Sprintf("%s: the token is invalid or none was given (HTTP %d %s)", e.Op, e.StatusCode, e.Message)
+		}
 		return fmt.Sprintf("%s: the Consul token is invalid or expired (HTTP %d %s)", e.Op, e.StatusCode, e.Message)
 	}
 	if e.StatusCode != 0 {
@@ -228,7 +235,9 @@ func parseStatusText(s string) (int, string, bool) {
 // asks /v1/acl/token/self whether the caller's token is valid: if it is, the
 // object is gone (KindNotFound); if not, the token is (KindInvalidToken). A
 // failure of that check itself is returned as it is, never as not-found, so
-// that no caller drops state on a guess.
+// that no caller drops state on a guess. A client that cannot see its token
+// (FromAPI) asks too, and an answer of "ACL not found" there means an
+// invalid token or none (the anonymous token cannot read itself either).
 func (c *Client) Classify(ctx context.Context, op string, err error) *Error {
 	e := Classify(op, err)
 	if e == nil || e.Kind != KindInvalidToken {
@@ -243,12 +252,15 @@ func (c *Client) Classify(ctx context.Context, op string, err error) *Error {
 		se.Op = op + " (while checking the token after HTTP 403 " + aclNotFound + ")"
 		return se
 	}
+	e.TokenUnknown = c.token == tokenUnknown
 	return e
 }
 
 // CheckToken returns nil when the caller's token is valid (or ACLs are off).
+// Without a token it is nil. When the client cannot see its token (FromAPI)
+// it asks as with one, and no token at all is then reported as invalid.
 func (c *Client) CheckToken(ctx context.Context) error {
-	if !c.hasToken {
+	if c.token == tokenAbsent {
 		return nil
 	}
 	_, _, err := c.ACL().TokenReadSelf((&api.QueryOptions{}).WithContext(ctx))
@@ -256,7 +268,9 @@ func (c *Client) CheckToken(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
-		return Classify("check the Consul token", err)
+		e := Classify("check the Consul token", err)
+		e.TokenUnknown = e.Kind == KindInvalidToken && c.token == tokenUnknown
+		return e
 	}
 	return nil
 }
@@ -264,7 +278,7 @@ func (c *Client) CheckToken(ctx context.Context) error {
 // Wrap classifies err with op and names the address on transport errors.
 func (c *Client) Wrap(op string, err error) error {
 	e := Classify(op, err)
-	if e.StatusCode == 0 {
+	if e.StatusCode == 0 && c.Address != "" {
 		e.Op = fmt.Sprintf("%s at %s://%s", op, c.Scheme, c.Address)
 		if c.certAsked.Load() {
 			e.Message += "; the agent asked for a client certificate and none is configured (Consul asks when verify_incoming " +
