@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
@@ -246,7 +247,7 @@ func (u *run) notRun(kind ledger.BeginKind, attempts int) error {
 func (u *run) begin(ctx context.Context, h *hold) (ledger.BeginDecision, error) {
 	d, err := u.proto.Begin(ctx, runonce.Tenure{
 		Fence:  h.fence(),
-		Holder: ledger.RunHolder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()},
+		Holder: holder.Holder{Node: h.s.s.Node, Session: h.s.s.ID, FencingToken: h.token()},
 		Held:   func() bool { return h.err() == nil },
 	}, nil)
 	if errors.Is(err, store.ErrFenceLost) {

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/aclrules"
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
@@ -215,7 +216,7 @@ func (d declared) holdOn(t *testing.T, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ledger.Ledger{Lock: d.lock.Name}.Begin("r1", ledger.RunHolder{Node: node, Session: id, FencingToken: pair.ModifyIndex}, 3, time.Now())
+	b, err := ledger.Ledger{Lock: d.lock.Name}.Begin("r1", holder.Holder{Node: node, Session: id, FencingToken: pair.ModifyIndex}, 3, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func Release(ctx context.Context, args []string, e env) int {
 		return ExitUsage
 	}
 	if !*yes {
-		fmt.Fprintf(e.stdout, "End session %s on node %q, holder of lock %s? Its command is stopped by its runner; the next holder starts after the lock-delay. Type yes: ", target.Session, target.Node, c.lock)
+		fmt.Fprintf(e.stdout, "End %s, holder of lock %s? Its command is stopped by its runner; the next holder starts after the lock-delay. Type yes: ", target.Holder, c.lock)
 		line, _ := bufio.NewReader(e.stdin).ReadString('\n')
 		if strings.TrimSpace(line) != "yes" {
 			fmt.Fprintln(e.stderr, "consullock release: not confirmed; nothing was changed")
@@ -70,9 +70,9 @@ func Release(ctx context.Context, args []string, e env) int {
 	}
 	ended, err := store.New(client).EndHolderSessions(ctx, []store.HolderSession{target})
 	if errors.Is(err, consul.ErrPermissionDenied) {
-		fmt.Fprintf(e.stderr, "consullock release: the token may not end session %s on node %q; nothing was changed. "+
+		fmt.Fprintf(e.stderr, "consullock release: the token may not end %s; nothing was changed. "+
 			"consullock release needs session write on the holder's node: session_prefix %q { policy = \"write\" } "+
-			"(and, for a run-once lock, key write on %s)\n", target.Session, target.Node, target.Node, record.RunLedgerKey(c.registry, c.lock))
+			"(and, for a run-once lock, key write on %s)\n", target.Holder, target.Node, record.RunLedgerKey(c.registry, c.lock))
 		return ExitConsul
 	}
 	c.accessor = accessor(ctx, client)
@@ -85,7 +85,7 @@ func Release(ctx context.Context, args []string, e env) int {
 		return ExitRefused
 	}
 	delay := lockmodel.TakeOverDelay(ended[0].LockDelay)
-	fmt.Fprintf(e.stdout, "ended session %s on node %q, holder of lock %s (by %s: %s)\n", target.Session, target.Node, c.lock, actor(c.by, c.accessor), c.reason)
+	fmt.Fprintf(e.stdout, "ended %s, holder of lock %s (by %s: %s)\n", target.Holder, c.lock, actor(c.by, c.accessor), c.reason)
 	fmt.Fprintf(e.stdout, "the key is under lock-delay %s: the next holder can acquire from %s\n", lockmodel.FormatDuration(delay), at.Add(delay).UTC().Format(time.RFC3339))
 	rule := lockmodel.NewStopRule(profile, lockmodel.DefaultRunnerGrace)
 	fmt.Fprintf(e.stdout, "the old holder's runner (consullock run, -grace %s) kills its command at the latest %s after its last renewal, before %s\n",

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -41,7 +42,7 @@ func TestRetryWait_growsByTheFactorAndIsCapped(t *testing.T) {
 // policy of these tests: 3 attempts, 1m then 2m between them.
 var retryPolicy = AttemptPolicy{MaxAttempts: 3, RetryAfter: time.Minute, RetryBackoff: 2}
 
-func beginWith(t *testing.T, l Ledger, h RunHolder, now time.Time) BeginDecision {
+func beginWith(t *testing.T, l Ledger, h holder.Holder, now time.Time) BeginDecision {
 	t.Helper()
 	d, err := l.BeginWith("r1", h, retryPolicy, now)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -264,14 +265,6 @@ func (l Ledger) clone() Ledger {
 	return out
 }
 
-// RunHolder is the holder that asks to begin a run: its node, session and
-// fencing token.
-type RunHolder struct {
-	Node         string
-	Session      string
-	FencingToken uint64
-}
-
 // BeginKind is what Begin decided.
 type BeginKind int
 
@@ -359,7 +352,7 @@ type BeginDecision struct {
 // is refused with ErrRunForgotten. A new run goes first in the ledger.
 // Begin never prunes (see Prune). It refuses an invalid run ID or
 // maxAttempts, and a holder without session.
-func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (BeginDecision, error) {
+func (l Ledger) Begin(id string, h holder.Holder, maxAttempts int, now time.Time) (BeginDecision, error) {
 	return l.BeginWith(id, h, AttemptPolicy{MaxAttempts: maxAttempts}, now)
 }
 
@@ -367,7 +360,7 @@ func (l Ledger) Begin(id string, h RunHolder, maxAttempts int, now time.Time) (B
 // crashed, or found released with no wait recorded, sets the run's
 // NotBefore (NotBeforeUnder), and a run whose NotBefore is after now is
 // BeginWait (rules in jobcontrol.go), checked after Exhausted.
-func (l Ledger) BeginWith(id string, h RunHolder, p AttemptPolicy, now time.Time) (BeginDecision, error) {
+func (l Ledger) BeginWith(id string, h holder.Holder, p AttemptPolicy, now time.Time) (BeginDecision, error) {
 	maxAttempts := p.MaxAttempts
 	if err := ValidateRunID(id); err != nil {
 		return BeginDecision{}, err

@@ -8,20 +8,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
 var (
 	t0    = time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
-	nodeA = RunHolder{Node: "worker-1", Session: "11111111-1111-1111-1111-111111111111", FencingToken: 100}
-	nodeB = RunHolder{Node: "worker-2", Session: "22222222-2222-2222-2222-222222222222", FencingToken: 200}
-	nodeC = RunHolder{Node: "worker-3", Session: "33333333-3333-3333-3333-333333333333", FencingToken: 300}
+	nodeA = holder.Holder{Node: "worker-1", Session: "11111111-1111-1111-1111-111111111111", FencingToken: 100}
+	nodeB = holder.Holder{Node: "worker-2", Session: "22222222-2222-2222-2222-222222222222", FencingToken: 200}
+	nodeC = holder.Holder{Node: "worker-3", Session: "33333333-3333-3333-3333-333333333333", FencingToken: 300}
 )
 
 func code(c int) *int { return &c }
 
 // begin runs Begin and fails the test on an error.
-func begin(t *testing.T, l Ledger, id string, h RunHolder, maxAttempts int, now time.Time) BeginDecision {
+func begin(t *testing.T, l Ledger, id string, h holder.Holder, maxAttempts int, now time.Time) BeginDecision {
 	t.Helper()
 	d, err := l.Begin(id, h, maxAttempts, now)
 	if err != nil {
@@ -77,7 +78,7 @@ func TestBegin_aNewRunIsAttempt1RecordedRunningBeforeTheCommand(t *testing.T) {
 func TestBegin_aSucceededRunIsNotRunAgain(t *testing.T) {
 	l := begin(t, Ledger{Lock: "nightly"}, "r1", nodeA, 3, t0).Ledger
 	l = finish(t, l, "r1", 1, RunSucceeded, code(0), t0.Add(time.Minute))
-	for _, h := range []RunHolder{nodeB, nodeA} { // another node, and the same node again later
+	for _, h := range []holder.Holder{nodeB, nodeA} { // another node, and the same node again later
 		d := begin(t, l, "r1", h, 3, t0.Add(time.Hour))
 		if d.Kind != BeginAlreadySucceeded || d.Changed || d.Succeeded.Node != "worker-1" || d.Succeeded.FencingToken != 100 {
 			t.Fatalf("%s: decision %v %+v, want already succeeded by worker-1 with token 100, nothing written", h.Node, d.Kind, d.Succeeded)
@@ -114,7 +115,7 @@ func TestBegin_failedLostAndCrashedAreRetriedUntilMaxAttempts(t *testing.T) {
 	for _, o := range []RunOutcome{RunFailed, RunLost, RunCrashed} {
 		t.Run(string(o), func(t *testing.T) {
 			l := Ledger{Lock: "nightly"}
-			for i, h := range []RunHolder{nodeA, nodeB, nodeC} {
+			for i, h := range []holder.Holder{nodeA, nodeB, nodeC} {
 				d := begin(t, l, "r1", h, 3, t0.Add(time.Duration(i)*time.Minute))
 				if d.Kind != BeginRun || d.Attempt != i+1 {
 					t.Fatalf("holder %s: decision %v attempt %d, want run attempt %d", h.Node, d.Kind, d.Attempt, i+1)
@@ -162,7 +163,7 @@ func TestBegin_refusesBadInput(t *testing.T) {
 			t.Errorf("max attempts %d: %v, want a field error", m, err)
 		}
 	}
-	if _, err := l.Begin("r1", RunHolder{Node: "n"}, 3, t0); err == nil {
+	if _, err := l.Begin("r1", holder.Holder{Node: "n"}, 3, t0); err == nil {
 		t.Error("a holder without session was accepted")
 	}
 }

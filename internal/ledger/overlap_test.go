@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
 )
 
@@ -44,7 +45,7 @@ func TestDecideOverlap(t *testing.T) {
 // or runs.
 func TestLedger_skipAndReplace(t *testing.T) {
 	now := time.Date(2026, 12, 7, 2, 0, 5, 0, time.UTC)
-	h := RunHolder{Node: "worker-1", Session: "11111111-2222-3333-4444-555555555555", FencingToken: 7}
+	h := holder.Holder{Node: "worker-1", Session: "11111111-2222-3333-4444-555555555555", FencingToken: 7}
 	l := Ledger{Lock: "nightly"}
 	d, err := l.Begin("a", h, 3, now)
 	if err != nil {

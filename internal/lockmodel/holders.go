@@ -3,6 +3,8 @@ package lockmodel
 import (
 	"slices"
 	"strings"
+
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 )
 
 // KeyEntry is a KV entry as Consul returned it: the fields a lock is
@@ -32,9 +34,11 @@ type LockState struct {
 	Sessions map[string]ObservedSession
 }
 
-// LockHolder is one session holding a lock, with the key it holds.
+// LockHolder is one session holding a lock, with the key it holds. Its
+// FencingToken is the key's ModifyIndex; its Node is known when the
+// observer read the sessions (LockState.Sessions).
 type LockHolder struct {
-	Session string
+	holder.Holder
 	// Key is the key the session holds: the mutex's key, or the
 	// semaphore holder's contender key <prefix>/<session>.
 	Key string
@@ -126,7 +130,7 @@ func holderOf(st LockState, session string) (LockHolder, string) {
 		case st.Entry.Session != session:
 			return LockHolder{}, "key " + st.Key + " is held by session " + st.Entry.Session
 		}
-		h = LockHolder{Session: session, Key: st.Key, Entry: *st.Entry}
+		h = LockHolder{Holder: holder.Holder{Session: session, FencingToken: st.Entry.ModifyIndex}, Key: st.Key, Entry: *st.Entry}
 	} else {
 		contender := SemaphorePrefix(st.Key) + "/" + session
 		e, ok := st.Keys[contender]
@@ -143,12 +147,14 @@ func holderOf(st LockState, session string) (LockHolder, string) {
 		if !table.Holders[session] {
 			return LockHolder{}, "holder table " + st.Key + " does not list session " + session
 		}
-		h = LockHolder{Session: session, Key: contender, Entry: e}
+		h = LockHolder{Holder: holder.Holder{Session: session, FencingToken: e.ModifyIndex}, Key: contender, Entry: e}
 	}
 	if st.Sessions != nil {
-		if _, alive := st.Sessions[session]; !alive {
+		s, alive := st.Sessions[session]
+		if !alive {
 			return LockHolder{}, "session " + session + " no longer exists"
 		}
+		h.Node = s.Node
 	}
 	return h, ""
 }

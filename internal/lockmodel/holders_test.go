@@ -39,6 +39,12 @@ func TestHolders_sharedCases(t *testing.T) {
 				if h.Entry.Session != h.Session || h.Entry.ModifyIndex != read.ModifyIndex || string(h.Entry.Value) != string(read.Value) {
 					t.Errorf("holder %s: key %s entry %+v", h.Session, h.Key, h.Entry)
 				}
+				if h.FencingToken != read.ModifyIndex {
+					t.Errorf("holder %s: fencing token %d, want the key's ModifyIndex %d", h.Session, h.FencingToken, read.ModifyIndex)
+				}
+				if s, ok := st.Sessions[h.Session]; ok && h.Node != s.Node {
+					t.Errorf("holder %s: node %q, want its session's %q", h.Session, h.Node, s.Node)
+				}
 			}
 			want := c.WantIDs(id)
 			if !slices.Equal(got, want) && len(got)+len(want) > 0 {

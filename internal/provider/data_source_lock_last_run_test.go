@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -80,7 +81,7 @@ data "consullock_lock" "raw" {
 					acquire(t, key, session, `{"node":"worker-1"}`, lockmodel.LockFlagValue)
 					token = kvPair(t, key).ModifyIndex
 					d, err := ledger.Ledger{Lock: "nightly"}.Begin("2026-12-01T00:00:00Z",
-						ledger.RunHolder{Node: "worker-1", Session: session, FencingToken: token}, 3, started1)
+						holder.Holder{Node: "worker-1", Session: session, FencingToken: token}, 3, started1)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -144,7 +145,7 @@ data "consullock_lock" "raw" {
 					} {
 						n, at := i+2, started1.Add(time.Duration(i+2)*time.Hour)
 						acquire(t, key, session, `{"node":"worker-2"}`, lockmodel.LockFlagValue)
-						d, err := started.Begin("2026-12-01T00:00:00Z", ledger.RunHolder{Node: "worker-2", Session: session, FencingToken: kvPair(t, key).ModifyIndex}, 3, at)
+						d, err := started.Begin("2026-12-01T00:00:00Z", holder.Holder{Node: "worker-2", Session: session, FencingToken: kvPair(t, key).ModifyIndex}, 3, at)
 						if err != nil || d.Kind != ledger.BeginRun {
 							t.Fatalf("begin attempt %d: %v %v", n, d.Kind, err)
 						}

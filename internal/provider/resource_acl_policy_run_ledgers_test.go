@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -89,7 +90,7 @@ session_prefix %q {
 			if ok, _, err := w.KV().Acquire(&api.KVPair{Key: key, Flags: lockmodel.LockFlagValue, Session: session}, nil); err != nil || !ok {
 				return 0, ledger.Ledger{}, fmt.Errorf("worker acquiring %s: %v %v", key, ok, err)
 			}
-			d, err := ledger.Ledger{Lock: lock}.Begin("r1", ledger.RunHolder{Node: agent.NodeName, Session: session, FencingToken: 1}, 3, time.Now())
+			d, err := ledger.Ledger{Lock: lock}.Begin("r1", holder.Holder{Node: agent.NodeName, Session: session, FencingToken: 1}, 3, time.Now())
 			if err != nil {
 				return 0, ledger.Ledger{}, err
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/validation"
@@ -16,9 +17,9 @@ import (
 // Fixtures of the ledger package's tests, for ledgers built here.
 var (
 	t0    = time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
-	nodeA = ledger.RunHolder{Node: "worker-1", Session: "11111111-1111-1111-1111-111111111111", FencingToken: 100}
-	nodeB = ledger.RunHolder{Node: "worker-2", Session: "22222222-2222-2222-2222-222222222222", FencingToken: 200}
-	nodeC = ledger.RunHolder{Node: "worker-3", Session: "33333333-3333-3333-3333-333333333333", FencingToken: 300}
+	nodeA = holder.Holder{Node: "worker-1", Session: "11111111-1111-1111-1111-111111111111", FencingToken: 100}
+	nodeB = holder.Holder{Node: "worker-2", Session: "22222222-2222-2222-2222-222222222222", FencingToken: 200}
+	nodeC = holder.Holder{Node: "worker-3", Session: "33333333-3333-3333-3333-333333333333", FencingToken: 300}
 )
 
 // ledgerRecord is a valid ledger: a run that succeeded at its second
@@ -215,7 +216,7 @@ func FuzzDecodeLedger(f *testing.F) {
 			t.Fatalf("decode->encode is not stable:\n%s\n%s", first, second)
 		}
 		for _, r := range l.Runs {
-			d, err := l.Begin(r.ID, ledger.RunHolder{Node: "fuzz", Session: "99999999-9999-9999-9999-999999999999", FencingToken: 1}, ledger.MaxMaxAttempts, time.Now())
+			d, err := l.Begin(r.ID, holder.Holder{Node: "fuzz", Session: "99999999-9999-9999-9999-999999999999", FencingToken: 1}, ledger.MaxMaxAttempts, time.Now())
 			if err != nil {
 				t.Fatalf("Begin on a decoded ledger: %v", err)
 			}
@@ -235,7 +236,7 @@ func TestEncodeLedger_refusesALedgerConsulWouldRefuse(t *testing.T) {
 	l := ledger.Ledger{Lock: "nightly"}
 	for i := range ledger.MaxRunKeep {
 		id := fmt.Sprintf("run-%04d", i)
-		for _, h := range []ledger.RunHolder{nodeA, nodeB, nodeC} { // three attempts, two crashed
+		for _, h := range []holder.Holder{nodeA, nodeB, nodeC} { // three attempts, two crashed
 			h.Node = strings.Repeat("n", 200)
 			d, err := l.Begin(id, h, 3, t0)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 )
@@ -82,7 +83,7 @@ func TestLedgerRelease_marksTheSessionsRunningAttempt(t *testing.T) {
 	if !ledger.RunReleased.Retried() {
 		t.Fatal("a released attempt is retried")
 	}
-	d, err := out.Begin("r1", ledger.RunHolder{Node: "n2", Session: "22222222-2222-3333-4444-555555555555", FencingToken: 9}, 3, t0.Add(2*time.Hour))
+	d, err := out.Begin("r1", holder.Holder{Node: "n2", Session: "22222222-2222-3333-4444-555555555555", FencingToken: 9}, 3, t0.Add(2*time.Hour))
 	if err != nil || d.Kind != ledger.BeginRun || d.Attempt != 2 {
 		t.Fatalf("Begin after a release: %+v, %v", d, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -98,7 +99,7 @@ func (r *runner) recordSkip(ctx context.Context, log *slog.Logger, other string)
 // replace ends session (on node), the holder of another run's attempt,
 // and records that attempt replaced by this run.
 func (r *runner) replace(ctx context.Context, log *slog.Logger, session, node string) {
-	ended, err := store.New(r.client).EndHolderSessions(ctx, []store.HolderSession{{Session: session, Node: node, LockDelay: -1}})
+	ended, err := store.New(r.client).EndHolderSessions(ctx, []store.HolderSession{{Holder: holder.Holder{Session: session, Node: node}, LockDelay: -1}})
 	if err != nil {
 		log.Warn("run_once.overlap replace: cannot end the holder's session; waiting for the lock", "error", err.Error())
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
@@ -276,7 +277,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 	run := r.ledgerRun()
 	d, err := run.Begin(ctx, runonce.Tenure{
 		Fence:  h.IsOwner(),
-		Holder: ledger.RunHolder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken},
+		Holder: holder.Holder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken},
 	}, start)
 	return decision{begin: d.BeginDecision, ledger: d.Ledger, index: d.Index, err: err}
 }

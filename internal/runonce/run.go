@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
 )
@@ -45,7 +46,7 @@ type Tenure struct {
 	// Fence fences every write but the one after a loss (Hold.IsOwner).
 	Fence store.Fence
 	// Holder is recorded with the attempt (Begin).
-	Holder ledger.RunHolder
+	Holder holder.Holder
 	// Held, when set, reports whether the hold lasts: Begin stops trying
 	// again once it does not, as it does once its ctx ends.
 	Held func() bool

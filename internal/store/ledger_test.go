@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
@@ -56,8 +57,8 @@ func newLedgerFixture(t *testing.T) *ledgerFixture {
 	return f
 }
 
-func (f *ledgerFixture) holderInfo() ledger.RunHolder {
-	return ledger.RunHolder{Node: "worker-1", Session: f.holder, FencingToken: f.token}
+func (f *ledgerFixture) holderInfo() holder.Holder {
+	return holder.Holder{Node: "worker-1", Session: f.holder, FencingToken: f.token}
 }
 
 // begin records the first start of run r1 on a ledger not yet written
@@ -109,7 +110,7 @@ func TestBeginRun_onlyTheHolderRecordsAStart(t *testing.T) {
 	f := newLedgerFixture(t)
 
 	// Another session (a runner that does not hold the lock): refused, nothing written.
-	d, _ := ledger.Ledger{Lock: "job"}.Begin("r1", ledger.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 1}, 3, time.Now())
+	d, _ := ledger.Ledger{Lock: "job"}.Begin("r1", holder.Holder{Node: "worker-2", Session: f.other, FencingToken: 1}, 3, time.Now())
 	_, err := f.c.BeginRun(ctx, LedgerWrite{Fence: Fence{Key: f.lockKey, Session: f.other}, LedgerKey: f.ledgerKey, Index: 0, Ledger: d.Ledger})
 	if !errors.Is(err, ErrFenceLost) {
 		t.Fatalf("BeginRun by a session that does not hold the lock: %v; want ErrFenceLost", err)
@@ -199,7 +200,7 @@ func TestFinishRunAndRelease_outcomeAndReleaseInOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := next.Begin("r1", ledger.RunHolder{Node: "worker-2", Session: f.other, FencingToken: 9}, 3, time.Now()); d.Kind != ledger.BeginAlreadySucceeded {
+	if d, _ := next.Begin("r1", holder.Holder{Node: "worker-2", Session: f.other, FencingToken: 9}, 3, time.Now()); d.Kind != ledger.BeginAlreadySucceeded {
 		t.Fatalf("the next holder decides %v, want already succeeded", d.Kind)
 	}
 }

@@ -218,7 +218,7 @@ func (c Store) DeleteKeyIfIndex(ctx context.Context, key string, index uint64) (
 func (c Store) EndHolderSessions(ctx context.Context, holders []HolderSession) ([]HolderSession, error) {
 	var ended []HolderSession
 	for _, h := range holders {
-		op := fmt.Sprintf("end session %s on node %q holding the lock", h.Session, h.Node)
+		op := "end " + h.Holder.String() + " holding the lock"
 		if h.LockDelay < 0 {
 			entry, _, err := c.Session().Info(h.Session, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 
 	"github.com/consullock/terraform-provider-consullock/internal/record"
@@ -351,7 +352,8 @@ func (e *LockHeldError) Error() string { return "lock is held by " + DescribeHol
 // semaphore contender key listed in the holder table): what ending a
 // holder needs.
 type HolderSession struct {
-	Session, Name, Node string
+	holder.Holder // its fencing token is not read
+	Name          string
 	// LockDelay is the session's lock-delay; -1 when it was not read.
 	LockDelay time.Duration
 }
@@ -380,13 +382,13 @@ func (view *LockView) HolderSessions() []HolderSession {
 	if view.Semaphore != nil {
 		for _, h := range view.Semaphore.Holders {
 			if !h.SessionGone {
-				out = append(out, HolderSession{Session: h.Session, Node: h.Node, LockDelay: -1})
+				out = append(out, HolderSession{Holder: holder.Holder{Session: h.Session, Node: h.Node}, LockDelay: -1})
 			}
 		}
 		return out
 	}
 	if s := view.Session; s != nil {
-		out = append(out, HolderSession{Session: s.ID, Name: s.Name, Node: s.Node, LockDelay: s.LockDelay})
+		out = append(out, HolderSession{Holder: holder.Holder{Session: s.ID, Node: s.Node}, Name: s.Name, LockDelay: s.LockDelay})
 	}
 	return out
 }
