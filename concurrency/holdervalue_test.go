@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consullock/terraform-provider-consullock/concurrency"
+	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
 
@@ -68,46 +71,128 @@ func TestWithHolderValue_isWrittenIntoTheKey(t *testing.T) {
 	}
 }
 
-// renewCounter forwards HTTP to the agent and counts session renewals.
+// renewCounter forwards HTTP to the agent and notes when each request
+// creating a session and each renewal reached it, with Consul's status.
 type renewCounter struct {
-	rp       *httputil.ReverseProxy
-	renewals atomic.Int32
+	rp      *httputil.ReverseProxy
+	renewed chan struct{} // one send per renewal answered
+
+	mu       sync.Mutex
+	created  time.Time
+	renewals []renewal
+}
+
+type renewal struct {
+	at     time.Time
+	status int
+}
+
+// statusWriter keeps the status the proxy wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (p *renewCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
-		p.renewals.Add(1)
+	at := time.Now()
+	if r.URL.Path == "/v1/session/create" {
+		p.mu.Lock()
+		p.created = at
+		p.mu.Unlock()
 	}
-	p.rp.ServeHTTP(w, r)
+	if !strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	p.rp.ServeHTTP(sw, r)
+	p.mu.Lock()
+	p.renewals = append(p.renewals, renewal{at: at, status: sw.status})
+	p.mu.Unlock()
+	select {
+	case p.renewed <- struct{}{}:
+	default:
+	}
 }
 
-// WithRenewEvery: the session is renewed at the interval given, here half
-// the TTL (Consul's api.Lock interval, above a declared profile's
-// renew_every range), not the default third: two renewals in the first
-// 12s of a 10s-TTL session, where the default would send three. The
-// session lives on past its TTL.
+func (p *renewCounter) seen() (time.Time, []renewal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.created, slices.Clone(p.renewals)
+}
+
+// WithRenewEvery: the session is renewed at the interval given, not the
+// default third of the TTL. Asserted without depending on how busy the
+// machine is: the renewal loop's timer never fires early, so a load can
+// only lengthen the gaps the proxy sees, except by the transit of the
+// earlier request, which a quarter of the interval covers (no gap below
+// three quarters of it: not renewed twice as often); and the first
+// renewal comes before the default interval (a fifth of it here) has
+// passed once, which only a stall of 8s could upset.
 func TestWithRenewEvery_setsTheRenewalInterval(t *testing.T) {
+	const (
+		ttl      = 30 * time.Second
+		every    = 2 * time.Second
+		renewals = 3
+	)
+	byDefault := lockmodel.DefaultRenewEvery(ttl)
 	ctx := context.Background()
 	target, err := url.Parse(agent.HTTPAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := &renewCounter{rp: httputil.NewSingleHostReverseProxy(target)}
+	counter := &renewCounter{rp: httputil.NewSingleHostReverseProxy(target), renewed: make(chan struct{}, 64)}
 	srv := httptest.NewServer(counter)
 	defer srv.Close()
 	client, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://"), Token: agent.ManagementToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := concurrency.NewSession(ctx, client, concurrency.WithTTL(10*time.Second), concurrency.WithLockDelay(0),
-		concurrency.WithRenewEvery(5*time.Second))
+	s, err := concurrency.NewSession(ctx, client, concurrency.WithTTL(ttl), concurrency.WithLockDelay(0),
+		concurrency.WithRenewEvery(every))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close(ctx) }()
-	time.Sleep(12 * time.Second)
-	if n := counter.renewals.Load(); n != 2 {
-		t.Errorf("%d renewals in the first 12s with WithRenewEvery(5s), want 2 (at 5s and 10s)", n)
+
+	// A guard against a hang only: at the default interval the renewals
+	// would all have come by renewals*byDefault.
+	guard := time.NewTimer(renewals*byDefault + time.Minute)
+	defer guard.Stop()
+	for n := 0; n < renewals; n++ {
+		select {
+		case <-counter.renewed:
+		case <-guard.C:
+			t.Fatalf("%d of %d renewals came within %s", n, renewals, renewals*byDefault+time.Minute)
+		}
+	}
+
+	created, seen := counter.seen()
+	if created.IsZero() {
+		t.Fatal("the proxy saw no session created")
+	}
+	gaps := make([]time.Duration, len(seen))
+	prev := created
+	for i, r := range seen {
+		gaps[i] = r.at.Sub(prev).Round(time.Millisecond)
+		if r.status != http.StatusOK {
+			t.Errorf("renewal %d: HTTP %d, want 200 (a failed renewal is retried sooner)", i+1, r.status)
+		}
+		if gap := r.at.Sub(prev); gap < every*3/4 {
+			t.Errorf("renewal %d came %s after the request before it; with WithRenewEvery(%s) no gap is below %s",
+				i+1, gap.Round(time.Millisecond), every, every*3/4)
+		}
+		prev = r.at
+	}
+	t.Logf("from the session's creation, renewals came after %v", gaps)
+	if first := seen[0].at.Sub(created); first >= byDefault {
+		t.Errorf("the first renewal came %s after the session was created, not before the default interval (%s): WithRenewEvery(%s) was not applied",
+			first.Round(time.Millisecond), byDefault, every)
 	}
 	if err := s.Err(); err != nil {
 		t.Errorf("the session ended: %v", err)
@@ -117,7 +202,7 @@ func TestWithRenewEvery_setsTheRenewalInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	if entry == nil {
-		t.Error("the session is gone from Consul after 12s of renewals every 5s")
+		t.Error("the session is gone from Consul while renewed")
 	}
 }
 
