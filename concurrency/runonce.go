@@ -36,7 +36,7 @@ type RunOnce struct {
 // profile's records and its pause record, key write on the lock key and
 // the run ledger (<registry>/runs/<name>), session write on the node.
 func NewRunOnce(client *api.Client, name string, opts ...Option) *RunOnce {
-	return &RunOnce{c: &consul.Client{Client: client}, name: name, cfg: newConfig(opts)}
+	return &RunOnce{c: consul.FromAPI(client), name: name, cfg: newConfig(opts)}
 }
 
 // Attempt is what the function learns of its attempt.

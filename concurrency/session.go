@@ -53,7 +53,7 @@ type Session struct {
 // read on the profile's record with WithProfile.
 func NewSession(ctx context.Context, client *api.Client, opts ...Option) (*Session, error) {
 	cfg := newConfig(opts)
-	c := &consul.Client{Client: client}
+	c := consul.FromAPI(client)
 	p, err := cfg.sessionProfile(ctx, c)
 	if err != nil {
 		return nil, err
