@@ -7,7 +7,11 @@
 // ledger.Ledger or its outcomes, or define them); and where defaults are
 // applied: the calls of WithDefaults (today ledger.RunOnce's) and of Resolve
 // (lockmodel.SessionProfile's, which gives the resolved lockmodel.Profile),
-// each counted by selector and listed as file:line.
+// each counted by selector and listed as file:line; and the files that name
+// one lock attribute read by the runner (-trace, a regular expression of its
+// spellings; by default run_once.overlap's: the schema's and the record's
+// "overlap", the field Overlap, FieldRunOnceOverlap), which a new attribute
+// of its kind touches.
 //
 //	go run ./scripts/layout            # a markdown table of the working tree
 //	go run ./scripts/layout -json      # the same figures as JSON
@@ -23,6 +27,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -41,6 +46,8 @@ type Figures struct {
 	WithDefaultsAt  []string       `json:"with_defaults_at"`  // where: file:line
 	Resolve         int            `json:"resolve"`           // calls of a Resolve method (selectors)
 	ResolveAt       []string       `json:"resolve_at"`        // where: file:line
+	Trace           string         `json:"trace"`             // the -trace expression
+	Traced          []string       `json:"traced"`            // files whose text matches it
 	Calls           map[string]int `json:"-"`
 }
 
@@ -54,8 +61,14 @@ type Package struct {
 func main() {
 	asJSON := flag.Bool("json", false, "print JSON")
 	root := flag.String("root", ".", "the module's root")
+	trace := flag.String("trace", DefaultTrace, "a regular expression of one attribute's spellings: the files naming it are listed")
 	flag.Parse()
-	f, err := Measure(*root)
+	re, err := regexp.Compile(*trace)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "layout: -trace:", err)
+		os.Exit(2)
+	}
+	f, err := Measure(*root, re)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "layout:", err)
 		os.Exit(1)
@@ -77,10 +90,15 @@ var ledgerNames = []string{"Ledger", "RunOutcome", "RunSucceeded", "BeginDecisio
 // uses package runonce runs the protocol through it; the others only read.
 var writerNames = []string{"BeginWith", "FinishWith", "FinishWithReason", "BeginRun", "FinishRunAndRelease", "EditLedger", "CASLedger"}
 
+// DefaultTrace spells run_once.overlap, an attribute of consullock_lock
+// that the runner reads, as the code names it.
+const DefaultTrace = `\.Overlap\b|"overlap"|FieldRunOnceOverlap`
+
 // Measure reads every non-test Go file of the module below root (not
-// tests/, examples/ or other non-product folders, nor testdata).
-func Measure(root string) (Figures, error) {
-	m := &measurer{fset: token.NewFileSet(), pkgs: map[string]*Package{}, holders: map[string][]string{}, runOnce: map[string]bool{}, writers: map[string]bool{}, callers: map[string]bool{}}
+// tests/, examples/ or other non-product folders, nor testdata); the files
+// whose text trace matches are listed in Traced.
+func Measure(root string, trace *regexp.Regexp) (Figures, error) {
+	m := &measurer{trace: trace, fset: token.NewFileSet(), pkgs: map[string]*Package{}, holders: map[string][]string{}, runOnce: map[string]bool{}, writers: map[string]bool{}, callers: map[string]bool{}}
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -106,6 +124,7 @@ func Measure(root string) (Figures, error) {
 
 // measurer accumulates one tree's figures file by file.
 type measurer struct {
+	trace   *regexp.Regexp
 	fset    *token.FileSet
 	f       Figures
 	pkgs    map[string]*Package
@@ -125,6 +144,9 @@ func (m *measurer) file(path, rel string) error {
 	file, err := parser.ParseFile(m.fset, path, src, parser.SkipObjectResolution)
 	if err != nil {
 		return err
+	}
+	if m.trace.Match(src) {
+		m.f.Traced = append(m.f.Traced, rel)
 	}
 	p := m.pkgs[dir]
 	if p == nil {
@@ -215,6 +237,8 @@ func (m *measurer) genDecl(p *Package, dir string, d *ast.GenDecl) {
 // figures sorts what was measured.
 func (m *measurer) figures() Figures {
 	f := m.f
+	f.Trace = m.trace.String()
+	sort.Strings(f.Traced)
 	for _, p := range m.pkgs {
 		f.Packages = append(f.Packages, *p)
 	}
@@ -273,7 +297,20 @@ func Print(w io.Writer, f Figures) {
 	fmt.Fprintf(w, "| of which run it through package runonce | %d (%s) |\n", len(f.RunOnceCallers), strings.Join(f.RunOnceCallers, ", "))
 	fmt.Fprintf(w, "| WithDefaults calls (selectors) | %d |\n", f.WithDefaults)
 	fmt.Fprintf(w, "| Resolve calls (selectors) | %d |\n", f.Resolve)
+	fmt.Fprintf(w, "| files naming the traced attribute (packages) | %d (%d) |\n", len(f.Traced), len(tracedPackages(f.Traced)))
 	fmt.Fprintf(w, "\nHold…/Holder… types: %s\n", strings.Join(f.HolderTypes, ", "))
 	fmt.Fprintf(w, "\nWithDefaults calls: %s\n", strings.Join(f.WithDefaultsAt, ", "))
 	fmt.Fprintf(w, "\nResolve calls: %s\n", strings.Join(f.ResolveAt, ", "))
+	fmt.Fprintf(w, "\nFiles naming the traced attribute (`%s`): %s\n", f.Trace, strings.Join(f.Traced, ", "))
+}
+
+// tracedPackages are the folders of files.
+func tracedPackages(files []string) []string {
+	var dirs []string
+	for _, f := range files {
+		if d := filepath.Dir(f); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }

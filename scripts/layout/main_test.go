@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 )
@@ -30,8 +31,9 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	write("internal/runner/run_test.go", "package runner\n\nfunc Exported() { var p interface{ Resolve() }; p.Resolve() }\n")
 	write("internal/runner/testdata/x/main.go", "package main\n\nfunc Exported() {}\n")
 	write("internal/store/ledger.go", "package store\n\nfunc (s Store) BeginRun() {}\n\ntype Store struct{}\n")
-	write("internal/cli/run.go", "package cli\n\nimport \"x/runonce\"\n\nvar r runonce.Run\n")
-	f, err := Measure(root)
+	write("internal/cli/run.go", "package cli\n\nimport \"x/runonce\"\n\nvar r runonce.Run\n\nvar o = r.Overlap\n")
+	write("internal/provider/schema.go", "package provider\n\nconst name = \"overlap\"\n")
+	f, err := Measure(root, regexp.MustCompile(DefaultTrace))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	for _, p := range f.Packages {
 		sizes[p.Path] = p
 	}
-	if len(sizes) != 5 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 2 ||
+	if len(sizes) != 6 || sizes["internal/consul"].Exported != 3 || sizes["internal/lockmodel"].Exported != 3 || sizes["internal/runner"].Exported != 2 ||
 		sizes["internal/consul"].Lines != 5 {
 		t.Fatalf("packages %+v", f.Packages)
 	}
@@ -52,5 +54,9 @@ func TestMeasure_aSmallTree(t *testing.T) {
 	if !slices.Equal(f.WithDefaultsAt, []string{"internal/runner/run.go:9"}) || f.Resolve != 2 ||
 		!slices.Equal(f.ResolveAt, []string{"internal/runner/config.go:4", "internal/runner/config.go:5"}) {
 		t.Fatalf("WithDefaults %d at %v, Resolve %d at %v", f.WithDefaults, f.WithDefaultsAt, f.Resolve, f.ResolveAt)
+	}
+	// The traced attribute's files: a field read and its name as written.
+	if !slices.Equal(f.Traced, []string{"internal/cli/run.go", "internal/provider/schema.go"}) {
+		t.Fatalf("traced %v", f.Traced)
 	}
 }
