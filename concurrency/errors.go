@@ -15,6 +15,9 @@ var (
 	ErrSessionLost = errors.New("the session was lost")
 	// ErrSessionClosed: the session was closed.
 	ErrSessionClosed = errors.New("the session was closed")
+	// ErrSessionOrphaned: the session was orphaned (Session.Orphan): it
+	// and its locks live on, no longer renewed or watched by this process.
+	ErrSessionOrphaned = errors.New("the session was orphaned")
 
 	// ErrAlreadySucceeded: the run ID already succeeded, here or on
 	// another node; the function was not called (runner exit 0, or 122).

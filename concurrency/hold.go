@@ -222,6 +222,18 @@ func (h *hold) stop() bool {
 	return true
 }
 
+// orphan ends the watch (Session.Orphan) and keeps the hold's record, so
+// that unlock still releases the key.
+func (h *hold) orphan() {
+	h.mu.Lock()
+	stopWatch := h.stopWatch
+	h.mu.Unlock()
+	if stopWatch != nil {
+		stopWatch()
+		h.watching.Wait()
+	}
+}
+
 // unlock releases the lock if the session still holds it (and, for a
 // semaphore, deletes its contender key); the session lives on.
 func (h *hold) unlock(ctx context.Context) error {

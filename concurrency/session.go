@@ -210,6 +210,28 @@ func (s *Session) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Orphan stops renewing the session and watching its locks, and neither
+// releases the locks nor destroys the session (etcd's Session.Orphan): they
+// live on until the session's TTL runs out, or until another process that
+// renews the session (Consul's /v1/session/renew) ends it, when handing a
+// held lock over to that process. Done is closed and Err wraps
+// ErrSessionOrphaned, and so is every hold's Done; Close still releases the
+// locks and destroys the session.
+func (s *Session) Orphan() {
+	s.cancel(ErrSessionOrphaned)
+	s.stopRenew()
+	s.wg.Wait()
+	s.mu.Lock()
+	holds := make([]*hold, 0, len(s.holds))
+	for h := range s.holds {
+		holds = append(holds, h)
+	}
+	s.mu.Unlock()
+	for _, h := range holds {
+		h.orphan()
+	}
+}
+
 func (s *Session) track(h *hold, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

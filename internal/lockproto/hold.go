@@ -100,10 +100,10 @@ func WithObserver(f func(o Observation, held bool, lostIfNoRenewalBy time.Time))
 
 // Hold is a lock held by a session of its own: the session is renewed,
 // the key watched, and the loss judge (with the stop rule for the holder's
-// grace) closes Lost when the holder must stop. `consullock run`, the
-// controller's leader election and the ephemeral lock all hold their locks
-// with it, so the stop rule, the loss judge and release-before-destroy are
-// written once.
+// grace) closes Lost when the holder must stop. `consullock run` holds its
+// lock with it; the public library (package concurrency), which the
+// controller's leader election and the ephemeral lock use, holds through
+// its own Session with the same stop rule, loss judge and protocol.
 type Hold struct {
 	Session *Session
 	Grant   Grant
@@ -340,15 +340,6 @@ func (h *Hold) Unlock(ctx context.Context) error {
 // still holds frees after its lock-delay.
 func (h *Hold) Close(ctx context.Context) error {
 	return h.end(ctx, false)
-}
-
-// Orphan stops renewing and watching the hold without releasing the lock
-// or destroying the session (etcd's Session.Orphan): the caller takes the
-// session over and renews it from then on (the provider's ephemeral lock,
-// renewed by the CLI's Renew calls, possibly from another process).
-func (h *Hold) Orphan() {
-	h.cancel()
-	h.wg.Wait()
 }
 
 func (h *Hold) end(ctx context.Context, release bool) error {

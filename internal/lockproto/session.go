@@ -15,9 +15,8 @@ import (
 )
 
 // Session is a Consul session as the protocols use it: a lock's holder,
-// created by CreateSession (the runner calls it; the controller's
-// leadership and the ephemeral lock get one from AcquireHold) and ended
-// by whoever created it (DestroySession). Release needs only ID, so a
+// created by CreateSession (the runner and the public library call it)
+// and ended by whoever created it (DestroySession). Release needs only ID, so a
 // caller that kept just the ID (the ephemeral lock's Close) builds one.
 type Session struct {
 	ID string

@@ -22,7 +22,9 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	_ "github.com/consullock/terraform-provider-consullock/concurrency" // sets libhold.Acquire
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -243,8 +245,10 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	hold, err := lockproto.AcquireHold(waitCtx, e.data.client, l, profile,
-		lockproto.WithSessionName("consullock ephemeral "+label), lockproto.WithValue(value), lockproto.WithLogger(log))
+	// The lock is held with the public library's session, renewal, loss
+	// judge and watch (package concurrency, through internal/libhold).
+	hold, err := libhold.Acquire(waitCtx, e.data.client, l, profile,
+		libhold.Options{SessionName: "consullock ephemeral " + label, Value: value, Log: log})
 	if err != nil {
 		e.openError(ctx, waitCtx, l, wait, err, &resp.Diagnostics)
 		return
@@ -252,10 +256,9 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	// From here on the CLI renews the session (Renew), possibly from
 	// another provider process.
 	hold.Orphan()
-	fixed := hold.Value
 	// The contact deadline runs from the hold's latest renewal, which may
 	// be long after the session's creation when Open waited.
-	held := heldLock{Session: hold.Session.ID, Lock: l, Profile: profile, Value: fixed, LastRenewal: hold.LastContact()}
+	held := heldLock{Session: hold.SessionID(), Lock: l, Profile: profile, Value: hold.Value(), LastRenewal: hold.LastRenewal()}
 	rule := lockmodel.NewStopRule(profile, 0)
 	resp.RenewAt = held.LastRenewal.Add(rule.RenewEvery)
 	data, _ := json.Marshal(held) // plain struct: cannot fail
@@ -266,13 +269,13 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	})
 
 	m.Key = types.StringValue(l.Key)
-	m.Session = types.StringValue(hold.Session.ID)
-	m.FencingToken = types.Int64Value(int64(hold.Grant.FencingToken))
-	m.LockIndex = types.Int64Value(int64(hold.Grant.LockIndex))
+	m.Session = types.StringValue(hold.SessionID())
+	m.FencingToken = types.Int64Value(int64(hold.FencingToken()))
+	m.LockIndex = types.Int64Value(int64(hold.LockIndex()))
 	resp.Diagnostics.Append(resp.Result.Set(ctx, &m)...)
-	tflog.Info(ctx, "lock acquired", map[string]any{"key": l.Key, "session": hold.Session.ID, "fencing_token": hold.Grant.FencingToken})
+	tflog.Info(ctx, "lock acquired", map[string]any{"key": l.Key, "session": hold.SessionID(), "fencing_token": hold.FencingToken()})
 	if resp.Diagnostics.HasError() {
-		lockproto.DestroySession(context.WithoutCancel(ctx), e.data.client, hold.Session.ID) //nolint:errcheck // the session ends by TTL otherwise
+		hold.Close(context.WithoutCancel(ctx)) //nolint:errcheck // the session ends by TTL otherwise
 	}
 }
 
