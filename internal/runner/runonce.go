@@ -253,13 +253,12 @@ func (r *runner) refuseUnbegun(l ledger.Ledger, err error) (int, bool) {
 	return ledger.ExitRunPastDeadline, true
 }
 
-// decision is what a holder decided about its run, and the ledger as
-// written (or as read, when nothing was written).
+// decision is what a holder decided about its run (runonce.Decision:
+// the ledger as written, or as read when nothing was written), or why it
+// could not decide.
 type decision struct {
-	begin  ledger.BeginDecision
-	ledger ledger.Ledger
-	index  uint64
-	err    error
+	runonce.Decision
+	err error
 }
 
 // decide takes the ledger (the watch's copy when it is at least as new as
@@ -279,7 +278,7 @@ func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
 		Fence:  h.IsOwner(),
 		Holder: holder.Holder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken},
 	}, start)
-	return decision{begin: d.BeginDecision, ledger: d.Ledger, index: d.Index, err: err}
+	return decision{Decision: d, err: err}
 }
 
 // ledgerRun is the run's ledger protocol (runonce.Run), from what

@@ -632,8 +632,8 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	s.decided = nil
 	s.stopDecide()
 	run, log := s.r.once, s.r.log
-	if d.err == nil && d.begin.Kind == ledger.BeginRun {
-		run.attempt, run.ledger, run.index = d.begin.Attempt, d.ledger, d.index
+	if d.err == nil && d.Kind == ledger.BeginRun {
+		run.attempt, run.ledger, run.index = d.Attempt, d.Ledger, d.Index
 	}
 	switch {
 	case s.lossWhy != "":
@@ -646,15 +646,15 @@ func (s *supervisor) onDecided(d decision) (int, bool) {
 	case d.err != nil:
 		log.Error("cannot use the run ledger; the command was not started", "ledger", run.ledgerKey, "error", d.err.Error())
 		return ExitSetup, true
-	case d.begin.Pruned:
-		log.Info("the run was pruned from the run ledger; the ledger keeps its outcome only", "run_id", run.id, "outcome", d.begin.Kind.String())
-		return s.r.reportDone(d.begin.Kind, nil, "after acquiring the lock"), true
-	case d.begin.Kind == ledger.BeginAlreadySucceeded:
-		return s.r.reportDone(d.begin.Kind, []ledger.Attempt{d.begin.Succeeded}, "after acquiring the lock"), true
-	case d.begin.Kind == ledger.BeginExhausted || d.begin.Kind == ledger.BeginSuperseded:
-		return s.r.reportDone(d.begin.Kind, d.begin.Attempts, "after acquiring the lock"), true
-	case d.begin.Kind == ledger.BeginWait:
-		return s.retryWait(d.begin.NotBefore, "after acquiring the lock")
+	case d.Pruned:
+		log.Info("the run was pruned from the run ledger; the ledger keeps its outcome only", "run_id", run.id, "outcome", d.Kind.String())
+		return s.r.reportDone(d.Kind, nil, "after acquiring the lock"), true
+	case d.Kind == ledger.BeginAlreadySucceeded:
+		return s.r.reportDone(d.Kind, []ledger.Attempt{d.Succeeded}, "after acquiring the lock"), true
+	case d.Kind == ledger.BeginExhausted || d.Kind == ledger.BeginSuperseded:
+		return s.r.reportDone(d.Kind, d.Attempts, "after acquiring the lock"), true
+	case d.Kind == ledger.BeginWait:
+		return s.retryWait(d.NotBefore, "after acquiring the lock")
 	}
 	log.Info("run attempt recorded; starting the command", "run_id", run.id, "attempt", run.attempt, "max_attempts", run.maxAttempts)
 	return s.startCommand()
