@@ -87,17 +87,6 @@ type renewal struct {
 	status int
 }
 
-// statusWriter keeps the status the proxy wrote.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
 func (p *renewCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	if r.URL.Path == "/v1/session/create" {
@@ -109,10 +98,10 @@ func (p *renewCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	sw := &testenv.StatusRecorder{ResponseWriter: w, Status: http.StatusOK}
 	p.rp.ServeHTTP(sw, r)
 	p.mu.Lock()
-	p.renewals = append(p.renewals, renewal{at: at, status: sw.status})
+	p.renewals = append(p.renewals, renewal{at: at, status: sw.Status})
 	p.mu.Unlock()
 	select {
 	case p.renewed <- struct{}{}:

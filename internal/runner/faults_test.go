@@ -94,34 +94,10 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request, forward http.
 		}
 	}()
 	arrived := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &testenv.StatusRecorder{ResponseWriter: w}
 	forward.ServeHTTP(rec, r.WithContext(ctx))
-	if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") && rec.status == http.StatusOK {
+	if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") && rec.Status == http.StatusOK {
 		p.lastRenewal.Store(&arrived)
-	}
-}
-
-// statusRecorder remembers the status code written through it.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
 	}
 }
 

@@ -332,29 +332,13 @@ func newRecordingProxyTo(t testing.TB, addr string) *recordingProxy {
 		p.mu.Lock()
 		p.reqs = append(p.reqs, r)
 		p.mu.Unlock()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		sw := &testenv.StatusRecorder{ResponseWriter: w, Status: http.StatusOK}
 		forward.ServeHTTP(sw, req)
 		p.mu.Lock()
-		r.answered, r.status = time.Now(), sw.status
+		r.answered, r.status = time.Now(), sw.Status
 		p.mu.Unlock()
 	})
 	return p
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }
 
 // requestCount is what a window of requests held.
