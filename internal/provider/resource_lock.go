@@ -401,8 +401,10 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	resp.Diagnostics.Append(diags...)
 	keyIndex, diags := unheldKeyIndex(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
+	pauseKey := record.PauseKey(r.data.registryPrefix, l.Name)
 	res, err := store.New(r.data.client).ApplyLock(ctx, store.LockApply{
 		Op: store.LockDelete, Lock: l, RecordKey: recordKey, RecordIndex: index, KeyIndex: keyIndex, Force: state.ForceDestroy.ValueBool(),
+		PauseKey: pauseKey,
 	})
 	if res != nil && res.RecordLeftFor != "" {
 		resp.Diagnostics.AddWarning("Lock Record Left In Place",
@@ -413,7 +415,9 @@ func (r *lockResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 		r.lockApplyError(ctx, store.LockDelete, l, recordKey, err, &resp.Diagnostics)
 		return
 	}
-	r.deletePaused(ctx, l.Name, &resp.Diagnostics)
+	if res.PauseLeft != nil {
+		pauseLeftBehind(pauseKey, res.PauseLeft, &resp.Diagnostics)
+	}
 }
 
 func (r *lockResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {

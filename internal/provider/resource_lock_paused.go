@@ -34,7 +34,8 @@ func pausedSchemaAttribute() schema.StringAttribute {
 		MarkdownDescription: fmt.Sprintf("Pauses the lock, with this reason (one line, at most %d characters): no run starts "+
 			"([pause](../guides/runner.md#pause-and-release)). Stored at `pause_key`. Set, Terraform owns the pause: "+
 			"a `consullock pause` or `consullock resume` shows as drift in the next plan and apply puts it back. Removing it "+
-			"resumes the lock. Unset (the default), the provider leaves the pause record alone.", record.MaxPauseReasonLength),
+			"resumes the lock. Unset (the default), the provider leaves the pause record alone until destroy, which deletes "+
+			"it with the lock in one transaction.", record.MaxPauseReasonLength),
 		Optional:   true,
 		Validators: []validator.String{domainStringRule{check: record.ValidateReason, what: fmt.Sprintf("one line of at most %d characters", record.MaxPauseReasonLength)}},
 	}
@@ -113,11 +114,10 @@ func isRecordError(err error) bool {
 	return err != nil && !errors.As(err, &ce)
 }
 
-// deletePaused removes the pause record of a destroyed lock.
-func (r *lockResource) deletePaused(ctx context.Context, name string, diags *diag.Diagnostics) {
-	if err := store.New(r.data.client).Registry(r.data.registryPrefix).DeletePause(ctx, name, 0); err != nil {
-		diags.AddWarning("Pause Record Left Behind",
-			fmt.Sprintf("The lock was destroyed but its pause record %s could not be deleted; delete it with consul kv delete.\n\n%s",
-				record.PauseKey(r.data.registryPrefix, name), err))
-	}
+// pauseLeftBehind warns that a destroyed lock's pause record is still
+// there (the lock's delete removes it in its own transaction when the
+// token may).
+func pauseLeftBehind(key string, err error, diags *diag.Diagnostics) {
+	diags.AddWarning("Pause Record Left Behind",
+		fmt.Sprintf("The lock was destroyed but its pause record %s could not be deleted; delete it with consul kv delete.\n\n%s", key, err))
 }

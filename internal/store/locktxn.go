@@ -69,6 +69,10 @@ type LockChange struct {
 	Value    []byte
 	KeyPair  *api.KVPair // KeyRewrite: the key as read
 	KeyIndex uint64      // KeyDelete
+
+	// AlsoDelete are keys deleted in the same transaction, whatever their
+	// index (a deleted lock's pause record); absent ones are no error.
+	AlsoDelete []string
 }
 
 // LockChangeResult is what a LockChange found. When OK is false nothing was
@@ -122,6 +126,9 @@ func (c Store) ApplyLockChange(ctx context.Context, ch LockChange) (*LockChangeR
 		add("key", rewriteOps(ch.KeyPair, ch.Flags, ch.Value)...)
 	case KeyDelete:
 		add("key", &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: ch.Key, Index: ch.KeyIndex})
+	}
+	for _, k := range ch.AlsoDelete {
+		add("also", &api.KVTxnOp{Verb: api.KVDelete, Key: k})
 	}
 	op := fmt.Sprintf("change lock key %s and registry record %s", ch.Key, ch.RecordKey)
 	if len(ops) == 0 {
@@ -254,6 +261,10 @@ type LockApply struct {
 	KeyIndex uint64
 	// Force lets delete end the holders' sessions (force_destroy).
 	Force bool
+	// PauseKey is the lock's pause record: delete removes it in its own
+	// transaction (no write of its own), so that a lock declared again
+	// under the name does not start paused.
+	PauseKey string
 }
 
 // LockApplied is what ApplyLock did.
@@ -275,6 +286,9 @@ type LockApplied struct {
 	RecordLeftFor string
 	// Ended are the holder sessions delete ended (Force).
 	Ended []HolderSession
+	// PauseLeft is why delete left the pause record in place: the token
+	// may not delete it (the lock and its record are deleted all the same).
+	PauseLeft error
 	// LeftBehind is set, with an error, when create wrote the lock and
 	// then could not take it back.
 	LeftBehind bool
@@ -614,10 +628,20 @@ func (c Store) updateLock(ctx context.Context, a LockApply) (*LockApplied, error
 func (c Store) deleteLock(ctx context.Context, a LockApply) (*LockApplied, error) {
 	l := a.Lock
 	ch := LockChange{RecordKey: a.RecordKey, Record: RecordDelete, RecordIndex: a.RecordIndex, Key: l.Key, KeyOp: KeyDelete, KeyIndex: a.KeyIndex}
+	if a.PauseKey != "" {
+		ch.AlsoDelete = []string{a.PauseKey}
+	}
 	out := &LockApplied{}
 	for attempt := 0; attempt < lockAttempts; attempt++ {
 		if ch.KeyIndex != 0 || ch.KeyOp == KeyLeave {
 			res, err := c.ApplyLockChange(ctx, ch)
+			var denied *consul.Error
+			if len(ch.AlsoDelete) > 0 && errors.As(err, &denied) && denied.Kind == consul.KindPermissionDenied && denied.Resource == a.PauseKey {
+				// The pause record alone is out of the token's reach: the
+				// lock is deleted without it, and the caller says so.
+				out.PauseLeft, ch.AlsoDelete = err, nil
+				res, err = c.ApplyLockChange(ctx, ch)
+			}
 			if err != nil {
 				return out, err
 			}

@@ -320,3 +320,77 @@ func TestHoldersTakeOverDelay(t *testing.T) {
 		}
 	}
 }
+
+// A lock's delete removes its pause record in the delete's own
+// transaction: one write request for the key, the record and the pause
+// (a separate delete was a second Raft write per destroyed lock).
+func TestApplyLock_deleteRemovesThePauseRecordInTheSameTransaction(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, agent.ManagementToken)
+	p := testenv.UniquePrefix(t.Name())
+	l, recordKey, pauseKey := createPausedLock(t, c, p)
+	key := readKey(t, l.Key)
+	before := c.Requests()
+	if _, err := c.ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey, KeyIndex: key.ModifyIndex, PauseKey: pauseKey}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if n := c.Requests() - before; n != 1 {
+		t.Errorf("the delete sent %d requests, want 1 transaction", n)
+	}
+	for _, k := range []string{l.Key, recordKey, pauseKey} {
+		if pair := readKey(t, k); pair != nil {
+			t.Errorf("%s after the delete: %+v, want it gone", k, pair)
+		}
+	}
+}
+
+// A token that may delete the lock but not its pause record (a policy
+// written before pauses existed) still deletes the lock and its record;
+// the pause record stays, and the result says why.
+func TestApplyLock_deleteWithoutWriteOnThePauseRecordLeavesItAndSaysSo(t *testing.T) {
+	ctx := context.Background()
+	p := testenv.UniquePrefix(t.Name())
+	l, recordKey, pauseKey := createPausedLock(t, newClient(t, agent.ManagementToken), p)
+	tok, err := agent.MintToken("delete-no-pause-write-"+testenv.NewUUID()[:8], fmt.Sprintf(`
+key_prefix %q { policy = "write" }
+key_prefix %q { policy = "write" }
+key_prefix %q { policy = "read" }
+`, p+"/job", p+"/registry/locks/", p+"/registry/pauses/"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := newClient(t, tok.SecretID).ApplyLock(ctx, LockApply{Op: LockDelete, Lock: l, RecordKey: recordKey, PauseKey: pauseKey})
+	if err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if consul.KindOf(res.PauseLeft) != consul.KindPermissionDenied || !strings.Contains(res.PauseLeft.Error(), pauseKey) {
+		t.Errorf("PauseLeft = %v, want a permission denial naming %s", res.PauseLeft, pauseKey)
+	}
+	for _, k := range []string{l.Key, recordKey} {
+		if pair := readKey(t, k); pair != nil {
+			t.Errorf("%s after the delete: %+v, want it gone", k, pair)
+		}
+	}
+	if readKey(t, pauseKey) == nil {
+		t.Error("the pause record is gone, deleted by a token that may not write it")
+	}
+}
+
+// createPausedLock declares lock "job" under p (record and key) and writes
+// its pause record.
+func createPausedLock(t *testing.T, c Store, p string) (lockmodel.Lock, string, string) {
+	t.Helper()
+	l := lockmodel.Lock{Name: "job", Prefix: p + "/job", Key: p + "/job/.lock", Limit: 1}
+	recordKey, pauseKey := p+"/registry/locks/job", p+"/registry/pauses/job"
+	data, err := record.EncodeLockRecord(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyLock(context.Background(), LockApply{Op: LockCreate, Lock: l, RecordKey: recordKey, Record: data}); err != nil {
+		t.Fatalf("creating the lock: %v", err)
+	}
+	if _, err := c.KV().Put(&api.KVPair{Key: pauseKey, Value: []byte(`{"paused":true}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return l, recordKey, pauseKey
+}
