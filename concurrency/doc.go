@@ -7,7 +7,8 @@
 //
 //   - a Session is a Consul session, created from a declared profile
 //     (WithProfile) or an explicit TTL and lock-delay, renewed until Close;
-//     Done is closed when it is lost or closed;
+//     Done is closed when it is lost, closed or orphaned (Orphan hands it
+//     to another process);
 //   - a Mutex (a declared lock or a raw key) and a Semaphore (a declared
 //     semaphore or a raw prefix) are held through a Session, with Lock,
 //     TryLock and Unlock; each hold has a fencing token (Token, the Raft

@@ -3,6 +3,8 @@ package concurrency_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -109,6 +111,22 @@ func (p *renewCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// newRenewCounter is a renewCounter in front of the agent, and a client
+// (management token) that talks to the agent through it; the proxy stops
+// with the test. A request its client cancelled is not logged.
+func newRenewCounter(t *testing.T) (*renewCounter, *api.Client) {
+	t.Helper()
+	target, err := url.Parse(agent.HTTPAddr())
+	must(t, err)
+	counter := &renewCounter{rp: httputil.NewSingleHostReverseProxy(target), renewed: make(chan struct{}, 64)}
+	counter.rp.ErrorLog = log.New(io.Discard, "", 0)
+	srv := httptest.NewServer(counter)
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://"), Token: agent.ManagementToken})
+	must(t, err)
+	return counter, client
+}
+
 func (p *renewCounter) seen() (time.Time, []renewal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -131,17 +149,7 @@ func TestWithRenewEvery_setsTheRenewalInterval(t *testing.T) {
 	)
 	byDefault := lockmodel.DefaultRenewEvery(ttl)
 	ctx := context.Background()
-	target, err := url.Parse(agent.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &renewCounter{rp: httputil.NewSingleHostReverseProxy(target), renewed: make(chan struct{}, 64)}
-	srv := httptest.NewServer(counter)
-	defer srv.Close()
-	client, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://"), Token: agent.ManagementToken})
-	if err != nil {
-		t.Fatal(err)
-	}
+	counter, client := newRenewCounter(t)
 	s, err := concurrency.NewSession(ctx, client, concurrency.WithTTL(ttl), concurrency.WithLockDelay(0),
 		concurrency.WithRenewEvery(every))
 	if err != nil {

@@ -19,7 +19,6 @@ func init() { libhold.Acquire = acquireHeld }
 // held.
 type held struct {
 	s     *Session
-	h     *hold
 	grant lockproto.Grant
 	value []byte
 }
@@ -34,24 +33,23 @@ func acquireHeld(ctx context.Context, c *consul.Client, lock lockmodel.Lock, pro
 	if o.Log != nil {
 		cfg.log = o.Log
 	}
-	sess, err := lockproto.CreateSession(ctx, c, cfg.sessionName, "", profile)
+	s, err := createSession(ctx, c, profile, cfg, "consullock concurrency")
 	if err != nil {
 		return nil, err
 	}
-	s := startSession(c, sess, profile, cfg)
 	h, err := newHold(s, lock)
 	if err == nil {
 		err = h.acquire(ctx, false)
 	}
 	if err != nil {
 		if cerr := s.Close(context.WithoutCancel(ctx)); cerr != nil {
-			cfg.log.Warn("ending the session failed; it ends by TTL", "session", sess.ID, "error", cerr.Error())
+			cfg.log.Warn("ending the session failed; it ends by TTL", "session", s.ID(), "error", cerr.Error())
 		}
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return &held{s: s, h: h, grant: h.grant, value: h.value}, nil
+	return &held{s: s, grant: h.grant, value: h.value}, nil
 }
 
 func (x *held) SessionID() string               { return x.s.ID() }

@@ -68,7 +68,8 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.h.unlock(ctx) }
 func (m *Mutex) Done() <-chan struct{} { return m.h.doneC() }
 
 // Err is why the last hold was lost: an error wrapping ErrLockLost,
-// ErrSessionLost or ErrSessionClosed; nil while held and after Unlock.
+// ErrSessionLost, ErrSessionClosed or ErrSessionOrphaned; nil while held
+// and after Unlock.
 func (m *Mutex) Err() error { return m.h.err() }
 
 // Token is the fencing token of the current hold: the Raft index of the

@@ -3,13 +3,7 @@ package concurrency_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,14 +20,7 @@ import (
 func TestSession_orphanKeepsTheSessionAndItsLock(t *testing.T) {
 	const every = time.Second
 	ctx := context.Background()
-	target, err := url.Parse(agent.HTTPAddr())
-	must(t, err)
-	counter := &renewCounter{rp: httputil.NewSingleHostReverseProxy(target), renewed: make(chan struct{}, 64)}
-	counter.rp.ErrorLog = log.New(io.Discard, "", 0) // the watch's blocking query, cancelled by Orphan
-	srv := httptest.NewServer(counter)
-	defer srv.Close()
-	client, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://"), Token: agent.ManagementToken})
-	must(t, err)
+	counter, client := newRenewCounter(t)
 	s, err := concurrency.NewSession(ctx, client, concurrency.WithTTL(30*time.Second), concurrency.WithLockDelay(0),
 		concurrency.WithRenewEvery(every))
 	must(t, err)

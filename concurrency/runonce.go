@@ -111,18 +111,13 @@ func (r *RunOnce) once(ctx context.Context, runID string, fn func(context.Contex
 	if err := u.lookFirst(ctx); err != nil {
 		return err
 	}
-	name := r.cfg.sessionName
-	if name == "" {
-		name = "consullock run-once " + r.name
-	}
-	sess, err := lockproto.CreateSession(ctx, r.c, name, "", u.profile)
+	s, err := createSession(ctx, r.c, u.profile, r.cfg, "consullock run-once "+r.name)
 	if err != nil {
 		return err
 	}
-	s := startSession(r.c, sess, u.profile, r.cfg)
 	defer func() {
 		if cerr := s.Close(context.WithoutCancel(ctx)); cerr != nil {
-			r.cfg.log.Warn("ending the session failed; it ends by TTL", "session", sess.ID, "error", cerr.Error())
+			r.cfg.log.Warn("ending the session failed; it ends by TTL", "session", s.ID(), "error", cerr.Error())
 		}
 	}()
 	h, err := newHold(s, u.lock)

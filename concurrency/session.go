@@ -22,8 +22,8 @@ import (
 // Session is a Consul session that holds locks (etcd's concurrency.Session):
 // created as a profile declares or with an explicit TTL and lock-delay, and
 // renewed until Close. Done is closed when the session is lost (Consul
-// ended it, or renewals failed for longer than the stop rule allows) or
-// closed; every hold through it ends then too.
+// ended it, or renewals failed for longer than the stop rule allows),
+// closed or orphaned; every hold through it ends then too.
 type Session struct {
 	c       *consul.Client
 	s       *lockproto.Session
@@ -31,8 +31,9 @@ type Session struct {
 	cfg     config
 	rule    lockmodel.StopRule
 
-	// ctx ends, with ErrSessionLost or ErrSessionClosed as its cause, when
-	// the session is lost or closed.
+	// ctx ends, with ErrSessionLost, ErrSessionClosed or
+	// ErrSessionOrphaned as its cause, when the session is lost, closed or
+	// orphaned.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// stopRenew ends the renewer and the judge (Close, or the judge
@@ -58,15 +59,7 @@ func NewSession(ctx context.Context, client *api.Client, opts ...Option) (*Sessi
 	if err != nil {
 		return nil, err
 	}
-	name := cfg.sessionName
-	if name == "" {
-		name = "consullock concurrency"
-	}
-	s, err := lockproto.CreateSession(ctx, c, name, "", p)
-	if err != nil {
-		return nil, err
-	}
-	return startSession(c, s, p, cfg), nil
+	return createSession(ctx, c, p, cfg, "consullock concurrency")
 }
 
 // sessionProfile is the declared profile (WithProfile), resolved by its
@@ -111,6 +104,21 @@ func (cfg config) sessionProfile(ctx context.Context, c *consul.Client) (lockmod
 		r.RenewEvery = d
 	}
 	return r, nil
+}
+
+// createSession creates a session from the resolved profile p on the
+// agent's node, named by WithSessionName or else byDefault, and starts
+// renewing and judging it.
+func createSession(ctx context.Context, c *consul.Client, p lockmodel.Profile, cfg config, byDefault string) (*Session, error) {
+	name := cfg.sessionName
+	if name == "" {
+		name = byDefault
+	}
+	s, err := lockproto.CreateSession(ctx, c, name, "", p)
+	if err != nil {
+		return nil, err
+	}
+	return startSession(c, s, p, cfg), nil
 }
 
 func startSession(c *consul.Client, s *lockproto.Session, p lockmodel.Profile, cfg config) *Session {
@@ -176,12 +184,13 @@ func (s *Session) lastContact() time.Time { return *s.contact.Load() }
 // ID is the Consul session ID.
 func (s *Session) ID() string { return s.s.ID }
 
-// Done is closed when the session is lost or closed (etcd's
+// Done is closed when the session is lost, closed or orphaned (etcd's
 // Session.Done); Err says which.
 func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Err is nil while the session lives, then an error wrapping
-// ErrSessionLost (with the reason) or ErrSessionClosed.
+// ErrSessionLost (with the reason), ErrSessionClosed or
+// ErrSessionOrphaned.
 func (s *Session) Err() error {
 	if s.ctx.Err() == nil {
 		return nil
@@ -193,14 +202,8 @@ func (s *Session) Err() error {
 // sets no lock-delay, so the next holder starts at once), stops renewing
 // and destroys the session. A session already gone is not an error.
 func (s *Session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	holds := make([]*hold, 0, len(s.holds))
-	for h := range s.holds {
-		holds = append(holds, h)
-	}
-	s.mu.Unlock()
 	var errs []error
-	for _, h := range holds {
+	for _, h := range s.tracked() {
 		errs = append(errs, h.unlock(ctx))
 	}
 	s.cancel(ErrSessionClosed)
@@ -221,15 +224,21 @@ func (s *Session) Orphan() {
 	s.cancel(ErrSessionOrphaned)
 	s.stopRenew()
 	s.wg.Wait()
+	for _, h := range s.tracked() {
+		h.orphan()
+	}
+}
+
+// tracked are the holds through the session that are held, or were lost
+// and not yet unlocked.
+func (s *Session) tracked() []*hold {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	holds := make([]*hold, 0, len(s.holds))
 	for h := range s.holds {
 		holds = append(holds, h)
 	}
-	s.mu.Unlock()
-	for _, h := range holds {
-		h.orphan()
-	}
+	return holds
 }
 
 func (s *Session) track(h *hold, on bool) {
