@@ -20,7 +20,8 @@
 //     outcome in the transaction that releases the lock, and the function's
 //     context is cancelled when the lock is lost (the stop rule).
 //
-// Loss is decided as the runner decides it: a session whose renewals have
+// `consullock run` holds its lock with this package's Session and hold, so
+// loss is decided as the runner decides it: a session whose renewals have
 // failed for longer than the stop rule allows counts as lost before Consul
 // can hand the lock to another holder, so a function that returns when its
 // context is cancelled (within WithGrace) never overlaps the next holder.

@@ -29,6 +29,10 @@ type hold struct {
 	value []byte
 	done  chan struct{} // closed when the current hold ends
 	lost  error         // why it ended, when it was lost
+	// lostC is closed when the current hold ends lost (and only then),
+	// reason is the judge's reason (per hold).
+	lostC  chan struct{}
+	reason string
 	// ending is set by unlock (or RunOnce's release transaction): what
 	// the watch sees from then on is not a loss.
 	ending    bool
@@ -36,14 +40,14 @@ type hold struct {
 	watching  sync.WaitGroup
 }
 
-func newHold(s *Session, l lockmodel.Lock) (*hold, error) {
+func newHold(s *Session, l lockmodel.Lock, set lockproto.Settings) (*hold, error) {
 	n, err := l.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	done := make(chan struct{})
 	close(done) // not held
-	return &hold{s: s, lock: n, proto: lockproto.New(s.c, n, s.profile.LockDelay, s.cfg.log), done: done}, nil
+	return &hold{s: s, lock: n, proto: lockproto.New(s.c, n, s.profile.LockDelay, s.cfg.log, set), done: done}, nil
 }
 
 // acquire waits until the session holds the lock (try: a mutex held by
@@ -73,14 +77,19 @@ func (h *hold) acquire(ctx context.Context, try bool) error {
 	} else {
 		g, err = h.proto.Acquire(actx, h.s.s, holder)
 	}
+	if g.Value != nil {
+		value = g.Value // handed over (waiters = "handoff"): the previous holder wrote it
+	}
 	if err == nil && h.s.Err() != nil {
 		err = h.s.Err()
 	}
+	if err == nil && h.s.cfg.perHold {
+		if v := h.s.verdictNow(); v.Lost {
+			err = &lockproto.LostError{Reason: v.Reason}
+		}
+	}
 	if err != nil {
 		return h.failed(ctx, err, value)
-	}
-	if g.Value != nil {
-		value = g.Value // handed over (waiters = "handoff"): the previous holder wrote it
 	}
 	h.start(g, value)
 	return nil
@@ -90,7 +99,8 @@ func (h *hold) acquire(ctx context.Context, try bool) error {
 // lock op may have committed while its answer was lost, and a semaphore
 // contender key exists. It returns err as the caller sees it.
 func (h *hold) failed(ctx context.Context, err error, value []byte) error {
-	if !errors.Is(err, lockproto.ErrSessionInvalid) && !errors.Is(err, ErrLocked) {
+	gone := errors.Is(err, lockproto.ErrSessionInvalid) || errors.Is(h.s.Err(), lockproto.ErrSessionInvalid)
+	if !gone && !errors.Is(err, ErrLocked) && !errors.Is(err, lockproto.ErrLocked) {
 		if value == nil {
 			value = h.s.holderValue(h.lock.Name)
 		}
@@ -104,7 +114,7 @@ func (h *hold) failed(ctx context.Context, err error, value []byte) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.Is(err, lockproto.ErrSessionInvalid):
-		return fmt.Errorf("%w: %v", ErrSessionLost, err)
+		return fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}
 	return err
 }
@@ -155,15 +165,19 @@ func (h *hold) tryOnce(ctx context.Context, holder func() []byte) (lockproto.Gra
 }
 
 // start records the acquisition and watches the lock until it is
-// unlocked, seen lost, or the session ends.
+// unlocked, seen lost, or the session ends. Per hold, the watch reports
+// to the session's judge, which decides the loss.
 func (h *hold) start(g lockproto.Grant, value []byte) {
 	wctx, stop := context.WithCancel(context.Background())
 	h.mu.Lock()
-	h.held, h.grant, h.value, h.lost, h.ending = true, g, value, nil, false
-	h.done, h.stopWatch = make(chan struct{}), stop
+	h.held, h.grant, h.value, h.lost, h.ending, h.reason = true, g, value, nil, false, ""
+	h.done, h.lostC, h.stopWatch = make(chan struct{}), make(chan struct{}), stop
 	h.mu.Unlock()
 	h.s.track(h, true)
-	obs := make(chan lockproto.Observation, 4)
+	obs := h.s.obs
+	if !h.s.cfg.perHold {
+		obs = make(chan lockproto.Observation, 4)
+	}
 	h.watching.Add(2)
 	go func() {
 		defer h.watching.Done()
@@ -171,22 +185,47 @@ func (h *hold) start(g lockproto.Grant, value []byte) {
 	}()
 	go func() {
 		defer h.watching.Done()
-		for {
-			select {
-			case <-wctx.Done():
+		h.follow(wctx, obs)
+	}()
+	if h.s.cfg.perHold {
+		select {
+		case h.s.poke <- struct{}{}: // the contact deadline applies from now
+		default:
+		}
+	}
+}
+
+// follow ends the hold when the session ends or, unless the session's
+// judge decides per hold, when the watch sees the lock lost.
+func (h *hold) follow(ctx context.Context, obs <-chan lockproto.Observation) {
+	if h.s.cfg.perHold {
+		obs = nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.s.ctx.Done():
+			h.end(h.s.Err())
+			return
+		case o := <-obs:
+			if o.Kind == lockproto.ObsKeyLost {
+				h.s.cfg.log.Warn("lock lost", "key", h.lock.Key, "detail", o.Detail)
+				h.end(fmt.Errorf("%w: %s", ErrLockLost, o.Detail))
 				return
-			case <-h.s.ctx.Done():
-				h.end(h.s.Err())
-				return
-			case o := <-obs:
-				if o.Kind == lockproto.ObsKeyLost {
-					h.s.cfg.log.Warn("lock lost", "key", h.lock.Key, "detail", o.Detail)
-					h.end(fmt.Errorf("%w: %s", ErrLockLost, o.Detail))
-					return
-				}
 			}
 		}
-	}()
+	}
+}
+
+// endLost ends the hold as lost for the judge's reason (per hold).
+func (h *hold) endLost(reason string) {
+	h.mu.Lock()
+	if h.held && !h.ending {
+		h.reason = reason
+	}
+	h.mu.Unlock()
+	h.end(fmt.Errorf("%w: %s", ErrLockLost, reason))
 }
 
 // end closes Done once the lock is lost (lost non-nil) or given up.
@@ -198,9 +237,18 @@ func (h *hold) end(lost error) {
 	}
 	if !h.ending {
 		h.lost = lost
+		if lost != nil {
+			close(h.lostC)
+		}
 	}
 	h.held = false
 	close(h.done)
+}
+
+func (h *hold) isHeld() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
 }
 
 // stop ends the watch (ending: the caller gives the lock up) and reports
@@ -208,18 +256,28 @@ func (h *hold) end(lost error) {
 // acquisition (a release is then harmless, and frees a lock that the
 // stop rule counted lost while the session may still hold it).
 func (h *hold) stop() bool {
+	wait, ok := h.stopping()
+	if ok {
+		wait()
+	}
+	return ok
+}
+
+// stopping is stop without waiting for the watch: wait does.
+func (h *hold) stopping() (wait func(), ok bool) {
 	h.mu.Lock()
 	stopWatch := h.stopWatch
 	h.stopWatch, h.ending = nil, true
 	h.mu.Unlock()
 	if stopWatch == nil {
-		return false
+		return nil, false
 	}
 	h.end(nil)
 	stopWatch()
-	h.watching.Wait()
-	h.s.track(h, false)
-	return true
+	return func() {
+		h.watching.Wait()
+		h.s.track(h, false)
+	}, true
 }
 
 // orphan ends the watch (Session.Orphan) and keeps the hold's record, so
@@ -235,16 +293,24 @@ func (h *hold) orphan() {
 }
 
 // unlock releases the lock if the session still holds it (and, for a
-// semaphore, deletes its contender key); the session lives on.
+// semaphore, deletes its contender key); the session lives on. The
+// release goes before the watch is waited for: it is on the hand-over's
+// path.
 func (h *hold) unlock(ctx context.Context) error {
 	h.mu.Lock()
 	value := h.value
 	h.mu.Unlock()
-	if !h.stop() {
+	wait, ok := h.stopping()
+	if !ok {
 		return nil
 	}
-	if _, err := h.proto.Release(ctx, h.s.s, value); err != nil {
+	released, err := h.proto.Release(ctx, h.s.s, value)
+	wait()
+	switch {
+	case err != nil:
 		return fmt.Errorf("release %s (it frees when the session ends): %w", h.lock.Key, err)
+	case released:
+		h.s.cfg.log.Info("lock released", "key", h.lock.Key, "session", h.s.s.ID)
 	}
 	return nil
 }

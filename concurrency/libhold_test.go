@@ -7,11 +7,15 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/consullock/terraform-provider-consullock/concurrency"
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
+
+// The door's internal tests (door_test.go) use the package's agent.
+func init() { concurrency.DoorAgent = &agent }
 
 // The ephemeral lock's door (internal/libhold): a hold that waited longer
 // than the stop rule lets a holder go without contact reports as its last
@@ -51,18 +55,18 @@ func TestLibhold_lastRenewalIsTheLatestAfterALongWait(t *testing.T) {
 	if waited := time.Since(started); waited < heldFor {
 		t.Fatalf("acquired after %s, before the other session released (%s)", waited, heldFor)
 	}
-	if since := time.Since(h.LastRenewal()); since > rule.LossAfter() {
+	if since := time.Since(h.LastContact()); since > rule.LossAfter() {
 		t.Fatalf("last renewal %s ago (waited %s): a renewal failing now would count as loss after %s",
 			since.Round(time.Millisecond), time.Since(started).Round(time.Millisecond), rule.LossAfter())
 	}
-	if h.FencingToken() == 0 || string(h.Value()) != "v" {
-		t.Errorf("fencing token %d, value %q", h.FencingToken(), h.Value())
+	if h.Grant().FencingToken == 0 || string(h.Value()) != "v" {
+		t.Errorf("fencing token %d, value %q", h.Grant().FencingToken, h.Value())
 	}
 
 	h.Orphan()
 	got, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
 	must(t, err)
-	if got == nil || got.Session != h.SessionID() || got.ModifyIndex != h.FencingToken() {
-		t.Fatalf("after Orphan: key %+v, want it held by session %s at index %d", got, h.SessionID(), h.FencingToken())
+	if got == nil || got.Session != h.Session().ID || got.ModifyIndex != h.Grant().FencingToken {
+		t.Fatalf("after Orphan: key %+v, want it held by session %s at index %d", got, h.Session().ID, h.Grant().FencingToken)
 	}
 }

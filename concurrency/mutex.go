@@ -21,7 +21,7 @@ type Mutex struct{ h *hold }
 // such as "service/job/.lock", held through s. It does not contact Consul.
 // The token needs key write on key.
 func NewMutex(s *Session, key string) (*Mutex, error) {
-	h, err := newHold(s, lockmodel.Lock{Prefix: key, Key: key, Limit: 1})
+	h, err := newHold(s, lockmodel.Lock{Prefix: key, Key: key, Limit: 1}, lockproto.Settings{})
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func NewDeclaredMutex(ctx context.Context, s *Session, name string) (*Mutex, err
 	if l.IsSemaphore() {
 		return nil, fmt.Errorf("concurrency: lock %q is a semaphore (limit %d): use NewDeclaredSemaphore", name, l.Limit)
 	}
-	h, err := newHold(s, l)
+	h, err := newHold(s, l, lockproto.Settings{})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func NewSemaphore(s *Session, prefix string, limit int) (*Semaphore, error) {
 	if limit < 2 {
 		return nil, fmt.Errorf("concurrency: a semaphore has a limit of at least 2, not %d; use a Mutex for 1", limit)
 	}
-	h, err := newHold(s, lockmodel.Lock{Prefix: prefix, Limit: limit})
+	h, err := newHold(s, lockmodel.Lock{Prefix: prefix, Limit: limit}, lockproto.Settings{})
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func NewDeclaredSemaphore(ctx context.Context, s *Session, name string) (*Semaph
 	if !l.IsSemaphore() {
 		return nil, fmt.Errorf("concurrency: lock %q is a mutex: use NewDeclaredMutex", name)
 	}
-	h, err := newHold(s, l)
+	h, err := newHold(s, l, lockproto.Settings{})
 	if err != nil {
 		return nil, err
 	}

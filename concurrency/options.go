@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 )
 
 // Option configures a Session, a declared lock or a RunOnce (functional
@@ -22,6 +23,14 @@ type config struct {
 	grace       time.Duration
 	log         *slog.Logger
 	holderValue func() []byte
+
+	// Set by the module's door (internal/libhold), never by an Option:
+	// perHold has the loss judge decide for the session's one hold, as
+	// libhold describes; observed replaces the logging of failed
+	// renewals; ruleWarned skips the stop rule's warning.
+	perHold    bool
+	observed   func(o lockproto.Observation, held bool, lostIfNoRenewalBy time.Time)
+	ruleWarned bool
 }
 
 func newConfig(opts []Option) config {
@@ -70,8 +79,9 @@ func WithSessionName(name string) Option { return func(c *config) { c.sessionNam
 // take it. Session and RunOnce.
 func WithGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
 
-// WithLogger receives warnings (failed renewals, cleanup failures) and
-// the run-once steps; by default nothing is logged. Session and RunOnce.
+// WithLogger receives warnings (failed renewals, cleanup failures), the
+// releases and the session's end, and the run-once steps; by default
+// nothing is logged. Session and RunOnce.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // WithHolderValue has every lock held through the session write f() into

@@ -120,7 +120,7 @@ func (r *RunOnce) once(ctx context.Context, runID string, fn func(context.Contex
 			r.cfg.log.Warn("ending the session failed; it ends by TTL", "session", s.ID(), "error", cerr.Error())
 		}
 	}()
-	h, err := newHold(s, u.lock)
+	h, err := newHold(s, u.lock, lockproto.Settings{})
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,13 @@ type Session struct {
 	stopRenew context.CancelFunc
 	wg        sync.WaitGroup
 	contact   atomic.Pointer[time.Time]
+	// obs carries the renewer's observations (and, per hold, the watch's)
+	// to the judge; jmu guards the judge j, which the acquisition also
+	// asks; poke wakes the judge when a hold starts.
+	obs  chan lockproto.Observation
+	jmu  sync.Mutex
+	j    *lockproto.LossJudge
+	poke chan struct{}
 
 	mu    sync.Mutex
 	holds map[*hold]struct{}
@@ -124,56 +131,134 @@ func createSession(ctx context.Context, c *consul.Client, p lockmodel.Profile, c
 func startSession(c *consul.Client, s *lockproto.Session, p lockmodel.Profile, cfg config) *Session {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	rctx, stop := context.WithCancel(ctx)
-	ss := &Session{c: c, s: s, profile: p, cfg: cfg, rule: lockmodel.NewStopRule(p, cfg.grace),
-		ctx: ctx, cancel: cancel, stopRenew: stop, holds: map[*hold]struct{}{}}
-	if v := ss.rule.Verdict(); v != "" {
-		cfg.log.Warn("holders cut off from Consul cannot stop in time", "verdict", v, "fix", ss.rule.Fix())
+	rule := lockmodel.NewStopRule(p, cfg.grace)
+	ss := &Session{c: c, s: s, profile: p, cfg: cfg, rule: rule,
+		ctx: ctx, cancel: cancel, stopRenew: stop, holds: map[*hold]struct{}{},
+		obs: make(chan lockproto.Observation, 16), j: lockproto.NewLossJudge(rule, s.Created), poke: make(chan struct{}, 1)}
+	if v := rule.Verdict(); v != "" && !cfg.ruleWarned {
+		cfg.log.Warn("holders cut off from Consul cannot stop in time", "verdict", v, "fix", rule.Fix())
 	}
 	ss.storeContact(s.Created)
-	obs := make(chan lockproto.Observation, 16)
 	ss.wg.Add(2)
 	go func() {
 		defer ss.wg.Done()
-		lockproto.RenewLoop(rctx, c, s.ID, ss.rule.RenewEvery, ss.rule.RenewTimeout, obs)
+		lockproto.RenewLoop(rctx, c, s.ID, rule.RenewEvery, rule.RenewTimeout, ss.obs)
 	}()
 	go func() {
 		defer ss.wg.Done()
-		ss.judge(rctx, obs)
+		ss.judge(rctx)
 	}()
 	return ss
 }
 
-// judge applies the loss judge (the stop rule) to the renewals and the
-// clock, and ends the session's context once the session counts as lost.
-func (s *Session) judge(ctx context.Context, obs <-chan lockproto.Observation) {
-	j := lockproto.NewLossJudge(s.rule, s.s.Created)
-	deadline := time.NewTimer(time.Until(j.Deadline()) + time.Millisecond)
+// judge applies the loss judge (the stop rule) to the renewals (and, per
+// hold, the watch) and to the clock. The session counts as lost once the
+// judge says so: its context ends. Per hold (the door's), the hold is
+// lost instead, and only while held: a session without contact for too
+// long while waiting is judged when the lock is acquired (LostError), and
+// one Consul ended while waiting ends the session's context with an
+// error wrapping lockproto.ErrSessionInvalid.
+func (s *Session) judge(ctx context.Context) {
+	deadline := time.NewTimer(s.untilCheck())
 	defer deadline.Stop()
 	for {
 		var v lockproto.Verdict
 		select {
 		case <-ctx.Done():
 			return
-		case o := <-obs:
-			v = j.Observe(o)
-			s.storeContact(j.LastContact())
-			if o.Kind == lockproto.ObsRenewFailed {
-				s.cfg.log.Warn("session renewal failed", "session", s.s.ID, "error", o.Detail,
-					"lost_if_no_renewal_by", j.Deadline().Format(time.RFC3339Nano))
+		case o := <-s.obs:
+			held := s.holding()
+			v = s.observe(o, held)
+			if s.cfg.perHold && !held && o.Kind == lockproto.ObsSessionGone {
+				s.cancel(fmt.Errorf("%w: %w", ErrSessionLost, lockproto.SessionGone(o.Detail)))
+				s.stopRenew()
+				return
 			}
 		case <-deadline.C:
-			v = j.Check(time.Now())
+			v = s.check()
+		case <-s.poke:
+			v = s.check()
 		}
 		if v.Lost {
-			// Renewing a session counted lost would keep its locks from
-			// everyone else until Close: it is left to end by TTL.
-			s.cfg.log.Warn("session lost", "session", s.s.ID, "reason", v.Reason)
-			s.cancel(fmt.Errorf("%w: %s", ErrSessionLost, v.Reason))
-			s.stopRenew()
+			s.lose(v)
 			return
 		}
-		deadline.Reset(max(time.Until(j.Deadline()), 0) + time.Millisecond)
+		deadline.Reset(s.untilCheck())
 	}
+}
+
+// observe hands o to the judge and reports it: to the door's observer, or
+// else a failed renewal to the log.
+func (s *Session) observe(o lockproto.Observation, held bool) lockproto.Verdict {
+	s.jmu.Lock()
+	v := s.j.Observe(o)
+	contact, deadline := s.j.LastContact(), s.j.Deadline()
+	s.jmu.Unlock()
+	s.storeContact(contact)
+	switch {
+	case s.cfg.observed != nil:
+		s.cfg.observed(o, held, deadline)
+	case o.Kind == lockproto.ObsRenewFailed:
+		s.cfg.log.Warn("session renewal failed", "session", s.s.ID, "error", o.Detail,
+			"lost_if_no_renewal_by", deadline.Format(time.RFC3339Nano))
+	}
+	if s.cfg.perHold && !held && v.Lost && o.Kind != lockproto.ObsSessionGone {
+		return lockproto.Verdict{} // nothing held to lose
+	}
+	return v
+}
+
+// check is the judge's verdict at the contact deadline (per hold, only
+// while the hold is held).
+func (s *Session) check() lockproto.Verdict {
+	if s.cfg.perHold && !s.holding() {
+		return lockproto.Verdict{}
+	}
+	return s.verdictNow()
+}
+
+// verdictNow is the judge's verdict now.
+func (s *Session) verdictNow() lockproto.Verdict {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	return s.j.Check(time.Now())
+}
+
+// untilCheck is how long until the contact deadline. Per hold, while
+// nothing is held, the judge waits for a hold's start (poke) instead.
+func (s *Session) untilCheck() time.Duration {
+	if s.cfg.perHold && !s.holding() {
+		return time.Hour
+	}
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	return max(time.Until(s.j.Deadline()), 0) + time.Millisecond
+}
+
+// lose acts on the judge's loss verdict: per hold, the hold is lost (its
+// holder ends the session); otherwise the session is, and renewing a
+// session counted lost would keep its locks from everyone else until
+// Close: it is left to end by TTL.
+func (s *Session) lose(v lockproto.Verdict) {
+	if s.cfg.perHold {
+		for _, h := range s.tracked() {
+			h.endLost(v.Reason)
+		}
+		return
+	}
+	s.cfg.log.Warn("session lost", "session", s.s.ID, "reason", v.Reason)
+	s.cancel(fmt.Errorf("%w: %s", ErrSessionLost, v.Reason))
+	s.stopRenew()
+}
+
+// holding says whether a hold through the session holds its lock now.
+func (s *Session) holding() bool {
+	for _, h := range s.tracked() {
+		if h.isHeld() {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Session) storeContact(t time.Time) { s.contact.Store(&t) }
@@ -201,15 +286,28 @@ func (s *Session) Err() error {
 // Close releases every lock still held through the session (a release
 // sets no lock-delay, so the next holder starts at once), stops renewing
 // and destroys the session. A session already gone is not an error.
-func (s *Session) Close(ctx context.Context) error {
+func (s *Session) Close(ctx context.Context) error { return s.end(ctx, true) }
+
+// end stops the holds through the session, releasing their locks with
+// release (before it waits for anything: the release is on the
+// hand-over's path), stops renewing and destroys the session.
+func (s *Session) end(ctx context.Context, release bool) error {
 	var errs []error
 	for _, h := range s.tracked() {
-		errs = append(errs, h.unlock(ctx))
+		if release {
+			errs = append(errs, h.unlock(ctx))
+		} else {
+			h.stop()
+		}
 	}
 	s.cancel(ErrSessionClosed)
 	s.stopRenew()
 	s.wg.Wait()
-	errs = append(errs, lockproto.DestroySession(ctx, s.c, s.s.ID))
+	if err := lockproto.DestroySession(ctx, s.c, s.s.ID); err != nil {
+		errs = append(errs, fmt.Errorf("destroy the session (Consul invalidates it after about 2 x TTL): %w", err))
+	} else {
+		s.cfg.log.Info("session destroyed", "session", s.s.ID)
+	}
 	return errors.Join(errs...)
 }
 

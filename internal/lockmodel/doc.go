@@ -17,7 +17,7 @@
 // with unset fields at their zero values; Validate and Warnings judge it.
 // Profile is the same profile with its defaults applied (SessionProfile.Resolve),
 // and it is what everything that needs the defaults takes: creating a session
-// (lockproto.CreateSession, AcquireHold), the stop rule (NewStopRule,
+// (lockproto.CreateSession, libhold.Acquire), the stop rule (NewStopRule,
 // StopWarning), the worst-case gap, the holder check (NewHolderCheck) and the
 // compliance check (Violations). The decoders resolve once, where a
 // declaration is read (record.DecodeSessionProfileRecord, and so

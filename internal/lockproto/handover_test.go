@@ -85,37 +85,6 @@ func (l *requestLog) waitKeyReads(t *testing.T, key string, n int) []loggedReque
 
 func (r loggedRequest) String() string { return r.method + " " + r.path + "?" + r.query.Encode() }
 
-// The holder's watch starts blocking at the acquisition's index: the
-// acquisition's own answer showed the key held there, so a first read
-// answered at once would only repeat it (one request more on every
-// hand-over, sent while the command starts).
-func TestHold_watchBlocksFromTheAcquisitionsIndex(t *testing.T) {
-	_, key, ctx := holdTest(t)
-	proxy := newRequestLog(t)
-	c, err := consul.New(consul.Settings{Address: proxy.addr, Token: agent.ManagementToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := acquireHold(ctx, c, holdOptions(t, key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlock(t, h)
-	var watch []loggedRequest
-	for _, r := range proxy.waitKeyReads(t, key, 2) {
-		if r.query.Has("consistent") {
-			watch = append(watch, r)
-		}
-	}
-	if len(watch) == 0 {
-		t.Fatalf("no consistent read of %s after the acquisition; reads: %v", key, proxy.keyReads(key))
-	}
-	want := strconv.FormatUint(h.Grant.FencingToken, 10)
-	if got := watch[0].query.Get("index"); got != want {
-		t.Fatalf("the watch's first read is %s: want it blocking at the acquisition's index %s", watch[0], want)
-	}
-}
-
 // A waiter that loses the race for a freed key (another session locked it
 // between the waiter's read and its lock transaction) waits on the new
 // holder from the consistent read that told it so: its next read blocks at
@@ -159,10 +128,12 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := holdProfile()
+	waiter := newSession(ctx, t, c, "", p)
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := acquireHold(actx, c, holdOptions(t, key))
+		_, err := New(c, holdLock(key), p.LockDelay, discardLog(), Settings{}).Acquire(actx, waiter, func() []byte { return []byte(t.Name()) })
 		done <- err
 	}()
 	defer func() {
@@ -200,16 +171,22 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 // waiter at every hand-over; at 100 waiters, 100 requests).
 func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 	c, key, ctx := holdTest(t)
-	opts := holdOptions(t, key)
-	opts.Value = func() []byte {
+	p, lock := holdProfile(), holdLock(key)
+	value := func() []byte {
 		v, _ := json.Marshal(lockmodel.HolderValue{Node: agent.NodeName, PID: 1, Started: time.Now().UTC()})
 		return v
 	}
-	held, err := acquireHold(ctx, c, opts)
-	if err != nil {
+	held := newSession(ctx, t, c, "", p)
+	proto := New(c, lock, p.LockDelay, discardLog(), Settings{})
+	var written []byte
+	if _, err := proto.Acquire(ctx, held, func() []byte { written = value(); return written }); err != nil {
 		t.Fatal(err)
 	}
-	defer unlock(t, held)
+	defer func() {
+		if _, err := proto.Release(context.Background(), held, written); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	}()
 	pair, _, err := agent.Client().KV().Get(key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil || pair == nil {
 		t.Fatalf("read %s: %v", key, err)
@@ -223,10 +200,11 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waiter := newSession(ctx, t, pc, "", p)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := acquireHold(wctx, pc, opts)
+		_, err := New(pc, lock, p.LockDelay, discardLog(), Settings{}).Acquire(wctx, waiter, value)
 		done <- err
 	}()
 	proxy.waitKeyReads(t, key, 2) // waiting on the holder
@@ -237,46 +215,19 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 	proxy.mu.Lock()
 	defer proxy.mu.Unlock()
 	for _, r := range proxy.reqs {
-		if r.path == "/v1/session/info/"+held.Session.ID {
+		if r.path == "/v1/session/info/"+held.ID {
 			t.Fatalf("the waiter read the holder's session (%s) for a lock-delay its value carries", r)
 		}
 	}
 }
 
-// With a watch client of its own the hold's watch keeps its blocking query
-// on its own connection, and the release goes over a connection the
-// acquisition left idle: no new connection (a TCP, with TLS also a TLS,
-// handshake) on the hand-over's path.
-func TestHold_releaseGoesOverAnIdleConnection(t *testing.T) {
-	_, key, ctx := holdTest(t)
-	proxy := newRequestLog(t)
-	client := func() *consul.Client {
-		c, err := consul.New(consul.Settings{Address: proxy.addr, Token: agent.ManagementToken})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	h, err := acquireHold(ctx, client(), holdOptions(t, key), WithWatchClient(client()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(proxy.keyReads(key)) == 0 || !proxy.keyReads(key)[len(proxy.keyReads(key))-1].query.Has("consistent") {
-		time.Sleep(5 * time.Millisecond) // until the watch blocks
-	}
-	unlock(t, h)
+// holdProfile is the profile the protocol tests' sessions are created
+// from: TTL 10s, lock-delay 15s.
+func holdProfile() lockmodel.Profile {
+	return lockmodel.SessionProfile{Name: "hold", TTL: 10 * time.Second, LockDelay: 15 * time.Second}.Resolve()
+}
 
-	proxy.mu.Lock()
-	defer proxy.mu.Unlock()
-	seen := map[string]bool{}
-	for _, r := range proxy.reqs {
-		if r.method == http.MethodPut && r.path == "/v1/kv/"+key && r.query.Has("release") {
-			if !seen[r.remote] {
-				t.Fatalf("the release came over a new connection (%s); connections open before: %v", r.remote, seen)
-			}
-			return
-		}
-		seen[r.remote] = true
-	}
-	t.Fatalf("no release of %s seen", key)
+// holdLock is a mutex whose waiters race on key.
+func holdLock(key string) lockmodel.Lock {
+	return lockmodel.Lock{Name: "hold", Prefix: key, Key: key, Limit: 1}
 }

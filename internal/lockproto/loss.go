@@ -170,3 +170,25 @@ func suffix(detail string) string {
 // LastContact is the send time of the latest renewal Consul answered (or
 // the contact the judge started from).
 func (j *LossJudge) LastContact() time.Time { return j.lastContact }
+
+// LostError is an acquisition's error when the loss judge finds the lock
+// lost the moment it was acquired (no renewal for too long while
+// waiting). Its text is the judge's reason.
+type LostError struct{ Reason string }
+
+func (e *LostError) Error() string { return e.Reason }
+
+// SessionGone is the error of an acquisition whose session ended while it
+// waited (a renewal answered 404): it wraps ErrSessionInvalid, with what
+// the renewer saw.
+func SessionGone(detail string) error {
+	if detail == "" {
+		return ErrSessionInvalid
+	}
+	return &sessionGoneError{detail: detail}
+}
+
+type sessionGoneError struct{ detail string }
+
+func (e *sessionGoneError) Error() string { return ErrSessionInvalid.Error() + " (" + e.detail + ")" }
+func (e *sessionGoneError) Unwrap() error { return ErrSessionInvalid }

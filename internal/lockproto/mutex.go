@@ -38,7 +38,7 @@ type mutex struct {
 	// token): Watch blocks on it from its first read, since the
 	// acquisition's own answer showed the key held at that index.
 	acquired uint64
-	// watchC, when set, is the client Watch uses (WithWatchClient).
+	// watchC, when set, is the client Watch uses (Settings.WatchClient).
 	watchC *consul.Client
 	// holderSeen is the last session seen holding the key (race), for
 	// PlaceInQueue, which leaves the holder's own entry out of the queue.
@@ -47,20 +47,18 @@ type mutex struct {
 	// (followQueue, waiters = "handoff"), so that the release does not
 	// wait for a listing.
 	queueSeen atomic.Pointer[api.KVPairs]
-	// clock dates the hand-off (WithClock).
+	// clock dates the hand-off (Settings.Clock).
 	clock lockmodel.Clock
 	// try: a race returns ErrLocked when it sees the key held by another
-	// session (WithTry).
+	// session (Settings.Try).
 	try bool
-	// blockingKey: every acquisition reads it (WithBlockingKey); "" for
+	// blockingKey: every acquisition reads it (Settings.BlockingKey); "" for
 	// none.
 	blockingKey string
 	// blocked: the acquisition found blockingKey; the release then hands
 	// nothing over (the next in line would find it too).
 	blocked bool
 }
-
-func (m *mutex) watchVia(c *consul.Client) { m.watchC = c }
 
 func (m *mutex) Key() string { return m.lock.Key }
 
@@ -171,7 +169,7 @@ func (r *racer) attempt(ctx context.Context, holder func() []byte, entry *string
 	m := r.m
 	acquired, ok, err := m.lockTxn(ctx, m.pair(r.s, lockmodel.WithLockDelay(holder(), m.declaredDelay)), entry)
 	switch {
-	case errors.Is(err, ErrBlocked): // taken: AcquireHold gives it up
+	case errors.Is(err, ErrBlocked): // taken: the holder gives it up
 		m.acquired, m.blocked = acquired.ModifyIndex, true
 		return Grant{FencingToken: acquired.ModifyIndex, LockIndex: acquired.LockIndex, Seen: seen}, false, err
 	case errors.Is(err, ErrSessionInvalid):

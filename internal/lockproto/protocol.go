@@ -36,21 +36,49 @@ type Protocol interface {
 	// next holder starts without lock-delay. released is false when s did
 	// not hold it; then nothing changed.
 	Release(ctx context.Context, s *Session, holder []byte) (released bool, err error)
-	// ownerKey is the key s holds while it holds the lock (Hold.IsOwner).
+	// ownerKey is the key s holds while it holds the lock (the fence).
 	ownerKey(s *Session) string
 }
 
-// New picks the protocol of lock l (normalised).
-func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger) Protocol {
-	if l.IsSemaphore() {
-		return &semaphore{c: c, lock: l, declaredDelay: declaredDelay, prefix: l.Prefix, log: log}
-	}
-	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log}
+// Settings are an acquisition's choices besides the lock (the runner's;
+// the zero value waits for the lock as Consul's api.Lock does).
+type Settings struct {
+	// Try has a mutex whose waiters race return ErrLocked as soon as it
+	// sees the key held by another session, on the first read or after a
+	// lock op that lost, instead of waiting with its session (etcd
+	// concurrency's TryLock). A key free but in its lock-delay is still
+	// waited out. Queued mutexes and semaphores wait as without it.
+	Try bool
+	// BlockingKey, when set, is read at every acquisition's own Raft
+	// index: the lock op's (or semaphore admission's) transaction also
+	// reads it (a get-tree op, which key read allows; a check-not-exists
+	// op would need key write), so no read follows the acquisition. When
+	// it exists, Acquire gives the lock up and returns ErrBlocked. A lock
+	// handed over (waiters = "handoff") is taken in the previous holder's
+	// transaction: its new holder reads the key consistently once. The
+	// token needs read on it.
+	BlockingKey string
+	// Clock dates what other processes compare with their own clocks: the
+	// hand-off's started (waiters = "handoff"). Nil: the system's.
+	Clock lockmodel.Clock
+	// WatchClient, when set, is the client Watch uses: one with
+	// connections of its own (the same settings), so that the blocking
+	// query keeps its connection busy while the lock is held and the
+	// release goes over the connection the acquisition left idle instead
+	// of dialling one (a TCP, and with TLS a TLS, handshake on the
+	// hand-over's path).
+	WatchClient *consul.Client
 }
 
-// watchVia is implemented by the protocols: their Watch then uses c, a
-// client with connections of its own (WithWatchClient).
-type watchVia interface{ watchVia(c *consul.Client) }
+// New picks the protocol of lock l (normalised), acquired as set says.
+func New(c *consul.Client, l lockmodel.Lock, declaredDelay time.Duration, log *slog.Logger, set Settings) Protocol {
+	if l.IsSemaphore() {
+		return &semaphore{c: c, lock: l, declaredDelay: declaredDelay, prefix: l.Prefix, log: log,
+			watchC: set.WatchClient, blockingKey: set.BlockingKey}
+	}
+	return &mutex{c: c, lock: l, declaredDelay: declaredDelay, log: log,
+		watchC: set.WatchClient, clock: set.Clock, try: set.Try && !l.Queued(), blockingKey: set.BlockingKey}
+}
 
 // Grant is what an acquisition returns.
 type Grant struct {
@@ -125,7 +153,7 @@ func runLockTxn(ctx context.Context, c *consul.Client, ops api.TxnOps, key strin
 	return entry, true, nil
 }
 
-// blockOps is the read of a blocking key (WithBlockingKey) in an
+// blockOps is the read of a blocking key (Settings.BlockingKey) in an
 // acquisition's transaction: a get-tree, which never fails the transaction
 // (an absent key lists nothing; one the token may not read is left out of
 // the results); none for "".
@@ -153,14 +181,14 @@ func blocked(ops api.TxnOps, results api.TxnResults) bool {
 }
 
 // ErrBlocked: the hold's blocking key existed at the acquisition
-// (WithBlockingKey); the lock was given up.
+// (Settings.BlockingKey); the lock was given up.
 var ErrBlocked = errors.New("the lock's blocking key exists")
 
 // ErrSessionInvalid: Consul refused an acquisition because the session no
 // longer exists (consul.KindSessionInvalid).
 var ErrSessionInvalid = errors.New("the session no longer exists")
 
-// ErrLocked: with WithTry, the mutex key is held by another session (etcd
+// ErrLocked: with Settings.Try, the mutex key is held by another session (etcd
 // concurrency's ErrLocked). The hold has ended its session without a
 // release: it never held the key.
 var ErrLocked = errors.New("the lock is held by another session")

@@ -274,7 +274,7 @@ func (m *mutex) handOffTo(ctx context.Context, s *Session, holder []byte, pairs 
 // handedOver is the grant of a lock whose previous holder handed it to
 // this waiter (handOff), read consistently at the key's ModifyIndex: the
 // hand-off's Raft index, the fencing token. The hand-off was the previous
-// holder's transaction, so a blocking key (WithBlockingKey) is read here,
+// holder's transaction, so a blocking key (Settings.BlockingKey) is read here,
 // consistently: ErrBlocked, with the grant, when it exists. A read that
 // fails keeps the lock (logged): the caller checked the key before it
 // waited, and a key the token may not read is not listed by the

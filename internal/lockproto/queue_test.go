@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func TestMutexQueue_entryWhileWaitingDeletedByTheAcquisition(t *testing.T) {
 	holder, waiter, leaver := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
 	kv := agent.Client().KV()
 
-	if _, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, holder, func() []byte { return []byte("holder") }); err != nil {
+	if _, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Acquire(ctx, holder, func() []byte { return []byte("holder") }); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -67,7 +68,7 @@ func TestMutexQueue_entryWhileWaitingDeletedByTheAcquisition(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		g, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, waiter, func() []byte { return []byte(`{"node":"waiter"}`) })
+		g, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Acquire(ctx, waiter, func() []byte { return []byte(`{"node":"waiter"}`) })
 		done <- result{g, err}
 	}()
 	entry := lockmodel.WaiterQueueEntryKey(l, waiter.ID)
@@ -91,7 +92,7 @@ func TestMutexQueue_entryWhileWaitingDeletedByTheAcquisition(t *testing.T) {
 	lctx, lcancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() {
-		_, err := New(c, l, p.LockDelay, discardLog()).Acquire(lctx, leaver, func() []byte { return []byte("leaver") })
+		_, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Acquire(lctx, leaver, func() []byte { return []byte("leaver") })
 		left <- err
 	}()
 	leaverEntry := lockmodel.WaiterQueueEntryKey(l, leaver.ID)
@@ -149,7 +150,7 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 		}
 	}
 
-	holderGrant, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, holder, value("holder"))
+	holderGrant, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Acquire(ctx, holder, value("holder"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 		err error
 	}
 	wait := func(s *Session, node string) (Protocol, chan result) {
-		proto := New(c, l, p.LockDelay, discardLog())
+		proto := New(c, l, p.LockDelay, discardLog(), Settings{})
 		done := make(chan result, 1)
 		go func() {
 			g, err := proto.Acquire(ctx, s, value(node))
@@ -173,7 +174,7 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 
 	// A session that does not hold the lock (a waiter leaving) hands
 	// nothing over.
-	if released, err := New(c, l, p.LockDelay, discardLog()).Release(ctx, second, value("second")()); err != nil || released {
+	if released, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Release(ctx, second, value("second")()); err != nil || released {
 		t.Fatalf("Release by a waiter = %v, %v; want false: it does not hold the lock", released, err)
 	}
 	if pair, _, _ := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true}); pair == nil || pair.Session != holder.ID {
@@ -181,7 +182,7 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 	}
 
 	handOffStarted := time.Now()
-	if released, err := New(c, l, p.LockDelay, discardLog()).Release(ctx, holder, value("holder")()); err != nil || !released {
+	if released, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Release(ctx, holder, value("holder")()); err != nil || !released {
 		t.Fatalf("Release by the holder = %v, %v; want true", released, err)
 	}
 	handedAt, _, err := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
@@ -220,29 +221,50 @@ func TestMutexHandOff_releaseGivesTheLockToTheFirstInLine(t *testing.T) {
 	}
 }
 
-// A handoff holder hands over from the queue listing it kept while
+// A handoff holder hands over from the queue listing its watch kept while
 // holding (followQueue); when that listing is stale (its first waiter left
 // since), the refused transaction is tried once more on a fresh listing,
-// so the lock still goes to the waiter now first, and releasing is not a
-// loss for the hold.
-func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
+// so the lock still goes to the waiter now first, and the holder's watch
+// saw no loss before its own release. (The hold that gives the lock up as
+// here is package concurrency's; this is its protocol.)
+func TestMutexHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	c, l := queuedFixture(t)
 	l.Waiters = lockmodel.WaitersHandOff
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o := holdOptions(t, l.Key)
-	o.Lock, o.Profile.TTL, o.Profile.LockDelay = l, 10*time.Second, time.Second
-	o.Value = func() []byte { return []byte(`{"node":"holder","pid":1,"started":"2026-01-01T00:00:00Z"}`) }
-	h, err := acquireHold(ctx, c, o)
-	if err != nil {
+	p := holdProfile()
+	p.TTL, p.LockDelay = 10*time.Second, time.Second
+	holderValue := []byte(`{"node":"holder","pid":1,"started":"2026-01-01T00:00:00Z"}`)
+	holder := newSession(ctx, t, c, "", p)
+	proto := New(c, l, p.LockDelay, discardLog(), Settings{})
+	if _, err := proto.Acquire(ctx, holder, func() []byte { return holderValue }); err != nil {
 		t.Fatal(err)
 	}
-	m, ok := h.proto.(*mutex)
+	m, ok := proto.(*mutex)
 	if !ok {
-		t.Fatalf("protocol %T; want the mutex", h.proto)
+		t.Fatalf("protocol %T; want the mutex", proto)
 	}
+	// The holder's watch, as a hold runs it: what it sees before the
+	// holder gives the lock up (ending) would be a loss.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var ending atomic.Bool
+	obs := make(chan Observation, 16)
+	go func() {
+		proto.Watch(wctx, holder, obs)
+		close(obs)
+	}()
+	lostWhileHeld := make(chan []Observation, 1)
+	go func() {
+		var lost []Observation
+		for o := range obs {
+			if o.Kind == ObsKeyLost && !ending.Load() {
+				lost = append(lost, o)
+			}
+		}
+		lostWhileHeld <- lost
+	}()
 	kv := agent.Client().KV()
-	p := o.Profile
 	leaver, waiter := newSession(ctx, t, c, "", p), newSession(ctx, t, c, "", p)
 	value := func(node string) func() []byte {
 		return func() []byte { return []byte(`{"node":"` + node + `","pid":2,"started":"2026-01-01T00:00:00Z"}`) }
@@ -250,7 +272,7 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	lctx, lcancel := context.WithCancel(ctx)
 	leaverDone := make(chan error, 1)
 	go func() {
-		_, err := New(c, l, p.LockDelay, discardLog()).Acquire(lctx, leaver, value("leaver"))
+		_, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Acquire(lctx, leaver, value("leaver"))
 		leaverDone <- err
 	}()
 	waitFor(t, func() bool {
@@ -266,7 +288,7 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	}
 	waiterDone := make(chan result, 1)
 	go func() {
-		g, err := New(c, l, p.LockDelay, discardLog()).Acquire(ctx, waiter, value("waiter"))
+		g, err := New(c, l, p.LockDelay, discardLog(), Settings{}).Acquire(ctx, waiter, value("waiter"))
 		waiterDone <- result{g, err}
 	}()
 	waitFor(t, func() bool {
@@ -283,7 +305,13 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	})
 	m.queueSeen.Store(stale) // as if the leaver's going had not reached the holder yet
 
-	unlock(t, h)
+	// The holder gives the lock up as a hold does: ending, the watch
+	// stopped, then the release.
+	ending.Store(true)
+	stopWatch()
+	if released, err := proto.Release(ctx, holder, holderValue); err != nil || !released {
+		t.Fatalf("the holder's release = %v, %v; want the lock released (handed over)", released, err)
+	}
 	pair, _, err := kv.Get(l.Key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil || pair == nil || pair.Session != waiter.ID {
 		t.Fatalf("lock key after the release: %+v (%v); want it handed to the waiter now first (%s)", pair, err, waiter.ID)
@@ -295,10 +323,8 @@ func TestHoldHandOff_aStaleKeptListingIsListedAgain(t *testing.T) {
 	if r.g.Value == nil {
 		t.Fatalf("the waiter's grant %+v came from a lock op of its own; want the lock handed to it", r.g)
 	}
-	select {
-	case <-h.Done():
-		t.Fatalf("the hold reports a loss after its own release: %s", h.Reason())
-	default:
+	if lost := <-lostWhileHeld; len(lost) != 0 {
+		t.Fatalf("the holder's watch saw the lock lost before its own release: %+v", lost)
 	}
 }
 

@@ -54,16 +54,14 @@ type semaphore struct {
 	declaredDelay time.Duration
 	prefix        string
 	log           *slog.Logger
-	// watchC, when set, is the client Watch uses (WithWatchClient).
+	// watchC, when set, is the client Watch uses (Settings.WatchClient).
 	watchC *consul.Client
-	// blockingKey: every admission reads it (WithBlockingKey); "" for
+	// blockingKey: every admission reads it (Settings.BlockingKey); "" for
 	// none.
 	blockingKey string
 }
 
 func (m *semaphore) Key() string { return m.lock.Key }
-
-func (m *semaphore) watchVia(c *consul.Client) { m.watchC = c }
 
 func (m *semaphore) contenderKey(s *Session) string { return m.prefix + "/" + s.ID }
 
@@ -220,7 +218,7 @@ func (m *semaphore) join(ctx context.Context, s *Session, contender *api.KVPair,
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: m.lock.Key, Value: table, Flags: lockmodel.SemaphoreFlagValue, Index: tableIndex}},
 	}
 	entry, ok, err := runLockTxn(ctx, m.c, append(ops, blockOps(m.blockingKey)...), contender.Key)
-	if errors.Is(err, ErrBlocked) { // admitted: AcquireHold gives the slot up
+	if errors.Is(err, ErrBlocked) { // admitted: the holder gives the slot up
 		return Grant{FencingToken: entry.ModifyIndex, LockIndex: entry.LockIndex}, true, err
 	}
 	if err != nil || !ok {

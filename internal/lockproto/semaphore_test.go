@@ -59,7 +59,7 @@ func TestSemaphore_tokenIsTheAdmissionsOwnWriteWithAFixedValue(t *testing.T) {
 	c, l := semaphoreFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, ok := New(c, l, time.Second, discardLog()).(*semaphore)
+	m, ok := New(c, l, time.Second, discardLog(), Settings{}).(*semaphore)
 	if !ok {
 		t.Fatal("New did not return the semaphore protocol for a lock with limit > 1")
 	}
@@ -132,7 +132,7 @@ func TestSemaphore_waiterCountsADeadHoldersOwnLockDelay(t *testing.T) {
 		v, _ := json.Marshal(lockmodel.HolderValue{Node: elsewhere, PID: 1, Started: time.Now().UTC(), Lock: l.Name})
 		return v
 	}
-	holders := New(c, l, holderDelay, discardLog())
+	holders := New(c, l, holderDelay, discardLog(), Settings{})
 	h1 := newSession(ctx, t, c, elsewhere, semaphoreProfile(holderDelay))
 	h2 := newSession(ctx, t, c, elsewhere, semaphoreProfile(holderDelay))
 	for _, s := range []*Session{h1, h2} {
@@ -173,7 +173,7 @@ func TestSemaphore_waiterCountsADeadHoldersOwnLockDelay(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		g, err := New(wc, l, waiterDelay, log).Acquire(ctx, w, holderValue)
+		g, err := New(wc, l, waiterDelay, log, Settings{}).Acquire(ctx, w, holderValue)
 		done <- result{g, time.Now(), err}
 	}()
 	select {

@@ -78,7 +78,7 @@ const heldLockKey = "held_lock"
 // releaseHeld releases the lock, so the next holder starts without
 // lock-delay, then destroys the session; it returns the failures.
 func releaseHeld(ctx context.Context, c *consul.Client, h heldLock, log *slog.Logger) (releaseErr, destroyErr error) {
-	proto := lockproto.New(c, h.Lock, h.Profile.LockDelay, log)
+	proto := lockproto.New(c, h.Lock, h.Profile.LockDelay, log, lockproto.Settings{})
 	_, releaseErr = proto.Release(ctx, &lockproto.Session{ID: h.Session}, h.Value)
 	destroyErr = lockproto.DestroySession(ctx, c, h.Session)
 	return releaseErr, destroyErr
@@ -258,7 +258,7 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	hold.Orphan()
 	// The contact deadline runs from the hold's latest renewal, which may
 	// be long after the session's creation when Open waited.
-	held := heldLock{Session: hold.SessionID(), Lock: l, Profile: profile, Value: hold.Value(), LastRenewal: hold.LastRenewal()}
+	held := heldLock{Session: hold.Session().ID, Lock: l, Profile: profile, Value: hold.Value(), LastRenewal: hold.LastContact()}
 	rule := lockmodel.NewStopRule(profile, 0)
 	resp.RenewAt = held.LastRenewal.Add(rule.RenewEvery)
 	data, _ := json.Marshal(held) // plain struct: cannot fail
@@ -269,13 +269,13 @@ func (e *lockEphemeral) Open(ctx context.Context, req ephemeral.OpenRequest, res
 	})
 
 	m.Key = types.StringValue(l.Key)
-	m.Session = types.StringValue(hold.SessionID())
-	m.FencingToken = types.Int64Value(int64(hold.FencingToken()))
-	m.LockIndex = types.Int64Value(int64(hold.LockIndex()))
+	m.Session = types.StringValue(hold.Session().ID)
+	m.FencingToken = types.Int64Value(int64(hold.Grant().FencingToken))
+	m.LockIndex = types.Int64Value(int64(hold.Grant().LockIndex))
 	resp.Diagnostics.Append(resp.Result.Set(ctx, &m)...)
-	tflog.Info(ctx, "lock acquired", map[string]any{"key": l.Key, "session": hold.SessionID(), "fencing_token": hold.FencingToken()})
+	tflog.Info(ctx, "lock acquired", map[string]any{"key": l.Key, "session": hold.Session().ID, "fencing_token": hold.Grant().FencingToken})
 	if resp.Diagnostics.HasError() {
-		hold.Close(context.WithoutCancel(ctx)) //nolint:errcheck // the session ends by TTL otherwise
+		hold.Unlock(context.WithoutCancel(ctx)) //nolint:errcheck // the session ends by TTL otherwise
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/holdersvc"
+	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 
@@ -90,12 +91,12 @@ func newHolderService(r *runner) *holderService {
 
 // start registers the holder's instance and keeps it in a goroutine that
 // wait (or withdraw) ends. Called once, by the supervisor.
-func (hs *holderService) start(h *lockproto.Hold) {
+func (hs *holderService) start(h libhold.Held) {
 	if hs == nil {
 		return
 	}
 	hs.started = true
-	holder := holdersvc.Identity{Lock: hs.r.lock.Name, Session: h.Session.ID, FencingToken: h.Grant.FencingToken, Node: h.Session.Node, PID: os.Getpid()}
+	holder := holdersvc.Identity{Lock: hs.r.lock.Name, Session: h.Session().ID, FencingToken: h.Grant().FencingToken, Node: h.Session().Node, PID: os.Getpid()}
 	in := hs.spec.Instance(holder, hs.check, hs.r.cfg.serviceAddress, hs.r.cfg.servicePort)
 	go hs.keep(in, h)
 }
@@ -109,14 +110,14 @@ func (hs *holderService) start(h *lockproto.Hold) {
 // are deregistered all the same). Agent registrations need none: the
 // agent's TTL check, or its node's serfHealth, took theirs out of DNS
 // before this holder could acquire.
-func (hs *holderService) reap(h *lockproto.Hold) {
+func (hs *holderService) reap(h libhold.Held) {
 	if hs == nil || hs.catalogNode == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lockproto.CleanupTimeout)
 	defer cancel()
 	log, c, start := hs.r.log, hs.r.client, time.Now()
-	stale, err := store.New(c).StaleHolderInstances(ctx, hs.spec.Name, hs.r.lock.Name, hs.r.lock.Limit, h.Session.ID)
+	stale, err := store.New(c).StaleHolderInstances(ctx, hs.spec.Name, hs.r.lock.Name, hs.r.lock.Limit, h.Session().ID)
 	if err != nil {
 		log.Error("cannot list every former holder's instance; DNS may name a former holder", "error", err.Error())
 	}
@@ -172,7 +173,7 @@ func (hs *holderService) wait() {
 // latency, and passes its check at once on the hold's last confirmed
 // contact (when PassAllowed), then after each renewal; on withdraw it
 // deregisters.
-func (hs *holderService) keep(in holdersvc.Instance, h *lockproto.Hold) {
+func (hs *holderService) keep(in holdersvc.Instance, h libhold.Held) {
 	defer close(hs.done)
 	log, c := hs.r.log.With("service_id", in.ID), hs.r.client
 	ctx, cancel := context.WithCancel(context.Background())

@@ -241,8 +241,8 @@ func (s *supervisor) runHook(ctx context.Context) {
 	if s.ch == nil || s.hook == nil {
 		return
 	}
-	env := []string{EnvNode + "=" + s.hold.Session.Node,
-		EnvFencingToken + "=" + strconv.FormatUint(s.hold.Grant.FencingToken, 10),
+	env := []string{EnvNode + "=" + s.hold.Session().Node,
+		EnvFencingToken + "=" + strconv.FormatUint(s.hold.Grant().FencingToken, 10),
 		EnvOutcomeRecorded + "=" + strconv.FormatBool(s.hook.recorded)}
 	if s.hook.exitCode != nil {
 		env = append(env, EnvExitCode+"="+strconv.Itoa(*s.hook.exitCode))

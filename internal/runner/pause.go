@@ -16,7 +16,7 @@ import (
 // Pause (record.Pause): a runner that finds its lock paused at start
 // does not run the command; a waiter leaves when the pause appears, and
 // its acquisition reads the pause record in its own transaction
-// (lockproto.WithBlockingKey): found there, the lock is given up and the
+// (lockproto.Settings.BlockingKey): found there, the lock is given up and the
 // command does not run. So a pause written just before the acquisition,
 // before the waiter's watch saw it, is never missed, and the hand-over
 // has no read after the lock op (a lock handed over by waiters = "handoff"

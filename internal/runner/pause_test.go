@@ -276,7 +276,7 @@ session_prefix "" { policy = "read" }
 // A waiter that takes a declared lock over starts its command with no
 // request after its lock transaction: that the lock is not paused is
 // checked in the transaction itself (a check-not-exists op on the pause
-// record, lockproto.WithBlockingKey), not by reading the record after it.
+// record, lockproto.Settings.BlockingKey), not by reading the record after it.
 func TestPause_aHandOverReadsNoPauseRecordAfterTheLockOp(t *testing.T) {
 	t.Parallel()
 	l := declare(t, lockmodel.Lock{Name: uniqueName(t, "lock"), Prefix: uniqueName(t, "prefix")}, fastProfile(t, time.Second))

@@ -5,11 +5,12 @@
 // lost, and on exit releases the lock before it destroys the session.
 //
 // Observe, decide, act: the renewer and the watcher observe, the loss
-// judge decides (all three held together by lockproto.Hold, shared with
-// the controller's leader election and the ephemeral lock), and the
-// supervisor (supervisor.go) acts on the command. Every goroutine belongs
-// to the hold or the supervisor and is stopped and waited for before Main
-// returns.
+// judge decides (all three held together by the public library's session
+// and hold, package concurrency, reached through internal/libhold and
+// shared with the controller's leader election and the ephemeral lock),
+// and the supervisor (supervisor.go) acts on the command. Every goroutine
+// belongs to the hold or the supervisor and is stopped and waited for
+// before Main returns.
 package runner
 
 import (
@@ -26,7 +27,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	_ "github.com/consullock/terraform-provider-consullock/concurrency" // sets libhold.Acquire
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
+	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/logformat"
@@ -89,7 +92,7 @@ type runner struct {
 
 	client *consul.Client
 	// watchClient has connections of its own for the hold's watch, so
-	// that the release finds client's connection idle (lockproto.WithWatchClient).
+	// that the release finds client's connection idle (lockproto.Settings.WatchClient).
 	watchClient *consul.Client
 	lock        lockmodel.Lock // normalised
 	profile     lockmodel.Profile
@@ -108,7 +111,7 @@ type runner struct {
 	running atomic.Pointer[child]
 	// pauseReadable: the token may read the lock's pause record, so every
 	// acquisition reads it and gives the lock up while it exists
-	// (lockproto.WithBlockingKey).
+	// (lockproto.Settings.BlockingKey).
 	pauseReadable bool
 	// backfill: run by consullock backfill (backfill.go): a run skipped or
 	// replaced is run again, and run_once.overlap is not applied.
@@ -272,28 +275,26 @@ func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 // acquire waits for the lock with session first and, each time a session
 // ends while waiting, with a new one. The hold logs its observations
 // through logObservation. A run-once runner tries first
-// (lockproto.WithTry): one that loses the race for the free key ends its
+// (lockproto.Settings.Try): one that loses the race for the free key ends its
 // session and waits without one (waitWithoutSession), as one that found
 // the key held does.
-func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (*lockproto.Hold, error) {
+func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (libhold.Held, error) {
 	s := first
 	for {
-		opts := []lockproto.HoldOption{lockproto.WithWatchClient(r.watchClient), lockproto.WithObserver(r.logObservation),
-			lockproto.WithRuleWarned()} // setup warned with the runner's numbers
-		if r.once != nil && !r.once.outlived {
-			opts = append(opts, lockproto.WithTry())
-		}
+		set := lockproto.Settings{WatchClient: r.watchClient, Clock: r.cfg.clock, Try: r.once != nil && !r.once.outlived}
 		if r.pauseReadable {
-			opts = append(opts, lockproto.WithBlockingKey(record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)))
+			set.BlockingKey = record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)
 		}
 		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
 			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
 			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
 			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 		sess := s
-		opts = append(opts, lockproto.WithSession(s), lockproto.WithGrace(r.cfg.grace), lockproto.WithClock(r.cfg.clock),
-			lockproto.WithValue(func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) }), lockproto.WithLogger(r.holdLog))
-		h, err := lockproto.AcquireHold(ctx, r.client, r.lock, r.profile, opts...)
+		h, err := libhold.Acquire(ctx, r.client, r.lock, r.profile, libhold.Options{
+			Session: s, Grace: r.cfg.grace, Protocol: set, Observer: r.logObservation, Log: r.holdLog,
+			RuleWarned: true, // setup warned with the runner's numbers
+			Value:      func() []byte { return r.holderValue(sess, r.cfg.clock.Now()) },
+		})
 		switch {
 		case err == nil:
 			return h, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/holder"
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
@@ -95,7 +96,7 @@ func (c *ledgerCopy) set(l ledger.Ledger, index, asOf uint64, ok bool) {
 }
 
 // watchedCopy is the waiter's copy of the ledger when it is at least as
-// new as the acquisition's view (h.Grant.Seen, the read of the lock key
+// new as the acquisition's view (h.Grant().Seen, the read of the lock key
 // that showed it free before the lock op), saving the holder its
 // consistent read. Why that is enough: every ledger write of a holder
 // (BeginRun, FinishRunAndRelease) commits only while its session holds
@@ -112,11 +113,11 @@ func (c *ledgerCopy) set(l ledger.Ledger, index, asOf uint64, ok bool) {
 // won, or a ledger last written before the key was freed: a plain
 // release) is not used: a stale check-and-set costs a refused
 // transaction, a Raft write, where the read costs a read.
-func (r *runner) watchedCopy(h *lockproto.Hold) (ledger.Ledger, uint64, bool) {
+func (r *runner) watchedCopy(h libhold.Held) (ledger.Ledger, uint64, bool) {
 	c := &r.once.watched
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ok || h.Grant.Seen == 0 || c.asOf < h.Grant.Seen {
+	if !c.ok || h.Grant().Seen == 0 || c.asOf < h.Grant().Seen {
 		return ledger.Ledger{}, 0, false
 	}
 	return c.ledger, c.index, true
@@ -267,16 +268,16 @@ type decision struct {
 // Run.Begin: a lost check-and-set is decided again on a fresh read, a
 // transient failure tried again while the hold lasts; ctx ends when it is
 // lost).
-func (r *runner) decide(ctx context.Context, h *lockproto.Hold) decision {
+func (r *runner) decide(ctx context.Context, h libhold.Held) decision {
 	var start *runonce.Copy
 	if l, index, fresh := r.watchedCopy(h); fresh {
-		r.log.Debug("deciding on the watched copy of the run ledger", "index", index, "seen", h.Grant.Seen)
+		r.log.Debug("deciding on the watched copy of the run ledger", "index", index, "seen", h.Grant().Seen)
 		start = &runonce.Copy{Ledger: l, Index: index}
 	}
 	run := r.ledgerRun()
 	d, err := run.Begin(ctx, runonce.Tenure{
 		Fence:  h.IsOwner(),
-		Holder: holder.Holder{Node: h.Session.Node, Session: h.Session.ID, FencingToken: h.Grant.FencingToken},
+		Holder: holder.Holder{Node: h.Session().Node, Session: h.Session().ID, FencingToken: h.Grant().FencingToken},
 	}, start)
 	return decision{Decision: d, err: err}
 }

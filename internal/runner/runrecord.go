@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
-	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/runonce"
 )
 
@@ -23,11 +23,11 @@ import (
 // Consul answers that the session no longer holds the lock or 2 x TTL has
 // passed since the last confirmed renewal, then records the outcome by
 // check-and-set. The loss's reason, read at each write, is the attempt's.
-func (r *runner) finishRun(ctx context.Context, h *lockproto.Hold, outcome ledger.RunOutcome, exitCode *int) (released, recorded bool) {
+func (r *runner) finishRun(ctx context.Context, h libhold.Held, outcome ledger.RunOutcome, exitCode *int) (released, recorded bool) {
 	run := r.ledgerRun()
 	run.Attempt, run.Ledger, run.Index = r.once.attempt, r.once.ledger, r.once.index
 	return run.Finish(ctx, runonce.Tenure{
 		Fence: h.IsOwner(), LastContact: h.LastContact(), TTL: r.profile.TTL, LockDelay: r.profile.LockDelay,
-		Flags: r.lock.Flags(), Value: h.Value, Reason: h.Reason,
+		Flags: r.lock.Flags(), Value: h.Value(), Reason: h.Reason,
 	}, r.once.result(outcome, exitCode, ""))
 }

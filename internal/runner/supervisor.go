@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/consullock/terraform-provider-consullock/internal/ledger"
+	"github.com/consullock/terraform-provider-consullock/internal/libhold"
 	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
 	"github.com/consullock/terraform-provider-consullock/internal/record"
 	"github.com/consullock/terraform-provider-consullock/internal/store"
@@ -31,7 +32,7 @@ const (
 	draining                 // the command exited; what it left in its group is being ended
 )
 
-// supervisor runs the command under the lock. The hold (lockproto.Hold)
+// supervisor runs the command under the lock. The hold (libhold.Held)
 // renews the session, watches the key, judges loss with the stop rule and
 // releases before it destroys; the supervisor waits for it, starts the
 // command, stops the command when the lock is lost, and gives the lock up
@@ -105,7 +106,7 @@ type supervisor struct {
 	abortCode  int  // a signal or cancellation ended deciding
 	childCode  *int // the command's own exit code, when it exited by itself
 
-	hold       *lockproto.Hold
+	hold       libhold.Held
 	acquiredAt time.Time
 	ch         *child
 	exited     bool // the command has exited and been reaped
@@ -131,7 +132,7 @@ type supervisor struct {
 }
 
 type acquireResult struct {
-	hold *lockproto.Hold
+	hold libhold.Held
 	err  error
 }
 
@@ -297,7 +298,7 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 			if released {
 				// The outcome's transaction released the lock.
 				if err := s.hold.Close(ctx); err != nil {
-					s.r.holdLog.Warn("ending the session failed", "session", s.hold.Session.ID, "error", err.Error())
+					s.r.holdLog.Warn("ending the session failed", "session", s.hold.Session().ID, "error", err.Error())
 				}
 				return code
 			}
@@ -318,9 +319,9 @@ func (s *supervisor) cleanup(ctx context.Context, code int) int {
 
 // unlock gives h up (Hold.Unlock) and logs what failed: the lock then
 // frees when the session ends.
-func (r *runner) unlock(ctx context.Context, h *lockproto.Hold) {
+func (r *runner) unlock(ctx context.Context, h libhold.Held) {
 	if err := h.Unlock(ctx); err != nil {
-		r.holdLog.Warn("giving the lock up failed", "session", h.Session.ID, "error", err.Error())
+		r.holdLog.Warn("giving the lock up failed", "session", h.Session().ID, "error", err.Error())
 	}
 }
 
@@ -367,7 +368,7 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 		return ExitSetup, true
 	}
 	s.hold, s.acquiredAt = res.hold, time.Now()
-	g, id := s.hold.Grant, s.hold.Session.ID
+	g, id := s.hold.Grant(), s.hold.Session().ID
 	log.Info("lock acquired", "session", id, "fencing_token", g.FencingToken, "lock_index", g.LockIndex,
 		"waited", time.Since(s.waitStart).Round(time.Millisecond))
 	if s.r.once != nil {
@@ -379,7 +380,7 @@ func (s *supervisor) onAcquired(ctx context.Context, res acquireResult) (int, bo
 
 // startCommand starts the command under the lock: holding.
 func (s *supervisor) startCommand() (int, bool) {
-	log, g, id := s.r.log, s.hold.Grant, s.hold.Session.ID
+	log, g, id := s.r.log, s.hold.Grant(), s.hold.Session().ID
 	s.r.holder.reap(s.hold) // agentless: former holders' instances leave DNS first
 	var out outputs
 	if s.r.once != nil && s.r.cfg.keepOutput > 0 {

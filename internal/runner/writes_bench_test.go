@@ -29,7 +29,7 @@ import (
 // with the release, one transaction; session destroy). A node that reads
 // the lock key free before the winner's lock op committed cannot know it
 // will lose: it creates a session (1) and ends it (1, destroy) when it
-// then sees the key held (lockproto.WithTry), 2; or 3 when its own lock
+// then sees the key held (lockproto.Settings.Try), 2; or 3 when its own lock
 // op went out first and was refused (a refused transaction is a Raft
 // entry still). It then waits without a session. A node that first reads
 // the key held needs no session to wait: the release and the outcome are
