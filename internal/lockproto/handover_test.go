@@ -4,11 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,73 +13,8 @@ import (
 
 	"github.com/consullock/terraform-provider-consullock/internal/consul"
 	"github.com/consullock/terraform-provider-consullock/internal/lockmodel"
+	"github.com/consullock/terraform-provider-consullock/internal/testenv"
 )
-
-// requestLog is a proxy in front of the agent that records the requests
-// of the client behind it and can act before one is forwarded.
-type requestLog struct {
-	addr string
-	mu   sync.Mutex
-	reqs []loggedRequest
-	// before, when set, runs before a request is forwarded.
-	before func(method, path string)
-}
-
-type loggedRequest struct {
-	method, path string
-	query        url.Values
-	remote       string // the client's end of the connection
-}
-
-func newRequestLog(t *testing.T) *requestLog {
-	t.Helper()
-	target, err := url.Parse("http://" + agent.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &requestLog{}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		l.mu.Lock()
-		l.reqs = append(l.reqs, loggedRequest{method: r.Method, path: r.URL.Path, query: r.URL.Query(), remote: r.RemoteAddr})
-		before := l.before
-		l.mu.Unlock()
-		if before != nil {
-			before(r.Method, r.URL.Path)
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	l.addr = strings.TrimPrefix(srv.URL, "http://")
-	return l
-}
-
-// keyReads are the reads of key logged so far.
-func (l *requestLog) keyReads(key string) []loggedRequest {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []loggedRequest
-	for _, r := range l.reqs {
-		if r.method == http.MethodGet && r.path == "/v1/kv/"+key {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// waitKeyReads waits until n reads of key have been logged.
-func (l *requestLog) waitKeyReads(t *testing.T, key string, n int) []loggedRequest {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if reads := l.keyReads(key); len(reads) >= n {
-			return reads
-		}
-	}
-	t.Fatalf("%d reads of %s not seen; logged: %+v", n, key, l.keyReads(key))
-	return nil
-}
-
-func (r loggedRequest) String() string { return r.method + " " + r.path + "?" + r.query.Encode() }
 
 // A waiter that loses the race for a freed key (another session locked it
 // between the waiter's read and its lock transaction) waits on the new
@@ -116,15 +47,15 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 	}
 	lock(first)
 
-	proxy := newRequestLog(t)
+	proxy := testenv.NewRequestLog(t, agent.Addr)
 	var won *api.KVPair
 	var once sync.Once
-	proxy.before = func(method, path string) {
+	proxy.Before(func(method, path string) {
 		if method == http.MethodPut && path == "/v1/txn" {
 			once.Do(func() { won = lock(winner) }) // the race, lost on purpose
 		}
-	}
-	c, err := consul.New(consul.Settings{Address: proxy.addr, Token: agent.ManagementToken})
+	})
+	c, err := consul.New(consul.Settings{Address: proxy.Addr, Token: agent.ManagementToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,15 +74,15 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 		}
 	}()
 
-	proxy.waitKeyReads(t, key, 2) // the waiter blocks on the first holder
+	proxy.WaitKeyReads(t, key, 2) // the waiter blocks on the first holder
 	if _, _, err := direct.KV().Release(&api.KVPair{Key: key, Session: first, Flags: lockmodel.LockFlagValue}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Wake-up, the refused lock, its consistent read, then the wait.
-	reads := proxy.waitKeyReads(t, key, 4)
+	reads := proxy.WaitKeyReads(t, key, 4)
 	consistentAt := -1
 	for i, r := range reads {
-		if i >= 2 && r.query.Has("consistent") {
+		if i >= 2 && r.Query.Has("consistent") {
 			consistentAt = i
 			break
 		}
@@ -160,7 +91,7 @@ func TestMutex_aLostRaceWaitsFromItsOwnConsistentRead(t *testing.T) {
 		t.Fatalf("no consistent read after the refused lock followed by a wait; reads: %v", reads)
 	}
 	next, want := reads[consistentAt+1], strconv.FormatUint(won.ModifyIndex, 10)
-	if got := next.query.Get("index"); got != want {
+	if got := next.Query.Get("index"); got != want {
 		t.Fatalf("after the lost race the waiter read %s: want a blocking read at the winner's index %s (reads: %v)", next, want, reads)
 	}
 }
@@ -195,8 +126,8 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 		t.Fatalf("holder value %s: want lock_delay 15s (the session's), got %s %v", pair.Value, d, ok)
 	}
 
-	proxy := newRequestLog(t)
-	pc, err := consul.New(consul.Settings{Address: proxy.addr, Token: agent.ManagementToken})
+	proxy := testenv.NewRequestLog(t, agent.Addr)
+	pc, err := consul.New(consul.Settings{Address: proxy.Addr, Token: agent.ManagementToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,15 +138,13 @@ func TestMutex_waiterLearnsTheHoldersLockDelayFromItsValue(t *testing.T) {
 		_, err := New(pc, lock, p.LockDelay, discardLog(), Settings{}).Acquire(wctx, waiter, value)
 		done <- err
 	}()
-	proxy.waitKeyReads(t, key, 2) // waiting on the holder
+	proxy.WaitKeyReads(t, key, 2) // waiting on the holder
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the waiter acquired a held lock")
 	}
-	proxy.mu.Lock()
-	defer proxy.mu.Unlock()
-	for _, r := range proxy.reqs {
-		if r.path == "/v1/session/info/"+held.ID {
+	for _, r := range proxy.Requests() {
+		if r.Path == "/v1/session/info/"+held.ID {
 			t.Fatalf("the waiter read the holder's session (%s) for a lock-delay its value carries", r)
 		}
 	}
