@@ -336,7 +336,7 @@ func TestMutexQueue_aTokenThatMayNotDeleteItsEntryStillAcquires(t *testing.T) {
 	mgmt, l := queuedFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tok, err := agent.MintToken(strings.ReplaceAll(t.Name(), "/", "-"), `key "`+l.Key+`" { policy = "write" }
+	tok, err := agent.MintToken(testenv.UniquePrefix(t.Name()), `key "`+l.Key+`" { policy = "write" }
 session_prefix "" { policy = "write" }`, 0)
 	if err != nil {
 		t.Fatal(err)
