@@ -63,6 +63,10 @@ var transientMessages = []string{
 	// served a consistent read or a write (seen under a 2-core burst
 	// benchmark, the servers starved: a leader election).
 	"node is not the leader",
+	// structs.ErrNoServers: a client agent that knows no server to forward
+	// to (all of them failed its health checks: seen under a 2-core burst
+	// benchmark, servers starved through a leader election).
+	"No known Consul servers",
 }
 
 // isTransientServerError reports whether an HTTP 500 body (or an error

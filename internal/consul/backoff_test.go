@@ -34,6 +34,9 @@ func TestIsTransientText(t *testing.T) {
 		"rpc error making call: session shutdown",
 		"rpc error making call: connection reset",
 		"Unexpected response code: 500 (rpc error making call: node is not the leader)",
+		// A client agent whose servers all failed (a midnight burst of
+		// 300 runners starving a 3-server cluster on 2 cores).
+		"Unexpected response code: 500 (No known Consul servers)",
 		"Unexpected response code: 500 (rpc error making call: rpc error making call: write tcp 127.148.118.5:49885->127.148.118.2:37863: write: connection reset by peer)",
 		"Unexpected response code: 500 (rpc error making call: rpc error making call: write tcp 127.174.118.1:46163->127.174.118.4:37833: write: broken pipe)",
 		"Unexpected response code: 500 (rpc error making call: rpc error making call: write tcp 127.143.38.5:34477->127.143.38.2:35313: use of closed network connection)",

@@ -117,6 +117,7 @@ var notAppliedServerMessages = []string{
 	"Raft leader not found",
 	"rpc error getting client",
 	"connection refused",
+	"No known Consul servers",
 }
 
 // notApplied reports an answer that proves a write was not applied: rate

@@ -79,6 +79,7 @@ func TestRetryPolicy_unsafeWriteOnlyWhenNotApplied(t *testing.T) {
 		{"502 from a proxy", response(502, ""), nil, true, false},
 		{"504 from a proxy", response(504, ""), nil, true, false},
 		{"no leader", response(500, "No cluster leader"), nil, true, true},
+		{"no servers", response(500, "No known Consul servers"), nil, true, true},
 		{"rpc EOF", response(500, "rpc error making call: EOF"), nil, true, false},
 		{"rpc stream closed", response(500, "rpc error making call: stream closed"), nil, true, false},
 		{"leadership lost", response(500, "leadership lost while committing log"), nil, true, false},
