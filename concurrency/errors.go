@@ -1,12 +1,17 @@
 package concurrency
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/consullock/terraform-provider-consullock/internal/lockproto"
+)
 
 // Errors to test with errors.Is. Run once's mirror the exit codes of
 // `consullock run -run-id`.
 var (
-	// ErrLocked: TryLock found the mutex held by another session.
-	ErrLocked = errors.New("the lock is held by another session")
+	// ErrLocked: TryLock found the mutex held by another session. It is
+	// the protocol's own error, so one test covers both ways to find it.
+	ErrLocked = lockproto.ErrLocked
 	// ErrLockLost: the lock was lost while held (its key released,
 	// deleted or taken).
 	ErrLockLost = errors.New("the lock was lost")

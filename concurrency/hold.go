@@ -100,7 +100,7 @@ func (h *hold) acquire(ctx context.Context, try bool) error {
 // contender key exists. It returns err as the caller sees it.
 func (h *hold) failed(ctx context.Context, err error, value []byte) error {
 	gone := errors.Is(err, lockproto.ErrSessionInvalid) || errors.Is(h.s.Err(), lockproto.ErrSessionInvalid)
-	if !gone && !errors.Is(err, ErrLocked) && !errors.Is(err, lockproto.ErrLocked) {
+	if !gone && !errors.Is(err, ErrLocked) {
 		if value == nil {
 			value = h.s.holderValue(h.lock.Name)
 		}
