@@ -334,7 +334,7 @@ func (r *runner) doneBeforeSession(ctx context.Context) (int, bool) {
 		if code, stop := r.checkOverlap(ctx); stop {
 			return code, true
 		}
-		switch w, p := r.waitWhileHeld(ctx, ledgerIndex); w {
+		switch w, p := r.waitWhileHeld(ctx, ledgerIndex, spread && r.spreadsArrival()); w {
 		case keyFree:
 			if spread || !r.spreadsArrival() || !r.waitArrivalSpread(ctx) {
 				return 0, false
@@ -402,7 +402,7 @@ func (r *runner) waitWithoutSession(ctx context.Context, locked error) error {
 		}
 		return ctx.Err()
 	}
-	r.followHeldKey(ctx)
+	r.followHeldKey(ctx, false)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -439,8 +439,10 @@ const (
 // and the pause record with blocking queries, until the key changes, the
 // ledger shows the run done or a pause appears. Only a run-once mutex
 // whose waiters race waits so (a queued waiter needs its session for its
-// place in line). The time it waits counts against -timeout.
-func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait, record.Pause) {
+// place in line). The time it waits counts against -timeout. With
+// contenders, a key free on the first read is waited on too while another
+// runner's session is about to take it (followHeldKey).
+func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64, contenders bool) (keyWait, record.Pause) {
 	if r.lock.IsSemaphore() || r.lock.Queued() {
 		return keyFree, record.Pause{}
 	}
@@ -457,7 +459,7 @@ func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait
 	paused := make(chan record.Pause, 1)
 	var wg sync.WaitGroup
 	for _, follow := range []func(){
-		func() { ended <- r.followHeldKey(fctx) },
+		func() { ended <- r.followHeldKey(fctx, contenders) },
 		func() { r.followLedgerUntilDone(fctx, ledgerIndex); ended <- keyChanged },
 		func() { r.watchPause(fctx, paused); ended <- keyPaused },
 	} {
@@ -486,22 +488,98 @@ func (r *runner) waitWhileHeld(ctx context.Context, ledgerIndex uint64) (keyWait
 }
 
 // followHeldKey follows the lock key: keyFree when it is free at the first
-// answer, keyChanged when it changes after it was seen held.
-func (r *runner) followHeldKey(ctx context.Context) keyWait {
-	held := false
-	consul.FollowKey(ctx, r.client, r.lock.Key, "the lock key", 0, r.log, func(pair *api.KVPair, _ uint64) bool {
+// answer, keyChanged when it changes after it was seen held. With
+// contenders, a key free at the first answer is followed on while another
+// runner's session is about to take it (waitForContender).
+func (r *runner) followHeldKey(ctx context.Context, contenders bool) keyWait {
+	held, from := false, uint64(0)
+	if contenders {
+		var w keyWait
+		if w, held, from = r.waitForContender(ctx); !held {
+			return w
+		}
+	}
+	consul.FollowKey(ctx, r.client, r.lock.Key, "the lock key", from, r.log, func(pair *api.KVPair, _ uint64) bool {
 		if held || pair == nil || pair.Session == "" {
 			return false
 		}
 		held = true
-		r.log.Info("waiting for the lock without a session while it is held (run once: its holder may finish the run)",
-			"holder_session", pair.Session, "timeout", r.cfg.timeout)
+		r.logHeld(pair)
 		return true
 	})
 	if held {
 		return keyChanged
 	}
 	return keyFree
+}
+
+func (r *runner) logHeld(pair *api.KVPair) {
+	r.log.Info("waiting for the lock without a session while it is held (run once: its holder may finish the run)",
+		"holder_session", pair.Session, "timeout", r.cfg.timeout)
+}
+
+// contenderWait bounds how long a run-once runner that finds the key free
+// after its arrival wait waits for another runner's session to take it
+// (waitForContender). The winner's window, from its session's create to
+// its lock op, is a few round trips, longer on a starved machine; a
+// contender that crashed in it is waited out after this, well inside
+// worst_case_gap (Consul's shortest TTL is 10s). The price of a
+// same-named session that never takes this key (another registry's lock
+// of the same name): a start this much later.
+const contenderWait = 2 * time.Second
+
+// waitForContender is the arrival's second look (arrivalSpread) when the
+// key is free: runners woken within the winner's window still find it
+// free, and each would create a session (2 or 3 Raft writes) only to lose.
+// The winner's session create is a Raft write too, visible before its lock
+// op: a session of this runner's name created after the key last changed
+// is another runner about to take it, and this one follows the key without
+// a session instead, for at most contenderWait. It returns held (and the
+// index the key was read held at) when the contender took it, keyChanged
+// when the key changed otherwise, keyFree when there is no contender or
+// it did not take the key in time (go on with a session, as without the
+// look). The session list is a read, filtered by the token's session
+// rules; a contender it cannot show costs writes, never safety.
+func (r *runner) waitForContender(ctx context.Context) (w keyWait, held bool, index uint64) {
+	wctx, cancel := context.WithTimeout(ctx, contenderWait)
+	defer cancel()
+	w, pending := keyFree, false
+	consul.FollowKey(wctx, r.client, r.lock.Key, "the lock key", 0, r.log, func(pair *api.KVPair, asOf uint64) bool {
+		switch {
+		case pair != nil && pair.Session != "":
+			held, index = true, asOf
+			r.logHeld(pair)
+			return false
+		case pending:
+			w = keyChanged
+			return false
+		}
+		id, ok := r.pendingContender(wctx, pair)
+		if ok {
+			pending = true
+			r.log.Info("the key is free and another runner's session is about to take it; waiting without a session",
+				"contender_session", id, "for_at_most", contenderWait.String())
+		}
+		return ok
+	})
+	return w, held, index
+}
+
+// pendingContender finds a session of this runner's name created after the
+// lock key last changed (pair, nil when absent): another runner between its
+// session's create and its lock op.
+func (r *runner) pendingContender(ctx context.Context, pair *api.KVPair) (string, bool) {
+	sessions, _, err := r.client.Session().List((&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		r.log.Debug("cannot list sessions; going on with a session", "error", err.Error())
+		return "", false
+	}
+	for _, s := range sessions {
+		if s.Name == r.sessionName() && (pair == nil || s.CreateIndex > pair.ModifyIndex) {
+			return s.ID, true
+		}
+	}
+	return "", false
 }
 
 // followLedgerUntilDone follows the run ledger (runonce Run.Follow) from

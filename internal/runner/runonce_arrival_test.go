@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -190,5 +191,161 @@ func TestRunOnce_aRunnerThatLostTheArrivalTakesOverFromACrashedHolder(t *testing
 	run := ledgerRun(t, l, "r1")
 	if len(run.Attempts) < 2 || run.Attempts[0].Outcome != ledger.RunCrashed || runs[1].attempt != "2" {
 		t.Fatalf("ledger run %+v, executions %+v; want attempt 1 crashed and the waiter's attempt 2", run, runs)
+	}
+}
+
+// windowProxies are two proxies in front of the agent, one per runner of
+// one run, that put the second runner's second look inside the first
+// one's window: both first looks are held until both are in (answered
+// "key free" together); the runner whose second look comes first is the
+// winner, and the other's second look is held until the winner's session
+// create was answered; the winner's transactions after that (its lock op)
+// are held until the other has listed the sessions or created a session
+// of its own. The loser thus reads the key free while the winner's
+// session exists, whatever the machine's load. It counts session creates.
+type windowProxies struct {
+	addrs [2]string
+
+	mu       sync.Mutex
+	looks    [2]int
+	winner   int // -1 until a second look arrives
+	bothIn   chan struct{}
+	created  chan struct{} // the winner's session create was answered
+	loserSaw chan struct{} // the loser listed the sessions or created one
+	creates  int
+}
+
+func newWindowProxies(t *testing.T, key string) *windowProxies {
+	t.Helper()
+	p := &windowProxies{winner: -1, bothIn: make(chan struct{}), created: make(chan struct{}), loserSaw: make(chan struct{})}
+	closeOnce := func(c chan struct{}) {
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
+	}
+	for i := range p.addrs {
+		p.addrs[i] = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			q := r.URL.Query()
+			look := r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+key && !q.Has("index") && !q.Has("wait")
+			create := r.Method == http.MethodPut && r.URL.Path == "/v1/session/create"
+			list := r.Method == http.MethodGet && r.URL.Path == "/v1/session/list"
+			var wait chan struct{}
+			p.mu.Lock()
+			if create {
+				p.creates++
+			}
+			if look {
+				p.looks[i]++
+				switch {
+				case p.looks[i] == 1 && p.looks[1-i] < 1:
+					wait = p.bothIn
+				case p.looks[i] == 1:
+					closeOnce(p.bothIn)
+				case p.looks[i] == 2 && p.winner < 0:
+					p.winner = i
+				case p.looks[i] == 2:
+					wait = p.created
+				}
+			}
+			if r.Method == http.MethodPut && r.URL.Path == "/v1/txn" && p.winner == i {
+				select {
+				case <-p.created:
+					wait = p.loserSaw
+				default:
+				}
+			}
+			loser := p.winner >= 0 && p.winner != i
+			winner := p.winner == i
+			p.mu.Unlock()
+			if loser && create {
+				closeOnce(p.loserSaw)
+			}
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			forward.ServeHTTP(w, r)
+			switch {
+			case winner && create:
+				closeOnce(p.created)
+			case loser && list:
+				closeOnce(p.loserSaw)
+			}
+		})
+	}
+	return p
+}
+
+// TestRunOnce_aRunnerThatLooksInTheWinnersWindowWaitsWithoutASession: two
+// runners of one run answered "key free" together; the second to look
+// again finds the key still free, but the winner's session already made
+// (the proxies put its look between the winner's session create and its
+// lock op). It waits without a session for the winner's lock op and then
+// for the success, and leaves without a write: one session created in
+// all. Before the contender look it created a session of its own, raced
+// with it, lost and destroyed it: 2 to 3 Raft writes more.
+func TestRunOnce_aRunnerThatLooksInTheWinnersWindowWaitsWithoutASession(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	p := newWindowProxies(t, l.Key)
+	procs := startMany(2, func(i int) *proc {
+		return startRunAt(t, fmt.Sprintf("runner %d", i), p.addrs[i], token, []string{"-lock", l.Name, "-run-id", "r1"},
+			childArgs(record, fmt.Sprint(i), "-sleep", "300ms")...)
+	})
+	for _, pr := range procs {
+		if code := pr.wait(time.Minute); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", pr.name, code, pr.out.String())
+		}
+	}
+	if runs := readRuns(t, record); len(runs) != 1 {
+		t.Fatalf("the command ran %d times, want once: %+v", len(runs), runs)
+	}
+	p.mu.Lock()
+	creates, winner := p.creates, p.winner
+	p.mu.Unlock()
+	t.Logf("MEASURED a runner that looked again inside the winner's window: %d session(s) created by the two", creates)
+	if creates != 1 {
+		t.Fatalf("%d sessions created, want 1: the runner that looked inside the winner's window made one of its own\n%s",
+			creates, procs[1-winner].out.String())
+	}
+	if out := procs[1-winner].out.String(); !strings.Contains(out, "contender_session=") {
+		t.Fatalf("the loser did not wait for the winner's session:\n%s", out)
+	}
+}
+
+// TestRunOnce_aContenderThatNeverTakesTheKeyIsWaitedOutInContenderWait: a
+// session of the runners' name that never takes the key (a contender that
+// crashed between its session's create and its lock op; another
+// registry's lock of the same name) holds a runner that finds the key
+// free for at most contenderWait: it then creates its own session and
+// runs the command, once.
+func TestRunOnce_aContenderThatNeverTakesTheKeyIsWaitedOutInContenderWait(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
+	id, _, err := agent.Client().Session().Create(&api.SessionEntry{Name: "consullock run " + l.Name, Node: agent.NodeName, Behavior: api.SessionBehaviorDelete}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = agent.Client().Session().Destroy(id, nil) })
+	record := filepath.Join(t.TempDir(), "record")
+	started := time.Now()
+	pr := startRunAt(t, "runner", agent.Addr, token, []string{"-lock", l.Name, "-run-id", "r1"}, childArgs(record, "only")...)
+	if code := pr.wait(time.Minute); code != 0 {
+		t.Fatalf("runner exited %d:\n%s", code, pr.out.String())
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 1 {
+		t.Fatalf("the command ran %d times, want once: %+v", len(runs), runs)
+	}
+	t.Logf("MEASURED a runner held by a contender that never took the key started its command %s after its start (contenderWait %s)",
+		runs[0].start.Sub(started).Round(time.Millisecond), contenderWait)
+	if out := pr.out.String(); !strings.Contains(out, "contender_session="+id) {
+		t.Fatalf("the runner did not wait for the same-named session %s:\n%s", id, out)
 	}
 }
