@@ -281,6 +281,15 @@ func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (libhold.Held, error) {
 	s := first
 	for {
+		if yielded, err := r.yieldToEarlierContender(ctx, s); yielded {
+			if err != nil {
+				return nil, err
+			}
+			if s, err = lockproto.CreateSession(ctx, r.client, r.sessionName(), r.cfg.node, r.profile); err != nil {
+				return nil, setupError{err}
+			}
+			continue
+		}
 		set := lockproto.Settings{WatchClient: r.watchClient, Clock: r.cfg.clock, Try: r.once != nil && !r.once.outlived}
 		if r.pauseReadable {
 			set.BlockingKey = record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)
@@ -306,7 +315,7 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (libhold
 			}
 			r.log.Info("the lock was paused and resumed while this runner acquired it; acquiring again")
 		case errors.Is(err, lockproto.ErrLocked):
-			if err := r.waitWithoutSession(ctx, err); err != nil {
+			if err := r.waitWithoutSession(ctx, err, false); err != nil {
 				return nil, err
 			}
 		case errors.Is(err, lockproto.ErrSessionInvalid):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,6 +74,12 @@ type runOnce struct {
 	// for the lock with its session, as a plain racer, rather than end a
 	// session at every hand-over it loses (waitWithoutSession).
 	outlived bool
+	// yieldable is set when the arrival's second look found the key free
+	// with no contender (waitForContender), at the key's ModifyIndex
+	// freeAt: the session created next yields to a contender created
+	// just before it (yieldToEarlierContender).
+	yieldable bool
+	freeAt    uint64
 }
 
 // ledgerCopy is a ledger as a watch answered it: decoded, its ModifyIndex
@@ -394,7 +401,7 @@ func (r *runner) waitArrivalSpread(ctx context.Context) bool {
 // pause watches go on meanwhile. Only the first loss is waited so: once
 // a holder let the key go with the run not done (runOnce.outlived), the
 // runner races as a waiter with a session.
-func (r *runner) waitWithoutSession(ctx context.Context, locked error) error {
+func (r *runner) waitWithoutSession(ctx context.Context, locked error, contenders bool) error {
 	r.log.Info("another session took the lock first; waiting without a session", "reason", locked.Error())
 	if r.overlapActive() { // the winner may run another run: look, as before the session
 		if code, stop := r.doneBeforeSession(ctx); stop {
@@ -402,7 +409,7 @@ func (r *runner) waitWithoutSession(ctx context.Context, locked error) error {
 		}
 		return ctx.Err()
 	}
-	r.followHeldKey(ctx, false)
+	r.followHeldKey(ctx, contenders)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -544,6 +551,7 @@ func (r *runner) waitForContender(ctx context.Context) (w keyWait, held bool, in
 	wctx, cancel := context.WithTimeout(ctx, contenderWait)
 	defer cancel()
 	w, pending := keyFree, false
+	r.once.yieldable = false
 	consul.FollowKey(wctx, r.client, r.lock.Key, "the lock key", 0, r.log, func(pair *api.KVPair, asOf uint64) bool {
 		switch {
 		case pair != nil && pair.Session != "":
@@ -554,32 +562,74 @@ func (r *runner) waitForContender(ctx context.Context) (w keyWait, held bool, in
 			w = keyChanged
 			return false
 		}
-		id, ok := r.pendingContender(wctx, pair)
+		freeAt := uint64(0)
+		if pair != nil {
+			freeAt = pair.ModifyIndex
+		}
+		id, ok := r.contender(wctx, freeAt, "", 0)
 		if ok {
 			pending = true
 			r.log.Info("the key is free and another runner's session is about to take it; waiting without a session",
 				"contender_session", id, "for_at_most", contenderWait.String())
+		} else {
+			r.once.yieldable, r.once.freeAt = true, freeAt
 		}
 		return ok
 	})
 	return w, held, index
 }
 
-// pendingContender finds a session of this runner's name created after the
-// lock key last changed (pair, nil when absent): another runner between its
-// session's create and its lock op.
-func (r *runner) pendingContender(ctx context.Context, pair *api.KVPair) (string, bool) {
+// contender finds a session of this runner's name created after the lock
+// key last changed (at index freeAt): another runner between its session's
+// create and its lock op. With own, this runner's session, only one
+// created before it counts, and none when own is not listed; before is
+// then own's CreateIndex.
+func (r *runner) contender(ctx context.Context, freeAt uint64, own string, before uint64) (string, bool) {
 	sessions, _, err := r.client.Session().List((&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		r.log.Debug("cannot list sessions; going on with a session", "error", err.Error())
 		return "", false
 	}
+	if own != "" {
+		i := slices.IndexFunc(sessions, func(s *api.SessionEntry) bool { return s.ID == own })
+		if i < 0 {
+			return "", false
+		}
+		before = sessions[i].CreateIndex
+	}
 	for _, s := range sessions {
-		if s.Name == r.sessionName() && (pair == nil || s.CreateIndex > pair.ModifyIndex) {
+		if s.Name == r.sessionName() && s.ID != own && s.CreateIndex > freeAt && (own == "" || s.CreateIndex < before) {
 			return s.ID, true
 		}
 	}
 	return "", false
+}
+
+// yieldToEarlierContender is the arrival's tie-break: two runners whose
+// second looks both found the key free and no contender each created a
+// session. The one created later (Raft orders the creates; its list comes
+// after its own create, so it always sees the earlier one) destroys its
+// session before any lock op and waits without one for the earlier, which
+// goes on: 2 Raft writes for it rather than 3 (create, refused lock op,
+// destroy). Only the first session after such a look yields; the wait is
+// waitWithoutSession's, which waits for the contender at most
+// contenderWait.
+func (r *runner) yieldToEarlierContender(ctx context.Context, s *lockproto.Session) (bool, error) {
+	if r.once == nil || !r.once.yieldable || r.once.outlived {
+		return false, nil
+	}
+	r.once.yieldable = false
+	id, ok := r.contender(ctx, r.once.freeAt, s.ID, 0)
+	if !ok {
+		return false, nil
+	}
+	if err := lockproto.DestroySession(ctx, r.client, s.ID); err != nil {
+		r.log.Debug("cannot destroy the session to yield to an earlier contender; racing with it", "error", err.Error())
+		return false, nil
+	}
+	r.log.Info("another runner's session was created first; this runner destroyed its own before any lock op",
+		"contender_session", id, "session", s.ID)
+	return true, r.waitWithoutSession(ctx, fmt.Errorf("%w: session %s of another runner was created first", lockproto.ErrLocked, id), true)
 }
 
 // followLedgerUntilDone follows the run ledger (runonce Run.Follow) from

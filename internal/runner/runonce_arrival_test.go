@@ -349,3 +349,129 @@ func TestRunOnce_aContenderThatNeverTakesTheKeyIsWaitedOutInContenderWait(t *tes
 		t.Fatalf("the runner did not wait for the same-named session %s:\n%s", id, out)
 	}
 }
+
+// tieProxies are two proxies in front of the agent, one per runner of one
+// run, that make both runners' looks fall in the same instant: each
+// runner's first and second looks at the key are held until the other's
+// is in, and each session create until both have listed the sessions
+// after their second looks. Both then find the key free and no
+// contender, and both create a session. It counts, per runner, the
+// transactions sent after its session create was answered (its lock op
+// and, for the holder, its ledger writes).
+type tieProxies struct {
+	addrs [2]string
+
+	mu      sync.Mutex
+	looks   [2]int
+	lists   [2]int
+	gates   [3]chan struct{} // both first looks in, both second looks in, both listed
+	created [2]bool
+	txns    [2]int
+	creates int
+}
+
+func newTieProxies(t *testing.T, key string) *tieProxies {
+	t.Helper()
+	p := &tieProxies{}
+	for i := range p.gates {
+		p.gates[i] = make(chan struct{})
+	}
+	for i := range p.addrs {
+		p.addrs[i] = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			q := r.URL.Query()
+			look := r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+key && !q.Has("index") && !q.Has("wait")
+			create := r.Method == http.MethodPut && r.URL.Path == "/v1/session/create"
+			list := r.Method == http.MethodGet && r.URL.Path == "/v1/session/list"
+			var wait chan struct{}
+			p.mu.Lock()
+			// gate g opens when both runners reached step g.
+			reach := func(g int, mine, theirs int) {
+				if theirs < mine {
+					wait = p.gates[g]
+				} else {
+					close(p.gates[g])
+				}
+			}
+			switch {
+			case look && p.looks[i] < 2:
+				p.looks[i]++
+				reach(p.looks[i]-1, p.looks[i], p.looks[1-i])
+			case create:
+				p.creates++
+				if p.lists[i] == 0 {
+					t.Errorf("runner %d created a session before it listed the sessions", i)
+				}
+				wait = p.gates[2]
+			case r.Method == http.MethodPut && r.URL.Path == "/v1/txn" && p.created[i]:
+				p.txns[i]++
+			}
+			p.mu.Unlock()
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			forward.ServeHTTP(w, r)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			switch {
+			case create:
+				p.created[i] = true
+			case list && p.looks[i] == 2 && p.lists[i] == 0:
+				p.lists[i]++
+				if p.lists[1-i] > 0 {
+					close(p.gates[2])
+				}
+			}
+		})
+	}
+	return p
+}
+
+// TestRunOnce_ofTwoRunnersThatLookInTheSameInstantTheLaterSessionYields:
+// two runners of one run look again in the same instant, find the key
+// free and no contender, and each creates a session (the proxies make it
+// so). The one whose session Raft created later sees the earlier one in
+// its list, destroys its own before any lock op and waits without a
+// session for the success: it sends no transaction. Before the tie-break
+// both sent their lock ops, and the loser's was refused: a Raft write
+// more.
+func TestRunOnce_ofTwoRunnersThatLookInTheSameInstantTheLaterSessionYields(t *testing.T) {
+	t.Parallel()
+	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
+	record := filepath.Join(t.TempDir(), "record")
+	p := newTieProxies(t, l.Key)
+	procs := startMany(2, func(i int) *proc {
+		return startRunAt(t, fmt.Sprintf("runner %d", i), p.addrs[i], token, []string{"-lock", l.Name, "-run-id", "r1"},
+			childArgs(record, fmt.Sprint(i), "-sleep", "300ms")...)
+	})
+	for _, pr := range procs {
+		if code := pr.wait(time.Minute); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", pr.name, code, pr.out.String())
+		}
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 1 {
+		t.Fatalf("the command ran %d times, want once: %+v", len(runs), runs)
+	}
+	p.mu.Lock()
+	creates, txns := p.creates, p.txns
+	p.mu.Unlock()
+	t.Logf("MEASURED two runners that looked in the same instant: %d sessions created; transactions after each one's create: %v", creates, txns)
+	if creates != 2 {
+		t.Fatalf("%d sessions created, want 2 (the proxies let both create one)", creates)
+	}
+	holder := 0
+	if runs[0].tag == "1" {
+		holder = 1
+	}
+	if txns[1-holder] != 0 {
+		t.Fatalf("the runner that did not run sent %d transactions after its session create, want 0 (it yields before any lock op)\n%s",
+			txns[1-holder], procs[1-holder].out.String())
+	}
+	if out := procs[1-holder].out.String(); !strings.Contains(out, "destroyed its own before any lock op") {
+		t.Fatalf("the runner that did not run did not yield:\n%s", out)
+	}
+}
