@@ -277,10 +277,19 @@ func (r *runner) holderValue(s *lockproto.Session, started time.Time) []byte {
 // through logObservation. A run-once runner tries first
 // (lockproto.Settings.Try): one that loses the race for the free key ends its
 // session and waits without one (waitWithoutSession), as one that found
-// the key held does.
+// the key held does; one whose session was created just after another
+// arrival's yields before its lock op (yieldToEarlierContender).
 func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (libhold.Held, error) {
 	s := first
 	for {
+		set := lockproto.Settings{WatchClient: r.watchClient, Clock: r.cfg.clock, Try: r.once != nil && !r.once.outlived}
+		if r.pauseReadable {
+			set.BlockingKey = record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)
+		}
+		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
+			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
+			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
+			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 		if yielded, err := r.yieldToEarlierContender(ctx, s); yielded {
 			if err != nil {
 				return nil, err
@@ -290,14 +299,6 @@ func (r *runner) acquire(ctx context.Context, first *lockproto.Session) (libhold
 			}
 			continue
 		}
-		set := lockproto.Settings{WatchClient: r.watchClient, Clock: r.cfg.clock, Try: r.once != nil && !r.once.outlived}
-		if r.pauseReadable {
-			set.BlockingKey = record.PauseKey(r.cfg.registryPrefix, r.cfg.lockName)
-		}
-		r.log.Info("session created", "session", s.ID, "node", s.Node, "profile", r.profile.Name,
-			"ttl", lockmodel.FormatDuration(r.profile.TTL), "lock_delay", lockmodel.FormatDuration(r.profile.LockDelay),
-			"behavior", string(r.profile.Behavior), "node_checks", r.profile.NodeChecks,
-			"renew_every", lockmodel.FormatDuration(r.profile.RenewEvery), "stops_after_no_contact", lockmodel.FormatDuration(r.stop.LossAfter()))
 		sess := s
 		h, err := libhold.Acquire(ctx, r.client, r.lock, r.profile, libhold.Options{
 			Session: s, Grace: r.cfg.grace, Protocol: set, Observer: r.logObservation, Log: r.holdLog,
