@@ -109,15 +109,21 @@ func notSent(err error) bool {
 }
 
 // notAppliedServerMessages are HTTP 500 bodies that say the agent could not
-// hand the request to a Raft leader, so nothing was applied. Others in
-// transientServerMessages ("rpc error making call: EOF", timeouts, "leadership
-// lost") come after the request may have been applied.
+// hand the request to a Raft leader, so nothing was applied. "apply failed:
+// node is not the leader" is Raft's ErrNotLeader from a server's apply
+// (raftApply wraps it so): Raft answers it only to an entry a follower or
+// candidate took off its apply queue, never appended; an entry appended
+// and then cut off by a lost leadership answers "leadership lost". Others in
+// transientServerMessages ("rpc error making call: EOF", timeouts,
+// "leadership lost", a bare "node is not the leader") come after the
+// request may have been applied.
 var notAppliedServerMessages = []string{
 	"No cluster leader",
 	"Raft leader not found",
 	"rpc error getting client",
 	"connection refused",
 	"No known Consul servers",
+	"apply failed: node is not the leader",
 }
 
 // notApplied reports an answer that proves a write was not applied: rate

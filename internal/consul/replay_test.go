@@ -84,6 +84,7 @@ func TestRetryPolicy_unsafeWriteOnlyWhenNotApplied(t *testing.T) {
 		{"rpc stream closed", response(500, "rpc error making call: stream closed"), nil, true, false},
 		{"leadership lost", response(500, "leadership lost while committing log"), nil, true, false},
 		{"not the leader", response(500, "rpc error making call: node is not the leader"), nil, true, false},
+		{"apply on a server no longer the leader", response(500, "rpc error making call: rpc error making call: apply failed: node is not the leader"), nil, true, true},
 		{"validation", response(500, "Invalid Session TTL"), nil, false, false},
 	}
 	for _, tt := range tests {
