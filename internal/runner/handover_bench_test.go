@@ -479,9 +479,11 @@ func BenchmarkHandoverProfile(b *testing.B) {
 var handoverStepNames = []string{"to_release", "release", "to_wakeup", "to_lock", "lock", "to_start"}
 
 // handoverSteps splits one hand-over into handoverStepNames. The release
-// is the holder's first write after zero; the wake-up the waiter's first
-// answer after it, the lock the waiter's next write (none when the lock was
-// handed over: to_lock and lock are then left out).
+// is the holder's first write after zero; the wake-up the waiter's
+// earliest answer after it was sent (not the answer to its earliest
+// request: a watch sent before its key's wait may answer later), the lock
+// the waiter's next write (none when the lock was handed over: to_lock and
+// lock are then left out).
 func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[string]time.Duration {
 	var release, lock, wake *proxied
 	holder.mu.Lock()
@@ -497,15 +499,17 @@ func handoverSteps(holder, waiter *recordingProxy, zero, started time.Time) map[
 	waiter.mu.Lock()
 	defer waiter.mu.Unlock()
 	for _, r := range waiter.reqs {
-		if wake == nil && r.method == http.MethodGet && r.answered.After(release.sent) {
+		if r.method == http.MethodGet && r.answered.After(release.sent) && (wake == nil || r.answered.Before(wake.answered)) {
 			wake = r
-		}
-		if lock == nil && wake != nil && r.method != http.MethodGet && r.sent.After(wake.answered) && !r.renewal() {
-			lock = r
 		}
 	}
 	if wake == nil {
 		return nil
+	}
+	for _, r := range waiter.reqs {
+		if lock == nil && r.method != http.MethodGet && r.sent.After(wake.answered) && !r.renewal() {
+			lock = r
+		}
 	}
 	steps := map[string]time.Duration{
 		"to_release": release.sent.Sub(zero),
