@@ -56,14 +56,7 @@ func newArrivalBarrier(t *testing.T, key string, n int) *arrivalBarrier {
 			}
 		}
 		p.mu.Unlock()
-		if wait != nil {
-			select {
-			case <-wait:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		forward.ServeHTTP(w, r)
+		holdThenForward(w, r, forward, wait)
 	})
 	go func() {
 		select {
@@ -85,6 +78,30 @@ func newArrivalBarrier(t *testing.T, key string, n int) *arrivalBarrier {
 		}
 	}()
 	return p
+}
+
+// arrivalRequest tells a runner's look at the lock key (a read without an
+// index or a wait), its session create and its session list apart.
+func arrivalRequest(r *http.Request, key string) (look, create, list bool) {
+	q := r.URL.Query()
+	look = r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+key && !q.Has("index") && !q.Has("wait")
+	create = r.Method == http.MethodPut && r.URL.Path == "/v1/session/create"
+	list = r.Method == http.MethodGet && r.URL.Path == "/v1/session/list"
+	return look, create, list
+}
+
+// holdThenForward waits until wait is closed (nil: not at all), then
+// forwards r: false when the request ended first (nothing was sent).
+func holdThenForward(w http.ResponseWriter, r *http.Request, forward http.Handler, wait chan struct{}) bool {
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	forward.ServeHTTP(w, r)
+	return true
 }
 
 func (p *arrivalBarrier) counts() (looks, creates int) {
@@ -227,10 +244,7 @@ func newWindowProxies(t *testing.T, key string) *windowProxies {
 	}
 	for i := range p.addrs {
 		p.addrs[i] = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
-			q := r.URL.Query()
-			look := r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+key && !q.Has("index") && !q.Has("wait")
-			create := r.Method == http.MethodPut && r.URL.Path == "/v1/session/create"
-			list := r.Method == http.MethodGet && r.URL.Path == "/v1/session/list"
+			look, create, list := arrivalRequest(r, key)
 			var wait chan struct{}
 			p.mu.Lock()
 			if create {
@@ -262,14 +276,9 @@ func newWindowProxies(t *testing.T, key string) *windowProxies {
 			if loser && create {
 				closeOnce(p.loserSaw)
 			}
-			if wait != nil {
-				select {
-				case <-wait:
-				case <-r.Context().Done():
-					return
-				}
+			if !holdThenForward(w, r, forward, wait) {
+				return
 			}
-			forward.ServeHTTP(w, r)
 			switch {
 			case winner && create:
 				closeOnce(p.created)
@@ -279,6 +288,29 @@ func newWindowProxies(t *testing.T, key string) *windowProxies {
 		})
 	}
 	return p
+}
+
+// runOnceThrough runs two runners of run r1 of lock, each through its own
+// proxy (addrs), a 300 ms command each, and returns them once both exited
+// 0 and the command's one execution; it fails the test unless the command
+// ran exactly once.
+func runOnceThrough(t *testing.T, lock, token string, addrs [2]string) ([]*proc, *childRun) {
+	t.Helper()
+	record := filepath.Join(t.TempDir(), "record")
+	procs := startMany(2, func(i int) *proc {
+		return startRunAt(t, fmt.Sprintf("runner %d", i), addrs[i], token, []string{"-lock", lock, "-run-id", "r1"},
+			childArgs(record, fmt.Sprint(i), "-sleep", "300ms")...)
+	})
+	for _, pr := range procs {
+		if code := pr.wait(time.Minute); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", pr.name, code, pr.out.String())
+		}
+	}
+	runs := readRuns(t, record)
+	if len(runs) != 1 {
+		t.Fatalf("the command ran %d times, want once: %+v", len(runs), runs)
+	}
+	return procs, runs[0]
 }
 
 // TestRunOnce_aRunnerThatLooksInTheWinnersWindowWaitsWithoutASession: two
@@ -292,20 +324,8 @@ func newWindowProxies(t *testing.T, key string) *windowProxies {
 func TestRunOnce_aRunnerThatLooksInTheWinnersWindowWaitsWithoutASession(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
-	record := filepath.Join(t.TempDir(), "record")
 	p := newWindowProxies(t, l.Key)
-	procs := startMany(2, func(i int) *proc {
-		return startRunAt(t, fmt.Sprintf("runner %d", i), p.addrs[i], token, []string{"-lock", l.Name, "-run-id", "r1"},
-			childArgs(record, fmt.Sprint(i), "-sleep", "300ms")...)
-	})
-	for _, pr := range procs {
-		if code := pr.wait(time.Minute); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", pr.name, code, pr.out.String())
-		}
-	}
-	if runs := readRuns(t, record); len(runs) != 1 {
-		t.Fatalf("the command ran %d times, want once: %+v", len(runs), runs)
-	}
+	procs, _ := runOnceThrough(t, l.Name, token, p.addrs)
 	p.mu.Lock()
 	creates, winner := p.creates, p.winner
 	p.mu.Unlock()
@@ -378,10 +398,7 @@ func newTieProxies(t *testing.T, key string) *tieProxies {
 	}
 	for i := range p.addrs {
 		p.addrs[i] = agentProxy(t, agent.Addr, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
-			q := r.URL.Query()
-			look := r.Method == http.MethodGet && r.URL.Path == "/v1/kv/"+key && !q.Has("index") && !q.Has("wait")
-			create := r.Method == http.MethodPut && r.URL.Path == "/v1/session/create"
-			list := r.Method == http.MethodGet && r.URL.Path == "/v1/session/list"
+			look, create, list := arrivalRequest(r, key)
 			var wait chan struct{}
 			p.mu.Lock()
 			// gate g opens when both runners reached step g.
@@ -406,14 +423,9 @@ func newTieProxies(t *testing.T, key string) *tieProxies {
 				p.txns[i]++
 			}
 			p.mu.Unlock()
-			if wait != nil {
-				select {
-				case <-wait:
-				case <-r.Context().Done():
-					return
-				}
+			if !holdThenForward(w, r, forward, wait) {
+				return
 			}
-			forward.ServeHTTP(w, r)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			switch {
@@ -441,21 +453,8 @@ func newTieProxies(t *testing.T, key string) *tieProxies {
 func TestRunOnce_ofTwoRunnersThatLookInTheSameInstantTheLaterSessionYields(t *testing.T) {
 	t.Parallel()
 	l, token := declareRunOnce(t, ledger.RunOnce{Period: time.Hour})
-	record := filepath.Join(t.TempDir(), "record")
 	p := newTieProxies(t, l.Key)
-	procs := startMany(2, func(i int) *proc {
-		return startRunAt(t, fmt.Sprintf("runner %d", i), p.addrs[i], token, []string{"-lock", l.Name, "-run-id", "r1"},
-			childArgs(record, fmt.Sprint(i), "-sleep", "300ms")...)
-	})
-	for _, pr := range procs {
-		if code := pr.wait(time.Minute); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", pr.name, code, pr.out.String())
-		}
-	}
-	runs := readRuns(t, record)
-	if len(runs) != 1 {
-		t.Fatalf("the command ran %d times, want once: %+v", len(runs), runs)
-	}
+	procs, run := runOnceThrough(t, l.Name, token, p.addrs)
 	p.mu.Lock()
 	creates, txns := p.creates, p.txns
 	p.mu.Unlock()
@@ -464,7 +463,7 @@ func TestRunOnce_ofTwoRunnersThatLookInTheSameInstantTheLaterSessionYields(t *te
 		t.Fatalf("%d sessions created, want 2 (the proxies let both create one)", creates)
 	}
 	holder := 0
-	if runs[0].tag == "1" {
+	if run.tag == "1" {
 		holder = 1
 	}
 	if txns[1-holder] != 0 {
