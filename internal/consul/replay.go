@@ -114,7 +114,7 @@ func notSent(err error) bool {
 // (raftApply wraps it so): Raft answers it only to an entry a follower or
 // candidate took off its apply queue, never appended; an entry appended
 // and then cut off by a lost leadership answers "leadership lost". Others in
-// transientServerMessages ("rpc error making call: EOF", timeouts,
+// transientMessages ("rpc error making call: EOF", timeouts,
 // "leadership lost", a bare "node is not the leader") come after the
 // request may have been applied.
 var notAppliedServerMessages = []string{

@@ -566,7 +566,7 @@ func (r *runner) waitForContender(ctx context.Context) (w keyWait, held bool, in
 		if pair != nil {
 			freeAt = pair.ModifyIndex
 		}
-		id, ok := r.contender(wctx, freeAt, "", 0)
+		id, ok := r.contender(wctx, freeAt, "")
 		if ok {
 			pending = true
 			r.log.Info("the key is free and another runner's session is about to take it; waiting without a session",
@@ -582,14 +582,14 @@ func (r *runner) waitForContender(ctx context.Context) (w keyWait, held bool, in
 // contender finds a session of this runner's name created after the lock
 // key last changed (at index freeAt): another runner between its session's
 // create and its lock op. With own, this runner's session, only one
-// created before it counts, and none when own is not listed; before is
-// then own's CreateIndex.
-func (r *runner) contender(ctx context.Context, freeAt uint64, own string, before uint64) (string, bool) {
+// created before it counts, and none when own is not listed.
+func (r *runner) contender(ctx context.Context, freeAt uint64, own string) (string, bool) {
 	sessions, _, err := r.client.Session().List((&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		r.log.Debug("cannot list sessions; going on with a session", "error", err.Error())
 		return "", false
 	}
+	var before uint64
 	if own != "" {
 		i := slices.IndexFunc(sessions, func(s *api.SessionEntry) bool { return s.ID == own })
 		if i < 0 {
@@ -619,7 +619,7 @@ func (r *runner) yieldToEarlierContender(ctx context.Context, s *lockproto.Sessi
 		return false, nil
 	}
 	r.once.yieldable = false
-	id, ok := r.contender(ctx, r.once.freeAt, s.ID, 0)
+	id, ok := r.contender(ctx, r.once.freeAt, s.ID)
 	if !ok {
 		return false, nil
 	}
